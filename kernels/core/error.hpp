@@ -1,0 +1,45 @@
+// One error type for the whole trainer. Every layer throws `Error` with a
+// message that names what was wrong and what was expected; main() turns it
+// into one "error: ..." line and a non-zero exit. Nothing below main() calls
+// exit(), so resources are always released by their destructors.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace gt {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
+}
+}  // namespace detail
+
+// Throws gt::Error with the pieces streamed together: fail("key ", k, " ...").
+template <typename... Args>
+[[noreturn]] void fail(Args&&... args) {
+  throw Error(detail::concat(std::forward<Args>(args)...));
+}
+
+}  // namespace gt
+
+// Internal invariant: names the failing expression and the source location.
+// Used for programmer errors (shape mismatches between our own layers); user
+// input is validated with gt::fail and a message written for the user.
+#define GT_CHECK(cond, ...)                                                        \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      ::gt::fail("internal check failed: ", #cond, " at ", __FILE__, ":", __LINE__, \
+                 " ", ::gt::detail::concat(std::string() , ##__VA_ARGS__));                        \
+    }                                                                              \
+  } while (0)

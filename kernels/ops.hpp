@@ -1,0 +1,102 @@
+// The backend-neutral op interface. The model (trainer/model) is written
+// once against this class; the CPU backend (kernels/cpu) implements it with
+// BLAS sgemm and OpenMP loops, the CUDA backend (kernels/cuda) with cuBLASLt
+// and our own kernels.
+//
+// Invariants every backend keeps (llm.c's convention, stated once here):
+//   * Parameter gradients ACCUMULATE (+=) so gradient accumulation over
+//     micro-batches needs no extra buffer; the trainer zeroes them per step.
+//   * Activation gradients named d<inp> are ASSIGNED (=), except where the
+//     signature says "accumulates" (residual streams).
+//   * Linear weights are stored (out_features, in_features) like
+//     torch.nn.Linear: out = inp @ weight^T + bias.
+//   * All tensors are contiguous unless a comment says otherwise.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/core/tensor.hpp"
+
+namespace gt {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t].  tokens (B,T) int32, wte (V,C), wpe (maxT,C).
+  virtual void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                 TensorView wpe) = 0;
+  // dwte (V,C) += scatter of dout by token, dwpe (maxT,C) += sum over batch. dout (B,T,C).
+  virtual void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                                  TensorView tokens) = 0;
+
+  // Row-wise LayerNorm, eps 1e-5 (PyTorch default), biased variance.
+  // out (R,C), mean (R), rstd (R) saved for backward; inp (R,C); weight, bias (C).
+  virtual void layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
+                                 TensorView inp, TensorView weight, TensorView bias) = 0;
+  // dinp (R,C) ACCUMULATES (it is the residual stream's gradient);
+  // dweight, dbias (C) accumulate.
+  virtual void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                  TensorView dout, TensorView inp, TensorView weight,
+                                  TensorView mean, TensorView rstd) = 0;
+
+  // out (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC); bias may be empty().
+  virtual void matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                              TensorView bias) = 0;
+  // dinp (R,C) assigned (skipped when empty()), dweight (OC,C) and dbias (OC)
+  // accumulate (dbias skipped when empty()).
+  virtual void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                               TensorView dout, TensorView inp, TensorView weight) = 0;
+
+  // Causal multi-head self-attention with 1/sqrt(head_dim) scaling.
+  // qkv (B,T,3C) laid out [q | k | v] along the last dim, head h using columns
+  // [h*hs, (h+1)*hs) of each part (the HF GPT-2 c_attn split).
+  // out (B,T,C) with heads concatenated; att (B,NH,T,T) holds the softmax
+  // probabilities (entries above the diagonal are written as 0) for backward.
+  virtual void attention_forward(TensorView out, TensorView att, TensorView qkv,
+                                 int n_head) = 0;
+  // dqkv (B,T,3C) assigned. scratch (B,NH,T,T) is workspace the backend may clobber.
+  virtual void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
+                                  TensorView qkv, TensorView att, int n_head) = 0;
+
+  // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on any shape.
+  virtual void gelu_forward(TensorView out, TensorView inp) = 0;
+  // dinp assigned = dout * gelu'(inp).
+  virtual void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) = 0;
+
+  // out = a + b, elementwise, same shape.
+  virtual void add(TensorView out, TensorView a, TensorView b) = 0;
+  // acc += x, elementwise, same shape.
+  virtual void accumulate(TensorView acc, TensorView x) = 0;
+  // t = 0.
+  virtual void zero(TensorView t) = 0;
+  // dst = src (same shape, same device).
+  virtual void copy(TensorView dst, TensorView src) = 0;
+
+  // Fused softmax cross-entropy over logits (R,V) with int32 targets (R).
+  // losses (R) = -log softmax(logits)[target]. When dlogits is not empty()
+  // it is written (it may alias logits) with (softmax - onehot) * grad_scale,
+  // so the caller folds the 1/(rows) of the mean loss and the gradient
+  // accumulation into grad_scale.
+  virtual void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                                     TensorView targets, float grad_scale) = 0;
+
+  // Sum of squares of all elements, accumulated in double (for the global norm).
+  virtual double sum_squares(TensorView t) = 0;
+
+  // One torch.optim.AdamW step on a flat segment (all 1-D views of equal n):
+  //   g = grad * grad_scale            (grad_scale folds clip_grad_norm_)
+  //   m = beta1*m + (1-beta1)*g ;  v = beta2*v + (1-beta2)*g^2
+  //   param -= lr * weight_decay * param          (decoupled decay, before the moment step)
+  //   param -= lr * (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps)
+  // t counts from 1.
+  struct AdamWParams {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int64_t t;
+  };
+  virtual void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
+                            const AdamWParams& p) = 0;
+};
+
+}  // namespace gt

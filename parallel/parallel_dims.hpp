@@ -1,0 +1,25 @@
+// ParallelDims: the layout dp x fsdp x tp as a validated value type
+// (torchtitan's idea). Constructing one checks the product against the world
+// size and the degrees against the model, with a message naming every number.
+#pragma once
+
+#include <string>
+
+namespace gt {
+
+struct ParallelDims {
+  int dp = 1;
+  int fsdp = 1;
+  int tp = 1;
+
+  int world_size() const { return dp * fsdp * tp; }
+  int data_parallel() const { return dp * fsdp; }
+  std::string str() const;  // "dp=2 x fsdp=1 x tp=2 (4 ranks)"
+
+  // Throws gt::Error unless dp*fsdp*tp == world_size, every degree >= 1 and
+  // tp divides n_head and n_embd.
+  static ParallelDims validated(int dp, int fsdp, int tp, int world_size, int n_head,
+                                int n_embd);
+};
+
+}  // namespace gt

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run call this): installs dependencies,
+# configures and builds everything (CUDA sources too when nvcc is present),
+# then runs the whole suite through ctest. GPU tests report as skipped on a
+# machine without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install_deps.sh
+BUILD_DIR="${BUILD_DIR:-build}"
+JOBS="${JOBS:-$(nproc)}"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$BUILD_DIR" -j "$JOBS"
+# mpirun refuses root unless told; CI runs as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" "$@"

@@ -1,0 +1,654 @@
+// The typed config: defaults, every key read from YAML, overrides, the
+// canonical round trip, and one test per rejected input checking that the
+// message names the key, the source and what was expected.
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/core/error.hpp"
+#include "test_util.hpp"
+#include "trainer/config/config.hpp"
+
+namespace gt {
+namespace {
+
+const char* kSource = "configs/x.yaml";
+const std::string kMinimal = "data:\n  train: shard.bin\n";
+
+::testing::AssertionResult has(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "message \"" << text << "\" lacks \"" << part << "\"";
+}
+
+// The gt::Error message of parsing `yaml` with `overrides`, or a test failure.
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(yaml, kSource, overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected gt::Error for:\n" << yaml;
+  return "";
+}
+
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.model.n_layer, b.model.n_layer);
+  EXPECT_EQ(a.model.n_head, b.model.n_head);
+  EXPECT_EQ(a.model.n_embd, b.model.n_embd);
+  EXPECT_EQ(a.model.vocab_size, b.model.vocab_size);
+  EXPECT_EQ(a.model.block_size, b.model.block_size);
+  EXPECT_EQ(a.model.init_from, b.model.init_from);
+  EXPECT_EQ(a.data.train, b.data.train);
+  EXPECT_EQ(a.data.val, b.data.val);
+  EXPECT_EQ(a.data.shuffle, b.data.shuffle);
+  const TrainConfig& s = a.train;
+  const TrainConfig& t = b.train;
+  EXPECT_EQ(s.seq_len, t.seq_len);
+  EXPECT_EQ(s.micro_batch, t.micro_batch);
+  EXPECT_EQ(s.global_batch, t.global_batch);
+  EXPECT_EQ(s.steps, t.steps);
+  EXPECT_EQ(s.lr, t.lr);  // exact: the writer must print enough digits
+  EXPECT_EQ(s.lr_schedule, t.lr_schedule);
+  EXPECT_EQ(s.warmup_steps, t.warmup_steps);
+  EXPECT_EQ(s.min_lr, t.min_lr);
+  EXPECT_EQ(s.weight_decay, t.weight_decay);
+  EXPECT_EQ(s.beta1, t.beta1);
+  EXPECT_EQ(s.beta2, t.beta2);
+  EXPECT_EQ(s.eps, t.eps);
+  EXPECT_EQ(s.grad_clip, t.grad_clip);
+  EXPECT_EQ(s.seed, t.seed);
+  EXPECT_EQ(s.eval_every, t.eval_every);
+  EXPECT_EQ(s.eval_batches, t.eval_batches);
+  EXPECT_EQ(s.max_skipped, t.max_skipped);
+  EXPECT_EQ(a.runtime.device, b.runtime.device);
+  EXPECT_EQ(a.runtime.dtype, b.runtime.dtype);
+  EXPECT_EQ(a.runtime.threads, b.runtime.threads);
+  EXPECT_EQ(a.parallel.dp, b.parallel.dp);
+  EXPECT_EQ(a.parallel.fsdp, b.parallel.fsdp);
+  EXPECT_EQ(a.parallel.tp, b.parallel.tp);
+  EXPECT_EQ(a.parallel.fsdp_stage, b.parallel.fsdp_stage);
+  EXPECT_EQ(a.log.dir, b.log.dir);
+  EXPECT_EQ(a.log.every, b.log.every);
+  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
+  EXPECT_EQ(a.checkpoint.every, b.checkpoint.every);
+  EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
+  EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
+  EXPECT_EQ(a.source, b.source);
+}
+
+// ---------------------------------------------------------------- reading
+
+TEST(Config, MissingKeysTakeTheStructDefaults) {
+  Config expected;
+  expected.data.train = {"shard.bin"};
+  expected.source = kSource;
+  expect_same(parse_config(kMinimal, kSource, {}), expected);
+}
+
+TEST(Config, NullSectionsAndEmptyTextAreDefaults) {
+  const Config c = parse_config("model:\nlog:\n", kSource, {"data.train=a.bin"});
+  EXPECT_EQ(c.model.n_layer, ModelConfig{}.n_layer);
+  EXPECT_EQ(c.log.dir, LogConfig{}.dir);
+  EXPECT_EQ(parse_config("", kSource, {"data.train=a.bin"}).data.train,
+            std::vector<std::string>{"a.bin"});
+}
+
+TEST(Config, ReadsEveryKey) {
+  const std::string yaml = R"(
+model: {n_layer: 2, n_head: 3, n_embd: 96, vocab_size: 65536, block_size: 64,
+        init_from: weights/gpt2.safetensors}
+data:
+  train: [a.bin, "b*.bin"]
+  val: v.bin
+  shuffle: true
+train:
+  seq_len: 64
+  micro_batch: 2
+  global_batch: 16
+  steps: 0
+  lr: 3e-4
+  lr_schedule: constant
+  warmup_steps: 0
+  min_lr: 0
+  weight_decay: 0.0
+  beta1: 0
+  beta2: 0.999
+  eps: 1e-6
+  grad_clip: 0
+  seed: 18446744073709551615
+  eval_every: 0
+  eval_batches: 1
+  max_skipped: 1
+runtime: {device: auto, dtype: bf16, threads: 3}
+parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1}
+log: {dir: runs/r1, every: 10}
+checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
+)";
+  const Config c = parse_config(yaml, kSource, {});
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.n_head, 3);
+  EXPECT_EQ(c.model.n_embd, 96);
+  EXPECT_EQ(c.model.vocab_size, 65536);
+  EXPECT_EQ(c.model.block_size, 64);
+  EXPECT_EQ(c.model.init_from, "weights/gpt2.safetensors");
+  EXPECT_EQ(c.data.train, (std::vector<std::string>{"a.bin", "b*.bin"}));
+  EXPECT_EQ(c.data.val, std::vector<std::string>{"v.bin"});
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.train.seq_len, 64);
+  EXPECT_EQ(c.train.micro_batch, 2);
+  EXPECT_EQ(c.train.global_batch, 16);
+  EXPECT_EQ(c.train.steps, 0);
+  EXPECT_EQ(c.train.lr, 3e-4);
+  EXPECT_EQ(c.train.lr_schedule, LrSchedule::constant);
+  EXPECT_EQ(c.train.warmup_steps, 0);
+  EXPECT_EQ(c.train.min_lr, 0.0);
+  EXPECT_EQ(c.train.weight_decay, 0.0);
+  EXPECT_EQ(c.train.beta1, 0.0);
+  EXPECT_EQ(c.train.beta2, 0.999);
+  EXPECT_EQ(c.train.eps, 1e-6);
+  EXPECT_EQ(c.train.grad_clip, 0.0);
+  EXPECT_EQ(c.train.seed, 18446744073709551615ull);
+  EXPECT_EQ(c.train.eval_every, 0);
+  EXPECT_EQ(c.train.eval_batches, 1);
+  EXPECT_EQ(c.train.max_skipped, 1);
+  EXPECT_EQ(c.runtime.device, DeviceKind::auto_);
+  EXPECT_EQ(c.runtime.dtype, ComputeDType::bf16);
+  EXPECT_EQ(c.runtime.threads, 3);
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.parallel.fsdp, 2);
+  EXPECT_EQ(c.parallel.tp, 4);
+  EXPECT_EQ(c.parallel.fsdp_stage, 1);
+  EXPECT_EQ(c.log.dir, "runs/r1");
+  EXPECT_EQ(c.log.every, 10);
+  EXPECT_EQ(c.checkpoint.dir, "ckpt");
+  EXPECT_EQ(c.checkpoint.every, 100);
+  EXPECT_EQ(c.checkpoint.keep, 1);
+  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_EQ(c.grad_accum_steps(), 2);  // 16 / (2 * 2 * 2)
+  EXPECT_EQ(c.checkpoint_dir(), "ckpt");
+}
+
+TEST(Config, NullValuesAreEmptyStringsAndLists) {
+  const Config c =
+      parse_config(kMinimal + "  val:\nmodel:\n  init_from: ~\ncheckpoint:\n  dir:\n", kSource, {});
+  EXPECT_TRUE(c.data.val.empty());
+  EXPECT_EQ(c.model.init_from, "");
+  EXPECT_EQ(c.checkpoint.dir, "");
+}
+
+// ---------------------------------------------------------------- helpers
+
+TEST(Config, GradAccumStepsDividesByMicroBatchAndDataParallelSize) {
+  const Config c = parse_config(kMinimal, kSource,
+                                {"train.global_batch=48", "train.micro_batch=4", "parallel.dp=3",
+                                 "parallel.fsdp=2", "parallel.tp=2"});
+  EXPECT_EQ(c.data_parallel_size(), 6);
+  EXPECT_EQ(c.grad_accum_steps(), 2);
+  EXPECT_EQ(Config{}.grad_accum_steps(), 1);
+}
+
+TEST(Config, CheckpointDirDefaultsUnderLogDir) {
+  Config c;
+  EXPECT_EQ(c.checkpoint_dir(), "runs/default/checkpoints");
+  c.log.dir = "runs/x/";
+  EXPECT_EQ(c.checkpoint_dir(), "runs/x/checkpoints");
+  c.checkpoint.dir = "/ckpt";
+  EXPECT_EQ(c.checkpoint_dir(), "/ckpt");
+}
+
+TEST(Config, ModelSignatureNamesTheShapeOnly) {
+  ModelConfig m;
+  m.init_from = "w.safetensors";
+  EXPECT_EQ(model_signature(m), "n_layer=4,n_head=4,n_embd=128,vocab_size=256,block_size=256");
+}
+
+TEST(Config, EnumNames) {
+  EXPECT_STREQ(to_string(LrSchedule::constant), "constant");
+  EXPECT_STREQ(to_string(LrSchedule::cosine), "cosine");
+  EXPECT_STREQ(to_string(DeviceKind::cpu), "cpu");
+  EXPECT_STREQ(to_string(DeviceKind::cuda), "cuda");
+  EXPECT_STREQ(to_string(DeviceKind::auto_), "auto");
+  EXPECT_STREQ(to_string(ComputeDType::fp32), "fp32");
+  EXPECT_STREQ(to_string(ComputeDType::bf16), "bf16");
+}
+
+// ---------------------------------------------------------------- round trip
+
+TEST(Config, ToYamlRoundTripsExactly) {
+  Config c;
+  c.source = "resolved";
+  c.model.init_from = "dir with spaces/\"quoted\": yes.safetensors";
+  c.data.train = {"a.bin", "yes", "1e3", "#hash", "b\\c.bin"};
+  c.data.val = {};
+  c.data.shuffle = true;
+  c.train.lr = 1e-3;
+  c.train.min_lr = 1.0 / 3.0 * 1e-3;
+  c.train.weight_decay = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
+  c.train.beta2 = 0.95;
+  c.train.eps = 1e-8;
+  c.train.grad_clip = 2;
+  c.train.seed = 18446744073709551615ull;
+  c.train.lr_schedule = LrSchedule::constant;
+  c.runtime.device = DeviceKind::cuda;
+  c.runtime.dtype = ComputeDType::bf16;
+  c.log.dir = "runs/trip";
+  c.checkpoint.dir = "";
+  c.checkpoint.resume = "none";
+  const std::string yaml = to_yaml(c);
+  EXPECT_TRUE(has(yaml, "  weight_decay: 0.30000000000000004\n"));
+  EXPECT_TRUE(has(yaml, "  lr: 0.001\n"));  // shortest form when it round-trips
+  const Config back = parse_config(yaml, "resolved", {});
+  expect_same(back, c);
+  EXPECT_EQ(to_yaml(back), yaml);
+}
+
+TEST(Config, ToYamlOfDefaultsRoundTrips) {
+  Config c;
+  c.data.train = {"x.bin"};
+  expect_same(parse_config(to_yaml(c), "", {}), c);
+}
+
+TEST(Config, ToYamlEmitsEveryKey) {
+  Config c;
+  c.data.train = {"x.bin"};
+  const std::string yaml = to_yaml(c);
+  for (const char* key :
+       {"model:", "  n_layer: 4", "  n_head:", "  n_embd:", "  vocab_size:", "  block_size:",
+        "  init_from: \"\"", "data:", "  train: [\"x.bin\"]", "  val: []", "  shuffle: false",
+        "train:", "  seq_len:", "  micro_batch:", "  global_batch:", "  steps:", "  lr: 0.001",
+        "  lr_schedule: cosine", "  warmup_steps:", "  min_lr: 0.0001", "  weight_decay: 0.1",
+        "  beta1: 0.9", "  beta2: 0.95", "  eps: 1e-08", "  grad_clip: 1", "  seed: 1337",
+        "  eval_every:", "  eval_batches:", "  max_skipped:", "runtime:", "  device: cpu",
+        "  dtype: fp32", "  threads: 0", "parallel:", "  dp:", "  fsdp:", "  tp:",
+        "  fsdp_stage: 3", "log:", "  dir: \"runs/default\"", "  every:", "checkpoint:",
+        "  keep:", "  resume: \"none\""})
+    EXPECT_TRUE(has(yaml, key));
+}
+
+// ---------------------------------------------------------------- overrides
+
+TEST(Config, OverridesReplaceFileValues) {
+  const Config c = parse_config(kMinimal + "train:\n  lr: 0.5\n  steps: 7\n", kSource,
+                                {"train.lr=2e-4", "runtime.device=cuda"});
+  EXPECT_EQ(c.train.lr, 2e-4);
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_EQ(c.runtime.device, DeviceKind::cuda);
+}
+
+TEST(Config, OverrideTakesAFlowListAndCreatesMissingSections) {
+  const Config c = parse_config("", kSource,
+                                {"data.train=[a.bin, b.bin]", "data.val=v.bin", "parallel.dp=2",
+                                 "train.global_batch=16"});
+  EXPECT_EQ(c.data.train, (std::vector<std::string>{"a.bin", "b.bin"}));
+  EXPECT_EQ(c.data.val, std::vector<std::string>{"v.bin"});
+  EXPECT_EQ(c.parallel.dp, 2);
+}
+
+TEST(Config, OverrideNestedFlowMapIsATypeError) {
+  const std::string msg = error_of(kMinimal, {"train.lr={a: 1}"});
+  EXPECT_TRUE(has(msg, "override 'train.lr={a: 1}'"));
+  EXPECT_TRUE(has(msg, "train.lr: expected a number, got a map"));
+}
+
+TEST(Config, OverrideValueMayContainEqualsAndBeEmpty) {
+  const Config c = parse_config(kMinimal + "checkpoint:\n  dir: x\n", kSource,
+                                {"log.dir=runs/a=b", "checkpoint.dir="});
+  EXPECT_EQ(c.log.dir, "runs/a=b");
+  EXPECT_EQ(c.checkpoint.dir, "");
+  EXPECT_EQ(c.checkpoint_dir(), "runs/a=b/checkpoints");
+}
+
+TEST(Config, OverridesApplyInOrderAcrossDependentKeys) {
+  // seq_len 512 alone exceeds the default block_size; the later block_size
+  // override is applied before validation, so the pair is accepted.
+  const Config c =
+      parse_config(kMinimal, kSource, {"train.seq_len=512", "model.block_size=1024"});
+  EXPECT_EQ(c.train.seq_len, 512);
+}
+
+TEST(Config, OverrideWithoutEquals) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"train.lr"}),
+                  "override 'train.lr': expected section.key=value"));
+}
+
+TEST(Config, OverrideWithEmptyKey) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"=3"}), "override '=3': empty key"));
+}
+
+TEST(Config, OverrideWithoutSection) {
+  const std::string msg = error_of(kMinimal, {"lr=3"});
+  EXPECT_TRUE(has(msg, "override 'lr=3': key 'lr' is not of the form section.key"));
+  EXPECT_TRUE(has(msg, "did you mean 'train.lr'"));
+}
+
+TEST(Config, OverrideTooDeep) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"train.lr.x=3"}),
+                  "override 'train.lr.x=3': key 'train.lr.x' is not of the form section.key"));
+  EXPECT_TRUE(has(error_of(kMinimal, {".lr=3"}), "is not of the form section.key"));
+  EXPECT_TRUE(has(error_of(kMinimal, {"train.=3"}), "is not of the form section.key"));
+}
+
+TEST(Config, OverrideUnknownKey) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"train.lr_schedul=constant"}),
+                  "unknown key 'train.lr_schedul' in override 'train.lr_schedul=constant'; "
+                  "did you mean 'train.lr_schedule'?"));
+}
+
+TEST(Config, OverrideUnknownSection) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"trian.steps=3"}),
+                  "unknown key 'trian.steps' in override 'trian.steps=3'; did you mean "
+                  "'train.steps'?"));
+}
+
+TEST(Config, OverrideGivenTwice) {
+  const std::string msg = error_of(kMinimal, {"train.lr=1", "train.steps=2", " train.lr=3"});
+  EXPECT_TRUE(has(msg, "override ' train.lr=3' sets train.lr again"));
+  EXPECT_TRUE(has(msg, "'train.lr=1'"));
+}
+
+TEST(Config, OverrideValueNotYaml) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"data.train=[a.bin,"}),
+                  "override 'data.train=[a.bin,': cannot parse the value '[a.bin,' as YAML"));
+}
+
+TEST(Config, OverrideTypeErrorNamesTheOverride) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"train.steps=ten"}),
+                  "override 'train.steps=ten': train.steps: expected an integer, got 'ten'"));
+}
+
+// ---------------------------------------------------------------- YAML shape
+
+TEST(Config, SyntaxErrorNamesFileLineAndColumn) {
+  const std::string msg = error_of("data:\n  train: [a.bin,\nmodel:\n  n_layer: 2\n");
+  EXPECT_TRUE(has(msg, "configs/x.yaml:"));
+  EXPECT_TRUE(has(msg, "YAML syntax error"));
+  const std::string tab = error_of("data:\n\ttrain: a\n");
+  EXPECT_TRUE(has(tab, "configs/x.yaml:2:7: YAML syntax error")) << tab;
+}
+
+TEST(Config, MoreThanOneDocument) {
+  EXPECT_TRUE(has(error_of(kMinimal + "---\n" + kMinimal), "expected one YAML document"));
+}
+
+TEST(Config, TopLevelMustBeAMap) {
+  EXPECT_TRUE(has(error_of("- model\n- data\n"), "the top level must be a map of sections"));
+  EXPECT_TRUE(has(error_of("just text\n"), "the top level must be a map of sections"));
+}
+
+TEST(Config, SectionMustBeAMap) {
+  EXPECT_TRUE(has(error_of(kMinimal + "train: 5\n"),
+                  "configs/x.yaml:3:8: train: expected a map of keys"));
+  EXPECT_TRUE(has(error_of(kMinimal + "log: [a]\n"), "log: expected a map of keys"));
+}
+
+TEST(Config, UnknownKeyInSectionSuggestsClosest) {
+  const std::string msg = error_of(kMinimal + "train:\n  lr_schedul: cosine\n");
+  EXPECT_TRUE(has(msg, "unknown key 'train.lr_schedul' in configs/x.yaml; did you mean "
+                       "'train.lr_schedule'?"));
+  EXPECT_TRUE(has(msg, "line 4"));
+}
+
+TEST(Config, UnknownKeyInTheWrongSectionSuggestsTheRightOne) {
+  EXPECT_TRUE(has(error_of(kMinimal + "model:\n  seq_len: 4\n"),
+                  "unknown key 'model.seq_len' in configs/x.yaml; did you mean 'train.seq_len'?"));
+}
+
+TEST(Config, UnknownKeyFarFromAnyListsTheValidKeys) {
+  const std::string msg = error_of(kMinimal + "log:\n  zzzzzzzz: 1\n");
+  EXPECT_TRUE(has(msg, "unknown key 'log.zzzzzzzz'"));
+  EXPECT_TRUE(has(msg, "valid keys in log are dir, every"));
+}
+
+TEST(Config, UnknownSection) {
+  EXPECT_TRUE(has(error_of(kMinimal + "trian:\n  steps: 3\n"),
+                  "unknown key 'trian' in configs/x.yaml; did you mean 'train'?"));
+  EXPECT_TRUE(has(error_of(kMinimal + "steps: 3\n"), "did you mean 'train.steps'"));
+}
+
+TEST(Config, DuplicateKeyInSection) {
+  // yaml-cpp keeps both entries of a repeated key; the walk must see both.
+  const std::string msg = error_of(kMinimal + "train:\n  lr: 1\n  steps: 3\n  lr: 2\n");
+  EXPECT_TRUE(has(msg, "duplicate key 'train.lr' in configs/x.yaml (lines 4 and 6)"));
+}
+
+TEST(Config, DuplicateKeyInFlowMap) {
+  EXPECT_TRUE(has(error_of(kMinimal + "log: {every: 1, every: 2}\n"),
+                  "duplicate key 'log.every'"));
+}
+
+TEST(Config, DuplicateSection) {
+  EXPECT_TRUE(has(error_of(kMinimal + "train: {lr: 1}\ntrain: {steps: 1}\n"),
+                  "duplicate key 'train' in configs/x.yaml (lines 3 and 4)"));
+}
+
+TEST(Config, NonScalarKey) {
+  EXPECT_TRUE(has(error_of(kMinimal + "train:\n  [a]: 1\n"), "keys must be plain names"));
+}
+
+// ---------------------------------------------------------------- types
+
+struct TypeCase {
+  const char* name;
+  const char* yaml;  // appended to kMinimal
+  const char* expected;
+};
+
+void PrintTo(const TypeCase& c, std::ostream* os) { *os << c.name; }
+
+class ConfigTypeError : public ::testing::TestWithParam<TypeCase> {};
+
+TEST_P(ConfigTypeError, NamesKeyExpectationAndValue) {
+  const std::string msg = error_of(kMinimal + GetParam().yaml);
+  EXPECT_TRUE(has(msg, GetParam().expected));
+  EXPECT_TRUE(has(msg, "configs/x.yaml:"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, ConfigTypeError,
+    ::testing::Values(
+        TypeCase{"IntegerFromWord", "train:\n  steps: ten\n",
+                 "train.steps: expected an integer, got 'ten'"},
+        TypeCase{"IntegerFromFraction", "train:\n  steps: 1.5\n",
+                 "train.steps: expected an integer, got '1.5'"},
+        TypeCase{"IntegerFromQuoted", "train:\n  steps: \"10\"\n",
+                 "train.steps: expected an integer, got the quoted string '10'"},
+        TypeCase{"IntegerOverflow", "model:\n  n_layer: 3000000000\n",
+                 "model.n_layer: expected an integer in [-2147483648, 2147483647]"},
+        TypeCase{"IntegerFromList", "model:\n  n_head: [1]\n",
+                 "model.n_head: expected an integer, got a list"},
+        TypeCase{"IntegerFromNull", "log:\n  every:\n",
+                 "log.every: expected an integer, got nothing (null)"},
+        TypeCase{"SeedNegative", "train:\n  seed: -1\n",
+                 "train.seed: expected a non-negative integer, got '-1'"},
+        TypeCase{"NumberFromWord", "train:\n  lr: fast\n", "train.lr: expected a number, got 'fast'"},
+        TypeCase{"NumberInfinite", "train:\n  lr: 1e999\n", "train.lr: expected a finite number"},
+        TypeCase{"NumberNan", "train:\n  eps: nan\n", "train.eps: expected a finite number"},
+        TypeCase{"BoolYes", "  shuffle: yes\n",
+                 "data.shuffle: expected true or false, got 'yes'"},
+        TypeCase{"BoolNumber", "  shuffle: 1\n",
+                 "data.shuffle: expected true or false, got '1'"},
+        TypeCase{"DeviceEnum", "runtime:\n  device: gpu\n",
+                 "runtime.device: expected one of cpu|cuda|auto, got 'gpu'"},
+        TypeCase{"DTypeEnum", "runtime:\n  dtype: fp16\n",
+                 "runtime.dtype: expected one of fp32|bf16, got 'fp16'"},
+        TypeCase{"ScheduleEnum", "train:\n  lr_schedule: linear\n",
+                 "train.lr_schedule: expected one of constant|cosine, got 'linear'"},
+        TypeCase{"StringFromMap", "log:\n  dir: {a: 1}\n", "log.dir: expected a string, got a map"},
+        TypeCase{"PathsFromMap", "model:\n  n_layer: 1\n" "checkpoint:\n  resume: [a]\n",
+                 "checkpoint.resume: expected a string, got a list"},
+        TypeCase{"PathListItemMap", "  val: [a.bin, {b: 1}]\n",
+                 "data.val[1]: expected a non-empty string, got a map"}),
+    [](const ::testing::TestParamInfo<TypeCase>& info) { return std::string(info.param.name); });
+
+TEST(Config, DataTrainListItemMustBeAString) {
+  EXPECT_TRUE(has(error_of("data:\n  train: [[a]]\n"),
+                  "data.train[0]: expected a non-empty string, got a list"));
+  EXPECT_TRUE(has(error_of("data:\n  train: {a: 1}\n"),
+                  "data.train: expected a string or a list of strings, got a map"));
+}
+
+// ---------------------------------------------------------------- values
+
+struct ValueCase {
+  const char* name;
+  std::vector<std::string> overrides;  // applied to kMinimal
+  const char* expected;
+};
+
+void PrintTo(const ValueCase& c, std::ostream* os) { *os << c.name; }
+
+class ConfigValueError : public ::testing::TestWithParam<ValueCase> {};
+
+TEST_P(ConfigValueError, NamesKeyAndRange) {
+  const std::string msg = error_of(kMinimal, GetParam().overrides);
+  EXPECT_TRUE(has(msg, GetParam().expected));
+  EXPECT_TRUE(has(msg, "configs/x.yaml: "));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, ConfigValueError,
+    ::testing::Values(
+        ValueCase{"NLayer", {"model.n_layer=0"}, "model.n_layer=0: expected an integer >= 1"},
+        ValueCase{"NHead", {"model.n_head=-2"}, "model.n_head=-2: expected an integer >= 1"},
+        ValueCase{"NEmbd", {"model.n_embd=0"}, "model.n_embd=0: expected an integer >= 1"},
+        ValueCase{"EmbdNotDivisible", {"model.n_embd=130"},
+                  "model.n_embd=130 is not divisible by model.n_head=4"},
+        ValueCase{"VocabZero", {"model.vocab_size=0"},
+                  "model.vocab_size=0: expected a value in [1, 65536]"},
+        ValueCase{"VocabOverUint16", {"model.vocab_size=65537"},
+                  "model.vocab_size=65537: expected a value in [1, 65536]"},
+        ValueCase{"BlockSize", {"model.block_size=0"},
+                  "model.block_size=0: expected an integer >= 1"},
+        ValueCase{"SeqLenOverBlock", {"train.seq_len=512"},
+                  "train.seq_len=512 exceeds model.block_size=256"},
+        ValueCase{"SeqLenZero", {"train.seq_len=0"},
+                  "train.seq_len=0: expected a value in [1, model.block_size=256]"},
+        ValueCase{"MicroBatch", {"train.micro_batch=0"},
+                  "train.micro_batch=0: expected an integer >= 1"},
+        ValueCase{"GlobalBatch", {"train.global_batch=0"},
+                  "train.global_batch=0: expected an integer >= 1"},
+        ValueCase{"GlobalBatchNotMultiple",
+                  {"train.micro_batch=4", "parallel.dp=2", "train.global_batch=12"},
+                  "train.global_batch=12 must be a multiple of train.micro_batch * parallel.dp * "
+                  "parallel.fsdp = 4 * 2 * 1 = 8"},
+        ValueCase{"Steps", {"train.steps=-1"}, "train.steps=-1: expected an integer >= 0"},
+        ValueCase{"LrZero", {"train.lr=0"}, "train.lr=0: expected a value > 0"},
+        ValueCase{"LrNegative", {"train.lr=-1e-3"}, "train.lr=-0.001: expected a value > 0"},
+        ValueCase{"MinLrOverLr", {"train.min_lr=0.01"},
+                  "train.min_lr=0.01: expected a value in [0, train.lr=0.001]"},
+        ValueCase{"MinLrNegative", {"train.min_lr=-1"},
+                  "train.min_lr=-1: expected a value in [0, train.lr=0.001]"},
+        ValueCase{"Warmup", {"train.warmup_steps=-1"},
+                  "train.warmup_steps=-1: expected an integer >= 0"},
+        ValueCase{"WeightDecay", {"train.weight_decay=-0.1"},
+                  "train.weight_decay=-0.1: expected a value >= 0"},
+        ValueCase{"Beta1One", {"train.beta1=1"}, "train.beta1=1: expected a value in [0, 1)"},
+        ValueCase{"Beta2Negative", {"train.beta2=-0.5"},
+                  "train.beta2=-0.5: expected a value in [0, 1)"},
+        ValueCase{"Eps", {"train.eps=0"}, "train.eps=0: expected a value > 0"},
+        ValueCase{"GradClip", {"train.grad_clip=-1"},
+                  "train.grad_clip=-1: expected a value >= 0"},
+        ValueCase{"EvalEvery", {"train.eval_every=-1"},
+                  "train.eval_every=-1: expected an integer >= 0"},
+        ValueCase{"EvalBatches", {"train.eval_batches=0"},
+                  "train.eval_batches=0: expected an integer >= 1"},
+        ValueCase{"MaxSkipped", {"train.max_skipped=0"},
+                  "train.max_skipped=0: expected an integer >= 1"},
+        ValueCase{"Bf16OnCpu", {"runtime.dtype=bf16"},
+                  "runtime.dtype=bf16 needs runtime.device=cuda; the CPU backend is fp32 only"},
+        ValueCase{"Threads", {"runtime.threads=-1"},
+                  "runtime.threads=-1: expected an integer >= 0"},
+        ValueCase{"Dp", {"parallel.dp=0"}, "parallel.dp=0: expected an integer >= 1"},
+        ValueCase{"Fsdp", {"parallel.fsdp=0"}, "parallel.fsdp=0: expected an integer >= 1"},
+        ValueCase{"Tp", {"parallel.tp=0"}, "parallel.tp=0: expected an integer >= 1"},
+        ValueCase{"FsdpStageHigh", {"parallel.fsdp_stage=4"},
+                  "parallel.fsdp_stage=4: expected one of 1|2|3"},
+        ValueCase{"FsdpStageZero", {"parallel.fsdp_stage=0"},
+                  "parallel.fsdp_stage=0: expected one of 1|2|3"},
+        ValueCase{"LogDirEmpty", {"log.dir="}, "log.dir: expected a non-empty directory"},
+        ValueCase{"LogEvery", {"log.every=0"}, "log.every=0: expected an integer >= 1"},
+        ValueCase{"CheckpointEvery", {"checkpoint.every=-1"},
+                  "checkpoint.every=-1: expected an integer >= 0"},
+        ValueCase{"CheckpointKeep", {"checkpoint.keep=0"},
+                  "checkpoint.keep=0: expected an integer >= 1"},
+        ValueCase{"ResumeEmpty", {"checkpoint.resume=''"},
+                  "checkpoint.resume: expected none, auto or a checkpoint directory"},
+        ValueCase{"DataTrainEmptyList", {"data.train=[]"}, "data.train is empty"}),
+    [](const ::testing::TestParamInfo<ValueCase>& info) { return std::string(info.param.name); });
+
+TEST(Config, DataTrainMissing) {
+  EXPECT_TRUE(has(error_of("train: {steps: 1}\n"), "data.train is empty"));
+}
+
+TEST(Config, BoundaryValuesAreAccepted) {
+  const Config c = parse_config(
+      kMinimal, kSource,
+      {"model.vocab_size=65536", "model.n_layer=1", "model.n_head=1", "model.n_embd=1",
+       "model.block_size=1", "train.seq_len=1", "train.steps=0", "train.min_lr=1e-3",
+       "train.beta1=0", "train.weight_decay=0", "train.grad_clip=0", "train.eval_every=0",
+       "checkpoint.every=0", "parallel.fsdp_stage=1"});
+  EXPECT_EQ(c.model.vocab_size, 65536);
+  EXPECT_EQ(c.train.steps, 0);
+  EXPECT_EQ(c.train.min_lr, c.train.lr);
+}
+
+TEST(Config, Bf16IsAcceptedOnCudaAndAuto) {
+  for (const char* device : {"cuda", "auto"}) {
+    const Config c = parse_config(kMinimal, kSource,
+                                  {"runtime.dtype=bf16", std::string("runtime.device=") + device});
+    EXPECT_EQ(c.runtime.dtype, ComputeDType::bf16);
+  }
+}
+
+// ---------------------------------------------------------------- files
+
+TEST(Config, LoadConfigReadsTheFileAndNamesItInMessages) {
+  test::TempDir dir;
+  const std::string path = dir.file("run.yaml");
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("data:\n  train: a.bin\ntrain:\n  steps: 3\n", f);
+  std::fclose(f);
+  const Config c = load_config(path, {"train.lr=1e-2"});
+  EXPECT_EQ(c.source, path);
+  EXPECT_EQ(c.train.steps, 3);
+  EXPECT_EQ(c.train.lr, 1e-2);
+  try {
+    load_config(path, {"train.stepz=1"});
+    FAIL() << "expected gt::Error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "did you mean 'train.steps'"));
+  }
+  try {
+    load_config(path, {"train.steps=x"});
+    FAIL() << "expected gt::Error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "override 'train.steps=x'"));
+  }
+}
+
+TEST(Config, LoadConfigMissingFile) {
+  try {
+    load_config("/nonexistent/x.yaml", {});
+    FAIL() << "expected gt::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot read config file '/nonexistent/x.yaml': No such file or directory");
+  }
+}
+
+TEST(Config, LoadConfigDirectory) {
+  test::TempDir dir;
+  try {
+    load_config(dir.path(), {});
+    FAIL() << "expected gt::Error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "cannot read config file '" + dir.path() + "'"));
+  }
+}
+
+}  // namespace
+}  // namespace gt

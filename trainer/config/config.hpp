@@ -1,0 +1,116 @@
+// Typed, validated run configuration. YAML (configs/*.yaml) plus
+// `key.sub=value` command-line overrides are merged into one YAML tree, then
+// converted here into these structs. Conversion rejects unknown keys
+// (suggesting the closest valid one), wrong types and impossible values with a
+// message naming the key, the file and what was expected. Nothing is allocated
+// or written before a Config has been built successfully.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+enum class LrSchedule { constant, cosine };
+enum class DeviceKind { cpu, cuda, auto_ };
+enum class ComputeDType { fp32, bf16 };
+
+struct ModelConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 128;
+  int vocab_size = 256;
+  int block_size = 256;
+  std::string init_from;  // optional safetensors path (HF GPT-2 names)
+};
+
+struct DataConfig {
+  std::vector<std::string> train;  // paths or globs of llm.c token shards
+  std::vector<std::string> val;    // may be empty: no evaluation
+  bool shuffle = false;
+};
+
+struct TrainConfig {
+  int seq_len = 128;
+  int micro_batch = 8;
+  int global_batch = 8;  // rows (sequences) per optimizer step
+  int steps = 100;
+  double lr = 1e-3;
+  LrSchedule lr_schedule = LrSchedule::cosine;
+  int warmup_steps = 10;
+  double min_lr = 1e-4;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  uint64_t seed = 1337;
+  int eval_every = 50;     // 0 disables evaluation
+  int eval_batches = 4;    // micro-batches of data.val per evaluation
+  int max_skipped = 5;     // consecutive non-finite steps before the run stops
+};
+
+struct RuntimeConfig {
+  DeviceKind device = DeviceKind::cpu;
+  ComputeDType dtype = ComputeDType::fp32;
+  int threads = 0;  // CPU threads for BLAS/OpenMP; 0 = all cores
+};
+
+struct ParallelConfig {
+  int dp = 1;
+  int fsdp = 1;
+  int tp = 1;
+  int fsdp_stage = 3;  // 1|2|3
+};
+
+struct LogConfig {
+  std::string dir = "runs/default";
+  int every = 1;  // console line every N steps (metrics.jsonl gets every step)
+};
+
+struct CheckpointConfig {
+  std::string dir;       // empty = "<log.dir>/checkpoints"
+  int every = 0;         // 0 = only at the end of the run
+  int keep = 3;          // newest checkpoints kept
+  std::string resume = "none";  // none | auto | <path to a checkpoint directory>
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  RuntimeConfig runtime;
+  ParallelConfig parallel;
+  LogConfig log;
+  CheckpointConfig checkpoint;
+
+  // Where the config came from, for messages ("configs/x.yaml").
+  std::string source;
+
+  // Gradient accumulation steps = global_batch / (micro_batch * data-parallel size).
+  int grad_accum_steps() const;
+  int data_parallel_size() const { return parallel.dp * parallel.fsdp; }
+  std::string checkpoint_dir() const;
+};
+
+// Loads `path`, applies `overrides` ("a.b=value", in order), validates.
+// Throws gt::Error naming the key (and file/line for YAML syntax errors).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Same from YAML text (tests use this); `source` names it in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides);
+
+// Canonical YAML of the resolved config (printed at start, saved as
+// <log.dir>/config.yaml); parse_config(to_yaml(c)) == c.
+std::string to_yaml(const Config& c);
+
+// Fields that define the model's shape, for checkpoint compatibility checks.
+std::string model_signature(const ModelConfig& m);
+
+const char* to_string(LrSchedule s);
+const char* to_string(DeviceKind d);
+const char* to_string(ComputeDType d);
+
+}  // namespace gt

@@ -1,0 +1,327 @@
+// The key table: every config key with its section, how its YAML value is
+// converted (strictly: integers are decimal integers, bools are exactly
+// true/false, enums one of their names, quoted numbers are strings and so
+// rejected) and how it is written back. to_yaml and the unknown-key check
+// both come from this table, so a key added here is emitted, accepted and
+// suggested everywhere at once.
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kernels/core/error.hpp"
+#include "trainer/config/config_internal.hpp"
+
+namespace gt::config_detail {
+namespace {
+
+[[noreturn]] void type_error(const std::string& where, const std::string& dotted,
+                             const std::string& expected, const YAML::Node& n) {
+  fail(where, ": ", dotted, ": expected ", expected, ", got ", describe(n));
+}
+
+// A plain (unquoted) scalar's text, or a type error.
+const std::string& plain_scalar(const YAML::Node& n, const std::string& where,
+                                const std::string& dotted, const std::string& expected) {
+  if (!n.IsScalar() || n.Tag() == "!") type_error(where, dotted, expected, n);
+  return n.Scalar();
+}
+
+bool is_decimal_integer(const std::string& s, bool allow_minus) {
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || (allow_minus && s[i] == '-'))) ++i;
+  if (i == s.size()) return false;
+  for (; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
+// Shortest "%.*g" text that reads back as exactly `v`.
+std::string format_double(double v) {
+  char buf[64];
+  for (int precision = 15; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// Double-quoted YAML string: always quoted, so paths such as "yes", "1e3"
+// or "a: b" stay strings.
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20 || ch == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+template <typename T>
+struct Codec;
+
+template <>
+struct Codec<int> {
+  static int read(const YAML::Node& n, const std::string& where, const std::string& dotted) {
+    const std::string& s = plain_scalar(n, where, dotted, "an integer");
+    if (!is_decimal_integer(s, true)) type_error(where, dotted, "an integer", n);
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), nullptr, 10);
+    if (errno == ERANGE || v < std::numeric_limits<int>::min() ||
+        v > std::numeric_limits<int>::max())
+      fail(where, ": ", dotted, ": expected an integer in [", std::numeric_limits<int>::min(),
+           ", ", std::numeric_limits<int>::max(), "], got '", s, "'");
+    return static_cast<int>(v);
+  }
+  static std::string write(int v) { return std::to_string(v); }
+};
+
+template <>
+struct Codec<uint64_t> {
+  static uint64_t read(const YAML::Node& n, const std::string& where,
+                       const std::string& dotted) {
+    const char* expected = "a non-negative integer";
+    const std::string& s = plain_scalar(n, where, dotted, expected);
+    if (!is_decimal_integer(s, false)) type_error(where, dotted, expected, n);
+    errno = 0;
+    const unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
+    if (errno == ERANGE)
+      fail(where, ": ", dotted, ": expected an integer below 2^64, got '", s, "'");
+    return static_cast<uint64_t>(v);
+  }
+  static std::string write(uint64_t v) { return std::to_string(v); }
+};
+
+template <>
+struct Codec<double> {
+  static double read(const YAML::Node& n, const std::string& where,
+                     const std::string& dotted) {
+    const std::string& s = plain_scalar(n, where, dotted, "a number");
+    char* end = nullptr;
+    errno = 0;
+    const double v = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || s.front() == ' ')
+      type_error(where, dotted, "a number", n);
+    if (!std::isfinite(v) || errno == ERANGE)
+      fail(where, ": ", dotted, ": expected a finite number, got '", s, "'");
+    return v;
+  }
+  static std::string write(double v) { return format_double(v); }
+};
+
+template <>
+struct Codec<bool> {
+  static bool read(const YAML::Node& n, const std::string& where, const std::string& dotted) {
+    const char* expected = "true or false";
+    const std::string& s = plain_scalar(n, where, dotted, expected);
+    if (s == "true") return true;
+    if (s == "false") return false;
+    type_error(where, dotted, expected, n);
+  }
+  static std::string write(bool v) { return v ? "true" : "false"; }
+};
+
+template <>
+struct Codec<std::string> {
+  // Null ("key:" or "key: ~") is the empty string: optional paths are
+  // naturally written that way.
+  static std::string read(const YAML::Node& n, const std::string& where,
+                          const std::string& dotted) {
+    if (n.IsNull()) return "";
+    if (!n.IsScalar()) type_error(where, dotted, "a string", n);
+    return n.Scalar();
+  }
+  static std::string write(const std::string& v) { return quote(v); }
+};
+
+// A string or a list of strings; null is the empty list.
+template <>
+struct Codec<std::vector<std::string>> {
+  static std::vector<std::string> read(const YAML::Node& n, const std::string& where,
+                                       const std::string& dotted) {
+    const char* expected = "a string or a list of strings";
+    if (n.IsNull()) return {};
+    if (n.IsScalar()) return {n.Scalar()};
+    if (!n.IsSequence()) type_error(where, dotted, expected, n);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node& item = n[i];
+      if (!item.IsScalar() || item.Scalar().empty())
+        fail(where, ": ", dotted, "[", i, "]: expected a non-empty string, got ",
+             describe(item));
+      out.push_back(item.Scalar());
+    }
+    return out;
+  }
+  static std::string write(const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + quote(v[i]);
+    return out + "]";
+  }
+};
+
+// Enums: names come from gt::to_string, so there is one list of names.
+template <typename E, size_t N>
+struct EnumCodec {
+  static E read(const YAML::Node& n, const std::string& where, const std::string& dotted,
+                const E (&values)[N]) {
+    std::string allowed;
+    for (E v : values) allowed += (allowed.empty() ? "" : "|") + std::string(to_string(v));
+    const std::string expected = "one of " + allowed;
+    const std::string& s = plain_scalar(n, where, dotted, expected);
+    for (E v : values)
+      if (s == to_string(v)) return v;
+    type_error(where, dotted, expected, n);
+  }
+};
+
+constexpr LrSchedule kLrSchedules[] = {LrSchedule::constant, LrSchedule::cosine};
+constexpr DeviceKind kDevices[] = {DeviceKind::cpu, DeviceKind::cuda, DeviceKind::auto_};
+constexpr ComputeDType kDTypes[] = {ComputeDType::fp32, ComputeDType::bf16};
+
+template <>
+struct Codec<LrSchedule> {
+  static LrSchedule read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<LrSchedule, 2>::read(n, w, k, kLrSchedules);
+  }
+  static std::string write(LrSchedule v) { return to_string(v); }
+};
+template <>
+struct Codec<DeviceKind> {
+  static DeviceKind read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<DeviceKind, 3>::read(n, w, k, kDevices);
+  }
+  static std::string write(DeviceKind v) { return to_string(v); }
+};
+template <>
+struct Codec<ComputeDType> {
+  static ComputeDType read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<ComputeDType, 2>::read(n, w, k, kDTypes);
+  }
+  static std::string write(ComputeDType v) { return to_string(v); }
+};
+
+// One table entry per (section member, field member). The member pointers
+// are template arguments so read/write stay plain function pointers.
+template <auto SectionPtr, auto FieldPtr>
+Field bind(const char* section, const char* key) {
+  using T = std::decay_t<decltype((std::declval<Config&>().*SectionPtr).*FieldPtr)>;
+  Field f;
+  f.section = section;
+  f.key = key;
+  f.dotted = std::string(section) + "." + key;
+  f.read = [](Config& c, const YAML::Node& value, const std::string& where,
+              const std::string& dotted) {
+    (c.*SectionPtr).*FieldPtr = Codec<T>::read(value, where, dotted);
+  };
+  f.write = [](const Config& c) { return Codec<T>::write((c.*SectionPtr).*FieldPtr); };
+  return f;
+}
+
+std::vector<Field> make_fields() {
+  using C = Config;
+  return {
+      bind<&C::model, &ModelConfig::n_layer>("model", "n_layer"),
+      bind<&C::model, &ModelConfig::n_head>("model", "n_head"),
+      bind<&C::model, &ModelConfig::n_embd>("model", "n_embd"),
+      bind<&C::model, &ModelConfig::vocab_size>("model", "vocab_size"),
+      bind<&C::model, &ModelConfig::block_size>("model", "block_size"),
+      bind<&C::model, &ModelConfig::init_from>("model", "init_from"),
+
+      bind<&C::data, &DataConfig::train>("data", "train"),
+      bind<&C::data, &DataConfig::val>("data", "val"),
+      bind<&C::data, &DataConfig::shuffle>("data", "shuffle"),
+
+      bind<&C::train, &TrainConfig::seq_len>("train", "seq_len"),
+      bind<&C::train, &TrainConfig::micro_batch>("train", "micro_batch"),
+      bind<&C::train, &TrainConfig::global_batch>("train", "global_batch"),
+      bind<&C::train, &TrainConfig::steps>("train", "steps"),
+      bind<&C::train, &TrainConfig::lr>("train", "lr"),
+      bind<&C::train, &TrainConfig::lr_schedule>("train", "lr_schedule"),
+      bind<&C::train, &TrainConfig::warmup_steps>("train", "warmup_steps"),
+      bind<&C::train, &TrainConfig::min_lr>("train", "min_lr"),
+      bind<&C::train, &TrainConfig::weight_decay>("train", "weight_decay"),
+      bind<&C::train, &TrainConfig::beta1>("train", "beta1"),
+      bind<&C::train, &TrainConfig::beta2>("train", "beta2"),
+      bind<&C::train, &TrainConfig::eps>("train", "eps"),
+      bind<&C::train, &TrainConfig::grad_clip>("train", "grad_clip"),
+      bind<&C::train, &TrainConfig::seed>("train", "seed"),
+      bind<&C::train, &TrainConfig::eval_every>("train", "eval_every"),
+      bind<&C::train, &TrainConfig::eval_batches>("train", "eval_batches"),
+      bind<&C::train, &TrainConfig::max_skipped>("train", "max_skipped"),
+
+      bind<&C::runtime, &RuntimeConfig::device>("runtime", "device"),
+      bind<&C::runtime, &RuntimeConfig::dtype>("runtime", "dtype"),
+      bind<&C::runtime, &RuntimeConfig::threads>("runtime", "threads"),
+
+      bind<&C::parallel, &ParallelConfig::dp>("parallel", "dp"),
+      bind<&C::parallel, &ParallelConfig::fsdp>("parallel", "fsdp"),
+      bind<&C::parallel, &ParallelConfig::tp>("parallel", "tp"),
+      bind<&C::parallel, &ParallelConfig::fsdp_stage>("parallel", "fsdp_stage"),
+
+      bind<&C::log, &LogConfig::dir>("log", "dir"),
+      bind<&C::log, &LogConfig::every>("log", "every"),
+
+      bind<&C::checkpoint, &CheckpointConfig::dir>("checkpoint", "dir"),
+      bind<&C::checkpoint, &CheckpointConfig::every>("checkpoint", "every"),
+      bind<&C::checkpoint, &CheckpointConfig::keep>("checkpoint", "keep"),
+      bind<&C::checkpoint, &CheckpointConfig::resume>("checkpoint", "resume"),
+  };
+}
+
+}  // namespace
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return "nothing (null)";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Scalar:
+      if (n.Tag() == "!") return "the quoted string '" + n.Scalar() + "'";
+      return "'" + n.Scalar() + "'";
+    default: return "an undefined value";
+  }
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = make_fields();
+  return table;
+}
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Field& f : fields())
+      if (out.empty() || out.back() != f.section) out.push_back(f.section);
+    return out;
+  }();
+  return names;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  for (const Field& f : fields())
+    if (f.section == section && f.key == key) return &f;
+  return nullptr;
+}
+
+bool is_section(const std::string& name) {
+  for (const std::string& s : sections())
+    if (s == name) return true;
+  return false;
+}
+
+}  // namespace gt::config_detail

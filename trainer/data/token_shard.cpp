@@ -1,0 +1,98 @@
+#include "trainer/data/token_shard.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <glob.h>
+#include <set>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+TokenShard::TokenShard(const std::string& path, int vocab_size) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open data shard '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail("cannot stat data shard '", path, "': ", std::strerror(err));
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  if (bytes < kHeaderBytes) {
+    ::close(fd);
+    fail("data shard '", path, "' is ", bytes, " bytes, shorter than the 1024-byte llm.c header",
+         " (expected a file written by scripts/prepare_data.py)");
+  }
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);
+  if (map == MAP_FAILED) fail("cannot mmap data shard '", path, "': ", std::strerror(err));
+  map_ = map;
+  map_bytes_ = bytes;
+
+  int32_t header[256];
+  std::memcpy(header, map_, sizeof(header));
+  // The destructor does not run when the constructor throws: unmap by hand.
+  auto reject = [&](auto&&... why) {
+    ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    fail("data shard '", path, "': ", why...);
+  };
+  if (header[0] != kMagic)
+    reject("bad magic ", header[0], ", expected ", kMagic,
+           " (is this a raw or headerless token file? convert it with scripts/prepare_data.py)");
+  if (header[1] != kVersion) reject("unsupported version ", header[1], ", expected ", kVersion);
+  if (header[2] < 0) reject("negative token count ", header[2]);
+  const size_t expected = kHeaderBytes + static_cast<size_t>(header[2]) * sizeof(uint16_t);
+  if (expected != bytes)
+    reject("header says ", header[2], " tokens (", expected, " bytes) but the file has ", bytes,
+           " bytes");
+  num_tokens_ = header[2];
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kHeaderBytes);
+  for (int64_t i = 0; i < num_tokens_; ++i) {
+    if (tokens_[i] >= vocab_size)
+      reject("token ", tokens_[i], " at position ", i, " is >= model.vocab_size=", vocab_size);
+  }
+}
+
+TokenShard::TokenShard(TokenShard&& other) noexcept
+    : path_(std::move(other.path_)),
+      map_(other.map_),
+      map_bytes_(other.map_bytes_),
+      tokens_(other.tokens_),
+      num_tokens_(other.num_tokens_) {
+  other.map_ = nullptr;
+  other.tokens_ = nullptr;
+}
+
+TokenShard::~TokenShard() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& patterns,
+                                               const char* key) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& pattern : patterns) {
+    glob_t g{};
+    int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+    if (rc != 0) {
+      globfree(&g);
+      fail(key, ": '", pattern, "' matches no file",
+           rc == GLOB_NOMATCH ? " (run scripts/prepare_data.py to create the token shards)" : "");
+    }
+    for (size_t i = 0; i < g.gl_pathc; ++i) {  // glob() sorts its matches
+      std::string p = g.gl_pathv[i];
+      if (seen.insert(p).second) out.push_back(p);
+    }
+    globfree(&g);
+  }
+  return out;
+}
+
+}  // namespace gt

@@ -1,0 +1,68 @@
+// safetensors reader and writer (the format HF transformers uses): an 8-byte
+// little-endian header length, a JSON header {name: {dtype, shape,
+// data_offsets}, "__metadata__": {...}}, then the raw little-endian data.
+// The reader validates the header completely (size, JSON, dtypes, offsets in
+// range and non-overlapping, shape * dtype size == byte span) before any
+// tensor is handed out; every error names the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+struct SafetensorInfo {
+  std::string name;
+  std::string dtype;            // "F32", "BF16", "F16", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets into the data section
+};
+
+class SafetensorsReader {
+ public:
+  // Reads and validates the header; the data is read on demand.
+  explicit SafetensorsReader(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& name) const;
+  const SafetensorInfo& info(const std::string& name) const;  // throws naming the tensor
+  std::vector<std::string> names() const;                     // sorted
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Copies tensor `name` into dst as fp32 (F32, BF16 and F16 are converted).
+  // Throws if the tensor is missing or its shape differs from `expected_shape`
+  // ("tensor h.0.attn.c_attn.weight in FILE: expected shape [64, 192], got [192, 64]").
+  void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                float* dst) const;
+
+ private:
+  std::string path_;
+  uint64_t data_start_ = 0;  // file offset of the data section
+  std::map<std::string, SafetensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+class SafetensorsWriter {
+ public:
+  // Data is copied at add() time, so the caller's buffers may change afterwards.
+  void add_f32(const std::string& name, const std::vector<int64_t>& shape, const float* data);
+  void set_metadata(const std::string& key, const std::string& value);
+
+  // Writes `path` atomically: to "<path>.tmp.<pid>", fsync, rename. On any
+  // failure the temporary file is removed and nothing exists at `path` that
+  // was not there before.
+  void write_atomic(const std::string& path) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> data;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace gt

@@ -1,0 +1,183 @@
+// build/trainer: the command-line entry point. Parses the subcommand and its
+// flags, runs it, and turns any gt::Error into one "error: ..." line and
+// exit code 1 (2 for usage errors).
+//
+//   trainer [train] --config FILE [section.key=value ...]
+//   trainer sample  --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]
+//   trainer export  --checkpoint DIR --out FILE.safetensors
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kernels/core/error.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/model/hf_weights.hpp"
+#include "trainer/sample/sampler.hpp"
+#include "trainer/train/trainer.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage:\n"
+    "  trainer [train] --config FILE [section.key=value ...]   train (see configs/default.yaml)\n"
+    "  trainer sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]\n"
+    "                 [--top-k K] [--seed S]                     generate text (byte tokenizer)\n"
+    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n";
+
+struct UsageError : gt::Error {
+  using gt::Error::Error;
+};
+
+struct Args {
+  std::string command = "train";
+  std::vector<std::pair<std::string, std::string>> flags;  // --name value
+  std::vector<std::string> overrides;                      // key=value
+
+  std::string flag(const std::string& name, const std::string& fallback = "") const {
+    std::string v = fallback;
+    for (const auto& [k, val] : flags)
+      if (k == name) v = val;
+    return v;
+  }
+  bool has(const std::string& name) const {
+    for (const auto& kv : flags)
+      if (kv.first == name) return true;
+    return false;
+  }
+};
+
+Args parse_args(int argc, char** argv, const std::vector<std::string>& allowed_for_all) {
+  Args a;
+  int i = 1;
+  if (i < argc && argv[i][0] != '-' && std::string(argv[i]).find('=') == std::string::npos)
+    a.command = argv[i++];
+  for (; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "-h" || s == "--help") {
+      a.command = "help";
+      return a;
+    }
+    if (s.rfind("--", 0) == 0) {
+      std::string name = s.substr(2), value;
+      auto eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else {
+        if (i + 1 >= argc) throw UsageError("flag --" + name + " needs a value");
+        value = argv[++i];
+      }
+      bool known = false;
+      for (const auto& k : allowed_for_all) known = known || k == name;
+      if (!known) throw UsageError("unknown flag --" + name);
+      a.flags.emplace_back(name, value);
+    } else if (s.find('=') != std::string::npos) {
+      a.overrides.push_back(s);
+    } else {
+      throw UsageError("unexpected argument '" + s + "' (overrides look like section.key=value)");
+    }
+  }
+  return a;
+}
+
+// The resolved config a checkpoint was written with (its manifest carries it).
+gt::Config checkpoint_config(const std::string& dir) {
+  const std::string path = dir + "/manifest.json";
+  std::ifstream f(path);
+  if (!f) gt::fail("cannot read '", path, "': is '", dir, "' a committed checkpoint directory?");
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (!j.is_object() || !j.contains("config_yaml") || !j["config_yaml"].is_string())
+    gt::fail("'", path, "' has no config_yaml entry");
+  return gt::parse_config(j["config_yaml"].get<std::string>(), path, {});
+}
+
+std::vector<gt::NamedTensor> param_tensors(gt::GPT& model) {
+  std::vector<gt::NamedTensor> out;
+  for (const auto& s : model.layout().specs())
+    out.push_back({"param." + s.name, s.shape, model.params() + s.offset});
+  return out;
+}
+
+int cmd_train(const Args& a) {
+  if (!a.has("config")) throw UsageError("train needs --config FILE");
+  gt::Config cfg = gt::load_config(a.flag("config"), a.overrides);
+  std::cout << "# resolved config (" << cfg.source << ")\n" << gt::to_yaml(cfg) << std::flush;
+  gt::TrainSummary s = gt::run_training(cfg);
+  spdlog::info("done: {} steps, final train loss {:.4f}, logs in {}", s.steps_run, s.final_loss,
+               s.log_dir);
+  return 0;
+}
+
+int cmd_sample(const Args& a) {
+  if (!a.has("checkpoint")) throw UsageError("sample needs --checkpoint DIR");
+  if (!a.overrides.empty()) throw UsageError("sample takes no config overrides");
+  const std::string dir = a.flag("checkpoint");
+  gt::Config cfg = checkpoint_config(dir);
+  if (cfg.model.vocab_size != 256)
+    gt::fail("sample decodes with the byte-level tokenizer (vocab 256), but the checkpoint's "
+             "model.vocab_size is ", cfg.model.vocab_size);
+  auto ops = gt::make_cpu_ops(cfg.runtime.threads);
+  gt::GPT model(cfg.model, *ops, 1, cfg.model.block_size);
+  gt::load_checkpoint(dir, gt::model_signature(cfg.model), param_tensors(model));
+  gt::SampleOptions opt;
+  opt.new_tokens = std::stoi(a.flag("tokens", "200"));
+  opt.temperature = std::stod(a.flag("temperature", "0.8"));
+  opt.top_k = std::stoi(a.flag("top-k", "40"));
+  opt.seed = std::stoull(a.flag("seed", "1"));
+  const std::string prompt = a.flag("prompt", "\n");
+  auto out = gt::sample_tokens(model, gt::encode_bytes(prompt), opt);
+  std::cout << prompt << gt::decode_bytes(out) << std::endl;
+  return 0;
+}
+
+int cmd_export(const Args& a) {
+  if (!a.has("checkpoint") || !a.has("out"))
+    throw UsageError("export needs --checkpoint DIR and --out FILE.safetensors");
+  const std::string dir = a.flag("checkpoint");
+  gt::Config cfg = checkpoint_config(dir);
+  auto ops = gt::make_cpu_ops(cfg.runtime.threads);
+  gt::GPT model(cfg.model, *ops, 1, 1);
+  gt::CheckpointMeta meta =
+      gt::load_checkpoint(dir, gt::model_signature(cfg.model), param_tensors(model));
+  gt::save_hf_weights(a.flag("out"), model.layout(), model.params(),
+                      {{"step", std::to_string(meta.step)},
+                       {"model", gt::model_signature(cfg.model)}});
+  spdlog::info("exported step {} of {} to {}", meta.step, dir, a.flag("out"));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  try {
+    Args a = parse_args(argc, argv,
+                        {"config", "checkpoint", "out", "prompt", "tokens", "temperature",
+                         "top-k", "seed"});
+    if (a.command == "help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (a.command == "train") return cmd_train(a);
+    if (a.command == "sample") return cmd_sample(a);
+    if (a.command == "export") return cmd_export(a);
+    throw UsageError("unknown command '" + a.command + "'");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const gt::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

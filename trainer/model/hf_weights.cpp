@@ -1,0 +1,70 @@
+#include "trainer/model/hf_weights.hpp"
+
+#include <vector>
+
+#include "kernels/core/error.hpp"
+#include "trainer/io/safetensors.hpp"
+
+namespace gt {
+
+namespace {
+std::vector<int64_t> hf_shape(const ParamSpec& s) {
+  if (!s.hf_transposed) return s.shape;
+  return {s.shape[1], s.shape[0]};
+}
+
+// (rows, cols) -> (cols, rows)
+void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+}  // namespace
+
+void load_hf_weights(const std::string& path, const ParameterLayout& layout, float* params) {
+  SafetensorsReader reader(path);
+  const bool prefixed = !reader.has("wte.weight") && reader.has("transformer.wte.weight");
+  const std::string prefix = prefixed ? "transformer." : "";
+  std::vector<float> tmp;
+  for (const auto& s : layout.specs()) {
+    const std::string name = prefix + s.name;
+    float* dst = params + s.offset;
+    if (!s.hf_transposed) {
+      reader.read_f32(name, s.shape, dst);
+      continue;
+    }
+    tmp.resize(static_cast<size_t>(s.numel));
+    reader.read_f32(name, hf_shape(s), tmp.data());
+    transpose(tmp.data(), s.shape[1], s.shape[0], dst);
+  }
+  if (reader.has("lm_head.weight")) {
+    const ParamSpec& wte = layout.at("wte.weight");
+    tmp.resize(static_cast<size_t>(wte.numel));
+    reader.read_f32("lm_head.weight", wte.shape, tmp.data());
+    for (int64_t i = 0; i < wte.numel; ++i) {
+      if (tmp[i] != params[wte.offset + i])
+        fail("safetensors file '", path, "': lm_head.weight differs from ", prefix,
+             "wte.weight at element ", i, "; this trainer ties the LM head to the embedding");
+    }
+  }
+}
+
+void save_hf_weights(const std::string& path, const ParameterLayout& layout, const float* params,
+                     const std::map<std::string, std::string>& metadata) {
+  SafetensorsWriter writer;
+  std::vector<float> tmp;
+  for (const auto& s : layout.specs()) {
+    const float* src = params + s.offset;
+    if (!s.hf_transposed) {
+      writer.add_f32(s.name, s.shape, src);
+      continue;
+    }
+    tmp.resize(static_cast<size_t>(s.numel));
+    transpose(src, s.shape[0], s.shape[1], tmp.data());
+    writer.add_f32(s.name, hf_shape(s), tmp.data());
+  }
+  writer.set_metadata("format", "pt");
+  for (const auto& [k, v] : metadata) writer.set_metadata(k, v);
+  writer.write_atomic(path);
+}
+
+}  // namespace gt

@@ -1,0 +1,23 @@
+// Import and export of GPT-2 weights in HF transformers' safetensors layout,
+// so a model trained here opens in PyTorch and the other way round.
+// Conv1D weights (c_attn, c_proj, c_fc) are stored (in, out) there and
+// (out, in) here; the "transformer." prefix is optional on import; the
+// untied "lm_head.weight" some exports carry must equal wte if present.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "trainer/model/parameter_layout.hpp"
+
+namespace gt {
+
+// Fills every parameter of `layout` from `path`. Missing tensors and shape
+// mismatches are errors naming the tensor and both shapes.
+void load_hf_weights(const std::string& path, const ParameterLayout& layout, float* params);
+
+// Writes `path` atomically with HF names (no prefix), F32, plus metadata.
+void save_hf_weights(const std::string& path, const ParameterLayout& layout, const float* params,
+                     const std::map<std::string, std::string>& metadata);
+
+}  // namespace gt

@@ -1,0 +1,39 @@
+#include "trainer/train/run_environment.hpp"
+
+#include <cstdlib>
+#include <string>
+
+namespace gt {
+
+namespace {
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  return (end && *end == '\0') ? static_cast<int>(x) : fallback;
+}
+}  // namespace
+
+RunEnvironment detect_run_environment() {
+  RunEnvironment e;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    e.launcher = "openmpi";
+    e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+    e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  } else if (std::getenv("PMI_SIZE")) {
+    e.launcher = "pmi";
+    e.world_size = env_int("PMI_SIZE", 1);
+    e.rank = env_int("PMI_RANK", 0);
+    e.local_rank = env_int("MPI_LOCALRANKID", 0);
+  } else if (std::getenv("SLURM_NTASKS") && std::getenv("SLURM_PROCID")) {
+    e.launcher = "slurm";
+    e.world_size = env_int("SLURM_NTASKS", 1);
+    e.rank = env_int("SLURM_PROCID", 0);
+    e.local_rank = env_int("SLURM_LOCALID", 0);
+  }
+  return e;
+}
+
+}  // namespace gt
