@@ -90,8 +90,8 @@ TEST_F(Training, GradientAccumulationMatchesOneBigBatch) {
 
 TEST_F(Training, ResumedRunEqualsUninterruptedBitForBit) {
   const std::string ckpt = dir.file("ckpt");
-  Config full = parse_config(tiny_config(dir, ", steps: 10, eval_every: 3"), "test",
-                             {"log.dir=" + dir.file("full"), "checkpoint.dir=" + ckpt,
+  Config full = parse_config(tiny_config(dir, ", steps: 10"), "test",
+                             {"train.eval_every=3", "log.dir=" + dir.file("full"), "checkpoint.dir=" + ckpt,
                               "checkpoint.every=5", "checkpoint.keep=5"});
   run_training(full);
   ASSERT_TRUE(fs::exists(ckpt + "/step_00000005/manifest.json"));

@@ -38,10 +38,12 @@ TokenShard::TokenShard(const std::string& path, int vocab_size) : path_(path) {
   int32_t header[256];
   std::memcpy(header, map_, sizeof(header));
   // The destructor does not run when the constructor throws: unmap by hand.
+  // The message is built before unmapping: `why` may refer to mapped tokens.
   auto reject = [&](auto&&... why) {
+    std::string msg = detail::concat("data shard '", path, "': ", why...);
     ::munmap(map_, map_bytes_);
     map_ = nullptr;
-    fail("data shard '", path, "': ", why...);
+    fail(msg);
   };
   if (header[0] != kMagic)
     reject("bad magic ", header[0], ", expected ", kMagic,

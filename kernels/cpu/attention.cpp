@@ -1,0 +1,194 @@
+// Causal multi-head self-attention, forward and backward, as sgemm on strided
+// views of the packed qkv (B,T,3C) (leading dimension 3C) so Q, K, V are never
+// copied out. Causality is exploited by row blocks: rows [i0,i1) only need
+// keys [0,i1), which roughly halves the flops for long sequences.
+// Invariants: att holds softmax probabilities with exact zeros above the
+// diagonal; dqkv is assigned (every element written); scratch is clobbered.
+// Each (b,h) writes disjoint memory and reductions run in a fixed order, so
+// results are bitwise deterministic run to run.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace gt::cpu {
+
+namespace {
+
+// Query rows handled per sgemm. Smaller wastes fewer flops above the
+// diagonal, larger gives BLAS bigger products.
+constexpr int kRowBlock = 64;
+
+struct Dims {
+  int B, T, C, NH, hs;
+  float scale;
+};
+
+Dims attention_dims(const TensorView& qkv, int n_head) {
+  GT_CHECK(qkv.ndim == 3, "attention qkv must be (B, T, 3C), got ", qkv.shape_str());
+  GT_CHECK(n_head > 0, "n_head ", n_head);
+  GT_CHECK(qkv.shape[2] % 3 == 0, "attention qkv last dim ", qkv.shape[2],
+           " is not 3C");
+  Dims d;
+  d.B = static_cast<int>(qkv.shape[0]);
+  d.T = static_cast<int>(qkv.shape[1]);
+  d.C = static_cast<int>(qkv.shape[2] / 3);
+  d.NH = n_head;
+  GT_CHECK(d.C % n_head == 0, "C ", d.C, " is not divisible by n_head ", n_head);
+  d.hs = d.C / n_head;
+  d.scale = 1.f / std::sqrt(static_cast<float>(d.hs));
+  expect_f32(qkv, {d.B, d.T, 3 * d.C}, "attention qkv");
+  return d;
+}
+
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+          const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Restores the BLAS thread count on scope exit, so an exception cannot leave
+// BLAS single-threaded.
+class BlasThreadsScope {
+ public:
+  explicit BlasThreadsScope(int n) : prev_(set_blas_threads(n)) {}
+  ~BlasThreadsScope() {
+    if (prev_ > 0) set_blas_threads(prev_);
+  }
+  BlasThreadsScope(const BlasThreadsScope&) = delete;
+  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
+
+ private:
+  int prev_;
+};
+
+// Runs head(bh, inner_parallel) for every (b,h). With enough heads to go
+// round, threads take whole heads and BLAS runs single-threaded inside them;
+// otherwise heads run in turn and BLAS and the row loops use all threads.
+template <typename F>
+void for_each_head(int n_heads, int threads, F&& head) {
+  if (threads > 1 && n_heads >= threads) {
+    BlasThreadsScope single(1);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < n_heads; ++bh) head(bh, false);
+  } else {
+    for (int bh = 0; bh < n_heads; ++bh) head(bh, true);
+  }
+}
+
+// Rows [i0,i1) of S (already scaled) become causal softmax probabilities;
+// columns (i, T) are zeroed.
+void softmax_rows(float* a, int T, int i0, int i1, bool par) {
+#pragma omp parallel for if (par && (i1 - i0) * T >= kParallelMin)
+  for (int i = i0; i < i1; ++i) {
+    float* row = a + static_cast<int64_t>(i) * T;
+    float mx = row[0];
+    for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    float sum = 0.f;
+    for (int j = 0; j <= i; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      sum += row[j];
+    }
+    const float inv = 1.f / sum;
+    for (int j = 0; j <= i; ++j) row[j] *= inv;
+    for (int j = i + 1; j < T; ++j) row[j] = 0.f;
+  }
+}
+
+}  // namespace
+
+void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head,
+                       int threads) {
+  const Dims d = attention_dims(qkv, n_head);
+  expect_f32(out, {d.B, d.T, d.C}, "attention out");
+  expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
+  const int T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
+  const float* qkv_p = qkv.f32();
+  float* out_p = out.f32();
+  float* att_p = att.f32();
+
+  for_each_head(d.B * d.NH, threads, [&](int bh, bool par) {
+    const int b = bh / d.NH, h = bh % d.NH;
+    const float* q = qkv_p + static_cast<int64_t>(b) * T * C3 + h * hs;  // (T, hs), ld 3C
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* a = att_p + static_cast<int64_t>(bh) * T * T;               // (T, T)
+    float* y = out_p + static_cast<int64_t>(b) * T * C + h * hs;        // (T, hs), ld C
+    for (int i0 = 0; i0 < T; i0 += kRowBlock) {
+      const int i1 = std::min(T, i0 + kRowBlock), m = i1 - i0;
+      // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T
+      gemm(CblasNoTrans, CblasTrans, m, i1, hs, d.scale, q + i0 * C3, C3, k, C3, 0.f,
+           a + static_cast<int64_t>(i0) * T, T);
+      softmax_rows(a, T, i0, i1, par);
+      // Y[i0:i1] = P[i0:i1, 0:i1] V[0:i1]
+      gemm(CblasNoTrans, CblasNoTrans, m, hs, i1, 1.f, a + static_cast<int64_t>(i0) * T, T,
+           v, C3, 0.f, y + static_cast<int64_t>(i0) * C, C);
+    }
+  });
+}
+
+void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
+                        TensorView att, int n_head, int threads) {
+  const Dims d = attention_dims(qkv, n_head);
+  expect_f32(dqkv, {d.B, d.T, 3 * d.C}, "attention dqkv");
+  expect_f32(scratch, {d.B, d.NH, d.T, d.T}, "attention scratch");
+  expect_f32(dout, {d.B, d.T, d.C}, "attention dout");
+  expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
+  const int T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
+  const float scale = d.scale;
+  const float* qkv_p = qkv.f32();
+  const float* dout_p = dout.f32();
+  const float* att_p = att.f32();
+  float* dqkv_p = dqkv.f32();
+  float* scr_p = scratch.f32();
+
+  for_each_head(d.B * d.NH, threads, [&](int bh, bool par) {
+    const int b = bh / d.NH, h = bh % d.NH;
+    const int64_t qoff = static_cast<int64_t>(b) * T * C3 + h * hs;
+    const float* q = qkv_p + qoff;                                       // (T, hs), ld 3C
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv_p + qoff;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* dy = dout_p + static_cast<int64_t>(b) * T * C + h * hs;  // (T, hs), ld C
+    const float* p = att_p + static_cast<int64_t>(bh) * T * T;          // (T, T)
+    float* ds = scr_p + static_cast<int64_t>(bh) * T * T;               // (T, T)
+
+    // Blocks run last to first: the last block touches every key row, so its
+    // beta = 0 products assign all of dK and dV, and the rest add to them.
+    const int nblk = (T + kRowBlock - 1) / kRowBlock;
+    for (int blk = nblk - 1; blk >= 0; --blk) {
+      const int i0 = blk * kRowBlock, i1 = std::min(T, i0 + kRowBlock), m = i1 - i0;
+      const float beta = blk == nblk - 1 ? 0.f : 1.f;
+      float* dsb = ds + static_cast<int64_t>(i0) * T;
+      const float* pb = p + static_cast<int64_t>(i0) * T;
+      // dP[i0:i1, 0:i1] = dY[i0:i1] V[0:i1]^T
+      gemm(CblasNoTrans, CblasTrans, m, i1, hs, 1.f, dy + static_cast<int64_t>(i0) * C, C, v,
+           C3, 0.f, dsb, T);
+      // dS = P o (dP - rowsum(dP o P)) * scale; zero above the diagonal, so
+      // the products below can use the whole [0, i1) block.
+#pragma omp parallel for if (par && m * T >= kParallelMin)
+      for (int i = i0; i < i1; ++i) {
+        float* dsr = ds + static_cast<int64_t>(i) * T;
+        const float* pr = p + static_cast<int64_t>(i) * T;
+        float dot = 0.f;
+        for (int j = 0; j <= i; ++j) dot += dsr[j] * pr[j];
+        for (int j = 0; j <= i; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * scale;
+        for (int j = i + 1; j < i1; ++j) dsr[j] = 0.f;
+      }
+      // dQ[i0:i1] = dS[i0:i1, 0:i1] K[0:i1]
+      gemm(CblasNoTrans, CblasNoTrans, m, hs, i1, 1.f, dsb, T, k, C3, 0.f,
+           dq + static_cast<int64_t>(i0) * C3, C3);
+      // dK[0:i1] (+)= dS[i0:i1, 0:i1]^T Q[i0:i1]
+      gemm(CblasTrans, CblasNoTrans, i1, hs, m, 1.f, dsb, T, q + static_cast<int64_t>(i0) * C3,
+           C3, beta, dk, C3);
+      // dV[0:i1] (+)= P[i0:i1, 0:i1]^T dY[i0:i1]
+      gemm(CblasTrans, CblasNoTrans, i1, hs, m, 1.f, pb, T, dy + static_cast<int64_t>(i0) * C,
+           C, beta, dv, C3);
+    }
+  });
+}
+
+}  // namespace gt::cpu

@@ -1,0 +1,66 @@
+// Private to kernels/cpu: the free functions CpuOps forwards to, one family
+// per .cpp, plus the argument checks they share. Semantics (accumulate vs
+// assign, layouts) are those stated in kernels/ops.hpp; they are not repeated
+// here. Every function validates all of its arguments before it enters an
+// OpenMP region, because an exception must never escape a parallel region.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/core/tensor.hpp"
+#include "kernels/ops.hpp"
+
+namespace gt::cpu {
+
+// Loops smaller than this many elements run on one thread: below it the
+// fork/join of an OpenMP region costs more than the work.
+constexpr int64_t kParallelMin = 1 << 14;
+
+// Throws unless `t` is a contiguous fp32 CPU tensor of exactly `shape`.
+void expect_f32(const TensorView& t, std::initializer_list<int64_t> shape, const char* what);
+// Throws unless `t` is a contiguous int32 CPU tensor of exactly `shape`.
+void expect_i32(const TensorView& t, std::initializer_list<int64_t> shape, const char* what);
+// Throws unless `t` is a contiguous fp32 CPU tensor (any shape).
+void expect_f32_any(const TensorView& t, const char* what);
+// Throws unless a and b have the same shape.
+void expect_same_shape(const TensorView& a, const TensorView& b, const char* what_a,
+                       const char* what_b);
+
+void embedding_forward(TensorView out, TensorView tokens, TensorView wte, TensorView wpe);
+void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout, TensorView tokens);
+
+void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                       TensorView weight, TensorView bias);
+void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                        TensorView inp, TensorView weight, TensorView mean, TensorView rstd);
+
+void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias);
+void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                     TensorView inp, TensorView weight);
+
+// `threads` is the backend's thread count; attention uses it to choose between
+// parallelising over (batch, head) and letting BLAS thread each sgemm.
+void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head, int threads);
+void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
+                        TensorView att, int n_head, int threads);
+
+void gelu_forward(TensorView out, TensorView inp);
+void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);
+
+void add(TensorView out, TensorView a, TensorView b);
+void accumulate(TensorView acc, TensorView x);
+void zero(TensorView t);
+void copy(TensorView dst, TensorView src);
+
+void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                           TensorView targets, float grad_scale);
+
+double sum_squares(TensorView t);
+void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
+                  const Ops::AdamWParams& p);
+
+// Sets the BLAS library's thread count (no-op without OpenBLAS) and returns
+// the previous one (0 when unknown).
+int set_blas_threads(int n);
+
+}  // namespace gt::cpu

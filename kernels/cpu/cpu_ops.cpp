@@ -1,0 +1,148 @@
+// CpuOps: the Ops implementation of the CPU backend. It owns nothing but the
+// thread count; every op forwards to a free function in cpu_kernels.hpp so
+// each op family lives (and is tested) in its own file. Also home of the
+// argument checks the families share and of the BLAS thread control.
+#include "kernels/cpu/cpu_ops.hpp"
+
+#include <omp.h>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+
+#if TRAINER_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace gt {
+namespace cpu {
+
+namespace {
+void expect_cpu(const TensorView& t, DType dtype, const char* what) {
+  if (t.device != Device::cpu)
+    fail("internal check: ", what, " must be on the cpu, got ", device_name(t.device));
+  if (t.dtype != dtype)
+    fail("internal check: ", what, " must be ", dtype_name(dtype), ", got ",
+         dtype_name(t.dtype));
+  if (t.data == nullptr && t.numel() > 0) fail("internal check: ", what, " has no data");
+}
+}  // namespace
+
+void expect_f32(const TensorView& t, std::initializer_list<int64_t> shape, const char* what) {
+  expect_cpu(t, DType::f32, what);
+  expect_shape(t, shape, what);
+}
+
+void expect_i32(const TensorView& t, std::initializer_list<int64_t> shape, const char* what) {
+  expect_cpu(t, DType::i32, what);
+  expect_shape(t, shape, what);
+}
+
+void expect_f32_any(const TensorView& t, const char* what) {
+  expect_cpu(t, DType::f32, what);
+  if (!t.contiguous()) fail("internal check: ", what, " must be contiguous, got strided ",
+                            t.shape_str());
+}
+
+void expect_same_shape(const TensorView& a, const TensorView& b, const char* what_a,
+                       const char* what_b) {
+  bool same = a.ndim == b.ndim;
+  for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
+  if (!same)
+    fail("internal shape check: ", what_a, " ", a.shape_str(), " and ", what_b, " ",
+         b.shape_str(), " must have the same shape");
+}
+
+int set_blas_threads(int n) {
+#if TRAINER_HAVE_OPENBLAS
+  int prev = openblas_get_num_threads();
+  if (prev != n) openblas_set_num_threads(n);
+  return prev;
+#else
+  (void)n;
+  return 0;
+#endif
+}
+
+}  // namespace cpu
+
+namespace {
+
+class CpuOps final : public Ops {
+ public:
+  explicit CpuOps(int threads) : threads_(threads) {}
+
+  Device device() const override { return Device::cpu; }
+
+  void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                         TensorView wpe) override {
+    cpu::embedding_forward(out, tokens, wte, wpe);
+  }
+  void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                          TensorView tokens) override {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens);
+  }
+
+  void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                         TensorView weight, TensorView bias) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias);
+  }
+  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                          TensorView dout, TensorView inp, TensorView weight, TensorView mean,
+                          TensorView rstd) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  }
+
+  void matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                      TensorView bias) override {
+    cpu::matmul_forward(out, inp, weight, bias);
+  }
+  void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                       TensorView inp, TensorView weight) override {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight);
+  }
+
+  void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) override {
+    cpu::attention_forward(out, att, qkv, n_head, threads_);
+  }
+  void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
+                          TensorView att, int n_head) override {
+    cpu::attention_backward(dqkv, scratch, dout, qkv, att, n_head, threads_);
+  }
+
+  void gelu_forward(TensorView out, TensorView inp) override { cpu::gelu_forward(out, inp); }
+  void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override {
+    cpu::gelu_backward(dinp, inp, dout);
+  }
+
+  void add(TensorView out, TensorView a, TensorView b) override { cpu::add(out, a, b); }
+  void accumulate(TensorView acc, TensorView x) override { cpu::accumulate(acc, x); }
+  void zero(TensorView t) override { cpu::zero(t); }
+  void copy(TensorView dst, TensorView src) override { cpu::copy(dst, src); }
+
+  void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                             TensorView targets, float grad_scale) override {
+    cpu::softmax_cross_entropy(losses, dlogits, logits, targets, grad_scale);
+  }
+
+  double sum_squares(TensorView t) override { return cpu::sum_squares(t); }
+
+  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
+                    const AdamWParams& p) override {
+    cpu::adamw_update(param, grad, m, v, p);
+  }
+
+ private:
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops(int threads) {
+  if (threads <= 0) threads = omp_get_num_procs();
+  // Both pools are process-wide; setting them here keeps OpenMP loops and
+  // sgemm from oversubscribing the cores between them.
+  omp_set_num_threads(threads);
+  cpu::set_blas_threads(threads);
+  return std::make_unique<CpuOps>(threads);
+}
+
+}  // namespace gt

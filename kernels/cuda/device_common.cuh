@@ -1,0 +1,114 @@
+// Device-side helpers shared by the kernels in kernels/cuda/*.cu: warp and
+// block reductions, 16-byte packs for vectorised loads, fp32/bf16
+// conversion, grid sizing and the NVTX range every launcher opens.
+// Contains device code: include it from .cu files only (launcher headers,
+// which g++ sees, must not include it).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace gt::cuda::dev {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- conversions (compute is always fp32) ----------------------------------
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// ---- 16-byte packs ----------------------------------------------------------
+// Pack<T>: 16 bytes of T (4 floats or 8 bf16), loaded/stored as one 128-bit access.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int N = 16 / static_cast<int>(sizeof(T));
+  T v[N];
+};
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
+  *reinterpret_cast<Pack<T>*>(p) = x;
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Splits a row of n elements of size `elem` at p into [0, head) scalar,
+// [head, body_end) whole 16-byte packs, [body_end, n) scalar tail, so that a
+// row that starts unaligned still gets vector loads for its body.
+struct RowSplit {
+  int64_t head, body_end;
+};
+__device__ __forceinline__ RowSplit split_row(const void* p, int64_t n, int elem) {
+  const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % 16);
+  int64_t head = mis == 0 ? 0 : (16 - mis) / elem;
+  if ((16 - mis) % elem != 0) head = n;  // cannot ever align: all scalar
+  head = head < n ? head : n;
+  const int per = 16 / elem;
+  const int64_t body_end = head + (n - head) / per * per;
+  return {head, body_end};
+}
+
+// ---- reductions -------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the whole block, returned to every thread. Every thread of the
+// block must call it (it syncs); blockDim.x must be a multiple of 32. The
+// reduction tree is fixed by blockDim, so the result is deterministic.
+template <typename T>
+__device__ T block_sum(T v) {
+  __shared__ T partial[kWarpSize];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int n_warps = blockDim.x / kWarpSize;
+  v = warp_sum(v);
+  __syncthreads();  // a previous call may still be reading `partial`
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T total = lane < n_warps ? partial[lane] : T(0);
+  return warp_sum(total);
+}
+
+// ---- launch helpers (host) --------------------------------------------------
+// Blocks for a grid-stride loop over `work` items: enough to fill the chip,
+// capped so huge tensors loop instead of launching millions of blocks. Depends
+// on the shape only, never on the device, so results are reproducible.
+inline unsigned grid_for(int64_t work, int threads, int64_t max_blocks = 8192) {
+  int64_t b = (work + threads - 1) / threads;
+  b = std::max<int64_t>(1, std::min(b, max_blocks));
+  return static_cast<unsigned>(b);
+}
+
+// NVTX range for the duration of a launcher (visible in Nsight Systems).
+class NvtxRange {
+ public:
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+}  // namespace gt::cuda::dev

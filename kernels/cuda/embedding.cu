@@ -1,0 +1,145 @@
+// Embedding kernels and launchers (see embedding.cuh for invariants).
+#include "kernels/cuda/embedding.cuh"
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace gt::cuda {
+namespace {
+
+constexpr int kFwdThreads = 256;
+
+// One block per (b,t) row; threads stride over C (16-byte packs when vec).
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
+                                         const float* wpe, int T, int C, int V, bool vec) {
+  constexpr int N = dev::Pack<float>::N;
+  const int64_t row = blockIdx.x;
+  const int t = static_cast<int>(row % T);
+  const int32_t tok = tokens[row];
+  float* o = out + row * C;
+  if (tok < 0 || tok >= V) {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = __int_as_float(0x7fffffff);  // NaN
+    return;
+  }
+  const float* e = wte + static_cast<int64_t>(tok) * C;
+  const float* p = wpe + static_cast<int64_t>(t) * C;
+  if (vec) {
+    for (int c = threadIdx.x * N; c < C; c += blockDim.x * N) {
+      const dev::Pack<float> a = dev::load_pack(e + c);
+      const dev::Pack<float> b = dev::load_pack(p + c);
+      dev::Pack<float> s;
+#pragma unroll
+      for (int k = 0; k < N; ++k) s.v[k] = a.v[k] + b.v[k];
+      dev::store_pack(o + c, s);
+    }
+  } else {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = e[c] + p[c];
+  }
+}
+
+// ---- backward -----------------------------------------------------------------
+constexpr int kBwdThreads = 256;  // = column slice width = token tile size
+constexpr int kBwdWarps = kBwdThreads / dev::kWarpSize;
+constexpr int kTargetBlocks = 1024;
+
+// Grid (column slices, vocab groups). Each thread owns column c of the vocab
+// rows [v0, v1); contributions arrive in increasing position order.
+__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout,
+                                              const int32_t* tokens, int64_t n_pos, int C,
+                                              int V, int vocab_per_group) {
+  __shared__ int64_t s_pos[kBwdThreads];
+  __shared__ int32_t s_tok[kBwdThreads];
+  __shared__ int s_count[kBwdWarps];
+  const int c = blockIdx.x * kBwdThreads + threadIdx.x;
+  const int v0 = blockIdx.y * vocab_per_group;
+  const int v1 = min(V, v0 + vocab_per_group);
+  const int lane = threadIdx.x % dev::kWarpSize, warp = threadIdx.x / dev::kWarpSize;
+
+  for (int64_t tile = 0; tile < n_pos; tile += kBwdThreads) {
+    // 1. Ordered compaction of this tile's positions whose token is ours.
+    const int64_t p = tile + threadIdx.x;
+    const int32_t tok = p < n_pos ? tokens[p] : -1;
+    const bool mine = tok >= v0 && tok < v1;
+    const unsigned ballot = __ballot_sync(dev::kFullMask, mine);
+    if (lane == 0) s_count[warp] = __popc(ballot);
+    __syncthreads();
+    int offset = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < kBwdWarps; ++w) {
+      offset += w < warp ? s_count[w] : 0;
+      total += s_count[w];
+    }
+    if (mine) {
+      const int idx = offset + __popc(ballot & ((1u << lane) - 1u));
+      s_pos[idx] = p;
+      s_tok[idx] = tok;
+    }
+    __syncthreads();
+    // 2. Each thread adds the matched rows to its column, in position order.
+    if (c < C) {
+      for (int k = 0; k < total; ++k) {
+        float* dst = dwte + static_cast<int64_t>(s_tok[k]) * C + c;
+        *dst += dout[s_pos[k] * C + c];
+      }
+    }
+    __syncthreads();  // shared lists are rewritten by the next tile
+  }
+}
+
+// One thread per (t, c): dwpe[t,c] += dout[0,t,c] + dout[1,t,c] + ... in b order.
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T,
+                                              int C) {
+  const int64_t n = static_cast<int64_t>(T) * C;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float acc = dwpe[i];
+    for (int b = 0; b < B; ++b) acc += dout[b * n + i];
+    dwpe[i] = acc;
+  }
+}
+
+void check_dims(const char* what, int B, int T, int C, int V) {
+  GT_CHECK(B >= 0 && T > 0 && C > 0 && V > 0, what, ": B = ", B, ", T = ", T, ", C = ", C,
+           ", V = ", V);
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C, int V, cudaStream_t stream) {
+  check_dims("embedding_forward", B, T, C, V);
+  if (B == 0) return;
+  dev::NvtxRange range("embedding_forward");
+  const bool vec = C % dev::Pack<float>::N == 0 && dev::aligned16(out) && dev::aligned16(wte) &&
+                   dev::aligned16(wpe);
+  const unsigned rows = static_cast<unsigned>(static_cast<int64_t>(B) * T);
+  embedding_forward_kernel<<<rows, kFwdThreads, 0, stream>>>(out, tokens, wte, wpe, T, C, V, vec);
+  CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int B, int T, int C, int V, cudaStream_t stream) {
+  check_dims("embedding_backward", B, T, C, V);
+  if (B == 0) return;
+  dev::NvtxRange range("embedding_backward");
+  if (dwte) {
+    // Enough vocab groups for ~kTargetBlocks blocks; the result is the same
+    // for any grouping (each element is summed by one thread in (b,t) order).
+    const int col_slices = (C + kBwdThreads - 1) / kBwdThreads;
+    const int groups = std::max(1, std::min(V, std::min(65535, kTargetBlocks / col_slices)));
+    const int per_group = (V + groups - 1) / groups;
+    const int n_groups = (V + per_group - 1) / per_group;
+    const dim3 grid(static_cast<unsigned>(col_slices), static_cast<unsigned>(n_groups));
+    embedding_backward_wte_kernel<<<grid, kBwdThreads, 0, stream>>>(
+        dwte, dout, tokens, static_cast<int64_t>(B) * T, C, V, per_group);
+    CUDA_CHECK_LAUNCH();
+  }
+  if (dwpe) {
+    constexpr int kThreads = 256;
+    embedding_backward_wpe_kernel<<<dev::grid_for(static_cast<int64_t>(T) * C, kThreads),
+                                    kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace gt::cuda

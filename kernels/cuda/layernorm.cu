@@ -1,0 +1,257 @@
+// LayerNorm kernels and launchers (see layernorm.cuh for invariants).
+//
+// Forward: one warp per row, three passes over the row (mean, centred
+// variance, write); the row stays in L1/L2 between passes.
+// Backward, three kernels on one stream, in this order:
+//   1. param_partials: block (32 columns x 8 row lanes) sums dout*xhat and
+//      dout over one chunk of rows -> scratch[chunk][c]  (coalesced over c)
+//   2. param_reduce:   one thread per column sums the chunks in order, +=
+//   3. dinp:           one warp per row, += the input gradient
+// dinp runs last so that even a caller that aliases dinp with dout gets the
+// parameter gradients from the unmodified dout.
+#include "kernels/cuda/layernorm.cuh"
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace gt::cuda {
+namespace {
+
+constexpr float kEps = 1e-5f;
+constexpr int kRowThreads = 256;  // 8 warps -> 8 rows per block
+constexpr int kRowsPerBlock = kRowThreads / dev::kWarpSize;
+
+// Calls f(x, i) for this lane's elements of a row of C elements (vec: in
+// 16-byte packs, C % N == 0 and row aligned; otherwise one at a time).
+template <typename T, typename F>
+__device__ __forceinline__ void for_lane(const T* row, int C, bool vec, int lane, F&& f) {
+  constexpr int N = dev::Pack<T>::N;
+  if (vec) {
+    for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
+      const dev::Pack<T> p = dev::load_pack(row + i);
+#pragma unroll
+      for (int k = 0; k < N; ++k) f(dev::to_float(p.v[k]), i + k);
+    }
+  } else {
+    for (int i = lane; i < C; i += dev::kWarpSize) f(dev::to_float(row[i]), i);
+  }
+}
+
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const T* weight, const T* bias, int64_t R, int C,
+                                         bool vec) {
+  constexpr int N = dev::Pack<T>::N;
+  const int lane = threadIdx.x % dev::kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
+                      threadIdx.x / dev::kWarpSize;
+  if (row >= R) return;  // whole warp leaves together; no block sync below
+  const T* x = inp + row * C;
+  T* y = out + row * C;
+
+  float sum = 0.f;
+  for_lane(x, C, vec, lane, [&](float v, int) { sum += v; });
+  const float m = dev::warp_sum(sum) / static_cast<float>(C);
+
+  float sq = 0.f;
+  for_lane(x, C, vec, lane, [&](float v, int) {
+    const float d = v - m;
+    sq += d * d;
+  });
+  const float var = dev::warp_sum(sq) / static_cast<float>(C);
+  const float rs = 1.f / sqrtf(var + kEps);
+
+  if (vec) {
+    for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
+      const dev::Pack<T> xv = dev::load_pack(x + i);
+      const dev::Pack<T> wv = dev::load_pack(weight + i);
+      const dev::Pack<T> bv = dev::load_pack(bias + i);
+      dev::Pack<T> o;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float n = (dev::to_float(xv.v[k]) - m) * rs;
+        o.v[k] = dev::from_float<T>(n * dev::to_float(wv.v[k]) + dev::to_float(bv.v[k]));
+      }
+      dev::store_pack(y + i, o);
+    }
+  } else {
+    for (int i = lane; i < C; i += dev::kWarpSize) {
+      const float n = (dev::to_float(x[i]) - m) * rs;
+      y[i] = dev::from_float<T>(n * dev::to_float(weight[i]) + dev::to_float(bias[i]));
+    }
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    if (rstd) rstd[row] = rs;
+  }
+}
+
+// ---- backward -----------------------------------------------------------------
+constexpr int kColTile = 32;   // columns per partials block (one warp wide)
+constexpr int kRowLanes = 8;   // row lanes per partials block
+constexpr int kMaxChunks = 1024;
+constexpr int kMinRowsPerChunk = 64;
+
+struct Chunking {
+  int64_t rows_per_chunk, n_chunks;
+};
+Chunking chunking(int64_t R) {
+  int64_t rpc = std::max<int64_t>(kMinRowsPerChunk, (R + kMaxChunks - 1) / kMaxChunks);
+  return {rpc, std::max<int64_t>(1, (R + rpc - 1) / rpc)};
+}
+
+// scratch layout: [n_chunks][C] dweight partials, then [n_chunks][C] dbias partials.
+__global__ void layernorm_param_partials_kernel(float* scratch, const float* dout,
+                                                const float* inp, const float* mean,
+                                                const float* rstd, int64_t R, int C,
+                                                int64_t rows_per_chunk, int64_t n_chunks) {
+  __shared__ float s_dw[kRowLanes][kColTile];
+  __shared__ float s_db[kRowLanes][kColTile];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * rows_per_chunk;
+  const int64_t r1 = std::min<int64_t>(R, r0 + rows_per_chunk);
+  float dw = 0.f, db = 0.f;
+  if (c < C) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      const float g = dout[r * C + c];
+      const float xhat = (inp[r * C + c] - mean[r]) * rstd[r];
+      dw += g * xhat;
+      db += g;
+    }
+  }
+  s_dw[threadIdx.y][threadIdx.x] = dw;
+  s_db[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float sw = 0.f, sb = 0.f;
+#pragma unroll
+    for (int k = 0; k < kRowLanes; ++k) {  // fixed order: deterministic
+      sw += s_dw[k][threadIdx.x];
+      sb += s_db[k][threadIdx.x];
+    }
+    scratch[chunk * C + c] = sw;
+    scratch[(n_chunks + chunk) * C + c] = sb;
+  }
+}
+
+__global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* scratch,
+                                              int C, int64_t n_chunks) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float sw = 0.f, sb = 0.f;
+  for (int64_t k = 0; k < n_chunks; ++k) {  // fixed order: deterministic
+    sw += scratch[k * C + c];
+    sb += scratch[(n_chunks + k) * C + c];
+  }
+  dweight[c] += sw;
+  dbias[c] += sb;
+}
+
+// dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd
+__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                      const float* weight, const float* mean, const float* rstd,
+                                      int64_t R, int C, bool vec) {
+  constexpr int N = dev::Pack<float>::N;
+  const int lane = threadIdx.x % dev::kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
+                      threadIdx.x / dev::kWarpSize;
+  if (row >= R) return;
+  const float* g = dout + row * C;
+  const float* x = inp + row * C;
+  float* dx = dinp + row * C;
+  const float m = mean[row], rs = rstd[row];
+
+  float s1 = 0.f, s2 = 0.f;
+  for_lane(g, C, vec, lane, [&](float gv, int i) {
+    const float wg = weight[i] * gv;
+    s1 += wg;
+    s2 += wg * (x[i] - m) * rs;
+  });
+  const float mean1 = dev::warp_sum(s1) / static_cast<float>(C);
+  const float mean2 = dev::warp_sum(s2) / static_cast<float>(C);
+
+  if (vec) {
+    for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
+      const dev::Pack<float> gv = dev::load_pack(g + i);
+      const dev::Pack<float> xv = dev::load_pack(x + i);
+      const dev::Pack<float> wv = dev::load_pack(weight + i);
+      dev::Pack<float> d = dev::load_pack(dx + i);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float xhat = (xv.v[k] - m) * rs;
+        d.v[k] += (wv.v[k] * gv.v[k] - mean1 - xhat * mean2) * rs;
+      }
+      dev::store_pack(dx + i, d);
+    }
+  } else {
+    for (int i = lane; i < C; i += dev::kWarpSize) {
+      const float xhat = (x[i] - m) * rs;
+      dx[i] += (weight[i] * g[i] - mean1 - xhat * mean2) * rs;
+    }
+  }
+}
+
+template <typename T>
+void launch_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                    const T* bias, int64_t R, int C, cudaStream_t stream) {
+  GT_CHECK(R >= 0 && C > 0, "layernorm_forward: R = ", R, ", C = ", C);
+  if (R == 0) return;
+  dev::NvtxRange range("layernorm_forward");
+  constexpr int N = dev::Pack<T>::N;
+  const bool vec = C % N == 0 && dev::aligned16(out) && dev::aligned16(inp) &&
+                   dev::aligned16(weight) && dev::aligned16(bias);
+  const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
+  layernorm_forward_kernel<T><<<grid, kRowThreads, 0, stream>>>(out, mean, rstd, inp, weight,
+                                                                bias, R, C, vec);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t R, int C,
+                       cudaStream_t stream) {
+  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
+}
+
+void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
+                       const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
+                       cudaStream_t stream) {
+  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
+}
+
+int64_t layernorm_backward_scratch_floats(int64_t R, int C) {
+  return 2 * chunking(R).n_chunks * static_cast<int64_t>(C);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t R, int C, float* scratch,
+                        cudaStream_t stream) {
+  GT_CHECK(R >= 0 && C > 0, "layernorm_backward: R = ", R, ", C = ", C);
+  if (R == 0) return;
+  dev::NvtxRange range("layernorm_backward");
+  const Chunking ch = chunking(R);
+  GT_CHECK(ch.n_chunks <= 65535, "layernorm_backward: too many row chunks");
+
+  const dim3 pgrid(static_cast<unsigned>((C + kColTile - 1) / kColTile),
+                   static_cast<unsigned>(ch.n_chunks));
+  layernorm_param_partials_kernel<<<pgrid, dim3(kColTile, kRowLanes), 0, stream>>>(
+      scratch, dout, inp, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks);
+  CUDA_CHECK_LAUNCH();
+
+  constexpr int kReduceThreads = 256;
+  layernorm_param_reduce_kernel<<<(C + kReduceThreads - 1) / kReduceThreads, kReduceThreads, 0,
+                                  stream>>>(dweight, dbias, scratch, C, ch.n_chunks);
+  CUDA_CHECK_LAUNCH();
+
+  constexpr int N = dev::Pack<float>::N;
+  const bool vec = C % N == 0 && dev::aligned16(dinp) && dev::aligned16(dout) &&
+                   dev::aligned16(inp) && dev::aligned16(weight);
+  const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
+  layernorm_dinp_kernel<<<grid, kRowThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, R,
+                                                          C, vec);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gt::cuda

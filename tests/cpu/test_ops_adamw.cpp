@@ -1,0 +1,106 @@
+// CPU adamw_update against torch.optim.AdamW for three steps (a hand-worked
+// two-element case and a double-precision replay of torch's update on a
+// large segment), and sum_squares against a double sum, bitwise stable
+// across thread counts.
+#include <cmath>
+#include <cstring>
+
+#include "test_ops_common.hpp"
+
+namespace gt::test {
+namespace {
+
+Ops::AdamWParams hparams(int64_t t) {
+  Ops::AdamWParams p;
+  p.lr = 0.1f;
+  p.beta1 = 0.9f;
+  p.beta2 = 0.999f;
+  p.eps = 1e-8f;
+  p.weight_decay = 0.1f;
+  p.grad_scale = 0.5f;
+  p.t = t;
+  return p;
+}
+
+TEST(CpuAdamW, ThreeStepsMatchHandWorkedTorchAdamW) {
+  // torch.optim.AdamW(lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
+  // with the gradients below scaled by 0.5 (clip factor). Step 1 by hand:
+  // p = 1 * (1 - 0.01) = 0.99; m = 0.025, v = 6.25e-5; m_hat = 0.25,
+  // sqrt(v_hat) = 0.25, so p = 0.99 - 0.1 * 1 = 0.89. Steps 2-3 likewise.
+  auto ops = cpu_ops();
+  std::vector<float> param{1.f, -0.5f}, m(2, 0.f), v(2, 0.f);
+  const std::vector<std::vector<float>> grads{{0.5f, 0.1f}, {-0.3f, 0.2f}, {0.2f, -0.4f}};
+  const std::vector<std::vector<float>> want_p{
+      {0.890000004f, -0.594999980f}, {0.861950201f, -0.685568171f}, {0.818587932f, -0.659333045f}};
+  const std::vector<std::vector<float>> want_m{{0.025f, 0.005f}, {0.0075f, 0.0145f},
+                                               {0.01675f, -0.00695f}};
+  const std::vector<std::vector<float>> want_v{
+      {6.25e-05f, 2.5e-06f}, {8.49375e-05f, 1.24975e-05f}, {9.48525625e-05f, 5.24850025e-05f}};
+  for (int64_t t = 1; t <= 3; ++t) {
+    std::vector<float> g = grads[t - 1];
+    ops->adamw_update(f32(param, {2}), f32(g, {2}), f32(m, {2}), f32(v, {2}), hparams(t));
+    EXPECT_TRUE(all_close(param, want_p[t - 1], 1e-6f, 1e-6f)) << "step " << t;
+    EXPECT_TRUE(all_close(m, want_m[t - 1], 1e-9f, 1e-5f)) << "step " << t;
+    EXPECT_TRUE(all_close(v, want_v[t - 1], 1e-12f, 1e-5f)) << "step " << t;
+  }
+}
+
+TEST(CpuAdamW, ThreeStepsMatchDoubleReplayOnLargeSegment) {
+  auto ops = cpu_ops();
+  const int64_t n = 40001;  // parallel path
+  std::vector<float> param = random_vector(n, 800), m(n, 0.f), v(n, 0.f);
+  std::vector<double> rp(param.begin(), param.end()), rm(n, 0.0), rv(n, 0.0);
+  for (int64_t t = 1; t <= 3; ++t) {
+    const Ops::AdamWParams p = hparams(t);
+    std::vector<float> g = random_vector(n, 810 + t, -2.f, 2.f);
+    ops->adamw_update(f32(param, {n}), f32(g, {n}), f32(m, {n}), f32(v, {n}), p);
+    const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.999, t);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = static_cast<double>(g[i]) * p.grad_scale;
+      rp[i] *= 1 - static_cast<double>(p.lr) * p.weight_decay;
+      rm[i] = p.beta1 * rm[i] + (1 - static_cast<double>(p.beta1)) * gi;
+      rv[i] = p.beta2 * rv[i] + (1 - static_cast<double>(p.beta2)) * gi * gi;
+      rp[i] -= p.lr / bc1 * rm[i] / (std::sqrt(rv[i]) / std::sqrt(bc2) + p.eps);
+    }
+    EXPECT_TRUE(all_close(param, to_float(rp), 1e-6f, 1e-5f)) << "step " << t;
+    EXPECT_TRUE(all_close(m, to_float(rm), 1e-7f, 1e-5f)) << "step " << t;
+    EXPECT_TRUE(all_close(v, to_float(rv), 1e-9f, 1e-5f)) << "step " << t;
+  }
+}
+
+TEST(CpuAdamW, RejectsMismatchedSegmentsAndStepZero) {
+  auto ops = cpu_ops();
+  std::vector<float> p(8), g(8), m(8), v(7);
+  EXPECT_THROW(ops->adamw_update(f32(p, {8}), f32(g, {8}), f32(m, {8}), f32(v, {7}), hparams(1)),
+               Error);
+  std::vector<float> v8(8);
+  EXPECT_THROW(ops->adamw_update(f32(p, {8}), f32(g, {8}), f32(m, {8}), f32(v8, {8}), hparams(0)),
+               Error);
+}
+
+TEST(CpuSumSquares, MatchesDoubleSum) {
+  auto ops = cpu_ops();
+  for (int64_t n : {int64_t{37}, int64_t{100003}}) {
+    std::vector<float> x = random_vector(n, 900, -3.f, 3.f);
+    double ref = 0.0;
+    for (float xi : x) ref += static_cast<double>(xi) * xi;
+    EXPECT_NEAR(ops->sum_squares(f32(x, {n})), ref, 1e-12 * ref) << "n=" << n;
+  }
+  std::vector<float> x = random_vector(60, 901);
+  double ref = 0.0;
+  for (float xi : x) ref += static_cast<double>(xi) * xi;
+  EXPECT_NEAR(ops->sum_squares(f32(x, {3, 4, 5})), ref, 1e-12 * ref);  // any shape
+}
+
+TEST(CpuSumSquares, IsBitwiseStableAcrossThreadCounts) {
+  const int64_t n = 1000003;
+  std::vector<float> x = random_vector(n, 910, -1e3f, 1e3f);
+  const double a = cpu_ops(0)->sum_squares(f32(x, {n}));
+  const double b = cpu_ops(1)->sum_squares(f32(x, {n}));
+  const double c = cpu_ops(0)->sum_squares(f32(x, {n}));
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(&a, &c, sizeof(double)), 0);
+}
+
+}  // namespace
+}  // namespace gt::test

@@ -1,0 +1,95 @@
+// Helpers for the CUDA twin tests (tests/cuda/test_cuda_*.cpp): a typed
+// device array that uploads, downloads and poisons on one stream, and host
+// bf16 conversion (round-to-nearest-even, like __float2bfloat16_rn). The
+// CPU backend (make_cpu_ops) is always the reference; nothing here computes
+// an op.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/core/error.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_resources.hpp"
+
+namespace gt::test {
+
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray(size_t n, cudaStream_t stream) : buf_(n * sizeof(T)), n_(n), stream_(stream) {}
+  DeviceArray(const std::vector<T>& host, cudaStream_t stream) : DeviceArray(host.size(), stream) {
+    upload(host);
+  }
+
+  T* get() const { return buf_.as<T>(); }
+  size_t size() const { return n_; }
+
+  void upload(const std::vector<T>& host) {
+    GT_CHECK(host.size() == n_, "upload of ", host.size(), " into ", n_);
+    CUDA_CHECK(cudaMemcpyAsync(get(), host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice,
+                               stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // Every byte 0xFF: NaN as fp32, bf16 and double, so any element a kernel
+  // fails to write shows up in the comparison.
+  void poison() {
+    CUDA_CHECK(cudaMemsetAsync(get(), 0xFF, n_ * sizeof(T), stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // Waits for all work queued on the stream, then copies back.
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost,
+                               stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return host;
+  }
+
+ private:
+  cuda::DeviceBuffer buf_;
+  size_t n_;
+  cudaStream_t stream_;
+};
+
+inline uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_bits(v[i]);
+  return out;
+}
+
+inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_value(v[i]);
+  return out;
+}
+
+// Values exactly representable in bf16, so the CPU twin and the bf16 kernel
+// see the same inputs.
+inline std::vector<float> round_to_bf16(const std::vector<float>& v) {
+  return from_bf16(to_bf16(v));
+}
+
+inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace gt::test

@@ -1,0 +1,173 @@
+// layernorm_forward / layernorm_backward (kernels/cuda/layernorm.cu) against
+// the CPU twin: fp32 forward and backward, bf16 forward, odd C (scalar
+// path) and C % 4 == 0 (vector path), row counts that exercise the chunked
+// parameter reduction, accumulation into pre-filled gradients, and bitwise
+// run-to-run determinism of the backward.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cuda/layernorm.cuh"
+#include "test_util.hpp"
+
+namespace {
+
+using gt::test::all_close;
+using gt::test::DeviceArray;
+using gt::test::random_vector;
+
+struct Case {
+  int64_t R;
+  int C;
+};
+const Case kCases[] = {{1, 1}, {5, 771}, {64, 768}, {300, 64}, {37, 1600}, {1030, 128},
+                       {70001, 8}};
+
+std::string name(const Case& c) {
+  return "R=" + std::to_string(c.R) + " C=" + std::to_string(c.C);
+}
+
+struct Inputs {
+  std::vector<float> inp, weight, bias;
+};
+Inputs make_inputs(const Case& c, uint64_t seed) {
+  Inputs in;
+  // A non-zero mean per row checks the centred (two-pass) variance.
+  in.inp = random_vector(c.R * c.C, seed, -2.f, 3.f);
+  in.weight = random_vector(c.C, seed + 1, 0.5f, 1.5f);
+  in.bias = random_vector(c.C, seed + 2);
+  return in;
+}
+
+struct ForwardResult {
+  std::vector<float> out, mean, rstd;
+};
+ForwardResult cpu_forward(const Case& c, Inputs in) {
+  auto cpu = gt::make_cpu_ops(1);
+  ForwardResult r{std::vector<float>(c.R * c.C), std::vector<float>(c.R),
+                  std::vector<float>(c.R)};
+  cpu->layernorm_forward(gt::cpu_f32(r.out.data(), {c.R, c.C}), gt::cpu_f32(r.mean.data(), {c.R}),
+                         gt::cpu_f32(r.rstd.data(), {c.R}),
+                         gt::cpu_f32(in.inp.data(), {c.R, c.C}),
+                         gt::cpu_f32(in.weight.data(), {c.C}), gt::cpu_f32(in.bias.data(), {c.C}));
+  return r;
+}
+
+TEST(CudaLayerNorm, ForwardFp32MatchesCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(name(c));
+    const Inputs in = make_inputs(c, 100);
+    const ForwardResult want = cpu_forward(c, in);
+
+    DeviceArray<float> inp(in.inp, stream.get()), w(in.weight, stream.get()),
+        b(in.bias, stream.get());
+    DeviceArray<float> out(c.R * c.C, stream.get()), mean(c.R, stream.get()),
+        rstd(c.R, stream.get());
+    out.poison();
+    mean.poison();
+    rstd.poison();
+    gt::cuda::layernorm_forward(out.get(), mean.get(), rstd.get(), inp.get(), w.get(), b.get(),
+                                c.R, c.C, stream.get());
+    EXPECT_TRUE(all_close(out.download(), want.out, 1e-5f, 1e-5f)) << "out";
+    EXPECT_TRUE(all_close(mean.download(), want.mean, 1e-6f, 1e-5f)) << "mean";
+    EXPECT_TRUE(all_close(rstd.download(), want.rstd, 1e-6f, 1e-5f)) << "rstd";
+
+    // Inference form: nothing saved, same out.
+    out.poison();
+    gt::cuda::layernorm_forward(out.get(), nullptr, nullptr, inp.get(), w.get(), b.get(), c.R,
+                                c.C, stream.get());
+    EXPECT_TRUE(all_close(out.download(), want.out, 1e-5f, 1e-5f)) << "out without mean/rstd";
+  }
+}
+
+TEST(CudaLayerNorm, ForwardBf16MatchesCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(name(c));
+    Inputs in = make_inputs(c, 200);
+    in.inp = gt::test::round_to_bf16(in.inp);
+    in.weight = gt::test::round_to_bf16(in.weight);
+    in.bias = gt::test::round_to_bf16(in.bias);
+    const ForwardResult want = cpu_forward(c, in);
+
+    DeviceArray<uint16_t> inp(gt::test::to_bf16(in.inp), stream.get()),
+        w(gt::test::to_bf16(in.weight), stream.get()), b(gt::test::to_bf16(in.bias), stream.get());
+    DeviceArray<uint16_t> out(c.R * c.C, stream.get());
+    DeviceArray<float> mean(c.R, stream.get()), rstd(c.R, stream.get());
+    out.poison();
+    mean.poison();
+    rstd.poison();
+    auto bf = [](const DeviceArray<uint16_t>& a) {
+      return reinterpret_cast<__nv_bfloat16*>(a.get());
+    };
+    gt::cuda::layernorm_forward(bf(out), mean.get(), rstd.get(), bf(inp), bf(w), bf(b), c.R, c.C,
+                                stream.get());
+    EXPECT_TRUE(all_close(gt::test::from_bf16(out.download()), want.out, 1e-2f, 1e-2f)) << "out";
+    // Statistics are fp32 math on the same (bf16-exact) inputs.
+    EXPECT_TRUE(all_close(mean.download(), want.mean, 1e-6f, 1e-5f)) << "mean";
+    EXPECT_TRUE(all_close(rstd.download(), want.rstd, 1e-6f, 1e-5f)) << "rstd";
+  }
+}
+
+TEST(CudaLayerNorm, BackwardFp32AccumulatesLikeCpuAndIsDeterministic) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(name(c));
+    Inputs in = make_inputs(c, 300);
+    const ForwardResult fwd = cpu_forward(c, in);
+    auto dout = random_vector(c.R * c.C, 310);
+    // Pre-filled gradients: every output accumulates, so an unwritten
+    // element keeps its old value and fails against the CPU sum.
+    const auto dinp0 = random_vector(c.R * c.C, 311);
+    const auto dw0 = random_vector(c.C, 312), db0 = random_vector(c.C, 313);
+
+    std::vector<float> want_dinp = dinp0, want_dw = dw0, want_db = db0;
+    std::vector<float> mean = fwd.mean, rstd = fwd.rstd;
+    auto cpu = gt::make_cpu_ops(1);
+    cpu->layernorm_backward(gt::cpu_f32(want_dinp.data(), {c.R, c.C}),
+                            gt::cpu_f32(want_dw.data(), {c.C}), gt::cpu_f32(want_db.data(), {c.C}),
+                            gt::cpu_f32(dout.data(), {c.R, c.C}),
+                            gt::cpu_f32(in.inp.data(), {c.R, c.C}),
+                            gt::cpu_f32(in.weight.data(), {c.C}), gt::cpu_f32(mean.data(), {c.R}),
+                            gt::cpu_f32(rstd.data(), {c.R}));
+
+    DeviceArray<float> d_dout(dout, stream.get()), d_inp(in.inp, stream.get()),
+        d_w(in.weight, stream.get()), d_mean(fwd.mean, stream.get()),
+        d_rstd(fwd.rstd, stream.get());
+    DeviceArray<float> d_dinp(dinp0, stream.get()), d_dw(dw0, stream.get()),
+        d_db(db0, stream.get());
+    DeviceArray<float> scratch(gt::cuda::layernorm_backward_scratch_floats(c.R, c.C),
+                               stream.get());
+    scratch.poison();  // the kernels must write every partial they read
+    auto run = [&] {
+      gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(),
+                                   d_inp.get(), d_w.get(), d_mean.get(), d_rstd.get(), c.R, c.C,
+                                   scratch.get(), stream.get());
+    };
+    run();
+    const auto dinp = d_dinp.download(), dw = d_dw.download(), db = d_db.download();
+    // Parameter gradients sum over R rows in a different order than the CPU.
+    const float param_atol = 1e-5f + 1e-6f * static_cast<float>(c.R);
+    EXPECT_TRUE(all_close(dinp, want_dinp, 1e-5f, 1e-5f)) << "dinp";
+    EXPECT_TRUE(all_close(dw, want_dw, param_atol, 1e-5f)) << "dweight";
+    EXPECT_TRUE(all_close(db, want_db, param_atol, 1e-5f)) << "dbias";
+
+    // Same inputs, same starting gradients -> bit-identical results.
+    d_dinp.upload(dinp0);
+    d_dw.upload(dw0);
+    d_db.upload(db0);
+    run();
+    EXPECT_TRUE(gt::test::bitwise_equal(d_dinp.download(), dinp)) << "dinp not deterministic";
+    EXPECT_TRUE(gt::test::bitwise_equal(d_dw.download(), dw)) << "dweight not deterministic";
+    EXPECT_TRUE(gt::test::bitwise_equal(d_db.download(), db)) << "dbias not deterministic";
+  }
+}
+
+}  // namespace
