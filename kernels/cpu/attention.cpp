@@ -4,8 +4,11 @@
 // keys [0,i1), which roughly halves the flops for long sequences.
 // Invariants: att holds softmax probabilities with exact zeros above the
 // diagonal; dqkv is assigned (every element written); scratch is clobbered.
-// Each (b,h) writes disjoint memory and reductions run in a fixed order, so
-// results are bitwise deterministic run to run.
+// Heads run one after another and BLAS threads each product: the pthread
+// OpenBLAS we link serialises concurrent callers badly (an OpenMP loop over
+// heads calling single-threaded sgemm ran slower than one thread), so the
+// parallelism is left to BLAS and to the row loops. Reductions run in a
+// fixed order, so results are bitwise deterministic run to run.
 #include <cblas.h>
 
 #include <algorithm>
@@ -18,8 +21,8 @@ namespace gt::cpu {
 namespace {
 
 // Query rows handled per sgemm. Smaller wastes fewer flops above the
-// diagonal, larger gives BLAS bigger products.
-constexpr int kRowBlock = 64;
+// diagonal, larger gives BLAS bigger products to thread.
+constexpr int kRowBlock = 128;
 
 struct Dims {
   int B, T, C, NH, hs;
@@ -48,39 +51,10 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alp
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Restores the BLAS thread count on scope exit, so an exception cannot leave
-// BLAS single-threaded.
-class BlasThreadsScope {
- public:
-  explicit BlasThreadsScope(int n) : prev_(set_blas_threads(n)) {}
-  ~BlasThreadsScope() {
-    if (prev_ > 0) set_blas_threads(prev_);
-  }
-  BlasThreadsScope(const BlasThreadsScope&) = delete;
-  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
-
- private:
-  int prev_;
-};
-
-// Runs head(bh, inner_parallel) for every (b,h). With enough heads to go
-// round, threads take whole heads and BLAS runs single-threaded inside them;
-// otherwise heads run in turn and BLAS and the row loops use all threads.
-template <typename F>
-void for_each_head(int n_heads, int threads, F&& head) {
-  if (threads > 1 && n_heads >= threads) {
-    BlasThreadsScope single(1);
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < n_heads; ++bh) head(bh, false);
-  } else {
-    for (int bh = 0; bh < n_heads; ++bh) head(bh, true);
-  }
-}
-
 // Rows [i0,i1) of S (already scaled) become causal softmax probabilities;
 // columns (i, T) are zeroed.
-void softmax_rows(float* a, int T, int i0, int i1, bool par) {
-#pragma omp parallel for if (par && (i1 - i0) * T >= kParallelMin)
+void softmax_rows(float* a, int T, int i0, int i1) {
+#pragma omp parallel for if ((i1 - i0) * T >= kParallelMin)
   for (int i = i0; i < i1; ++i) {
     float* row = a + static_cast<int64_t>(i) * T;
     float mx = row[0];
@@ -98,8 +72,7 @@ void softmax_rows(float* a, int T, int i0, int i1, bool par) {
 
 }  // namespace
 
-void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head,
-                       int threads) {
+void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) {
   const Dims d = attention_dims(qkv, n_head);
   expect_f32(out, {d.B, d.T, d.C}, "attention out");
   expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
@@ -108,7 +81,7 @@ void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_hea
   float* out_p = out.f32();
   float* att_p = att.f32();
 
-  for_each_head(d.B * d.NH, threads, [&](int bh, bool par) {
+  for (int bh = 0; bh < d.B * d.NH; ++bh) {
     const int b = bh / d.NH, h = bh % d.NH;
     const float* q = qkv_p + static_cast<int64_t>(b) * T * C3 + h * hs;  // (T, hs), ld 3C
     const float* k = q + C;
@@ -120,16 +93,16 @@ void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_hea
       // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T
       gemm(CblasNoTrans, CblasTrans, m, i1, hs, d.scale, q + i0 * C3, C3, k, C3, 0.f,
            a + static_cast<int64_t>(i0) * T, T);
-      softmax_rows(a, T, i0, i1, par);
+      softmax_rows(a, T, i0, i1);
       // Y[i0:i1] = P[i0:i1, 0:i1] V[0:i1]
       gemm(CblasNoTrans, CblasNoTrans, m, hs, i1, 1.f, a + static_cast<int64_t>(i0) * T, T,
            v, C3, 0.f, y + static_cast<int64_t>(i0) * C, C);
     }
-  });
+  }
 }
 
 void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                        TensorView att, int n_head, int threads) {
+                        TensorView att, int n_head) {
   const Dims d = attention_dims(qkv, n_head);
   expect_f32(dqkv, {d.B, d.T, 3 * d.C}, "attention dqkv");
   expect_f32(scratch, {d.B, d.NH, d.T, d.T}, "attention scratch");
@@ -143,7 +116,7 @@ void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, Te
   float* dqkv_p = dqkv.f32();
   float* scr_p = scratch.f32();
 
-  for_each_head(d.B * d.NH, threads, [&](int bh, bool par) {
+  for (int bh = 0; bh < d.B * d.NH; ++bh) {
     const int b = bh / d.NH, h = bh % d.NH;
     const int64_t qoff = static_cast<int64_t>(b) * T * C3 + h * hs;
     const float* q = qkv_p + qoff;                                       // (T, hs), ld 3C
@@ -169,7 +142,7 @@ void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, Te
            C3, 0.f, dsb, T);
       // dS = P o (dP - rowsum(dP o P)) * scale; zero above the diagonal, so
       // the products below can use the whole [0, i1) block.
-#pragma omp parallel for if (par && m * T >= kParallelMin)
+#pragma omp parallel for if (m * T >= kParallelMin)
       for (int i = i0; i < i1; ++i) {
         float* dsr = ds + static_cast<int64_t>(i) * T;
         const float* pr = p + static_cast<int64_t>(i) * T;
@@ -188,7 +161,7 @@ void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, Te
       gemm(CblasTrans, CblasNoTrans, i1, hs, m, 1.f, pb, T, dy + static_cast<int64_t>(i0) * C,
            C, beta, dv, C3);
     }
-  });
+  }
 }
 
 }  // namespace gt::cpu

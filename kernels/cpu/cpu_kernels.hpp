@@ -38,11 +38,9 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
 void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                      TensorView inp, TensorView weight);
 
-// `threads` is the backend's thread count; attention uses it to choose between
-// parallelising over (batch, head) and letting BLAS thread each sgemm.
-void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head, int threads);
+void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head);
 void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                        TensorView att, int n_head, int threads);
+                        TensorView att, int n_head);
 
 void gelu_forward(TensorView out, TensorView inp);
 void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);
@@ -59,8 +57,7 @@ double sum_squares(TensorView t);
 void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
                   const Ops::AdamWParams& p);
 
-// Sets the BLAS library's thread count (no-op without OpenBLAS) and returns
-// the previous one (0 when unknown).
-int set_blas_threads(int n);
+// Sets the BLAS library's thread count (no-op without OpenBLAS).
+void set_blas_threads(int n);
 
 }  // namespace gt::cpu

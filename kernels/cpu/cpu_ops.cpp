@@ -51,14 +51,11 @@ void expect_same_shape(const TensorView& a, const TensorView& b, const char* wha
          b.shape_str(), " must have the same shape");
 }
 
-int set_blas_threads(int n) {
+void set_blas_threads(int n) {
 #if TRAINER_HAVE_OPENBLAS
-  int prev = openblas_get_num_threads();
-  if (prev != n) openblas_set_num_threads(n);
-  return prev;
+  openblas_set_num_threads(n);
 #else
   (void)n;
-  return 0;
 #endif
 }
 
@@ -68,7 +65,6 @@ namespace {
 
 class CpuOps final : public Ops {
  public:
-  explicit CpuOps(int threads) : threads_(threads) {}
 
   Device device() const override { return Device::cpu; }
 
@@ -101,11 +97,11 @@ class CpuOps final : public Ops {
   }
 
   void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) override {
-    cpu::attention_forward(out, att, qkv, n_head, threads_);
+    cpu::attention_forward(out, att, qkv, n_head);
   }
   void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
                           TensorView att, int n_head) override {
-    cpu::attention_backward(dqkv, scratch, dout, qkv, att, n_head, threads_);
+    cpu::attention_backward(dqkv, scratch, dout, qkv, att, n_head);
   }
 
   void gelu_forward(TensorView out, TensorView inp) override { cpu::gelu_forward(out, inp); }
@@ -129,9 +125,6 @@ class CpuOps final : public Ops {
                     const AdamWParams& p) override {
     cpu::adamw_update(param, grad, m, v, p);
   }
-
- private:
-  int threads_;
 };
 
 }  // namespace
@@ -142,7 +135,7 @@ std::unique_ptr<Ops> make_cpu_ops(int threads) {
   // sgemm from oversubscribing the cores between them.
   omp_set_num_threads(threads);
   cpu::set_blas_threads(threads);
-  return std::make_unique<CpuOps>(threads);
+  return std::make_unique<CpuOps>();
 }
 
 }  // namespace gt

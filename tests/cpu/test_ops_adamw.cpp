@@ -41,7 +41,9 @@ TEST(CpuAdamW, ThreeStepsMatchHandWorkedTorchAdamW) {
     ops->adamw_update(f32(param, {2}), f32(g, {2}), f32(m, {2}), f32(v, {2}), hparams(t));
     EXPECT_TRUE(all_close(param, want_p[t - 1], 1e-6f, 1e-6f)) << "step " << t;
     EXPECT_TRUE(all_close(m, want_m[t - 1], 1e-9f, 1e-5f)) << "step " << t;
-    EXPECT_TRUE(all_close(v, want_v[t - 1], 1e-12f, 1e-5f)) << "step " << t;
+    // AdamWParams carries beta2 as float: 1 - 0.999f is 1.3e-5 away from
+    // torch's double 1 - 0.999, which shows in v (it cancels in v_hat).
+    EXPECT_TRUE(all_close(v, want_v[t - 1], 1e-12f, 3e-5f)) << "step " << t;
   }
 }
 
@@ -54,12 +56,14 @@ TEST(CpuAdamW, ThreeStepsMatchDoubleReplayOnLargeSegment) {
     const Ops::AdamWParams p = hparams(t);
     std::vector<float> g = random_vector(n, 810 + t, -2.f, 2.f);
     ops->adamw_update(f32(param, {n}), f32(g, {n}), f32(m, {n}), f32(v, {n}), p);
-    const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.999, t);
+    // The betas as the interface hands them over (float), in double maths.
+    const double b1 = p.beta1, b2 = p.beta2;
+    const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
     for (int64_t i = 0; i < n; ++i) {
       const double gi = static_cast<double>(g[i]) * p.grad_scale;
       rp[i] *= 1 - static_cast<double>(p.lr) * p.weight_decay;
-      rm[i] = p.beta1 * rm[i] + (1 - static_cast<double>(p.beta1)) * gi;
-      rv[i] = p.beta2 * rv[i] + (1 - static_cast<double>(p.beta2)) * gi * gi;
+      rm[i] = b1 * rm[i] + (1 - b1) * gi;
+      rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
       rp[i] -= p.lr / bc1 * rm[i] / (std::sqrt(rv[i]) / std::sqrt(bc2) + p.eps);
     }
     EXPECT_TRUE(all_close(param, to_float(rp), 1e-6f, 1e-5f)) << "step " << t;
