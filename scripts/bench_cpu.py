@@ -4,7 +4,8 @@
 Runs our trainer for --steps steps (runtime.threads = --threads) and reads
 tokens_per_s from metrics.jsonl; then times the same step in torch
 (torch.set_num_threads(--threads)): forward + backward over the micro-batches,
-clip_grad_norm_, AdamW. Both report the median over the steps after the first
+clip_grad_norm_, AdamW. torch is made to load the same OpenBLAS build that our
+trainer links (see _same_blas_for_torch). Both report the median over the steps after the first
 --warmup. Prints tokens/s for both, the ratio ours/torch, and which BLAS each
 side uses. Measures only: it never asserts a speed.
 
@@ -34,7 +35,38 @@ def _pin_blas_threads():
         os.environ.setdefault(var, str(n.threads))
 
 
+def _same_blas_for_torch():
+    """Equal terms: torch must run on the same OpenBLAS build our trainer links.
+    Debian's torch loads libblas.so.3 through the alternatives system (the
+    pthread OpenBLAS by default), while our trainer links the OpenMP build, and
+    the two builds differ by up to 2x on 2 cores. The loader reads
+    LD_LIBRARY_PATH only at process start, so re-execute once with the
+    trainer's BLAS directory in front (--torch-blas system skips this)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
+    pre.add_argument("--torch-blas", default="same", choices=("same", "system"))
+    n, _ = pre.parse_known_args()
+    if n.torch_blas != "same" or os.environ.get("GT_BENCH_BLAS_DIR") is not None:
+        return
+    exe = os.path.join(os.path.abspath(n.build), "trainer")
+    blas_dir = ""
+    try:
+        out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=30).stdout
+        for line in out.splitlines():
+            parts = line.split("=>")
+            if "libopenblas" in parts[0] and len(parts) > 1 and parts[1].strip().startswith("/"):
+                blas_dir = os.path.dirname(parts[1].split()[0])
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    os.environ["GT_BENCH_BLAS_DIR"] = blas_dir  # set even when empty: never loop
+    if blas_dir and os.path.exists(os.path.join(blas_dir, "libblas.so.3")):
+        os.environ["LD_LIBRARY_PATH"] = blas_dir + (":" + os.environ["LD_LIBRARY_PATH"]
+                                                    if os.environ.get("LD_LIBRARY_PATH") else "")
+        os.execv(sys.executable, [sys.executable, os.path.abspath(sys.argv[0])] + sys.argv[1:])
+
+
 _pin_blas_threads()
+_same_blas_for_torch()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch as gt  # noqa: E402  (re-executes under /usr/bin/python3 if torch is missing)
 import prepare_data  # noqa: E402
@@ -92,6 +124,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--skip-ours", action="store_true", help="time torch only")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--torch-blas", default="same", choices=("same", "system"),
+                    help="same: torch loads the OpenBLAS build our trainer links (equal terms); "
+                         "system: whatever Debian's alternatives give it")
     args = ap.parse_args()
     gb = args.global_batch or args.micro_batch
     if gb % args.micro_batch:
@@ -177,6 +212,8 @@ def main():
     torch.ones(64, 64) @ torch.ones(64, 64)  # make sure the BLAS is loaded and used
     libs = loaded_blas_libs()
     print("  loaded: " + (", ".join(libs) if libs else "(no BLAS shared library mapped)"))
+    if args.torch_blas == "same" and not os.environ.get("GT_BENCH_BLAS_DIR"):
+        print("  WARNING: could not find our trainer's OpenBLAS directory; torch uses the system BLAS")
     if not any("libopenblas" in lib for lib in libs):
         print("  WARNING: libopenblas is not loaded in torch: its matmuls may use a slow "
               "reference BLAS, which flatters the ratio (apt-get install libopenblas0-pthread)")

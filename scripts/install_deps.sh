@@ -10,7 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
-  libopenblas-dev
+  libopenblas-dev libopenblas-openmp-dev
   python3
 )
 if [[ "${WITH_TORCH:-0}" == "1" ]]; then
