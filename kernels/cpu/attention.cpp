@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/fast_math.hpp"
 
 namespace gt::cpu {
 
@@ -59,11 +60,10 @@ void softmax_rows(float* a, int T, int i0, int i1) {
     float* row = a + static_cast<int64_t>(i) * T;
     float mx = row[0];
     for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+#pragma omp simd
+    for (int j = 0; j <= i; ++j) row[j] = fast_exp(row[j] - mx);
     float sum = 0.f;
-    for (int j = 0; j <= i; ++j) {
-      row[j] = std::exp(row[j] - mx);
-      sum += row[j];
-    }
+    for (int j = 0; j <= i; ++j) sum += row[j];
     const float inv = 1.f / sum;
     for (int j = 0; j <= i; ++j) row[j] *= inv;
     for (int j = i + 1; j < T; ++j) row[j] = 0.f;

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/fast_math.hpp"
 
 namespace gt::cpu {
 
@@ -43,16 +44,14 @@ void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView log
       float* dr = dx + r * V;
       // The exponentials are parked in dlogits (possibly logits itself); the
       // row's logits are not needed again after this loop.
-      for (int64_t j = 0; j < V; ++j) {
-        const float e = std::exp(xr[j] - mx);
-        dr[j] = e;
-        sum += e;
-      }
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) dr[j] = fast_exp(xr[j] - mx);
+      for (int64_t j = 0; j < V; ++j) sum += dr[j];
       const float k = static_cast<float>(static_cast<double>(grad_scale) / sum);
       for (int64_t j = 0; j < V; ++j) dr[j] *= k;
       dr[t] -= grad_scale;
     } else {
-      for (int64_t j = 0; j < V; ++j) sum += std::exp(xr[j] - mx);
+      for (int64_t j = 0; j < V; ++j) sum += fast_exp(xr[j] - mx);
     }
     loss[r] = static_cast<float>(std::log(sum) + static_cast<double>(mx) - x_t);
   }

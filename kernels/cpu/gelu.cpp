@@ -1,8 +1,10 @@
 // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on
 // any contiguous fp32 shape. Invariant: gelu_backward assigns dinp.
-#include <cmath>
-
+// Computed in the equivalent logistic form 0.5 x (1 + tanh u) = x s with
+// s = 1 / (1 + exp(-2u)): it needs one exp, and stays accurate in the left
+// tail where 1 + tanh u would cancel.
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/fast_math.hpp"
 
 namespace gt::cpu {
 
@@ -22,7 +24,7 @@ void gelu_forward(TensorView out, TensorView inp) {
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
     const float u = kSqrt2OverPi * (xi + kCubic * xi * xi * xi);
-    y[i] = 0.5f * xi * (1.f + std::tanh(u));
+    y[i] = xi / (1.f + fast_exp(-2.f * u));
   }
 }
 
@@ -40,10 +42,10 @@ void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
     const float u = kSqrt2OverPi * (xi + kCubic * xi * xi * xi);
-    const float th = std::tanh(u);
-    // d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx
+    const float e = fast_exp(-2.f * u), s = 1.f / (1.f + e);
+    // d/dx [x s] = s + x s (1 - s) 2 du/dx, with 1 - s = e s.
     const float du = kSqrt2OverPi * (1.f + 3.f * kCubic * xi * xi);
-    dx[i] = dy[i] * (0.5f * (1.f + th) + 0.5f * xi * (1.f - th * th) * du);
+    dx[i] = dy[i] * (s + 2.f * xi * e * s * s * du);
   }
 }
 
