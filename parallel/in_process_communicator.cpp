@@ -1,0 +1,44 @@
+#include "parallel/in_process_communicator.hpp"
+
+#include <cstring>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+namespace {
+void copy_floats(const float* in, float* out, int64_t n) {
+  if (n > 0 && in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+}
+}  // namespace
+
+CommHandle InProcessCommunicator::do_all_reduce_sum(float*, int64_t) { return CommHandle{}; }
+
+CommHandle InProcessCommunicator::do_reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  copy_floats(in, out, n);
+  return CommHandle{};
+}
+
+CommHandle InProcessCommunicator::do_all_gather(const float* in, float* out, int64_t n) {
+  copy_floats(in, out, n);
+  return CommHandle{};
+}
+
+CommHandle InProcessCommunicator::do_broadcast(float*, int64_t, int) { return CommHandle{}; }
+
+CommHandle InProcessCommunicator::do_send(const float*, int64_t n, int peer, int tag) {
+  fail("comm '", name_, "': send of ", n, " floats to peer ", peer, " (tag ", tag,
+       ") on an in-process communicator of size 1: the only peer is this rank itself, and a "
+       "send to self has no one to receive it; use an MPI communicator for point-to-point");
+}
+
+CommHandle InProcessCommunicator::do_recv(float*, int64_t n, int peer, int tag) {
+  fail("comm '", name_, "': recv of ", n, " floats from peer ", peer, " (tag ", tag,
+       ") on an in-process communicator of size 1: no other rank exists to send it; use an "
+       "MPI communicator for point-to-point");
+}
+
+double InProcessCommunicator::do_all_reduce_f64(double value, ReduceOp) { return value; }
+int64_t InProcessCommunicator::do_all_reduce_i64(int64_t value, ReduceOp) { return value; }
+
+}  // namespace gt

@@ -1,0 +1,142 @@
+#include "parallel/mesh.hpp"
+
+#include <iomanip>
+#include <sstream>
+
+#include "kernels/core/error.hpp"
+#include "parallel/in_process_communicator.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+namespace gt {
+
+const char* mesh_axis_name(MeshAxis axis) {
+  switch (axis) {
+    case MeshAxis::dp: return "dp";
+    case MeshAxis::fsdp: return "fsdp";
+    case MeshAxis::tp: return "tp";
+    case MeshAxis::data: return "data";
+  }
+  return "?";
+}
+
+MeshCoord mesh_coord_of(const ParallelDims& d, int rank) {
+  if (rank < 0 || rank >= d.world_size())
+    fail("mesh: rank ", rank, " is outside the mesh ", d.str());
+  MeshCoord c;
+  c.tp = rank % d.tp;
+  c.fsdp = (rank / d.tp) % d.fsdp;
+  c.dp = rank / (d.tp * d.fsdp);
+  return c;
+}
+
+int mesh_rank_of(const ParallelDims& d, const MeshCoord& c) {
+  if (c.dp < 0 || c.dp >= d.dp || c.fsdp < 0 || c.fsdp >= d.fsdp || c.tp < 0 || c.tp >= d.tp)
+    fail("mesh: coordinate (dp=", c.dp, ", fsdp=", c.fsdp, ", tp=", c.tp, ") is outside ",
+         d.str());
+  return (c.dp * d.fsdp + c.fsdp) * d.tp + c.tp;
+}
+
+int mesh_axis_index(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
+  switch (axis) {
+    case MeshAxis::dp: return c.dp;
+    case MeshAxis::fsdp: return c.fsdp;
+    case MeshAxis::tp: return c.tp;
+    case MeshAxis::data: return c.dp * d.fsdp + c.fsdp;
+  }
+  fail("mesh: unknown axis ", static_cast<int>(axis));
+}
+
+int mesh_axis_size(const ParallelDims& d, MeshAxis axis) {
+  switch (axis) {
+    case MeshAxis::dp: return d.dp;
+    case MeshAxis::fsdp: return d.fsdp;
+    case MeshAxis::tp: return d.tp;
+    case MeshAxis::data: return d.dp * d.fsdp;
+  }
+  fail("mesh: unknown axis ", static_cast<int>(axis));
+}
+
+namespace {
+// The group id along `axis`: the coordinates the axis does NOT vary, flattened.
+int axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
+  switch (axis) {
+    case MeshAxis::dp: return c.fsdp * d.tp + c.tp;
+    case MeshAxis::fsdp: return c.dp * d.tp + c.tp;
+    case MeshAxis::tp: return c.dp * d.fsdp + c.fsdp;
+    case MeshAxis::data: return c.tp;
+  }
+  fail("mesh: unknown axis ", static_cast<int>(axis));
+}
+constexpr MeshAxis kAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data};
+}  // namespace
+
+std::vector<int> mesh_axis_ranks(const ParallelDims& d, int rank, MeshAxis axis) {
+  const MeshCoord me = mesh_coord_of(d, rank);
+  std::vector<int> ranks(static_cast<size_t>(mesh_axis_size(d, axis)), -1);
+  for (int r = 0; r < d.world_size(); ++r) {
+    const MeshCoord c = mesh_coord_of(d, r);
+    if (axis_color(d, c, axis) == axis_color(d, me, axis))
+      ranks[static_cast<size_t>(mesh_axis_index(d, c, axis))] = r;
+  }
+  return ranks;
+}
+
+DeviceMesh::DeviceMesh(const ParallelDims& dims, int rank)
+    : dims_(dims), rank_(rank), coord_(mesh_coord_of(dims, rank)) {}
+
+DeviceMesh::DeviceMesh(const ParallelDims& dims, const MpiCommunicator& world)
+    : DeviceMesh(dims, [&] {
+        if (world.size() != dims.world_size())
+          fail("mesh: the layout ", dims.str(), " needs ", dims.world_size(),
+               " ranks but communicator '", world.name(), "' has ", world.size());
+        return world.rank();
+      }()) {
+  // Same order on every rank: each split is collective over world.
+  auto world_copy = world.split(0, world.rank(), "world");
+  for (MeshAxis a : kAxes)
+    axes_[static_cast<size_t>(a)] = world_copy->split(
+        axis_color(dims_, coord_, a), mesh_axis_index(dims_, coord_, a), mesh_axis_name(a));
+  world_ = std::move(world_copy);
+  for (MeshAxis a : kAxes) {
+    const Communicator& c = axis(a);
+    GT_CHECK(c.size() == mesh_axis_size(dims_, a) && c.rank() == mesh_axis_index(dims_, coord_, a),
+             "axis ", mesh_axis_name(a), " came out as rank ", c.rank(), " of ", c.size());
+  }
+}
+
+DeviceMesh DeviceMesh::in_process() {
+  DeviceMesh m(ParallelDims{1, 1, 1}, 0);
+  m.world_ = std::make_unique<InProcessCommunicator>("world");
+  for (MeshAxis a : kAxes)
+    m.axes_[static_cast<size_t>(a)] = std::make_unique<InProcessCommunicator>(mesh_axis_name(a));
+  return m;
+}
+
+// Axis communicators go before world (they were split from it; either order
+// is legal in MPI, this one mirrors construction).
+DeviceMesh::~DeviceMesh() {
+  for (auto& c : axes_) c.reset();
+  world_.reset();
+}
+
+Communicator& DeviceMesh::axis(MeshAxis a) const {
+  const auto i = static_cast<size_t>(a);
+  if (i >= axes_.size() || !axes_[i]) fail("mesh: no communicator for axis ", static_cast<int>(a));
+  return *axes_[i];
+}
+
+std::string DeviceMesh::describe() const {
+  std::ostringstream os;
+  os << "device mesh " << dims_.str() << ", rank = ((dp_i * " << dims_.fsdp
+     << ") + fsdp_i) * " << dims_.tp << " + tp_i\n";
+  os << "  rank |   dp fsdp   tp | data\n";
+  for (int r = 0; r < dims_.world_size(); ++r) {
+    const MeshCoord c = mesh_coord_of(dims_, r);
+    os << "  " << std::setw(4) << r << " | " << std::setw(4) << c.dp << ' ' << std::setw(4)
+       << c.fsdp << ' ' << std::setw(4) << c.tp << " | " << std::setw(4)
+       << mesh_axis_index(dims_, c, MeshAxis::data) << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace gt

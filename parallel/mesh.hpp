@@ -1,0 +1,85 @@
+// DeviceMesh: the ranks of a job laid out as dp x fsdp x tp, tp innermost so
+// that tensor-parallel peers are neighbouring ranks (the same host, NVLink):
+//
+//   rank = ((dp_i * fsdp) + fsdp_i) * tp + tp_i
+//
+// The mesh owns one Communicator per axis: "dp", "fsdp", "tp" (the ranks that
+// differ only in that coordinate, ordered by it) and "data" = dp x fsdp (the
+// ranks with the same tp_i, ordered by dp_i * fsdp + fsdp_i: the rank in
+// "data" is the index of this rank's data shard). It also keeps a private
+// "world" copy. With MPI each is an MPI_Comm_split of the world; for world
+// size 1 every axis is an InProcessCommunicator.
+//
+// The mesh says who talks to whom; what is sharded over which axis belongs to
+// the placements, not here.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.hpp"
+#include "parallel/parallel_dims.hpp"
+
+namespace gt {
+
+class MpiCommunicator;
+
+enum class MeshAxis { dp, fsdp, tp, data };
+const char* mesh_axis_name(MeshAxis axis);  // "dp", "fsdp", "tp", "data"
+
+struct MeshCoord {
+  int dp = 0;
+  int fsdp = 0;
+  int tp = 0;
+  bool operator==(const MeshCoord& o) const { return dp == o.dp && fsdp == o.fsdp && tp == o.tp; }
+};
+
+// Pure layout arithmetic, usable without any communicator.
+MeshCoord mesh_coord_of(const ParallelDims& dims, int rank);
+int mesh_rank_of(const ParallelDims& dims, const MeshCoord& c);
+// Index of `c` along `axis`: dp_i, fsdp_i, tp_i, or dp_i * fsdp + fsdp_i for data.
+int mesh_axis_index(const ParallelDims& dims, const MeshCoord& c, MeshAxis axis);
+int mesh_axis_size(const ParallelDims& dims, MeshAxis axis);
+// World ranks in `rank`'s group along `axis`, ordered by their index on it.
+std::vector<int> mesh_axis_ranks(const ParallelDims& dims, int rank, MeshAxis axis);
+
+class DeviceMesh {
+ public:
+  // Collective over `world`: every rank calls it with the same dims. world's
+  // size must equal dims.world_size(); its rank is this rank's mesh rank.
+  // The axis communicators inherit world's deadline and logger.
+  DeviceMesh(const ParallelDims& dims, const MpiCommunicator& world);
+  // World size 1: every axis (and world) is an in-process communicator.
+  static DeviceMesh in_process();
+
+  DeviceMesh(DeviceMesh&&) noexcept = default;
+  DeviceMesh& operator=(DeviceMesh&&) noexcept = default;
+  ~DeviceMesh();
+
+  const ParallelDims& dims() const { return dims_; }
+  int rank() const { return rank_; }
+  const MeshCoord& coord() const { return coord_; }
+
+  Communicator& axis(MeshAxis a) const;
+  Communicator& dp() const { return axis(MeshAxis::dp); }
+  Communicator& fsdp() const { return axis(MeshAxis::fsdp); }
+  Communicator& tp() const { return axis(MeshAxis::tp); }
+  Communicator& data() const { return axis(MeshAxis::data); }
+  Communicator& world() const { return *world_; }
+
+  // Multi-line table, one row per rank: rank -> (dp, fsdp, tp) and its data
+  // shard. For rank 0 to print at start-up.
+  std::string describe() const;
+
+ private:
+  DeviceMesh(const ParallelDims& dims, int rank);
+  ParallelDims dims_;
+  int rank_ = 0;
+  MeshCoord coord_;
+  std::unique_ptr<Communicator> world_;
+  std::array<std::unique_ptr<Communicator>, 4> axes_;  // indexed by MeshAxis
+};
+
+}  // namespace gt

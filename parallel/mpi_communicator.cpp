@@ -1,0 +1,236 @@
+#include "parallel/mpi_communicator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "kernels/core/error.hpp"
+#include "parallel/mpi_check.hpp"
+
+namespace gt {
+
+namespace {
+
+MPI_Op to_mpi(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  fail("unknown ReduceOp ", static_cast<int>(op));
+}
+
+// One MPI_Request in flight. Knows how to describe itself so a deadline error
+// says which op, how large, on which communicator.
+class MpiPendingOp final : public PendingOp {
+ public:
+  MpiPendingOp(MPI_Request req, std::string what, double default_deadline,
+               std::shared_ptr<spdlog::logger> log, std::shared_ptr<void> scratch)
+      : req_(req),
+        what_(std::move(what)),
+        default_deadline_(default_deadline),
+        log_(std::move(log)),
+        scratch_(std::move(scratch)) {}
+
+  ~MpiPendingOp() override {
+    // CommHandle completes (or deliberately abandons) us before this runs. An
+    // MPI_Request of a non-blocking collective may not be freed (MPI 3.0,
+    // 5.12), so an abandoned request is left to MPI_Abort / MPI_Finalize.
+  }
+
+  bool test() override {
+    int flag = 0;
+    try {
+      MPI_CHECK(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+    } catch (const Error& e) {
+      fail(what_, ": ", e.what());
+    }
+    if (flag) timed_out_ = false;
+    return flag != 0;
+  }
+
+  void wait(double deadline_s) override {
+    if (deadline_s <= 0.0) {
+      try {
+        MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
+      } catch (const Error& e) {
+        fail(what_, ": ", e.what());
+      }
+      timed_out_ = false;
+      return;
+    }
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    const auto limit = start + std::chrono::duration_cast<clock::duration>(
+                                   std::chrono::duration<double>(deadline_s));
+    // Short sleeps that grow to 1 ms: a collective that finishes in
+    // microseconds is not slowed much, a long wait does not spin a core.
+    auto nap = std::chrono::microseconds(10);
+    while (!test()) {
+      const auto now = clock::now();
+      if (now >= limit) {
+        timed_out_ = true;
+        const double waited = std::chrono::duration<double>(now - start).count();
+        fail(what_, " did not complete within its deadline of ", deadline_s, " s (waited ",
+             waited, " s); a peer rank has probably not started the same collective (hung or "
+             "failed). The operation is still pending: wait again or abort the job");
+      }
+      std::this_thread::sleep_for(std::min<clock::duration>(nap, limit - now));
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
+  }
+
+  double default_deadline() const override { return default_deadline_; }
+  bool timed_out() const override { return timed_out_; }
+  std::string describe() const override { return what_; }
+  void log_warning(const std::string& msg) const override { log_->warn("{}", msg); }
+
+ private:
+  MPI_Request req_;
+  std::string what_;
+  double default_deadline_;
+  bool timed_out_ = false;
+  std::shared_ptr<spdlog::logger> log_;
+  // Buffers the op itself owns (the blocking scalar reductions): an abandoned
+  // op is leaked by CommHandle, so MPI can still write here after a deadline.
+  std::shared_ptr<void> scratch_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, double deadline_s,
+                                 std::shared_ptr<spdlog::logger> log)
+    : name_(std::move(name)), log_(log ? std::move(log) : spdlog::default_logger()) {
+  if (comm == MPI_COMM_NULL) fail("MpiCommunicator '", name_, "': given MPI_COMM_NULL");
+  if (comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF)
+    fail("MpiCommunicator '", name_, "': cannot own a predefined communicator (it would be "
+         "freed); use MpiCommunicator::dup(MPI_COMM_WORLD, ...)");
+  comm_ = comm;  // owned from here; a throwing constructor runs no destructor, so the
+                 // catch below frees it by hand.
+  try {
+    set_errors_return(comm_);
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    set_deadline(deadline_s);
+  } catch (...) {
+    MPI_Comm_free(&comm_);
+    throw;
+  }
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (comm_ == MPI_COMM_NULL || finalised) return;
+  const int rc = MPI_Comm_free(&comm_);
+  if (rc != MPI_SUCCESS)
+    log_->error("MPI_Comm_free of communicator '{}' failed: {}", name_,
+                detail::mpi_error_string(rc));
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::dup(MPI_Comm comm, std::string name,
+                                                      double deadline_s,
+                                                      std::shared_ptr<spdlog::logger> log) {
+  MPI_Comm copy = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(comm, &copy));
+  return std::make_unique<MpiCommunicator>(copy, std::move(name), deadline_s, std::move(log));
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key,
+                                                        std::string name) const {
+  if (color < 0) fail("MpiCommunicator '", name_, "'.split: color must be >= 0, got ", color);
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+  return std::make_unique<MpiCommunicator>(sub, std::move(name), deadline_s_, log_);
+}
+
+void MpiCommunicator::set_deadline(double seconds) {
+  if (!(seconds >= 0.0))
+    fail("MpiCommunicator '", name_, "': deadline must be >= 0 seconds (0 = none), got ",
+         seconds);
+  deadline_s_ = seconds;
+}
+
+CommHandle MpiCommunicator::make_handle(MPI_Request req, const char* op, int64_t n,
+                                        const char* unit, std::shared_ptr<void> scratch) const {
+  std::string what = detail::concat(op, " of ", n, " ", unit, " on communicator '", name_,
+                                    "' (rank ", rank_, " of ", size_, ", ", detail::mpi_where(),
+                                    ")");
+  return CommHandle(std::make_unique<MpiPendingOp>(req, std::move(what), deadline_s_, log_,
+                                                    std::move(scratch)));
+}
+
+CommHandle MpiCommunicator::do_all_reduce_sum(float* buf, int64_t n) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
+                           &req));
+  return make_handle(req, "all_reduce_sum", n, "floats");
+}
+
+CommHandle MpiCommunicator::do_reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Ireduce_scatter_block(in, out, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
+                                      &req));
+  return make_handle(req, "reduce_scatter_sum", n, "floats per rank");
+}
+
+CommHandle MpiCommunicator::do_all_gather(const float* in, float* out, int64_t n) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n),
+                           MPI_FLOAT, comm_, &req));
+  return make_handle(req, "all_gather", n, "floats per rank");
+}
+
+CommHandle MpiCommunicator::do_broadcast(float* buf, int64_t n, int root) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibcast(buf, static_cast<int>(n), MPI_FLOAT, root, comm_, &req));
+  return make_handle(req, "broadcast", n, "floats");
+}
+
+CommHandle MpiCommunicator::do_send(const float* buf, int64_t n, int peer, int tag) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Isend(buf, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &req));
+  return make_handle(req, detail::concat("send to ", peer, " (tag ", tag, ")").c_str(), n,
+                     "floats");
+}
+
+CommHandle MpiCommunicator::do_recv(float* buf, int64_t n, int peer, int tag) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Irecv(buf, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &req));
+  return make_handle(req, detail::concat("recv from ", peer, " (tag ", tag, ")").c_str(), n,
+                     "floats");
+}
+
+// The blocking scalar reductions reduce into a buffer shared with the pending
+// op (not a plain local): if the wait passes its deadline, the abandoned op
+// keeps it alive for MPI to write into later.
+double MpiCommunicator::do_all_reduce_f64(double value, ReduceOp op) {
+  auto slot = std::make_shared<double>(value);
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, slot.get(), 1, MPI_DOUBLE, to_mpi(op), comm_, &req));
+  CommHandle h = make_handle(req, detail::concat("all_reduce_f64(", reduce_op_name(op), ")").c_str(),
+                             1, "double", slot);
+  h.wait();
+  return *slot;
+}
+
+int64_t MpiCommunicator::do_all_reduce_i64(int64_t value, ReduceOp op) {
+  auto slot = std::make_shared<int64_t>(value);
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, slot.get(), 1, MPI_INT64_T, to_mpi(op), comm_, &req));
+  CommHandle h = make_handle(req, detail::concat("all_reduce_i64(", reduce_op_name(op), ")").c_str(),
+                             1, "int64", slot);
+  h.wait();
+  return *slot;
+}
+
+void MpiCommunicator::do_barrier() {
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(comm_, &req));
+  CommHandle h = make_handle(req, "barrier", 0, "elements");
+  h.wait();
+}
+
+}  // namespace gt

@@ -1,0 +1,197 @@
+// DeviceMesh over MPI: for every layout that fits the running world size
+// (at 4 ranks: 4x1x1, 1x4x1, 1x1x4, 2x2x1, 2x1x2, 1x2x2), the coordinates,
+// each axis communicator's membership and order, and every collective on
+// every axis in closed form: world rank g fills x[i] = g + i*0.5, so each
+// expected value follows from the group's world ranks (mesh_axis_ranks).
+#include <numeric>
+
+#include "mpi_test_util.hpp"
+#include "parallel/mesh.hpp"
+
+namespace gt::test {
+namespace {
+
+constexpr MeshAxis kAllAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data};
+
+TEST(MeshLayout, RankFormulaTpInnermost) {
+  const ParallelDims d{2, 3, 4};
+  for (int r = 0; r < d.world_size(); ++r) {
+    const MeshCoord c = mesh_coord_of(d, r);
+    EXPECT_EQ((c.dp * 3 + c.fsdp) * 4 + c.tp, r);
+    EXPECT_EQ(mesh_rank_of(d, c), r);
+  }
+  EXPECT_EQ(mesh_coord_of(d, 5), (MeshCoord{0, 1, 1}));
+  EXPECT_EQ(mesh_coord_of(d, 23), (MeshCoord{1, 2, 3}));
+  EXPECT_NE(error_message([&] { mesh_coord_of(d, 24); }).find("outside the mesh"),
+            std::string::npos);
+  EXPECT_NE(error_message([&] { mesh_rank_of(d, MeshCoord{2, 0, 0}); }).find("outside"),
+            std::string::npos);
+}
+
+TEST(MeshLayout, AxisGroupsForDp2Tp2) {
+  const ParallelDims d{2, 1, 2};
+  // rank: 0=(0,0,0) 1=(0,0,1) 2=(1,0,0) 3=(1,0,1)
+  EXPECT_EQ(mesh_axis_ranks(d, 0, MeshAxis::tp), (std::vector<int>{0, 1}));
+  EXPECT_EQ(mesh_axis_ranks(d, 3, MeshAxis::tp), (std::vector<int>{2, 3}));
+  EXPECT_EQ(mesh_axis_ranks(d, 1, MeshAxis::dp), (std::vector<int>{1, 3}));
+  EXPECT_EQ(mesh_axis_ranks(d, 2, MeshAxis::dp), (std::vector<int>{0, 2}));
+  EXPECT_EQ(mesh_axis_ranks(d, 2, MeshAxis::fsdp), (std::vector<int>{2}));
+  EXPECT_EQ(mesh_axis_ranks(d, 3, MeshAxis::data), (std::vector<int>{1, 3}));
+}
+
+TEST(MeshLayout, AxisGroupsForFsdp2Tp2AndDataAxis) {
+  const ParallelDims d{2, 2, 2};  // 8 ranks: data = dp x fsdp
+  EXPECT_EQ(mesh_axis_ranks(d, 0, MeshAxis::fsdp), (std::vector<int>{0, 2}));
+  EXPECT_EQ(mesh_axis_ranks(d, 5, MeshAxis::fsdp), (std::vector<int>{5, 7}));
+  EXPECT_EQ(mesh_axis_ranks(d, 5, MeshAxis::dp), (std::vector<int>{1, 5}));
+  EXPECT_EQ(mesh_axis_ranks(d, 5, MeshAxis::data), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(mesh_axis_ranks(d, 6, MeshAxis::data), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(mesh_axis_index(d, mesh_coord_of(d, 6), MeshAxis::data), 3);
+}
+
+TEST(Mesh, RejectsAWorldOfTheWrongSize) {
+  auto w = test_world();
+  const ParallelDims d{w->size() + 1, 1, 1};
+  const std::string msg = error_message([&] { DeviceMesh m(d, *w); });
+  EXPECT_NE(msg.find("needs " + std::to_string(w->size() + 1) + " ranks"), std::string::npos)
+      << msg;
+}
+
+TEST(Mesh, DescribeTable) {
+  const int p = test_world()->size();
+  if (p != 4) GTEST_SKIP() << "the table checked here is the 4-rank dp=2 x tp=2 one";
+  auto w = test_world();
+  DeviceMesh m(ParallelDims{2, 1, 2}, *w);
+  const std::string t = m.describe();
+  EXPECT_NE(t.find("dp=2 x fsdp=1 x tp=2 (4 ranks)"), std::string::npos) << t;
+  EXPECT_NE(t.find("  rank |   dp fsdp   tp | data\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("     0 |    0    0    0 |    0\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("     1 |    0    0    1 |    0\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("     2 |    1    0    0 |    1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("     3 |    1    0    1 |    1\n"), std::string::npos) << t;
+  if (w->rank() == 0) std::printf("%s", t.c_str());
+}
+
+// Coordinates and membership: gathering world ranks over each axis must give
+// exactly mesh_axis_ranks, in that order.
+TEST(Mesh, CoordinatesAndAxisMembership) {
+  auto w = test_world();
+  for (const ParallelDims& d : layouts_for(w->size())) {
+    SCOPED_TRACE(d.str());
+    DeviceMesh m(d, *w);
+    EXPECT_EQ(m.rank(), w->rank());
+    EXPECT_EQ(m.coord(), mesh_coord_of(d, w->rank()));
+    EXPECT_EQ(m.world().size(), w->size());
+    EXPECT_EQ(m.world().rank(), w->rank());
+    for (MeshAxis a : kAllAxes) {
+      SCOPED_TRACE(mesh_axis_name(a));
+      Communicator& c = m.axis(a);
+      EXPECT_EQ(c.name(), mesh_axis_name(a));
+      EXPECT_EQ(c.size(), mesh_axis_size(d, a));
+      EXPECT_EQ(c.rank(), mesh_axis_index(d, m.coord(), a));
+      float me = static_cast<float>(w->rank());
+      std::vector<float> got(static_cast<size_t>(c.size()));
+      c.all_gather(&me, got.data(), 1).wait();
+      const auto want = mesh_axis_ranks(d, w->rank(), a);
+      for (size_t s = 0; s < want.size(); ++s) EXPECT_EQ(got[s], static_cast<float>(want[s]));
+    }
+  }
+}
+
+// Every collective on every axis of every layout, with bytes against the
+// formulas (p = the axis size).
+TEST(Mesh, EveryCollectiveOnEveryAxis) {
+  auto w = test_world();
+  const int g = w->rank();
+  for (const ParallelDims& d : layouts_for(w->size())) {
+    DeviceMesh m(d, *w);
+    for (MeshAxis a : kAllAxes) {
+      Communicator& c = m.axis(a);
+      const std::vector<int> members = mesh_axis_ranks(d, g, a);
+      const int p = c.size(), me = c.rank();
+      const float member_sum = static_cast<float>(std::accumulate(members.begin(), members.end(), 0));
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}}) {
+        SCOPED_TRACE(d.str() + " axis " + mesh_axis_name(a) + " n=" + std::to_string(n));
+        c.reset_bytes();
+        double want_bytes = 0.0;
+        const double b = 4.0 * n;
+
+        auto x = filled(g, n);
+        c.all_reduce_sum(x.data(), n).wait();
+        std::vector<float> want(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = member_sum + 0.5f * p * i;
+        EXPECT_TRUE(exactly(x, want)) << "all_reduce_sum";
+        want_bytes += 2.0 * (p - 1) / p * b;
+
+        auto in = filled(g, n * p);
+        std::vector<float> out(static_cast<size_t>(n));
+        c.reduce_scatter_sum(in.data(), out.data(), n).wait();
+        for (int64_t i = 0; i < n; ++i)
+          want[static_cast<size_t>(i)] = member_sum + 0.5f * p * static_cast<float>(me * n + i);
+        EXPECT_TRUE(exactly(out, want)) << "reduce_scatter_sum";
+        want_bytes += static_cast<double>(p - 1) / p * (b * p);
+
+        auto mine = filled(g, n);
+        std::vector<float> gathered(static_cast<size_t>(n * p));
+        c.all_gather(mine.data(), gathered.data(), n).wait();
+        std::vector<float> want_g;
+        for (int s : members) {
+          auto blk = filled(s, n);
+          want_g.insert(want_g.end(), blk.begin(), blk.end());
+        }
+        EXPECT_TRUE(exactly(gathered, want_g)) << "all_gather";
+        want_bytes += static_cast<double>(p - 1) / p * (b * p);
+
+        const int root = p - 1;
+        auto bc = filled(g, n);
+        c.broadcast(bc.data(), n, root).wait();
+        EXPECT_TRUE(exactly(bc, filled(members[static_cast<size_t>(root)], n))) << "broadcast";
+        want_bytes += (me == root && p > 1) ? b : 0.0;
+
+        if (p > 1) {  // in-axis ring: to me+1, from me-1
+          std::vector<float> got(static_cast<size_t>(n), -1.f);
+          auto sent = filled(g, n);
+          CommHandle rh = c.recv(got.data(), n, (me + p - 1) % p);
+          CommHandle sh = c.send(sent.data(), n, (me + 1) % p);
+          sh.wait();
+          rh.wait();
+          EXPECT_TRUE(exactly(got, filled(members[static_cast<size_t>((me + p - 1) % p)], n)))
+              << "send/recv";
+          want_bytes += b;
+        }
+
+        EXPECT_EQ(c.all_reduce_i64(g, ReduceOp::sum),
+                  std::accumulate(members.begin(), members.end(), int64_t{0}));
+        want_bytes += 2.0 * (p - 1) / p * 8.0;
+        EXPECT_DOUBLE_EQ(c.bytes_sent(), want_bytes);
+      }
+    }
+  }
+}
+
+// Collectives on different axes in flight at once (a TP all-reduce while the
+// data axis gathers), waited in reverse order.
+TEST(Mesh, OverlapAcrossAxes) {
+  auto w = test_world();
+  const int g = w->rank();
+  for (const ParallelDims& d : layouts_for(w->size())) {
+    SCOPED_TRACE(d.str());
+    DeviceMesh m(d, *w);
+    const auto tp_members = mesh_axis_ranks(d, g, MeshAxis::tp);
+    const auto data_members = mesh_axis_ranks(d, g, MeshAxis::data);
+    auto x = filled(g, 33);
+    auto mine = filled(g, 7);
+    std::vector<float> gathered(static_cast<size_t>(7 * m.data().size()));
+    CommHandle h_tp = m.tp().all_reduce_sum(x.data(), 33);
+    CommHandle h_data = m.data().all_gather(mine.data(), gathered.data(), 7);
+    h_data.wait();
+    h_tp.wait();
+    const float s = static_cast<float>(std::accumulate(tp_members.begin(), tp_members.end(), 0));
+    EXPECT_EQ(x[32], s + 0.5f * m.tp().size() * 32);
+    for (size_t k = 0; k < data_members.size(); ++k)
+      EXPECT_EQ(gathered[k * 7 + 6], fill_value(data_members[k], 6));
+  }
+}
+
+}  // namespace
+}  // namespace gt::test
