@@ -31,6 +31,24 @@ class Ops {
   virtual void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
                                   TensorView tokens) = 0;
 
+  // The two halves of embedding_forward/backward, for the vocab-parallel
+  // embedding of tensor parallelism (the token part is summed over the tp
+  // ranks before the position part is added to the sequence shard).
+  // out (N,C) = wte[tokens[i] - vocab_start] when that row is in this shard
+  // [vocab_start, vocab_start + V_shard), else 0. tokens (N) int32, wte (V_shard,C).
+  virtual void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                       int64_t vocab_start) = 0;
+  // dwte (V_shard,C) += scatter of dout (N,C) rows whose token is in this shard.
+  virtual void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                        int64_t vocab_start) = 0;
+  // out (N,C) += wpe[(first_row + i) % T] for row i: rows of a (B,T) batch
+  // flattened, starting at global row first_row.
+  virtual void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                          int T) = 0;
+  // dwpe (maxT,C) += dout rows at their positions (first_row + i) % T.
+  virtual void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                           int T) = 0;
+
   // Row-wise LayerNorm, eps 1e-5 (PyTorch default), biased variance.
   // out (R,C), mean (R), rstd (R) saved for backward; inp (R,C); weight, bias (C).
   virtual void layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
@@ -49,16 +67,25 @@ class Ops {
   virtual void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                TensorView dout, TensorView inp, TensorView weight) = 0;
 
+  // out (R,C) += bias (C) on every row.
+  virtual void add_bias(TensorView out, TensorView bias) = 0;
+
   // Causal multi-head self-attention with 1/sqrt(head_dim) scaling.
   // qkv (B,T,3C) laid out [q | k | v] along the last dim, head h using columns
   // [h*hs, (h+1)*hs) of each part (the HF GPT-2 c_attn split).
-  // out (B,T,C) with heads concatenated; att (B,NH,T,T) holds the softmax
-  // probabilities (entries above the diagonal are written as 0) for backward.
-  virtual void attention_forward(TensorView out, TensorView att, TensorView qkv,
+  // out (B,T,C) with heads concatenated. `saved` (1-D, attention_saved_elems
+  // floats) is whatever the backend keeps for backward: the CPU backend the
+  // (B,NH,T,T) softmax probabilities, a flash-style GPU kernel the (B,NH,T)
+  // log-sum-exp, so the model never assumes the T x T matrix exists.
+  virtual int64_t attention_saved_elems(int B, int n_head, int T) const = 0;
+  virtual void attention_forward(TensorView out, TensorView saved, TensorView qkv,
                                  int n_head) = 0;
-  // dqkv (B,T,3C) assigned. scratch (B,NH,T,T) is workspace the backend may clobber.
+  // dqkv (B,T,3C) assigned. out and saved are the forward's. scratch (1-D,
+  // attention_scratch_elems floats) is workspace the backend may clobber.
+  virtual int64_t attention_scratch_elems(int B, int n_head, int T) const = 0;
   virtual void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
-                                  TensorView qkv, TensorView att, int n_head) = 0;
+                                  TensorView qkv, TensorView out, TensorView saved,
+                                  int n_head) = 0;
 
   // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on any shape.
   virtual void gelu_forward(TensorView out, TensorView inp) = 0;
@@ -81,6 +108,26 @@ class Ops {
   // accumulation into grad_scale.
   virtual void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                                      TensorView targets, float grad_scale) = 0;
+
+  // Vocab-parallel softmax cross-entropy (tensor parallelism): each rank holds
+  // logits (R,V_shard) for vocabulary rows [vocab_start, vocab_start+V_shard)
+  // and the full logits never exist on one rank. The caller combines the
+  // per-shard statistics across the tp ranks between the three calls:
+  //   1. row_max (R) = max over this shard            -> all-reduce max
+  //   2. sumexp (R) = sum exp(logits - row_max), target_logit (R) = the
+  //      target's logit if it is in this shard else 0  -> all-reduce sum
+  //   3. losses (R) = log(sumexp) + row_max - target_logit; when dlogits is
+  //      not empty() it is written (it may alias logits) with
+  //      (exp(logits - row_max) / sumexp - onehot) * grad_scale.
+  virtual void cross_entropy_shard_max(TensorView row_max, TensorView logits) = 0;
+  virtual void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit,
+                                        TensorView logits, TensorView targets,
+                                        TensorView row_max, int64_t vocab_start) = 0;
+  virtual void cross_entropy_shard_finish(TensorView losses, TensorView dlogits,
+                                          TensorView logits, TensorView targets,
+                                          TensorView row_max, TensorView sumexp,
+                                          TensorView target_logit, int64_t vocab_start,
+                                          float grad_scale) = 0;
 
   // Sum of squares of all elements, accumulated in double (for the global norm).
   virtual double sum_squares(TensorView t) = 0;

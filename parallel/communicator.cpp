@@ -104,7 +104,14 @@ void Communicator::check_peer(const char* op, int peer) const {
 
 CommHandle Communicator::all_reduce_sum(float* buf, int64_t n) {
   check_count("all_reduce_sum", buf, n);
-  CommHandle h = do_all_reduce_sum(buf, n);
+  CommHandle h = do_all_reduce(buf, n, ReduceOp::sum);
+  bytes_sent_ += ring_volume::all_reduce(size(), 4.0 * n);
+  return h;
+}
+
+CommHandle Communicator::all_reduce_max(float* buf, int64_t n) {
+  check_count("all_reduce_max", buf, n);
+  CommHandle h = do_all_reduce(buf, n, ReduceOp::max);
   bytes_sent_ += ring_volume::all_reduce(size(), 4.0 * n);
   return h;
 }

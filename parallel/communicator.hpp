@@ -102,6 +102,9 @@ class Communicator {
   // itself summed), the pair Megatron writes as copy-to-region (fwd identity,
   // bwd all-reduce) / reduce-from-region (fwd all-reduce, bwd identity).
   CommHandle all_reduce_sum(float* buf, int64_t n);
+  // In place: buf (n) becomes the element-wise maximum over all ranks (the
+  // row maxima of a vocab-parallel softmax). Not differentiated: no dual.
+  CommHandle all_reduce_max(float* buf, int64_t n);
 
   // in (n * size, rank r's block at [r*n, (r+1)*n)) summed over ranks; this
   // rank keeps block rank() in out (n).
@@ -109,6 +112,7 @@ class Communicator {
   CommHandle reduce_scatter_sum(const float* in, float* out, int64_t n);
 
   // in (n) from every rank, concatenated in rank order into out (n * size).
+  // in may be out's own block (out + rank() * n): gathered in place.
   // Backward dual: reduce-scatter (sum), as in Megatron's gather-from-sequence-
   // parallel-region.
   CommHandle all_gather(const float* in, float* out, int64_t n);
@@ -135,7 +139,7 @@ class Communicator {
   void reset_bytes() { bytes_sent_ = 0.0; }
 
  protected:
-  virtual CommHandle do_all_reduce_sum(float* buf, int64_t n) = 0;
+  virtual CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) = 0;
   virtual CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;
   virtual CommHandle do_all_gather(const float* in, float* out, int64_t n) = 0;
   virtual CommHandle do_broadcast(float* buf, int64_t n, int root) = 0;

@@ -20,7 +20,7 @@ class InProcessCommunicator final : public Communicator {
   const std::string& name() const override { return name_; }
 
  protected:
-  CommHandle do_all_reduce_sum(float* buf, int64_t n) override;
+  CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) override;
   CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) override;
   CommHandle do_all_gather(const float* in, float* out, int64_t n) override;
   CommHandle do_broadcast(float* buf, int64_t n, int root) override;

@@ -162,11 +162,11 @@ CommHandle MpiCommunicator::make_handle(MPI_Request req, const char* op, int64_t
                                                     std::move(scratch)));
 }
 
-CommHandle MpiCommunicator::do_all_reduce_sum(float* buf, int64_t n) {
+CommHandle MpiCommunicator::do_all_reduce(float* buf, int64_t n, ReduceOp op) {
   MPI_Request req;
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), MPI_FLOAT, to_mpi(op), comm_,
                            &req));
-  return make_handle(req, "all_reduce_sum", n, "floats");
+  return make_handle(req, op == ReduceOp::sum ? "all_reduce_sum" : "all_reduce_max", n, "floats");
 }
 
 CommHandle MpiCommunicator::do_reduce_scatter_sum(const float* in, float* out, int64_t n) {
@@ -178,7 +178,9 @@ CommHandle MpiCommunicator::do_reduce_scatter_sum(const float* in, float* out, i
 
 CommHandle MpiCommunicator::do_all_gather(const float* in, float* out, int64_t n) {
   MPI_Request req;
-  MPI_CHECK(MPI_Iallgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n),
+  // MPI forbids aliased buffers; a block already in place is MPI_IN_PLACE.
+  const void* send = in == out + static_cast<int64_t>(rank_) * n ? MPI_IN_PLACE : in;
+  MPI_CHECK(MPI_Iallgather(send, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n),
                            MPI_FLOAT, comm_, &req));
   return make_handle(req, "all_gather", n, "floats per rank");
 }

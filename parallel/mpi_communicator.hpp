@@ -49,7 +49,7 @@ class MpiCommunicator final : public Communicator {
   void set_deadline(double seconds);
 
  protected:
-  CommHandle do_all_reduce_sum(float* buf, int64_t n) override;
+  CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) override;
   CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) override;
   CommHandle do_all_gather(const float* in, float* out, int64_t n) override;
   CommHandle do_broadcast(float* buf, int64_t n, int root) override;

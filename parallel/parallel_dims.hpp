@@ -17,9 +17,9 @@ struct ParallelDims {
   std::string str() const;  // "dp=2 x fsdp=1 x tp=2 (4 ranks)"
 
   // Throws gt::Error unless dp*fsdp*tp == world_size, every degree >= 1 and
-  // tp divides n_head and n_embd.
+  // tp divides n_head, n_embd and vocab_size.
   static ParallelDims validated(int dp, int fsdp, int tp, int world_size, int n_head,
-                                int n_embd);
+                                int n_embd, int vocab_size);
 };
 
 }  // namespace gt

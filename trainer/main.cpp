@@ -16,11 +16,15 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "parallel/collective_error.hpp"
+#include "parallel/mpi_communicator.hpp"
+#include "parallel/mpi_session.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/sample/sampler.hpp"
+#include "trainer/train/run_environment.hpp"
 #include "trainer/train/trainer.hpp"
 
 namespace {
@@ -106,14 +110,57 @@ std::vector<gt::NamedTensor> param_tensors(gt::GPT& model) {
   return out;
 }
 
-int cmd_train(const Args& a) {
-  if (!a.has("config")) throw UsageError("train needs --config FILE");
-  gt::Config cfg = gt::load_config(a.flag("config"), a.overrides);
+void print_resolved(const gt::Config& cfg) {
   std::cout << "# resolved config (" << cfg.source << ")\n" << gt::to_yaml(cfg) << std::flush;
+}
+
+// One process: no MPI at all (no launcher, nothing to initialise).
+int train_single(const Args& a) {
+  gt::Config cfg = gt::load_config(a.flag("config"), a.overrides);
+  print_resolved(cfg);
   gt::TrainSummary s = gt::run_training(cfg);
   spdlog::info("done: {} steps, final train loss {:.4f}, logs in {}", s.steps_run, s.final_loss,
                s.log_dir);
   return 0;
+}
+
+// Every rank of an MPI job. Errors every rank shares (a bad config, a failed
+// start-up) are printed once and every rank exits 1; an error on one rank
+// during training aborts the whole job (MPI_Abort) with that rank's message,
+// so no rank is left waiting in a collective.
+int train_mpi(const Args& a) {
+  gt::MpiSession mpi(nullptr, nullptr);
+  auto world = gt::MpiCommunicator::dup(MPI_COMM_WORLD, "world");
+  const int rank = world->rank();
+  if (rank != 0) spdlog::set_level(spdlog::level::warn);
+  spdlog::set_pattern("[%H:%M:%S] [rank " + std::to_string(rank) + "] %^%l%$ %v");
+  try {
+    gt::Config cfg;
+    std::exception_ptr config_error;
+    try {
+      cfg = gt::load_config(a.flag("config"), a.overrides);
+    } catch (const std::exception&) {
+      config_error = std::current_exception();
+    }
+    gt::agree_on_setup(*world, config_error);
+    world->set_deadline(cfg.runtime.collective_timeout_s);
+    if (rank == 0) print_resolved(cfg);
+    gt::TrainSummary s = gt::run_training(cfg, world.get());
+    spdlog::info("done: {} steps, final train loss {:.4f}, logs in {}", s.steps_run, s.final_loss,
+                 s.log_dir);
+    return 0;
+  } catch (const gt::CollectiveError& e) {
+    if (e.report()) std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    gt::abort_job(1, e.what());
+  }
+}
+
+int cmd_train(const Args& a) {
+  if (!a.has("config")) throw UsageError("train needs --config FILE");
+  const gt::RunEnvironment env = gt::detect_run_environment();
+  return env.world_size > 1 ? train_mpi(a) : train_single(a);
 }
 
 int cmd_sample(const Args& a) {
@@ -171,7 +218,8 @@ int main(int argc, char** argv) {
     if (a.command == "export") return cmd_export(a);
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: %s\n%s", e.what(), kUsage);
+    // Under mpirun every rank sees the same command line: one message is enough.
+    if (gt::detect_run_environment().rank == 0) std::fprintf(stderr, "error: %s\n%s", e.what(), kUsage);
     return 2;
   } catch (const gt::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

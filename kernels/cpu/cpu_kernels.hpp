@@ -29,6 +29,13 @@ void expect_same_shape(const TensorView& a, const TensorView& b, const char* wha
 void embedding_forward(TensorView out, TensorView tokens, TensorView wte, TensorView wpe);
 void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout, TensorView tokens);
 
+void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                             int64_t vocab_start);
+void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                              int64_t vocab_start);
+void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row, int T);
+void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row, int T);
+
 void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
                        TensorView weight, TensorView bias);
 void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
@@ -38,6 +45,7 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
 void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                      TensorView inp, TensorView weight);
 
+// att and scratch: (B,NH,T,T) views (CpuOps reshapes the flat buffers).
 void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head);
 void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
                         TensorView att, int n_head);
@@ -46,12 +54,20 @@ void gelu_forward(TensorView out, TensorView inp);
 void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);
 
 void add(TensorView out, TensorView a, TensorView b);
+void add_bias(TensorView out, TensorView bias);
 void accumulate(TensorView acc, TensorView x);
 void zero(TensorView t);
 void copy(TensorView dst, TensorView src);
 
 void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                            TensorView targets, float grad_scale);
+
+void cross_entropy_shard_max(TensorView row_max, TensorView logits);
+void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
+                              TensorView targets, TensorView row_max, int64_t vocab_start);
+void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                TensorView targets, TensorView row_max, TensorView sumexp,
+                                TensorView target_logit, int64_t vocab_start, float grad_scale);
 
 double sum_squares(TensorView t);
 void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,

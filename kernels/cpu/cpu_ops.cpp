@@ -63,6 +63,18 @@ void set_blas_threads(int n) {
 
 namespace {
 
+// A flat attention buffer seen as the (B,NH,T,T) probabilities, after
+// checking it holds exactly that many floats.
+TensorView probabilities_view(TensorView flat, const TensorView& qkv, int n_head,
+                              const char* what) {
+  GT_CHECK(qkv.ndim == 3, what, ": qkv must be (B, T, 3C), got ", qkv.shape_str());
+  const int64_t B = qkv.shape[0], T = qkv.shape[1];
+  GT_CHECK(flat.contiguous() && flat.numel() == B * n_head * T * T, what, " holds ",
+           flat.numel(), " floats, expected B*NH*T*T = ", B * n_head * T * T);
+  TensorView v = make_view(flat.data, flat.dtype, flat.device, {B, n_head, T, T});
+  return v;
+}
+
 class CpuOps final : public Ops {
  public:
 
@@ -75,6 +87,23 @@ class CpuOps final : public Ops {
   void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
                           TensorView tokens) override {
     cpu::embedding_backward(dwte, dwpe, dout, tokens);
+  }
+
+  void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                               int64_t vocab_start) override {
+    cpu::token_embedding_forward(out, tokens, wte, vocab_start);
+  }
+  void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                int64_t vocab_start) override {
+    cpu::token_embedding_backward(dwte, dout, tokens, vocab_start);
+  }
+  void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                  int T) override {
+    cpu::position_embedding_forward(out, wpe, first_row, T);
+  }
+  void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                   int T) override {
+    cpu::position_embedding_backward(dwpe, dout, first_row, T);
   }
 
   void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
@@ -96,13 +125,25 @@ class CpuOps final : public Ops {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   }
 
-  void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) override {
-    cpu::attention_forward(out, att, qkv, n_head);
+  // The CPU backend keeps the (B,NH,T,T) probabilities: recomputing them in
+  // backward would cost another Q K^T product per head.
+  int64_t attention_saved_elems(int B, int n_head, int T) const override {
+    return static_cast<int64_t>(B) * n_head * T * T;
+  }
+  int64_t attention_scratch_elems(int B, int n_head, int T) const override {
+    return static_cast<int64_t>(B) * n_head * T * T;
+  }
+  void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) override {
+    cpu::attention_forward(out, probabilities_view(saved, qkv, n_head, "attention saved"), qkv,
+                           n_head);
   }
   void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                          TensorView att, int n_head) override {
-    cpu::attention_backward(dqkv, scratch, dout, qkv, att, n_head);
+                          TensorView /*out*/, TensorView saved, int n_head) override {
+    cpu::attention_backward(dqkv, probabilities_view(scratch, qkv, n_head, "attention scratch"),
+                            dout, qkv, probabilities_view(saved, qkv, n_head, "attention saved"),
+                            n_head);
   }
+  void add_bias(TensorView out, TensorView bias) override { cpu::add_bias(out, bias); }
 
   void gelu_forward(TensorView out, TensorView inp) override { cpu::gelu_forward(out, inp); }
   void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override {
@@ -117,6 +158,22 @@ class CpuOps final : public Ops {
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                              TensorView targets, float grad_scale) override {
     cpu::softmax_cross_entropy(losses, dlogits, logits, targets, grad_scale);
+  }
+
+  void cross_entropy_shard_max(TensorView row_max, TensorView logits) override {
+    cpu::cross_entropy_shard_max(row_max, logits);
+  }
+  void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
+                                TensorView targets, TensorView row_max,
+                                int64_t vocab_start) override {
+    cpu::cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max, vocab_start);
+  }
+  void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                  TensorView targets, TensorView row_max, TensorView sumexp,
+                                  TensorView target_logit, int64_t vocab_start,
+                                  float grad_scale) override {
+    cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp,
+                                    target_logit, vocab_start, grad_scale);
   }
 
   double sum_squares(TensorView t) override { return cpu::sum_squares(t); }

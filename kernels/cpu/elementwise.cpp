@@ -79,3 +79,23 @@ void copy(TensorView dst, TensorView src) {
 }
 
 }  // namespace gt::cpu
+
+namespace gt::cpu {
+
+void add_bias(TensorView out, TensorView bias) {
+  GT_CHECK(out.ndim == 2 && bias.ndim == 1, "add_bias out ", out.shape_str(), " bias ",
+           bias.shape_str());
+  const int64_t R = out.shape[0], C = out.shape[1];
+  expect_f32(out, {R, C}, "add_bias out");
+  expect_f32(bias, {C}, "add_bias bias");
+  const float* b = bias.f32();
+  float* o = out.f32();
+#pragma omp parallel for if (R * C >= kParallelMin)
+  for (int64_t r = 0; r < R; ++r) {
+    float* row = o + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) row[c] += b[c];
+  }
+}
+
+}  // namespace gt::cpu

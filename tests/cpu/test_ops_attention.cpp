@@ -105,7 +105,8 @@ TEST(CpuAttention, BackwardMatchesFiniteDifferences) {
     std::vector<float> scratch(att.size(), -3.f), dout(k.w);
     ops->attention_backward(f32(dqkv, {s.B, s.T, 3 * s.C}), f32(scratch, {s.B, s.NH, s.T, s.T}),
                             f32(dout, {s.B, s.T, s.C}), f32(k.qkv, {s.B, s.T, 3 * s.C}),
-                            f32(att, {s.B, s.NH, s.T, s.T}), static_cast<int>(s.NH));
+                            f32(out, {s.B, s.T, s.C}), f32(att, {s.B, s.NH, s.T, s.T}),
+                            static_cast<int>(s.NH));
     auto loss = [&] {
       std::vector<float> o, a;
       k.forward(*ops, o, a);
@@ -125,7 +126,7 @@ TEST(CpuAttention, IsBitwiseDeterministicRunToRun) {
     std::vector<float> dqkv(k.qkv.size()), scratch(att.size());
     ops->attention_backward(f32(dqkv, {2, 130, 48}), f32(scratch, {2, 4, 130, 130}),
                             f32(k.w, {2, 130, 16}), f32(k.qkv, {2, 130, 48}),
-                            f32(att, {2, 4, 130, 130}), 4);
+                            f32(out, {2, 130, 16}), f32(att, {2, 4, 130, 130}), 4);
     out.insert(out.end(), dqkv.begin(), dqkv.end());
     return out;
   };

@@ -51,6 +51,17 @@ void validate(const Config& c) {
   at_least("parallel.tp", p.tp, 1);
   if (p.fsdp_stage < 1 || p.fsdp_stage > 3)
     fail(src, ": parallel.fsdp_stage=", p.fsdp_stage, ": expected one of 1|2|3");
+  if (!(p.bucket_mb > 0))
+    fail(src, ": parallel.bucket_mb=", p.bucket_mb, ": expected a size in MiB > 0");
+  if (p.tp > 1) {
+    // Heads, channels and vocabulary rows are split evenly over the tp ranks.
+    for (const auto& [key, v] : {std::pair<const char*, int>{"model.n_head", m.n_head},
+                                 {"model.n_embd", m.n_embd},
+                                 {"model.vocab_size", m.vocab_size}})
+      if (v % p.tp != 0)
+        fail(src, ": parallel.tp=", p.tp, " does not divide ", key, "=", v,
+             " (tensor parallelism splits heads, channels and vocabulary evenly)");
+  }
 
   const TrainConfig& t = c.train;
   if (t.seq_len < 1)
@@ -82,11 +93,19 @@ void validate(const Config& c) {
   at_least("train.eval_every", t.eval_every, 0);
   at_least("train.eval_batches", t.eval_batches, 1);
   at_least("train.max_skipped", t.max_skipped, 1);
+  // Sequence parallelism splits each micro-batch's rows over the tp ranks.
+  if (p.tp > 1 && (1LL * t.micro_batch * t.seq_len) % p.tp != 0)
+    fail(src, ": train.micro_batch * train.seq_len = ", t.micro_batch, " * ", t.seq_len,
+         " rows must be divisible by parallel.tp=", p.tp,
+         " (sequence parallelism splits a micro-batch's rows over the tp ranks)");
 
   const RuntimeConfig& r = c.runtime;
   if (r.dtype == ComputeDType::bf16 && r.device == DeviceKind::cpu)
     fail(src, ": runtime.dtype=bf16 needs runtime.device=cuda; the CPU backend is fp32 only");
   at_least("runtime.threads", r.threads, 0);
+  if (!(r.collective_timeout_s >= 0))
+    fail(src, ": runtime.collective_timeout_s=", r.collective_timeout_s,
+         ": expected seconds >= 0 (0 = wait forever)");
 
   if (c.log.dir.empty()) fail(src, ": log.dir: expected a non-empty directory");
   at_least("log.every", c.log.every, 1);

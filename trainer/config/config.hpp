@@ -47,7 +47,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0 disables clipping
   uint64_t seed = 1337;
   int eval_every = 50;     // 0 disables evaluation
-  int eval_batches = 4;    // micro-batches of data.val per evaluation
+  int eval_batches = 4;    // batches of train.global_batch rows of data.val per evaluation
   int max_skipped = 5;     // consecutive non-finite steps before the run stops
 };
 
@@ -55,6 +55,7 @@ struct RuntimeConfig {
   DeviceKind device = DeviceKind::cpu;
   ComputeDType dtype = ComputeDType::fp32;
   int threads = 0;  // CPU threads for BLAS/OpenMP; 0 = all cores
+  double collective_timeout_s = 300.0;  // a collective not done by then aborts the job; 0 = never
 };
 
 struct ParallelConfig {
@@ -62,6 +63,8 @@ struct ParallelConfig {
   int fsdp = 1;
   int tp = 1;
   int fsdp_stage = 3;  // 1|2|3
+  bool tp_overlap = true;  // ring-pipelined collective matmuls (false: plain collective + matmul)
+  double bucket_mb = 25.0;  // data-parallel gradient all-reduce bucket size
 };
 
 struct LogConfig {

@@ -267,11 +267,14 @@ std::vector<Field> make_fields() {
       bind<&C::runtime, &RuntimeConfig::device>("runtime", "device"),
       bind<&C::runtime, &RuntimeConfig::dtype>("runtime", "dtype"),
       bind<&C::runtime, &RuntimeConfig::threads>("runtime", "threads"),
+      bind<&C::runtime, &RuntimeConfig::collective_timeout_s>("runtime", "collective_timeout_s"),
 
       bind<&C::parallel, &ParallelConfig::dp>("parallel", "dp"),
       bind<&C::parallel, &ParallelConfig::fsdp>("parallel", "fsdp"),
       bind<&C::parallel, &ParallelConfig::tp>("parallel", "tp"),
       bind<&C::parallel, &ParallelConfig::fsdp_stage>("parallel", "fsdp_stage"),
+      bind<&C::parallel, &ParallelConfig::tp_overlap>("parallel", "tp_overlap"),
+      bind<&C::parallel, &ParallelConfig::bucket_mb>("parallel", "bucket_mb"),
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),
       bind<&C::log, &LogConfig::every>("log", "every"),

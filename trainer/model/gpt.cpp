@@ -1,211 +1,400 @@
 #include "trainer/model/gpt.hpp"
 
+#include <algorithm>
+
 #include "kernels/core/error.hpp"
+#include "parallel/collective_matmul.hpp"
 
 namespace gt {
 
 namespace {
-HostBuffer floats(int64_t n) { return HostBuffer(static_cast<size_t>(n) * sizeof(float)); }
+HostBuffer floats(int64_t n) { return HostBuffer(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float)); }
+
+// Rows [first, first + n) of a contiguous (rows, cols) view.
+TensorView rows_of(const TensorView& t, int64_t first, int64_t n) {
+  const int64_t cols = t.numel() / t.shape[0];
+  return cpu_f32(t.f32() + first * cols, {n, cols});
+}
 }  // namespace
 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq)
     : cfg_(cfg), ops_(ops), layout_(cfg), max_rows_(max_rows), max_seq_(max_seq) {
-  GT_CHECK(max_seq <= cfg.block_size, "seq ", max_seq, " > block_size ", cfg.block_size);
-  params_ = floats(layout_.total());
-  grads_ = floats(layout_.total());
-  const int64_t L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, V = cfg.vocab_size;
-  const int64_t BT = static_cast<int64_t>(max_rows) * max_seq;
-  const int64_t att = static_cast<int64_t>(max_rows) * NH * max_seq * max_seq;
+  owned_ = std::make_unique<LocalParameters>(layout_);
+  store_ = owned_.get();
+  allocate(max_rows, max_seq);
+}
+
+GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+         const ParameterLayout& layout, ParameterStore& store, TensorParallel tp)
+    : cfg_(cfg), ops_(ops), layout_(layout), store_(&store), tp_(tp), max_rows_(max_rows),
+      max_seq_(max_seq) {
+  GT_CHECK(layout.tp() == tp.size() && layout.tp_rank() == tp.rank(), "layout for tp rank ",
+           layout.tp_rank(), " of ", layout.tp(), " used on tp rank ", tp.rank(), " of ",
+           tp.size());
+  allocate(max_rows, max_seq);
+}
+
+GPT::~GPT() = default;
+
+void GPT::allocate(int max_rows, int max_seq) {
+  GT_CHECK(max_seq <= cfg_.block_size, "seq ", max_seq, " > block_size ", cfg_.block_size);
+  const int tp = tp_.size();
+  const int64_t R = static_cast<int64_t>(max_rows) * max_seq;
+  GT_CHECK(R % tp == 0, "micro_batch x seq_len = ", R, " rows must divide into parallel.tp=", tp,
+           " sequence-parallel shards");
+  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size;
+  const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
+  const int NHl = cfg_.n_head / tp;
+  const int64_t att = ops_.attention_saved_elems(max_rows, NHl, max_seq);
   auto& a = acts_;
-  a.tokens = floats(BT);
-  a.targets = floats(BT);
-  a.encoded = floats(BT * C);
-  a.ln1 = floats(L * BT * C);
-  a.ln1_mean = floats(L * BT);
-  a.ln1_rstd = floats(L * BT);
-  a.qkv = floats(L * BT * 3 * C);
-  a.atty = floats(L * BT * C);
+  a.tokens = floats(R);
+  a.targets = floats(R);
+  a.encoded = floats(Rl * C);
+  a.ln1 = floats(L * R * C);
+  a.ln1_mean = floats(L * Rl);
+  a.ln1_rstd = floats(L * Rl);
+  a.qkv = floats(L * R * 3 * Cl);
+  a.atty = floats(L * R * Cl);
   a.att = floats(L * att);
-  a.res2 = floats(L * BT * C);
-  a.ln2 = floats(L * BT * C);
-  a.ln2_mean = floats(L * BT);
-  a.ln2_rstd = floats(L * BT);
-  a.fch = floats(L * BT * 4 * C);
-  a.fch_gelu = floats(L * BT * 4 * C);
-  a.res3 = floats(L * BT * C);
-  a.lnf = floats(BT * C);
-  a.lnf_mean = floats(BT);
-  a.lnf_rstd = floats(BT);
-  a.logits = floats(BT * V);
-  a.losses = floats(BT);
-  a.proj_tmp = floats(BT * C);
+  a.res2 = floats(L * Rl * C);
+  a.ln2 = floats(L * R * C);
+  a.ln2_mean = floats(L * Rl);
+  a.ln2_rstd = floats(L * Rl);
+  a.fch = floats(L * R * 4 * Cl);
+  a.fch_gelu = floats(L * R * 4 * Cl);
+  a.res3 = floats(L * Rl * C);
+  a.lnf = floats(R * C);
+  a.lnf_mean = floats(Rl);
+  a.lnf_rstd = floats(Rl);
+  a.logits = floats(R * Vl);
+  a.losses = floats(R);
+  a.proj_tmp = floats(Rl * C);
+  a.ce_stats = floats(tp > 1 ? 3 * R : 0);
   auto& d = dacts_;
-  d.dresidual = floats(BT * C);
-  d.dln = floats(BT * C);
-  d.datty = floats(BT * C);
-  d.dfch_gelu = floats(BT * 4 * C);
-  d.dfch = floats(BT * 4 * C);
-  d.dqkv = floats(BT * 3 * C);
-  d.datt = floats(att);
+  d.dresidual = floats(Rl * C);
+  d.dln = floats(Rl * C);
+  d.dfull = floats(tp > 1 ? R * C : 0);
+  d.datty = floats(R * Cl);
+  d.dfch_gelu = floats(R * 4 * Cl);
+  d.dfch = floats(R * 4 * Cl);
+  d.dqkv = floats(R * 3 * Cl);
+  d.datt = floats(ops_.attention_scratch_elems(max_rows, NHl, max_seq));
+  d.rs_workspace = floats(tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_.overlap) : 0);
 }
 
-int64_t GPT::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& s : layout_.specs()) n += s.numel;
-  return n;
+float* GPT::params() {
+  GT_CHECK(owned_, "GPT::params(): the parameters live in an external ParameterStore");
+  return owned_->params();
 }
+float* GPT::grads() {
+  GT_CHECK(owned_, "GPT::grads(): the gradients live in an external ParameterStore");
+  return owned_->grads();
+}
+void GPT::zero_grads() { ops_.zero(flat_grads()); }
 
-TensorView GPT::param(const std::string& name) {
-  const ParamSpec& s = layout_.at(name);
-  TensorView t = cpu_f32(params_.f32() + s.offset, {s.numel});
+namespace {
+TensorView shaped(float* data, const ParamSpec& s) {
+  TensorView t = cpu_f32(data, {s.numel});
   t.ndim = static_cast<int>(s.shape.size());
-  for (int i = 0; i < t.ndim; ++i) t.shape[i] = s.shape[i];
   int64_t stride = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
+    t.shape[i] = s.shape[static_cast<size_t>(i)];
     t.strides[i] = stride;
     stride *= t.shape[i];
   }
   return t;
 }
+}  // namespace
 
-// A (B,T,...)-shaped view of layer `layer`'s slice of a per-layer buffer
+TensorView GPT::param(const std::string& name) {
+  return shaped(params() + layout_.at(name).offset, layout_.at(name));
+}
+
+TensorView GPT::p(const std::string& name) {
+  const ParamSpec& s = layout_.at(name);
+  const ParamUnit& u = layout_.units()[static_cast<size_t>(s.unit)];
+  return shaped(store_->unit_params(s.unit) + (s.offset - u.begin), s);
+}
+
+TensorView GPT::g(const std::string& name) {
+  const ParamSpec& s = layout_.at(name);
+  const ParamUnit& u = layout_.units()[static_cast<size_t>(s.unit)];
+  return shaped(store_->unit_grads(s.unit) + (s.offset - u.begin), s);
+}
+
+// A (rows, ...)-shaped view of layer `layer`'s slice of a per-layer buffer
 // whose slices are sized for the maximum (rows, seq).
 TensorView GPT::layer_act(const HostBuffer& buf, int layer, std::initializer_list<int64_t> shape) {
-  int64_t per_layer_max = static_cast<int64_t>(buf.bytes() / sizeof(float)) / cfg_.n_layer;
+  const int64_t per_layer_max = static_cast<int64_t>(buf.bytes() / sizeof(float)) / cfg_.n_layer;
   return cpu_f32(buf.f32() + layer * per_layer_max, shape);
 }
+
+TensorView GPT::own_rows(const HostBuffer& full, int layer, int64_t cols) {
+  const int64_t R = int64_t(B_) * T_, Rl = R / tp_.size();
+  TensorView all = layer < 0 ? cpu_f32(full.f32(), {R, cols}) : layer_act(full, layer, {R, cols});
+  return rows_of(all, tp_.rank() * Rl, Rl);
+}
+
+float* GPT::stage_for_gather(TensorView dout_local) {
+  if (tp_.size() == 1) return dout_local.f32();
+  const int64_t cols = dout_local.shape[1];
+  TensorView own = own_rows(dacts_.dfull, -1, cols);
+  ops_.copy(own, dout_local);
+  return dacts_.dfull.f32();
+}
+
+// ---- The tensor-parallel linear layers --------------------------------------
+
+void GPT::column_forward(TensorView out, TensorView x_full, TensorView w, TensorView b) {
+  const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
+  if (tp_.size() == 1) return ops_.matmul_forward(out, x_full, w, b);
+  all_gather_then_compute(
+      *tp_.comm, x_full.f32(), Rl * K,
+      [&](int c0, int n) {
+        ops_.matmul_forward(rows_of(out, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl), w,
+                            b);
+      },
+      tp_.overlap);
+}
+
+void GPT::column_backward(TensorView dx_local, TensorView dw, TensorView db, TensorView dout,
+                          TensorView x_full, TensorView w) {
+  if (tp_.size() == 1) return ops_.matmul_backward(dx_local, dw, db, dout, x_full, w);
+  const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
+  compute_then_reduce_scatter(
+      *tp_.comm, dx_local.f32(), Rl * K,
+      [&](int c0, int n, float* partial) {
+        ops_.matmul_backward(cpu_f32(partial, {n * Rl, K}), dw, db,
+                             rows_of(dout, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl),
+                             w);
+      },
+      tp_.overlap, dacts_.rs_workspace.f32());
+}
+
+void GPT::row_forward(TensorView out_local, TensorView x, TensorView w, TensorView b) {
+  if (tp_.size() == 1) return ops_.matmul_forward(out_local, x, w, b);
+  const int64_t R = x.shape[0], N = w.shape[0], Rl = R / tp_.size();
+  const TensorView none;
+  compute_then_reduce_scatter(
+      *tp_.comm, out_local.f32(), Rl * N,
+      [&](int c0, int n, float* partial) {
+        ops_.matmul_forward(cpu_f32(partial, {n * Rl, N}), rows_of(x, c0 * Rl, n * Rl), w, none);
+      },
+      tp_.overlap, dacts_.rs_workspace.f32());
+  // The bias once, after the sum (it is replicated on every tp rank).
+  ops_.add_bias(out_local, b);
+}
+
+void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
+                       TensorView x, TensorView w) {
+  if (tp_.size() == 1) return ops_.matmul_backward(dx, dw, db, dout_local, x, w);
+  const int64_t Rl = dout_local.shape[0], N = dout_local.shape[1];
+  float* full = stage_for_gather(dout_local);
+  // Each chunk adds its rows to dW and db: over all chunks db is the whole
+  // bias gradient on every rank (no partial sum left to reduce).
+  all_gather_then_compute(
+      *tp_.comm, full, Rl * N,
+      [&](int c0, int n) {
+        ops_.matmul_backward(rows_of(dx, c0 * Rl, n * Rl), dw, db,
+                             cpu_f32(full + c0 * Rl * N, {n * Rl, N}),
+                             rows_of(x, c0 * Rl, n * Rl), w);
+      },
+      tp_.overlap);
+}
+
+// ---- Forward ----------------------------------------------------------------
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                    float grad_scale) {
   GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
+  const int tp = tp_.size();
+  const int64_t R = int64_t(B) * T;
+  GT_CHECK(R % tp == 0, "B*T = ", R, " rows do not split into ", tp, " sequence shards");
   B_ = B;
   T_ = T;
-  const int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, BT = int64_t(B) * T;
+  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Rl = R / tp, Cl = C / tp, Vl = V / tp;
+  const int NHl = cfg_.n_head / tp;
+  const int64_t row0 = tp_.rank() * Rl, vocab0 = tp_.rank() * Vl;
+  const bool want_grad = targets && grad_scale > 0.f;
+  const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
   auto tok = cpu_i32(reinterpret_cast<int32_t*>(a.tokens.data()), {B, T});
-  std::copy(tokens, tokens + BT, tok.i32());
-
-  auto encoded = cpu_f32(a.encoded.f32(), {B, T, C});
-  ops_.embedding_forward(encoded, tok, param("wte.weight"), param("wpe.weight"));
-  TensorView x = encoded;  // (B,T,C) residual stream entering the block
+  std::copy(tokens, tokens + R, tok.i32());
   const TensorView none;
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    auto ln1 = layer_act(a.ln1, l, {BT, C});
-    auto ln1_mean = layer_act(a.ln1_mean, l, {BT});
-    auto ln1_rstd = layer_act(a.ln1_rstd, l, {BT});
-    auto qkv = layer_act(a.qkv, l, {B, T, 3 * C});
-    auto atty = layer_act(a.atty, l, {B, T, C});
-    auto att = layer_act(a.att, l, {B, NH, T, T});
-    auto res2 = layer_act(a.res2, l, {B, T, C});
-    auto ln2 = layer_act(a.ln2, l, {BT, C});
-    auto ln2_mean = layer_act(a.ln2_mean, l, {BT});
-    auto ln2_rstd = layer_act(a.ln2_rstd, l, {BT});
-    auto fch = layer_act(a.fch, l, {BT, 4 * C});
-    auto fch_gelu = layer_act(a.fch_gelu, l, {BT, 4 * C});
-    auto res3 = layer_act(a.res3, l, {B, T, C});
-    auto proj = cpu_f32(a.proj_tmp.f32(), {B, T, C});
-    auto rows = [&](TensorView v, int64_t cols) { return cpu_f32(v.f32(), {BT, cols}); };
+  store_->begin_forward(want_grad);
 
-    ops_.layernorm_forward(ln1, ln1_mean, ln1_rstd, rows(x, C), param(h + "ln_1.weight"),
-                           param(h + "ln_1.bias"));
-    ops_.matmul_forward(rows(qkv, 3 * C), ln1, param(h + "attn.c_attn.weight"),
-                        param(h + "attn.c_attn.bias"));
-    ops_.attention_forward(atty, att, qkv, cfg_.n_head);
-    ops_.matmul_forward(rows(proj, C), rows(atty, C), param(h + "attn.c_proj.weight"),
-                        param(h + "attn.c_proj.bias"));
+  store_->before_forward(embed);
+  auto encoded = cpu_f32(a.encoded.f32(), {Rl, C});
+  if (tp == 1) {
+    ops_.embedding_forward(cpu_f32(encoded.f32(), {B, T, C}), tok, p("wte.weight"),
+                           p("wpe.weight"));
+  } else {
+    // Vocab-parallel: each rank looks up the tokens of its vocabulary rows for
+    // all R rows; the sum over ranks, scattered by rows, is the embedding.
+    const TensorView wte = p("wte.weight");
+    const TensorView tok_flat = cpu_i32(tok.i32(), {R});
+    compute_then_reduce_scatter(
+        *tp_.comm, encoded.f32(), Rl * C,
+        [&](int c0, int n, float* partial) {
+          ops_.token_embedding_forward(cpu_f32(partial, {n * Rl, C}),
+                                       cpu_i32(tok_flat.i32() + c0 * Rl, {n * Rl}), wte, vocab0);
+        },
+        tp_.overlap, dacts_.rs_workspace.f32());
+    ops_.position_embedding_forward(encoded, p("wpe.weight"), row0, T);
+  }
+
+  TensorView x = encoded;  // (R/p, C) residual stream entering the block
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    store_->before_forward(layout_.block_unit(l));
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto ln1 = layer_act(a.ln1, l, {R, C});
+    auto qkv = layer_act(a.qkv, l, {R, 3 * Cl});
+    auto atty = layer_act(a.atty, l, {R, Cl});
+    auto att = layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)});
+    auto res2 = layer_act(a.res2, l, {Rl, C});
+    auto ln2 = layer_act(a.ln2, l, {R, C});
+    auto fch = layer_act(a.fch, l, {R, 4 * Cl});
+    auto fch_gelu = layer_act(a.fch_gelu, l, {R, 4 * Cl});
+    auto res3 = layer_act(a.res3, l, {Rl, C});
+    auto proj = cpu_f32(a.proj_tmp.f32(), {Rl, C});
+
+    ops_.layernorm_forward(own_rows(a.ln1, l, C), layer_act(a.ln1_mean, l, {Rl}),
+                           layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
+                           p(h + "ln_1.bias"));
+    column_forward(qkv, ln1, p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
+    ops_.attention_forward(cpu_f32(atty.f32(), {B, T, Cl}), att,
+                           cpu_f32(qkv.f32(), {B, T, 3 * Cl}), NHl);
+    row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
     ops_.add(res2, x, proj);
-    ops_.layernorm_forward(ln2, ln2_mean, ln2_rstd, rows(res2, C), param(h + "ln_2.weight"),
-                           param(h + "ln_2.bias"));
-    ops_.matmul_forward(fch, ln2, param(h + "mlp.c_fc.weight"), param(h + "mlp.c_fc.bias"));
+    ops_.layernorm_forward(own_rows(a.ln2, l, C), layer_act(a.ln2_mean, l, {Rl}),
+                           layer_act(a.ln2_rstd, l, {Rl}), res2, p(h + "ln_2.weight"),
+                           p(h + "ln_2.bias"));
+    column_forward(fch, ln2, p(h + "mlp.c_fc.weight"), p(h + "mlp.c_fc.bias"));
     ops_.gelu_forward(fch_gelu, fch);
-    ops_.matmul_forward(rows(proj, C), fch_gelu, param(h + "mlp.c_proj.weight"),
-                        param(h + "mlp.c_proj.bias"));
+    row_forward(proj, fch_gelu, p(h + "mlp.c_proj.weight"), p(h + "mlp.c_proj.bias"));
     ops_.add(res3, res2, proj);
     x = res3;
+    store_->after_forward(layout_.block_unit(l));
   }
-  auto lnf = cpu_f32(a.lnf.f32(), {BT, C});
-  ops_.layernorm_forward(lnf, cpu_f32(a.lnf_mean.f32(), {BT}), cpu_f32(a.lnf_rstd.f32(), {BT}),
-                         cpu_f32(x.f32(), {BT, C}), param("ln_f.weight"), param("ln_f.bias"));
-  auto logits = cpu_f32(a.logits.f32(), {BT, V});
-  ops_.matmul_forward(logits, lnf, param("wte.weight"), none);  // tied LM head
+
+  store_->before_forward(head);
+  ops_.layernorm_forward(own_rows(a.lnf, -1, C), cpu_f32(a.lnf_mean.f32(), {Rl}),
+                         cpu_f32(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
+  store_->after_forward(head);
+  auto logits = cpu_f32(a.logits.f32(), {R, Vl});
+  column_forward(logits, cpu_f32(a.lnf.f32(), {R, C}), p("wte.weight"), none);  // tied LM head
+  store_->after_forward(embed);
 
   backward_ready_ = false;
   if (!targets) return 0.f;
-  auto tgt = cpu_i32(reinterpret_cast<int32_t*>(a.targets.data()), {BT});
-  std::copy(targets, targets + BT, tgt.i32());
-  auto losses = cpu_f32(a.losses.f32(), {BT});
-  const bool want_grad = grad_scale > 0.f;
-  ops_.softmax_cross_entropy(losses, want_grad ? logits : none, logits, tgt, grad_scale);
+  auto tgt = cpu_i32(reinterpret_cast<int32_t*>(a.targets.data()), {R});
+  std::copy(targets, targets + R, tgt.i32());
+  auto losses = cpu_f32(a.losses.f32(), {R});
+  if (tp == 1) {
+    ops_.softmax_cross_entropy(losses, want_grad ? logits : none, logits, tgt, grad_scale);
+  } else {
+    // Vocab-parallel cross-entropy: a max and a sum over the tp ranks.
+    float* stats = a.ce_stats.f32();
+    auto row_max = cpu_f32(stats, {R});
+    auto sumexp = cpu_f32(stats + R, {R});
+    auto target_logit = cpu_f32(stats + 2 * R, {R});
+    ops_.cross_entropy_shard_max(row_max, logits);
+    tp_.comm->all_reduce_max(row_max.f32(), R).wait();
+    ops_.cross_entropy_shard_sums(sumexp, target_logit, logits, tgt, row_max, vocab0);
+    tp_.comm->all_reduce_sum(sumexp.f32(), 2 * R).wait();  // sumexp and target_logit
+    ops_.cross_entropy_shard_finish(losses, want_grad ? logits : none, logits, tgt, row_max,
+                                    sumexp, target_logit, vocab0, grad_scale);
+  }
   backward_ready_ = want_grad;
   double sum = 0.0;
-  for (int64_t i = 0; i < BT; ++i) sum += losses.f32()[i];
-  return static_cast<float>(sum / static_cast<double>(BT));
+  for (int64_t i = 0; i < R; ++i) sum += losses.f32()[i];
+  return static_cast<float>(sum / static_cast<double>(R));
 }
 
-void GPT::zero_grads() { ops_.zero(flat_grads()); }
+// ---- Backward ---------------------------------------------------------------
 
 void GPT::backward() {
   GT_CHECK(backward_ready_, "backward() needs a forward() with targets and grad_scale > 0");
   backward_ready_ = false;
-  const int B = B_, T = T_;
-  const int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, BT = int64_t(B) * T;
+  const int B = B_, T = T_, tp = tp_.size();
+  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, R = int64_t(B) * T;
+  const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
+  const int NHl = cfg_.n_head / tp;
+  const int64_t row0 = tp_.rank() * Rl, vocab0 = tp_.rank() * Vl;
+  const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
   auto& d = dacts_;
-  auto grad = [&](const std::string& name) {
-    TensorView t = param(name);
-    t.data = grads_.f32() + layout_.at(name).offset;
-    return t;
-  };
   const TensorView none;
-  auto dresidual = cpu_f32(d.dresidual.f32(), {BT, C});
-  auto dln = cpu_f32(d.dln.f32(), {BT, C});
+  auto dresidual = cpu_f32(d.dresidual.f32(), {Rl, C});
+  auto dln = cpu_f32(d.dln.f32(), {Rl, C});
 
   // LM head (tied) and final LayerNorm.
-  const int last = cfg_.n_layer - 1;
-  ops_.matmul_backward(dln, grad("wte.weight"), none, cpu_f32(a.logits.f32(), {BT, V}),
-                       cpu_f32(a.lnf.f32(), {BT, C}), param("wte.weight"));
+  store_->before_backward(embed);
+  column_backward(dln, g("wte.weight"), none, cpu_f32(a.logits.f32(), {R, Vl}),
+                  cpu_f32(a.lnf.f32(), {R, C}), p("wte.weight"));
+  store_->before_backward(head);
   ops_.zero(dresidual);
-  TensorView x_last = cfg_.n_layer > 0 ? layer_act(a.res3, last, {BT, C})
-                                       : cpu_f32(a.encoded.f32(), {BT, C});
-  ops_.layernorm_backward(dresidual, grad("ln_f.weight"), grad("ln_f.bias"), dln, x_last,
-                          param("ln_f.weight"), cpu_f32(a.lnf_mean.f32(), {BT}),
-                          cpu_f32(a.lnf_rstd.f32(), {BT}));
+  const int last = cfg_.n_layer - 1;
+  TensorView x_last = cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C})
+                                       : cpu_f32(a.encoded.f32(), {Rl, C});
+  ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
+                          p("ln_f.weight"), cpu_f32(a.lnf_mean.f32(), {Rl}),
+                          cpu_f32(a.lnf_rstd.f32(), {Rl}));
+  store_->after_backward(head);
 
   for (int l = last; l >= 0; --l) {
+    store_->before_backward(layout_.block_unit(l));
     const std::string h = "h." + std::to_string(l) + ".";
-    auto x_in = l == 0 ? cpu_f32(a.encoded.f32(), {BT, C}) : layer_act(a.res3, l - 1, {BT, C});
-    auto dfch_gelu = cpu_f32(d.dfch_gelu.f32(), {BT, 4 * C});
-    auto dfch = cpu_f32(d.dfch.f32(), {BT, 4 * C});
-    auto datty = cpu_f32(d.datty.f32(), {BT, C});
-    auto dqkv = cpu_f32(d.dqkv.f32(), {B, T, 3 * C});
+    auto x_in = l == 0 ? cpu_f32(a.encoded.f32(), {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    auto dfch_gelu = cpu_f32(d.dfch_gelu.f32(), {R, 4 * Cl});
+    auto dfch = cpu_f32(d.dfch.f32(), {R, 4 * Cl});
+    auto datty = cpu_f32(d.datty.f32(), {R, Cl});
+    auto dqkv = cpu_f32(d.dqkv.f32(), {R, 3 * Cl});
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
-    ops_.matmul_backward(dfch_gelu, grad(h + "mlp.c_proj.weight"), grad(h + "mlp.c_proj.bias"),
-                         dresidual, layer_act(a.fch_gelu, l, {BT, 4 * C}),
-                         param(h + "mlp.c_proj.weight"));
-    ops_.gelu_backward(dfch, layer_act(a.fch, l, {BT, 4 * C}), dfch_gelu);
-    ops_.matmul_backward(dln, grad(h + "mlp.c_fc.weight"), grad(h + "mlp.c_fc.bias"), dfch,
-                         layer_act(a.ln2, l, {BT, C}), param(h + "mlp.c_fc.weight"));
-    ops_.layernorm_backward(dresidual, grad(h + "ln_2.weight"), grad(h + "ln_2.bias"), dln,
-                            layer_act(a.res2, l, {BT, C}), param(h + "ln_2.weight"),
-                            layer_act(a.ln2_mean, l, {BT}), layer_act(a.ln2_rstd, l, {BT}));
+    row_backward(dfch_gelu, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual,
+                 layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"));
+    ops_.gelu_backward(dfch, layer_act(a.fch, l, {R, 4 * Cl}), dfch_gelu);
+    column_backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
+                    layer_act(a.ln2, l, {R, C}), p(h + "mlp.c_fc.weight"));
+    ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
+                            layer_act(a.res2, l, {Rl, C}), p(h + "ln_2.weight"),
+                            layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}));
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
-    ops_.matmul_backward(datty, grad(h + "attn.c_proj.weight"), grad(h + "attn.c_proj.bias"),
-                         dresidual, layer_act(a.atty, l, {BT, C}), param(h + "attn.c_proj.weight"));
-    ops_.attention_backward(dqkv, cpu_f32(d.datt.f32(), {B, NH, T, T}),
-                            cpu_f32(datty.f32(), {B, T, C}), layer_act(a.qkv, l, {B, T, 3 * C}),
-                            layer_act(a.att, l, {B, NH, T, T}), cfg_.n_head);
-    ops_.matmul_backward(dln, grad(h + "attn.c_attn.weight"), grad(h + "attn.c_attn.bias"),
-                         cpu_f32(dqkv.f32(), {BT, 3 * C}), layer_act(a.ln1, l, {BT, C}),
-                         param(h + "attn.c_attn.weight"));
-    ops_.layernorm_backward(dresidual, grad(h + "ln_1.weight"), grad(h + "ln_1.bias"), dln, x_in,
-                            param(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {BT}),
-                            layer_act(a.ln1_rstd, l, {BT}));
+    row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual,
+                 layer_act(a.atty, l, {R, Cl}), p(h + "attn.c_proj.weight"));
+    ops_.attention_backward(cpu_f32(dqkv.f32(), {B, T, 3 * Cl}),
+                            cpu_f32(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
+                            cpu_f32(datty.f32(), {B, T, Cl}),
+                            layer_act(a.qkv, l, {B, T, 3 * Cl}),
+                            layer_act(a.atty, l, {B, T, Cl}),
+                            layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
+    column_backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
+                    layer_act(a.ln1, l, {R, C}), p(h + "attn.c_attn.weight"));
+    ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
+                            p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
+                            layer_act(a.ln1_rstd, l, {Rl}));
+    store_->after_backward(layout_.block_unit(l));
   }
-  ops_.embedding_backward(grad("wte.weight"), grad("wpe.weight"),
-                          cpu_f32(dresidual.f32(), {B, T, C}),
-                          cpu_i32(reinterpret_cast<int32_t*>(a.tokens.data()), {B, T}));
+
+  if (tp == 1) {
+    ops_.embedding_backward(g("wte.weight"), g("wpe.weight"), cpu_f32(dresidual.f32(), {B, T, C}),
+                            cpu_i32(reinterpret_cast<int32_t*>(a.tokens.data()), {B, T}));
+  } else {
+    ops_.position_embedding_backward(g("wpe.weight"), dresidual, row0, T);
+    const TensorView dwte = g("wte.weight");
+    const int32_t* tok = reinterpret_cast<int32_t*>(a.tokens.data());
+    float* full = stage_for_gather(dresidual);
+    all_gather_then_compute(
+        *tp_.comm, full, Rl * C,
+        [&](int c0, int n) {
+          ops_.token_embedding_backward(dwte, cpu_f32(full + c0 * Rl * C, {n * Rl, C}),
+                                        cpu_i32(const_cast<int32_t*>(tok) + c0 * Rl, {n * Rl}),
+                                        vocab0);
+        },
+        tp_.overlap);
+  }
+  store_->after_backward(embed);
 }
 
 }  // namespace gt

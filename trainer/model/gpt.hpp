@@ -1,83 +1,144 @@
 // GPT: the GPT-2 forward and backward pass, written once against the
-// backend-neutral Ops interface. It owns the flat parameter and gradient
-// buffers (ParameterLayout order) and the activations of one micro-batch.
+// backend-neutral Ops interface, for one tensor-parallel rank (tp = 1 is the
+// plain model). Parameters come from a ParameterStore unit by unit; the model
+// owns the activations of one micro-batch.
+//
+// Tensor parallelism (Megatron-LM with sequence parallelism), with R = B*T
+// rows of a micro-batch and p tp ranks:
+//   * Between blocks (residual stream, LayerNorms) each rank holds R/p rows:
+//     rank r has flattened rows [r*R/p, (r+1)*R/p) (sequence parallelism).
+//   * c_attn and mlp.c_fc are column-parallel: their input rows are
+//     all-gathered (AG) while the matmul runs on the chunks already present.
+//   * attn.c_proj and mlp.c_proj are row-parallel: the matmul's partial sums
+//     are reduce-scattered (RS) back to R/p rows, chunk by chunk.
+//   * Attention runs on this rank's n_head/p heads over all R rows.
+//   * The embedding is vocab-parallel (token rows summed by RS, positions added
+//     to the local rows); the tied LM head is column-parallel over the
+//     vocabulary with a vocab-parallel cross-entropy, so no rank ever holds
+//     the full (R, V) logits.
+//   Backward mirrors it: every AG becomes an RS and vice versa.
+//   tp_overlap chooses the ring-pipelined collective matmuls
+//   (parallel/collective_matmul.hpp) or the plain collective + one matmul.
 //
 // Invariants:
 //   * forward() with targets and grad_scale > 0 leaves d(loss)/d(logits)
 //     (scaled by grad_scale) in place of the logits, ready for backward().
-//   * backward() ACCUMULATES into grads(), so micro-batches of one optimizer
-//     step simply call forward/backward in turn; zero_grads() starts a step.
+//   * backward() ACCUMULATES into the store's gradients, so micro-batches of
+//     one optimizer step simply call forward/backward in turn.
 //   * Activation buffers are sized for (max_rows, max_seq) at construction
 //     and reused; smaller (B, T) views of them are contiguous too.
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <memory>
+#include <string>
 
 #include "kernels/core/tensor.hpp"
 #include "kernels/ops.hpp"
+#include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/model/parameter_store.hpp"
 
 namespace gt {
 
+// The tensor-parallel group of this rank: null comm (or size 1) = none.
+struct TensorParallel {
+  Communicator* comm = nullptr;
+  bool overlap = true;  // ring-pipelined collective matmuls
+  int size() const { return comm ? comm->size() : 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
+};
+
 class GPT {
  public:
+  // One rank, no parallelism: the model owns its parameters (LocalParameters).
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq);
+  // One tensor-parallel rank whose parameters (laid out by `layout`, built
+  // for tp.rank() of tp.size()) live in `store`.
+  GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
+      ParameterStore& store, TensorParallel tp);
+  ~GPT();
 
   const ModelConfig& config() const { return cfg_; }
   const ParameterLayout& layout() const { return layout_; }
-  int64_t num_parameters() const;  // unpadded count, wte counted once (tied)
+  int64_t num_parameters() const { return layout_.global_numel(); }
 
-  float* params() { return params_.f32(); }
-  float* grads() { return grads_.f32(); }
-  TensorView param(const std::string& name);  // view of one parameter
-  TensorView flat_params() { return cpu_f32(params_.f32(), {layout_.total()}); }
-  TensorView flat_grads() { return cpu_f32(grads_.f32(), {layout_.total()}); }
+  // Only for a model that owns its parameters (the first constructor).
+  float* params();
+  float* grads();
+  TensorView flat_params() { return cpu_f32(params(), {layout_.total()}); }
+  TensorView flat_grads() { return cpu_f32(grads(), {layout_.total()}); }
+  TensorView param(const std::string& name);  // view of one parameter (owned store)
 
-  // tokens, targets: (B, T) int32 host arrays; targets may be null (then no
-  // loss is computed and logits() holds the logits). Returns the mean loss
-  // over the B*T positions (0 without targets). grad_scale > 0 prepares
-  // backward(): dlogits = (softmax - onehot) * grad_scale.
+  // tokens, targets: (B, T) int32 host arrays, the same on every tp rank;
+  // targets may be null (then no loss is computed and logits() holds the
+  // logits). Returns the mean loss over the B*T positions (0 without
+  // targets), equal on every tp rank. grad_scale > 0 prepares backward():
+  // dlogits = (softmax - onehot) * grad_scale.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
   void backward();
-  void zero_grads();
+  void zero_grads();  // owned store only
 
-  // (B, T, V) logits of the last forward() without a backward pending.
+  // (B, T, V) logits of the last forward() without a backward pending (tp = 1).
   const float* logits() const { return acts_.logits.f32(); }
   // Per-position losses (B*T) of the last forward() with targets.
   const float* losses() const { return acts_.losses.f32(); }
 
  private:
   struct Activations {
-    HostBuffer tokens, targets;                 // (B,T) int32
-    HostBuffer encoded;                         // (B,T,C)
-    HostBuffer ln1, ln1_mean, ln1_rstd;         // (L,B,T,C), (L,B,T) x2
-    HostBuffer qkv;                             // (L,B,T,3C)
-    HostBuffer atty;                            // (L,B,T,C)
-    HostBuffer att;                             // (L,B,NH,T,T)
-    HostBuffer res2;                            // (L,B,T,C)
-    HostBuffer ln2, ln2_mean, ln2_rstd;         // (L,B,T,C), (L,B,T) x2
-    HostBuffer fch, fch_gelu;                   // (L,B,T,4C) x2
-    HostBuffer res3;                            // (L,B,T,C)
-    HostBuffer lnf, lnf_mean, lnf_rstd;         // (B,T,C), (B,T) x2
-    HostBuffer logits;                          // (B,T,V)
-    HostBuffer losses;                          // (B,T)
-    HostBuffer proj_tmp;                        // (B,T,C) matmul output before the residual add
+    HostBuffer tokens, targets;                 // (R) int32
+    HostBuffer encoded;                         // (R/p, C)
+    HostBuffer ln1, ln1_mean, ln1_rstd;         // (L, R, C) gathered, (L, R/p) x2
+    HostBuffer qkv;                             // (L, R, 3C/p)
+    HostBuffer atty;                            // (L, R, C/p)
+    HostBuffer att;                             // (L, attention_saved_elems)
+    HostBuffer res2;                            // (L, R/p, C)
+    HostBuffer ln2, ln2_mean, ln2_rstd;         // (L, R, C) gathered, (L, R/p) x2
+    HostBuffer fch, fch_gelu;                   // (L, R, 4C/p) x2
+    HostBuffer res3;                            // (L, R/p, C)
+    HostBuffer lnf, lnf_mean, lnf_rstd;         // (R, C) gathered, (R/p) x2
+    HostBuffer logits;                          // (R, V/p)
+    HostBuffer losses;                          // (R)
+    HostBuffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
+    HostBuffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
   };
   struct Gradients {  // activation gradients, reused across layers
-    HostBuffer dresidual, dln, datty, dfch_gelu, dfch;  // (B,T,C) x3, (B,T,4C) x2
-    HostBuffer dqkv;                                    // (B,T,3C)
-    HostBuffer datt;                                    // (B,NH,T,T)
+    HostBuffer dresidual, dln;                  // (R/p, C) x2
+    HostBuffer dfull;                           // (R, C): an all-gathered output gradient (tp > 1)
+    HostBuffer datty, dfch_gelu, dfch, dqkv;    // (R, C/p), (R, 4C/p) x2, (R, 3C/p)
+    HostBuffer datt;                            // attention_scratch_elems
+    HostBuffer rs_workspace;                    // reduce-scatter ring workspace (tp > 1)
   };
 
+  void allocate(int max_rows, int max_seq);
+  TensorView p(const std::string& name);  // parameter through the store
+  TensorView g(const std::string& name);  // its gradient
   TensorView layer_act(const HostBuffer& buf, int layer, std::initializer_list<int64_t> shape);
+
+  // The four tensor-parallel linear layers (plain matmuls at tp = 1).
+  // x_full (R,K) holds this rank's rows at its chunk; out (R,N).
+  void column_forward(TensorView out, TensorView x_full, TensorView w, TensorView b);
+  // dx_local (R/p,K) = RS(dout @ W); dW, db accumulate.
+  void column_backward(TensorView dx_local, TensorView dw, TensorView db, TensorView dout,
+                       TensorView x_full, TensorView w);
+  // out_local (R/p,N) = RS(x @ W^T) + b.
+  void row_forward(TensorView out_local, TensorView x, TensorView w, TensorView b);
+  // dout_local (R/p,N) is gathered; dx (R,K) assigned; dW, db accumulate.
+  void row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
+                    TensorView x, TensorView w);
+  // This rank's chunk of a gathered (R, cols) buffer.
+  TensorView own_rows(const HostBuffer& full, int layer, int64_t cols);
+  // dout_local copied into dfull's own chunk (tp > 1), ready to all-gather.
+  float* stage_for_gather(TensorView dout_local);
 
   ModelConfig cfg_;
   Ops& ops_;
   ParameterLayout layout_;
+  std::unique_ptr<LocalParameters> owned_;
+  ParameterStore* store_;
+  TensorParallel tp_;
   int max_rows_, max_seq_;
-  HostBuffer params_, grads_;
   Activations acts_;
   Gradients dacts_;
   int B_ = 0, T_ = 0;

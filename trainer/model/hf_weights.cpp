@@ -1,5 +1,6 @@
 #include "trainer/model/hf_weights.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/core/error.hpp"
@@ -20,31 +21,32 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 }
 }  // namespace
 
-void load_hf_weights(const std::string& path, const ParameterLayout& layout, float* params) {
+void for_each_hf_tensor(const std::string& path, const ModelConfig& m,
+                        const std::function<void(const ParamSpec&, const float*)>& fn) {
+  const ParameterLayout layout(m);
   SafetensorsReader reader(path);
   const bool prefixed = !reader.has("wte.weight") && reader.has("transformer.wte.weight");
   const std::string prefix = prefixed ? "transformer." : "";
-  std::vector<float> tmp;
+  std::vector<float> tmp, data;
   for (const auto& s : layout.specs()) {
     const std::string name = prefix + s.name;
-    float* dst = params + s.offset;
+    data.resize(static_cast<size_t>(s.numel));
     if (!s.hf_transposed) {
-      reader.read_f32(name, s.shape, dst);
-      continue;
+      reader.read_f32(name, s.shape, data.data());
+    } else {
+      tmp.resize(static_cast<size_t>(s.numel));
+      reader.read_f32(name, hf_shape(s), tmp.data());
+      transpose(tmp.data(), s.shape[1], s.shape[0], data.data());
     }
-    tmp.resize(static_cast<size_t>(s.numel));
-    reader.read_f32(name, hf_shape(s), tmp.data());
-    transpose(tmp.data(), s.shape[1], s.shape[0], dst);
-  }
-  if (reader.has("lm_head.weight")) {
-    const ParamSpec& wte = layout.at("wte.weight");
-    tmp.resize(static_cast<size_t>(wte.numel));
-    reader.read_f32("lm_head.weight", wte.shape, tmp.data());
-    for (int64_t i = 0; i < wte.numel; ++i) {
-      if (tmp[i] != params[wte.offset + i])
-        fail("safetensors file '", path, "': lm_head.weight differs from ", prefix,
-             "wte.weight at element ", i, "; this trainer ties the LM head to the embedding");
+    if (s.name == "wte.weight" && reader.has("lm_head.weight")) {
+      tmp.resize(static_cast<size_t>(s.numel));
+      reader.read_f32("lm_head.weight", s.shape, tmp.data());
+      for (int64_t i = 0; i < s.numel; ++i)
+        if (tmp[static_cast<size_t>(i)] != data[static_cast<size_t>(i)])
+          fail("safetensors file '", path, "': lm_head.weight differs from ", prefix,
+               "wte.weight at element ", i, "; this trainer ties the LM head to the embedding");
     }
+    fn(s, data.data());
   }
 }
 

@@ -5,6 +5,7 @@
 // untied "lm_head.weight" some exports carry must equal wte if present.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -12,9 +13,14 @@
 
 namespace gt {
 
-// Fills every parameter of `layout` from `path`. Missing tensors and shape
-// mismatches are errors naming the tensor and both shapes.
-void load_hf_weights(const std::string& path, const ParameterLayout& layout, float* params);
+// Reads every parameter of model `m` from `path`, one whole (global) tensor at
+// a time in our (out, in) storage order, and hands it to fn(spec, data) with
+// `spec` from the tp = 1 layout. Missing tensors and shape mismatches are
+// errors naming the tensor and both shapes; an untied lm_head.weight that
+// differs from wte is an error.
+void for_each_hf_tensor(const std::string& path, const ModelConfig& m,
+                        const std::function<void(const ParamSpec&, const float*)>& fn);
+
 
 // Writes `path` atomically with HF names (no prefix), F32, plus metadata.
 void save_hf_weights(const std::string& path, const ParameterLayout& layout, const float* params,

@@ -5,11 +5,26 @@
 //
 // Storage is (out, in) like torch.nn.Linear; HF stores its Conv1D weights
 // (c_attn, c_proj, c_fc) as (in, out), which `hf_transposed` marks for the
-// import/export code. Each block's parameters are contiguous, in the order
-// listed by build(), so a block can later be sharded or gathered as one range.
+// import/export code.
+//
+// Tensor parallelism: a layout is built for one tp rank and holds that rank's
+// shard of every parameter (Megatron's plan, keyed by name in tp_plan()):
+//   wte               rows (vocabulary) split: vocab-parallel embedding / LM head
+//   c_attn w, b       rows split within each of q, k, v (heads split): column-parallel
+//   mlp.c_fc w, b     rows split: column-parallel
+//   attn/mlp c_proj w columns split: row-parallel (its bias is replicated)
+//   LayerNorms, wpe   replicated; their gradients are per-rank partial sums
+//                     under sequence parallelism (tp_partial_grad)
+// With tp = 1 every shard is the whole tensor.
+//
+// Units: the parameters are grouped into contiguous flat ranges that FSDP
+// shards and gathers as one piece: "embed" (wte, wpe), one per block "h.<l>",
+// and "head" (ln_f). Each unit's end is padded to a multiple of
+// unit_multiple elements so that it splits evenly into that many shards.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,36 +33,76 @@
 
 namespace gt {
 
+enum class TpSplit { replicated, rows, cols };
+const char* tp_split_name(TpSplit s);
+
 struct ParamSpec {
   std::string name;
-  std::vector<int64_t> shape;  // storage shape (out, in) for matrices
-  int64_t offset = 0;          // in elements, into the flat buffer
-  int64_t numel = 0;
-  bool decay = false;          // AdamW weight decay: 2-D weights only
-  bool hf_transposed = false;  // HF Conv1D layout is shape reversed
-  int layer = -1;              // block index, -1 outside the blocks
+  std::vector<int64_t> shape;         // this rank's storage shape, (out, in) for matrices
+  std::vector<int64_t> global_shape;  // the whole tensor's shape
+  int64_t offset = 0;                 // in elements, into the flat buffer
+  int64_t numel = 0;                  // of `shape`
+  bool decay = false;                 // AdamW weight decay: 2-D weights only
+  bool hf_transposed = false;         // HF Conv1D layout is shape reversed
+  int layer = -1;                     // block index, -1 outside the blocks
+  int unit = 0;                       // index into ParameterLayout::units()
+  TpSplit split = TpSplit::replicated;
+  int parts = 1;                      // rows split: independent equal groups (q|k|v = 3)
+  bool tp_partial_grad = false;       // gradient must be summed over the tp ranks
+};
+
+struct ParamUnit {
+  std::string name;   // "embed", "h.3", "head"
+  int64_t begin = 0;  // flat range [begin, end), end padded to unit_multiple
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
 };
 
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const ModelConfig& m);
+  // The layout of tp rank `tp_rank` of `tp`; units padded to `unit_multiple`.
+  explicit ParameterLayout(const ModelConfig& m, int tp = 1, int tp_rank = 0,
+                           int unit_multiple = 1);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  const std::vector<ParamUnit>& units() const { return units_; }
   int64_t total() const { return total_; }
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
   const ParamSpec& at(const std::string& name) const;  // throws naming the parameter
   const ParamSpec* find(const std::string& name) const;
+  // Unit indices: embed first, then the blocks, head last.
+  int embed_unit() const { return 0; }
+  int block_unit(int layer) const { return 1 + layer; }
+  int head_unit() const { return static_cast<int>(units_.size()) - 1; }
+  // Parameters in the full model (global shapes, wte counted once: tied).
+  int64_t global_numel() const;
+
+  // Global (row, col) of this rank's element (local_row, local_col) of `s`,
+  // the tensor viewed as 2-D (a 1-D tensor of N elements is (N, 1)).
+  int64_t global_row(const ParamSpec& s, int64_t local_row) const;
+  int64_t global_col(const ParamSpec& s, int64_t local_col) const;
 
  private:
   void add(const std::string& name, std::vector<int64_t> shape, bool decay, bool hf_transposed,
-           int layer);
+           int layer, TpSplit split, int parts);
+  void close_unit(const std::string& name, int64_t begin, int unit_multiple);
   std::vector<ParamSpec> specs_;
+  std::vector<ParamUnit> units_;
   std::unordered_map<std::string, size_t> index_;
   int64_t total_ = 0;
+  int tp_ = 1, tp_rank_ = 0;
 };
 
-// Fills `params` like HF GPT2 _init_weights: weights N(0, 0.02), residual
-// projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2*n_layer)), biases 0,
-// LayerNorm weight 1 and bias 0. Deterministic in `seed` on every platform.
+// The values of every parameter at initialisation, like HF GPT2
+// _init_weights: weights N(0, 0.02), residual projections (attn.c_proj,
+// mlp.c_proj) N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm weight 1 and
+// bias 0. Deterministic in `seed` on every platform and for every layout:
+// `fn(spec, data)` is called once per parameter of the tp = 1 layout, in
+// layout order, with the whole (global) tensor.
+void for_each_initial_parameter(const ModelConfig& m, uint64_t seed,
+                                const std::function<void(const ParamSpec&, const float*)>& fn);
+// One-rank convenience: fills `params` laid out by the tp = 1 `layout`.
 void init_gpt2_parameters(const ParameterLayout& layout, int n_layer, uint64_t seed,
                           float* params);
 

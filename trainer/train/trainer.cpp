@@ -2,25 +2,30 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "parallel/collective_error.hpp"
+#include "parallel/in_process_communicator.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/mpi_communicator.hpp"
 #include "parallel/parallel_dims.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/checkpoint/hf_export.hpp"
 #include "trainer/data/data_loader.hpp"
-#include "trainer/io/safetensors.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
-#include "trainer/train/adamw.hpp"
+#include "trainer/sharding/sharded_parameters.hpp"
 #include "trainer/train/lr_schedule.hpp"
 #include "trainer/train/metrics_log.hpp"
-#include "trainer/train/run_environment.hpp"
 
 namespace gt {
 
@@ -42,164 +47,274 @@ std::string human_count(double x) {
   return buf;
 }
 
-// Checkpoint tensors: parameters and both AdamW moments, by parameter name,
-// in the unsharded layout.
-std::vector<NamedTensor> checkpoint_tensors(const ParameterLayout& layout, float* params,
-                                            float* m, float* v) {
-  std::vector<NamedTensor> out;
-  for (const auto& s : layout.specs()) {
-    out.push_back({"param." + s.name, s.shape, params + s.offset});
-    out.push_back({"adam_m." + s.name, s.shape, m + s.offset});
-    out.push_back({"adam_v." + s.name, s.shape, v + s.offset});
-  }
-  return out;
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
+  else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  return buf;
 }
 
-// Mean loss over `eval_batches` micro-batches of the validation stream from
-// its start, so every evaluation sees the same tokens.
-double evaluate(GPT& model, DataLoader& val, const Config& cfg, std::vector<int32_t>& inputs,
-                std::vector<int32_t>& targets) {
-  const int B = cfg.train.micro_batch, T = cfg.train.seq_len;
-  double sum = 0.0;
-  for (int k = 0; k < cfg.train.eval_batches; ++k) {
-    val.fill(static_cast<int64_t>(k) * B, B, inputs.data(), targets.data());
-    sum += model.forward(inputs.data(), targets.data(), B, T, 0.f);
+// Everything a run needs, built and validated before any output exists.
+struct Run {
+  ParallelDims dims;
+  std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<DataLoader> train_data, val_data;
+  std::unique_ptr<ParameterLayout> layout;
+  std::unique_ptr<ShardedParameters> params;
+  std::unique_ptr<GPT> model;
+  std::string resume_dir;
+  int64_t start_step = 0;
+  int64_t optimizer_step = 0;
+};
+
+// Rows this data rank reads for micro-batch k of a batch that starts at
+// global row `batch_start`: the batch is cut into (micro_batch x data ranks)
+// passes, each pass into one micro-batch per data rank, so the global row
+// order is the one-rank order whatever the layout.
+int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, int data_rank) {
+  return batch_start + static_cast<int64_t>(k) * micro_batch * data_size +
+         static_cast<int64_t>(data_rank) * micro_batch;
+}
+
+void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
+  const auto& tc = cfg.train;
+  const int world_size = world ? world->size() : 1;
+  run.dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp,
+                                     world_size, cfg.model.n_head, cfg.model.n_embd,
+                                     cfg.model.vocab_size);
+  // The mesh is the one collective of start-up: every rank reaches it (the
+  // check above is the same everywhere) before anything rank-local can fail.
+  run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
+                   : std::make_unique<DeviceMesh>(DeviceMesh::in_process());
+  if (cfg.runtime.device == DeviceKind::cuda)
+    fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
+         "runtime.device=cpu (or auto)");
+  run.ops = make_cpu_ops(cfg.runtime.threads);
+  run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
+                                                cfg.model.vocab_size, tc.seq_len,
+                                                cfg.data.shuffle, tc.seed);
+  if (!cfg.data.val.empty() && tc.eval_every > 0)
+    run.val_data = std::make_unique<DataLoader>(cfg.data.val, "data.val", cfg.model.vocab_size,
+                                                tc.seq_len, false, tc.seed);
+
+  const MeshCoord& me = run.mesh->coord();
+  run.layout = std::make_unique<ParameterLayout>(cfg.model, run.dims.tp, me.tp, run.dims.fsdp);
+  run.params = std::make_unique<ShardedParameters>(*run.layout, *run.mesh,
+                                                   cfg.parallel.fsdp_stage,
+                                                   cfg.parallel.bucket_mb, *run.ops);
+  run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len,
+                                    *run.layout, *run.params,
+                                    TensorParallel{&run.mesh->tp(), cfg.parallel.tp_overlap});
+
+  const std::string ckpt_root = cfg.checkpoint_dir();
+  if (cfg.checkpoint.resume == "auto") {
+    std::vector<std::string> skipped;
+    run.resume_dir = find_latest_checkpoint(ckpt_root, &skipped);
+    if (me == MeshCoord{})
+      for (const auto& s : skipped) spdlog::warn("ignoring checkpoint {}", s);
+  } else if (cfg.checkpoint.resume != "none") {
+    run.resume_dir = cfg.checkpoint.resume;
   }
-  return sum / cfg.train.eval_batches;
+  if (!run.resume_dir.empty()) {
+    CheckpointMeta meta =
+        load_checkpoint(run.resume_dir, model_signature(cfg.model), run.params->pieces_to_load());
+    run.start_step = meta.step;
+    run.optimizer_step = meta.optimizer_step;
+    if (meta.sample_position != run.start_step * tc.global_batch)
+      fail("checkpoint ", run.resume_dir, ": data position ", meta.sample_position,
+           " does not match step ", run.start_step, " x train.global_batch=", tc.global_batch,
+           " (was it written with a different global batch?)");
+    if (run.start_step > tc.steps)
+      fail("checkpoint ", run.resume_dir, " is at step ", run.start_step,
+           ", beyond train.steps=", tc.steps);
+  } else if (!cfg.model.init_from.empty()) {
+    for_each_hf_tensor(cfg.model.init_from, cfg.model,
+                       [&](const ParamSpec& s, const float* data) {
+                         run.params->load_global(s.name, data);
+                       });
+  } else {
+    for_each_initial_parameter(cfg.model, tc.seed, [&](const ParamSpec& s, const float* data) {
+      run.params->load_global(s.name, data);
+    });
+  }
+}
+
+// Mean validation loss over eval_batches global batches of data.val from its
+// start (the same rows for every layout and every evaluation).
+double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
+                std::vector<int32_t>& targets) {
+  const auto& tc = cfg.train;
+  const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
+  const int accum = cfg.grad_accum_steps();
+  const int d = run.mesh->coord().dp * run.dims.fsdp + run.mesh->coord().fsdp;
+  double sum = 0.0;
+  for (int e = 0; e < tc.eval_batches; ++e)
+    for (int k = 0; k < accum; ++k) {
+      run.val_data->fill(first_row(int64_t(e) * tc.global_batch, k, B, D, d), B, inputs.data(),
+                         targets.data());
+      sum += run.model->forward(inputs.data(), targets.data(), B, T, 0.f);
+    }
+  sum = run.mesh->data().all_reduce_f64(sum, ReduceOp::sum);
+  return sum / (static_cast<double>(tc.eval_batches) * accum * D);
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp, std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail("cannot write '", path, "'");
+  }
+}
+
+// Axis name -> bytes this rank sent since the last reset.
+nlohmann::json comm_bytes(const DeviceMesh& mesh) {
+  nlohmann::json j;
+  for (MeshAxis a : {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data})
+    j[mesh_axis_name(a)] = mesh.axis(a).bytes_sent();
+  j["world"] = mesh.world().bytes_sent();
+  return j;
+}
+
+void reset_comm_bytes(const DeviceMesh& mesh) {
+  for (MeshAxis a : {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data})
+    mesh.axis(a).reset_bytes();
+  mesh.world().reset_bytes();
+}
+
+void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
+  auto line = [](const char* what, int64_t have, int64_t full) {
+    spdlog::info("  {:<10} {:>12} per rank ({:.2f}x of {} unsharded)", what,
+                 human_bytes(static_cast<double>(have)),
+                 full ? static_cast<double>(have) / static_cast<double>(full) : 0.0,
+                 human_bytes(static_cast<double>(full)));
+  };
+  spdlog::info("memory (fsdp={} stage {}; unsharded = this tp shard on one rank):", p.fsdp,
+               p.fsdp_stage);
+  line("params", m.params, m.params_unsharded);
+  line("grads", m.grads, m.grads_unsharded);
+  line("optimizer", m.optimizer, m.optimizer_unsharded);
+  line("total", m.params + m.grads + m.optimizer,
+       m.params_unsharded + m.grads_unsharded + m.optimizer_unsharded);
 }
 
 }  // namespace
 
-TrainSummary run_training(const Config& cfg) {
+TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
   const auto& tc = cfg.train;
-  const RunEnvironment env = detect_run_environment();
-  if (env.world_size > 1)
-    fail("launched with ", env.world_size, " ranks (", env.launcher,
-         "), but multi-rank layouts are not implemented in this build yet; run one process");
-  const ParallelDims dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp,
-                                                    cfg.parallel.tp, env.world_size,
-                                                    cfg.model.n_head, cfg.model.n_embd);
-  if (cfg.runtime.device == DeviceKind::cuda)
-    fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
-         "runtime.device=cpu (or auto)");
+  InProcessCommunicator solo("world");
+  Communicator& job = world ? static_cast<Communicator&>(const_cast<MpiCommunicator&>(*world))
+                            : static_cast<Communicator&>(solo);
+  const bool rank0 = job.rank() == 0;
 
-  // ---- Validate every input before creating any output. -------------------
-  std::unique_ptr<Ops> ops = make_cpu_ops(cfg.runtime.threads);
-  DataLoader train_data(cfg.data.train, "data.train", cfg.model.vocab_size, tc.seq_len,
-                        cfg.data.shuffle, tc.seed);
-  std::unique_ptr<DataLoader> val_data;
-  if (!cfg.data.val.empty() && tc.eval_every > 0)
-    val_data = std::make_unique<DataLoader>(cfg.data.val, "data.val", cfg.model.vocab_size,
-                                            tc.seq_len, false, tc.seed);
-
-  GPT model(cfg.model, *ops, tc.micro_batch, tc.seq_len);
-  AdamW optimizer(tc, model.layout());
+  // ---- Validate every input on every rank; agree before any output. --------
+  Run run;
+  std::exception_ptr setup_error;
+  try {
+    build(run, cfg, world);
+  } catch (const std::exception&) {
+    setup_error = std::current_exception();
+  }
+  agree_on_setup(job, setup_error);
+  DeviceMesh& mesh = *run.mesh;
+  ShardedParameters& params = *run.params;
+  GPT& model = *run.model;
   const std::string signature = model_signature(cfg.model);
   const std::string ckpt_root = cfg.checkpoint_dir();
 
-  std::string resume_dir;
-  if (cfg.checkpoint.resume == "auto") {
-    std::vector<std::string> skipped;
-    resume_dir = find_latest_checkpoint(ckpt_root, &skipped);
-    for (const auto& s : skipped) spdlog::warn("ignoring checkpoint {}", s);
-  } else if (cfg.checkpoint.resume != "none") {
-    resume_dir = cfg.checkpoint.resume;
+  // ---- Outputs (rank 0 writes the logs; every rank writes its checkpoint shard).
+  std::optional<MetricsLog> metrics;
+  if (rank0) {
+    std::error_code ec;
+    fs::create_directories(cfg.log.dir, ec);
+    if (ec) fail("cannot create log.dir '", cfg.log.dir, "': ", ec.message());
+    write_text_atomic(cfg.log.dir + "/config.yaml", to_yaml(cfg));
+    metrics.emplace(cfg.log.dir + "/metrics.jsonl", run.start_step);
   }
-
-  int64_t start_step = 0;
-  auto ckpt_tensors = checkpoint_tensors(model.layout(), model.params(), optimizer.m(),
-                                         optimizer.v());
-  if (!resume_dir.empty()) {
-    CheckpointMeta meta = load_checkpoint(resume_dir, signature, ckpt_tensors);
-    start_step = meta.step;
-    if (meta.sample_position != start_step * tc.global_batch)
-      fail("checkpoint ", resume_dir, ": data position ", meta.sample_position,
-           " does not match step ", start_step, " x train.global_batch=", tc.global_batch,
-           " (was it written with a different global batch?)");
-    spdlog::info("resumed from {} at step {}", resume_dir, start_step);
-  } else if (!cfg.model.init_from.empty()) {
-    load_hf_weights(cfg.model.init_from, model.layout(), model.params());
-    spdlog::info("initial weights from {}", cfg.model.init_from);
-  } else {
-    init_gpt2_parameters(model.layout(), cfg.model.n_layer, tc.seed, model.params());
-  }
-  if (start_step > tc.steps)
-    fail("checkpoint ", resume_dir, " is at step ", start_step, ", beyond train.steps=",
-         tc.steps);
-
-  // ---- Outputs. ------------------------------------------------------------
-  std::error_code ec;
-  fs::create_directories(cfg.log.dir, ec);
-  if (ec) fail("cannot create log.dir '", cfg.log.dir, "': ", ec.message());
-  {
-    const std::string path = cfg.log.dir + "/config.yaml";
-    const std::string tmp = path + ".tmp";
-    std::ofstream f(tmp, std::ios::trunc);
-    f << to_yaml(cfg);
-    f.close();
-    if (!f || std::rename(tmp.c_str(), path.c_str()) != 0)
-      fail("cannot write '", path, "'");
-  }
-  MetricsLog metrics(cfg.log.dir + "/metrics.jsonl", start_step);
 
   const int accum = cfg.grad_accum_steps();
-  const int B = tc.micro_batch, T = tc.seq_len;
+  const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
+  const int data_rank = mesh.coord().dp * run.dims.fsdp + mesh.coord().fsdp;
   const int64_t tokens_per_step = static_cast<int64_t>(tc.global_batch) * T;
-  spdlog::info("model: {} parameters ({} layers, {} heads, {} embd, vocab {}, block {})",
-               human_count(static_cast<double>(model.num_parameters())), cfg.model.n_layer,
-               cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
-  spdlog::info("layout: {} on {}", dims.str(), device_name(ops->device()));
-  spdlog::info("data: {} train tokens in {} shard(s), {} windows of {}; val: {}",
-               human_count(static_cast<double>(train_data.num_tokens())),
-               train_data.num_shards(), train_data.num_windows(), T,
-               val_data ? human_count(static_cast<double>(val_data->num_tokens())) + " tokens"
-                        : std::string("off"));
-  spdlog::info("batch: {} rows x {} tokens = {} tokens/step ({} micro-batches of {})",
-               tc.global_batch, T, tokens_per_step, accum, B);
-  spdlog::info("logging to {}/metrics.jsonl, checkpoints in {}", cfg.log.dir, ckpt_root);
+  if (rank0) {
+    if (!run.resume_dir.empty())
+      spdlog::info("resumed from {} at step {}", run.resume_dir, run.start_step);
+    else if (!cfg.model.init_from.empty())
+      spdlog::info("initial weights from {}", cfg.model.init_from);
+    spdlog::info("model: {} parameters ({} layers, {} heads, {} embd, vocab {}, block {})",
+                 human_count(static_cast<double>(model.num_parameters())), cfg.model.n_layer,
+                 cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
+    spdlog::info("layout: {} on {}{}", run.dims.str(), device_name(run.ops->device()),
+                 run.dims.tp > 1 ? (cfg.parallel.tp_overlap ? ", tp collective matmuls overlapped"
+                                                            : ", tp collectives not overlapped")
+                                 : "");
+    if (run.dims.world_size() > 1) spdlog::info("{}", mesh.describe());
+    log_memory(params.memory(), cfg.parallel);
+    spdlog::info("data: {} train tokens in {} shard(s), {} windows of {}; val: {}",
+                 human_count(static_cast<double>(run.train_data->num_tokens())),
+                 run.train_data->num_shards(), run.train_data->num_windows(), T,
+                 run.val_data ? human_count(static_cast<double>(run.val_data->num_tokens())) +
+                                    " tokens"
+                              : std::string("off"));
+    spdlog::info("batch: {} rows x {} tokens = {} tokens/step ({} micro-batches of {} on each "
+                 "of {} data-parallel ranks)",
+                 tc.global_batch, T, tokens_per_step, accum, B, D);
+    spdlog::info("logging to {}/metrics.jsonl, checkpoints in {}", cfg.log.dir, ckpt_root);
+  }
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
-  const float grad_scale = 1.f / static_cast<float>(static_cast<int64_t>(B) * T * accum);
-  int64_t opt_t = start_step;  // AdamW step count t (skipped steps do not count)
+  const float grad_scale = 1.f / static_cast<float>(static_cast<int64_t>(B) * T * accum * D);
+  int64_t opt_t = run.optimizer_step;  // AdamW step count t (skipped steps do not count)
   int skipped_in_row = 0;
   double last_loss = 0.0;
-  int64_t last_saved = resume_dir.empty() ? -1 : start_step;
+  int64_t last_saved = run.resume_dir.empty() ? -1 : run.start_step;
+  std::string last_dir = run.resume_dir;
 
   auto save = [&](int64_t step) {
     CheckpointMeta meta;
     meta.step = step;
     meta.sample_position = step * tc.global_batch;
     meta.seed = tc.seed;
+    meta.optimizer_step = opt_t;
+    meta.layout = run.dims.str();
     meta.model_signature = signature;
     meta.config_yaml = to_yaml(cfg);
-    const std::string dir = save_checkpoint(ckpt_root, meta, ckpt_tensors, cfg.checkpoint.keep);
+    last_dir = save_checkpoint(ckpt_root, meta, params.pieces_to_save(), cfg.checkpoint.keep, job);
     last_saved = step;
-    spdlog::info("checkpoint step {} -> {}", step, dir);
+    if (rank0) spdlog::info("checkpoint step {} -> {}", step, last_dir);
   };
 
-  for (int64_t step = start_step; step < tc.steps; ++step) {
+  for (int64_t step = run.start_step; step < tc.steps; ++step) {
     const auto t0 = Clock::now();
     const bool last_step = step + 1 == tc.steps;
     nlohmann::json rec;
     rec["step"] = step;
 
-    if (val_data && (step % tc.eval_every == 0 || last_step)) {
-      const double val_loss = evaluate(model, *val_data, cfg, inputs, targets);
+    if (run.val_data && (step % tc.eval_every == 0 || last_step)) {
+      const double val_loss = evaluate(run, cfg, inputs, targets);
       rec["val_loss"] = json_number(val_loss);
-      spdlog::info("step {:>5} | val loss {:.4f}", step, val_loss);
+      if (rank0) spdlog::info("step {:>5} | val loss {:.4f}", step, val_loss);
     }
+    reset_comm_bytes(mesh);
     const auto t_train = Clock::now();
 
-    model.zero_grads();
+    params.begin_step();
     double loss_sum = 0.0;
     for (int k = 0; k < accum; ++k) {
-      train_data.fill(step * tc.global_batch + static_cast<int64_t>(k) * B, B, inputs.data(),
-                      targets.data());
+      params.begin_micro_batch(k + 1 == accum);
+      run.train_data->fill(first_row(step * tc.global_batch, k, B, D, data_rank), B,
+                           inputs.data(), targets.data());
       loss_sum += model.forward(inputs.data(), targets.data(), B, T, grad_scale);
       model.backward();
     }
-    const double loss = loss_sum / accum;
-    const double grad_norm = std::sqrt(ops->sum_squares(model.flat_grads()));
+    params.finish_gradients();
+    // Every rank ends with the same loss and norm, so all take the same branch.
+    const double loss = mesh.data().all_reduce_f64(loss_sum, ReduceOp::sum) / (accum * D);
+    const double grad_norm = params.grad_norm();
     const double lr = learning_rate(tc, step);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
     if (finite) {
@@ -207,15 +322,16 @@ TrainSummary run_training(const Config& cfg) {
       const float clip = tc.grad_clip > 0
                              ? static_cast<float>(std::min(1.0, tc.grad_clip / (grad_norm + 1e-6)))
                              : 1.f;
-      optimizer.step(*ops, model.params(), model.grads(), lr, clip, ++opt_t);
+      params.adamw_step(tc, lr, clip, ++opt_t);
       skipped_in_row = 0;
       last_loss = loss;
     } else {
       ++skipped_in_row;
       rec["skipped"] = true;
-      spdlog::warn("step {}: non-finite {} ({}), update skipped ({} in a row, limit {})", step,
-                   std::isfinite(loss) ? "gradient norm" : "loss",
-                   std::isfinite(loss) ? grad_norm : loss, skipped_in_row, tc.max_skipped);
+      if (rank0)
+        spdlog::warn("step {}: non-finite {} ({}), update skipped ({} in a row, limit {})", step,
+                     std::isfinite(loss) ? "gradient norm" : "loss",
+                     std::isfinite(loss) ? grad_norm : loss, skipped_in_row, tc.max_skipped);
     }
     const double step_ms = ms_since(t_train);
     const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
@@ -224,31 +340,39 @@ TrainSummary run_training(const Config& cfg) {
     rec["grad_norm"] = json_number(grad_norm);
     rec["step_ms"] = step_ms;
     rec["tokens_per_s"] = tokens_per_s;
+    rec["comm_bytes"] = comm_bytes(mesh);
     rec["wall_ms"] = ms_since(t0);
-    metrics.write(rec);
-    if (step % cfg.log.every == 0 || last_step)
+    if (metrics) metrics->write(rec);
+    if (rank0 && (step % cfg.log.every == 0 || last_step))
       spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s",
                    step + 1, tc.steps, loss, lr, grad_norm, step_ms, human_count(tokens_per_s));
 
     if (skipped_in_row >= tc.max_skipped) {
       // Parameters still hold the last good state: no update was applied.
       save(step - skipped_in_row + 1);
-      fail("stopping: ", skipped_in_row, " consecutive steps had a non-finite loss or gradient "
-           "norm (train.max_skipped=", tc.max_skipped, "); the last good state is checkpointed");
+      throw CollectiveError(
+          detail::concat("stopping: ", skipped_in_row,
+                         " consecutive steps had a non-finite loss or gradient norm "
+                         "(train.max_skipped=", tc.max_skipped,
+                         "); the last good state is checkpointed"),
+          rank0);
     }
     if (finite && cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0)
       save(step + 1);
   }
-  if (last_saved != tc.steps && tc.steps > start_step) save(tc.steps);
+  if (last_saved != tc.steps && tc.steps > run.start_step) save(tc.steps);
 
-  const std::string export_path = cfg.log.dir + "/model.safetensors";
-  save_hf_weights(export_path, model.layout(), model.params(),
-                  {{"step", std::to_string(tc.steps)}, {"model", signature}});
-  spdlog::info("exported weights to {}", export_path);
+  // The HF export is assembled from the final checkpoint, whatever the layout.
+  if (rank0 && !last_dir.empty()) {
+    const std::string export_path = cfg.log.dir + "/model.safetensors";
+    export_hf_weights(last_dir, cfg.model, export_path,
+                      {{"step", std::to_string(tc.steps)}, {"model", signature}});
+    spdlog::info("exported weights to {}", export_path);
+  }
 
   TrainSummary summary;
-  summary.first_step = start_step;
-  summary.steps_run = tc.steps - start_step;
+  summary.first_step = run.start_step;
+  summary.steps_run = tc.steps - run.start_step;
   summary.final_loss = last_loss;
   summary.log_dir = cfg.log.dir;
   return summary;

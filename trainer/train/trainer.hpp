@@ -1,14 +1,19 @@
-// The training loop: builds the backend, data loaders and model from a
-// validated Config, optionally resumes, then runs optimizer steps with
-// gradient accumulation, clipping, AdamW, evaluation, logging and
-// checkpoints. Everything that can be wrong with the inputs (data files,
-// init weights, checkpoint to resume) is checked before any output is
-// created, so a failed start leaves the run directory untouched.
+// The training loop: builds the mesh, backend, data loaders, sharded
+// parameters and model from a validated Config, optionally resumes, then runs
+// optimizer steps with gradient accumulation, clipping, AdamW, evaluation,
+// logging and checkpoints, on one process or on every rank of an MPI job.
+//
+// Start-up is two-phase: everything that can be wrong with the inputs (the
+// layout, data files, init weights, the checkpoint to resume) is checked on
+// every rank first and the ranks agree on the verdict (agree_on_setup), so a
+// failed start prints one error, exits non-zero on every rank and leaves the
+// run directory untouched. After that, an error on one rank aborts the job.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
 
 namespace gt {
@@ -20,6 +25,9 @@ struct TrainSummary {
   std::string log_dir;
 };
 
-TrainSummary run_training(const Config& cfg);
+class MpiCommunicator;
+
+// world: the job's communicator, or null for a single process without MPI.
+TrainSummary run_training(const Config& cfg, const MpiCommunicator* world = nullptr);
 
 }  // namespace gt

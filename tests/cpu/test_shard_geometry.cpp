@@ -1,0 +1,123 @@
+// Shard geometry and the tensor-parallel layout: every element of every
+// global parameter is held by exactly one (tp rank, fsdp shard), and the
+// boxes a segment maps to address exactly the elements a reference slicing
+// of the global tensor gives.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "trainer/model/parameter_layout.hpp"
+#include "trainer/sharding/shard_geometry.hpp"
+
+namespace gt {
+namespace {
+
+ModelConfig small_model() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 24;  // not a multiple of 16: padding inside units
+  m.vocab_size = 40;
+  m.block_size = 10;
+  return m;
+}
+
+TEST(ParameterLayout, TensorParallelShapesFollowTheMegatronPlan) {
+  const ModelConfig m = small_model();
+  const ParameterLayout l(m, 4, 1);
+  EXPECT_EQ(l.at("wte.weight").shape, (std::vector<int64_t>{10, 24}));
+  EXPECT_EQ(l.at("h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{18, 24}));
+  EXPECT_EQ(l.at("h.0.attn.c_attn.weight").parts, 3);
+  EXPECT_EQ(l.at("h.0.attn.c_proj.weight").shape, (std::vector<int64_t>{24, 6}));
+  EXPECT_EQ(l.at("h.1.mlp.c_fc.bias").shape, (std::vector<int64_t>{24}));
+  EXPECT_EQ(l.at("h.1.mlp.c_proj.bias").shape, (std::vector<int64_t>{24}));
+  EXPECT_TRUE(l.at("h.1.ln_2.bias").tp_partial_grad);
+  EXPECT_TRUE(l.at("wpe.weight").tp_partial_grad);
+  EXPECT_FALSE(l.at("h.1.mlp.c_proj.bias").tp_partial_grad);  // taken from the gathered grad
+  EXPECT_FALSE(l.at("wte.weight").tp_partial_grad);
+  // q rows of tp rank 1 start at global row 6, k rows at 24 + 6.
+  const ParamSpec& qkv = l.at("h.0.attn.c_attn.weight");
+  EXPECT_EQ(l.global_row(qkv, 0), 6);
+  EXPECT_EQ(l.global_row(qkv, 6), 30);
+  EXPECT_EQ(l.global_row(qkv, 17), 59);
+  EXPECT_EQ(l.global_col(l.at("h.0.mlp.c_proj.weight"), 2), 26);
+  // tp = 1 is the plain layout, with the same offsets.
+  const ParameterLayout one(m), one_again(m, 1, 0, 1);
+  EXPECT_EQ(one.total(), one_again.total());
+  EXPECT_EQ(one.global_numel(), l.global_numel());
+}
+
+TEST(ParameterLayout, RejectsATpThatDoesNotDivideTheModel) {
+  ModelConfig m = small_model();
+  m.vocab_size = 42;
+  EXPECT_THROW(ParameterLayout(m, 4, 0), Error);
+}
+
+TEST(ShardGeometry, UnitsArePaddedAndShardsCoverEachUnitOnce) {
+  const ModelConfig m = small_model();
+  for (int fsdp : {1, 2, 3, 4}) {
+    const ParameterLayout l(m, 2, 0, fsdp);
+    int64_t covered = 0;
+    for (int r = 0; r < fsdp; ++r) {
+      ShardGeometry g(l, fsdp, r);
+      for (size_t u = 0; u < l.units().size(); ++u) {
+        EXPECT_EQ(l.units()[u].size() % fsdp, 0);
+        EXPECT_EQ(g.shard_begin(static_cast<int>(u)),
+                  l.units()[u].begin + r * g.shard_size(static_cast<int>(u)));
+      }
+      for (const auto& s : g.owned()) covered += s.size();
+    }
+    int64_t real = 0;
+    for (const auto& s : l.specs()) real += s.numel;
+    EXPECT_EQ(covered, real) << "fsdp=" << fsdp;  // each real element owned exactly once
+  }
+}
+
+// Every (tp rank, fsdp rank) maps its owned segments to global boxes; counting
+// each global element's owners must give exactly one everywhere, and the
+// element a box addresses must be the one the reference slicing holds.
+TEST(ShardGeometry, BoxesTileEveryGlobalTensorExactlyOnce) {
+  const ModelConfig m = small_model();
+  const ParameterLayout global(m);
+  for (auto [tp, fsdp] : {std::pair<int, int>{1, 1}, {2, 1}, {1, 3}, {2, 2}, {4, 3}}) {
+    SCOPED_TRACE(testing::Message() << "tp=" << tp << " fsdp=" << fsdp);
+    std::map<std::string, std::vector<int>> owners;
+    for (const auto& s : global.specs()) owners[s.name].assign(static_cast<size_t>(s.numel), 0);
+    for (int t = 0; t < tp; ++t) {
+      const ParameterLayout l(m, tp, t, fsdp);
+      for (int f = 0; f < fsdp; ++f) {
+        ShardGeometry g(l, fsdp, f);
+        for (const auto& seg : g.owned()) {
+          const ParamSpec& s = *seg.spec;
+          const int64_t gcols = cols_2d(s.global_shape), lcols = cols_2d(s.shape);
+          int64_t seen = 0;
+          for (const auto& b : segment_boxes(l, s, seg.local_begin, seg.local_end)) {
+            EXPECT_EQ(b.offset, seen);
+            for (int64_t r = 0; r < b.rows; ++r)
+              for (int64_t c = 0; c < b.cols; ++c) {
+                owners[s.name][static_cast<size_t>((b.row0 + r) * gcols + b.col0 + c)]++;
+                // The local element this box position stands for.
+                const int64_t local = seg.local_begin + b.offset + r * b.cols + c;
+                EXPECT_EQ(l.global_row(s, local / lcols), b.row0 + r);
+                EXPECT_EQ(l.global_col(s, local % lcols), b.col0 + c);
+              }
+            seen += b.rows * b.cols;
+          }
+          EXPECT_EQ(seen, seg.size());
+        }
+      }
+    }
+    for (const auto& [name, count] : owners) {
+      // Replicated tensors are owned once per tp rank; split ones once.
+      const int want = (tp > 1 && ParameterLayout(m, tp, 0).at(name).split == TpSplit::replicated)
+                           ? tp
+                           : 1;
+      for (size_t i = 0; i < count.size(); ++i)
+        ASSERT_EQ(count[i], want) << name << " element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gt

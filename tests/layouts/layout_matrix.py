@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Every parallel layout trains like one rank, and moves the bytes it should.
+
+For each layout (dp x fsdp x tp, FSDP stage, with and without gradient
+accumulation, with tp_overlap on and off) this runs build/trainer under
+`mpirun --oversubscribe` for 10 steps on a small GPT and compares with one
+process on the same global batch:
+  * every step's loss (and the val loss) to 1e-5 relative,
+  * the final parameters (model.safetensors) to 1e-4,
+  * the bytes each rank sent per step on each mesh axis (metrics.jsonl
+    comm_bytes) to the ring formula of that layout, within 1%.
+Other checks, each its own --check: resharding a checkpoint between layouts,
+and a rank that fails or is killed ending the whole job quickly.
+
+    python3 tests/layouts/layout_matrix.py --build build --layout dp2
+    python3 tests/layouts/layout_matrix.py --build build --check reshard
+    python3 tests/layouts/layout_matrix.py --list
+
+Standard library only (CI has no numpy). Exit status 1 on any mismatch.
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import prepare_data  # noqa: E402  (pure standard library)
+
+MODEL = dict(n_layer=3, n_head=4, n_embd=32, vocab_size=256, block_size=16)
+TRAIN = dict(seq_len=16, global_batch=8, steps=10, lr=3e-3, lr_schedule="cosine",
+             warmup_steps=2, min_lr=3e-4, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8,
+             grad_clip=1.0, seed=7, eval_every=5, eval_batches=1, max_skipped=5)
+
+# name: (dp, fsdp, tp, fsdp_stage)
+LAYOUTS = {
+    "dp2": (2, 1, 1, 3), "dp4": (4, 1, 1, 3),
+    "fsdp2_stage1": (1, 2, 1, 1), "fsdp2_stage2": (1, 2, 1, 2), "fsdp2_stage3": (1, 2, 1, 3),
+    "fsdp4_stage3": (1, 4, 1, 3),
+    "tp2": (1, 1, 2, 3), "tp4": (1, 1, 4, 3),
+    "dp2_tp2": (2, 1, 2, 3), "fsdp2_tp2": (1, 2, 2, 3), "dp2_fsdp2": (2, 2, 1, 3),
+}
+LOSS_RTOL = 1e-5
+PARAM_TOL = 1e-4
+BYTES_RTOL = 0.01
+
+
+def yaml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(json.dumps(x) for x in v) + "]"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return repr(v)
+
+
+def write_config(path, sections):
+    with open(path, "w") as f:
+        for section, keys in sections.items():
+            f.write(f"{section}:\n")
+            for k, v in keys.items():
+                f.write(f"  {k}: {yaml_value(v)}\n")
+
+
+def read_safetensors(path):
+    """name -> list of floats (F32 only)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        b, e = info["data_offsets"]
+        out[name] = struct.unpack(f"<{(e - b) // 4}f", data[b:e])
+    return out
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return {r["step"]: r for r in (json.loads(line) for line in f if line.strip())}
+
+
+class Runner:
+    def __init__(self, build, work):
+        self.exe = os.path.join(os.path.abspath(build), "trainer")
+        if not os.path.exists(self.exe):
+            sys.exit(f"error: {self.exe} not found (build first)")
+        self.work = work
+        self.data = os.path.join(work, "data")
+        os.makedirs(self.data, exist_ok=True)
+        rng = random.Random(1234)
+        # A learnable stream (repeated phrases with noise) so the loss moves.
+        words = [[rng.randrange(256) for _ in range(rng.randrange(3, 9))] for _ in range(40)]
+        toks = []
+        while len(toks) < 20000:
+            toks += rng.choice(words) + ([rng.randrange(256)] if rng.random() < 0.1 else [])
+        prepare_data.write_shard(os.path.join(self.data, "train_000000.bin"), toks[:16000])
+        prepare_data.write_shard(os.path.join(self.data, "val_000000.bin"), toks[16000:20000])
+        self.count = 0
+
+    def config(self, name, dp=1, fsdp=1, tp=1, stage=3, micro=8, overlap=True, extra=None):
+        self.count += 1
+        run = os.path.join(self.work, f"{self.count:03d}_{name}")
+        os.makedirs(run, exist_ok=True)
+        sections = {
+            "model": dict(MODEL),
+            "data": dict(train=[os.path.join(self.data, "train_*.bin")],
+                         val=[os.path.join(self.data, "val_*.bin")], shuffle=True),
+            "train": dict(TRAIN, micro_batch=micro),
+            "runtime": dict(device="cpu", dtype="fp32", threads=1, collective_timeout_s=60.0),
+            "parallel": dict(dp=dp, fsdp=fsdp, tp=tp, fsdp_stage=stage, tp_overlap=overlap),
+            "log": dict(dir=run, every=5),
+            "checkpoint": dict(every=5, keep=3, resume="none"),
+        }
+        for key, value in (extra or {}).items():
+            section, k = key.split(".")
+            sections[section][k] = value
+        path = os.path.join(run, "config.in.yaml")
+        write_config(path, sections)
+        return run, path
+
+    def launch(self, world, cfg, extra_args=(), mpmd=None):
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        if world == 1 and not mpmd:
+            cmd = [self.exe, "--config", cfg, *extra_args]
+        else:
+            cmd = ["mpirun", "--oversubscribe", "-np", str(world), self.exe, "--config", cfg,
+                   *extra_args]
+            for n, other in mpmd or []:
+                cmd += [":", "-np", str(n), self.exe, "--config", other, *extra_args]
+        return cmd, env
+
+    def run(self, world, cfg, timeout=300, expect_ok=True, mpmd=None):
+        cmd, env = self.launch(world, cfg, mpmd=mpmd)
+        t0 = time.time()
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        took = time.time() - t0
+        if expect_ok and p.returncode != 0:
+            raise SystemExit(f"FAIL: {' '.join(cmd)} exited {p.returncode}\n{p.stdout[-3000:]}\n"
+                             f"{p.stderr[-3000:]}")
+        return p, took
+
+
+def compare_runs(label, ref_dir, got_dir, first_step=0):
+    """Losses, val losses, grad norms and final parameters; returns failures."""
+    fails = []
+    ref, got = read_metrics(os.path.join(ref_dir, "metrics.jsonl")), read_metrics(
+        os.path.join(got_dir, "metrics.jsonl"))
+    for step in range(first_step, TRAIN["steps"]):
+        for key in ("loss", "val_loss", "grad_norm"):
+            if key not in ref[step]:
+                continue
+            a, b = got[step].get(key), ref[step][key]
+            tol = LOSS_RTOL if key != "grad_norm" else 1e-4
+            if a is None or abs(a - b) > tol * abs(b):
+                fails.append(f"{label}: step {step} {key} {a} vs one rank {b} "
+                             f"(rel {abs((a or 0) - b) / abs(b):.2e} > {tol})")
+    pr = read_safetensors(os.path.join(ref_dir, "model.safetensors"))
+    pg = read_safetensors(os.path.join(got_dir, "model.safetensors"))
+    worst, where = 0.0, ""
+    for name, ref_vals in pr.items():
+        for i, (a, b) in enumerate(zip(pg[name], ref_vals)):
+            d = abs(a - b) / max(1.0, abs(b))
+            if d > worst:
+                worst, where = d, f"{name}[{i}] {a} vs {b}"
+    if worst > PARAM_TOL:
+        fails.append(f"{label}: final parameters differ by {worst:.2e} > {PARAM_TOL} at {where}")
+    return fails, worst
+
+
+def padded(n):
+    return (n + 15) // 16 * 16
+
+
+def unit_sizes(tp, fsdp):
+    """Flat sizes of the units (embed, one block, head) of one tp rank, as
+    ParameterLayout pads them: each tensor to 16 floats, each unit to fsdp."""
+    C, V, P = MODEL["n_embd"], MODEL["vocab_size"], MODEL["block_size"]
+
+    def unit(numels):
+        raw = sum(padded(n) for n in numels)
+        return (raw + fsdp - 1) // fsdp * fsdp
+    embed = unit([V // tp * C, P * C])
+    block = unit([C, C, 3 * C // tp * C, 3 * C // tp, C * C // tp, C, C, C,
+                  4 * C // tp * C, 4 * C // tp, C * 4 * C // tp, C])
+    head = unit([C, C])
+    return embed, block, head
+
+
+def expected_bytes(dp, fsdp, tp, stage, micro):
+    """Bytes one rank sends per optimizer step on each axis (ring volumes)."""
+    L, C, P = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
+    A = TRAIN["global_batch"] // (micro * dp * fsdp)
+    embed, block, head = unit_sizes(tp, fsdp)
+    total = embed + L * block + head
+    out = {"dp": 0.0, "fsdp": 0.0, "tp": 0.0}
+    if tp > 1:
+        R = micro * TRAIN["seq_len"]
+        chunk = R // tp * C * 4
+        per_micro = (8 * L + 4) * (tp - 1) * chunk          # AG/RS of the sequence shards
+        per_micro += 2 * (tp - 1) / tp * 3 * R * 4          # vocab-parallel cross-entropy
+        partial = 4 * C * L + P * C + 2 * C                  # LayerNorms, wpe, ln_f
+        reductions = A if (fsdp > 1 and stage >= 2) else 1
+        out["tp"] = A * per_micro + reductions * 2 * (tp - 1) / tp * 4 * partial
+    if fsdp > 1:
+        ring = (fsdp - 1) / fsdp * 4
+        if stage == 1:
+            out["fsdp"] = 2 * ring * total
+        elif stage == 2:
+            out["fsdp"] = A * ring * total + ring * total
+        else:
+            out["fsdp"] = A * ring * total + A * ring * (total + max(0, L - 2) * block)
+    if dp > 1:
+        out["dp"] = 2 * (dp - 1) / dp * 4 * (total if fsdp == 1 else total // fsdp)
+    return out
+
+
+def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro):
+    fails = []
+    want = expected_bytes(dp, fsdp, tp, stage, micro)
+    for step, rec in sorted(read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
+        got = rec["comm_bytes"]
+        for axis, w in want.items():
+            g = got[axis]
+            if (w == 0 and g != 0) or (w > 0 and abs(g - w) > BYTES_RTOL * w):
+                fails.append(f"{label}: step {step} {axis} sent {g:.0f} bytes, formula {w:.0f}")
+    return fails
+
+
+def run_layout(runner, name):
+    dp, fsdp, tp, stage = LAYOUTS[name]
+    world, D = dp * fsdp * tp, dp * fsdp
+    fails = []
+    for accum in (1, 2):
+        micro = TRAIN["global_batch"] // (D * accum)
+        ref_dir, ref_cfg = runner.config(f"ref_accum{accum}", micro=TRAIN["global_batch"] // accum)
+        runner.run(1, ref_cfg)
+        for overlap in ((True, False) if tp > 1 else (True,)):
+            label = f"{name} accum={accum}" + (f" tp_overlap={overlap}" if tp > 1 else "")
+            run_dir, cfg = runner.config(name, dp, fsdp, tp, stage, micro, overlap)
+            _, took = runner.run(world, cfg)
+            f, worst = compare_runs(label, ref_dir, run_dir)
+            f += check_bytes(label, run_dir, dp, fsdp, tp, stage, micro)
+            print(f"{'FAIL' if f else 'ok  '} {label}: {world} ranks, {took:.1f} s, "
+                  f"max param diff {worst:.1e}")
+            fails += f
+    return fails
+
+
+def check_reshard(runner):
+    """Train 5 steps at one layout, resume at another for 5: the losses equal an
+    uninterrupted one-rank run's."""
+    fails = []
+    ref_dir, ref_cfg = runner.config("reshard_ref", micro=4)
+    runner.run(1, ref_cfg)
+    for (a, b) in [((2, 1, 2, 3), (1, 4, 1, 3)), ((1, 4, 1, 3), (1, 1, 2, 3)),
+                   ((1, 1, 1, 3), (2, 2, 1, 1)), ((1, 2, 2, 2), (1, 1, 1, 3))]:
+        label = f"reshard dp={a[0]},fsdp={a[1]},tp={a[2]} -> dp={b[0]},fsdp={b[1]},tp={b[2]}"
+        first_dir, first_cfg = runner.config("reshard_from", *a, micro=4 // (a[0] * a[1]) or 1)
+        runner.run(a[0] * a[1] * a[2], first_cfg)
+        ckpt = os.path.join(first_dir, "checkpoints", "step_00000005")
+        second_dir, second_cfg = runner.config("reshard_to", *b, micro=4 // (b[0] * b[1]) or 1,
+                                               extra={"checkpoint.resume": ckpt})
+        runner.run(b[0] * b[1] * b[2], second_cfg)
+        f, worst = compare_runs(label, ref_dir, second_dir, first_step=5)
+        print(f"{'FAIL' if f else 'ok  '} {label}: steps 5..9 after resume, "
+              f"max param diff {worst:.1e}")
+        fails += f
+    return fails
+
+
+def check_rank_failure(runner):
+    """A bad data file on rank 3 only: every rank exits non-zero fast, and the
+    message comes from rank 3."""
+    fails = []
+    _, good = runner.config("fail_good", dp=4, micro=2)
+    bad_data = os.path.join(runner.work, "not_a_shard.bin")
+    with open(bad_data, "wb") as f:
+        f.write(b"this is not an llm.c shard" * 100)
+    _, bad = runner.config("fail_bad", dp=4, micro=2, extra={"data.train": [bad_data]})
+    p, took = runner.run(3, good, expect_ok=False, timeout=120, mpmd=[(1, bad)])
+    out = p.stdout + p.stderr
+    ok = p.returncode != 0 and took < 30 and "[rank 3]" in out and "not_a_shard.bin" in out
+    print(f"{'ok  ' if ok else 'FAIL'} bad data on rank 3: exit {p.returncode} in {took:.1f} s")
+    if not ok:
+        fails.append(f"bad data on rank 3: exit {p.returncode} after {took:.1f} s; output:\n"
+                     f"{out[-2000:]}")
+    # Killing one rank mid-run ends the job too.
+    run_dir, long_cfg = runner.config("kill", dp=2, micro=4, extra={"train.steps": 100000,
+                                                                     "train.eval_every": 0})
+    cmd, env = runner.launch(2, long_cfg)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics)):
+        time.sleep(0.2)
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True,
+                              text=True).stdout.split()
+    if not children:
+        fails.append("kill: no trainer processes found under mpirun")
+        os.killpg(proc.pid, signal.SIGKILL)
+        return fails
+    t0 = time.time()
+    os.kill(int(children[-1]), signal.SIGKILL)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    took = time.time() - t0
+    ok = proc.returncode != 0 and took < 30
+    print(f"{'ok  ' if ok else 'FAIL'} kill -9 of one rank: mpirun exit {proc.returncode} "
+          f"{took:.1f} s later")
+    if not ok:
+        fails.append(f"kill: mpirun exit {proc.returncode} after {took:.1f} s")
+    return fails
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--layout", action="append", default=[], choices=sorted(LAYOUTS))
+    ap.add_argument("--check", action="append", default=[], choices=("reshard", "failure"))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the run directories")
+    args = ap.parse_args()
+    if args.list:
+        print("\n".join(sorted(LAYOUTS)))
+        return 0
+    if not args.layout and not args.check:
+        args.layout = sorted(LAYOUTS)
+    work = tempfile.mkdtemp(prefix="gt_layouts_")
+    runner = Runner(args.build, work)
+    fails = []
+    try:
+        for name in args.layout:
+            fails += run_layout(runner, name)
+        if "reshard" in args.check:
+            fails += check_reshard(runner)
+        if "failure" in args.check:
+            fails += check_rank_failure(runner)
+    finally:
+        if args.keep or fails:
+            print(f"run directories kept in {work}")
+        else:
+            subprocess.run(["rm", "-rf", work])
+    for f in fails:
+        print(f, file=sys.stderr)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

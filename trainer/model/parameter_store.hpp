@@ -1,0 +1,58 @@
+// ParameterStore: where the model finds its parameters and gradients, unit by
+// unit (ParameterLayout::units()), and the hooks it calls around each unit's
+// use so that an owner can move them: FSDP gathers a unit's shards before
+// before_forward/before_backward returns and reduce-scatters its gradients
+// after after_backward; data parallelism starts its gradient buckets there.
+// The model holds no parallelism itself (torchtitan's rule); it only keeps to
+// the call order below, which owners rely on:
+//
+//   begin_forward(backward_follows)
+//   before_forward(embed) ... embedding
+//   for each block l:   before_forward(l) ... after_forward(l)
+//   before_forward(head) ... ln_f ... after_forward(head)
+//   LM head (wte again) ... after_forward(embed)
+//   -- backward, only when backward_follows --
+//   before_backward(embed) ... LM head
+//   before_backward(head) ... ln_f ... after_backward(head)
+//   for each block l, last to first:   before_backward(l) ... after_backward(l)
+//   embedding ... after_backward(embed)
+//
+// Parameter `s` of unit u lives at unit_params(u) + (s.offset - units[u].begin),
+// its gradient likewise in unit_grads(u); both are valid between the unit's
+// before_* and after_* calls. Gradients ACCUMULATE (the model never zeroes them).
+#pragma once
+
+#include "kernels/core/tensor.hpp"
+#include "trainer/model/parameter_layout.hpp"
+
+namespace gt {
+
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  virtual float* unit_params(int unit) = 0;
+  virtual float* unit_grads(int unit) = 0;
+  virtual void begin_forward(bool /*backward_follows*/) {}
+  virtual void before_forward(int /*unit*/) {}
+  virtual void after_forward(int /*unit*/) {}
+  virtual void before_backward(int /*unit*/) {}
+  virtual void after_backward(int /*unit*/) {}
+};
+
+// One rank holding everything: flat parameter and gradient buffers in layout
+// order; the hooks do nothing.
+class LocalParameters final : public ParameterStore {
+ public:
+  explicit LocalParameters(const ParameterLayout& layout);
+  float* unit_params(int unit) override { return params_.f32() + begin(unit); }
+  float* unit_grads(int unit) override { return grads_.f32() + begin(unit); }
+  float* params() { return params_.f32(); }
+  float* grads() { return grads_.f32(); }
+
+ private:
+  int64_t begin(int unit) const;
+  const std::vector<ParamUnit> units_;
+  HostBuffer params_, grads_;
+};
+
+}  // namespace gt

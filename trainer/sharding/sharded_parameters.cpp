@@ -1,0 +1,396 @@
+#include "trainer/sharding/sharded_parameters.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+namespace {
+
+constexpr int kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2;
+
+HostBuffer zeroed(int64_t n) {
+  HostBuffer b(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+  if (b.bytes()) std::memset(b.data(), 0, b.bytes());
+  return b;
+}
+
+int64_t max_block_size(const ParameterLayout& layout) {
+  int64_t n = 0;
+  for (size_t u = 1; u + 1 < layout.units().size(); ++u) n = std::max(n, layout.units()[u].size());
+  return n;
+}
+
+}  // namespace
+
+ShardedParameters::ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh,
+                                     int fsdp_stage, double bucket_mb, Ops& ops)
+    : layout_(layout),
+      geom_(layout, mesh.dims().fsdp, mesh.coord().fsdp),
+      ops_(ops),
+      dp_(mesh.dp()),
+      fsdp_(mesh.fsdp()),
+      tp_(mesh.tp()),
+      world_(mesh.world()),
+      dp_rank_(mesh.coord().dp),
+      tp_rank_(mesh.coord().tp),
+      stage_(fsdp_stage) {
+  GT_CHECK(stage_ >= 1 && stage_ <= 3, "fsdp_stage ", stage_);
+  GT_CHECK(bucket_mb > 0, "bucket_mb ", bucket_mb);
+  const int64_t T = layout.total(), S = geom_.storage_total();
+  const auto& units = layout.units();
+  params_ = zeroed(full_params() ? T : S);
+  if (full_grads()) grads_ = zeroed(T);
+  if (geom_.fsdp() > 1) shard_grads_ = zeroed(S);
+  m_ = zeroed(geom_.fsdp() > 1 ? S : T);
+  v_ = zeroed(geom_.fsdp() > 1 ? S : T);
+  const int64_t block = max_block_size(layout);
+  const int64_t embed = units.front().size(), head = units.back().size();
+  if (!full_params()) {
+    param_slots_[kEmbedSlot].buf = zeroed(embed);
+    param_slots_[kHeadSlot].buf = zeroed(head);
+    param_slots_[kBlockSlot].buf = zeroed(block);
+    param_slots_[kBlockSlot + 1].buf = zeroed(block);
+  }
+  if (!full_grads()) {
+    const int64_t sizes[4] = {embed, head, block, block};
+    for (int i = 0; i < 4; ++i) {
+      grad_slots_[static_cast<size_t>(i)].buf = zeroed(sizes[i]);
+      grad_slots_[static_cast<size_t>(i)].out = zeroed(sizes[i] / geom_.fsdp());
+    }
+  }
+  unit_rs_.resize(units.size());
+  unit_dp_.resize(units.size());
+  if (geom_.fsdp() == 1 && dp_.size() > 1) {
+    // Buckets cut from the end: the flat layout is in reverse backward order.
+    const int64_t per = std::max<int64_t>(16, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
+    for (int64_t hi = T; hi > 0; hi -= per) buckets_.push_back(Bucket{std::max<int64_t>(0, hi - per), hi});
+  }
+}
+
+ShardedParameters::~ShardedParameters() = default;
+
+// ---- Where a unit lives -------------------------------------------------------
+
+int ShardedParameters::slot_of(int unit) const {
+  if (unit == layout_.embed_unit()) return kEmbedSlot;
+  if (unit == layout_.head_unit()) return kHeadSlot;
+  return kBlockSlot + (unit - 1) % 2;
+}
+
+int ShardedParameters::next_forward(int unit) const {
+  return unit == layout_.head_unit() ? -1 : unit + 1;  // embed, blocks, head
+}
+
+int ShardedParameters::next_backward(int unit) const {
+  if (unit == layout_.embed_unit()) return layout_.head_unit();
+  if (unit == layout_.head_unit()) return layout_.head_unit() - 1 > 0 ? layout_.head_unit() - 1 : -1;
+  return unit - 1 > 0 ? unit - 1 : -1;  // the block below, none below block 0
+}
+
+float* ShardedParameters::unit_params(int unit) {
+  if (full_params()) return params_.f32() + layout_.units()[static_cast<size_t>(unit)].begin;
+  Slot& s = param_slots_[static_cast<size_t>(slot_of(unit))];
+  GT_CHECK(s.unit == unit && s.pending.done(), "unit ", layout_.units()[static_cast<size_t>(unit)].name,
+           " used while not gathered");
+  return s.buf.f32();
+}
+
+float* ShardedParameters::unit_grads(int unit) {
+  if (full_grads()) return grads_.f32() + layout_.units()[static_cast<size_t>(unit)].begin;
+  Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
+  GT_CHECK(s.unit == unit, "gradients of unit ", layout_.units()[static_cast<size_t>(unit)].name,
+           " used outside its backward");
+  return s.buf.f32();
+}
+
+// ---- Parameter gathers (stage 3) ------------------------------------------------
+
+void ShardedParameters::start_gather(int unit) {
+  Slot& s = param_slots_[static_cast<size_t>(slot_of(unit))];
+  if (s.unit == unit) return;  // resident or in flight
+  GT_CHECK(s.pending.done(), "gather into a busy buffer");
+  s.unit = unit;
+  s.pending = fsdp_.all_gather(params_.f32() + geom_.shard_storage(unit), s.buf.f32(),
+                               geom_.shard_size(unit));
+}
+
+void ShardedParameters::ensure_gathered(int unit) {
+  start_gather(unit);
+  param_slots_[static_cast<size_t>(slot_of(unit))].pending.wait();
+}
+
+void ShardedParameters::progress() {
+  // MPI moves non-blocking collectives only inside MPI calls: poll them here,
+  // between ops, so they advance while compute goes on. Completion never
+  // launches anything (that would break the common order across ranks).
+  for (auto& s : param_slots_) s.pending.test();
+  for (auto& s : grad_slots_) s.pending.test();
+  for (auto& h : unit_rs_) h.test();
+  for (auto& h : unit_dp_) h.test();
+  for (auto& b : buckets_) b.h.test();
+}
+
+void ShardedParameters::begin_forward(bool backward_follows) {
+  backward_follows_ = backward_follows;
+  if (!full_params())  // each micro-batch gathers afresh (parameters may have changed)
+    for (auto& s : param_slots_) {
+      s.pending.wait();
+      s.unit = -1;
+    }
+}
+
+void ShardedParameters::before_forward(int unit) {
+  if (!full_params()) {
+    ensure_gathered(unit);
+    const int next = next_forward(unit);
+    if (next >= 0) start_gather(next);
+  }
+  progress();
+}
+
+void ShardedParameters::after_forward(int unit) {
+  if (!full_params() && !backward_follows_ &&
+      (unit == layout_.embed_unit() || unit == layout_.head_unit()))
+    param_slots_[static_cast<size_t>(slot_of(unit))].unit = -1;
+}
+
+// ---- Gradients ------------------------------------------------------------------
+
+bool ShardedParameters::reduce_now() const {
+  // Stage 2/3 keep only the shard of the gradients: every micro-batch's unit
+  // gradients are reduced away. Otherwise they accumulate until the last.
+  return last_micro_ || !full_grads();
+}
+
+void ShardedParameters::begin_step() {
+  if (full_grads()) ops_.zero(cpu_f32(grads_.f32(), {layout_.total()}));
+  if (geom_.fsdp() > 1) ops_.zero(cpu_f32(shard_grads_.f32(), {geom_.storage_total()}));
+  for (auto& b : buckets_) b.started = false;
+}
+
+void ShardedParameters::begin_micro_batch(bool last) {
+  last_micro_ = last;
+  watermark_ = layout_.total();
+}
+
+void ShardedParameters::before_backward(int unit) {
+  if (!full_params()) {
+    ensure_gathered(unit);
+    const int next = next_backward(unit);
+    if (next >= 0) start_gather(next);
+  }
+  if (!full_grads()) {
+    Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
+    complete_grad_slot(s);  // the unit that used this buffer before (fixed schedule)
+    s.unit = unit;
+    ops_.zero(cpu_f32(s.buf.f32(), {layout_.units()[static_cast<size_t>(unit)].size()}));
+  }
+  progress();
+}
+
+void ShardedParameters::after_backward(int unit) {
+  if (reduce_now()) {
+    sum_tp_partial(unit);
+    const int64_t begin = layout_.units()[static_cast<size_t>(unit)].begin;
+    if (geom_.fsdp() == 1) {
+      watermark_ = begin;
+      start_ready_buckets();
+    } else if (full_grads()) {  // stage 1: the shard straight into shard_grads_
+      unit_rs_[static_cast<size_t>(unit)] = fsdp_.reduce_scatter_sum(
+          grads_.f32() + begin, shard_grads_.f32() + geom_.shard_storage(unit),
+          geom_.shard_size(unit));
+    } else {
+      Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
+      s.pending = fsdp_.reduce_scatter_sum(s.buf.f32(), s.out.f32(), geom_.shard_size(unit));
+      s.busy = true;
+    }
+  }
+  if (!full_params() && (unit == layout_.embed_unit() || unit == layout_.head_unit()))
+    param_slots_[static_cast<size_t>(slot_of(unit))].unit = -1;
+  progress();
+}
+
+void ShardedParameters::complete_grad_slot(Slot& s) {
+  if (!s.busy) return;
+  s.pending.wait();
+  s.busy = false;
+  const int64_t n = geom_.shard_size(s.unit);
+  ops_.accumulate(cpu_f32(shard_grads_.f32() + geom_.shard_storage(s.unit), {n}),
+                  cpu_f32(s.out.f32(), {n}));
+  if (last_micro_) start_dp_reduce(s.unit);
+}
+
+void ShardedParameters::start_dp_reduce(int unit) {
+  if (dp_.size() == 1) return;
+  unit_dp_[static_cast<size_t>(unit)] = dp_.all_reduce_sum(
+      shard_grads_.f32() + geom_.shard_storage(unit), geom_.shard_size(unit));
+}
+
+void ShardedParameters::sum_tp_partial(int unit) {
+  if (tp_.size() == 1) return;
+  // Contiguous runs of tp-partial parameters (ln_1 weight+bias, ...): one
+  // all-reduce each, waited at once: the data-axis reduction needs the sum.
+  float* base = unit_grads(unit);
+  const int64_t begin = layout_.units()[static_cast<size_t>(unit)].begin;
+  int64_t lo = -1, hi = -1;
+  auto flush = [&] {
+    if (lo >= 0) tp_.all_reduce_sum(base + (lo - begin), hi - lo).wait();
+    lo = hi = -1;
+  };
+  for (const auto& s : layout_.specs()) {
+    if (s.unit != unit) continue;
+    if (!s.tp_partial_grad) {
+      flush();
+      continue;
+    }
+    if (lo < 0) lo = s.offset;
+    hi = s.offset + s.numel;
+  }
+  flush();
+}
+
+void ShardedParameters::start_ready_buckets() {
+  for (auto& b : buckets_)
+    if (!b.started && b.lo >= watermark_) {
+      b.h = dp_.all_reduce_sum(grads_.f32() + b.lo, b.hi - b.lo);
+      b.started = true;
+    }
+}
+
+void ShardedParameters::finish_gradients() {
+  const size_t n_units = layout_.units().size();
+  if (geom_.fsdp() == 1) {
+    watermark_ = 0;
+    start_ready_buckets();
+    for (auto& b : buckets_) b.h.wait();
+    return;
+  }
+  if (full_grads()) {
+    for (size_t u = 0; u < n_units; ++u) {
+      unit_rs_[u].wait();
+      start_dp_reduce(static_cast<int>(u));
+    }
+  } else {
+    for (auto& s : grad_slots_) complete_grad_slot(s);
+  }
+  for (auto& h : unit_dp_) h.wait();
+}
+
+// ---- Norm and optimizer -----------------------------------------------------------
+
+float* ShardedParameters::owned_grads(const ParamSegment& s) {
+  return geom_.fsdp() == 1 ? grads_.f32() + s.flat : shard_grads_.f32() + s.storage;
+}
+float* ShardedParameters::owned_params(const ParamSegment& s) {
+  return full_params() ? params_.f32() + s.flat : params_.f32() + s.storage;
+}
+
+double ShardedParameters::grad_norm() {
+  // Each element of the unsharded gradient counted once: shards are disjoint
+  // over fsdp and (for split parameters) over tp; replicas over dp and the
+  // tp-replicated parameters are counted on rank 0 of those axes only.
+  double local = 0.0;
+  if (dp_rank_ == 0)
+    for (const auto& s : geom_.owned()) {
+      if (tp_rank_ != 0 && s.spec->split == TpSplit::replicated) continue;
+      local += ops_.sum_squares(cpu_f32(owned_grads(s), {s.size()}));
+    }
+  return std::sqrt(world_.all_reduce_f64(local, ReduceOp::sum));
+}
+
+void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t) {
+  for (const auto& s : geom_.owned()) {
+    const Ops::AdamWParams p{static_cast<float>(lr),
+                             static_cast<float>(tc.beta1),
+                             static_cast<float>(tc.beta2),
+                             static_cast<float>(tc.eps),
+                             s.spec->decay ? static_cast<float>(tc.weight_decay) : 0.f,
+                             clip,
+                             t};
+    const int64_t at = geom_.fsdp() == 1 ? s.flat : s.storage;
+    ops_.adamw_update(cpu_f32(owned_params(s), {s.size()}), cpu_f32(owned_grads(s), {s.size()}),
+                      cpu_f32(m_.f32() + at, {s.size()}), cpu_f32(v_.f32() + at, {s.size()}), p);
+  }
+  if (geom_.fsdp() > 1 && full_params()) {  // stage 1/2: everyone gets the updated shards
+    std::vector<CommHandle> gathers;
+    for (size_t u = 0; u < layout_.units().size(); ++u) {
+      const int unit = static_cast<int>(u);
+      gathers.push_back(fsdp_.all_gather(params_.f32() + geom_.shard_begin(unit),
+                                         params_.f32() + layout_.units()[u].begin,
+                                         geom_.shard_size(unit)));
+    }
+    for (auto& h : gathers) h.wait();
+  }
+}
+
+// ---- Initial values and checkpoints ------------------------------------------------
+
+void ShardedParameters::load_global(const std::string& name, const float* data) {
+  const ParamSpec& spec = layout_.at(name);
+  const int64_t gcols = cols_2d(spec.global_shape);
+  for (const auto& seg : full_params() ? geom_.whole() : geom_.owned()) {
+    if (seg.spec != &spec) continue;
+    float* dst = full_params() ? params_.f32() + seg.flat : params_.f32() + seg.storage;
+    for (const auto& b : segment_boxes(layout_, spec, seg.local_begin, seg.local_end))
+      for (int64_t r = 0; r < b.rows; ++r)
+        std::copy(data + (b.row0 + r) * gcols + b.col0, data + (b.row0 + r) * gcols + b.col0 + b.cols,
+                  dst + b.offset + r * b.cols);
+  }
+}
+
+std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegment>& segs,
+                                                   bool params, bool moments, bool dedup) {
+  std::vector<TensorPiece> out;
+  if (dedup && dp_rank_ != 0) return out;
+  for (const auto& seg : segs) {
+    if (dedup && tp_rank_ != 0 && seg.spec->split == TpSplit::replicated) continue;
+    const int64_t at = geom_.fsdp() == 1 ? seg.flat : seg.storage;
+    for (const auto& b : segment_boxes(layout_, *seg.spec, seg.local_begin, seg.local_end)) {
+      const TensorBox box{b.row0, b.rows, b.col0, b.cols};
+      if (params)
+        out.push_back({"param." + seg.spec->name, seg.spec->global_shape, box,
+                       owned_params(seg) + b.offset});
+      if (moments) {
+        out.push_back({"adam_m." + seg.spec->name, seg.spec->global_shape, box,
+                       m_.f32() + at + b.offset});
+        out.push_back({"adam_v." + seg.spec->name, seg.spec->global_shape, box,
+                       v_.f32() + at + b.offset});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<TensorPiece> ShardedParameters::pieces_to_save() {
+  return pieces(geom_.owned(), true, true, true);
+}
+
+std::vector<TensorPiece> ShardedParameters::pieces_to_load() {
+  std::vector<TensorPiece> out = pieces(geom_.owned(), !full_params() || geom_.fsdp() == 1, true, false);
+  if (full_params() && geom_.fsdp() > 1) {  // every parameter whole, moments for the shard
+    std::vector<TensorPiece> whole = pieces(geom_.whole(), true, false, false);
+    out.insert(out.end(), whole.begin(), whole.end());
+  }
+  return out;
+}
+
+MemoryFigures ShardedParameters::memory() const {
+  auto bytes = [](const HostBuffer& b) { return static_cast<int64_t>(b.bytes()); };
+  MemoryFigures f;
+  f.params = bytes(params_);
+  f.grads = bytes(grads_) + bytes(shard_grads_);
+  for (const auto& s : param_slots_) f.params += bytes(s.buf);
+  for (const auto& s : grad_slots_) f.grads += bytes(s.buf) + bytes(s.out);
+  f.optimizer = bytes(m_) + bytes(v_);
+  const int64_t T = layout_.total() * static_cast<int64_t>(sizeof(float));
+  f.params_unsharded = T;
+  f.grads_unsharded = T;
+  f.optimizer_unsharded = 2 * T;
+  return f;
+}
+
+}  // namespace gt

@@ -1,0 +1,147 @@
+// ShardedParameters: one rank's parameters, gradients and AdamW state for a
+// layout dp x fsdp x tp, and every data-axis collective of a training step.
+// It is the ParameterStore the model reads from; the model's unit hooks are
+// where communication starts (DeviceMesh axes: dp, fsdp, tp).
+//
+// What each rank stores (T = this tp rank's flat parameter count, padded; f = fsdp):
+//   fsdp = 1        params T, grads T, AdamW m+v 2T. Gradients are all-reduced
+//                   over dp in buckets of parallel.bucket_mb, each started as
+//                   soon as backward has finished every parameter in it (the
+//                   flat layout is in reverse backward order) on the last
+//                   micro-batch, and waited only before the optimizer.
+//   fsdp_stage 1    params T, grads T (+ the reduced shard T/f), m+v 2T/f. After
+//                   the last micro-batch each unit's gradients are
+//                   reduce-scattered as soon as its backward is done; the
+//                   optimizer updates the shard and all-gathers the parameters.
+//   fsdp_stage 2    params T, grads T/f (+ 4 unit buffers), m+v 2T/f. Every
+//                   micro-batch reduce-scatters each unit's gradients into the
+//                   shard (accumulated), overlapped with the next unit's backward.
+//   fsdp_stage 3    params T/f (+ 4 unit buffers), grads as stage 2, m+v 2T/f.
+//                   A block's parameters are all-gathered before use, the next
+//                   block's gather prefetched while the current one computes;
+//                   the two most recent blocks stay in their buffers, so
+//                   backward re-gathers all but the last two. embed and head
+//                   stay gathered from their forward to their backward.
+//   dp > 1 with fsdp > 1 (HSDP): the reduced shards are all-reduced over dp.
+// Under tensor parallelism the gradients of parameters marked tp_partial_grad
+// (LayerNorms, wpe) are all-reduced over tp before the data-axis reduction.
+//
+// Invariants: collectives on each axis start in the same order on every rank
+// (a fixed schedule; completions never trigger launches); padding elements are
+// zero in every buffer; no rank's storage overlaps another's in the
+// checkpoint pieces it saves (replicas are written by dp rank 0, tp-replicated
+// parameters by tp rank 0).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "parallel/mesh.hpp"
+#include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/parameter_store.hpp"
+#include "trainer/sharding/shard_geometry.hpp"
+
+namespace gt {
+
+struct MemoryFigures {
+  int64_t params = 0, grads = 0, optimizer = 0;                    // bytes this rank holds
+  int64_t params_unsharded = 0, grads_unsharded = 0, optimizer_unsharded = 0;  // tp shard, one rank
+};
+
+class ShardedParameters final : public ParameterStore {
+ public:
+  ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh, int fsdp_stage,
+                    double bucket_mb, Ops& ops);
+  ~ShardedParameters() override;
+  ShardedParameters(const ShardedParameters&) = delete;
+  ShardedParameters& operator=(const ShardedParameters&) = delete;
+
+  // ParameterStore.
+  float* unit_params(int unit) override;
+  float* unit_grads(int unit) override;
+  void begin_forward(bool backward_follows) override;
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
+  void after_backward(int unit) override;
+
+  // One optimizer step: begin_step(); for each micro-batch
+  // begin_micro_batch(last) + model forward/backward; finish_gradients();
+  // grad_norm(); adamw_step().
+  void begin_step();
+  void begin_micro_batch(bool last);
+  void finish_gradients();
+  double grad_norm();  // collective over the world; the unsharded model's norm
+  void adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t);
+
+  // Copies this rank's part of a global parameter (the whole tensor of
+  // `global.global_shape`, as for_each_initial_parameter gives it).
+  void load_global(const std::string& name, const float* data);
+  // Checkpoint pieces: what this rank writes (its own, deduplicated across
+  // replicas) and what it reads (everything it stores).
+  std::vector<TensorPiece> pieces_to_save();
+  std::vector<TensorPiece> pieces_to_load();
+
+  MemoryFigures memory() const;
+  int fsdp_stage() const { return stage_; }
+
+ private:
+  struct Slot {       // a unit-sized buffer that holds one unit at a time
+    HostBuffer buf;
+    int unit = -1;
+    CommHandle pending;  // the gather (params) or reduce-scatter (grads) in flight
+    bool busy = false;   // grads: a reduce-scatter result waits to be accumulated
+    HostBuffer out;      // grads: the reduce-scatter's output (one shard)
+  };
+
+  bool full_params() const { return geom_.fsdp() == 1 || stage_ < 3; }
+  bool full_grads() const { return geom_.fsdp() == 1 || stage_ == 1; }
+  bool reduce_now() const;
+  int slot_of(int unit) const;
+  int next_forward(int unit) const;
+  int next_backward(int unit) const;
+  void start_gather(int unit);
+  void ensure_gathered(int unit);
+  void complete_grad_slot(Slot& s);
+  void start_dp_reduce(int unit);
+  void sum_tp_partial(int unit);
+  void start_ready_buckets();
+  void progress();
+  float* owned_grads(const ParamSegment& s);
+  float* owned_params(const ParamSegment& s);
+  std::vector<TensorPiece> pieces(const std::vector<ParamSegment>& segs, bool params,
+                                  bool moments, bool dedup);
+
+  const ParameterLayout& layout_;
+  ShardGeometry geom_;
+  Ops& ops_;
+  Communicator& dp_;
+  Communicator& fsdp_;
+  Communicator& tp_;
+  Communicator& world_;
+  int dp_rank_, tp_rank_;
+  int stage_;
+
+  HostBuffer params_;       // full (T) or shard storage
+  HostBuffer grads_;        // full (T) when full_grads()
+  HostBuffer shard_grads_;  // shard storage (fsdp > 1)
+  HostBuffer m_, v_;        // owned: T (fsdp = 1) or shard storage
+  std::array<Slot, 4> param_slots_, grad_slots_;  // embed, head, block even, block odd
+  std::vector<CommHandle> unit_rs_;    // stage 1: reduce-scatter into shard_grads_
+  std::vector<CommHandle> unit_dp_;    // fsdp > 1, dp > 1: all-reduce of a shard
+  struct Bucket {
+    int64_t lo, hi;
+    bool started = false;
+    CommHandle h;
+  };
+  std::vector<Bucket> buckets_;        // fsdp = 1, dp > 1
+  int64_t watermark_ = 0;              // flat offsets >= it have final gradients
+  bool backward_follows_ = false;
+  bool last_micro_ = true;
+};
+
+}  // namespace gt
