@@ -11,6 +11,7 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "parallel/in_process_communicator.hpp"
 #include "parallel/parallel_dims.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/data/data_loader.hpp"
@@ -110,7 +111,8 @@ TrainSummary run_training(const Config& cfg) {
   auto ckpt_tensors = checkpoint_tensors(model.layout(), model.params(), optimizer.m(),
                                          optimizer.v());
   if (!resume_dir.empty()) {
-    CheckpointMeta meta = load_checkpoint(resume_dir, signature, ckpt_tensors);
+    CheckpointMeta meta =
+        load_checkpoint(resume_dir, signature, whole_tensor_pieces(ckpt_tensors));
     start_step = meta.step;
     if (meta.sample_position != start_step * tc.global_batch)
       fail("checkpoint ", resume_dir, ": data position ", meta.sample_position,
@@ -172,7 +174,9 @@ TrainSummary run_training(const Config& cfg) {
     meta.seed = tc.seed;
     meta.model_signature = signature;
     meta.config_yaml = to_yaml(cfg);
-    const std::string dir = save_checkpoint(ckpt_root, meta, ckpt_tensors, cfg.checkpoint.keep);
+    InProcessCommunicator world("world");  // this trainer runs on one rank
+    const std::string dir = save_checkpoint(ckpt_root, meta, whole_tensor_pieces(ckpt_tensors),
+                                            cfg.checkpoint.keep, world);
     last_saved = step;
     spdlog::info("checkpoint step {} -> {}", step, dir);
   };
