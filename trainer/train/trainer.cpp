@@ -107,13 +107,14 @@ TrainSummary run_training(const Config& cfg) {
     resume_dir = cfg.checkpoint.resume;
   }
 
-  int64_t start_step = 0;
+  int64_t start_step = 0, start_opt_t = 0;
   auto ckpt_tensors = checkpoint_tensors(model.layout(), model.params(), optimizer.m(),
                                          optimizer.v());
   if (!resume_dir.empty()) {
     CheckpointMeta meta =
         load_checkpoint(resume_dir, signature, whole_tensor_pieces(ckpt_tensors));
     start_step = meta.step;
+    start_opt_t = meta.optimizer_step;
     if (meta.sample_position != start_step * tc.global_batch)
       fail("checkpoint ", resume_dir, ": data position ", meta.sample_position,
            " does not match step ", start_step, " x train.global_batch=", tc.global_batch,
@@ -162,7 +163,7 @@ TrainSummary run_training(const Config& cfg) {
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   const float grad_scale = 1.f / static_cast<float>(static_cast<int64_t>(B) * T * accum);
-  int64_t opt_t = start_step;  // AdamW step count t (skipped steps do not count)
+  int64_t opt_t = start_opt_t;  // AdamW step count t (skipped steps do not count)
   int skipped_in_row = 0;
   double last_loss = 0.0;
   int64_t last_saved = resume_dir.empty() ? -1 : start_step;
@@ -174,6 +175,8 @@ TrainSummary run_training(const Config& cfg) {
     meta.seed = tc.seed;
     meta.model_signature = signature;
     meta.config_yaml = to_yaml(cfg);
+    meta.optimizer_step = opt_t;
+    meta.layout = dims.str();
     InProcessCommunicator world("world");  // this trainer runs on one rank
     const std::string dir = save_checkpoint(ckpt_root, meta, whole_tensor_pieces(ckpt_tensors),
                                             cfg.checkpoint.keep, world);
