@@ -173,7 +173,8 @@ int cmd_sample(const Args& a) {
              "model.vocab_size is ", cfg.model.vocab_size);
   auto ops = gt::make_cpu_ops(cfg.runtime.threads);
   gt::GPT model(cfg.model, *ops, 1, cfg.model.block_size);
-  gt::load_checkpoint(dir, gt::model_signature(cfg.model), param_tensors(model));
+  gt::load_checkpoint(dir, gt::model_signature(cfg.model),
+                      gt::whole_tensor_pieces(param_tensors(model)));
   gt::SampleOptions opt;
   opt.new_tokens = std::stoi(a.flag("tokens", "200"));
   opt.temperature = std::stod(a.flag("temperature", "0.8"));
@@ -193,7 +194,8 @@ int cmd_export(const Args& a) {
   auto ops = gt::make_cpu_ops(cfg.runtime.threads);
   gt::GPT model(cfg.model, *ops, 1, 1);
   gt::CheckpointMeta meta =
-      gt::load_checkpoint(dir, gt::model_signature(cfg.model), param_tensors(model));
+      gt::load_checkpoint(dir, gt::model_signature(cfg.model),
+                          gt::whole_tensor_pieces(param_tensors(model)));
   gt::save_hf_weights(a.flag("out"), model.layout(), model.params(),
                       {{"step", std::to_string(meta.step)},
                        {"model", gt::model_signature(cfg.model)}});

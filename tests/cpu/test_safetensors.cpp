@@ -361,6 +361,53 @@ TEST(Safetensors, WriterRejectsDuplicatesAndReservedNames) {
   EXPECT_HAS(error_of([&] { w.add_f32("n", {-1}, &v); }), "negative shape");
 }
 
+// A viewed (not copied) entry is written from the caller's buffer, and the
+// returned size and CRC32C are those of the file on disk.
+TEST(Safetensors, ViewEntryAndWrittenDigestMatchTheFile) {
+  TempDir tmp;
+  const auto a = test::random_vector(33, 5);
+  SafetensorsWriter w;
+  w.add_f32_view("a", {3, 11}, a.data());
+  w.add_f32("b", {2}, a.data());
+  const WrittenFile written = w.write_atomic(tmp.file("m.safetensors"));
+  uint64_t bytes = 0;
+  EXPECT_EQ(written.crc32c, crc32c_file(tmp.file("m.safetensors"), &bytes));
+  EXPECT_EQ(written.bytes, bytes);
+  std::vector<float> out(33);
+  SafetensorsReader(tmp.file("m.safetensors")).read_f32("a", {3, 11}, out.data());
+  EXPECT_EQ(out, a);
+}
+
+// Boxes of a 2-D and a 1-D tensor (viewed as (N, 1)) into a strided buffer.
+TEST(Safetensors, ReadBoxOfTwoAndOneDimensionalTensors) {
+  TempDir tmp;
+  std::vector<float> a(5 * 7), b(9);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 100.f + static_cast<float>(i);
+  SafetensorsWriter w;
+  w.add_f32("a", {5, 7}, a.data());
+  w.add_f32("b", {9}, b.data());
+  w.write_atomic(tmp.file("m.safetensors"));
+  SafetensorsReader r(tmp.file("m.safetensors"));
+
+  // rows [1, 4) x cols [2, 5) into a buffer with row stride 4 (last column untouched).
+  std::vector<float> out(3 * 4, -1.f);
+  r.read_f32_box("a", 1, 3, 2, 3, out.data(), 4);
+  const std::vector<float> want = {9, 10, 11, -1, 16, 17, 18, -1, 23, 24, 25, -1};
+  EXPECT_EQ(out, want);
+  std::vector<float> rows(2 * 7);  // whole rows, dense: the single-read path
+  r.read_f32_box("a", 3, 2, 0, 7, rows.data(), 7);
+  EXPECT_EQ(rows, std::vector<float>(a.begin() + 21, a.end()));
+  std::vector<float> mid(4);
+  r.read_f32_box("b", 2, 4, 0, 1, mid.data(), 1);
+  EXPECT_EQ(mid, (std::vector<float>{102, 103, 104, 105}));
+
+  EXPECT_HAS(error_of([&] { r.read_f32_box("a", 4, 2, 0, 7, rows.data(), 7); }),
+             "box rows [4, 6) x cols [0, 7) is outside its (5, 7) view");
+  EXPECT_HAS(error_of([&] { r.read_f32_box("b", 0, 1, 1, 1, mid.data(), 1); }),
+             "outside its (9, 1) view");
+}
+
 // --- atomic writes
 
 TEST(AtomicFile, WriteLeavesOnlyTheTarget) {

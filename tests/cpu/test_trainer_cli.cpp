@@ -82,9 +82,10 @@ TEST_F(TrainerCli, TruncatedCheckpoint) {
   auto [rc, out] = trainer("--config " + dir.file("cfg.yaml"));
   ASSERT_EQ(rc, 0) << out;
   const std::string ck = dir.file("run/checkpoints/step_00000003");
-  fs::resize_file(ck + "/tensors.safetensors", fs::file_size(ck + "/tensors.safetensors") / 2);
+  const std::string shard = ck + "/rank_00000.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) / 2);
   expect_rejected("--config " + dir.file("cfg.yaml") + " train.steps=5 checkpoint.resume=" + ck,
-                  "tensors.safetensors");
+                  "rank_00000.safetensors");
 }
 
 TEST_F(TrainerCli, SafetensorsOfTheWrongShape) {

@@ -304,8 +304,58 @@ void SafetensorsReader::read_f32(const std::string& name,
   }
 }
 
+void SafetensorsReader::read_f32_box(const std::string& name, int64_t row0, int64_t rows,
+                                     int64_t col0, int64_t cols, float* dst,
+                                     int64_t dst_row_stride) const {
+  const SafetensorInfo& t = info(name);
+  const std::string where = "tensor " + name + " in " + path_;
+  if (t.dtype != "F32") fail(where, " has dtype ", t.dtype, "; a box can be read only from F32");
+  if (t.shape.size() > 2)
+    fail(where, " has shape ", shape_str(t.shape), "; a box can be read only from 1-D or 2-D");
+  const int64_t R = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t C = t.shape.size() == 2 ? t.shape[1] : 1;
+  if (row0 < 0 || rows < 0 || col0 < 0 || cols < 0 || row0 + rows > R || col0 + cols > C)
+    fail(where, ": box rows [", row0, ", ", row0 + rows, ") x cols [", col0, ", ", col0 + cols,
+         ") is outside its (", R, ", ", C, ") view");
+  if (rows == 0 || cols == 0) return;
+  GT_CHECK(dst != nullptr && dst_row_stride >= cols, "read_f32_box of ", name,
+           ": null buffer or row stride ", dst_row_stride, " < ", cols);
+
+  Fd f(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (f.fd < 0) fail("cannot open safetensors file ", path_, ": ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) fail("cannot stat ", path_, ": ", std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) < data_start_ + t.end)
+    fail(where, ": the file is ", st.st_size,
+         " bytes now, too short for the tensor's data (it was truncated after opening)");
+
+  const uint64_t base = data_start_ + t.begin;
+  auto elem_offset = [&](int64_t r, int64_t c) {
+    return base + (static_cast<uint64_t>(r) * static_cast<uint64_t>(C) +
+                   static_cast<uint64_t>(c)) * sizeof(float);
+  };
+  if (cols == C && dst_row_stride == cols) {  // whole rows into a dense buffer: one read
+    pread_all(f.fd, dst, static_cast<size_t>(rows * cols) * sizeof(float), elem_offset(row0, 0),
+              where);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    pread_all(f.fd, dst + r * dst_row_stride, static_cast<size_t>(cols) * sizeof(float),
+              elem_offset(row0 + r, col0), where);
+}
+
 void SafetensorsWriter::add_f32(const std::string& name, const std::vector<int64_t>& shape,
                                 const float* data) {
+  add_entry(name, shape, data, /*copy=*/true);
+}
+
+void SafetensorsWriter::add_f32_view(const std::string& name, const std::vector<int64_t>& shape,
+                                     const float* data) {
+  add_entry(name, shape, data, /*copy=*/false);
+}
+
+void SafetensorsWriter::add_entry(const std::string& name, const std::vector<int64_t>& shape,
+                                  const float* data, bool copy) {
   if (name.empty()) fail("safetensors writer: empty tensor name");
   if (name == "__metadata__") fail("safetensors writer: \"__metadata__\" is reserved");
   for (const Entry& e : entries_)
@@ -317,20 +367,23 @@ void SafetensorsWriter::add_f32(const std::string& name, const std::vector<int64
   Entry e;
   e.name = name;
   e.shape = shape;
-  e.data.assign(data, data + numel);
+  e.numel = numel;
+  if (copy) e.copy.assign(data, data + numel);
   entries_.push_back(std::move(e));
+  // The view of a copy is taken after the move: the vector's buffer moved with it.
+  entries_.back().view = copy ? entries_.back().copy.data() : data;
 }
 
 void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
   metadata_[key] = value;
 }
 
-void SafetensorsWriter::write_atomic(const std::string& path) const {
+WrittenFile SafetensorsWriter::write_atomic(const std::string& path) const {
   // Data goes in insertion order, back to back from offset 0.
   json header = json::object();
   uint64_t offset = 0;
   for (const Entry& e : entries_) {
-    const uint64_t bytes = e.data.size() * sizeof(float);
+    const uint64_t bytes = e.numel * sizeof(float);
     header[e.name] = {{"dtype", "F32"}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -347,8 +400,10 @@ void SafetensorsWriter::write_atomic(const std::string& path) const {
   AtomicFile f(path);
   f.write(len_bytes, 8);
   f.write(text.data(), text.size());
-  for (const Entry& e : entries_) f.write(e.data.data(), e.data.size() * sizeof(float));
+  for (const Entry& e : entries_)
+    if (e.numel > 0) f.write(e.view, e.numel * sizeof(float));
   f.commit();
+  return WrittenFile{f.bytes_written(), f.crc32c()};
 }
 
 }  // namespace gt

@@ -37,6 +37,15 @@ class SafetensorsReader {
   void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
                 float* dst) const;
 
+  // Copies rows [row0, row0 + rows) x cols [col0, col0 + cols) of F32 tensor
+  // `name`, viewed as 2-D ([R, C] is itself, [N] is (N, 1), [] is (1, 1)),
+  // into dst, whose rows are dst_row_stride floats apart. Only those bytes
+  // are read (one pread per row, or one in all when whole rows are wanted
+  // and dst is dense). Throws naming the tensor when it is not F32, has more
+  // than 2 dimensions, or the box is outside it.
+  void read_f32_box(const std::string& name, int64_t row0, int64_t rows, int64_t col0,
+                    int64_t cols, float* dst, int64_t dst_row_stride) const;
+
  private:
   std::string path_;
   uint64_t data_start_ = 0;  // file offset of the data section
@@ -44,23 +53,38 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
+// What write_atomic wrote: the file's size and the CRC32C of its bytes,
+// computed as they were written (no second pass over the file).
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
 class SafetensorsWriter {
  public:
   // Data is copied at add() time, so the caller's buffers may change afterwards.
   void add_f32(const std::string& name, const std::vector<int64_t>& shape, const float* data);
+  // Not copied: `data` must stay valid and unchanged until write_atomic()
+  // returns. For large buffers (checkpoint shards) that must not exist twice.
+  void add_f32_view(const std::string& name, const std::vector<int64_t>& shape,
+                    const float* data);
   void set_metadata(const std::string& key, const std::string& value);
 
   // Writes `path` atomically: to "<path>.tmp.<pid>", fsync, rename. On any
   // failure the temporary file is removed and nothing exists at `path` that
   // was not there before.
-  void write_atomic(const std::string& path) const;
+  WrittenFile write_atomic(const std::string& path) const;
 
  private:
   struct Entry {
     std::string name;
     std::vector<int64_t> shape;
-    std::vector<float> data;
+    std::vector<float> copy;      // add_f32: owned copy (view points into it)
+    const float* view = nullptr;  // the numel floats written
+    uint64_t numel = 0;
   };
+  void add_entry(const std::string& name, const std::vector<int64_t>& shape, const float* data,
+                 bool copy);
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };
