@@ -20,6 +20,7 @@
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/mpi_session.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/checkpoint/hf_export.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
@@ -191,14 +192,8 @@ int cmd_export(const Args& a) {
     throw UsageError("export needs --checkpoint DIR and --out FILE.safetensors");
   const std::string dir = a.flag("checkpoint");
   gt::Config cfg = checkpoint_config(dir);
-  auto ops = gt::make_cpu_ops(cfg.runtime.threads);
-  gt::GPT model(cfg.model, *ops, 1, 1);
-  gt::CheckpointMeta meta =
-      gt::load_checkpoint(dir, gt::model_signature(cfg.model),
-                          gt::whole_tensor_pieces(param_tensors(model)));
-  gt::save_hf_weights(a.flag("out"), model.layout(), model.params(),
-                      {{"step", std::to_string(meta.step)},
-                       {"model", gt::model_signature(cfg.model)}});
+  const gt::CheckpointMeta meta = gt::export_hf_weights(
+      dir, cfg.model, a.flag("out"), {{"model", gt::model_signature(cfg.model)}});
   spdlog::info("exported step {} of {} to {}", meta.step, dir, a.flag("out"));
   return 0;
 }

@@ -86,7 +86,7 @@ class ThreadCommunicator final : public Communicator {
   const std::string& name() const override { return name_; }
 
  protected:
-  CommHandle do_all_reduce_sum(float*, int64_t) override { unsupported(); }
+  CommHandle do_all_reduce(float*, int64_t, ReduceOp) override { unsupported(); }
   CommHandle do_reduce_scatter_sum(const float*, float*, int64_t) override { unsupported(); }
   CommHandle do_all_gather(const float*, float*, int64_t) override { unsupported(); }
   CommHandle do_broadcast(float*, int64_t, int) override { unsupported(); }

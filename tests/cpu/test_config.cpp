@@ -98,7 +98,7 @@ TEST(Config, NullSectionsAndEmptyTextAreDefaults) {
 
 TEST(Config, ReadsEveryKey) {
   const std::string yaml = R"(
-model: {n_layer: 2, n_head: 3, n_embd: 96, vocab_size: 65536, block_size: 64,
+model: {n_layer: 2, n_head: 12, n_embd: 96, vocab_size: 65536, block_size: 64,
         init_from: weights/gpt2.safetensors}
 data:
   train: [a.bin, "b*.bin"]
@@ -122,14 +122,14 @@ train:
   eval_every: 0
   eval_batches: 1
   max_skipped: 1
-runtime: {device: auto, dtype: bf16, threads: 3}
-parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1}
+runtime: {device: auto, dtype: bf16, threads: 3, collective_timeout_s: 12.5}
+parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1, tp_overlap: false, bucket_mb: 0.5}
 log: {dir: runs/r1, every: 10}
 checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
 )";
   const Config c = parse_config(yaml, kSource, {});
   EXPECT_EQ(c.model.n_layer, 2);
-  EXPECT_EQ(c.model.n_head, 3);
+  EXPECT_EQ(c.model.n_head, 12);
   EXPECT_EQ(c.model.n_embd, 96);
   EXPECT_EQ(c.model.vocab_size, 65536);
   EXPECT_EQ(c.model.block_size, 64);
@@ -157,10 +157,13 @@ checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
   EXPECT_EQ(c.runtime.device, DeviceKind::auto_);
   EXPECT_EQ(c.runtime.dtype, ComputeDType::bf16);
   EXPECT_EQ(c.runtime.threads, 3);
+  EXPECT_EQ(c.runtime.collective_timeout_s, 12.5);
   EXPECT_EQ(c.parallel.dp, 2);
   EXPECT_EQ(c.parallel.fsdp, 2);
   EXPECT_EQ(c.parallel.tp, 4);
   EXPECT_EQ(c.parallel.fsdp_stage, 1);
+  EXPECT_FALSE(c.parallel.tp_overlap);
+  EXPECT_EQ(c.parallel.bucket_mb, 0.5);
   EXPECT_EQ(c.log.dir, "runs/r1");
   EXPECT_EQ(c.log.every, 10);
   EXPECT_EQ(c.checkpoint.dir, "ckpt");
@@ -568,6 +571,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "parallel.fsdp_stage=4: expected one of 1|2|3"},
         ValueCase{"FsdpStageZero", {"parallel.fsdp_stage=0"},
                   "parallel.fsdp_stage=0: expected one of 1|2|3"},
+        ValueCase{"BucketMb", {"parallel.bucket_mb=0"},
+                  "parallel.bucket_mb=0: expected a size in MiB > 0"},
+        ValueCase{"TpNotDividingHeads", {"parallel.tp=3", "model.n_embd=132"},
+                  "parallel.tp=3 does not divide model.n_head=4"},
+        ValueCase{"TpNotDividingVocab", {"parallel.tp=8", "model.n_head=8", "model.vocab_size=100"},
+                  "parallel.tp=8 does not divide model.vocab_size=100"},
+        ValueCase{"TpNotDividingRows",
+                  {"parallel.tp=4", "train.micro_batch=1", "train.seq_len=6"},
+                  "train.micro_batch * train.seq_len = 1 * 6 rows must be divisible by "
+                  "parallel.tp=4"},
+        ValueCase{"CollectiveTimeout", {"runtime.collective_timeout_s=-1"},
+                  "runtime.collective_timeout_s=-1: expected seconds >= 0"},
         ValueCase{"LogDirEmpty", {"log.dir="}, "log.dir: expected a non-empty directory"},
         ValueCase{"LogEvery", {"log.every=0"}, "log.every=0: expected an integer >= 1"},
         ValueCase{"CheckpointEvery", {"checkpoint.every=-1"},

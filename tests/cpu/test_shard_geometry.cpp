@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "kernels/core/error.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
 

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -47,6 +48,8 @@ LAYOUTS = {
     "fsdp4_stage3": (1, 4, 1, 3),
     "tp2": (1, 1, 2, 3), "tp4": (1, 1, 4, 3),
     "dp2_tp2": (2, 1, 2, 3), "fsdp2_tp2": (1, 2, 2, 3), "dp2_fsdp2": (2, 2, 1, 3),
+    # Beyond the required matrix: the other stages under HSDP and under tp.
+    "dp2_fsdp2_stage1": (2, 2, 1, 1), "fsdp2_tp2_stage2": (1, 2, 2, 2),
 }
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
@@ -57,9 +60,9 @@ def yaml_value(v):
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, list):
-        return "[" + ", ".join(json.dumps(x) for x in v) + "]"
-    if isinstance(v, str):
-        return json.dumps(v)
+        return "[" + ", ".join(yaml_value(x) for x in v) + "]"
+    if isinstance(v, str):  # plain scalars: the config reads enums unquoted
+        return v if re.fullmatch(r"[A-Za-z0-9_./*-]+", v) else json.dumps(v)
     return repr(v)
 
 

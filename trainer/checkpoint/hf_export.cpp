@@ -2,22 +2,24 @@
 
 #include <vector>
 
-#include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/model/parameter_layout.hpp"
 
 namespace gt {
 
-void export_hf_weights(const std::string& checkpoint_dir, const ModelConfig& m,
-                       const std::string& out_path,
-                       const std::map<std::string, std::string>& metadata) {
+CheckpointMeta export_hf_weights(const std::string& checkpoint_dir, const ModelConfig& m,
+                                 const std::string& out_path,
+                                 std::map<std::string, std::string> metadata) {
   const ParameterLayout layout(m);
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.f);
   std::vector<NamedTensor> whole;
   for (const auto& s : layout.specs())
     whole.push_back({"param." + s.name, s.shape, params.data() + s.offset});
-  load_checkpoint(checkpoint_dir, model_signature(m), whole_tensor_pieces(whole));
+  const CheckpointMeta meta =
+      load_checkpoint(checkpoint_dir, model_signature(m), whole_tensor_pieces(whole));
+  metadata.emplace("step", std::to_string(meta.step));
   save_hf_weights(out_path, layout, params.data(), metadata);
+  return meta;
 }
 
 }  // namespace gt

@@ -6,12 +6,15 @@
 #include <map>
 #include <string>
 
+#include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/config/config.hpp"
 
 namespace gt {
 
-void export_hf_weights(const std::string& checkpoint_dir, const ModelConfig& m,
-                       const std::string& out_path,
-                       const std::map<std::string, std::string>& metadata);
+// Returns the checkpoint's metadata. `metadata` goes into the file's header,
+// plus "step" when it has none.
+CheckpointMeta export_hf_weights(const std::string& checkpoint_dir, const ModelConfig& m,
+                                 const std::string& out_path,
+                                 std::map<std::string, std::string> metadata);
 
 }  // namespace gt

@@ -54,7 +54,7 @@ struct TrainConfig {
 struct RuntimeConfig {
   DeviceKind device = DeviceKind::cpu;
   ComputeDType dtype = ComputeDType::fp32;
-  int threads = 0;  // CPU threads for BLAS/OpenMP; 0 = all cores
+  int threads = 0;  // CPU threads for BLAS/OpenMP; 0 = this rank's share of the host's cores
   double collective_timeout_s = 300.0;  // a collective not done by then aborts the job; 0 = never
 };
 

@@ -67,7 +67,12 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   if (geom_.fsdp() == 1 && dp_.size() > 1) {
     // Buckets cut from the end: the flat layout is in reverse backward order.
     const int64_t per = std::max<int64_t>(16, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
-    for (int64_t hi = T; hi > 0; hi -= per) buckets_.push_back(Bucket{std::max<int64_t>(0, hi - per), hi});
+    for (int64_t hi = T; hi > 0; hi -= per) {
+      Bucket b;
+      b.lo = std::max<int64_t>(0, hi - per);
+      b.hi = hi;
+      buckets_.push_back(std::move(b));
+    }
   }
 }
 
@@ -207,6 +212,7 @@ void ShardedParameters::after_backward(int unit) {
       Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
       s.pending = fsdp_.reduce_scatter_sum(s.buf.f32(), s.out.f32(), geom_.shard_size(unit));
       s.busy = true;
+      s.last = last_micro_;
     }
   }
   if (!full_params() && (unit == layout_.embed_unit() || unit == layout_.head_unit()))
@@ -221,7 +227,9 @@ void ShardedParameters::complete_grad_slot(Slot& s) {
   const int64_t n = geom_.shard_size(s.unit);
   ops_.accumulate(cpu_f32(shard_grads_.f32() + geom_.shard_storage(s.unit), {n}),
                   cpu_f32(s.out.f32(), {n}));
-  if (last_micro_) start_dp_reduce(s.unit);
+  // Completed late (in the next micro-batch's backward) or not, only the
+  // last micro-batch's sum is final and goes to the dp replicas.
+  if (s.last) start_dp_reduce(s.unit);
 }
 
 void ShardedParameters::start_dp_reduce(int unit) {

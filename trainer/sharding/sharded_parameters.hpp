@@ -95,6 +95,7 @@ class ShardedParameters final : public ParameterStore {
     int unit = -1;
     CommHandle pending;  // the gather (params) or reduce-scatter (grads) in flight
     bool busy = false;   // grads: a reduce-scatter result waits to be accumulated
+    bool last = false;   // grads: ... and it is the step's last micro-batch's
     HostBuffer out;      // grads: the reduce-scatter's output (one shard)
   };
 
@@ -134,7 +135,7 @@ class ShardedParameters final : public ParameterStore {
   std::vector<CommHandle> unit_rs_;    // stage 1: reduce-scatter into shard_grads_
   std::vector<CommHandle> unit_dp_;    // fsdp > 1, dp > 1: all-reduce of a shard
   struct Bucket {
-    int64_t lo, hi;
+    int64_t lo = 0, hi = 0;
     bool started = false;
     CommHandle h;
   };

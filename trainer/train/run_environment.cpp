@@ -22,16 +22,19 @@ RunEnvironment detect_run_environment() {
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
     e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    e.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
   } else if (std::getenv("PMI_SIZE")) {
     e.launcher = "pmi";
     e.world_size = env_int("PMI_SIZE", 1);
     e.rank = env_int("PMI_RANK", 0);
     e.local_rank = env_int("MPI_LOCALRANKID", 0);
+    e.local_size = env_int("MPI_LOCALNRANKS", 1);
   } else if (std::getenv("SLURM_NTASKS") && std::getenv("SLURM_PROCID")) {
     e.launcher = "slurm";
     e.world_size = env_int("SLURM_NTASKS", 1);
     e.rank = env_int("SLURM_PROCID", 0);
     e.local_rank = env_int("SLURM_LOCALID", 0);
+    e.local_size = env_int("SLURM_NTASKS_PER_NODE", 1);
   }
   return e;
 }

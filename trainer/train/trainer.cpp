@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -26,6 +27,7 @@
 #include "trainer/sharding/sharded_parameters.hpp"
 #include "trainer/train/lr_schedule.hpp"
 #include "trainer/train/metrics_log.hpp"
+#include "trainer/train/run_environment.hpp"
 
 namespace gt {
 
@@ -78,6 +80,16 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
          static_cast<int64_t>(data_rank) * micro_batch;
 }
 
+// runtime.threads = 0 means this rank's share of the host's cores: ranks on
+// one host that each took every core would oversubscribe it many times over
+// (OpenMP workers spin), which made a 4-rank job on 2 cores 30x slower.
+int cpu_threads(int configured) {
+  if (configured > 0) return configured;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int local = std::max(1, detect_run_environment().local_size);
+  return std::max(1, cores / local);
+}
+
 void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
@@ -91,7 +103,7 @@ void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
   if (cfg.runtime.device == DeviceKind::cuda)
     fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
          "runtime.device=cpu (or auto)");
-  run.ops = make_cpu_ops(cfg.runtime.threads);
+  run.ops = make_cpu_ops(cpu_threads(cfg.runtime.threads));
   run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
                                                 cfg.model.vocab_size, tc.seq_len,
                                                 cfg.data.shuffle, tc.seed);
@@ -188,13 +200,16 @@ void reset_comm_bytes(const DeviceMesh& mesh) {
 
 void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
   auto line = [](const char* what, int64_t have, int64_t full) {
-    spdlog::info("  {:<10} {:>12} per rank ({:.2f}x of {} unsharded)", what,
+    spdlog::info("  {:<10} {:>12} ({:.2f}x of {} unsharded)", what,
                  human_bytes(static_cast<double>(have)),
                  full ? static_cast<double>(have) / static_cast<double>(full) : 0.0,
                  human_bytes(static_cast<double>(full)));
   };
-  spdlog::info("memory (fsdp={} stage {}; unsharded = this tp shard on one rank):", p.fsdp,
-               p.fsdp_stage);
+  if (p.fsdp > 1)
+    spdlog::info("memory per rank (fsdp={}, ZeRO stage {}; unsharded = this tp shard on one rank):",
+                 p.fsdp, p.fsdp_stage);
+  else
+    spdlog::info("memory per rank (no FSDP; unsharded = this tp shard on one rank):");
   line("params", m.params, m.params_unsharded);
   line("grads", m.grads, m.grads_unsharded);
   line("optimizer", m.optimizer, m.optimizer_unsharded);
@@ -365,8 +380,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
   // The HF export is assembled from the final checkpoint, whatever the layout.
   if (rank0 && !last_dir.empty()) {
     const std::string export_path = cfg.log.dir + "/model.safetensors";
-    export_hf_weights(last_dir, cfg.model, export_path,
-                      {{"step", std::to_string(tc.steps)}, {"model", signature}});
+    export_hf_weights(last_dir, cfg.model, export_path, {{"model", signature}});
     spdlog::info("exported weights to {}", export_path);
   }
 
