@@ -25,17 +25,24 @@ namespace {
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  // The test's name is kept here rather than asked for in OnTestPartResult:
+  // gtest calls that listener with UnitTest's (non-recursive) mutex held, and
+  // UnitTest::current_test_info() takes the same mutex, so asking there
+  // deadlocks the rank on its first failure and hangs the whole job.
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override { test_ = "?"; }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d] FAILED %s.%s at %s:%d\n%s\n", rank_,
-                 info ? info->test_suite_name() : "?", info ? info->name() : "?",
+    std::fprintf(stderr, "[rank %d] FAILED %s at %s:%d\n%s\n", rank_, test_.c_str(),
                  r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
     std::fflush(stderr);
   }
 
  private:
   int rank_;
+  std::string test_ = "?";
 };
 
 int abort_demo(const gt::MpiSession& session) {
