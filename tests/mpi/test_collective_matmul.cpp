@@ -271,7 +271,7 @@ class NoCommunication final : public Communicator {
   const std::string& name() const override { return name_; }
 
  protected:
-  CommHandle do_all_reduce_sum(float*, int64_t) override { no("all_reduce_sum"); }
+  CommHandle do_all_reduce(float*, int64_t, ReduceOp) override { no("all_reduce"); }
   CommHandle do_reduce_scatter_sum(const float*, float*, int64_t) override {
     no("reduce_scatter_sum");
   }

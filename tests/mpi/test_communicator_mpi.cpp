@@ -68,6 +68,25 @@ TEST(MpiCommunicator, AllGather) {
   }
 }
 
+TEST(MpiCommunicator, AllGatherInPlace) {
+  // The input already in its own block of the output (what FSDP and the
+  // collective matmul do) is gathered as MPI_IN_PLACE.
+  auto w = test_world();
+  const int p = w->size();
+  for (int64_t n : test_counts()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    std::vector<float> out(static_cast<size_t>(n * p), -1.f), want;
+    auto mine = filled(w->rank(), n);
+    std::copy(mine.begin(), mine.end(), out.begin() + w->rank() * n);
+    w->all_gather(out.data() + w->rank() * n, out.data(), n).wait();
+    for (int s = 0; s < p; ++s) {
+      auto block = filled(s, n);
+      want.insert(want.end(), block.begin(), block.end());
+    }
+    EXPECT_TRUE(exactly(out, want));
+  }
+}
+
 TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   auto w = test_world();
   for (int root = 0; root < w->size(); ++root) {

@@ -1,6 +1,9 @@
 #include "trainer/train/trainer.hpp"
 
+#include <sched.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -80,14 +83,20 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
          static_cast<int64_t>(data_rank) * micro_batch;
 }
 
-// runtime.threads = 0 means this rank's share of the host's cores: ranks on
+// runtime.threads = 0: OMP_NUM_THREADS when the launcher set it (Slurm's
+// cpus-per-task), else this rank's share of the cores it may run on. Ranks on
 // one host that each took every core would oversubscribe it many times over
-// (OpenMP workers spin), which made a 4-rank job on 2 cores 30x slower.
+// (OpenMP workers spin): a 4-rank job on 2 cores ran 70x slower.
 int cpu_threads(int configured) {
   if (configured > 0) return configured;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  const int local = std::max(1, detect_run_environment().local_size);
-  return std::max(1, cores / local);
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(omp);
+    if (n > 0) return n;
+  }
+  cpu_set_t mask;
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) cores = CPU_COUNT(&mask);
+  return std::max(1, cores / std::max(1, detect_run_environment().local_size));
 }
 
 void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
