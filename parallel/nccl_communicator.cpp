@@ -1,0 +1,292 @@
+#include "parallel/nccl_communicator.hpp"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "kernels/core/error.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "parallel/mpi_check.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+#define NCCL_CHECK(expr) GT_API_CHECK("NCCL", expr, ncclSuccess, ncclGetErrorString)
+#define NCCL_LOG_ERROR(expr) GT_API_LOG("NCCL", expr, ncclSuccess, ncclGetErrorString)
+
+namespace gt {
+
+void detail::NcclCommDestroy::operator()(ncclComm_t c) const noexcept {
+  // Finalize flushes outstanding work; destroy frees. After an abort the
+  // handle is already gone (released), so this only runs on a healthy comm.
+  NCCL_LOG_ERROR(ncclCommFinalize(c));
+  NCCL_LOG_ERROR(ncclCommDestroy(c));
+}
+
+namespace detail {
+
+// Work enqueued on a communication stream (or, for send/recv, queued until
+// launched as one group) and the event that marks its completion.
+struct NcclWork {
+  struct P2p {
+    bool send;
+    void* buf;
+    size_t n;
+    int peer;
+  };
+  ncclComm_t comm;
+  cudaStream_t stream;
+  std::shared_ptr<bool> aborted;
+  cuda::CudaEvent done;
+  bool launched = false;
+  std::vector<P2p> p2p;
+
+  NcclWork(ncclComm_t c, cudaStream_t s, std::shared_ptr<bool> a)
+      : comm(c), stream(s), aborted(std::move(a)) {}
+  void launch() {
+    if (launched) return;
+    launched = true;
+    NCCL_CHECK(ncclGroupStart());
+    for (const P2p& op : p2p) {
+      if (op.send)
+        NCCL_CHECK(ncclSend(op.buf, op.n, ncclFloat32, op.peer, comm, stream));
+      else
+        NCCL_CHECK(ncclRecv(op.buf, op.n, ncclFloat32, op.peer, comm, stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    done.record(stream);
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  fail("unknown ReduceOp ", static_cast<int>(op));
+}
+
+class NcclPendingOp final : public PendingOp {
+ public:
+  NcclPendingOp(std::shared_ptr<detail::NcclWork> work, std::string what, double deadline)
+      : work_(std::move(work)), what_(std::move(what)), deadline_(deadline) {}
+
+  bool test() override {
+    work_->launch();
+    check_async();
+    const cudaError_t rc = cudaEventQuery(work_->done.get());
+    if (rc == cudaErrorNotReady) return false;
+    CUDA_CHECK(rc);
+    timed_out_ = false;
+    return true;
+  }
+
+  void wait(double deadline_s) override {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    auto nap = std::chrono::microseconds(5);
+    while (!test()) {
+      const double waited = std::chrono::duration<double>(clock::now() - start).count();
+      if (deadline_s > 0 && waited >= deadline_s) {
+        timed_out_ = true;
+        // Kernels of a collective a peer never joined spin forever: abort.
+        if (!*work_->aborted) {
+          NCCL_LOG_ERROR(ncclCommAbort(work_->comm));
+          *work_->aborted = true;
+        }
+        fail(what_, " did not complete within its deadline of ", deadline_s, " s (waited ",
+             waited, " s); a peer rank has probably not started the same collective (hung or "
+             "failed). The NCCL communicator was aborted");
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(500));
+    }
+  }
+
+  double default_deadline() const override { return deadline_; }
+  bool timed_out() const override { return timed_out_; }
+  std::string describe() const override { return what_; }
+  void log_warning(const std::string& msg) const override {
+    std::fprintf(stderr, "warning: %s\n", msg.c_str());
+  }
+
+ private:
+  void check_async() {
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(work_->comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+      fail(what_, ": NCCL reported an asynchronous error: ", ncclGetErrorString(async), " (",
+           ncclGetLastError(work_->comm), ")");
+  }
+
+  std::shared_ptr<detail::NcclWork> work_;
+  std::string what_;
+  double deadline_;
+  bool timed_out_ = false;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute,
+                                   std::string name, double deadline_s)
+    : name_(std::move(name)),
+      device_(device),
+      compute_(compute),
+      deadline_s_(deadline_s),
+      scalar_(sizeof(double)),
+      scalar_host_(sizeof(double)),
+      aborted_(std::make_shared<bool>(false)),
+      comm_(comm) {
+  NCCL_CHECK(ncclCommUserRank(comm, &rank_));
+  NCCL_CHECK(ncclCommCount(comm, &size_));
+  p2p_ = std::make_shared<detail::NcclWork>(comm, stream_.get(), aborted_);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  // An aborted communicator is already freed by NCCL: finalizing it is invalid.
+  if (*aborted_) (void)comm_.release();
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::create(const MpiCommunicator& bootstrap,
+                                                           int device, cudaStream_t compute,
+                                                           std::string name,
+                                                           double deadline_s) {
+  CUDA_CHECK(cudaSetDevice(device));
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (bootstrap.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bootstrap.comm()));
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, device, compute, std::move(name), deadline_s));
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::split(int color, int key,
+                                                          std::string name) const {
+  if (color < 0) fail("NcclCommunicator '", name_, "'.split: color must be >= 0, got ", color);
+  ncclComm_t sub = nullptr;
+  NCCL_CHECK(ncclCommSplit(comm_.get(), color, key, &sub, nullptr));
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(sub, device_, compute_, std::move(name), deadline_s_));
+}
+
+void NcclCommunicator::abort() noexcept {
+  if (!comm_ || *aborted_) return;
+  NCCL_LOG_ERROR(ncclCommAbort(comm_.get()));
+  *aborted_ = true;
+}
+
+detail::NcclWork& NcclCommunicator::p2p_group() {
+  if (p2p_->launched) p2p_ = std::make_shared<detail::NcclWork>(comm_.get(), stream_.get(), aborted_);
+  if (p2p_->p2p.empty()) {  // the first of a group orders after compute
+    CUDA_CHECK(cudaSetDevice(device_));
+    ready_.record(compute_);
+    stream_.wait(ready_.get());
+  }
+  return *p2p_;
+}
+
+void NcclCommunicator::begin_collective() {
+  CUDA_CHECK(cudaSetDevice(device_));
+  if (!p2p_->launched && !p2p_->p2p.empty()) p2p_->launch();  // queued p2p first, in issue order
+  ready_.record(compute_);
+  stream_.wait(ready_.get());
+}
+
+CommHandle NcclCommunicator::finish(const std::string& what) {
+  auto work = std::make_shared<detail::NcclWork>(comm_.get(), stream_.get(), aborted_);
+  work->launched = true;
+  work->done.record(stream_.get());
+  return CommHandle(std::make_unique<NcclPendingOp>(
+      std::move(work), what + " on communicator '" + name_ + "' (rank " + std::to_string(rank_) +
+                           " of " + std::to_string(size_) + ")",
+      deadline_s_));
+}
+
+CommHandle NcclCommunicator::do_all_reduce(float* buf, int64_t n, ReduceOp op) {
+  begin_collective();
+  NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat32, to_nccl(op),
+                           comm_.get(), stream_.get()));
+  return finish(std::string("all_reduce_") + reduce_op_name(op) + " of " + std::to_string(n) +
+                " floats");
+}
+
+CommHandle NcclCommunicator::do_reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  begin_collective();
+  NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat32, ncclSum,
+                               comm_.get(), stream_.get()));
+  return finish("reduce_scatter_sum of " + std::to_string(n) + " floats per rank");
+}
+
+CommHandle NcclCommunicator::do_all_gather(const float* in, float* out, int64_t n) {
+  // NCCL's all-gather is in place when in == out + rank * n, as ours allows.
+  begin_collective();
+  NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat32, comm_.get(),
+                           stream_.get()));
+  return finish("all_gather of " + std::to_string(n) + " floats per rank");
+}
+
+CommHandle NcclCommunicator::do_broadcast(float* buf, int64_t n, int root) {
+  begin_collective();
+  NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(n), ncclFloat32, root, comm_.get(),
+                           stream_.get()));
+  return finish("broadcast of " + std::to_string(n) + " floats from " + std::to_string(root));
+}
+
+CommHandle NcclCommunicator::do_send(const float* buf, int64_t n, int peer, int tag) {
+  // NCCL matches point-to-point messages per peer pair in issue order and has
+  // no tags: ranks must issue them in the same order (our rings do).
+  p2p_group().p2p.push_back({true, const_cast<float*>(buf), static_cast<size_t>(n), peer});
+  return CommHandle(std::make_unique<NcclPendingOp>(
+      p2p_, "send of " + std::to_string(n) + " floats to " + std::to_string(peer) + " (tag " +
+                std::to_string(tag) + ") on communicator '" + name_ + "'",
+      deadline_s_));
+}
+
+CommHandle NcclCommunicator::do_recv(float* buf, int64_t n, int peer, int tag) {
+  p2p_group().p2p.push_back({false, buf, static_cast<size_t>(n), peer});
+  return CommHandle(std::make_unique<NcclPendingOp>(
+      p2p_, "recv of " + std::to_string(n) + " floats from " + std::to_string(peer) + " (tag " +
+                std::to_string(tag) + ") on communicator '" + name_ + "'",
+      deadline_s_));
+}
+
+double NcclCommunicator::do_all_reduce_f64(double value, ReduceOp op) {
+  begin_collective();
+  *scalar_host_.as<double>() = value;
+  CUDA_CHECK(cudaMemcpyAsync(scalar_.data(), scalar_host_.data(), sizeof(double),
+                             cudaMemcpyHostToDevice, stream_.get()));
+  NCCL_CHECK(ncclAllReduce(scalar_.data(), scalar_.data(), 1, ncclFloat64, to_nccl(op),
+                           comm_.get(), stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(scalar_host_.data(), scalar_.data(), sizeof(double),
+                             cudaMemcpyDeviceToHost, stream_.get()));
+  finish(std::string("all_reduce_f64(") + reduce_op_name(op) + ")").wait();
+  return *scalar_host_.as<double>();
+}
+
+int64_t NcclCommunicator::do_all_reduce_i64(int64_t value, ReduceOp op) {
+  begin_collective();
+  *scalar_host_.as<int64_t>() = value;
+  CUDA_CHECK(cudaMemcpyAsync(scalar_.data(), scalar_host_.data(), sizeof(int64_t),
+                             cudaMemcpyHostToDevice, stream_.get()));
+  NCCL_CHECK(ncclAllReduce(scalar_.data(), scalar_.data(), 1, ncclInt64, to_nccl(op),
+                           comm_.get(), stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(scalar_host_.data(), scalar_.data(), sizeof(int64_t),
+                             cudaMemcpyDeviceToHost, stream_.get()));
+  finish(std::string("all_reduce_i64(") + reduce_op_name(op) + ")").wait();
+  return *scalar_host_.as<int64_t>();
+}
+
+void NcclCommunicator::do_barrier() {
+  // NCCL has no barrier: an all-reduce of one value is one.
+  do_all_reduce_i64(0, ReduceOp::sum);
+}
+
+}  // namespace gt

@@ -1,0 +1,104 @@
+// NcclCommunicator: the NCCL backend of Communicator, on DEVICE fp32 buffers
+// (compiled only when the CUDA toolkit is found; tests skip without a GPU).
+//
+// Streams and ordering (nothing implicit):
+//   * Each communicator owns a non-blocking communication stream. Starting a
+//     collective records an event on the caller's compute stream and makes
+//     the communication stream wait for it, so the collective sees every
+//     buffer the compute stream wrote before the call; then the NCCL call is
+//     enqueued and a completion event recorded after it.
+//   * test() queries that event; wait() polls it against the deadline and
+//     ncclCommGetAsyncError, and returns once the data has landed. Compute
+//     enqueued after wait() is therefore ordered after the collective.
+//   * send/recv are not started one by one (a lone ncclRecv blocks its stream
+//     until matched, which deadlocks a ring): they are queued and launched
+//     together in one ncclGroupStart/End when any of their handles is first
+//     tested or waited, or when another collective starts.
+//   * A deadline passing or an asynchronous NCCL error aborts the NCCL
+//     communicator (ncclCommAbort, so no kernel stays spinning) and throws
+//     gt::Error naming the op and the communicator; main() then aborts the job.
+//
+// Bootstrap (nccl-tests' pattern): rank 0 of an MPI communicator calls
+// ncclGetUniqueId, MPI broadcasts it, every rank calls ncclCommInitRank on its
+// device. Axes are made with ncclCommSplit. Teardown: ncclCommFinalize then
+// ncclCommDestroy, before the streams go (members declared in that order).
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_resources.hpp"
+#include "parallel/communicator.hpp"
+
+namespace gt {
+
+class MpiCommunicator;
+
+namespace detail {
+struct NcclCommDestroy {
+  void operator()(ncclComm_t c) const noexcept;  // finalize + destroy; never throws
+};
+struct NcclWork;  // enqueued (or queued p2p) work and its completion event
+}  // namespace detail
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `bootstrap`. `device` is this rank's GPU; collectives
+  // order after work on `compute` (the stream the model's kernels run on).
+  static std::unique_ptr<NcclCommunicator> create(const MpiCommunicator& bootstrap, int device,
+                                                  cudaStream_t compute, std::string name,
+                                                  double deadline_s);
+  ~NcclCommunicator() override;
+
+  // ncclCommSplit (collective over this communicator): ranks with the same
+  // color form a group, ordered by key. Inherits device, stream and deadline.
+  std::unique_ptr<NcclCommunicator> split(int color, int key, std::string name) const;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  ncclComm_t comm() const { return comm_.get(); }
+  cudaStream_t comm_stream() const { return stream_.get(); }
+  // ncclCommAbort: for a job that is going down (a peer failed).
+  void abort() noexcept;
+
+ protected:
+  CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) override;
+  CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+  CommHandle do_all_gather(const float* in, float* out, int64_t n) override;
+  CommHandle do_broadcast(float* buf, int64_t n, int root) override;
+  CommHandle do_send(const float* buf, int64_t n, int peer, int tag) override;
+  CommHandle do_recv(float* buf, int64_t n, int peer, int tag) override;
+  double do_all_reduce_f64(double value, ReduceOp op) override;
+  int64_t do_all_reduce_i64(int64_t value, ReduceOp op) override;
+  void do_barrier() override;
+
+ private:
+  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute, std::string name,
+                   double deadline_s);
+  // Orders the comm stream after the compute stream and flushes queued p2p.
+  void begin_collective();
+  CommHandle finish(const std::string& what);
+  // The open group of queued sends/receives (a fresh one once launched).
+  detail::NcclWork& p2p_group();
+
+  std::string name_;
+  int device_;
+  cudaStream_t compute_;
+  double deadline_s_;
+  int rank_ = 0, size_ = 1;
+  // Declared before comm_ so they are destroyed after it.
+  cuda::CudaStream stream_;
+  cuda::CudaEvent ready_;  // compute stream -> comm stream ordering
+  cuda::DeviceBuffer scalar_;  // 8 bytes for the blocking scalar reductions
+  cuda::PinnedBuffer scalar_host_;
+  std::shared_ptr<detail::NcclWork> p2p_;  // sends/receives queued, not yet launched
+  std::shared_ptr<bool> aborted_;          // set by abort() or a deadline: no finalize then
+  std::unique_ptr<ncclComm, detail::NcclCommDestroy> comm_;
+};
+
+}  // namespace gt

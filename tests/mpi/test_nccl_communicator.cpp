@@ -1,0 +1,195 @@
+// NcclCommunicator on device buffers, against the closed-form results the MPI
+// tests use. Every test skips (GTEST_SKIP) unless this host has a GPU for each
+// of its ranks (NCCL refuses two ranks on one GPU), so CI reports them
+// skipped; a machine with GPUs runs them under mpirun at 1, 2 and 4 ranks.
+#if TRAINER_HAVE_NCCL
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_resources.hpp"
+#include "mpi_test_util.hpp"
+#include "parallel/collective_matmul.hpp"
+#include "parallel/nccl_communicator.hpp"
+
+namespace gt::test {
+namespace {
+
+// Ranks on this host and this rank's index among them.
+void local_rank_and_size(int* rank, int* size) {
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, rank);
+  MPI_Comm_size(local, size);
+  MPI_Comm_free(&local);
+}
+
+// A world NCCL communicator on this rank's GPU, or null with the skip reason
+// (decided the same way on every rank of a host, so no rank waits alone).
+struct NcclWorld {
+  std::unique_ptr<MpiCommunicator> mpi;
+  std::unique_ptr<cuda::CudaStream> compute;
+  std::unique_ptr<NcclCommunicator> nccl;
+  std::string skip;
+};
+
+NcclWorld make_world(double deadline_s = kTestDeadlineS) {
+  NcclWorld w;
+  w.mpi = test_world("nccl-bootstrap");
+  int local = 0, local_size = 1;
+  local_rank_and_size(&local, &local_size);
+  const int devices = cuda::cuda_device_count();
+  const int64_t short_everywhere =
+      w.mpi->all_reduce_i64(devices < local_size ? 1 : 0, ReduceOp::max);
+  if (short_everywhere) {
+    w.skip = "needs one GPU per rank on each host (" + std::to_string(devices) + " GPU(s) for " +
+             std::to_string(local_size) + " local rank(s))";
+    return w;
+  }
+  CUDA_CHECK(cudaSetDevice(local));
+  w.compute = std::make_unique<cuda::CudaStream>();
+  w.nccl = NcclCommunicator::create(*w.mpi, local, w.compute->get(), "nccl-world", deadline_s);
+  return w;
+}
+
+// Device copy of host floats, and back.
+struct DeviceFloats {
+  cuda::DeviceBuffer buf;
+  int64_t n;
+  explicit DeviceFloats(const std::vector<float>& host)
+      : buf(host.size() * sizeof(float)), n(static_cast<int64_t>(host.size())) {
+    if (n) CUDA_CHECK(cudaMemcpy(buf.data(), host.data(), host.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+  }
+  float* get() const { return buf.as<float>(); }
+  std::vector<float> host() const {
+    std::vector<float> out(static_cast<size_t>(n));
+    if (n) CUDA_CHECK(cudaMemcpy(out.data(), buf.data(), out.size() * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+#define NCCL_WORLD_OR_SKIP(w)            \
+  NcclWorld w = make_world();            \
+  if (!w.nccl) GTEST_SKIP() << w.skip
+
+TEST(NcclCommunicator, AllReduceSumAndMax) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+  for (int64_t n : test_counts()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    DeviceFloats x(filled(r, n));
+    w.nccl->all_reduce_sum(x.get(), n).wait();
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      want[static_cast<size_t>(i)] = static_cast<float>(p * (p - 1) / 2) + 0.5f * p * i;
+    EXPECT_TRUE(exactly(x.host(), want));
+    DeviceFloats y(filled(r, n));
+    w.nccl->all_reduce_max(y.get(), n).wait();
+    EXPECT_TRUE(exactly(y.host(), filled(p - 1, n)));
+  }
+  EXPECT_DOUBLE_EQ(w.nccl->bytes_sent(),
+                   [&] {
+                     double b = 0;
+                     for (int64_t n : test_counts()) b += 2 * ring_volume::all_reduce(p, 4.0 * n);
+                     return b;
+                   }());
+}
+
+TEST(NcclCommunicator, ReduceScatterAndAllGatherInPlace) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+  for (int64_t n : test_counts()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    DeviceFloats in(filled(r, n * p)), out(std::vector<float>(static_cast<size_t>(n), -1.f));
+    w.nccl->reduce_scatter_sum(in.get(), out.get(), n).wait();
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      want[static_cast<size_t>(i)] =
+          static_cast<float>(p * (p - 1) / 2) + 0.5f * p * static_cast<float>(r * n + i);
+    EXPECT_TRUE(exactly(out.host(), want));
+
+    std::vector<float> blocks(static_cast<size_t>(n * p), -1.f), all;
+    auto mine = filled(r, n);
+    std::copy(mine.begin(), mine.end(), blocks.begin() + r * n);
+    DeviceFloats gathered(blocks);
+    w.nccl->all_gather(gathered.get() + r * n, gathered.get(), n).wait();
+    for (int s = 0; s < p; ++s) {
+      auto b = filled(s, n);
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    EXPECT_TRUE(exactly(gathered.host(), all));
+  }
+}
+
+TEST(NcclCommunicator, BroadcastScalarsAndBarrier) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+  for (int root = 0; root < p; ++root) {
+    DeviceFloats x(filled(r, 33));
+    w.nccl->broadcast(x.get(), 33, root).wait();
+    EXPECT_TRUE(exactly(x.host(), filled(root, 33)));
+  }
+  EXPECT_EQ(w.nccl->all_reduce_f64(r + 0.5, ReduceOp::sum), p * (p - 1) / 2.0 + 0.5 * p);
+  EXPECT_EQ(w.nccl->all_reduce_i64(r, ReduceOp::max), p - 1);
+  EXPECT_EQ(w.nccl->all_reduce_i64(r, ReduceOp::min), 0);
+  w.nccl->barrier();
+}
+
+// The collective-matmul ring on device buffers: its receive-then-send steps
+// only work because NCCL point-to-point is launched as one group.
+TEST(NcclCommunicator, RingAllGatherThroughGroupedSendRecv) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+  const int64_t chunk = 1001;
+  std::vector<float> host(static_cast<size_t>(chunk * p), -1.f), want;
+  auto mine = filled(r, chunk);
+  std::copy(mine.begin(), mine.end(), host.begin() + r * chunk);
+  DeviceFloats full(host);
+  std::vector<int> seen;
+  all_gather_then_compute(
+      *w.nccl, full.get(), chunk,
+      [&](int first, int n) {
+        for (int c = first; c < first + n; ++c) seen.push_back(c);
+      },
+      /*overlap=*/true);
+  for (int s = 0; s < p; ++s) {
+    auto b = filled(s, chunk);
+    want.insert(want.end(), b.begin(), b.end());
+  }
+  EXPECT_TRUE(exactly(full.host(), want));
+  EXPECT_EQ(static_cast<int>(seen.size()), p);
+}
+
+TEST(NcclCommunicator, SplitIntoHalves) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+  auto half = w.nccl->split(r % 2, r, "half");
+  EXPECT_EQ(half->size(), (p + 1 - r % 2) / 2);
+  EXPECT_EQ(half->rank(), r / 2);
+  EXPECT_EQ(half->all_reduce_i64(1, ReduceOp::sum), half->size());
+}
+
+TEST(NcclCommunicator, DeadlineAbortsAndNamesTheOp) {
+  NcclWorld w = make_world(/*deadline_s=*/0.5);
+  if (!w.nccl) GTEST_SKIP() << w.skip;
+  // A receive from the next rank that never sends: the deadline must fire
+  // (and abort the NCCL communicator so no kernel spins on).
+  DeviceFloats x(filled(0, 7));
+  const int from = (w.nccl->rank() + 1) % w.nccl->size();
+  CommHandle h = w.nccl->recv(x.get(), 7, from, 5);
+  const std::string msg = error_message([&] { h.wait(); });
+  EXPECT_NE(msg.find("recv of 7 floats"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("deadline of 0.5 s"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'nccl-world'"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace gt::test
+
+#endif  // TRAINER_HAVE_NCCL
