@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "kernels/core/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -258,30 +259,35 @@ CommHandle NcclCommunicator::do_recv(float* buf, int64_t n, int peer, int tag) {
       deadline_s_));
 }
 
-double NcclCommunicator::do_all_reduce_f64(double value, ReduceOp op) {
+namespace {
+template <typename T>
+constexpr ncclDataType_t nccl_type() {
+  return std::is_same_v<T, double> ? ncclFloat64 : ncclInt64;
+}
+}  // namespace
+
+// One value through the device and back, blocking (with the deadline).
+template <typename T>
+T NcclCommunicator::scalar_all_reduce(T value, ReduceOp op, const char* what) {
+  static_assert(sizeof(T) <= sizeof(double), "scalar buffer holds 8 bytes");
   begin_collective();
-  *scalar_host_.as<double>() = value;
-  CUDA_CHECK(cudaMemcpyAsync(scalar_.data(), scalar_host_.data(), sizeof(double),
+  *scalar_host_.as<T>() = value;
+  CUDA_CHECK(cudaMemcpyAsync(scalar_.data(), scalar_host_.data(), sizeof(T),
                              cudaMemcpyHostToDevice, stream_.get()));
-  NCCL_CHECK(ncclAllReduce(scalar_.data(), scalar_.data(), 1, ncclFloat64, to_nccl(op),
+  NCCL_CHECK(ncclAllReduce(scalar_.data(), scalar_.data(), 1, nccl_type<T>(), to_nccl(op),
                            comm_.get(), stream_.get()));
-  CUDA_CHECK(cudaMemcpyAsync(scalar_host_.data(), scalar_.data(), sizeof(double),
+  CUDA_CHECK(cudaMemcpyAsync(scalar_host_.data(), scalar_.data(), sizeof(T),
                              cudaMemcpyDeviceToHost, stream_.get()));
-  finish(std::string("all_reduce_f64(") + reduce_op_name(op) + ")").wait();
-  return *scalar_host_.as<double>();
+  finish(std::string(what) + "(" + reduce_op_name(op) + ")").wait();
+  return *scalar_host_.as<T>();
+}
+
+double NcclCommunicator::do_all_reduce_f64(double value, ReduceOp op) {
+  return scalar_all_reduce(value, op, "all_reduce_f64");
 }
 
 int64_t NcclCommunicator::do_all_reduce_i64(int64_t value, ReduceOp op) {
-  begin_collective();
-  *scalar_host_.as<int64_t>() = value;
-  CUDA_CHECK(cudaMemcpyAsync(scalar_.data(), scalar_host_.data(), sizeof(int64_t),
-                             cudaMemcpyHostToDevice, stream_.get()));
-  NCCL_CHECK(ncclAllReduce(scalar_.data(), scalar_.data(), 1, ncclInt64, to_nccl(op),
-                           comm_.get(), stream_.get()));
-  CUDA_CHECK(cudaMemcpyAsync(scalar_host_.data(), scalar_.data(), sizeof(int64_t),
-                             cudaMemcpyDeviceToHost, stream_.get()));
-  finish(std::string("all_reduce_i64(") + reduce_op_name(op) + ")").wait();
-  return *scalar_host_.as<int64_t>();
+  return scalar_all_reduce(value, op, "all_reduce_i64");
 }
 
 void NcclCommunicator::do_barrier() {

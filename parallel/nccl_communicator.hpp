@@ -83,6 +83,8 @@ class NcclCommunicator final : public Communicator {
   // Orders the comm stream after the compute stream and flushes queued p2p.
   void begin_collective();
   CommHandle finish(const std::string& what);
+  template <typename T>
+  T scalar_all_reduce(T value, ReduceOp op, const char* what);
   // The open group of queued sends/receives (a fresh one once launched).
   detail::NcclWork& p2p_group();
 
