@@ -166,6 +166,25 @@ TEST(ProfileRoofline, UnknownPeaksLeaveFractionsOut) {
   EXPECT_NE(format_roofline(r).find(" - "), std::string::npos);
 }
 
+TEST(ProfileRoofline, RowsAboveTheRoofBlameThePeak) {
+  ProfileStats s;
+  s.steps = 1;
+  s.step_seconds = 1.0;
+  // 2e12 FLOPs in 0.1 s against a 10 TFLOP/s roof: 200%.
+  s.ops.push_back({OpClass::gemm, "matmul_forward M=1 N=1 K=1", 1, 0.1, 2e12, 1e6});
+  Peaks p;
+  p.source = "quick bench at start";
+  p.flops = 10e12;
+  p.mem_bw = 1e12;
+  const RooflineReport r = build_roofline(s, p, nullptr, RooflineContext{});
+  EXPECT_DOUBLE_EQ(r.ops[0].roof, 2.0);
+  ASSERT_EQ(r.above_roof.size(), 1u);
+  const std::string text = format_roofline(r);
+  EXPECT_NE(text.find("warning: 1 row(s) above 110% of the measured roof"), std::string::npos)
+      << text;
+  EXPECT_EQ(roofline_json(r)["rows_above_measured_roof"].size(), 1u);
+}
+
 // A collective observer that logs what it hears.
 struct LogObserver : CommObserver {
   std::vector<std::string> log;

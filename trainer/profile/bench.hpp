@@ -1,8 +1,9 @@
 // Microbenchmarks that give the roofline and MFU their measured peaks, run
 // through the same Ops the trainer uses (so a backend is measured as the
 // model sees it) and the job's world communicator:
-//   gemm         matmul_forward on square shapes (1024³ up, larger ones while a
-//                call stays under a second); peak = the best FLOP/s;
+//   gemm         matmul_forward on square shapes (1024³ up, each larger one
+//                while predicted under a second per call; quick: 512³ and
+//                1024³); peak = the best FLOP/s of any repetition;
 //   memory       copy (2 x bytes moved) and add (out = a + b, 3 x bytes, STREAM's
 //                "add"); peak = the better of the two;
 //   collectives  (world size > 1) all_reduce_sum and all_gather of a few sizes,

@@ -44,11 +44,11 @@ int64_t host_peak_rss_bytes() {
   return 0;
 }
 
-ProfileSession::ProfileSession(const Config& cfg, int rank)
+ProfileSession::ProfileSession(const Config& cfg, int rank, std::unique_ptr<OpTimer> timer)
     : cfg_(cfg),
       rank_(rank),
       profiler_(ProfileSchedule{cfg.profile.every, cfg.profile.steps},
-                cfg.profile.every > 0 && cfg.profile.trace, rank),
+                cfg.profile.every > 0 && cfg.profile.trace, rank, std::move(timer)),
       model_(model_flops(cfg.model, cfg.train.seq_len)) {
   if (!cfg.profile.hardware.empty()) hardware_ = load_hardware(cfg.profile.hardware);
   if (!cfg.profile.peaks.empty()) measured_ = load_peaks_file(cfg.profile.peaks);

@@ -47,7 +47,9 @@ int64_t host_peak_rss_bytes();
 
 class ProfileSession {
  public:
-  ProfileSession(const Config& cfg, int rank);
+  // timer: how ops are timed; null = the host steady clock (CPU backend). A
+  // GPU backend passes its CUDA-event + NVTX timer (op_timer.hpp).
+  ProfileSession(const Config& cfg, int rank, std::unique_ptr<OpTimer> timer = nullptr);
   ~ProfileSession();
   ProfileSession(const ProfileSession&) = delete;
   ProfileSession& operator=(const ProfileSession&) = delete;

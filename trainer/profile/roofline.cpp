@@ -66,6 +66,13 @@ std::string pct(double f) {
   return buf;
 }
 
+// The %sheet column: right-aligned under its 8-character header.
+std::string sheet_cell(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, " %7s", pct(f).c_str());
+  return buf;
+}
+
 std::string sci(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", x);
@@ -143,6 +150,10 @@ RooflineReport build_roofline(const ProfileStats& stats, const Peaks& measured,
   }
   std::sort(r.comms.begin(), r.comms.end(),
             [](const RooflineRow& a, const RooflineRow& b) { return a.ms > b.ms; });
+  for (const auto* rows : {&r.ops, &r.comms})
+    for (const RooflineRow& row : *rows)
+      if (!row.subtotal && row.roof > 1.1)
+        (row.bound == "memory" ? r.above_memory_roof : r.above_roof).push_back(row.name);
   r.other_ms = std::max(0.0, r.step_ms - r.op_ms - r.exposed_ms);
   if (r.ctx.recorded_model_flops_per_step <= 0)
     r.ctx.recorded_model_flops_per_step = stats.total_flops(true) / n * ctx.world_size;
@@ -195,7 +206,7 @@ std::string format_roofline(const RooflineReport& r) {
                   pct(row.share).c_str(), num(row.tflops).c_str(), num(row.gbps).c_str(),
                   num(row.intensity).c_str(), row.bound.c_str(), pct(row.roof).c_str());
     out += line;
-    if (sheet) out += "  " + pct(row.roof_datasheet);
+    if (sheet) out += sheet_cell(row.roof_datasheet);
     out += "\n";
   }
   if (!r.comms.empty()) {
@@ -212,7 +223,7 @@ std::string format_roofline(const RooflineReport& r) {
                     num(row.inflight_ms).c_str(), num(row.bytes / 1e6).c_str(),
                     row.gbps > 0 ? num(row.gbps).c_str() : "-", "", pct(row.roof).c_str());
       out += line;
-      if (sheet) out += "  " + pct(row.roof_datasheet);
+      if (sheet) out += sheet_cell(row.roof_datasheet);
       out += "\n";
     }
   }
@@ -238,6 +249,22 @@ std::string format_roofline(const RooflineReport& r) {
                 sci(r.other_flops_per_step).c_str(),
                 here > 0 ? 100.0 * r.other_flops_per_step / here : 0.0);
   out += line;
+  if (!r.above_roof.empty()) {
+    std::snprintf(line, sizeof line,
+                  "warning: %zu row(s) above 110%% of the measured roof (first: %s): the peaks "
+                  "[%s] are too low for this machine; measure them with `trainer bench --out "
+                  "FILE` on a quiet machine and pass --peaks FILE\n",
+                  r.above_roof.size(), r.above_roof.front().c_str(), r.measured.source.c_str());
+    out += line;
+  }
+  if (!r.above_memory_roof.empty()) {
+    std::snprintf(line, sizeof line,
+                  "note: %zu memory-bound row(s) above 110%% of the measured bandwidth (first: "
+                  "%s): their working sets fit in cache; the bench measures memory with large "
+                  "arrays\n",
+                  r.above_memory_roof.size(), r.above_memory_roof.front().c_str());
+    out += line;
+  }
   return out;
 }
 
@@ -286,6 +313,8 @@ nlohmann::json roofline_json(const RooflineReport& r) {
             {"expected", r.ctx.expected_model_flops_per_step},
             {"formula", "6*N*tokens + 12*L*T*C*tokens, N = matmul weights incl. the LM head"}}},
           {"other_flops_per_step_this_rank", r.other_flops_per_step},
+          {"rows_above_measured_roof", r.above_roof},
+          {"memory_rows_above_measured_bandwidth", r.above_memory_roof},
           {"notes",
            "ops and collectives are rank " + std::to_string(r.ctx.rank) +
                "'s; collective time is the exposed (blocked) part, in-flight an upper bound"}};

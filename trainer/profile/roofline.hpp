@@ -67,6 +67,12 @@ struct RooflineReport {
   std::vector<RooflineRow> comms;
   double op_ms = 0, exposed_ms = 0, other_ms = 0;
   double other_flops_per_step = 0;  // recorded FLOPs outside GEMM + attention (this rank)
+  // Rows above 110% of the measured roof. Compute-bound: the FLOP/s peak is
+  // too low for this machine (a quick bench in a busy moment). Memory-bound:
+  // usually a working set small enough to run from cache, which the bench's
+  // large arrays do not measure.
+  std::vector<std::string> above_roof;          // compute-bound rows
+  std::vector<std::string> above_memory_roof;   // memory-bound rows
 };
 
 RooflineReport build_roofline(const ProfileStats& stats, const Peaks& measured,
