@@ -220,7 +220,10 @@ int main(int argc, char** argv) {
     if (a.command == "train") return cmd_train(a);
     if (a.command == "sample") return cmd_sample(a);
     if (a.command == "export") return cmd_export(a);
-    if (a.command == "bench") return gt::bench_command(a.flag("config"), a.flag("out"));
+    if (a.command == "bench") {
+      if (!a.overrides.empty()) throw UsageError("bench takes no config overrides");
+      return gt::bench_command(a.flag("config"), a.flag("out"));
+    }
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
     // Under mpirun every rank sees the same command line: one message is enough.

@@ -8,6 +8,8 @@
 // the same name (so Nsight Systems shows the names the trace and the roofline
 // table use), and resolves the event times in collect(), which the profiler
 // calls once at the end of a profiled step: no synchronisation inside a step.
+// Ops are timed (and NVTX ranges pushed) in profiled steps only; to see every
+// step under Nsight, profile every step (profile.every=1, profile.steps=1).
 #pragma once
 
 #include <chrono>
