@@ -121,16 +121,21 @@ def check_trace_file(path, rank):
           f"{len(steps)} steps, threads {sorted(threads.values())}")
 
 
-def check_metrics(run_dir, world):
+def check_metrics(run_dir, world, roofline):
+    """Every line has the profiling fields; mfu is the model FLOPs over the step
+    time, the ranks and the measured peak (recomputed from roofline.json)."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()]
+    flops = roofline["model_flops_per_step"]["expected"]
+    peak = roofline["peaks"]["gemm_tflops"] * 1e12
     for r in recs:
         for key in ("tokens_per_s", "mfu", "mfu_datasheet", "peak_mem_bytes", "comm_exposed_ms",
                     "comm_bytes"):
             if key not in r:
                 fail(f"metrics step {r['step']}: no '{key}'")
-        if not (isinstance(r["mfu"], float) and 0 < r["mfu"] < 1.5):
-            fail(f"metrics step {r['step']}: mfu {r['mfu']} is not a plausible fraction")
+        want = flops / (r["step_ms"] / 1e3 * world * peak)
+        if not (isinstance(r["mfu"], float) and abs(r["mfu"] / want - 1) < 1e-6):
+            fail(f"metrics step {r['step']}: mfu {r['mfu']}, expected {want}")
         if r["mfu_datasheet"] is not None:
             fail("mfu_datasheet should be null without profile.hardware")
         if not r["peak_mem_bytes"] > 0:
@@ -154,7 +159,7 @@ def check_report(build, work):
     mf = j["model_flops_per_step"]
     if abs(mf["recorded_all_ranks"] / mf["expected"] - 1) > 0.01:
         fail(f"roofline.json model FLOPs {mf}")
-    check_metrics(run_dir, 1)
+    check_metrics(run_dir, 1, j)
     print(out[out.index("roofline:"):])
 
 
@@ -169,7 +174,7 @@ def check_trace(build, work):
     j = load_json(os.path.join(run_dir, "roofline.json"))
     if not any(c["name"].startswith("dp all_reduce") for c in j["comms"]):
         fail(f"roofline.json lacks the dp all-reduce: {[c['name'] for c in j['comms']]}")
-    check_metrics(run_dir, 2)
+    check_metrics(run_dir, 2, j)
 
 
 def check_bench(build, work, ranks):
