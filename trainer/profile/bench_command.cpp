@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -39,6 +40,10 @@ int bench_threads(int configured, const RunEnvironment& env) {
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) fail("bench: cannot create '", dir.string(), "': ", ec.message());
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
