@@ -20,8 +20,7 @@ double roof_fraction(double flops, double bytes, double seconds, const Peaks& p,
 }
 
 double peak_busbw(const Peaks& p, CommKind k) {
-  return k == CommKind::all_reduce || k == CommKind::scalar_reduce ? p.all_reduce_busbw
-                                                                   : p.all_gather_busbw;
+  return k == CommKind::all_reduce ? p.all_reduce_busbw : p.all_gather_busbw;
 }
 
 void fill_op_row(RooflineRow& row, double n_steps, double step_s, double calls, double seconds,
@@ -138,7 +137,9 @@ RooflineReport build_roofline(const ProfileStats& stats, const Peaks& measured,
     row.inflight_ms = s.inflight_s / n * 1e3;
     row.share = step_s > 0 ? (s.exposed_s / n) / step_s : 0;
     row.bound = "network";
-    if (s.inflight_s > 0 && s.bytes > 0) {
+    // Scalar agreements and barriers are latency, not bandwidth: no busbw.
+    const bool latency_only = s.kind == CommKind::scalar_reduce || s.kind == CommKind::barrier;
+    if (!latency_only && s.inflight_s > 0 && s.bytes > 0) {
       row.gbps = s.bytes / s.inflight_s / 1e9;
       const double peak = peak_busbw(measured, s.kind);
       if (peak > 0) row.roof = row.gbps * 1e9 / peak;

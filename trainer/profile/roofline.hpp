@@ -18,7 +18,9 @@
 // Per collective row (axis + kind): calls, MB sent (ring volume), exposed ms
 // (blocked in wait) and its step%, in-flight ms (start to completion seen: an
 // upper bound on the duration, so busbw = MB / in-flight is a lower bound),
-// %roof = that busbw over the bench's busbw. Collectives are this rank's view.
+// %roof = that busbw over the bench's busbw (all-reduce against the bench's
+// all-reduce, every other kind against its all-gather; none for the scalar
+// agreements and barriers, which are latency). Collectives are this rank's view.
 // "other" is step time spent in no op and no wait (host work between ops).
 #pragma once
 
