@@ -1,6 +1,6 @@
-// The backend-independent half of Communicator: argument checks and ring-volume
-// accounting (done here once, so every backend counts the same way), and the
-// CommHandle lifetime rules.
+// The backend-independent half of Communicator: argument checks, ring-volume
+// accounting and the observer hook (done here once, so every backend counts
+// and is observed the same way), and the CommHandle lifetime rules.
 #include "parallel/communicator.hpp"
 
 #include <limits>
@@ -8,6 +8,20 @@
 #include "kernels/core/error.hpp"
 
 namespace gt {
+
+const char* comm_kind_name(CommKind k) {
+  switch (k) {
+    case CommKind::all_reduce: return "all_reduce";
+    case CommKind::reduce_scatter: return "reduce_scatter";
+    case CommKind::all_gather: return "all_gather";
+    case CommKind::broadcast: return "broadcast";
+    case CommKind::send: return "send";
+    case CommKind::recv: return "recv";
+    case CommKind::scalar_reduce: return "scalar_reduce";
+    case CommKind::barrier: return "barrier";
+  }
+  return "?";
+}
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -75,6 +89,78 @@ bool CommHandle::test() {
   return true;
 }
 
+// ---- observed operations ------------------------------------------------------
+
+namespace {
+
+using ObsClock = CommObserver::Clock;
+
+// A pending operation seen by an observer: forwards everything to the
+// backend's op and reports the time its waits block and when it completes.
+class ObservedOp final : public PendingOp {
+ public:
+  ObservedOp(std::unique_ptr<PendingOp> inner, CommObserver& obs, CommOp op, uint64_t token)
+      : inner_(std::move(inner)), obs_(obs), op_(op), token_(token) {}
+
+  bool test() override {
+    const bool done = inner_->test();
+    if (done) complete(ObsClock::now());
+    return done;
+  }
+  void wait(double deadline_s) override {
+    const auto begin = ObsClock::now();
+    inner_->wait(deadline_s);  // throws past the deadline: nothing reported then
+    const auto end = ObsClock::now();
+    obs_.on_wait(token_, op_, begin, end);
+    complete(end);
+  }
+  double default_deadline() const override { return inner_->default_deadline(); }
+  bool timed_out() const override { return inner_->timed_out(); }
+  std::string describe() const override { return inner_->describe(); }
+  void log_warning(const std::string& msg) const override { inner_->log_warning(msg); }
+
+ private:
+  void complete(ObsClock::time_point t) {
+    if (completed_) return;
+    completed_ = true;
+    obs_.on_complete(token_, op_, t);
+  }
+  std::unique_ptr<PendingOp> inner_;
+  CommObserver& obs_;
+  CommOp op_;
+  uint64_t token_;
+  bool completed_ = false;
+};
+
+}  // namespace
+
+CommHandle Communicator::observed(CommHandle h, CommKind kind, int64_t n, double ring_bytes,
+                                  ObsClock::time_point started) {
+  if (!observer_) return h;
+  const CommOp op{this, kind, n, ring_bytes};
+  const uint64_t token = observer_->on_start(op, started);
+  if (h.done()) {  // nothing to wait for (size 1, or already complete)
+    observer_->on_complete(token, op, ObsClock::now());
+    return h;
+  }
+  h.op_ = std::make_unique<ObservedOp>(std::move(h.op_), *observer_, op, token);
+  return h;
+}
+
+// A blocking call: all of its time is exposed.
+template <typename F>
+auto Communicator::observed_blocking(CommKind kind, double ring_bytes, F&& call) {
+  if (!observer_) return call();
+  const CommOp op{this, kind, 1, ring_bytes};
+  const auto begin = ObsClock::now();
+  const uint64_t token = observer_->on_start(op, begin);
+  auto result = call();
+  const auto end = ObsClock::now();
+  observer_->on_wait(token, op, begin, end);
+  observer_->on_complete(token, op, end);
+  return result;
+}
+
 // ---- ring volumes -----------------------------------------------------------
 
 namespace ring_volume {
@@ -104,70 +190,91 @@ void Communicator::check_peer(const char* op, int peer) const {
 
 CommHandle Communicator::all_reduce_sum(float* buf, int64_t n) {
   check_count("all_reduce_sum", buf, n);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
   CommHandle h = do_all_reduce(buf, n, ReduceOp::sum);
-  bytes_sent_ += ring_volume::all_reduce(size(), 4.0 * n);
-  return h;
+  const double v = ring_volume::all_reduce(size(), 4.0 * n);
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::all_reduce, n, v, t0);
 }
 
 CommHandle Communicator::all_reduce_max(float* buf, int64_t n) {
   check_count("all_reduce_max", buf, n);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
   CommHandle h = do_all_reduce(buf, n, ReduceOp::max);
-  bytes_sent_ += ring_volume::all_reduce(size(), 4.0 * n);
-  return h;
+  const double v = ring_volume::all_reduce(size(), 4.0 * n);
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::all_reduce, n, v, t0);
 }
 
 CommHandle Communicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
   check_count("reduce_scatter_sum", in, n);
   check_count("reduce_scatter_sum", out, n);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
   CommHandle h = do_reduce_scatter_sum(in, out, n);
-  bytes_sent_ += ring_volume::reduce_scatter(size(), 4.0 * n);
-  return h;
+  const double v = ring_volume::reduce_scatter(size(), 4.0 * n);
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::reduce_scatter, n, v, t0);
 }
 
 CommHandle Communicator::all_gather(const float* in, float* out, int64_t n) {
   check_count("all_gather", in, n);
   check_count("all_gather", out, n);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
   CommHandle h = do_all_gather(in, out, n);
-  bytes_sent_ += ring_volume::all_gather(size(), 4.0 * n);
-  return h;
+  const double v = ring_volume::all_gather(size(), 4.0 * n);
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::all_gather, n, v, t0);
 }
 
 CommHandle Communicator::broadcast(float* buf, int64_t n, int root) {
   check_count("broadcast", buf, n);
   check_peer("broadcast", root);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
   CommHandle h = do_broadcast(buf, n, root);
-  bytes_sent_ += ring_volume::broadcast(size(), 4.0 * n, rank() == root);
-  return h;
+  const double v = ring_volume::broadcast(size(), 4.0 * n, rank() == root);
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::broadcast, n, v, t0);
 }
 
 CommHandle Communicator::send(const float* buf, int64_t n, int peer, int tag) {
   check_count("send", buf, n);
   check_peer("send", peer);
   if (tag < 0) fail("comm '", name(), "': send with a negative tag ", tag);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
   CommHandle h = do_send(buf, n, peer, tag);
   bytes_sent_ += 4.0 * n;
-  return h;
+  return observed(std::move(h), CommKind::send, n, 4.0 * n, t0);
 }
 
 CommHandle Communicator::recv(float* buf, int64_t n, int peer, int tag) {
   check_count("recv", buf, n);
   check_peer("recv", peer);
   if (tag < 0) fail("comm '", name(), "': recv with a negative tag ", tag);
-  return do_recv(buf, n, peer, tag);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
+  return observed(do_recv(buf, n, peer, tag), CommKind::recv, n, 0.0, t0);
 }
 
 double Communicator::all_reduce_f64(double value, ReduceOp op) {
-  const double r = do_all_reduce_f64(value, op);
-  bytes_sent_ += ring_volume::all_reduce(size(), 8.0);
+  const double v = ring_volume::all_reduce(size(), 8.0);
+  const double r = observed_blocking(CommKind::scalar_reduce, v,
+                                     [&] { return do_all_reduce_f64(value, op); });
+  bytes_sent_ += v;
   return r;
 }
 
 int64_t Communicator::all_reduce_i64(int64_t value, ReduceOp op) {
-  const int64_t r = do_all_reduce_i64(value, op);
-  bytes_sent_ += ring_volume::all_reduce(size(), 8.0);
+  const double v = ring_volume::all_reduce(size(), 8.0);
+  const int64_t r = observed_blocking(CommKind::scalar_reduce, v,
+                                      [&] { return do_all_reduce_i64(value, op); });
+  bytes_sent_ += v;
   return r;
 }
 
-void Communicator::barrier() { do_barrier(); }
+void Communicator::barrier() {
+  observed_blocking(CommKind::barrier, 0.0, [&] {
+    do_barrier();
+    return 0;
+  });
+}
 
 }  // namespace gt

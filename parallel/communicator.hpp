@@ -33,6 +33,8 @@
 #include <memory>
 #include <string>
 
+#include "parallel/comm_observer.hpp"
+
 namespace gt {
 
 enum class ReduceOp { sum, max, min };
@@ -82,6 +84,7 @@ class CommHandle {
   bool done() const { return op_ == nullptr; }
 
  private:
+  friend class Communicator;  // wraps the pending op when an observer is attached
   void finish_or_abandon() noexcept;
   std::unique_ptr<PendingOp> op_;  // null once complete
 };
@@ -138,6 +141,12 @@ class Communicator {
   double bytes_sent() const { return bytes_sent_; }
   void reset_bytes() { bytes_sent_ = 0.0; }
 
+  // Every operation started from now on is reported to `observer` (a
+  // profiler; see comm_observer.hpp); null detaches. Not owned. Without an
+  // observer the wrappers cost one branch more than before.
+  void set_observer(CommObserver* observer) { observer_ = observer; }
+  CommObserver* observer() const { return observer_; }
+
  protected:
   virtual CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) = 0;
   virtual CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;
@@ -152,7 +161,12 @@ class Communicator {
  private:
   void check_count(const char* op, const void* ptr, int64_t n) const;
   void check_peer(const char* op, int peer) const;
+  CommHandle observed(CommHandle h, CommKind kind, int64_t n, double ring_bytes,
+                      CommObserver::Clock::time_point started);
+  template <typename F>
+  auto observed_blocking(CommKind kind, double ring_bytes, F&& call);
   double bytes_sent_ = 0.0;
+  CommObserver* observer_ = nullptr;
 };
 
 // The ring volumes above, per rank, for p ranks and `bytes` of payload (the

@@ -5,6 +5,7 @@
 //   trainer [train] --config FILE [section.key=value ...]
 //   trainer sample  --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]
 //   trainer export  --checkpoint DIR --out FILE.safetensors
+//   trainer bench   [--config FILE] [--out FILE.json]
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -24,6 +25,7 @@
 #include "trainer/config/config.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
+#include "trainer/profile/bench.hpp"
 #include "trainer/sample/sampler.hpp"
 #include "trainer/train/run_environment.hpp"
 #include "trainer/train/trainer.hpp"
@@ -32,10 +34,13 @@ namespace {
 
 const char* kUsage =
     "usage:\n"
-    "  trainer [train] --config FILE [section.key=value ...]   train (see configs/default.yaml)\n"
+    "  trainer [train] --config FILE [--peaks FILE.json] [section.key=value ...]\n"
+    "                                                          train (see configs/default.yaml)\n"
     "  trainer sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]\n"
     "                 [--top-k K] [--seed S]                     generate text (byte tokenizer)\n"
-    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n";
+    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n"
+    "  trainer bench [--config FILE] [--out FILE.json]          measure GEMM, memory and\n"
+    "                                                          collective peaks (README Profiling)\n";
 
 struct UsageError : gt::Error {
   using gt::Error::Error;
@@ -158,8 +163,10 @@ int train_mpi(const Args& a) {
   }
 }
 
-int cmd_train(const Args& a) {
+int cmd_train(Args a) {
   if (!a.has("config")) throw UsageError("train needs --config FILE");
+  // --peaks FILE is shorthand for the override profile.peaks=FILE.
+  if (a.has("peaks")) a.overrides.push_back("profile.peaks=" + a.flag("peaks"));
   const gt::RunEnvironment env = gt::detect_run_environment();
   return env.world_size > 1 ? train_mpi(a) : train_single(a);
 }
@@ -205,7 +212,7 @@ int main(int argc, char** argv) {
   try {
     Args a = parse_args(argc, argv,
                         {"config", "checkpoint", "out", "prompt", "tokens", "temperature",
-                         "top-k", "seed"});
+                         "top-k", "seed", "peaks"});
     if (a.command == "help") {
       std::cout << kUsage;
       return 0;
@@ -213,6 +220,10 @@ int main(int argc, char** argv) {
     if (a.command == "train") return cmd_train(a);
     if (a.command == "sample") return cmd_sample(a);
     if (a.command == "export") return cmd_export(a);
+    if (a.command == "bench") {
+      if (!a.overrides.empty()) throw UsageError("bench takes no config overrides");
+      return gt::bench_command(a.flag("config"), a.flag("out"));
+    }
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
     // Under mpirun every rank sees the same command line: one message is enough.

@@ -115,6 +115,14 @@ void validate(const Config& c) {
   at_least("checkpoint.keep", k.keep, 1);
   if (k.resume.empty())
     fail(src, ": checkpoint.resume: expected none, auto or a checkpoint directory, got ''");
+
+  const ProfileConfig& pr = c.profile;
+  at_least("profile.every", pr.every, 0);
+  at_least("profile.steps", pr.steps, 1);
+  if (pr.every > 0 && pr.steps > pr.every)
+    fail(src, ": profile.steps=", pr.steps, " exceeds profile.every=", pr.every,
+         ": expected 1 <= profile.steps <= profile.every (the last profile.steps of every "
+         "profile.every steps are profiled)");
 }
 
 }  // namespace

@@ -79,6 +79,16 @@ struct CheckpointConfig {
   std::string resume = "none";  // none | auto | <path to a checkpoint directory>
 };
 
+// Profiling (trainer/profile, README "Profiling"). every = 0: off.
+struct ProfileConfig {
+  int every = 0;         // profile the last `steps` steps of every `every` steps; 0 = never
+  int steps = 1;         // consecutive profiled steps per period (1 <= steps <= every)
+  bool report = true;    // roofline table on the console and <log.dir>/roofline.json at the end
+  bool trace = false;    // <log.dir>/trace_rank{r}.json (Chrome trace events) per rank
+  std::string hardware;  // configs/hardware/<name>.yaml datasheet peaks; "" = none
+  std::string peaks;     // `trainer bench --out` JSON; "" = quick bench at start when profiling
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -87,6 +97,7 @@ struct Config {
   ParallelConfig parallel;
   LogConfig log;
   CheckpointConfig checkpoint;
+  ProfileConfig profile;
 
   // Where the config came from, for messages ("configs/x.yaml").
   std::string source;

@@ -283,6 +283,13 @@ std::vector<Field> make_fields() {
       bind<&C::checkpoint, &CheckpointConfig::every>("checkpoint", "every"),
       bind<&C::checkpoint, &CheckpointConfig::keep>("checkpoint", "keep"),
       bind<&C::checkpoint, &CheckpointConfig::resume>("checkpoint", "resume"),
+
+      bind<&C::profile, &ProfileConfig::every>("profile", "every"),
+      bind<&C::profile, &ProfileConfig::steps>("profile", "steps"),
+      bind<&C::profile, &ProfileConfig::report>("profile", "report"),
+      bind<&C::profile, &ProfileConfig::trace>("profile", "trace"),
+      bind<&C::profile, &ProfileConfig::hardware>("profile", "hardware"),
+      bind<&C::profile, &ProfileConfig::peaks>("profile", "peaks"),
   };
 }
 

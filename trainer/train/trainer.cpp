@@ -27,6 +27,7 @@
 #include "trainer/data/data_loader.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
+#include "trainer/profile/profile_session.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 #include "trainer/train/lr_schedule.hpp"
 #include "trainer/train/metrics_log.hpp"
@@ -64,6 +65,7 @@ std::string human_bytes(double b) {
 struct Run {
   ParallelDims dims;
   std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<ProfileSession> profile;  // after mesh (it observes its communicators), before ops
   std::unique_ptr<Ops> ops;
   std::unique_ptr<DataLoader> train_data, val_data;
   std::unique_ptr<ParameterLayout> layout;
@@ -112,7 +114,8 @@ void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
   if (cfg.runtime.device == DeviceKind::cuda)
     fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
          "runtime.device=cpu (or auto)");
-  run.ops = make_cpu_ops(cpu_threads(cfg.runtime.threads));
+  run.profile = std::make_unique<ProfileSession>(cfg, run.mesh->rank());
+  run.ops = run.profile->wrap(make_cpu_ops(cpu_threads(cfg.runtime.threads)));
   run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
                                                 cfg.model.vocab_size, tc.seq_len,
                                                 cfg.data.shuffle, tc.seed);
@@ -244,6 +247,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     setup_error = std::current_exception();
   }
   agree_on_setup(job, setup_error);
+  run.profile->start(*run.mesh, *run.ops);
   DeviceMesh& mesh = *run.mesh;
   ShardedParameters& params = *run.params;
   GPT& model = *run.model;
@@ -325,6 +329,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     }
     reset_comm_bytes(mesh);
     const auto t_train = Clock::now();
+    run.profile->begin_step(step);
 
     params.begin_step();
     double loss_sum = 0.0;
@@ -365,6 +370,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     rec["step_ms"] = step_ms;
     rec["tokens_per_s"] = tokens_per_s;
     rec["comm_bytes"] = comm_bytes(mesh);
+    run.profile->end_step(rec, step_ms / 1000.0, tokens_per_step);
     rec["wall_ms"] = ms_since(t0);
     if (metrics) metrics->write(rec);
     if (rank0 && (step % cfg.log.every == 0 || last_step))
@@ -385,6 +391,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
       save(step + 1);
   }
   if (last_saved != tc.steps && tc.steps > run.start_step) save(tc.steps);
+  run.profile->finish(cfg.log.dir);
 
   // The HF export is assembled from the final checkpoint, whatever the layout.
   if (rank0 && !last_dir.empty()) {

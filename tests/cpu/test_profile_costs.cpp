@@ -1,0 +1,165 @@
+// The per-op FLOP and byte formulas (trainer/profile/op_costs.hpp) on small
+// shapes, each against a count written out by hand or by a naive loop, and
+// ProfilingOps: it forwards every call unchanged, records the formula's
+// costs while the profiler records, and nothing otherwise.
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/cpu_ops.hpp"
+#include "test_util.hpp"
+#include "trainer/profile/op_costs.hpp"
+#include "trainer/profile/profiler.hpp"
+#include "trainer/profile/profiling_ops.hpp"
+
+namespace gt {
+namespace {
+
+TEST(ProfileCosts, MatmulForward) {
+  // R=3, C=5, OC=7: 2*3*5*7 FLOPs; inp 15 + weight 35 + bias 7 + out 21 floats.
+  OpCost c = op_cost::matmul_forward(3, 5, 7, true);
+  EXPECT_EQ(c.flops, 210.0);
+  EXPECT_EQ(c.bytes, 4.0 * (15 + 35 + 7 + 21));
+  c = op_cost::matmul_forward(3, 5, 7, false);
+  EXPECT_EQ(c.bytes, 4.0 * (15 + 35 + 21));
+}
+
+TEST(ProfileCosts, MatmulBackwardCountsDinpOnlyWhenAsked) {
+  // dinp and dweight: 2 GEMMs of 2*3*5*7.
+  OpCost c = op_cost::matmul_backward(3, 5, 7, true, true);
+  EXPECT_EQ(c.flops, 420.0);
+  // dout 21 + inp 15 + dweight 35 read+written + weight 35 + dinp 15 + dbias 7 read+written
+  EXPECT_EQ(c.bytes, 4.0 * (21 + 15 + 70 + 35 + 15 + 14));
+  c = op_cost::matmul_backward(3, 5, 7, false, false);
+  EXPECT_EQ(c.flops, 210.0);
+  EXPECT_EQ(c.bytes, 4.0 * (21 + 15 + 70));
+}
+
+// Multiply-adds of a naive full (non-causal) attention, counted by loops.
+double naive_attention_flops(int B, int NH, int T, int hs, bool backward) {
+  double macs = 0;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j < T; ++j) {
+          macs += hs;  // S[i][j] = q_i . k_j   (backward: dP[i][j] = dy_i . v_j)
+          macs += hs;  // y_i += P[i][j] v_j    (backward: dQ_i += dS[i][j] k_j)
+          if (backward) macs += 2 * hs;  // dK_j += dS[i][j] q_i ; dV_j += P[i][j] dy_i
+        }
+  return 2 * macs;
+}
+
+TEST(ProfileCosts, AttentionFollowsTheFullSquareConvention) {
+  const int B = 2, NH = 3, T = 5, hs = 4, C = NH * hs;
+  const int64_t saved = int64_t(B) * NH * T * T;
+  OpCost f = op_cost::attention_forward(B, NH, T, hs, saved);
+  EXPECT_EQ(f.flops, naive_attention_flops(B, NH, T, hs, false));
+  EXPECT_EQ(f.bytes, 4.0 * (B * T * 3 * C + B * T * C + saved));
+  OpCost b = op_cost::attention_backward(B, NH, T, hs, saved);
+  EXPECT_EQ(b.flops, naive_attention_flops(B, NH, T, hs, true));
+  // reads dout, qkv, out, saved; writes dqkv.
+  EXPECT_EQ(b.bytes, 4.0 * (B * T * C + B * T * 3 * C + B * T * C + saved + B * T * 3 * C));
+}
+
+TEST(ProfileCosts, LayerNorm) {
+  OpCost f = op_cost::layernorm_forward(3, 8);
+  EXPECT_EQ(f.flops, 8.0 * 24);
+  EXPECT_EQ(f.bytes, 4.0 * (24 + 8 + 8 + 24 + 3 + 3));  // inp, w, b ; out, mean, rstd
+  OpCost b = op_cost::layernorm_backward(3, 8);
+  EXPECT_EQ(b.flops, 19.0 * 24);
+  // dout, inp, weight, mean, rstd read; dinp, dweight, dbias read + written
+  EXPECT_EQ(b.bytes, 4.0 * (24 + 24 + 8 + 3 + 3 + 48 + 16 + 16));
+}
+
+TEST(ProfileCosts, Elementwise) {
+  EXPECT_EQ(op_cost::gelu_forward(10).flops, 90.0);
+  EXPECT_EQ(op_cost::gelu_forward(10).bytes, 80.0);
+  EXPECT_EQ(op_cost::gelu_backward(10).flops, 200.0);
+  EXPECT_EQ(op_cost::gelu_backward(10).bytes, 120.0);
+  EXPECT_EQ(op_cost::add(10).bytes, 120.0);
+  EXPECT_EQ(op_cost::accumulate(10).bytes, 120.0);
+  EXPECT_EQ(op_cost::add_bias(3, 4).bytes, 4.0 * (24 + 4));
+  EXPECT_EQ(op_cost::zero(10, 4).bytes, 40.0);
+  EXPECT_EQ(op_cost::zero(10, 4).flops, 0.0);
+  EXPECT_EQ(op_cost::copy(10, 2).bytes, 40.0);
+  EXPECT_EQ(op_cost::sum_squares(10).flops, 20.0);
+  EXPECT_EQ(op_cost::sum_squares(10).bytes, 40.0);
+  EXPECT_EQ(op_cost::adamw(10).flops, 150.0);
+  EXPECT_EQ(op_cost::adamw(10).bytes, 280.0);  // 4 read, 3 written
+}
+
+TEST(ProfileCosts, CrossEntropy) {
+  OpCost c = op_cost::softmax_cross_entropy(4, 10, false);
+  EXPECT_EQ(c.flops, 160.0);
+  EXPECT_EQ(c.bytes, 4.0 * (40 + 4 + 4));  // logits, targets ; losses
+  c = op_cost::softmax_cross_entropy(4, 10, true);
+  EXPECT_EQ(c.flops, 200.0);
+  EXPECT_EQ(c.bytes, 4.0 * (40 + 4 + 4 + 40));
+  EXPECT_EQ(op_cost::cross_entropy_shard_max(4, 10).bytes, 4.0 * 44);
+  EXPECT_EQ(op_cost::cross_entropy_shard_sums(4, 10).flops, 120.0);
+  EXPECT_EQ(op_cost::cross_entropy_shard_finish(4, 10, true).bytes, 4.0 * (80 + 20));
+  EXPECT_EQ(op_cost::cross_entropy_shard_finish(4, 10, false).flops, 0.0);
+}
+
+TEST(ProfileCosts, EmbeddingReadsEachTableRowAtMostOnce) {
+  // B*T = 6 tokens, vocab 4: at most the 4 rows are read.
+  OpCost f = op_cost::embedding_forward(2, 3, 5, 4);
+  EXPECT_EQ(f.flops, 30.0);
+  EXPECT_EQ(f.bytes, 4.0 * (6 + 4 * 5 + 3 * 5 + 30));
+  OpCost b = op_cost::embedding_backward(2, 3, 5, 100);
+  EXPECT_EQ(b.flops, 60.0);
+  EXPECT_EQ(b.bytes, 4.0 * (30 + 6 + 2 * 30 + 2 * 15));
+  EXPECT_EQ(op_cost::token_embedding_forward(6, 5, 100).bytes, 4.0 * (6 + 30 + 30));
+  EXPECT_EQ(op_cost::position_embedding_forward(6, 5, 3).bytes, 4.0 * (60 + 15));
+}
+
+TEST(ProfileSchedule, ProfilesTheLastStepsOfEachPeriod) {
+  ProfileSchedule s{10, 2};
+  std::vector<int64_t> got;
+  for (int64_t step = 0; step < 30; ++step)
+    if (s.profiled(step)) got.push_back(step);
+  EXPECT_EQ(got, (std::vector<int64_t>{8, 9, 18, 19, 28, 29}));
+  EXPECT_TRUE((ProfileSchedule{1, 1}).profiled(0));
+  EXPECT_FALSE((ProfileSchedule{0, 1}).profiled(5));
+}
+
+TEST(ProfilingOps, ForwardsAndRecordsOnlyWhileRecording) {
+  Profiler prof(ProfileSchedule{2, 1}, false, 0);
+  auto ops = make_profiling_ops(make_cpu_ops(1), prof);
+  const int R = 3, C = 5, OC = 7;
+  auto x = test::random_vector(R * C, 1), w = test::random_vector(OC * C, 2),
+       b = test::random_vector(OC, 3);
+  std::vector<float> out(R * OC), ref(R * OC);
+  make_cpu_ops(1)->matmul_forward(cpu_f32(ref.data(), {R, OC}), cpu_f32(x.data(), {R, C}),
+                                  cpu_f32(w.data(), {OC, C}), cpu_f32(b.data(), {OC}));
+
+  prof.begin_step(0);  // not profiled (every 2: step 1, 3, ...)
+  EXPECT_FALSE(prof.recording());
+  ops->matmul_forward(cpu_f32(out.data(), {R, OC}), cpu_f32(x.data(), {R, C}),
+                      cpu_f32(w.data(), {OC, C}), cpu_f32(b.data(), {OC}));
+  EXPECT_FALSE(prof.end_step().profiled);
+  EXPECT_EQ(out, ref);
+  EXPECT_TRUE(prof.stats().ops.empty());
+
+  prof.begin_step(1);
+  EXPECT_TRUE(prof.recording());
+  ops->matmul_forward(cpu_f32(out.data(), {R, OC}), cpu_f32(x.data(), {R, C}),
+                      cpu_f32(w.data(), {OC, C}), cpu_f32(b.data(), {OC}));
+  ops->zero(cpu_f32(out.data(), {R * OC}));
+  const Profiler::StepResult r = prof.end_step();
+  EXPECT_TRUE(r.profiled);
+  const ProfileStats& s = prof.stats();
+  EXPECT_EQ(s.steps, 1);
+  ASSERT_EQ(s.ops.size(), 2u);
+  EXPECT_EQ(s.ops[0].cls, OpClass::gemm);
+  EXPECT_EQ(s.ops[0].name, "matmul_forward M=3 N=7 K=5");
+  EXPECT_EQ(s.ops[0].count, 1);
+  EXPECT_EQ(s.ops[0].flops, op_cost::matmul_forward(R, C, OC, true).flops);
+  EXPECT_EQ(s.ops[0].bytes, op_cost::matmul_forward(R, C, OC, true).bytes);
+  EXPECT_GT(s.ops[0].seconds, 0.0);
+  EXPECT_EQ(s.ops[1].name, "zero");  // elementwise ops: one row whatever the size
+  EXPECT_LE(s.ops[0].seconds + s.ops[1].seconds, r.seconds);
+}
+
+}  // namespace
+}  // namespace gt

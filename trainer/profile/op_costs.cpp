@@ -1,0 +1,135 @@
+// The formulas stated in op_costs.hpp, one function per op. Bytes are
+// counted in elements (f = 4-byte floats or int32) and multiplied once.
+#include "trainer/profile/op_costs.hpp"
+
+#include <algorithm>
+
+namespace gt {
+
+const char* op_class_name(OpClass c) {
+  switch (c) {
+    case OpClass::gemm: return "gemm";
+    case OpClass::attention: return "attention";
+    case OpClass::layernorm: return "layernorm";
+    case OpClass::gelu: return "gelu";
+    case OpClass::cross_entropy: return "cross_entropy";
+    case OpClass::embedding: return "embedding";
+    case OpClass::elementwise: return "elementwise";
+    case OpClass::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+namespace op_cost {
+namespace {
+constexpr double kF = 4.0;  // bytes per fp32 / int32 element
+OpCost cost(double flops, double elems) { return {flops, kF * elems}; }
+double d(int64_t x) { return static_cast<double>(x); }
+}  // namespace
+
+OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias) {
+  // reads inp, weight (and bias); writes out.
+  return cost(2.0 * d(R) * d(C) * d(OC), d(R) * d(C) + d(OC) * d(C) + (bias ? d(OC) : 0.0) +
+                                             d(R) * d(OC));
+}
+
+OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias) {
+  const double gemm = 2.0 * d(R) * d(C) * d(OC);
+  // reads dout and inp; dweight read + written; dinp needs weight read, dinp written.
+  double elems = d(R) * d(OC) + d(R) * d(C) + 2.0 * d(OC) * d(C);
+  if (dinp) elems += d(OC) * d(C) + d(R) * d(C);
+  if (dbias) elems += 2.0 * d(OC);
+  return cost(dinp ? 2.0 * gemm : gemm, elems);
+}
+
+OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems) {
+  const double C = d(NH) * d(hs);
+  // Q K^T and P V: 2 * (2 T^2 hs) per (b, h).
+  const double flops = 4.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);
+  return cost(flops, d(B) * d(T) * 3.0 * C + d(B) * d(T) * C + d(saved_elems));
+}
+
+OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems) {
+  const double C = d(NH) * d(hs);
+  // dP = dY V^T, dQ = dS K, dK = dS^T Q, dV = P^T dY: 4 * (2 T^2 hs).
+  const double flops = 8.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);
+  // reads dout (B,T,C), qkv (B,T,3C), out (B,T,C), saved; writes dqkv (B,T,3C).
+  return cost(flops, d(B) * d(T) * (C + 3.0 * C + C + 3.0 * C) + d(saved_elems));
+}
+
+OpCost layernorm_forward(int64_t R, int64_t C) {
+  // reads inp, weight, bias; writes out, mean, rstd.
+  return cost(8.0 * d(R) * d(C), 2.0 * d(R) * d(C) + 2.0 * d(C) + 2.0 * d(R));
+}
+
+OpCost layernorm_backward(int64_t R, int64_t C) {
+  // reads dout, inp, weight, mean, rstd; dinp, dweight, dbias read + written.
+  return cost(19.0 * d(R) * d(C),
+              2.0 * d(R) * d(C) + d(C) + 2.0 * d(R) + 2.0 * d(R) * d(C) + 4.0 * d(C));
+}
+
+OpCost gelu_forward(int64_t n) { return cost(9.0 * d(n), 2.0 * d(n)); }
+OpCost gelu_backward(int64_t n) { return cost(20.0 * d(n), 3.0 * d(n)); }
+
+OpCost add(int64_t n) { return cost(d(n), 3.0 * d(n)); }
+OpCost accumulate(int64_t n) { return cost(d(n), 3.0 * d(n)); }
+OpCost add_bias(int64_t R, int64_t C) { return cost(d(R) * d(C), 2.0 * d(R) * d(C) + d(C)); }
+OpCost zero(int64_t n, int64_t elem_bytes) { return {0.0, d(n) * d(elem_bytes)}; }
+OpCost copy(int64_t n, int64_t elem_bytes) { return {0.0, 2.0 * d(n) * d(elem_bytes)}; }
+
+OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits) {
+  // reads logits, targets; writes losses (+ dlogits).
+  const double flops = (dlogits ? 5.0 : 4.0) * d(R) * d(V);
+  return cost(flops, d(R) * d(V) + d(R) + d(R) + (dlogits ? d(R) * d(V) : 0.0));
+}
+
+OpCost cross_entropy_shard_max(int64_t R, int64_t V) {
+  return cost(d(R) * d(V), d(R) * d(V) + d(R));
+}
+
+OpCost cross_entropy_shard_sums(int64_t R, int64_t V) {
+  // reads logits, targets, row_max; writes sumexp, target_logit.
+  return cost(3.0 * d(R) * d(V), d(R) * d(V) + 2.0 * d(R) + 2.0 * d(R));
+}
+
+OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits) {
+  // reads targets, row_max, sumexp, target_logit (+ logits); writes losses (+ dlogits).
+  if (!dlogits) return cost(0.0, 4.0 * d(R) + d(R));
+  return cost(3.0 * d(R) * d(V), 2.0 * d(R) * d(V) + 5.0 * d(R));
+}
+
+OpCost sum_squares(int64_t n) { return cost(2.0 * d(n), d(n)); }
+OpCost adamw(int64_t n) { return cost(15.0 * d(n), 7.0 * d(n)); }
+
+OpCost embedding_forward(int64_t B, int64_t T, int64_t C, int64_t V) {
+  const double N = d(B) * d(T);
+  // reads tokens, the wte rows used, wpe rows 0..T; writes out.
+  return cost(N * d(C), N + std::min(N, d(V)) * d(C) + d(T) * d(C) + N * d(C));
+}
+
+OpCost embedding_backward(int64_t B, int64_t T, int64_t C, int64_t V) {
+  const double N = d(B) * d(T);
+  // reads dout, tokens; the dwte rows used and dwpe rows 0..T read + written.
+  return cost(2.0 * N * d(C),
+              N * d(C) + N + 2.0 * std::min(N, d(V)) * d(C) + 2.0 * d(T) * d(C));
+}
+
+OpCost token_embedding_forward(int64_t N, int64_t C, int64_t V_shard) {
+  return cost(0.0, d(N) + std::min(d(N), d(V_shard)) * d(C) + d(N) * d(C));
+}
+
+OpCost token_embedding_backward(int64_t N, int64_t C, int64_t V_shard) {
+  return cost(d(N) * d(C), d(N) * d(C) + d(N) + 2.0 * std::min(d(N), d(V_shard)) * d(C));
+}
+
+OpCost position_embedding_forward(int64_t N, int64_t C, int64_t T) {
+  // out read + written, the wpe rows used read.
+  return cost(d(N) * d(C), 2.0 * d(N) * d(C) + std::min(d(N), d(T)) * d(C));
+}
+
+OpCost position_embedding_backward(int64_t N, int64_t C, int64_t T) {
+  return cost(d(N) * d(C), d(N) * d(C) + 2.0 * std::min(d(N), d(T)) * d(C));
+}
+
+}  // namespace op_cost
+}  // namespace gt

@@ -1,0 +1,105 @@
+// FLOPs and minimum bytes of every op in kernels/ops.hpp, as pure functions
+// of its shapes, so the profiler's accounting can be checked on small shapes
+// (tests/cpu/test_profile_costs.cpp) and reused by any backend.
+//
+// Bytes: the minimum traffic the op's contract implies: every input view read
+// once, every output view written once, an accumulator (+=) read and written
+// once; fp32 and int32 are 4 bytes. Workspace (attention scratch) is not
+// counted; what a backend chooses to save for backward (attention `saved`) is
+// an output of the call and counted at its size.
+//
+// FLOPs (a multiply-add is 2):
+//   matmul       forward 2·R·C·OC; backward 2·R·C·OC for dinp (when asked)
+//                + 2·R·C·OC for dweight. The bias add (R·OC) and dbias sum
+//                (R·OC) are left out, as in every MFU convention.
+//   attention    PaLM/Megatron convention: Q·K^T and P·V over the full T x T
+//                (not halved for causality): forward 4·B·NH·T²·hs, backward
+//                8·B·NH·T²·hs (dP, dQ, dK, dV). Softmax arithmetic is left out.
+//                This is also what the CPU kernel computes for T <= 128 (one
+//                row block of 128 covers the whole T x T); for longer T it skips
+//                whole blocks above the diagonal and does less.
+//   elementwise  the arithmetic of the CPU kernel per element, a transcendental
+//                (exp, sqrt, a division) counted as 1 and per-row scalar
+//                work (1/sqrt of a variance) ignored: layernorm forward
+//                8/element, backward 19 (dinp 14, dweight + dbias 5); GELU
+//                forward 9, backward 20; add, accumulate, add_bias 1; zero,
+//                copy 0; cross-entropy 4 per logit (max, exp(x - max), sum)
+//                + 1 to scale dlogits; vocab-parallel pieces 1 (max), 3 (sum
+//                exp), 3 (dlogits); sum_squares 2; AdamW 15 per parameter;
+//                embedding 1 add per output element (2 in backward: wte and
+//                wpe), a token lookup 0.
+// These ops are memory bound, so their FLOPs barely matter: the roofline
+// fraction uses whichever of FLOPs and bytes bounds the op.
+#pragma once
+
+#include <cstdint>
+
+namespace gt {
+
+enum class OpClass {
+  gemm,
+  attention,
+  layernorm,
+  gelu,
+  cross_entropy,
+  embedding,
+  elementwise,
+  optimizer,
+};
+constexpr int kNumOpClasses = 8;
+const char* op_class_name(OpClass c);  // "gemm", "attention", ...
+// GEMM and attention: the classes whose FLOPs make up the 6·N + attention
+// model FLOPs (model_flops.hpp).
+inline bool is_model_flops_class(OpClass c) {
+  return c == OpClass::gemm || c == OpClass::attention;
+}
+
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+namespace op_cost {
+
+// out (R,OC) = inp (R,C) @ weight(OC,C)^T (+ bias).
+OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias);
+// dinp (R,C) assigned when `dinp`; dweight (OC,C) and dbias (OC, when `dbias`) accumulate.
+OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias);
+
+// qkv (B,T,3·NH·hs) -> out (B,T,NH·hs) and `saved_elems` floats for backward.
+OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems);
+// reads dout, qkv, out, saved; writes dqkv.
+OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems);
+
+OpCost layernorm_forward(int64_t R, int64_t C);
+OpCost layernorm_backward(int64_t R, int64_t C);  // dinp, dweight, dbias accumulate
+
+OpCost gelu_forward(int64_t n);
+OpCost gelu_backward(int64_t n);
+
+OpCost add(int64_t n);           // out = a + b
+OpCost accumulate(int64_t n);    // acc += x
+OpCost add_bias(int64_t R, int64_t C);
+OpCost zero(int64_t n, int64_t elem_bytes);
+OpCost copy(int64_t n, int64_t elem_bytes);
+
+// logits (R,V), targets (R) int32 -> losses (R) [+ dlogits (R,V)].
+OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits);
+OpCost cross_entropy_shard_max(int64_t R, int64_t V);
+OpCost cross_entropy_shard_sums(int64_t R, int64_t V);
+OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits);
+
+OpCost sum_squares(int64_t n);
+OpCost adamw(int64_t n);  // reads param, grad, m, v; writes param, m, v
+
+// Embeddings: a lookup reads at most every table row once (min(rows used,
+// table rows)); tokens are int32.
+OpCost embedding_forward(int64_t B, int64_t T, int64_t C, int64_t V);
+OpCost embedding_backward(int64_t B, int64_t T, int64_t C, int64_t V);
+OpCost token_embedding_forward(int64_t N, int64_t C, int64_t V_shard);
+OpCost token_embedding_backward(int64_t N, int64_t C, int64_t V_shard);
+OpCost position_embedding_forward(int64_t N, int64_t C, int64_t T);
+OpCost position_embedding_backward(int64_t N, int64_t C, int64_t T);
+
+}  // namespace op_cost
+}  // namespace gt
