@@ -12,24 +12,12 @@
 #include "parallel/mesh.hpp"
 #include "trainer/profile/bench.hpp"
 #include "trainer/profile/profiling_ops.hpp"
+#include "trainer/io/atomic_file.hpp"
 #include "trainer/profile/roofline.hpp"
 #include "trainer/train/metrics_log.hpp"
 #include "trainer/train/run_environment.hpp"
 
 namespace gt {
-
-namespace {
-void write_json_atomic(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump(2) << "\n";
-    if (!f) fail("cannot write '", tmp, "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail("cannot rename '", tmp, "' to '", path, "'");
-}
-}  // namespace
 
 int64_t host_peak_rss_bytes() {
   std::ifstream f("/proc/self/status");
@@ -149,7 +137,7 @@ void ProfileSession::finish(const std::string& log_dir) {
   const RooflineReport report =
       build_roofline(stats, measured_, hardware_ ? &datasheet_ : nullptr, ctx);
   std::cout << format_roofline(report) << std::flush;
-  write_json_atomic(log_dir + "/roofline.json", roofline_json(report));
+  write_file_atomic(log_dir + "/roofline.json", roofline_json(report).dump(2) + "\n");
   spdlog::info("profile: roofline report written to {}/roofline.json", log_dir);
 }
 

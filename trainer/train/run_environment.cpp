@@ -1,6 +1,10 @@
 #include "trainer/train/run_environment.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 #include <string>
 
 namespace gt {
@@ -37,6 +41,16 @@ RunEnvironment detect_run_environment() {
     e.local_size = env_int("SLURM_NTASKS_PER_NODE", 1);
   }
   return e;
+}
+
+int cpu_thread_share(int configured, const RunEnvironment& env) {
+  if (configured > 0) return configured;
+  const int omp = env_int("OMP_NUM_THREADS", 0);
+  if (omp > 0) return omp;
+  cpu_set_t mask;
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) cores = CPU_COUNT(&mask);
+  return std::max(1, cores / std::max(1, env.local_size));
 }
 
 }  // namespace gt

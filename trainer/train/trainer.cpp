@@ -1,16 +1,11 @@
 #include "trainer/train/trainer.hpp"
 
-#include <sched.h>
-
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -25,6 +20,7 @@
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/checkpoint/hf_export.hpp"
 #include "trainer/data/data_loader.hpp"
+#include "trainer/io/atomic_file.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/profile/profile_session.hpp"
@@ -85,22 +81,6 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
          static_cast<int64_t>(data_rank) * micro_batch;
 }
 
-// runtime.threads = 0: OMP_NUM_THREADS when the launcher set it (Slurm's
-// cpus-per-task), else this rank's share of the cores it may run on. Ranks on
-// one host that each took every core would oversubscribe it many times over
-// (OpenMP workers spin): a 4-rank job on 2 cores ran 70x slower.
-int cpu_threads(int configured) {
-  if (configured > 0) return configured;
-  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
-    const int n = std::atoi(omp);
-    if (n > 0) return n;
-  }
-  cpu_set_t mask;
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (sched_getaffinity(0, sizeof mask, &mask) == 0) cores = CPU_COUNT(&mask);
-  return std::max(1, cores / std::max(1, detect_run_environment().local_size));
-}
-
 void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
@@ -115,7 +95,7 @@ void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
     fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
          "runtime.device=cpu (or auto)");
   run.profile = std::make_unique<ProfileSession>(cfg, run.mesh->rank());
-  run.ops = run.profile->wrap(make_cpu_ops(cpu_threads(cfg.runtime.threads)));
+  run.ops = run.profile->wrap(make_cpu_ops(cpu_thread_share(cfg.runtime.threads, detect_run_environment())));
   run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
                                                 cfg.model.vocab_size, tc.seq_len,
                                                 cfg.data.shuffle, tc.seed);
@@ -184,17 +164,6 @@ double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
   return sum / (static_cast<double>(tc.eval_batches) * accum * D);
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream f(tmp, std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("cannot write '", path, "'");
-  }
-}
-
 // Axis name -> bytes this rank sent since the last reset.
 nlohmann::json comm_bytes(const DeviceMesh& mesh) {
   nlohmann::json j;
@@ -260,7 +229,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     std::error_code ec;
     fs::create_directories(cfg.log.dir, ec);
     if (ec) fail("cannot create log.dir '", cfg.log.dir, "': ", ec.message());
-    write_text_atomic(cfg.log.dir + "/config.yaml", to_yaml(cfg));
+    write_file_atomic(cfg.log.dir + "/config.yaml", to_yaml(cfg));
     metrics.emplace(cfg.log.dir + "/metrics.jsonl", run.start_step);
   }
 
