@@ -5,6 +5,7 @@
 //   trainer [train] --config FILE [section.key=value ...]
 //   trainer sample  --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]
 //   trainer export  --checkpoint DIR --out FILE.safetensors
+//   trainer plan    --config FILE --hardware FILE --gpus N[,N...] [...]   (trainer/plan/)
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -24,6 +25,7 @@
 #include "trainer/config/config.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
+#include "trainer/plan/plan_command.hpp"
 #include "trainer/sample/sampler.hpp"
 #include "trainer/train/run_environment.hpp"
 #include "trainer/train/trainer.hpp"
@@ -35,7 +37,10 @@ const char* kUsage =
     "  trainer [train] --config FILE [section.key=value ...]   train (see configs/default.yaml)\n"
     "  trainer sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]\n"
     "                 [--top-k K] [--seed S]                     generate text (byte tokenizer)\n"
-    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n";
+    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n"
+    "  trainer plan --config FILE --hardware FILE --gpus N[,N...] [--nodes N[,N...]]\n"
+    "               [--micro-batch B[,B...]] [--peaks BENCH.json] [--json FILE|-]\n"
+    "                                                           predict memory and step time\n";
 
 struct UsageError : gt::Error {
   using gt::Error::Error;
@@ -205,7 +210,8 @@ int main(int argc, char** argv) {
   try {
     Args a = parse_args(argc, argv,
                         {"config", "checkpoint", "out", "prompt", "tokens", "temperature",
-                         "top-k", "seed"});
+                         "top-k", "seed", "hardware", "gpus", "nodes", "micro-batch", "peaks",
+                         "json"});
     if (a.command == "help") {
       std::cout << kUsage;
       return 0;
@@ -213,6 +219,10 @@ int main(int argc, char** argv) {
     if (a.command == "train") return cmd_train(a);
     if (a.command == "sample") return cmd_sample(a);
     if (a.command == "export") return cmd_export(a);
+    if (a.command == "plan")
+      return gt::run_plan_command({a.flag("config"), a.flag("hardware"), a.flag("gpus"),
+                                   a.flag("nodes"), a.flag("micro-batch"), a.flag("peaks"),
+                                   a.flag("json"), a.overrides});
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
     // Under mpirun every rank sees the same command line: one message is enough.
