@@ -1,6 +1,7 @@
 #include "trainer/train/trainer.hpp"
 
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -179,6 +180,12 @@ double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
     }
   sum = run.mesh->data().all_reduce_f64(sum, ReduceOp::sum);
   return sum / (static_cast<double>(tc.eval_batches) * accum * D);
+}
+
+// This process's peak resident set so far (Linux reports ru_maxrss in KiB).
+int64_t peak_rss_bytes() {
+  struct rusage u {};
+  return getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<int64_t>(u.ru_maxrss) * 1024 : 0;
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
@@ -366,6 +373,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     rec["tokens_per_s"] = tokens_per_s;
     rec["comm_bytes"] = comm_bytes(mesh);
     rec["wall_ms"] = ms_since(t0);
+    rec["peak_mem_bytes"] = peak_rss_bytes();
     if (metrics) metrics->write(rec);
     if (rank0 && (step % cfg.log.every == 0 || last_step))
       spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s",
