@@ -39,6 +39,29 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
   return StateBytes{params * f, grads * f, moments * f};
 }
 
+int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
+                                     PlanBackend backend) {
+  if (backend != PlanBackend::cpu) return 0;
+  const ParameterLayout layout(m, l.tp, 0, l.fsdp);
+  const auto& units = layout.units();
+  int64_t S = 0, block = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    S += units[u].size() / l.fsdp;
+    if (u > 0 && u + 1 < units.size()) block = std::max(block, units[u].size());
+  }
+  const int64_t T = layout.total(), embed = units.front().size(), head = units.back().size();
+  int64_t floats = 0;
+  if (l.fsdp == 1) {
+    if (l.dp > 1) floats += T;
+  } else {
+    if (l.fsdp > 2) floats += 2 * (embed + head + 2 * block);
+    if (l.dp > 1) floats += S;
+  }
+  if (l.tp > 1 && !l.tp_overlap)
+    floats += 2 * static_cast<int64_t>(l.micro_batch) * seq_len * m.n_embd;
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
 int64_t attention_saved_elems(PlanBackend backend, int B, int n_head, int T) {
   const int64_t rows = static_cast<int64_t>(B) * n_head * T;
   return backend == PlanBackend::cpu ? rows * T : rows;

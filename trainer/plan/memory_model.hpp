@@ -19,6 +19,11 @@
 //         probabilities; token ids, LayerNorm statistics, losses and the
 //         cross-entropy statistics stay 4 bytes. This is the planner's
 //         assumption about the CUDA training path, which is not written yet.
+// Collective workspace (cpu only): Open MPI's non-blocking collectives
+// (coll/libnbc) allocate temporaries while they run; what rank 0 holds at
+// its peak was measured on this machine's Open MPI 4.1 (scripts/sweep.py, 2
+// and 4 ranks) and is modelled in predict_comm_workspace_bytes. On cuda,
+// NCCL's buffers are part of the baseline.
 // Not included: the process baseline (binary, MPI, BLAS, CUDA context),
 // which the hardware file states as baseline_mib.
 #pragma once
@@ -55,6 +60,24 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 // (the same on every tp rank), as GPT::allocate sizes them.
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend);
+
+// Bytes of collective temporaries live at rank 0's peak (0 on cuda):
+//   dp, fsdp = 1   one copy of every gradient bucket: all of them are in
+//                  flight from the backward that fills them to the optimizer: T
+//   HSDP           likewise one copy of every shard's dp all-reduce: S
+//   fsdp > 2       reduce-scatters hold two copies of their unit's input;
+//                  the four unit slots (one the embedding, one the head, two
+//                  blocks) bound how many are in flight: 2(embed + head + 2 block).
+//                  Stage 1 starts every unit's on the last micro-batch, but the
+//                  progress calls between ops complete them as backward goes on,
+//                  and the measured peaks match the same bound.
+//   fsdp = 2       none measurable: a two-rank reduce-scatter left no
+//                  temporaries at rank 0's peak in any stage
+//   tp without tp_overlap: a plain reduce-scatter of (B*T, C): 2 B*T*C
+// (T, S: this rank's flat and shard parameter counts; 4-byte floats.) The tp
+// rings (point-to-point) need none; about 6 MiB at tp = 4 is not modelled.
+int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
+                                     PlanBackend backend);
 
 // Attention floats kept per layer for backward and used as backward scratch.
 int64_t attention_saved_elems(PlanBackend backend, int B, int n_head, int T);

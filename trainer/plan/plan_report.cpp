@@ -33,8 +33,9 @@ void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, b
     std::snprintf(buf, sizeof buf, " %4d %5d", l.micro_batch, p.accum);
     os << buf;
   }
-  std::snprintf(buf, sizeof buf, " %8.1f %8.1f %8.1f %8.1f %8.1f %4s %9.1f %9.1f %10s %6.1f%%\n",
+  std::snprintf(buf, sizeof buf, " %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %4s %9.1f %9.1f %10s %6.1f%%\n",
                 m(p.state.params), m(p.state.grads), m(p.state.optimizer), m(p.activations),
+                m(p.comm_workspace),
                 m(p.total_bytes()), p.fits ? "yes" : "NO", p.step_ms, p.exposed_ms,
                 p.tokens_per_s >= 1e6 ? cell("%.2fM", p.tokens_per_s / 1e6).c_str()
                                       : cell("%.0f", p.tokens_per_s).c_str(),
@@ -59,7 +60,7 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
      << u.name << "); step time per optimizer step\n";
   os << "rank   dp  fsdp   tp stage";
   if (show_mb) os << "   mb accum";
-  os << "   params    grads    optim   activ    total fits   step_ms exposed_ms   tokens/s    MFU\n";
+  os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms   tokens/s    MFU\n";
   int k = 0;
   for (const auto& p : plan.ranked) row(os, p, ++k, u, show_mb);
   for (const auto& p : plan.too_big) row(os, p, 0, u, show_mb);
@@ -101,6 +102,7 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
     j["fits"] = p.fits;
     j["memory_bytes"] = {{"params", p.state.params},       {"grads", p.state.grads},
                          {"optimizer", p.state.optimizer}, {"activations", p.activations},
+                         {"comm_workspace", p.comm_workspace},
                          {"baseline", p.baseline},         {"total", p.total_bytes()}};
     j["step_ms"] = p.step_ms;
     j["compute_ms"] = p.compute_ms;

@@ -80,6 +80,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.state = predict_state_bytes(m, l.fsdp, l.tp, stage);
   p.activations = predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
                                            hw.backend);
+  p.comm_workspace = predict_comm_workspace_bytes(m, l, t.seq_len, hw.backend);
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   p.fits = static_cast<double>(p.total_bytes()) <= hw.memory_bytes();
 

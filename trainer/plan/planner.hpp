@@ -47,8 +47,8 @@ struct Prediction {
   int accum = 0;             // micro-batches per optimizer step
   // Memory per device, bytes.
   StateBytes state;
-  int64_t activations = 0, baseline = 0;
-  int64_t total_bytes() const { return state.total() + activations + baseline; }
+  int64_t activations = 0, comm_workspace = 0, baseline = 0;
+  int64_t total_bytes() const { return state.total() + activations + comm_workspace + baseline; }
   bool fits = false;
   // Time per optimizer step, ms.
   double compute_ms = 0, memory_ms = 0;
