@@ -18,6 +18,7 @@ namespace gt {
 namespace {
 
 using test::error_message;
+using test::run_command;
 
 // tests/layouts/layout_matrix.py's MODEL and TRAIN.
 ModelConfig matrix_model() {
@@ -231,6 +232,26 @@ TEST(PlanCommand, IntListsAreChecked) {
   EXPECT_EQ(parse_int_list("8,64,512", "gpus"), (std::vector<int>{8, 64, 512}));
   EXPECT_NE(error_message([] { parse_int_list("8,x", "gpus"); }).find("--gpus"), std::string::npos);
   EXPECT_NE(error_message([] { parse_int_list("0", "nodes"); }).find("positive"), std::string::npos);
+}
+
+TEST(PlanCommand, CliPrintsTheTableAndTheParagraphOrJson) {
+  const std::string bin = GT_TRAINER_BIN, src = GT_SOURCE_DIR;
+  const std::string base = bin + " plan --config " + src + "/configs/gpt2_1.5b.yaml --hardware " +
+                           src + "/configs/hardware/h100.yaml";
+  std::string out;
+  ASSERT_EQ(run_command(base + " --gpus 8,64 --nodes 1,8", &out), 0) << out;
+  EXPECT_NE(out.find("== 64 x NVIDIA H100"), std::string::npos) << out;
+  EXPECT_NE(out.find("the planner picks"), std::string::npos) << out;
+  ASSERT_EQ(run_command(base + " --gpus 64 --micro-batch 2,4 --json - 2>/dev/null", &out), 0);
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["devices"], 64);
+  EXPECT_EQ(j[0]["nodes"], 8);
+  EXPECT_TRUE(j[0]["layouts"][0]["fits"].get<bool>());
+  EXPECT_EQ(run_command(bin + " plan --config " + src + "/configs/gpt2_1.5b.yaml --gpus 8", &out), 1);
+  EXPECT_NE(out.find("plan needs --config FILE, --hardware FILE"), std::string::npos) << out;
+  EXPECT_EQ(run_command(base + " --gpus 64 --nodes 3", &out), 1);
+  EXPECT_NE(out.find("does not split evenly"), std::string::npos) << out;
 }
 
 }  // namespace

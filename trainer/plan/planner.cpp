@@ -171,14 +171,27 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
   os << c.devices << " x " << hw.name << " (" << c.nodes() << (c.nodes() == 1 ? " node" : " nodes")
      << " of " << std::min(c.devices, c.devices_per_node) << "): ";
   if (plan.ranked.empty()) {
-    os << "no layout fits in " << gib(hw.memory_bytes()) << " GiB per device";
-    if (!plan.too_big.empty())
+    if (!plan.too_big.empty()) {
+      os << "no layout fits in " << gib(hw.memory_bytes()) << " GiB per device";
       os << "; the smallest, " << describe_layout(plan.too_big.front().layout) << " at micro-batch "
          << plan.too_big.front().layout.micro_batch << ", needs "
          << gib(static_cast<double>(plan.too_big.front().total_bytes()))
          << " GiB. Add devices, shard further (fsdp, ZeRO-3, tp) or lower train.micro_batch.";
-    else
-      os << " (no layout is valid for this config).";
+    }
+    else {
+      os << "no layout can run this config (";
+      std::vector<std::string> seen;
+      for (const auto& p : plan.invalid)
+        if (std::find(seen.begin(), seen.end(), p.invalid) == seen.end() && seen.size() < 3)
+          seen.push_back(p.invalid);
+      for (size_t i = 0; i < seen.size(); ++i) os << (i ? "; " : "") << seen[i];
+      os << (plan.invalid.size() > seen.size() ? "; ..." : "") << ")";
+      if (cfg.train.global_batch < c.devices * cfg.train.micro_batch)
+        os << ". train.global_batch=" << cfg.train.global_batch << " rows cannot feed "
+           << c.devices << " devices at micro-batch " << cfg.train.micro_batch
+           << ": raise it, or plan with --micro-batch 1";
+      os << ".";
+    }
     return os.str();
   }
   const Prediction& w = plan.ranked.front();
@@ -259,7 +272,6 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     for (size_t i = 0; i < tps.size(); ++i) os << (i ? ", " : "") << tps[i];
     os << ": " << (tps.size() == 1 ? "it does" : "they do") << " not divide " << what << ". ";
   }
-  (void)cfg;
   std::string s = os.str();
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
