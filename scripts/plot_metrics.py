@@ -52,6 +52,8 @@ def main():
     ap.add_argument("metrics", help="path to metrics.jsonl")
     ap.add_argument("--out", help="PNG path (default: metrics.png beside the input)")
     args = ap.parse_args()
+    from plotting import use_an_interpreter_with_matplotlib
+    use_an_interpreter_with_matplotlib()
     recs = read_records(args.metrics)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.metrics)), "metrics.png")
     from plotting import pyplot

@@ -319,6 +319,7 @@ def row_of(run):
         "pred_params_bytes": pm.get("params"), "pred_grads_bytes": pm.get("grads"),
         "pred_optimizer_bytes": pm.get("optimizer"),
         "pred_activation_bytes": pm.get("activations"),
+        "pred_comm_workspace_bytes": pm.get("comm_workspace"),
         "pred_baseline_bytes": pm.get("baseline"),
         "mem_gap_pct": gap(m.get("peak_mem_bytes"), pm.get("total")),
         "step_gap_pct": gap(m.get("step_ms"), p.get("step_ms")),
@@ -344,7 +345,10 @@ def write_outputs(args, runs, skipped, hardware_note):
     ok = sorted([r for r in rows if r["status"] == "ok"], key=lambda r: -(r["tokens_per_s"] or 0))
     bad = [r for r in rows if r["status"] != "ok"]
     extra = [k for k in keys if "." in k]
+    load = f"host load average {args.load[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end, " \
+        f"{os.cpu_count()} cores"
     lines = [f"# Sweep: {args.world} ranks, {os.path.relpath(args.config, REPO)}", "",
+             f"{len(runs)} runs; {load} (timings on a shared host move with its load).", "",
              f"{args.steps} steps per run; measured = median over steps >= 1 (peak memory: max of "
              "rank 0's peak resident set); predicted = `trainer plan` with "
              f"{hardware_note}. Gap = (predicted - measured) / measured.",
@@ -385,6 +389,10 @@ def write_outputs(args, runs, skipped, hardware_note):
         for r in bad:
             lines.append(f"| {r['dp']} | {r['fsdp']} | {r['tp']} | {r['stage'] or '-'} | "
                          f"{r['micro_batch']} | {r['reason'].replace('|', '/')} |")
+    if any("global_batch" in r["reason"] for r in bad):
+        lines += ["", "Batch failures: these layouts have more data ranks than train.global_batch "
+                  "/ train.micro_batch allows; sweep a smaller micro-batch "
+                  "(`--grid train.micro_batch=...`)."]
     if skipped:
         lines += ["", "Not run (the model rules them out; name parallel.tp in --grid to attempt "
                   "them anyway): " + "; ".join(skipped) + "."]
@@ -416,14 +424,15 @@ def plot(args, ok):
     bottom = [0.0] * len(ok)
     for key, name in (("pred_baseline_bytes", "baseline"), ("pred_params_bytes", "params"),
                       ("pred_grads_bytes", "grads"), ("pred_optimizer_bytes", "AdamW"),
-                      ("pred_activation_bytes", "activations")):
+                      ("pred_activation_bytes", "activations"),
+                      ("pred_comm_workspace_bytes", "MPI temporaries")):
         vals = [(r[key] or 0) / MIB for r in ok]
         a2.bar([i + w / 2 for i in x], vals, w, bottom=bottom, label=f"pred {name}", alpha=0.7)
         bottom = [b + v for b, v in zip(bottom, vals)]
     a2.set_ylabel("MiB per rank")
     a2.set_xticks(list(x))
     a2.set_xticklabels(labels, rotation=30, ha="right")
-    a2.legend(fontsize=7, ncol=2)
+    a2.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.32))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     print(f"wrote {path}")
@@ -451,6 +460,10 @@ def main():
                     help="leave glibc's dynamic mmap threshold alone (by default the runs get "
                     "MALLOC_MMAP_THRESHOLD_=1 MiB, so freed MPI temporaries leave the peak)")
     args = ap.parse_args()
+    if not args.no_plot:
+        sys.path.insert(0, HERE)
+        from plotting import use_an_interpreter_with_matplotlib
+        use_an_interpreter_with_matplotlib()
     if args.world < 1:
         ap.error("--world must be >= 1")
     if args.steps < 1:
@@ -468,6 +481,7 @@ def main():
         REPO, "runs", "sweep-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")))
     os.makedirs(args.out, exist_ok=True)
     grid = parse_grid(args.grid)
+    args.load = os.getloadavg()
 
     cache = {}
 
@@ -485,7 +499,7 @@ def main():
     cfg_stage = base_plan["config"]["fsdp_stage"] if base_plan else None
     hardware_note = os.path.relpath(args.hardware, REPO)
     if base_plan:
-        hardware_note += f" ({base_plan['hardware']['efficiency']})"
+        hardware_note += f": matmuls at {base_plan['hardware']['efficiency']}".replace(REPO + "/", "")
     for s in skipped:
         print(f"skipped {s}")
     print(f"sweep: {len(runs)} runs of {args.world} rank(s), {args.steps} steps each, "
@@ -510,6 +524,8 @@ def main():
     ok = write_outputs(args, runs, skipped, hardware_note)
     print(f"wrote {os.path.join(args.out, 'sweep.csv')} and sweep.md "
           f"({len(ok)} ok, {len(runs) - len(ok)} failed)")
+    if any("global_batch" in r.reason for r in runs if r.status != "ok"):
+        print("hint: some layouts need a smaller train.micro_batch (--grid train.micro_batch=...)")
     plot(args, ok)
     return 0
 

@@ -10,11 +10,22 @@ import os
 import subprocess
 import sys
 import tempfile
+
+
+def matplotlib_reachable():
+    """What the plotting scripts will find: this interpreter's matplotlib, or
+    /usr/bin/python3's, which they re-run under (scripts/plotting.py)."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    if os.environ.get("GT_PLOT_REEXEC") or not os.access("/usr/bin/python3", os.X_OK):
+        return False
+    return subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"],
+                          capture_output=True).returncode == 0
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "scripts", "plot_metrics.py")
-HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+HAVE_MPL = matplotlib_reachable()
 
 
 class PlotMetrics(unittest.TestCase):
@@ -60,6 +71,16 @@ class PlotMetrics(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(os.path.getsize(out) > 1000)
         self.assertIn("no mfu", p.stdout)
+
+    @unittest.skipIf(importlib.util.find_spec("matplotlib") is not None,
+                     "this interpreter has matplotlib")
+    def test_without_matplotlib_says_how_to_install_it(self):
+        path = self.metrics("m.jsonl", [{"step": 0, "loss": 1.0, "tokens_per_s": 5}])
+        p = subprocess.run([sys.executable, SCRIPT, path], capture_output=True, text=True,
+                           env=dict(os.environ, GT_PLOT_REEXEC="1"))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("matplotlib is not installed", p.stderr)
+        self.assertIn("apt-get install python3-matplotlib", p.stderr)
 
     def test_missing_file(self):
         p = self.run_script(os.path.join(self.dir, "nope.jsonl"))

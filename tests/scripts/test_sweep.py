@@ -17,6 +17,17 @@ import subprocess
 import sys
 import tempfile
 
+
+def matplotlib_reachable():
+    """What the plotting scripts will find: this interpreter's matplotlib, or
+    /usr/bin/python3's, which they re-run under (scripts/plotting.py)."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    if os.environ.get("GT_PLOT_REEXEC") or not os.access("/usr/bin/python3", os.X_OK):
+        return False
+    return subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"],
+                          capture_output=True).returncode == 0
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import prepare_data  # noqa: E402  (standard library only)
@@ -59,7 +70,7 @@ def main():
     with open(cfg, "w") as f:
         f.write(CONFIG.format(data=data, work=work))
     out = os.path.join(work, "sweep")
-    have_mpl = importlib.util.find_spec("matplotlib") is not None
+    have_mpl = matplotlib_reachable()
     cmd = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--world", "2",
            "--config", cfg, "--steps", "2", "--timeout", "120", "--out", out,
            "--build", args.build, "--grid", "parallel.tp=1,2,3", "parallel.fsdp_stage=1,3"]
