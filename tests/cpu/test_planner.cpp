@@ -100,6 +100,30 @@ TEST(PlanMemory, CudaActivationsAreBf16WithoutTheT2Probabilities) {
   EXPECT_LT(gpu, (cpu - t2) * 3 / 4);
 }
 
+TEST(PlanMemory, MpiTemporariesFollowTheSchedule) {
+  const ModelConfig m = matrix_model();  // units: embed 8704, block 12704, head 64, total 46880
+  auto ws = [&](int dp, int fsdp, int tp, int stage, bool overlap = true,
+                PlanBackend b = PlanBackend::cpu) {
+    PlanLayout l;
+    l.dp = dp;
+    l.fsdp = fsdp;
+    l.tp = tp;
+    l.stage = stage;
+    l.micro_batch = 2;
+    l.tp_overlap = overlap;
+    return predict_comm_workspace_bytes(m, l, 16, b);
+  };
+  EXPECT_EQ(ws(1, 1, 1, 3), 0);
+  EXPECT_EQ(ws(4, 1, 1, 3), 46880 * 4);               // every bucket's all-reduce copy
+  EXPECT_EQ(ws(1, 2, 1, 3), 0);                       // two-rank reduce-scatters: none measured
+  EXPECT_EQ(ws(2, 2, 1, 3), 46880 / 2 * 4);           // HSDP: the shards' all-reduce copies
+  EXPECT_EQ(ws(1, 4, 1, 3), 2 * (8704 + 64 + 2 * 12704) * 4);  // the four slots, two copies
+  EXPECT_EQ(ws(1, 4, 1, 1), std::min<int64_t>(2 * 46880, 2 * (8704 + 64 + 3 * 12704)) * 4);
+  EXPECT_EQ(ws(1, 1, 2, 3, false), 2 * 2 * 16 * 32 * 4);  // plain tp reduce-scatter
+  EXPECT_EQ(ws(1, 1, 2, 3, true), 0);                 // the rings need none
+  EXPECT_EQ(ws(4, 1, 1, 3, true, PlanBackend::cuda), 0);  // NCCL: in the baseline
+}
+
 TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
   // {dp, fsdp, tp, stage, micro, dp bytes, fsdp bytes, tp bytes}, printed by
   // layout_matrix.expected_bytes for its layouts at accumulation 1 and 2.

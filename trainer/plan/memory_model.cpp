@@ -54,7 +54,8 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
   if (l.fsdp == 1) {
     if (l.dp > 1) floats += T;
   } else {
-    if (l.fsdp > 2) floats += 2 * (embed + head + 2 * block);
+    if (l.fsdp > 2)  // stage 1 is not bound by the slots: a third block measured in flight
+      floats += std::min(2 * T, 2 * (embed + head + (l.stage == 1 ? 3 : 2) * block));
     if (l.dp > 1) floats += S;
   }
   if (l.tp > 1 && !l.tp_overlap)

@@ -66,11 +66,13 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
 //                  flight from the backward that fills them to the optimizer: T
 //   HSDP           likewise one copy of every shard's dp all-reduce: S
 //   fsdp > 2       reduce-scatters hold two copies of their unit's input;
-//                  the four unit slots (one the embedding, one the head, two
-//                  blocks) bound how many are in flight: 2(embed + head + 2 block).
-//                  Stage 1 starts every unit's on the last micro-batch, but the
-//                  progress calls between ops complete them as backward goes on,
-//                  and the measured peaks match the same bound.
+//                  stage 2/3: the four unit slots (the embedding, the head, two
+//                  blocks) bound how many are in flight: 2(embed + head + 2 block);
+//                  stage 1 starts every unit's on the last micro-batch and waits
+//                  for none until the optimizer, but the progress calls between
+//                  ops complete them as backward goes on: 2.5 to 3 blocks were
+//                  measured in flight at fsdp = 4, so 2(embed + head + 3 block),
+//                  at most 2T.
 //   fsdp = 2       none measurable: a two-rank reduce-scatter left no
 //                  temporaries at rank 0's peak in any stage
 //   tp without tp_overlap: a plain reduce-scatter of (B*T, C): 2 B*T*C
