@@ -11,7 +11,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libopenblas-dev libopenblas-openmp-dev
-  python3
+  python3 python3-matplotlib
 )
 if [[ "${WITH_TORCH:-0}" == "1" ]]; then
   packages+=(python3-torch python3-numpy)

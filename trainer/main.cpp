@@ -6,6 +6,7 @@
 //   trainer sample  --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]
 //   trainer export  --checkpoint DIR --out FILE.safetensors
 //   trainer bench   [--config FILE] [--out FILE.json]
+//   trainer plan    --config FILE --hardware FILE --gpus N[,N...] [...]   (trainer/plan/)
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -26,6 +27,7 @@
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/profile/bench.hpp"
+#include "trainer/plan/plan_command.hpp"
 #include "trainer/sample/sampler.hpp"
 #include "trainer/train/run_environment.hpp"
 #include "trainer/train/trainer.hpp"
@@ -40,7 +42,10 @@ const char* kUsage =
     "                 [--top-k K] [--seed S]                     generate text (byte tokenizer)\n"
     "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n"
     "  trainer bench [--config FILE] [--out FILE.json]          measure GEMM, memory and\n"
-    "                                                          collective peaks (README Profiling)\n";
+    "                                                          collective peaks (README Profiling)\n"
+    "  trainer plan --config FILE --hardware FILE --gpus N[,N...] [--nodes N[,N...]]\n"
+    "               [--micro-batch B[,B...]] [--peaks BENCH.json] [--json FILE|-]\n"
+    "                                                           predict memory and step time\n";
 
 struct UsageError : gt::Error {
   using gt::Error::Error;
@@ -212,7 +217,8 @@ int main(int argc, char** argv) {
   try {
     Args a = parse_args(argc, argv,
                         {"config", "checkpoint", "out", "prompt", "tokens", "temperature",
-                         "top-k", "seed", "peaks"});
+                         "top-k", "seed", "peaks", "hardware", "gpus", "nodes", "micro-batch",
+                         "json"});
     if (a.command == "help") {
       std::cout << kUsage;
       return 0;
@@ -224,6 +230,10 @@ int main(int argc, char** argv) {
       if (!a.overrides.empty()) throw UsageError("bench takes no config overrides");
       return gt::bench_command(a.flag("config"), a.flag("out"));
     }
+    if (a.command == "plan")
+      return gt::run_plan_command({a.flag("config"), a.flag("hardware"), a.flag("gpus"),
+                                   a.flag("nodes"), a.flag("micro-batch"), a.flag("peaks"),
+                                   a.flag("json"), a.overrides});
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
     // Under mpirun every rank sees the same command line: one message is enough.

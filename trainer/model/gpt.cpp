@@ -397,4 +397,17 @@ void GPT::backward() {
   store_->after_backward(embed);
 }
 
+int64_t GPT::activation_bytes() const {
+  const auto& a = acts_;
+  const auto& d = dacts_;
+  size_t n = 0;
+  for (const HostBuffer* b :
+       {&a.tokens, &a.targets, &a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty,
+        &a.att, &a.res2, &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3, &a.lnf,
+        &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.losses, &a.proj_tmp, &a.ce_stats, &d.dresidual,
+        &d.dln, &d.dfull, &d.datty, &d.dfch_gelu, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
+    n += b->bytes();
+  return static_cast<int64_t>(n);
+}
+
 }  // namespace gt

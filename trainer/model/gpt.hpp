@@ -84,6 +84,9 @@ class GPT {
   const float* logits() const { return acts_.logits.f32(); }
   // Per-position losses (B*T) of the last forward() with targets.
   const float* losses() const { return acts_.losses.f32(); }
+  // Bytes of every activation and activation-gradient buffer this rank
+  // allocated (what the planner's memory model predicts, trainer/plan/).
+  int64_t activation_bytes() const;
 
  private:
   struct Activations {

@@ -1,0 +1,534 @@
+#!/usr/bin/env python3
+"""Run every parallel layout of N ranks and tabulate what each achieved.
+
+    scripts/sweep.py --world 4 --config configs/sweep.yaml
+    scripts/sweep.py --world 4 --config configs/default.yaml \\
+        --grid parallel.fsdp_stage=1,2,3 train.micro_batch=2,4
+
+Layouts: every factorisation dp x fsdp x tp = N whose tp divides the model's
+heads, channels and vocabulary (FSDP stages only where fsdp > 1), crossed with
+the grid. A layout axis named in the grid (parallel.dp, parallel.fsdp,
+parallel.tp) restricts the enumeration to those values, and a value that
+cannot make N ranks or does not divide the model is still attempted, so its
+failure is recorded with the trainer's own error line.
+
+Each run is `mpirun --oversubscribe -np N build/trainer --config FILE ...` for
+--steps steps (evaluation off), under a timeout. A run that fails (invalid
+layout, out of memory, timeout) is recorded with its reason; the sweep goes on.
+
+Predictions come from `build/trainer plan --json -` with --hardware (default
+configs/hardware/cpu_reference.yaml) and are printed beside the measurements;
+the gaps are reported as they are.
+
+Writes into --out (default runs/sweep-<timestamp>):
+  sweep.csv   one row per run, measured and predicted
+  sweep.md    the Markdown table, fastest first, failures last with their reason
+  sweep.png   throughput and peak memory per layout (needs matplotlib)
+  runs/<layout>/  each run's log.dir (metrics.jsonl, output.txt)
+
+Measured: median tokens/s and step_ms over the steps after the first,
+max peak_mem_bytes (rank 0's peak resident set), mean comm_exposed_ms and
+median mfu when metrics.jsonl has them (otherwise MFU is derived from the
+planner's FLOP count: predicted MFU x predicted / measured step time).
+
+Standard library only, except matplotlib for the plot.
+"""
+
+import argparse
+import csv
+import datetime
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+LAYOUT_KEYS = ("parallel.dp", "parallel.fsdp", "parallel.tp")
+MIB = 1048576.0
+# glibc raises its mmap threshold to the size of each large block freed, after
+# which MPI's collective temporaries come from the heap and stay resident: the
+# peak then depends on allocation history. Pinned, they are mapped and
+# returned when freed, and the peak is what is live (what the planner models).
+MMAP_THRESHOLD = 1 << 20
+
+
+def parse_grid(items):
+    """['a.b=1,2', 'c.d=x'] -> [('a.b', ['1', '2']), ('c.d', ['x'])]"""
+    grid = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or "." not in key or not values:
+            raise SystemExit(f"error: --grid {item!r}: expected section.key=v1,v2,...")
+        if key in (k for k, _ in grid):
+            raise SystemExit(f"error: --grid names {key} twice")
+        grid.append((key, [v for v in values.split(",") if v != ""]))
+    return grid
+
+
+def factorisations(n):
+    for tp in range(1, n + 1):
+        if n % tp:
+            continue
+        for fsdp in range(1, n // tp + 1):
+            if (n // tp) % fsdp == 0:
+                yield n // tp // fsdp, fsdp, tp
+
+
+class Run:
+    """One attempt: a layout, the non-layout grid values, and what came of it."""
+
+    def __init__(self, dp, fsdp, tp, stage, point):
+        self.dp, self.fsdp, self.tp, self.stage = dp, fsdp, tp, stage
+        self.point = dict(point)  # non-layout grid key -> value
+        self.status, self.reason = "pending", ""
+        self.measured, self.predicted = {}, {}
+        self.micro_batch = None
+        self.seconds = 0.0
+        self.dir = ""
+
+    def label(self):
+        s = f"dp={self.dp} fsdp={self.fsdp} tp={self.tp}"
+        if self.fsdp > 1 and self.stage is not None:
+            s += f" stage={self.stage}"
+        for k, v in self.point.items():
+            if k != "parallel.fsdp_stage":
+                s += f" {k.split('.')[-1]}={v}"
+        return s
+
+    def name(self):
+        return self.label().replace(" ", "_").replace("=", "")
+
+    def overrides(self):
+        o = [f"parallel.dp={self.dp}", f"parallel.fsdp={self.fsdp}", f"parallel.tp={self.tp}"]
+        if self.stage is not None:
+            o.append(f"parallel.fsdp_stage={self.stage}")
+        o += [f"{k}={v}" for k, v in self.point.items() if k != "parallel.fsdp_stage"]
+        return o
+
+
+def plan_predictions(args, point):
+    """(predictions keyed by (dp, fsdp, tp, stage|None, mb), plan json, error)."""
+    cmd = [args.trainer, "plan", "--config", args.config, "--hardware", args.hardware,
+           "--gpus", str(args.world), "--json", "-"]
+    if args.peaks:
+        cmd += ["--peaks", args.peaks]
+    cmd += args.set + [f"{k}={v}" for k, v in point.items() if k != "parallel.fsdp_stage"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {}, None, error_line(p.stdout + p.stderr) or f"plan exited {p.returncode}"
+    plan = json.loads(p.stdout)[0]
+    out = {}
+    for lay in plan["layouts"]:
+        out[(lay["dp"], lay["fsdp"], lay["tp"], lay["stage"], lay["micro_batch"])] = lay
+    return out, plan, ""
+
+
+def error_line(text):
+    """The trainer's own 'error: ...' line, without the log prefix."""
+    for line in text.splitlines():
+        i = line.find("error: ")
+        if i >= 0:
+            return line[i + len("error: "):].strip()
+    for line in text.splitlines():
+        if "signal 9" in line or "Killed" in line:
+            return "killed by signal 9 (out of memory?)"
+    return ""
+
+
+def enumerate_runs(args, grid, plan_of):
+    """Every Run to attempt, and lines about layouts left out."""
+    layout_grid = {k: [int(v) for v in vals] for k, vals in grid if k in LAYOUT_KEYS}
+    stages = next((vals for k, vals in grid if k == "parallel.fsdp_stage"), None)
+    other = [(k, vals) for k, vals in grid if k not in LAYOUT_KEYS + ("parallel.fsdp_stage",)]
+    other_points = [dict(zip([k for k, _ in other], combo))
+                    for combo in itertools.product(*[vals for _, vals in other])] or [{}]
+    runs, skipped = [], []
+    for point in other_points:
+        preds, plan, _ = plan_of(point)
+        invalid = {(l["dp"], l["fsdp"], l["tp"]): l["invalid"]
+                   for l in (plan or {}).get("layouts", []) if "invalid" in l
+                   and "does not divide" in l["invalid"]}
+        layouts = []
+        for dp, fsdp, tp in factorisations(args.world):
+            wanted = {"parallel.dp": dp, "parallel.fsdp": fsdp, "parallel.tp": tp}
+            if any(wanted[k] not in vals for k, vals in layout_grid.items()):
+                continue
+            if not layout_grid.get("parallel.tp") and (dp, fsdp, tp) in invalid:
+                skipped.append(f"dp={dp} fsdp={fsdp} tp={tp}: {invalid[(dp, fsdp, tp)]}")
+                continue
+            layouts.append((dp, fsdp, tp))
+        # Grid values that make no factorisation of N: attempted as given.
+        named = [k for k in LAYOUT_KEYS if k in layout_grid]
+        for combo in itertools.product(*[layout_grid[k] for k in named]):
+            given = dict(zip(named, combo))
+            if any(all(dict(zip(LAYOUT_KEYS, l))[k] == v for k, v in given.items())
+                   for l in factorisations(args.world)):
+                continue
+            free = [k for k in LAYOUT_KEYS if k not in given]
+            prod = 1
+            for v in given.values():
+                prod *= v
+            vals = {k: 1 for k in free}
+            if free and args.world % prod == 0:
+                vals[free[0]] = args.world // prod
+            vals.update(given)
+            layouts.append(tuple(vals[k] for k in LAYOUT_KEYS))
+        for dp, fsdp, tp in layouts:
+            for stage in (stages if fsdp > 1 and stages else [None]):
+                runs.append(Run(dp, fsdp, tp, stage, point))
+    return runs, skipped
+
+
+def read_metrics(path):
+    recs = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                recs.append(json.loads(line))
+    return recs
+
+
+def summarise(recs):
+    """Measured figures from metrics.jsonl records."""
+    steady = [r for r in recs if r.get("step", 0) >= 1] or recs
+    m = {}
+    tps = [r["tokens_per_s"] for r in steady if r.get("tokens_per_s") is not None]
+    ms = [r["step_ms"] for r in steady if r.get("step_ms") is not None]
+    if tps:
+        m["tokens_per_s"] = statistics.median(tps)
+    if ms:
+        m["step_ms"] = statistics.median(ms)
+    peaks = [r["peak_mem_bytes"] for r in recs if r.get("peak_mem_bytes")]
+    if peaks:
+        m["peak_mem_bytes"] = max(peaks)
+    exposed = [r["comm_exposed_ms"] for r in steady if r.get("comm_exposed_ms") is not None]
+    if exposed:
+        m["comm_exposed_ms"] = statistics.mean(exposed)
+    mfu = [r["mfu"] for r in steady if r.get("mfu") is not None]
+    if mfu:
+        m["mfu"] = statistics.median(mfu)
+    m["steps"] = len(recs)
+    return m
+
+
+def launch(args, run, run_dir):
+    cmd = [args.trainer, "--config", args.config] + args.set + run.overrides() + [
+        f"train.steps={args.steps}", "train.eval_every=0", "checkpoint.every=0",
+        "checkpoint.resume=none", f"log.dir={run_dir}", "log.every=1"]
+    if args.world > 1:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(args.world)] + cmd
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if not args.glibc_dynamic_mmap:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+        if args.world > 1:
+            cmd[1:1] = ["-x", "MALLOC_MMAP_THRESHOLD_"]
+    return cmd, env
+
+
+def execute(args, run, index, total):
+    run.dir = os.path.join(args.out, "runs", f"{index:03d}_{run.name()}")
+    os.makedirs(run.dir, exist_ok=True)
+    cmd, env = launch(args, run, run.dir)
+    print(f"[{index}/{total}] {run.label()}: running", flush=True)
+    t0 = time.time()
+    with open(os.path.join(run.dir, "output.txt"), "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            rc = None
+    run.seconds = time.time() - t0
+    with open(os.path.join(run.dir, "output.txt")) as f:
+        output = f.read()
+    metrics = os.path.join(run.dir, "metrics.jsonl")
+    if rc is None:
+        run.status, run.reason = "failed", f"timeout after {args.timeout:.0f} s"
+    elif rc != 0:
+        run.status = "failed"
+        run.reason = error_line(output) or f"exit code {rc} (see {run.dir}/output.txt)"
+    elif not os.path.exists(metrics) or not read_metrics(metrics):
+        run.status, run.reason = "failed", "no metrics.jsonl written"
+    else:
+        run.status = "ok"
+    if os.path.exists(metrics):
+        run.measured = summarise(read_metrics(metrics))
+    if not args.keep:  # checkpoints and exports are large and not what a sweep is for
+        shutil.rmtree(os.path.join(run.dir, "checkpoints"), ignore_errors=True)
+        try:
+            os.remove(os.path.join(run.dir, "model.safetensors"))
+        except FileNotFoundError:
+            pass
+
+
+def attach_prediction(run, preds, config_mb):
+    mb = int(run.point.get("train.micro_batch", config_mb))
+    run.micro_batch = mb
+    stage = run.stage if run.fsdp > 1 else None
+    if run.fsdp > 1 and stage is None:
+        stage = run.config_stage
+    p = preds.get((run.dp, run.fsdp, run.tp, int(stage) if stage is not None else None, mb))
+    if p and "invalid" not in p:
+        run.predicted = p
+    m, q = run.measured, run.predicted
+    if q and "mfu" not in m and m.get("step_ms"):
+        m["mfu_derived"] = q["mfu"] * q["step_ms"] / m["step_ms"]
+
+
+def gap(measured, predicted):
+    if not measured or not predicted:
+        return None
+    return (predicted - measured) / measured * 100.0
+
+
+def row_of(run):
+    m, p = run.measured, run.predicted
+    pm = p.get("memory_bytes", {})
+    r = {
+        "status": run.status, "reason": run.reason,
+        "dp": run.dp, "fsdp": run.fsdp, "tp": run.tp,
+        "stage": run.stage if run.fsdp > 1 and run.stage is not None else
+        (run.config_stage if run.fsdp > 1 else ""),
+        "micro_batch": run.micro_batch,
+    }
+    for k, v in run.point.items():
+        if k not in ("train.micro_batch", "parallel.fsdp_stage"):
+            r[k] = v
+    r.update({
+        "tokens_per_s": m.get("tokens_per_s"),
+        "mfu": m.get("mfu", m.get("mfu_derived")),
+        "mfu_source": "metrics" if "mfu" in m else ("derived" if "mfu_derived" in m else ""),
+        "step_ms": m.get("step_ms"),
+        "peak_mem_bytes": m.get("peak_mem_bytes"),
+        "comm_exposed_ms": m.get("comm_exposed_ms"),
+        "pred_step_ms": p.get("step_ms"),
+        "pred_tokens_per_s": p.get("tokens_per_s"),
+        "pred_mfu": p.get("mfu"),
+        "pred_exposed_comm_ms": p.get("exposed_comm_ms"),
+        "pred_mem_bytes": pm.get("total"),
+        "pred_params_bytes": pm.get("params"), "pred_grads_bytes": pm.get("grads"),
+        "pred_optimizer_bytes": pm.get("optimizer"),
+        "pred_activation_bytes": pm.get("activations"),
+        "pred_comm_workspace_bytes": pm.get("comm_workspace"),
+        "pred_baseline_bytes": pm.get("baseline"),
+        "mem_gap_pct": gap(m.get("peak_mem_bytes"), pm.get("total")),
+        "step_gap_pct": gap(m.get("step_ms"), p.get("step_ms")),
+        "seconds": round(run.seconds, 1), "run_dir": os.path.relpath(run.dir, REPO),
+    })
+    return r
+
+
+def fmt(x, f="{:.1f}"):
+    return "" if x is None or x == "" else f.format(x)
+
+
+def write_outputs(args, runs, skipped, hardware_note):
+    rows = [row_of(r) for r in runs]
+    keys = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with open(os.path.join(args.out, "sweep.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in keys})
+    ok = sorted([r for r in rows if r["status"] == "ok"], key=lambda r: -(r["tokens_per_s"] or 0))
+    bad = [r for r in rows if r["status"] != "ok"]
+    extra = [k for k in keys if "." in k]
+    load = f"host load average {args.load[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end, " \
+        f"{os.cpu_count()} cores"
+    lines = [f"# Sweep: {args.world} ranks, {os.path.relpath(args.config, REPO)}", "",
+             f"{len(runs)} runs; {load} (timings on a shared host move with its load).", "",
+             f"{args.steps} steps per run; measured = median over steps >= 1 (peak memory: max of "
+             "rank 0's peak resident set); predicted = `trainer plan` with "
+             f"{hardware_note}. Gap = (predicted - measured) / measured.",
+             "" if args.glibc_dynamic_mmap else
+             f"Runs had MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (see --glibc-dynamic-mmap).", ""]
+    head = ["#", "dp", "fsdp", "tp", "stage", "mb"] + [k.split(".")[-1] for k in extra] + [
+        "tokens/s", "MFU", "step ms", "peak MiB", "exposed comm ms", "pred step ms",
+        "pred tokens/s", "pred MiB", "mem gap", "step gap"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for i, r in enumerate(ok, 1):
+        cells = [str(i), str(r["dp"]), str(r["fsdp"]), str(r["tp"]), str(r["stage"] or "-"),
+                 str(r["micro_batch"])] + [str(r.get(k, "")) for k in extra] + [
+            fmt(r["tokens_per_s"], "{:.0f}"),
+            fmt(r["mfu"] * 100 if r["mfu"] is not None else None, "{:.2f}%")
+            + ("*" if r["mfu_source"] == "derived" else ""),
+            fmt(r["step_ms"]), fmt(r["peak_mem_bytes"] / MIB if r["peak_mem_bytes"] else None),
+            fmt(r["comm_exposed_ms"]) or "n/a", fmt(r["pred_step_ms"]),
+            fmt(r["pred_tokens_per_s"], "{:.0f}"),
+            fmt(r["pred_mem_bytes"] / MIB if r["pred_mem_bytes"] else None),
+            fmt(r["mem_gap_pct"], "{:+.1f}%"), fmt(r["step_gap_pct"], "{:+.0f}%")]
+        lines.append("| " + " | ".join(cells) + " |")
+    if any(r["mfu_source"] == "derived" for r in ok):
+        lines += ["", "\\* MFU derived from the planner's FLOP count and peak (metrics.jsonl has "
+                  "no `mfu`)."]
+    if not any(r["comm_exposed_ms"] is not None for r in ok):
+        lines += ["", "exposed comm: n/a (metrics.jsonl has no `comm_exposed_ms` in this build)."]
+    gaps = [abs(r["mem_gap_pct"]) for r in ok if r["mem_gap_pct"] is not None]
+    if gaps:
+        lines += ["", f"Memory: predicted vs measured peak within {max(gaps):.1f}% on every "
+                  f"layout that ran (mean |gap| {statistics.mean(gaps):.1f}%)."]
+    sgaps = [r["step_gap_pct"] for r in ok if r["step_gap_pct"] is not None]
+    if sgaps:
+        lines += [f"Step time: predicted vs measured from {min(sgaps):+.0f}% to "
+                  f"{max(sgaps):+.0f}%."]
+    if bad:
+        lines += ["", "## Failed", "", "| dp | fsdp | tp | stage | mb | reason |", "|---|---|---|---|---|---|"]
+        for r in bad:
+            lines.append(f"| {r['dp']} | {r['fsdp']} | {r['tp']} | {r['stage'] or '-'} | "
+                         f"{r['micro_batch']} | {r['reason'].replace('|', '/')} |")
+    if any("global_batch" in r["reason"] for r in bad):
+        lines += ["", "Batch failures: these layouts have more data ranks than train.global_batch "
+                  "/ train.micro_batch allows; sweep a smaller micro-batch "
+                  "(`--grid train.micro_batch=...`)."]
+    if skipped:
+        lines += ["", "Not run (the model rules them out; name parallel.tp in --grid to attempt "
+                  "them anyway): " + "; ".join(skipped) + "."]
+    with open(os.path.join(args.out, "sweep.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return ok
+
+
+def plot(args, ok):
+    path = os.path.join(args.out, "sweep.png")
+    if args.no_plot:
+        print("sweep.png: skipped (--no-plot)")
+        return
+    from plotting import pyplot
+    plt = pyplot(path)
+    labels = [f"{r['dp']}x{r['fsdp']}x{r['tp']}" + (f" z{r['stage']}" if r["stage"] else "")
+              + f" mb{r['micro_batch']}" for r in ok]
+    x = range(len(ok))
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(max(7, 0.9 * len(ok) + 3), 8), sharex=True)
+    w = 0.4
+    a1.bar([i - w / 2 for i in x], [r["tokens_per_s"] or 0 for r in ok], w, label="measured")
+    a1.bar([i + w / 2 for i in x], [r["pred_tokens_per_s"] or 0 for r in ok], w,
+           label="predicted", alpha=0.6)
+    a1.set_ylabel("tokens/s")
+    a1.set_title(f"sweep: {args.world} ranks, {os.path.basename(args.config)} (dp x fsdp x tp)")
+    a1.legend()
+    a2.bar([i - w / 2 for i in x], [(r["peak_mem_bytes"] or 0) / MIB for r in ok], w,
+           label="measured peak (rank 0)")
+    bottom = [0.0] * len(ok)
+    for key, name in (("pred_baseline_bytes", "baseline"), ("pred_params_bytes", "params"),
+                      ("pred_grads_bytes", "grads"), ("pred_optimizer_bytes", "AdamW"),
+                      ("pred_activation_bytes", "activations"),
+                      ("pred_comm_workspace_bytes", "MPI temporaries")):
+        vals = [(r[key] or 0) / MIB for r in ok]
+        a2.bar([i + w / 2 for i in x], vals, w, bottom=bottom, label=f"pred {name}", alpha=0.7)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    a2.set_ylabel("MiB per rank")
+    a2.set_xticks(list(x))
+    a2.set_xticklabels(labels, rotation=30, ha="right")
+    a2.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.32))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--world", type=int, required=True, help="ranks per run")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--grid", nargs="*", default=[], metavar="KEY=V1,V2",
+                    help="config keys to sweep (parallel.fsdp_stage applies where fsdp > 1)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=V",
+                    help="overrides applied to every run and to the planner")
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
+    ap.add_argument("--out", default=None, help="default runs/sweep-<timestamp>")
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--hardware", default=os.path.join(REPO, "configs/hardware/cpu_reference.yaml"))
+    ap.add_argument("--peaks", default="", help="bench JSON for the planner (trainer bench --out)")
+    ap.add_argument("--keep", action="store_true", help="keep checkpoints and model exports")
+    ap.add_argument("--no-plot", action="store_true", help="write no sweep.png")
+    ap.add_argument("--glibc-dynamic-mmap", action="store_true",
+                    help="leave glibc's dynamic mmap threshold alone (by default the runs get "
+                    "MALLOC_MMAP_THRESHOLD_=1 MiB, so freed MPI temporaries leave the peak)")
+    args = ap.parse_args()
+    if not args.no_plot:
+        sys.path.insert(0, HERE)
+        from plotting import use_an_interpreter_with_matplotlib
+        use_an_interpreter_with_matplotlib()
+    if args.world < 1:
+        ap.error("--world must be >= 1")
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+    args.trainer = os.path.join(os.path.abspath(args.build), "trainer")
+    if not os.path.exists(args.trainer):
+        raise SystemExit(f"error: {args.trainer} not found (build first: cmake --build build)")
+    for path in (args.config, args.hardware):
+        if not os.path.exists(path):
+            raise SystemExit(f"error: {path} not found")
+    if args.world > 1 and not shutil.which("mpirun"):
+        raise SystemExit("error: mpirun not found (scripts/install_deps.sh installs Open MPI)")
+    args.config = os.path.abspath(args.config)
+    args.out = os.path.abspath(args.out or os.path.join(
+        REPO, "runs", "sweep-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")))
+    os.makedirs(args.out, exist_ok=True)
+    grid = parse_grid(args.grid)
+    args.load = os.getloadavg()
+
+    cache = {}
+
+    def plan_of(point):
+        key = tuple(sorted((k, v) for k, v in point.items() if k != "parallel.fsdp_stage"))
+        if key not in cache:
+            cache[key] = plan_predictions(args, dict(key))
+            if cache[key][2]:
+                print(f"planner: no predictions for {dict(key) or 'the config'}: {cache[key][2]}")
+        return cache[key]
+
+    runs, skipped = enumerate_runs(args, grid, plan_of)
+    base_plan = plan_of({})[1]
+    config_mb = base_plan["config"]["micro_batch"] if base_plan else 0
+    cfg_stage = base_plan["config"]["fsdp_stage"] if base_plan else None
+    hardware_note = os.path.relpath(args.hardware, REPO)
+    if base_plan:
+        hardware_note += f": matmuls at {base_plan['hardware']['efficiency']}".replace(REPO + "/", "")
+    for s in skipped:
+        print(f"skipped {s}")
+    print(f"sweep: {len(runs)} runs of {args.world} rank(s), {args.steps} steps each, "
+          f"into {os.path.relpath(args.out, REPO)}", flush=True)
+    for i, run in enumerate(runs, 1):
+        run.config_stage = cfg_stage
+        execute(args, run, i, len(runs))
+        attach_prediction(run, plan_of(run.point)[0], config_mb)
+        m, p = run.measured, run.predicted
+        if run.status == "ok":
+            mem = m.get("peak_mem_bytes")
+            pm = p.get("memory_bytes", {}).get("total")
+            msg = (f"ok in {run.seconds:.1f} s: {m.get('tokens_per_s', 0):.0f} tokens/s, "
+                   f"{m.get('step_ms', 0):.1f} ms/step")
+            if mem:
+                msg += f", peak {mem / MIB:.0f} MiB"
+            if mem and pm:
+                msg += f" (predicted {pm / MIB:.0f} MiB, {gap(mem, pm):+.1f}%)"
+        else:
+            msg = f"FAILED in {run.seconds:.1f} s: {run.reason}"
+        print(f"[{i}/{len(runs)}] {run.label()}: {msg}", flush=True)
+    ok = write_outputs(args, runs, skipped, hardware_note)
+    print(f"wrote {os.path.join(args.out, 'sweep.csv')} and sweep.md "
+          f"({len(ok)} ok, {len(runs) - len(ok)} failed)")
+    if any("global_batch" in r.reason for r in runs if r.status != "ok"):
+        print("hint: some layouts need a smaller train.micro_batch (--grid train.micro_batch=...)")
+    plot(args, ok)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

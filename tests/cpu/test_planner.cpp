@@ -1,0 +1,282 @@
+// The planner's arithmetic (trainer/plan/): memory per rank against the
+// real buffers (GPT activations here; ShardedParameters on every layout in
+// tests/mpi/test_plan_memory_mpi.cpp), communication volumes against the
+// formulas tests/layouts/layout_matrix.py checks the trainer's logged bytes
+// with, FLOPs, the hardware files, and the plan's choice for GPT-2 1.5B.
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/cpu_ops.hpp"
+#include "test_util.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/plan/plan_command.hpp"
+#include "trainer/plan/planner.hpp"
+
+namespace gt {
+namespace {
+
+using test::error_message;
+using test::run_command;
+
+// tests/layouts/layout_matrix.py's MODEL and TRAIN.
+ModelConfig matrix_model() {
+  ModelConfig m;
+  m.n_layer = 3;
+  m.n_head = 4;
+  m.n_embd = 32;
+  m.vocab_size = 256;
+  m.block_size = 16;
+  return m;
+}
+
+TrainConfig matrix_train(int micro) {
+  TrainConfig t;
+  t.seq_len = 16;
+  t.global_batch = 8;
+  t.micro_batch = micro;
+  return t;
+}
+
+Config gpt2_xl() {
+  return load_config(std::string(GT_SOURCE_DIR) + "/configs/gpt2_1.5b.yaml", {});
+}
+
+HardwareSpec hardware(const std::string& name) {
+  return load_hardware(std::string(GT_SOURCE_DIR) + "/configs/hardware/" + name + ".yaml");
+}
+
+TEST(PlanMemory, StateBytesByHandForTheMatrixModel) {
+  // Units of one tp rank as layout_matrix.unit_sizes pads them: embed 8704,
+  // block 12704, head 64 floats; 46880 in all.
+  const ModelConfig m = matrix_model();
+  const StateBytes dp = predict_state_bytes(m, 1, 1, 3);
+  EXPECT_EQ(dp.params, 46880 * 4);
+  EXPECT_EQ(dp.grads, 46880 * 4);
+  EXPECT_EQ(dp.optimizer, 2 * 46880 * 4);
+  // ZeRO-1 over 2: full params and grads + the reduced shard, moments sharded.
+  const StateBytes z1 = predict_state_bytes(m, 2, 1, 1);
+  EXPECT_EQ(z1.params, 46880 * 4);
+  EXPECT_EQ(z1.grads, (46880 + 46880 / 2) * 4);
+  EXPECT_EQ(z1.optimizer, 46880 * 4);
+  // ZeRO-3 over 2: shards + four gather buffers (embed, head, 2 blocks) and
+  // four reduce-scatter buffers with their half-size outputs.
+  const StateBytes z3 = predict_state_bytes(m, 2, 1, 3);
+  const int64_t bufs = 8704 + 64 + 2 * 12704;
+  EXPECT_EQ(z3.params, (46880 / 2 + bufs) * 4);
+  EXPECT_EQ(z3.grads, (46880 / 2 + bufs + bufs / 2) * 4);
+  EXPECT_EQ(z3.optimizer, 46880 * 4);
+}
+
+TEST(PlanMemory, ActivationsMatchGptAllocateOnCpu) {
+  auto ops = make_cpu_ops(1);
+  for (const ModelConfig& m : {matrix_model(), [] {
+         ModelConfig o;
+         o.n_layer = 2;
+         o.n_head = 3;
+         o.n_embd = 33;
+         o.vocab_size = 101;
+         o.block_size = 13;
+         return o;
+       }()})
+    for (int B : {1, 3})
+      for (int T : {5, m.block_size}) {
+        GPT model(m, *ops, B, T);
+        EXPECT_EQ(model.activation_bytes(),
+                  predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu))
+            << "n_embd=" << m.n_embd << " B=" << B << " T=" << T;
+      }
+}
+
+TEST(PlanMemory, CudaActivationsAreBf16WithoutTheT2Probabilities) {
+  ModelConfig m = matrix_model();
+  m.block_size = 1024;
+  const int64_t cpu = predict_activation_bytes(m, 4, 1024, 1, true, PlanBackend::cpu);
+  const int64_t gpu = predict_activation_bytes(m, 4, 1024, 1, true, PlanBackend::cuda);
+  // The CPU keeps 2 x L x B*NH*T^2 floats of attention (saved + scratch once).
+  const int64_t t2 = (3 + 1) * int64_t(4) * 4 * 1024 * 1024 * 4;
+  EXPECT_GT(cpu, t2);
+  EXPECT_LT(gpu, (cpu - t2) * 3 / 4);
+}
+
+TEST(PlanMemory, MpiTemporariesFollowTheSchedule) {
+  const ModelConfig m = matrix_model();  // units: embed 8704, block 12704, head 64, total 46880
+  auto ws = [&](int dp, int fsdp, int tp, int stage, bool overlap = true,
+                PlanBackend b = PlanBackend::cpu) {
+    PlanLayout l;
+    l.dp = dp;
+    l.fsdp = fsdp;
+    l.tp = tp;
+    l.stage = stage;
+    l.micro_batch = 2;
+    l.tp_overlap = overlap;
+    return predict_comm_workspace_bytes(m, l, 16, b);
+  };
+  EXPECT_EQ(ws(1, 1, 1, 3), 0);
+  EXPECT_EQ(ws(4, 1, 1, 3), 46880 * 4);               // every bucket's all-reduce copy
+  EXPECT_EQ(ws(1, 2, 1, 3), 0);                       // two-rank reduce-scatters: none measured
+  EXPECT_EQ(ws(2, 2, 1, 3), 46880 / 2 * 4);           // HSDP: the shards' all-reduce copies
+  EXPECT_EQ(ws(1, 4, 1, 3), 2 * (8704 + 64 + 2 * 12704) * 4);  // the four slots, two copies
+  EXPECT_EQ(ws(1, 4, 1, 1), std::min<int64_t>(2 * 46880, 2 * (8704 + 64 + 3 * 12704)) * 4);
+  EXPECT_EQ(ws(1, 1, 2, 3, false), 2 * 2 * 16 * 32 * 4);  // plain tp reduce-scatter
+  EXPECT_EQ(ws(1, 1, 2, 3, true), 0);                 // the rings need none
+  EXPECT_EQ(ws(4, 1, 1, 3, true, PlanBackend::cuda), 0);  // NCCL: in the baseline
+}
+
+TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
+  // {dp, fsdp, tp, stage, micro, dp bytes, fsdp bytes, tp bytes}, printed by
+  // layout_matrix.expected_bytes for its layouts at accumulation 1 and 2.
+  struct Case {
+    int dp, fsdp, tp, stage, micro;
+    double b_dp, b_fsdp, b_tp;
+  };
+  const Case cases[] = {
+      {2, 1, 1, 3, 4, 187520.0, 0.0, 0.0},      {2, 2, 1, 3, 2, 93760.0, 212928.0, 0.0},
+      {2, 2, 1, 3, 1, 93760.0, 425856.0, 0.0},  {2, 2, 1, 1, 1, 93760.0, 187520.0, 0.0},
+      {2, 1, 2, 3, 2, 96064.0, 0.0, 119296.0},  {4, 1, 1, 3, 1, 281280.0, 0.0, 0.0},
+      {1, 2, 1, 1, 2, 0.0, 187520.0, 0.0},      {1, 2, 1, 2, 2, 0.0, 281280.0, 0.0},
+      {1, 2, 1, 3, 4, 0.0, 212928.0, 0.0},      {1, 2, 2, 3, 2, 0.0, 217920.0, 123136.0},
+      {1, 2, 2, 2, 4, 0.0, 96064.0, 119296.0},  {1, 2, 2, 2, 2, 0.0, 144096.0, 123136.0},
+      {1, 4, 1, 3, 1, 0.0, 638784.0, 0.0},      {1, 1, 2, 3, 8, 0.0, 0.0, 234752.0},
+      {1, 1, 4, 3, 4, 0.0, 0.0, 352128.0},
+  };
+  for (const Case& c : cases) {
+    PlanLayout l;
+    l.dp = c.dp;
+    l.fsdp = c.fsdp;
+    l.tp = c.tp;
+    l.stage = c.stage;
+    l.micro_batch = c.micro;
+    const CommBytes b = comm_bytes_per_step(matrix_model(), matrix_train(c.micro), l, PlanBackend::cpu);
+    EXPECT_DOUBLE_EQ(b.dp, c.b_dp) << l.str();
+    EXPECT_DOUBLE_EQ(b.fsdp, c.b_fsdp) << l.str();
+    EXPECT_NEAR(b.tp, c.b_tp, 1e-6 * c.b_tp) << l.str();
+  }
+}
+
+TEST(PlanFlops, MatmulsAttentionAndHead) {
+  const ModelConfig m = matrix_model();
+  const MicroBatchFlops f = micro_batch_flops(m, 2, 16, 1);
+  EXPECT_DOUBLE_EQ(f.linear, 3 * 2.0 * 32 * 12 * 32 * 32);
+  EXPECT_DOUBLE_EQ(f.attention, 3 * 4.0 * 2 * 32 * 16 * 17 / 2);
+  EXPECT_DOUBLE_EQ(f.lm_head, 2.0 * 32 * 32 * 256);
+  // tp splits every term evenly.
+  EXPECT_DOUBLE_EQ(micro_batch_flops(m, 2, 16, 4).total(), f.total() / 4);
+  TrainConfig t = matrix_train(8);
+  EXPECT_DOUBLE_EQ(model_flops_per_step(m, t), 3 * micro_batch_flops(m, 8, 16, 1).total());
+}
+
+TEST(PlanHardware, FilesLoadAndTyposAreErrors) {
+  for (const char* name : {"h100", "h200", "a100", "cpu_reference"}) {
+    const HardwareSpec hw = hardware(name);
+    EXPECT_GT(hw.peak_flops(), 0) << name;
+    EXPECT_GT(hw.memory_bytes(), 0) << name;
+  }
+  EXPECT_EQ(hardware("h100").backend, PlanBackend::cuda);
+  EXPECT_DOUBLE_EQ(hardware("h100").peak_flops(), 989.4e12);
+  EXPECT_EQ(hardware("cpu_reference").backend, PlanBackend::cpu);
+  const std::string path = testing::TempDir() + "/hw_typo.yaml";
+  std::ofstream(path) << "name: x\nbf16_tflop: 1\n";
+  EXPECT_NE(error_message([&] { load_hardware(path); }).find("unknown key 'bf16_tflop'"),
+            std::string::npos);
+  std::ofstream(path) << "name: x\nbf16_tflops: 1\n";
+  EXPECT_NE(error_message([&] { load_hardware(path); }).find("missing key"), std::string::npos);
+}
+
+TEST(PlanHardware, BenchPeaksReplaceTheEfficiencyAssumption) {
+  HardwareSpec hw = hardware("h100");
+  const double assumed = hw.achieved_flops(8);
+  EXPECT_DOUBLE_EQ(assumed, 989.4e12 * hw.compute_efficiency);
+  const std::string path = testing::TempDir() + "/peaks.json";
+  std::ofstream(path) << R"({"gemm_flops": 6.0e14, "memcpy_bytes_per_s": 2.5e12,
+                            "all_reduce_busbw": 3.5e11, "all_gather_busbw": 3.6e11,
+                            "other": "ignored"})";
+  apply_bench_peaks(hw, path);
+  EXPECT_DOUBLE_EQ(hw.achieved_flops(8), 6.0e14);
+  EXPECT_DOUBLE_EQ(hw.intra_busbw(true), 3.5e11);
+  EXPECT_DOUBLE_EQ(hw.intra_busbw(false), 3.6e11);
+  EXPECT_DOUBLE_EQ(hw.inter_busbw(), 50e9 * hw.comm_efficiency);  // bench runs on one node
+  EXPECT_NE(hw.efficiency_note().find("measured by bench"), std::string::npos);
+}
+
+TEST(Planner, InvalidLayoutsSayWhy) {
+  Config cfg = gpt2_xl();  // 25 heads: no tp > 1 divides them
+  PlanLayout l;
+  l.tp = 2;
+  l.dp = 32;
+  l.micro_batch = 4;
+  const Prediction p = predict(cfg, hardware("h100"), PlanCluster{64, 8}, l);
+  EXPECT_NE(p.invalid.find("tp=2 does not divide model.n_head=25"), std::string::npos) << p.invalid;
+  l.tp = 1;
+  l.dp = 64;
+  l.micro_batch = 3;
+  EXPECT_NE(predict(cfg, hardware("h100"), PlanCluster{64, 8}, l).invalid.find("global_batch"),
+            std::string::npos);
+}
+
+TEST(Planner, Gpt2XlOn64H100PicksAFittingLayoutAndExplains) {
+  const Config cfg = gpt2_xl();
+  const HardwareSpec hw = hardware("h100");
+  const Plan plan = make_plan(cfg, hw, PlanCluster{64, 8}, {1, 2, 4, 8});
+  ASSERT_FALSE(plan.ranked.empty());
+  for (size_t i = 1; i < plan.ranked.size(); ++i)
+    EXPECT_LE(plan.ranked[i - 1].step_ms, plan.ranked[i].step_ms);
+  for (const auto& p : plan.ranked) {
+    EXPECT_TRUE(p.fits);
+    EXPECT_LE(static_cast<double>(p.total_bytes()), hw.memory_bytes());
+    EXPECT_EQ(p.layout.tp, 1);
+    EXPECT_GT(p.mfu, 0);
+    EXPECT_LT(p.mfu, hw.compute_efficiency + 1e-9);
+  }
+  for (const auto& p : plan.too_big) EXPECT_GT(static_cast<double>(p.total_bytes()), hw.memory_bytes());
+  EXPECT_FALSE(plan.invalid.empty());
+  EXPECT_NE(plan.explanation.find("the planner picks"), std::string::npos) << plan.explanation;
+  EXPECT_NE(plan.explanation.find("runner-up"), std::string::npos) << plan.explanation;
+  // The winner keeps the big dp traffic off the inter-node links or hides it.
+  const Prediction& w = plan.ranked.front();
+  EXPECT_LT(w.exposed_ms, w.compute_ms);
+  const std::string text = format_plan(plan, cfg, hw);
+  EXPECT_NE(text.find(plan.explanation), std::string::npos);
+  const nlohmann::json j = plan_json(plan, cfg, hw);
+  EXPECT_EQ(j["layouts"][0]["rank"], 1);
+}
+
+TEST(Planner, NothingFitsSaysSo) {
+  const Config cfg = gpt2_xl();
+  HardwareSpec hw = hardware("a100");
+  hw.memory_gib = 4;  // 1.5B parameters x 16 bytes do not fit on one 4 GiB device
+  const Plan plan = make_plan(cfg, hw, PlanCluster{1, 8}, {});
+  EXPECT_TRUE(plan.ranked.empty());
+  EXPECT_FALSE(plan.too_big.empty());
+  EXPECT_NE(plan.explanation.find("no layout fits"), std::string::npos) << plan.explanation;
+}
+
+TEST(PlanCommand, IntListsAreChecked) {
+  EXPECT_EQ(parse_int_list("8,64,512", "gpus"), (std::vector<int>{8, 64, 512}));
+  EXPECT_NE(error_message([] { parse_int_list("8,x", "gpus"); }).find("--gpus"), std::string::npos);
+  EXPECT_NE(error_message([] { parse_int_list("0", "nodes"); }).find("positive"), std::string::npos);
+}
+
+TEST(PlanCommand, CliPrintsTheTableAndTheParagraphOrJson) {
+  const std::string bin = GT_TRAINER_BIN, src = GT_SOURCE_DIR;
+  const std::string base = bin + " plan --config " + src + "/configs/gpt2_1.5b.yaml --hardware " +
+                           src + "/configs/hardware/h100.yaml";
+  std::string out;
+  ASSERT_EQ(run_command(base + " --gpus 8,64 --nodes 1,8", &out), 0) << out;
+  EXPECT_NE(out.find("== 64 x NVIDIA H100"), std::string::npos) << out;
+  EXPECT_NE(out.find("the planner picks"), std::string::npos) << out;
+  ASSERT_EQ(run_command(base + " --gpus 64 --micro-batch 2,4 --json - 2>/dev/null", &out), 0);
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["devices"], 64);
+  EXPECT_EQ(j[0]["nodes"], 8);
+  EXPECT_TRUE(j[0]["layouts"][0]["fits"].get<bool>());
+  EXPECT_EQ(run_command(bin + " plan --config " + src + "/configs/gpt2_1.5b.yaml --gpus 8", &out), 1);
+  EXPECT_NE(out.find("plan needs --config FILE, --hardware FILE"), std::string::npos) << out;
+  EXPECT_EQ(run_command(base + " --gpus 64 --nodes 3", &out), 1);
+  EXPECT_NE(out.find("does not split evenly"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace gt

@@ -1,0 +1,70 @@
+// The planner's memory model (trainer/plan/memory_model.hpp) against the
+// real thing on every layout of the running world size (1, 2 and 4 ranks)
+// and every FSDP stage: ShardedParameters::memory() byte for byte, and the
+// bytes GPT::allocate took for its activations, with tp_overlap on and off.
+#include "kernels/cpu/cpu_ops.hpp"
+#include "mpi_test_util.hpp"
+#include "parallel/mesh.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/plan/memory_model.hpp"
+#include "trainer/sharding/sharded_parameters.hpp"
+
+namespace gt::test {
+namespace {
+
+std::vector<ModelConfig> models() {
+  ModelConfig a;  // tests/layouts/layout_matrix.py's model
+  a.n_layer = 3;
+  a.n_head = 4;
+  a.n_embd = 32;
+  a.vocab_size = 256;
+  a.block_size = 16;
+  ModelConfig b;  // odd sizes: padding to 16 floats and to fsdp both matter
+  b.n_layer = 2;
+  b.n_head = 4;
+  b.n_embd = 44;
+  b.vocab_size = 100;
+  b.block_size = 12;
+  ModelConfig c = b;  // one block: the four unit buffers with a single block
+  c.n_layer = 1;
+  return {a, b, c};
+}
+
+TEST(PlanMemoryMpi, StateBytesEqualShardedParametersOnEveryLayout) {
+  auto world = test_world();
+  auto ops = make_cpu_ops(1);
+  for (const ParallelDims& d : layouts_for(world->size())) {
+    const DeviceMesh mesh(d, *world);
+    for (const ModelConfig& m : models())
+      for (int stage = 1; stage <= 3; ++stage) {
+        const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+        const ShardedParameters params(layout, mesh, stage, 25.0, *ops);
+        const MemoryFigures got = params.memory();
+        const StateBytes want = predict_state_bytes(m, d.fsdp, d.tp, stage);
+        EXPECT_EQ(got.params, want.params) << d.str() << " stage " << stage << " C=" << m.n_embd;
+        EXPECT_EQ(got.grads, want.grads) << d.str() << " stage " << stage << " C=" << m.n_embd;
+        EXPECT_EQ(got.optimizer, want.optimizer) << d.str() << " stage " << stage << " C=" << m.n_embd;
+      }
+  }
+}
+
+TEST(PlanMemoryMpi, ActivationBytesEqualGptAllocateOnEveryLayout) {
+  auto world = test_world();
+  auto ops = make_cpu_ops(1);
+  for (const ParallelDims& d : layouts_for(world->size())) {
+    const DeviceMesh mesh(d, *world);
+    for (const ModelConfig& m : models())
+      for (bool overlap : {true, false}) {
+        const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+        ShardedParameters params(layout, mesh, 3, 25.0, *ops);
+        const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
+        GPT model(m, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap});
+        EXPECT_EQ(model.activation_bytes(),
+                  predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu))
+            << d.str() << " overlap " << overlap << " C=" << m.n_embd;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace gt::test

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""scripts/sweep.py end to end on a tiny model at 2 ranks: every layout runs
+2 steps, an invalid layout named in the grid (tp=3: no factorisation of 2,
+and it does not divide 4 heads) is recorded as failed with the trainer's
+own error line instead of ending the sweep, and sweep.csv / sweep.md (and
+sweep.png, where this interpreter has matplotlib) are written and parse.
+
+    python3 tests/scripts/test_sweep.py --build build
+"""
+
+import argparse
+import csv
+import importlib.util
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+
+def matplotlib_reachable():
+    """What the plotting scripts will find: this interpreter's matplotlib, or
+    /usr/bin/python3's, which they re-run under (scripts/plotting.py)."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    if os.environ.get("GT_PLOT_REEXEC") or not os.access("/usr/bin/python3", os.X_OK):
+        return False
+    return subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"],
+                          capture_output=True).returncode == 0
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import prepare_data  # noqa: E402  (standard library only)
+
+CONFIG = """model:
+  n_layer: 2
+  n_head: 4
+  n_embd: 64
+  vocab_size: 256
+  block_size: 32
+data:
+  train: ["{data}/train_*.bin"]
+  val: []
+  shuffle: false
+train:
+  seq_len: 32
+  micro_batch: 2
+  global_batch: 4
+  steps: 2
+  eval_every: 0
+runtime:
+  threads: 1
+  collective_timeout_s: 60
+log:
+  dir: {work}/unused
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="gt_sweep_test_")
+    data = os.path.join(work, "data")
+    os.makedirs(data)
+    rng = random.Random(5)
+    prepare_data.write_shard(os.path.join(data, "train_000000.bin"),
+                             [rng.randrange(256) for _ in range(4096)])
+    cfg = os.path.join(work, "tiny.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(data=data, work=work))
+    out = os.path.join(work, "sweep")
+    have_mpl = matplotlib_reachable()
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--world", "2",
+           "--config", cfg, "--steps", "2", "--timeout", "120", "--out", out,
+           "--build", args.build, "--grid", "parallel.tp=1,2,3", "parallel.fsdp_stage=1,3"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    print(p.stdout)
+    print(p.stderr, file=sys.stderr)
+    fails = []
+    if have_mpl and p.returncode != 0:
+        fails.append(f"sweep exited {p.returncode}")
+    if not have_mpl and (p.returncode != 1 or "matplotlib is not installed" not in p.stderr):
+        fails.append("without matplotlib the sweep must say so and exit 1")
+    rows = list(csv.DictReader(open(os.path.join(out, "sweep.csv"))))
+    got = {(r["dp"], r["fsdp"], r["tp"], r["stage"]): r for r in rows}
+    want_ok = {("2", "1", "1", ""), ("1", "2", "1", "1"), ("1", "2", "1", "3"), ("1", "1", "2", "")}
+    for key in want_ok:
+        r = got.get(key)
+        if not r or r["status"] != "ok":
+            fails.append(f"layout {key}: {r and r['status']} {r and r['reason']}")
+            continue
+        for col in ("tokens_per_s", "step_ms", "peak_mem_bytes", "pred_mem_bytes", "mem_gap_pct"):
+            try:
+                float(r[col])
+            except ValueError:
+                fails.append(f"layout {key}: {col}={r[col]!r} is not a number")
+    bad = got.get(("1", "1", "3", ""))
+    if not bad or bad["status"] != "failed" or "tp=3" not in bad["reason"]:
+        fails.append(f"tp=3 must be recorded as failed with the trainer's reason, got {bad}")
+    if len(rows) != 5:
+        fails.append(f"expected 5 runs, got {len(rows)}")
+    md = open(os.path.join(out, "sweep.md")).read()
+    if "## Failed" not in md or "tp=3" not in md or md.count("\n| ") < 6:
+        fails.append("sweep.md lacks the table or the failed run:\n" + md)
+    png = os.path.join(out, "sweep.png")
+    if have_mpl and (not os.path.exists(png) or open(png, "rb").read(4) != b"\x89PNG"):
+        fails.append("no sweep.png")
+    if "[5/5]" not in p.stdout:
+        fails.append("no progress lines")
+    for f in fails:
+        print("FAIL:", f, file=sys.stderr)
+    if not fails:
+        subprocess.run(["rm", "-rf", work])
+        print("ok: sweep at 2 ranks, invalid layout recorded")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

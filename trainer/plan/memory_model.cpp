@@ -1,0 +1,113 @@
+#include "trainer/plan/memory_model.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "parallel/collective_matmul.hpp"
+#include "trainer/model/parameter_layout.hpp"
+
+namespace gt {
+
+std::string PlanLayout::str() const {
+  std::ostringstream os;
+  os << "dp=" << dp << " fsdp=" << fsdp << " tp=" << tp;
+  if (fsdp > 1) os << " stage=" << stage;
+  os << " mb=" << micro_batch;
+  return os.str();
+}
+
+StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage) {
+  // The same layout ShardedParameters gets (every tp rank's is the same size).
+  const ParameterLayout layout(m, tp, 0, fsdp);
+  const auto& units = layout.units();
+  const int64_t T = layout.total();
+  int64_t S = 0, block = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    S += units[u].size() / fsdp;
+    if (u > 0 && u + 1 < units.size()) block = std::max(block, units[u].size());
+  }
+  const int64_t embed = units.front().size(), head = units.back().size();
+  const bool full_params = fsdp == 1 || stage < 3;
+  const bool full_grads = fsdp == 1 || stage == 1;
+  int64_t params = full_params ? T : S;
+  int64_t grads = (full_grads ? T : 0) + (fsdp > 1 ? S : 0);
+  const int64_t moments = 2 * (fsdp > 1 ? S : T);
+  if (!full_params) params += embed + head + 2 * block;  // the four gather buffers
+  if (!full_grads)  // four reduce-scatter inputs and their one-shard outputs
+    grads += embed + head + 2 * block + embed / fsdp + head / fsdp + 2 * (block / fsdp);
+  const int64_t f = sizeof(float);
+  return StateBytes{params * f, grads * f, moments * f};
+}
+
+int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
+                                     PlanBackend backend) {
+  if (backend != PlanBackend::cpu) return 0;
+  const ParameterLayout layout(m, l.tp, 0, l.fsdp);
+  const auto& units = layout.units();
+  int64_t S = 0, block = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    S += units[u].size() / l.fsdp;
+    if (u > 0 && u + 1 < units.size()) block = std::max(block, units[u].size());
+  }
+  const int64_t T = layout.total(), embed = units.front().size(), head = units.back().size();
+  int64_t floats = 0;
+  if (l.fsdp == 1) {
+    if (l.dp > 1) floats += T;
+  } else {
+    if (l.fsdp > 2)  // stage 1 is not bound by the slots: a third block measured in flight
+      floats += std::min(2 * T, 2 * (embed + head + (l.stage == 1 ? 3 : 2) * block));
+    if (l.dp > 1) floats += S;
+  }
+  if (l.tp > 1 && !l.tp_overlap)
+    floats += 2 * static_cast<int64_t>(l.micro_batch) * seq_len * m.n_embd;
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t attention_saved_elems(PlanBackend backend, int B, int n_head, int T) {
+  const int64_t rows = static_cast<int64_t>(B) * n_head * T;
+  return backend == PlanBackend::cpu ? rows * T : rows;
+}
+
+int64_t attention_scratch_elems(PlanBackend backend, int B, int n_head, int T) {
+  return attention_saved_elems(backend, B, n_head, T);
+}
+
+int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                 bool tp_overlap, PlanBackend backend) {
+  // Mirrors GPT::allocate buffer by buffer. `a` = bytes of an activation
+  // element, 4 = fp32 statistics, ids and losses.
+  const int64_t a = backend == PlanBackend::cpu ? 4 : 2, s = 4;
+  const int64_t R = static_cast<int64_t>(micro_batch) * seq_len;
+  const int64_t L = m.n_layer, C = m.n_embd, V = m.vocab_size;
+  const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
+  const int NHl = m.n_head / tp;
+  const int64_t att_saved = attention_saved_elems(backend, micro_batch, NHl, seq_len);
+  const int64_t att_scratch = attention_scratch_elems(backend, micro_batch, NHl, seq_len);
+  int64_t bytes = 0;
+  bytes += 2 * R * s;                       // tokens, targets
+  bytes += Rl * C * a;                      // encoded
+  bytes += 2 * L * R * C * a;               // ln1, ln2 (gathered rows)
+  bytes += 4 * L * Rl * s;                  // ln1/ln2 mean, rstd
+  bytes += L * R * 3 * Cl * a;              // qkv
+  bytes += L * R * Cl * a;                  // atty
+  bytes += L * att_saved * s;               // attention probabilities or row statistics
+  bytes += 2 * L * Rl * C * a;              // res2, res3
+  bytes += 2 * L * R * 4 * Cl * a;          // fch, fch_gelu
+  bytes += R * C * a;                       // lnf
+  bytes += 2 * Rl * s;                      // lnf mean, rstd
+  bytes += R * Vl * a;                      // logits (dlogits in place)
+  bytes += R * s;                           // losses
+  bytes += Rl * C * a;                      // proj_tmp
+  bytes += (tp > 1 ? 3 * R : 0) * s;        // cross-entropy statistics
+  // Activation gradients, reused across layers.
+  bytes += 2 * Rl * C * a;                  // dresidual, dln
+  bytes += (tp > 1 ? R * C : 0) * a;        // dfull
+  bytes += R * Cl * a;                      // datty
+  bytes += 2 * R * 4 * Cl * a;              // dfch_gelu, dfch
+  bytes += R * 3 * Cl * a;                  // dqkv
+  bytes += att_scratch * s;                 // attention backward scratch
+  bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * a;
+  return bytes;
+}
+
+}  // namespace gt

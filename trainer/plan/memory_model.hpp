@@ -1,0 +1,88 @@
+// Memory model of one rank: what ShardedParameters and GPT::allocate hold for
+// a layout, computed without allocating anything, so the planner can size
+// GPT-2 1.5B on 512 devices from a laptop.
+//
+// Parameters, gradients and AdamW state follow ShardedParameters exactly (the
+// same ParameterLayout: tensors padded to 16 floats, units to a multiple of
+// fsdp; stage 1/2/3 storage with the four unit buffers of stages 2/3); a test
+// compares them byte for byte with ShardedParameters::memory() on every
+// layout of 1, 2 and 4 ranks (tests/mpi/test_plan_memory_mpi.cpp). They are
+// fp32 on both backends: the CUDA path keeps fp32 master weights, gradients
+// and moments (16 bytes per parameter, before sharding).
+//
+// Activations follow GPT::allocate for one micro-batch (B = train.micro_batch
+// rows of T = train.seq_len):
+//   cpu   every buffer fp32 (4 bytes), attention keeps its B*NH/tp*T^2
+//         probabilities per layer plus a scratch of the same size.
+//   cuda  activation buffers bf16 (2 bytes); a flash-style attention keeps
+//         B*NH/tp*T fp32 row statistics per layer instead of T^2
+//         probabilities; token ids, LayerNorm statistics, losses and the
+//         cross-entropy statistics stay 4 bytes. This is the planner's
+//         assumption about the CUDA training path, which is not written yet.
+// Collective workspace (cpu only): Open MPI's non-blocking collectives
+// (coll/libnbc) allocate temporaries while they run; what rank 0 holds at
+// its peak was measured on this machine's Open MPI 4.1 (scripts/sweep.py, 2
+// and 4 ranks) and is modelled in predict_comm_workspace_bytes. On cuda,
+// NCCL's buffers are part of the baseline.
+// Not included: the process baseline (binary, MPI, BLAS, CUDA context),
+// which the hardware file states as baseline_mib.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/config/config.hpp"
+#include "trainer/plan/hardware.hpp"
+
+namespace gt {
+
+// One candidate layout of the planner.
+struct PlanLayout {
+  int dp = 1, fsdp = 1, tp = 1;
+  int stage = 3;         // FSDP stage; only meaningful when fsdp > 1
+  int micro_batch = 1;
+  bool tp_overlap = true;
+  int world() const { return dp * fsdp * tp; }
+  // "dp=2 fsdp=2 tp=1 stage=3 mb=4"
+  std::string str() const;
+};
+
+struct StateBytes {
+  int64_t params = 0, grads = 0, optimizer = 0;  // as ShardedParameters::memory()
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+// Bytes one rank holds for parameters, gradients and AdamW moments. Throws
+// gt::Error when tp does not divide the heads, channels or vocabulary.
+StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage);
+
+// Bytes of GPT's activation and activation-gradient buffers for one rank
+// (the same on every tp rank), as GPT::allocate sizes them.
+int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                 bool tp_overlap, PlanBackend backend);
+
+// Bytes of collective temporaries live at rank 0's peak (0 on cuda):
+//   dp, fsdp = 1   one copy of every gradient bucket: all of them are in
+//                  flight from the backward that fills them to the optimizer: T
+//   HSDP           likewise one copy of every shard's dp all-reduce: S
+//   fsdp > 2       reduce-scatters hold two copies of their unit's input;
+//                  stage 2/3: the four unit slots (the embedding, the head, two
+//                  blocks) bound how many are in flight: 2(embed + head + 2 block);
+//                  stage 1 starts every unit's on the last micro-batch and waits
+//                  for none until the optimizer, but the progress calls between
+//                  ops complete them as backward goes on: 2.5 to 3 blocks were
+//                  measured in flight at fsdp = 4, so 2(embed + head + 3 block),
+//                  at most 2T.
+//   fsdp = 2       none measurable: a two-rank reduce-scatter left no
+//                  temporaries at rank 0's peak in any stage
+//   tp without tp_overlap: a plain reduce-scatter of (B*T, C): 2 B*T*C
+// (T, S: this rank's flat and shard parameter counts; 4-byte floats.) The tp
+// rings (point-to-point) need none; about 6 MiB at tp = 4 is not modelled.
+int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
+                                     PlanBackend backend);
+
+// Attention floats kept per layer for backward and used as backward scratch.
+int64_t attention_saved_elems(PlanBackend backend, int B, int n_head, int T);
+int64_t attention_scratch_elems(PlanBackend backend, int B, int n_head, int T);
+
+}  // namespace gt

@@ -1,0 +1,82 @@
+#include "trainer/plan/plan_command.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "kernels/core/error.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/plan/planner.hpp"
+
+namespace gt {
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 1)
+      fail("--", flag, " ", text, ": expected a comma-separated list of positive integers");
+    out.push_back(v);
+  }
+  if (out.empty()) fail("--", flag, ": expected at least one value");
+  return out;
+}
+
+int run_plan_command(const PlanArgs& a) {
+  if (a.config.empty() || a.hardware.empty() || a.gpus.empty())
+    fail("plan needs --config FILE, --hardware FILE and --gpus N[,N...]");
+  const Config cfg = load_config(a.config, a.overrides);
+  HardwareSpec hw = load_hardware(a.hardware);
+  if (!a.peaks.empty()) apply_bench_peaks(hw, a.peaks);
+  const std::vector<int> gpus = parse_int_list(a.gpus, "gpus");
+  std::vector<int> nodes;
+  if (!a.nodes.empty()) {
+    nodes = parse_int_list(a.nodes, "nodes");
+    if (nodes.size() != gpus.size())
+      fail("--nodes has ", nodes.size(), " value(s) for ", gpus.size(), " --gpus value(s)");
+  }
+  const std::vector<int> mbs =
+      a.micro_batch.empty() ? std::vector<int>{} : parse_int_list(a.micro_batch, "micro-batch");
+
+  nlohmann::json all = nlohmann::json::array();
+  std::ostringstream text;
+  text << "# plan: " << cfg.source << " (" << cfg.model.n_layer << " layers, " << cfg.model.n_head
+       << " heads, " << cfg.model.n_embd << " embd, vocab " << cfg.model.vocab_size << ", seq "
+       << cfg.train.seq_len << ", global batch " << cfg.train.global_batch << ") on "
+       << hw.name << " [" << hw.source << "], " << hw.efficiency_note() << "\n";
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    PlanCluster c;
+    c.devices = gpus[i];
+    if (!nodes.empty()) {
+      if (gpus[i] % nodes[i])
+        fail("--gpus ", gpus[i], " does not split evenly over --nodes ", nodes[i]);
+      c.devices_per_node = gpus[i] / nodes[i];
+    } else {
+      c.devices_per_node = hw.gpus_per_node;
+    }
+    const Plan plan = make_plan(cfg, hw, c, mbs);
+    text << "\n" << format_plan(plan, cfg, hw);
+    all.push_back(plan_json(plan, cfg, hw));
+  }
+  if (a.json == "-") {
+    std::cout << all.dump(2) << std::endl;
+  } else {
+    std::cout << text.str() << std::flush;
+    if (!a.json.empty()) {
+      std::ofstream f(a.json, std::ios::trunc);
+      f << all.dump(2) << "\n";
+      if (!f) fail("cannot write '", a.json, "'");
+    }
+  }
+  return 0;
+}
+
+}  // namespace gt

@@ -1,0 +1,27 @@
+// `trainer plan`: the planner from the command line (trainer/main.cpp hands
+// its flags over). Prints a table per device count and a paragraph on the
+// choice; --json FILE (or -) writes the same as JSON.
+//
+//   trainer plan --config FILE --hardware FILE --gpus 8,64,512 [--nodes 1,8,64]
+//                [--micro-batch 1,2,4] [--peaks bench.json] [--json FILE|-]
+//                [section.key=value ...]
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gt {
+
+struct PlanArgs {
+  std::string config, hardware, gpus, nodes, micro_batch, peaks, json;
+  std::vector<std::string> overrides;
+};
+
+// Returns the exit code; throws gt::Error on bad input.
+int run_plan_command(const PlanArgs& args);
+
+// "8,64,512" -> {8, 64, 512}; throws naming `flag` on anything else.
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag);
+
+}  // namespace gt

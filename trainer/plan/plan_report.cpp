@@ -1,0 +1,144 @@
+// The planner's output: a terminal table plus the paragraph, and the same
+// figures as JSON (scripts/sweep.py reads it to put predictions beside the
+// measurements).
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "trainer/plan/planner.hpp"
+
+namespace gt {
+
+namespace {
+
+std::string cell(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+struct Unit {
+  double div;
+  const char* name;
+};
+
+void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, bool show_mb) {
+  const PlanLayout& l = p.layout;
+  char buf[512];
+  auto m = [&](int64_t b) { return static_cast<double>(b) / u.div; };
+  std::snprintf(buf, sizeof buf, "%4s %4d %5d %4d %5s", rank > 0 ? std::to_string(rank).c_str() : "-",
+                l.dp, l.fsdp, l.tp, l.fsdp > 1 ? std::to_string(l.stage).c_str() : "-");
+  os << buf;
+  if (show_mb) {
+    std::snprintf(buf, sizeof buf, " %4d %5d", l.micro_batch, p.accum);
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf, " %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %4s %9.1f %9.1f %10s %6.1f%%\n",
+                m(p.state.params), m(p.state.grads), m(p.state.optimizer), m(p.activations),
+                m(p.comm_workspace),
+                m(p.total_bytes()), p.fits ? "yes" : "NO", p.step_ms, p.exposed_ms,
+                p.tokens_per_s >= 1e6 ? cell("%.2fM", p.tokens_per_s / 1e6).c_str()
+                                      : cell("%.0f", p.tokens_per_s).c_str(),
+                p.mfu * 100);
+  os << buf;
+}
+
+}  // namespace
+
+std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec& hw) {
+  std::ostringstream os;
+  const PlanCluster& c = plan.cluster;
+  os << "== " << c.devices << " x " << hw.name << ", " << c.nodes() << " node(s) of "
+     << std::min(c.devices, c.devices_per_node) << " ==\n";
+  const Unit u = hw.memory_gib >= 40 ? Unit{1073741824.0, "GiB"} : Unit{1048576.0, "MiB"};
+  bool show_mb = false;
+  for (const auto* list : {&plan.ranked, &plan.too_big})
+    for (const auto& p : *list) show_mb = show_mb || p.layout.micro_batch != cfg.train.micro_batch;
+  show_mb = true;  // the accumulation count is worth seeing in every table
+  os << "memory per device in " << u.name << " (baseline " << cell("%.0f", hw.baseline_mib)
+     << " MiB included in total; capacity " << cell("%.1f", hw.memory_bytes() / u.div) << " "
+     << u.name << "); step time per optimizer step\n";
+  os << "rank   dp  fsdp   tp stage";
+  if (show_mb) os << "   mb accum";
+  os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms   tokens/s    MFU\n";
+  int k = 0;
+  for (const auto& p : plan.ranked) row(os, p, ++k, u, show_mb);
+  for (const auto& p : plan.too_big) row(os, p, 0, u, show_mb);
+  if (!plan.invalid.empty()) {
+    // One line per reason: a 25-head model rules out every tp > 1 at every stage.
+    std::vector<std::pair<std::string, int>> reasons;
+    for (const auto& p : plan.invalid) {
+      auto it = std::find_if(reasons.begin(), reasons.end(),
+                             [&](const auto& r) { return r.first == p.invalid; });
+      if (it == reasons.end()) reasons.emplace_back(p.invalid, 1);
+      else ++it->second;
+    }
+    os << "not possible with this config:\n";
+    for (const auto& [why, n] : reasons)
+      os << "  " << why << " (" << n << (n == 1 ? " layout" : " layouts") << ")\n";
+  }
+  os << "\n" << plan.explanation << "\n";
+  return os.str();
+}
+
+nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec& hw) {
+  nlohmann::json layouts = nlohmann::json::array();
+  auto add = [&](const Prediction& p, int rank) {
+    const PlanLayout& l = p.layout;
+    nlohmann::json j;
+    j["dp"] = l.dp;
+    j["fsdp"] = l.fsdp;
+    j["tp"] = l.tp;
+    j["stage"] = l.fsdp > 1 ? nlohmann::json(l.stage) : nlohmann::json(nullptr);
+    j["micro_batch"] = l.micro_batch;
+    j["tp_overlap"] = l.tp_overlap;
+    if (!p.invalid.empty()) {
+      j["invalid"] = p.invalid;
+      layouts.push_back(j);
+      return;
+    }
+    j["rank"] = rank > 0 ? nlohmann::json(rank) : nlohmann::json(nullptr);
+    j["accum"] = p.accum;
+    j["fits"] = p.fits;
+    j["memory_bytes"] = {{"params", p.state.params},       {"grads", p.state.grads},
+                         {"optimizer", p.state.optimizer}, {"activations", p.activations},
+                         {"comm_workspace", p.comm_workspace},
+                         {"baseline", p.baseline},         {"total", p.total_bytes()}};
+    j["step_ms"] = p.step_ms;
+    j["compute_ms"] = p.compute_ms;
+    j["memory_bound_ms"] = p.memory_ms;
+    j["comm_ms"] = {{"dp", p.dp_ms}, {"fsdp", p.fsdp_ms}, {"tp", p.tp_ms}};
+    j["comm_bytes"] = {{"dp", p.bytes.dp}, {"fsdp", p.bytes.fsdp}, {"tp", p.bytes.tp}};
+    j["exposed_comm_ms"] = p.exposed_ms;
+    j["tokens_per_s"] = p.tokens_per_s;
+    j["mfu"] = p.mfu;
+    layouts.push_back(j);
+  };
+  int k = 0;
+  for (const auto& p : plan.ranked) add(p, ++k);
+  for (const auto& p : plan.too_big) add(p, 0);
+  for (const auto& p : plan.invalid) add(p, 0);
+  nlohmann::json out;
+  out["devices"] = plan.cluster.devices;
+  out["nodes"] = plan.cluster.nodes();
+  out["devices_per_node"] = std::min(plan.cluster.devices, plan.cluster.devices_per_node);
+  out["hardware"] = {{"name", hw.name},
+                     {"source", hw.source},
+                     {"backend", to_string(hw.backend)},
+                     {"peak_flops", hw.peak_flops()},
+                     {"memory_bytes", hw.memory_bytes()},
+                     {"baseline_bytes", hw.baseline_bytes()},
+                     {"efficiency", hw.efficiency_note()}};
+  out["model"] = {{"n_layer", cfg.model.n_layer}, {"n_head", cfg.model.n_head},
+                  {"n_embd", cfg.model.n_embd},   {"vocab_size", cfg.model.vocab_size},
+                  {"seq_len", cfg.train.seq_len}, {"global_batch", cfg.train.global_batch}};
+  out["config"] = {{"source", cfg.source},
+                   {"micro_batch", cfg.train.micro_batch},
+                   {"fsdp_stage", cfg.parallel.fsdp_stage},
+                   {"tp_overlap", cfg.parallel.tp_overlap}};
+  out["layouts"] = layouts;
+  out["explanation"] = plan.explanation;
+  return out;
+}
+
+}  // namespace gt

@@ -1,0 +1,85 @@
+// Planner: for a model, a training config and a device count, every layout
+// dp x fsdp x tp (x FSDP stage x micro-batch) with its predicted memory per
+// device and step time, the ones that do not fit flagged, the rest ranked by
+// step time, and a paragraph on the choice.
+//
+// Step time = compute + memory-bound work + exposed communication:
+//   compute      the step's FLOPs (step_model.hpp) / the FLOP/s a rank's
+//                matmuls reach (HardwareSpec::achieved_flops);
+//   memory-bound AdamW (28 bytes per owned parameter: read p, g, m, v, write
+//                p, m, v) plus three passes over the activation buffers per
+//                micro-batch (written in forward, read and their gradients
+//                written in backward), at the device memory bandwidth;
+//   comm         each axis' ring volume / the bus bandwidth of its link: an
+//                axis whose group spans at most one node (tp innermost, then
+//                fsdp, then dp) uses the intra-node figure, else inter-node.
+//   overlap      the dp bucket all-reduces and the HSDP shard all-reduce
+//                hide under the last micro-batch's backward, except the last
+//                bucket; FSDP reduce-scatters under the backward they follow
+//                (stage 1: the last micro-batch only); stage 3's prefetched
+//                gathers under forward and backward; the stage 1/2 parameter
+//                all-gather after the optimizer is exposed; tp is hidden
+//                under the linear layers' matmuls with tp_overlap, else exposed.
+//                Each is hidden up to the compute time it runs under.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/config/config.hpp"
+#include "trainer/plan/hardware.hpp"
+#include "trainer/plan/memory_model.hpp"
+#include "trainer/plan/step_model.hpp"
+
+namespace gt {
+
+struct PlanCluster {
+  int devices = 1;
+  int devices_per_node = 1;  // ranks sharing a node (min(devices, hardware gpus_per_node) or devices/nodes)
+  int nodes() const { return (devices + devices_per_node - 1) / devices_per_node; }
+};
+
+struct Prediction {
+  PlanLayout layout;
+  std::string invalid;       // non-empty: the layout cannot run this config (why)
+  int accum = 0;             // micro-batches per optimizer step
+  // Memory per device, bytes.
+  StateBytes state;
+  int64_t activations = 0, comm_workspace = 0, baseline = 0;
+  int64_t total_bytes() const { return state.total() + activations + comm_workspace + baseline; }
+  bool fits = false;
+  // Time per optimizer step, ms.
+  double compute_ms = 0, memory_ms = 0;
+  double dp_ms = 0, fsdp_ms = 0, tp_ms = 0;  // each axis' whole communication time
+  bool dp_inter = false, fsdp_inter = false, tp_inter = false;  // crosses nodes
+  double exposed_ms = 0;     // communication not hidden under compute (the sum of:)
+  double dp_exposed_ms = 0, fsdp_exposed_ms = 0, tp_exposed_ms = 0;
+  double step_ms = 0, tokens_per_s = 0, mfu = 0;
+  CommBytes bytes;
+};
+
+// Predicts one layout (never throws for a layout the config cannot run: it
+// sets `invalid`).
+Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster& cluster,
+                   const PlanLayout& layout);
+
+struct Plan {
+  PlanCluster cluster;
+  std::vector<Prediction> ranked;    // valid and fitting, fastest first
+  std::vector<Prediction> too_big;   // valid, over the device memory, smallest first
+  std::vector<Prediction> invalid;   // with the reason
+  std::string explanation;           // one paragraph
+};
+
+// Every layout of `cluster.devices` (FSDP stages 1-3 when fsdp > 1; each of
+// `micro_batches`, or train.micro_batch when empty).
+Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& cluster,
+               const std::vector<int>& micro_batches);
+
+// The table and the paragraph, for a terminal.
+std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec& hw);
+nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec& hw);
+
+}  // namespace gt

@@ -1,0 +1,70 @@
+#include "trainer/plan/step_model.hpp"
+
+#include <algorithm>
+
+#include "trainer/model/parameter_layout.hpp"
+
+namespace gt {
+
+MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp) {
+  const double B = micro_batch, T = seq_len, R = B * T, C = m.n_embd, L = m.n_layer;
+  const double V = m.vocab_size;
+  MicroBatchFlops f;
+  f.linear = L * 2.0 * R * 12.0 * C * C / tp;          // 3C + C + 4C + 4C output columns
+  f.attention = L * 2.0 * 2.0 * B * (C / tp) * T * (T + 1) / 2.0;
+  f.lm_head = 2.0 * R * C * V / tp;
+  return f;
+}
+
+double model_flops_per_step(const ModelConfig& m, const TrainConfig& t) {
+  return 3.0 * micro_batch_flops(m, t.global_batch, t.seq_len, 1).total();
+}
+
+UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp) {
+  const ParameterLayout layout(m, tp, 0, fsdp);
+  UnitSizes u;
+  const auto& units = layout.units();
+  u.embed = units.front().size();
+  u.head = units.back().size();
+  u.block = units.size() > 2 ? units[1].size() : 0;
+  u.total = layout.total();
+  return u;
+}
+
+CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
+                              PlanBackend backend) {
+  const int dp = l.dp, fsdp = l.fsdp, tp = l.tp, L = m.n_layer;
+  const double C = m.n_embd, P = m.block_size;
+  const int A = t.global_batch / (l.micro_batch * dp * fsdp);
+  const UnitSizes u = unit_sizes(m, tp, fsdp);
+  const double total = static_cast<double>(u.total), block = static_cast<double>(u.block);
+  const double act = backend == PlanBackend::cpu ? 4.0 : 2.0;
+  CommBytes out;
+  if (tp > 1) {
+    const double R = static_cast<double>(l.micro_batch) * t.seq_len;
+    const double chunk = static_cast<double>(static_cast<int64_t>(R) / tp) * C * act;
+    double per_micro = (8.0 * L + 4.0) * (tp - 1) * chunk;   // sequence-parallel AG/RS
+    per_micro += 2.0 * (tp - 1) / tp * 3.0 * R * 4.0;        // vocab-parallel cross-entropy
+    const double partial = 4.0 * C * L + P * C + 2.0 * C;    // LayerNorms, wpe, ln_f
+    const int reductions = (fsdp > 1 && l.stage >= 2) ? A : 1;
+    out.tp = A * per_micro + reductions * 2.0 * (tp - 1) / tp * 4.0 * partial;
+  }
+  if (fsdp > 1) {
+    const double ring = (fsdp - 1.0) / fsdp * 4.0;
+    if (l.stage == 1) {
+      out.fsdp = 2.0 * ring * total;
+      out.fsdp_overlapped = ring * total;                  // the reduce-scatter
+    } else if (l.stage == 2) {
+      out.fsdp = A * ring * total + ring * total;
+      out.fsdp_overlapped = A * ring * total;              // the reduce-scatters
+    } else {
+      out.fsdp = A * ring * total + A * ring * (total + std::max(0, L - 2) * block);
+      out.fsdp_overlapped = out.fsdp;                      // prefetched / under backward
+    }
+  }
+  if (dp > 1)
+    out.dp = 2.0 * (dp - 1.0) / dp * 4.0 * static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp);
+  return out;
+}
+
+}  // namespace gt

@@ -1,0 +1,58 @@
+// Step model: the work of one optimizer step for one rank of a layout, as
+// counts (FLOPs, bytes on each mesh axis), before any hardware enters.
+//
+// FLOPs count what the kernels compute: every matmul 2*M*N*K; causal
+// attention only the key positions <= the query (the CPU kernel and flash
+// kernels skip the masked half): QK^T and AV each 2*B*NH*hs*T(T+1)/2;
+// backward twice the forward.
+//
+// Communication is the ring volume each rank sends per optimizer step, the
+// figure metrics.jsonl logs as comm_bytes and tests/layouts/layout_matrix.py
+// (expected_bytes) checks against the trainer to 1%:
+//   tp    per micro-batch (8L+4) all-gathers/reduce-scatters of (t-1)/t of the
+//         (B*T, C) activations, two small all-reduces for the vocab-parallel
+//         cross-entropy, and all-reduces of the tp-partial gradients
+//         (LayerNorms, wpe) once per step (every micro-batch under ZeRO-2/3);
+//   fsdp  stage 1: reduce-scatter + all-gather of the unit storage once;
+//         stage 2: reduce-scatter every micro-batch + one all-gather;
+//         stage 3: reduce-scatter every micro-batch, all-gather every block
+//         in forward and all but the last two again in backward;
+//   dp    all-reduce of the gradients (of the fsdp shard under HSDP).
+// Parameters and gradients travel as fp32 on both backends; tp activations
+// as 4-byte floats on cpu and bf16 on cuda.
+#pragma once
+
+#include <cstdint>
+
+#include "trainer/config/config.hpp"
+#include "trainer/plan/hardware.hpp"
+#include "trainer/plan/memory_model.hpp"
+
+namespace gt {
+
+struct MicroBatchFlops {  // one rank, one micro-batch, forward only
+  double linear = 0;      // c_attn, attn.c_proj, c_fc, mlp.c_proj of every block
+  double attention = 0;   // QK^T and AV
+  double lm_head = 0;     // the tied (vocab-parallel) LM head
+  double total() const { return linear + attention + lm_head; }
+};
+MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp);
+
+// Forward + backward FLOPs of one optimizer step over the whole job
+// (global_batch rows): what MFU is quoted against.
+double model_flops_per_step(const ModelConfig& m, const TrainConfig& t);
+
+struct CommBytes {          // bytes one rank sends per optimizer step
+  double dp = 0, fsdp = 0, tp = 0;
+  double fsdp_overlapped = 0;  // the part that runs under backward/forward compute
+};
+CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
+                              PlanBackend backend);
+
+// Unit sizes (floats) of one tp rank, padded as ParameterLayout pads them.
+struct UnitSizes {
+  int64_t embed = 0, block = 0, head = 0, total = 0;
+};
+UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp);
+
+}  // namespace gt
