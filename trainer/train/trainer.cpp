@@ -18,6 +18,7 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "parallel/collective_context.hpp"
 #include "parallel/collective_error.hpp"
 #include "parallel/in_process_communicator.hpp"
 #include "parallel/mesh.hpp"
@@ -29,10 +30,10 @@
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
-#include "trainer/train/lr_schedule.hpp"
-#include "trainer/train/metrics_log.hpp"
 #include "trainer/train/fault_injection.hpp"
 #include "trainer/train/launch_checks.hpp"
+#include "trainer/train/lr_schedule.hpp"
+#include "trainer/train/metrics_log.hpp"
 #include "trainer/train/run_directory.hpp"
 #include "trainer/train/run_environment.hpp"
 #include "trainer/train/stop_signal.hpp"
@@ -402,8 +403,8 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
       // Every rank says so: the decision came from all-reduced values, and the
       // reliability tests check that each rank skipped the same step.
       spdlog::warn("step {}: non-finite {} ({}), update skipped ({} in a row, limit {})", step,
-                     std::isfinite(loss) ? "gradient norm" : "loss",
-                     std::isfinite(loss) ? grad_norm : loss, skipped_in_row, tc.max_skipped);
+                   std::isfinite(loss) ? "gradient norm" : "loss",
+                   std::isfinite(loss) ? grad_norm : loss, skipped_in_row, tc.max_skipped);
     }
     const double step_ms = ms_since(t_train);
     const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
@@ -431,9 +432,10 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     }
     if (finite && cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0)
       save(step + 1);
-    // SIGTERM/SIGINT on any rank: all stop here, after the same step.
+    // SIGTERM/SIGINT on any rank: all stop here, after the same step (the
+    // last step needs no stop: the run ends and exports as usual).
     context->phase = "stop check";
-    if (agree_to_stop(job)) {
+    if (!last_step && agree_to_stop(job)) {
       if (last_saved != step + 1) save(step + 1);
       stopped_at = step + 1;
       if (rank0)
