@@ -8,6 +8,7 @@
 
 #include "kernels/core/error.hpp"
 #include "parallel/mpi_check.hpp"
+#include "parallel/mpi_session.hpp"
 
 namespace gt {
 
@@ -27,12 +28,14 @@ MPI_Op to_mpi(ReduceOp op) {
 class MpiPendingOp final : public PendingOp {
  public:
   MpiPendingOp(MPI_Request req, std::string what, double default_deadline,
-               std::shared_ptr<spdlog::logger> log, std::shared_ptr<void> scratch)
+               std::shared_ptr<spdlog::logger> log, std::shared_ptr<void> scratch,
+               std::shared_ptr<const CollectiveContext> context)
       : req_(req),
         what_(std::move(what)),
         default_deadline_(default_deadline),
         log_(std::move(log)),
-        scratch_(std::move(scratch)) {}
+        scratch_(std::move(scratch)),
+        context_(std::move(context)) {}
 
   ~MpiPendingOp() override {
     // CommHandle completes (or deliberately abandons) us before this runs. An
@@ -73,9 +76,16 @@ class MpiPendingOp final : public PendingOp {
       if (now >= limit) {
         timed_out_ = true;
         const double waited = std::chrono::duration<double>(now - start).count();
-        fail(what_, " did not complete within its deadline of ", deadline_s, " s (waited ",
-             waited, " s); a peer rank has probably not started the same collective (hung or "
-             "failed). The operation is still pending: wait again or abort the job");
+        const std::string where = context_ ? context_->where() + ": " : "";
+        if (context_ && context_->abort_on_deadline)
+          abort_job(1, detail::concat(where, what_, " did not complete within its deadline of ",
+                                      deadline_s, " s (runtime.collective_timeout_s); a peer "
+                                      "rank has probably hung or died before starting it. "
+                                      "Aborting the job"));
+        fail(where, what_, " did not complete within its deadline of ", deadline_s,
+             " s (waited ", waited, " s); a peer rank has probably not started the same "
+             "collective (hung or failed). The operation is still pending: wait again or abort "
+             "the job");
       }
       std::this_thread::sleep_for(std::min<clock::duration>(nap, limit - now));
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
@@ -96,6 +106,7 @@ class MpiPendingOp final : public PendingOp {
   // Buffers the op itself owns (the blocking scalar reductions): an abandoned
   // op is leaked by CommHandle, so MPI can still write here after a deadline.
   std::shared_ptr<void> scratch_;
+  std::shared_ptr<const CollectiveContext> context_;
 };
 
 }  // namespace
@@ -114,6 +125,19 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, double deadlin
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
     set_deadline(deadline_s);
+    // World ranks of our members, for messages about a peer ("recv from 1
+    // (world rank 3)"): a tp rank means little to someone reading a log.
+    MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+    MPI_CHECK(MPI_Comm_group(comm_, &group));
+    MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+    std::vector<int> mine(static_cast<size_t>(size_));
+    for (int i = 0; i < size_; ++i) mine[static_cast<size_t>(i)] = i;
+    world_ranks_.resize(static_cast<size_t>(size_));
+    const int rc = MPI_Group_translate_ranks(group, size_, mine.data(), world_group,
+                                             world_ranks_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    MPI_CHECK(rc);
   } catch (...) {
     MPI_Comm_free(&comm_);
     throw;
@@ -143,7 +167,13 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key,
   if (color < 0) fail("MpiCommunicator '", name_, "'.split: color must be >= 0, got ", color);
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
-  return std::make_unique<MpiCommunicator>(sub, std::move(name), deadline_s_, log_);
+  auto out = std::make_unique<MpiCommunicator>(sub, std::move(name), deadline_s_, log_);
+  out->set_context(context_);
+  return out;
+}
+
+void MpiCommunicator::set_context(std::shared_ptr<const CollectiveContext> context) {
+  context_ = std::move(context);
 }
 
 void MpiCommunicator::set_deadline(double seconds) {
@@ -159,7 +189,7 @@ CommHandle MpiCommunicator::make_handle(MPI_Request req, const char* op, int64_t
                                     "' (rank ", rank_, " of ", size_, ", ", detail::mpi_where(),
                                     ")");
   return CommHandle(std::make_unique<MpiPendingOp>(req, std::move(what), deadline_s_, log_,
-                                                    std::move(scratch)));
+                                                    std::move(scratch), context_));
 }
 
 CommHandle MpiCommunicator::do_all_reduce(float* buf, int64_t n, ReduceOp op) {
@@ -194,15 +224,21 @@ CommHandle MpiCommunicator::do_broadcast(float* buf, int64_t n, int root) {
 CommHandle MpiCommunicator::do_send(const float* buf, int64_t n, int peer, int tag) {
   MPI_Request req;
   MPI_CHECK(MPI_Isend(buf, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &req));
-  return make_handle(req, detail::concat("send to ", peer, " (tag ", tag, ")").c_str(), n,
-                     "floats");
+  return make_handle(req,
+                     detail::concat("send to ", peer, " (world rank ",
+                                    world_ranks_[static_cast<size_t>(peer)], ", tag ", tag, ")")
+                         .c_str(),
+                     n, "floats");
 }
 
 CommHandle MpiCommunicator::do_recv(float* buf, int64_t n, int peer, int tag) {
   MPI_Request req;
   MPI_CHECK(MPI_Irecv(buf, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &req));
-  return make_handle(req, detail::concat("recv from ", peer, " (tag ", tag, ")").c_str(), n,
-                     "floats");
+  return make_handle(req,
+                     detail::concat("recv from ", peer, " (world rank ",
+                                    world_ranks_[static_cast<size_t>(peer)], ", tag ", tag, ")")
+                         .c_str(),
+                     n, "floats");
 }
 
 // The blocking scalar reductions reduce into a buffer shared with the pending

@@ -16,9 +16,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <spdlog/logger.h>
 
+#include "parallel/collective_context.hpp"
 #include "parallel/communicator.hpp"
 
 namespace gt {
@@ -48,6 +50,13 @@ class MpiCommunicator final : public Communicator {
   double deadline() const { return deadline_s_; }
   void set_deadline(double seconds);
 
+  // What the job is doing (step, phase), named in deadline errors; with
+  // context->abort_on_deadline a missed deadline aborts the job (see
+  // collective_context.hpp). Null (the default) = no context, throw.
+  // Communicators split from this one afterwards share it.
+  void set_context(std::shared_ptr<const CollectiveContext> context);
+  const std::shared_ptr<const CollectiveContext>& context() const { return context_; }
+
  protected:
   CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) override;
   CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) override;
@@ -70,6 +79,28 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   double deadline_s_ = 0.0;
   std::shared_ptr<spdlog::logger> log_;
+  std::shared_ptr<const CollectiveContext> context_;
+  std::vector<int> world_ranks_;  // rank in this communicator -> rank in MPI_COMM_WORLD
+};
+
+// Gives `comm` (and the communicators split from it meanwhile) `context` for
+// this object's lifetime and clears it on `comm` afterwards, so collectives
+// after a training run neither report its last step nor inherit its abort
+// policy. Null comm: does nothing.
+class ScopedCollectiveContext {
+ public:
+  ScopedCollectiveContext(MpiCommunicator* comm, std::shared_ptr<const CollectiveContext> context)
+      : comm_(comm) {
+    if (comm_) comm_->set_context(std::move(context));
+  }
+  ~ScopedCollectiveContext() {
+    if (comm_) comm_->set_context(nullptr);
+  }
+  ScopedCollectiveContext(const ScopedCollectiveContext&) = delete;
+  ScopedCollectiveContext& operator=(const ScopedCollectiveContext&) = delete;
+
+ private:
+  MpiCommunicator* comm_;
 };
 
 }  // namespace gt

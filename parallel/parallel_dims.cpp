@@ -16,18 +16,24 @@ std::string ParallelDims::str() const {
 ParallelDims ParallelDims::validated(int dp, int fsdp, int tp, int world_size, int n_head,
                                      int n_embd, int vocab_size) {
   if (dp < 1 || fsdp < 1 || tp < 1)
-    fail("parallel: every degree must be >= 1, got dp=", dp, " fsdp=", fsdp, " tp=", tp);
+    fail("parallel degrees (dp=", dp, ", fsdp=", fsdp, ", tp=", tp,
+         "): expected every degree >= 1, got ", dp < 1 ? "dp" : fsdp < 1 ? "fsdp" : "tp", "=",
+         dp < 1 ? dp : fsdp < 1 ? fsdp : tp);
   if (dp * fsdp * tp != world_size)
-    fail("parallel: dp x fsdp x tp must equal the world size: ", dp, " x ", fsdp, " x ", tp,
-         " = ", dp * fsdp * tp, ", but ", world_size, world_size == 1 ? " rank is" : " ranks are",
-         " running", world_size == 1 ? " (launch with mpirun -np " + std::to_string(dp * fsdp * tp) + ")" : "");
-  if (n_head % tp != 0)
-    fail("parallel.tp=", tp, " must divide model.n_head=", n_head);
-  if (n_embd % tp != 0)
-    fail("parallel.tp=", tp, " must divide model.n_embd=", n_embd);
-  if (vocab_size % tp != 0)
-    fail("parallel.tp=", tp, " must divide model.vocab_size=", vocab_size,
-         " (the embedding and LM head are split by vocabulary rows)");
+    fail("parallel layout (", world_size, world_size == 1 ? " rank" : " ranks",
+         "): expected parallel.dp x parallel.fsdp x parallel.tp = the number of ranks, got ", dp,
+         " x ", fsdp, " x ", tp, " = ", dp * fsdp * tp, " for ", world_size,
+         world_size == 1 ? " rank" : " ranks",
+         world_size == 1
+             ? "; no MPI launcher was detected: start it with mpirun -np " +
+                   std::to_string(dp * fsdp * tp)
+             : "; change the degrees or the number of ranks");
+  for (const auto& [key, v] : {std::pair<const char*, int>{"model.n_head", n_head},
+                               {"model.n_embd", n_embd},
+                               {"model.vocab_size", vocab_size}})
+    if (v % tp != 0)
+      fail("parallel.tp (", key, "=", v, "): expected a divisor of ", key, ", got ", tp,
+           "; tensor parallelism splits heads, channels and vocabulary rows evenly");
   return ParallelDims{dp, fsdp, tp};
 }
 

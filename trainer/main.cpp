@@ -29,6 +29,7 @@
 #include "trainer/profile/bench.hpp"
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/sample/sampler.hpp"
+#include "trainer/train/launch_checks.hpp"
 #include "trainer/train/run_environment.hpp"
 #include "trainer/train/trainer.hpp"
 
@@ -93,11 +94,15 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& allowed_f
       bool known = false;
       for (const auto& k : allowed_for_all) known = known || k == name;
       if (!known) throw UsageError("unknown flag --" + name);
+      if (a.has(name))
+        throw UsageError("flag --" + name + " is given twice (--" + name + " " + a.flag(name) +
+                         " and --" + name + " " + value + "); give it once");
       a.flags.emplace_back(name, value);
     } else if (s.find('=') != std::string::npos) {
       a.overrides.push_back(s);
     } else {
-      throw UsageError("unexpected argument '" + s + "' (overrides look like section.key=value)");
+      throw UsageError("argument '" + s +
+                       "' (command line): expected an override section.key=value or a --flag");
     }
   }
   return a;
@@ -149,6 +154,7 @@ int train_mpi(const Args& a) {
     gt::Config cfg;
     std::exception_ptr config_error;
     try {
+      gt::check_launch(gt::detect_run_environment(), world->size());
       cfg = gt::load_config(a.flag("config"), a.overrides);
     } catch (const std::exception&) {
       config_error = std::current_exception();

@@ -365,7 +365,7 @@ TEST(CheckpointThreads, LoadReadsOnlyTheFilesItNeeds) {
   EXPECT_TRUE(ok.all_exact());
   PieceSet bad = straddling();
   EXPECT_HAS(test::error_message([&] { load_checkpoint(dir, kSig, bad.pieces()); }),
-             "checksum mismatch in " + dir + "/rank_00001.safetensors");
+             "checksum mismatch (" + dir + "/rank_00001.safetensors)");
 
   fs::remove(dir + "/rank_00001.safetensors");
   PieceSet ok2 = rank0_only();
@@ -374,7 +374,7 @@ TEST(CheckpointThreads, LoadReadsOnlyTheFilesItNeeds) {
   PieceSet c;
   c.add_blank(kC, {0, 1, 0, 1});
   EXPECT_HAS(test::error_message([&] { load_checkpoint(dir, kSig, c.pieces()); }),
-             dir + "/rank_00001.safetensors is missing");
+             "checkpoint file missing (" + dir + "/rank_00001.safetensors)");
 }
 
 // Ranks that own nothing write no shard; the manifest lists the others.

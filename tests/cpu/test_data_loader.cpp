@@ -97,12 +97,12 @@ using test::error_message;
 TEST(DataLoader, RejectsBadShardsByName) {
   test::TempDir dir;
   EXPECT_NE(error_message([&] { DataLoader({dir.file("missing_*.bin")}, "data.train", 256, 4, false, 0); })
-                .find("data.train: '" + dir.file("missing_*.bin") + "' matches no file"),
+                .find("data.train (" + dir.file("missing_*.bin") + "): expected a file or a glob matching one"),
             std::string::npos);
 
   test::write_shard(dir.file("big.bin"), {1, 2, 300, 4, 5, 6});
   EXPECT_NE(error_message([&] { DataLoader({dir.file("big.bin")}, "data.train", 256, 2, false, 0); })
-                .find("token 300 at position 2 is >= model.vocab_size=256"),
+                .find("expected tokens < model.vocab_size=256, got token 300 at position 2"),
             std::string::npos);
 
   {  // headerless raw uint16 file
@@ -117,12 +117,13 @@ TEST(DataLoader, RejectsBadShardsByName) {
   test::write_shard(dir.file("trunc.bin"), std::vector<uint16_t>(100, 1));
   std::filesystem::resize_file(dir.file("trunc.bin"), 1024 + 150);
   EXPECT_NE(error_message([&] { DataLoader({dir.file("trunc.bin")}, "data.train", 256, 2, false, 0); })
-                .find("header says 100 tokens (1224 bytes) but the file has 1174 bytes"),
+                .find("expected 1224 bytes (the header says 100 tokens), got 1174 bytes"),
             std::string::npos);
 
   test::write_shard(dir.file("short.bin"), std::vector<uint16_t>(5, 1));
   EXPECT_NE(error_message([&] { DataLoader({dir.file("short.bin")}, "data.val", 256, 8, false, 0); })
-                .find("data.val: the 1 shard(s) hold no window of seq_len+1=9 tokens"),
+                .find("data shard too short (" + dir.file("short.bin") +
+                      ", data.val): expected at least seq_len+1=9 tokens, got 5"),
             std::string::npos);
 }
 

@@ -336,8 +336,8 @@ TEST(Safetensors, ReadShapeMismatchNamesTensorAndShapes) {
   std::vector<float> out(a.size());
   const std::string msg =
       error_of([&] { r.read_f32("h.0.attn.c_attn.weight", {64, 192}, out.data()); });
-  EXPECT_EQ(msg, "tensor h.0.attn.c_attn.weight in " + tmp.file("m.safetensors") +
-                     ": expected shape [64, 192], got [192, 64]");
+  EXPECT_EQ(msg, "tensor h.0.attn.c_attn.weight (" + tmp.file("m.safetensors") +
+                     "): expected shape [64, 192], got [192, 64]");
 }
 
 TEST(Safetensors, ReadDetectsTruncationAfterOpen) {

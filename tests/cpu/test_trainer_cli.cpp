@@ -66,7 +66,7 @@ TEST_F(TrainerCli, TrainsAndWritesItsOutputs) {
 
 TEST_F(TrainerCli, MissingDataFile) {
   expect_rejected("--config " + dir.file("cfg.yaml") + " data.train=" + dir.file("nope.bin"),
-                  "data.train: '" + dir.file("nope.bin") + "' matches no file");
+                  "data.train (" + dir.file("nope.bin") + "): expected a file or a glob matching one");
 }
 
 TEST_F(TrainerCli, UnknownKey) {
@@ -92,9 +92,11 @@ TEST_F(TrainerCli, SafetensorsOfTheWrongShape) {
   auto [rc, out] = trainer("--config " + dir.file("cfg.yaml"));
   ASSERT_EQ(rc, 0) << out;
   fs::rename(dir.file("run/model.safetensors"), dir.file("small.safetensors"));
+  // A new log.dir: "run" holds checkpoints of the n_embd=16 model, itself an error.
   expect_rejected("--config " + dir.file("cfg.yaml") + " model.n_embd=32 model.init_from=" +
-                      dir.file("small.safetensors"),
+                      dir.file("small.safetensors") + " log.dir=" + dir.file("run2"),
                   "wte.weight");
+  EXPECT_FALSE(fs::exists(dir.file("run2")));
 }
 
 TEST_F(TrainerCli, MissingConfigAndUsage) {

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +28,7 @@
 #include "trainer/checkpoint/box_tiling.hpp"
 #include "trainer/checkpoint/manifest.hpp"
 #include "trainer/io/atomic_file.hpp"
+#include "trainer/io/process.hpp"
 #include "trainer/io/safetensors.hpp"
 
 namespace gt {
@@ -86,11 +86,6 @@ long parse_staging_pid(const std::string& name) {
     return std::stol(pid);
   }
   return -1;
-}
-
-bool process_alive(long pid) {
-  if (pid <= 0) return true;  // unknown: keep it
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
 bool is_one_d(const std::vector<int64_t>& shape) { return shape.size() == 1; }
@@ -257,7 +252,8 @@ Manifest gather_manifest(const std::string& staging, const CheckpointMeta& meta,
 
 std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
                             const std::vector<TensorPiece>& my_pieces, int keep,
-                            Communicator& world) {
+                            Communicator& world,
+                            const std::function<void(const char* phase)>& on_phase) {
   const int rank = world.rank(), size = world.size();
   // Every rank must write into the same step directory; a disagreement would
   // otherwise surface as a missing sidecar, far from its cause.
@@ -328,6 +324,7 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
       const WrittenFile w = writer.write_atomic(staging + "/" + file);
       sidecar.files.push_back(FileRecord{file, w.bytes, format_crc32c(w.crc32c)});
     }
+    if (on_phase) on_phase("shard");
     write_file_atomic(staging + "/" + rank_file_name(rank, ".pieces.json"),
                       sidecar_text(sidecar));
   }, remove_staging);
@@ -339,6 +336,7 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
     const Manifest m = gather_manifest(staging, meta, size);
     for (int r = 0; r < size; ++r) remove_tree(staging + "/" + rank_file_name(r, ".pieces.json"));
     write_file_atomic(staging + "/" + kManifestFile, manifest_text(m));  // fsyncs staging
+    if (on_phase) on_phase("manifest");
 
     // A committed dir of the same step is moved aside first (rename cannot
     // replace a non-empty directory), and removed only once the new one is
@@ -448,6 +446,20 @@ CheckpointMeta load_checkpoint(const std::string& dir, const std::string& expect
 std::string find_latest_checkpoint(const std::string& root, std::vector<std::string>* skipped) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return "";
+  // Staging directories of saves that never committed (a kill mid-save):
+  // never candidates, but said, so a resume explains why it went back further.
+  if (skipped) {
+    std::vector<std::string> staging;
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (parse_staging_pid(name) >= 0 && name.find(".tmp.") != std::string::npos)
+        staging.push_back(e.path().string());
+    }
+    std::sort(staging.begin(), staging.end());
+    for (const auto& dir : staging)
+      skipped->push_back(dir + ": uncommitted (a save that did not finish: its manifest was "
+                               "never renamed into place); removed by the next save");
+  }
   for (const auto& [step, dir] : list_step_dirs(root)) {
     try {
       const Manifest m = read_manifest(dir);

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,9 +86,14 @@ std::vector<TensorPiece> whole_tensor_pieces(const std::vector<NamedTensor>& ten
 // are ignored. Returns the committed directory on every rank, or throws
 // gt::Error on every rank (the failing rank's own message there, "rank R
 // failed ..." elsewhere) with nothing committed.
+// on_phase (optional, for fault-injection tests) is called with "shard" on
+// every rank once its shard is in the staging directory (before its sidecar),
+// and with "manifest" on rank 0 once manifest.json is written there (before
+// the rename that commits it).
 std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
                             const std::vector<TensorPiece>& my_pieces, int keep,
-                            Communicator& world);
+                            Communicator& world,
+                            const std::function<void(const char* phase)>& on_phase = {});
 
 // Not collective: any process (a training rank, `trainer export`) fills
 // `wanted` from the checkpoint. Checks the model signature first (listing

@@ -148,13 +148,14 @@ Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifestFile;
   std::error_code ec;
   if (!fs::exists(path, ec))
-    fail("no ", kManifestFile, ": checkpoint ", dir, " was not committed");
+    fail("checkpoint (", dir, "): expected a committed checkpoint, got no ", kManifestFile,
+         ": it was not committed (a save that did not finish, or not a checkpoint directory)");
   const json j = parse_json_file(path);
   const json& version = need(j, "format_version", path);
   if (!version.is_number_integer() ||
       (version.get<int64_t>() != 1 && version.get<int64_t>() != kFormatVersion))
-    fail(path, ": unsupported format_version ", version.dump(),
-         " (this build reads versions 1 and ", kFormatVersion, ")");
+    fail("checkpoint manifest (", path, "): expected format_version 1 or ", kFormatVersion,
+         " (what this build reads), got format_version ", version.dump());
   Manifest m;
   m.format_version = version.get<int>();
   try {
@@ -249,10 +250,12 @@ void load_v1_index(const std::string& dir, Manifest* m) {
 void check_size(const std::string& dir, const FileRecord& r) {
   const std::string p = dir + "/" + r.name;
   struct stat st {};
-  if (::stat(p.c_str(), &st) != 0) fail(p, " is missing: ", std::strerror(errno));
+  if (::stat(p.c_str(), &st) != 0)
+    fail("checkpoint file missing (", p, "): expected ", r.bytes,
+         " bytes as the manifest says, got ", std::strerror(errno));
   if (static_cast<uint64_t>(st.st_size) != r.bytes)
-    fail(p, " is ", st.st_size, " bytes, the manifest says ", r.bytes,
-         ": the file is corrupt or truncated");
+    fail("checkpoint file corrupt or truncated (", p, "): expected ", r.bytes,
+         " bytes as the manifest says, got ", st.st_size);
 }
 
 void check_checksum(const std::string& dir, const FileRecord& r) {
@@ -260,15 +263,15 @@ void check_checksum(const std::string& dir, const FileRecord& r) {
   if (r.checksum.compare(0, 7, "crc32c:") != 0)
     fail(dir, "/", kManifestFile, ": unknown checksum \"", r.checksum, "\" for ", r.name,
          " (expected crc32c:...)");
-  check_size(dir, r);  // "is missing" reads better than a failed open
+  check_size(dir, r);  // "missing" reads better than a failed open
   uint64_t bytes = 0;
   const std::string got = format_crc32c(crc32c_file(p, &bytes));
   if (bytes != r.bytes)
-    fail(p, " is ", bytes, " bytes, the manifest says ", r.bytes,
-         ": the file is corrupt or truncated");
+    fail("checkpoint file corrupt or truncated (", p, "): expected ", r.bytes,
+         " bytes as the manifest says, got ", bytes);
   if (got != r.checksum)
-    fail("checksum mismatch in ", p, ": the file is corrupt or truncated (manifest ", r.checksum,
-         ", file ", got, ")");
+    fail("checksum mismatch (", p, "): expected ", r.checksum, " as the manifest says, got ", got,
+         ": the file is corrupt or truncated");
 }
 
 void check_signature(const std::string& dir, const std::string& saved,
@@ -290,7 +293,7 @@ void check_signature(const std::string& dir, const std::string& saved,
       if (!am.count(k)) add(k, "(absent)", v);
   }
   if (diffs.empty()) diffs = "checkpoint \"" + saved + "\", config \"" + expected + "\"";
-  fail("checkpoint ", dir, " was saved for a different model: ", diffs);
+  fail("checkpoint of a different model (", dir, "): expected the config's model, got ", diffs);
 }
 
 }  // namespace gt::ckpt

@@ -21,13 +21,27 @@ namespace {
 
 using config_detail::Field;
 
+// Where each key's value came from: "configs/x.yaml:12:7" or "override
+// 'train.lr=-1'"; keys left at their default are the config file's.
+using Locations = std::map<std::string, std::string>;
+
 // Value checks, in dependency order (degrees and dims before the relations
-// that use them). Each message: "<source>: <key>=<value> ...expected...".
-void validate(const Config& c) {
-  const std::string& src = c.source;
-  auto at_least = [&](const char* key, long long v, long long lo) {
-    if (v < lo) fail(src, ": ", key, "=", v, ": expected an integer >= ", lo);
+// that use them). Each message: "<key> (<where>): expected <X>, got <value>",
+// with a hint after a semicolon where one helps.
+void validate(const Config& c, const Locations& where) {
+  auto at = [&](const std::string& key) {
+    const auto it = where.find(key);
+    return it != where.end() ? it->second : c.source;
   };
+  auto bad = [&](const std::string& key, const auto& got, const std::string& expected,
+                 const std::string& hint = "") {
+    fail(key, " (", at(key), "): expected ", expected, ", got ", got,
+         hint.empty() ? "" : "; " + hint);
+  };
+  auto at_least = [&](const char* key, long long v, long long lo) {
+    if (v < lo) bad(key, v, "an integer >= " + std::to_string(lo));
+  };
+  auto num = [](double v) { return detail::concat(v); };
 
   const ModelConfig& m = c.model;
   at_least("model.n_layer", m.n_layer, 1);
@@ -35,94 +49,87 @@ void validate(const Config& c) {
   at_least("model.n_embd", m.n_embd, 1);
   at_least("model.block_size", m.block_size, 1);
   if (m.vocab_size < 1 || m.vocab_size > 65536)
-    fail(src, ": model.vocab_size=", m.vocab_size,
-         ": expected a value in [1, 65536] (token ids are stored as uint16)");
+    bad("model.vocab_size", m.vocab_size, "a value in [1, 65536]",
+        "token ids are stored as uint16");
   if (m.n_embd % m.n_head != 0)
-    fail(src, ": model.n_embd=", m.n_embd, " is not divisible by model.n_head=", m.n_head,
-         " (each head gets n_embd / n_head channels)");
+    bad("model.n_embd", m.n_embd, "a multiple of model.n_head=" + std::to_string(m.n_head),
+        "each head gets n_embd / n_head channels");
 
   const DataConfig& d = c.data;
   if (d.train.empty())
-    fail(src, ": data.train is empty: expected a token shard path or glob, or a list of them");
+    bad("data.train", "nothing", "a token shard path or glob, or a list of them");
 
   const ParallelConfig& p = c.parallel;
   at_least("parallel.dp", p.dp, 1);
   at_least("parallel.fsdp", p.fsdp, 1);
   at_least("parallel.tp", p.tp, 1);
-  if (p.fsdp_stage < 1 || p.fsdp_stage > 3)
-    fail(src, ": parallel.fsdp_stage=", p.fsdp_stage, ": expected one of 1|2|3");
-  if (!(p.bucket_mb > 0))
-    fail(src, ": parallel.bucket_mb=", p.bucket_mb, ": expected a size in MiB > 0");
+  if (p.fsdp_stage < 1 || p.fsdp_stage > 3) bad("parallel.fsdp_stage", p.fsdp_stage, "one of 1|2|3");
+  if (!(p.bucket_mb > 0)) bad("parallel.bucket_mb", num(p.bucket_mb), "a size in MiB > 0");
   if (p.tp > 1) {
     // Heads, channels and vocabulary rows are split evenly over the tp ranks.
     for (const auto& [key, v] : {std::pair<const char*, int>{"model.n_head", m.n_head},
                                  {"model.n_embd", m.n_embd},
                                  {"model.vocab_size", m.vocab_size}})
       if (v % p.tp != 0)
-        fail(src, ": parallel.tp=", p.tp, " does not divide ", key, "=", v,
-             " (tensor parallelism splits heads, channels and vocabulary evenly)");
+        bad("parallel.tp", p.tp, detail::concat("a divisor of ", key, "=", v),
+            "tensor parallelism splits heads, channels and vocabulary evenly");
   }
 
   const TrainConfig& t = c.train;
-  if (t.seq_len < 1)
-    fail(src, ": train.seq_len=", t.seq_len, ": expected a value in [1, model.block_size=",
-         m.block_size, "]");
-  if (t.seq_len > m.block_size)
-    fail(src, ": train.seq_len=", t.seq_len, " exceeds model.block_size=", m.block_size);
+  if (t.seq_len < 1 || t.seq_len > m.block_size)
+    bad("train.seq_len", t.seq_len,
+        "a value in [1, model.block_size=" + std::to_string(m.block_size) + "]",
+        t.seq_len > m.block_size ? "raise model.block_size or lower train.seq_len" : "");
   at_least("train.micro_batch", t.micro_batch, 1);
   at_least("train.global_batch", t.global_batch, 1);
   const long long rows_per_pass = 1LL * t.micro_batch * p.dp * p.fsdp;
   if (t.global_batch % rows_per_pass != 0)
-    fail(src, ": train.global_batch=", t.global_batch,
-         " must be a multiple of train.micro_batch * parallel.dp * parallel.fsdp = ",
-         t.micro_batch, " * ", p.dp, " * ", p.fsdp, " = ", rows_per_pass);
+    bad("train.global_batch", t.global_batch,
+        detail::concat("a multiple of train.micro_batch * parallel.dp * parallel.fsdp = ",
+                       t.micro_batch, " * ", p.dp, " * ", p.fsdp, " = ", rows_per_pass));
   at_least("train.steps", t.steps, 0);
-  if (!(t.lr > 0)) fail(src, ": train.lr=", t.lr, ": expected a value > 0");
+  if (!(t.lr > 0)) bad("train.lr", num(t.lr), "a value > 0");
   if (t.min_lr < 0 || t.min_lr > t.lr)
-    fail(src, ": train.min_lr=", t.min_lr, ": expected a value in [0, train.lr=", t.lr, "]");
+    bad("train.min_lr", num(t.min_lr), "a value in [0, train.lr=" + num(t.lr) + "]");
   at_least("train.warmup_steps", t.warmup_steps, 0);
-  if (t.weight_decay < 0)
-    fail(src, ": train.weight_decay=", t.weight_decay, ": expected a value >= 0");
-  if (t.beta1 < 0 || t.beta1 >= 1)
-    fail(src, ": train.beta1=", t.beta1, ": expected a value in [0, 1)");
-  if (t.beta2 < 0 || t.beta2 >= 1)
-    fail(src, ": train.beta2=", t.beta2, ": expected a value in [0, 1)");
-  if (!(t.eps > 0)) fail(src, ": train.eps=", t.eps, ": expected a value > 0");
+  if (t.weight_decay < 0) bad("train.weight_decay", num(t.weight_decay), "a value >= 0");
+  if (t.beta1 < 0 || t.beta1 >= 1) bad("train.beta1", num(t.beta1), "a value in [0, 1)");
+  if (t.beta2 < 0 || t.beta2 >= 1) bad("train.beta2", num(t.beta2), "a value in [0, 1)");
+  if (!(t.eps > 0)) bad("train.eps", num(t.eps), "a value > 0");
   if (t.grad_clip < 0)
-    fail(src, ": train.grad_clip=", t.grad_clip, ": expected a value >= 0 (0 disables clipping)");
+    bad("train.grad_clip", num(t.grad_clip), "a value >= 0", "0 disables clipping");
   at_least("train.eval_every", t.eval_every, 0);
   at_least("train.eval_batches", t.eval_batches, 1);
   at_least("train.max_skipped", t.max_skipped, 1);
   // Sequence parallelism splits each micro-batch's rows over the tp ranks.
   if (p.tp > 1 && (1LL * t.micro_batch * t.seq_len) % p.tp != 0)
-    fail(src, ": train.micro_batch * train.seq_len = ", t.micro_batch, " * ", t.seq_len,
-         " rows must be divisible by parallel.tp=", p.tp,
-         " (sequence parallelism splits a micro-batch's rows over the tp ranks)");
+    bad("train.micro_batch", detail::concat(t.micro_batch, " * ", t.seq_len, " rows"),
+        detail::concat("train.micro_batch * train.seq_len rows divisible by parallel.tp=", p.tp),
+        "sequence parallelism splits a micro-batch's rows over the tp ranks");
 
   const RuntimeConfig& r = c.runtime;
   if (r.dtype == ComputeDType::bf16 && r.device == DeviceKind::cpu)
-    fail(src, ": runtime.dtype=bf16 needs runtime.device=cuda; the CPU backend is fp32 only");
+    bad("runtime.dtype", "bf16", "fp32 with runtime.device=cpu",
+        "the CPU backend is fp32 only; bf16 needs runtime.device=cuda");
   at_least("runtime.threads", r.threads, 0);
   if (!(r.collective_timeout_s >= 0))
-    fail(src, ": runtime.collective_timeout_s=", r.collective_timeout_s,
-         ": expected seconds >= 0 (0 = wait forever)");
+    bad("runtime.collective_timeout_s", num(r.collective_timeout_s), "seconds >= 0",
+        "0 = wait forever");
 
-  if (c.log.dir.empty()) fail(src, ": log.dir: expected a non-empty directory");
+  if (c.log.dir.empty()) bad("log.dir", "''", "a non-empty directory");
   at_least("log.every", c.log.every, 1);
 
   const CheckpointConfig& k = c.checkpoint;
   at_least("checkpoint.every", k.every, 0);
   at_least("checkpoint.keep", k.keep, 1);
-  if (k.resume.empty())
-    fail(src, ": checkpoint.resume: expected none, auto or a checkpoint directory, got ''");
+  if (k.resume.empty()) bad("checkpoint.resume", "''", "none, auto or a checkpoint directory");
 
   const ProfileConfig& pr = c.profile;
   at_least("profile.every", pr.every, 0);
   at_least("profile.steps", pr.steps, 1);
   if (pr.every > 0 && pr.steps > pr.every)
-    fail(src, ": profile.steps=", pr.steps, " exceeds profile.every=", pr.every,
-         ": expected 1 <= profile.steps <= profile.every (the last profile.steps of every "
-         "profile.every steps are profiled)");
+    bad("profile.steps", pr.steps, "at most profile.every=" + std::to_string(pr.every),
+        "the last profile.steps of every profile.every steps are profiled");
 }
 
 }  // namespace
@@ -150,6 +157,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 
   Config c;
   c.source = source;
+  Locations where_of;
   // Range-for keeps each (key, value) pair alive; yaml-cpp's iterator->
   // returns a proxy whose members dangle after the expression.
   for (const auto& entry : root) {
@@ -165,15 +173,16 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
                                     ? "override '" + o->second + "'"
                                     : config_detail::file_position(source, kv.second);
       field->read(c, kv.second, where, field->dotted);
+      where_of[field->dotted] = where;
     }
   }
-  validate(c);
+  validate(c, where_of);
   return c;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("cannot read config file '", path, "': ", std::strerror(errno));
+  if (!f) fail("config file (", path, "): expected a readable YAML file, got ", std::strerror(errno));
   std::string text;
   char buf[4096];
   size_t n = 0;
@@ -181,7 +190,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
   std::fclose(f);
-  if (failed) fail("cannot read config file '", path, "': ", std::strerror(err));
+  if (failed)
+    fail("config file (", path, "): expected a readable YAML file, got ", std::strerror(err));
   return parse_config(text, path, overrides);
 }
 

@@ -23,7 +23,7 @@ namespace {
 
 [[noreturn]] void type_error(const std::string& where, const std::string& dotted,
                              const std::string& expected, const YAML::Node& n) {
-  fail(where, ": ", dotted, ": expected ", expected, ", got ", describe(n));
+  fail(dotted, " (", where, "): expected ", expected, ", got ", describe(n));
 }
 
 // A plain (unquoted) scalar's text, or a type error.
@@ -83,7 +83,7 @@ struct Codec<int> {
     const long long v = std::strtoll(s.c_str(), nullptr, 10);
     if (errno == ERANGE || v < std::numeric_limits<int>::min() ||
         v > std::numeric_limits<int>::max())
-      fail(where, ": ", dotted, ": expected an integer in [", std::numeric_limits<int>::min(),
+      fail(dotted, " (", where, "): expected an integer in [", std::numeric_limits<int>::min(),
            ", ", std::numeric_limits<int>::max(), "], got '", s, "'");
     return static_cast<int>(v);
   }
@@ -100,7 +100,7 @@ struct Codec<uint64_t> {
     errno = 0;
     const unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
     if (errno == ERANGE)
-      fail(where, ": ", dotted, ": expected an integer below 2^64, got '", s, "'");
+      fail(dotted, " (", where, "): expected an integer below 2^64, got '", s, "'");
     return static_cast<uint64_t>(v);
   }
   static std::string write(uint64_t v) { return std::to_string(v); }
@@ -117,7 +117,7 @@ struct Codec<double> {
     if (s.empty() || end != s.c_str() + s.size() || s.front() == ' ')
       type_error(where, dotted, "a number", n);
     if (!std::isfinite(v) || errno == ERANGE)
-      fail(where, ": ", dotted, ": expected a finite number, got '", s, "'");
+      fail(dotted, " (", where, "): expected a finite number, got '", s, "'");
     return v;
   }
   static std::string write(double v) { return format_double(v); }
@@ -161,7 +161,7 @@ struct Codec<std::vector<std::string>> {
     for (size_t i = 0; i < n.size(); ++i) {
       const YAML::Node& item = n[i];
       if (!item.IsScalar() || item.Scalar().empty())
-        fail(where, ": ", dotted, "[", i, "]: expected a non-empty string, got ",
+        fail(dotted, "[", i, "] (", where, "): expected a non-empty string, got ",
              describe(item));
       out.push_back(item.Scalar());
     }

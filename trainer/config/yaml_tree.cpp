@@ -85,19 +85,18 @@ void check_map(const YAML::Node& map, const std::string& section, const std::str
   for (const auto& entry : map) {  // not iterator->: its pair is a temporary
     const YAML::Node key_node = entry.first;
     if (!key_node.IsScalar())
-      fail(file_position(source, key_node), ": keys must be plain names, got ",
-           describe(key_node), section.empty() ? "" : " in section " + section);
+      fail("config key (", file_position(source, key_node), "): expected a plain name",
+           section.empty() ? "" : " in section " + section, ", got ", describe(key_node));
     const std::string key = key_node.Scalar();
     const std::string dotted = section.empty() ? key : section + "." + key;
     const int line = line_of(key_node);
     const auto [prev, inserted] = seen.emplace(dotted, line);
     if (!inserted)
-      fail("duplicate key '", dotted, "' in ", source, " (lines ", prev->second, " and ", line,
-           "); give each key once");
+      fail("duplicate key '", dotted, "' (", source, " lines ", prev->second, " and ", line,
+           "): expected each key once, got it twice (yaml-cpp would silently keep one)");
     const bool known = section.empty() ? is_section(key) : find_field(section, key) != nullptr;
     if (!known)
-      fail("unknown key '", dotted, "' in ", source, suggestion(section, key), " (at line ", line,
-           ")");
+      fail("unknown key '", dotted, "' (", source, ":", line, ")", suggestion(section, key));
   }
 }
 
@@ -141,30 +140,31 @@ YAML::Node load_tree(const std::string& text, const std::string& source) {
   try {
     docs = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
-    if (e.mark.is_null()) fail(source, ": YAML syntax error: ", e.msg);
-    fail(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
+    if (e.mark.is_null()) fail("YAML syntax error (", source, "): ", e.msg);
+    fail("YAML syntax error (", source, ":", e.mark.line + 1, ":", e.mark.column + 1, "): ",
+         e.msg);
   } catch (const YAML::Exception& e) {
-    fail(source, ": cannot read YAML: ", e.what());
+    fail("config (", source, "): cannot read YAML: ", e.what());
   }
   if (docs.empty()) return YAML::Node(YAML::NodeType::Map);  // empty file: all defaults
   if (docs.size() > 1)
-    fail(source, ": expected one YAML document, found ", docs.size(),
-         " (remove the '---' separators)");
+    fail("config (", source, "): expected one YAML document, got ", docs.size(),
+         "; remove the '---' separators");
   return docs.front();
 }
 
 void check_tree(const YAML::Node& root, const std::string& source) {
   if (root.IsNull()) return;
   if (!root.IsMap())
-    fail(file_position(source, root), ": the top level must be a map of sections (",
-         join(sections()), "), got ", describe(root));
+    fail("config (", file_position(source, root), "): expected a map of sections (",
+         join(sections()), ") at the top level, got ", describe(root));
   check_map(root, "", source);
   for (const auto& entry : root) {
     const std::string section = entry.first.Scalar();
     const YAML::Node body = entry.second;
     if (body.IsNull()) continue;  // "log:" with every key commented out
     if (!body.IsMap())
-      fail(file_position(source, body), ": ", section, ": expected a map of keys (",
+      fail(section, " (", file_position(source, body), "): expected a map of keys (",
            join(keys_of(section)), "), got ", describe(body));
     check_map(body, section, source);
   }
@@ -177,31 +177,34 @@ std::map<std::string, std::string> apply_overrides(YAML::Node& root,
   for (const std::string& raw : overrides) {
     const size_t eq = raw.find('=');
     if (eq == std::string::npos)
-      fail("override '", raw, "': expected section.key=value (for example train.lr=3e-4)");
+      fail("override '", raw, "' (command line): expected section.key=value (for example "
+           "train.lr=3e-4)");
     const std::string key = trim(raw.substr(0, eq));
     const std::string text = raw.substr(eq + 1);
-    if (key.empty()) fail("override '", raw, "': empty key; expected section.key=value");
+    if (key.empty())
+      fail("override '", raw, "' (command line): expected section.key=value, got an empty key");
     const size_t dot = key.find('.');
     if (dot == std::string::npos)
-      fail("override '", raw, "': key '", key, "' is not of the form section.key",
-           suggestion("", key));
+      fail("override '", raw, "' (command line): expected a key of the form section.key, got '",
+           key, "'", suggestion("", key));
     if (dot == 0 || dot + 1 == key.size() || key.find('.', dot + 1) != std::string::npos)
-      fail("override '", raw, "': key '", key,
-           "' is not of the form section.key (one section, one key, both non-empty)");
+      fail("override '", raw, "' (command line): expected a key of the form section.key (one "
+           "section, one key, both non-empty), got '", key, "'");
     const std::string section = key.substr(0, dot);
     const std::string name = key.substr(dot + 1);
     if (!find_field(section, name))
-      fail("unknown key '", key, "' in override '", raw, "'", suggestion(section, name));
+      fail("unknown key '", key, "' (override '", raw, "')", suggestion(section, name));
     const auto [prev, inserted] = origin.emplace(key, raw);
     if (!inserted)
-      fail("override '", raw, "' sets ", key, " again (already set by '", prev->second,
-           "'); give each key once");
+      fail("override '", raw, "' (command line): expected each key once, got ", key,
+           " again (already set by '", prev->second, "')");
 
     YAML::Node value;
     try {
       value = YAML::Load(text);
     } catch (const YAML::Exception& e) {
-      fail("override '", raw, "': cannot parse the value '", text, "' as YAML: ", e.msg);
+      fail("override '", raw, "' (command line): expected a YAML value, got '", text, "' (",
+           e.msg, ")");
     }
     if (!root[section] || root[section].IsNull())
       root[section] = YAML::Node(YAML::NodeType::Map);

@@ -23,19 +23,17 @@ DataLoader::DataLoader(const std::vector<std::string>& patterns, const char* key
   if (patterns.empty()) fail(key, ": no data files given");
   for (const auto& path : expand_shard_patterns(patterns, key)) {
     shards_.emplace_back(path, vocab_size);
+    // A shard too short for one window would be skipped without a word.
+    if (shards_.back().size() < static_cast<int64_t>(seq_len) + 1)
+      fail("data shard too short (", path, ", ", key, "): expected at least seq_len+1=",
+           seq_len + 1, " tokens, got ", shards_.back().size(),
+           "; it holds no window: remove it or lower train.seq_len");
   }
   for (const auto& s : shards_) {
     first_window_.push_back(total_windows_);
     total_windows_ += s.size() > 0 ? (s.size() - 1) / seq_len_ : 0;
   }
-  if (total_windows_ == 0) {
-    fail(key, ": the ", shards_.size(), " shard(s) hold no window of seq_len+1=", seq_len_ + 1,
-         " tokens (largest has ",
-         std::max_element(shards_.begin(), shards_.end(),
-                          [](const TokenShard& a, const TokenShard& b) { return a.size() < b.size(); })
-             ->size(),
-         " tokens)");
-  }
+  GT_CHECK(total_windows_ > 0, "every shard holds a window, so the stream does");
 }
 
 int64_t DataLoader::num_tokens() const {

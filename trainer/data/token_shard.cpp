@@ -15,23 +15,23 @@ namespace gt {
 
 TokenShard::TokenShard(const std::string& path, int vocab_size) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open data shard '", path, "': ", std::strerror(errno));
+  if (fd < 0) fail("data shard (", path, "): expected a readable file, got ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    fail("cannot stat data shard '", path, "': ", std::strerror(err));
+    fail("data shard (", path, "): expected a readable file, got ", std::strerror(err));
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
   if (bytes < kHeaderBytes) {
     ::close(fd);
-    fail("data shard '", path, "' is ", bytes, " bytes, shorter than the 1024-byte llm.c header",
-         " (expected a file written by scripts/prepare_data.py)");
+    fail("data shard (", path, "): expected an llm.c shard of at least its 1024-byte header, got ",
+         bytes, " bytes; write shards with scripts/prepare_data.py");
   }
   void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
   ::close(fd);
-  if (map == MAP_FAILED) fail("cannot mmap data shard '", path, "': ", std::strerror(err));
+  if (map == MAP_FAILED) fail("data shard (", path, "): cannot mmap it: ", std::strerror(err));
   map_ = map;
   map_bytes_ = bytes;
 
@@ -40,25 +40,26 @@ TokenShard::TokenShard(const std::string& path, int vocab_size) : path_(path) {
   // The destructor does not run when the constructor throws: unmap by hand.
   // The message is built before unmapping: `why` may refer to mapped tokens.
   auto reject = [&](auto&&... why) {
-    std::string msg = detail::concat("data shard '", path, "': ", why...);
+    std::string msg = detail::concat("data shard (", path, "): ", why...);
     ::munmap(map_, map_bytes_);
     map_ = nullptr;
     fail(msg);
   };
   if (header[0] != kMagic)
-    reject("bad magic ", header[0], ", expected ", kMagic,
-           " (is this a raw or headerless token file? convert it with scripts/prepare_data.py)");
-  if (header[1] != kVersion) reject("unsupported version ", header[1], ", expected ", kVersion);
-  if (header[2] < 0) reject("negative token count ", header[2]);
+    reject("expected llm.c magic ", kMagic, ", got bad magic ", header[0],
+           "; is this a raw or headerless token file? convert it with scripts/prepare_data.py");
+  if (header[1] != kVersion) reject("expected version ", kVersion, ", got version ", header[1]);
+  if (header[2] < 0) reject("expected a token count >= 0 in the header, got ", header[2]);
   const size_t expected = kHeaderBytes + static_cast<size_t>(header[2]) * sizeof(uint16_t);
   if (expected != bytes)
-    reject("header says ", header[2], " tokens (", expected, " bytes) but the file has ", bytes,
-           " bytes");
+    reject("expected ", expected, " bytes (the header says ", header[2], " tokens), got ", bytes,
+           " bytes: truncated, or not an llm.c shard");
   num_tokens_ = header[2];
   tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kHeaderBytes);
   for (int64_t i = 0; i < num_tokens_; ++i) {
     if (tokens_[i] >= vocab_size)
-      reject("token ", tokens_[i], " at position ", i, " is >= model.vocab_size=", vocab_size);
+      reject("expected tokens < model.vocab_size=", vocab_size, ", got token ", tokens_[i],
+             " at position ", i);
   }
 }
 
@@ -85,8 +86,8 @@ std::vector<std::string> expand_shard_patterns(const std::vector<std::string>& p
     int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
     if (rc != 0) {
       globfree(&g);
-      fail(key, ": '", pattern, "' matches no file",
-           rc == GLOB_NOMATCH ? " (run scripts/prepare_data.py to create the token shards)" : "");
+      fail(key, " (", pattern, "): expected a file or a glob matching one, got no match",
+           rc == GLOB_NOMATCH ? "; run scripts/prepare_data.py to create the token shards" : "");
     }
     for (size_t i = 0; i < g.gl_pathc; ++i) {  // glob() sorts its matches
       std::string p = g.gl_pathv[i];

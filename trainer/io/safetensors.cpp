@@ -261,12 +261,12 @@ void SafetensorsReader::read_f32(const std::string& name,
                                  const std::vector<int64_t>& expected_shape, float* dst) const {
   const SafetensorInfo& t = info(name);
   if (t.shape != expected_shape)
-    fail("tensor ", name, " in ", path_, ": expected shape ", shape_str(expected_shape),
+    fail("tensor ", name, " (", path_, "): expected shape ", shape_str(expected_shape),
          ", got ", shape_str(t.shape));
   const int esize = dtype_size(t.dtype);
   if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-    fail("tensor ", name, " in ", path_, " has dtype ", t.dtype,
-         "; only F32, BF16 and F16 can be read as fp32");
+    fail("tensor ", name, " (", path_, "): expected dtype F32, BF16 or F16 (read as fp32), got ",
+         "dtype ", t.dtype);
   const uint64_t numel = (t.end - t.begin) / static_cast<uint64_t>(esize);
   if (numel == 0) return;
   GT_CHECK(dst != nullptr, "read_f32 of ", name, " into a null buffer");

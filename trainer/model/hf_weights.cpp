@@ -30,6 +30,14 @@ void for_each_hf_tensor(const std::string& path, const ModelConfig& m,
   std::vector<float> tmp, data;
   for (const auto& s : layout.specs()) {
     const std::string name = prefix + s.name;
+    // A 2-D weight stored the other way round (torch Linear [out, in] instead
+    // of HF GPT-2's Conv1D [in, out], or the reverse) is named as such.
+    const std::vector<int64_t> want = hf_shape(s);
+    if (want.size() == 2 && want[0] != want[1] && reader.has(name) &&
+        reader.info(name).shape == std::vector<int64_t>{want[1], want[0]})
+      fail("tensor ", name, " (", path, "): expected shape [", want[0], ", ", want[1],
+           "] (", s.hf_transposed ? "HF GPT-2 Conv1D layout [in, out]" : "[out, in]",
+           "), got [", want[1], ", ", want[0], "]: the weight is stored transposed");
     data.resize(static_cast<size_t>(s.numel));
     if (!s.hf_transposed) {
       reader.read_f32(name, s.shape, data.data());

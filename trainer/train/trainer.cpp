@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "parallel/collective_context.hpp"
 #include "parallel/collective_error.hpp"
 #include "parallel/in_process_communicator.hpp"
 #include "parallel/mesh.hpp"
@@ -25,9 +27,13 @@
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/profile/profile_session.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
+#include "trainer/train/fault_injection.hpp"
+#include "trainer/train/launch_checks.hpp"
 #include "trainer/train/lr_schedule.hpp"
 #include "trainer/train/metrics_log.hpp"
+#include "trainer/train/run_directory.hpp"
 #include "trainer/train/run_environment.hpp"
+#include "trainer/train/stop_signal.hpp"
 
 namespace gt {
 
@@ -70,6 +76,7 @@ struct Run {
   std::string resume_dir;
   int64_t start_step = 0;
   int64_t optimizer_step = 0;
+  FaultInjector faults;  // TRAINER_FAULT (tests); empty otherwise
 };
 
 // Rows this data rank reads for micro-batch k of a batch that starts at
@@ -91,17 +98,35 @@ void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
   // check above is the same everywhere) before anything rank-local can fail.
   run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
                    : std::make_unique<DeviceMesh>(DeviceMesh::in_process());
-  if (cfg.runtime.device == DeviceKind::cuda)
-    fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
-         "runtime.device=cpu (or auto)");
+  // Rank-local checks from here on (the mesh was the one collective): the
+  // cheap ones first, agreed before any rank allocates the model (a rank
+  // must not fill gigabytes for a run rank 0 has already rejected).
+  std::exception_ptr early_error;
+  try {
+    run.faults = FaultInjector::from_env();
+    check_local_devices(cfg, detect_run_environment().local_size, visible_cuda_devices(),
+                        cuda_built());
+    if (cfg.runtime.device == DeviceKind::cuda)
+      fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
+           "runtime.device=cpu (or auto)");
+    run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
+                                                  cfg.model.vocab_size, tc.seq_len,
+                                                  cfg.data.shuffle, tc.seed);
+    check_data_covers_batch(*run.train_data, cfg);
+    if (!cfg.data.val.empty() && tc.eval_every > 0)
+      run.val_data = std::make_unique<DataLoader>(cfg.data.val, "data.val",
+                                                  cfg.model.vocab_size, tc.seq_len, false,
+                                                  tc.seed);
+    // The outputs: writable, room for a checkpoint, not locked, no
+    // checkpoints of another run.
+    if (run.mesh->rank() == 0) check_outputs(cfg);
+  } catch (const std::exception&) {
+    early_error = std::current_exception();
+  }
+  agree_on_setup(run.mesh->world(), early_error);  // throws CollectiveError on every rank
   run.profile = std::make_unique<ProfileSession>(cfg, run.mesh->rank());
-  run.ops = run.profile->wrap(make_cpu_ops(cpu_thread_share(cfg.runtime.threads, detect_run_environment())));
-  run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
-                                                cfg.model.vocab_size, tc.seq_len,
-                                                cfg.data.shuffle, tc.seed);
-  if (!cfg.data.val.empty() && tc.eval_every > 0)
-    run.val_data = std::make_unique<DataLoader>(cfg.data.val, "data.val", cfg.model.vocab_size,
-                                                tc.seq_len, false, tc.seed);
+  run.ops = run.profile->wrap(
+      make_cpu_ops(cpu_thread_share(cfg.runtime.threads, detect_run_environment())));
 
   const MeshCoord& me = run.mesh->coord();
   run.layout = std::make_unique<ParameterLayout>(cfg.model, run.dims.tp, me.tp, run.dims.fsdp);
@@ -206,12 +231,19 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
   Communicator& job = world ? static_cast<Communicator&>(const_cast<MpiCommunicator&>(*world))
                             : static_cast<Communicator&>(solo);
   const bool rank0 = job.rank() == 0;
+  // Where the job is, for collective-deadline messages; a missed deadline
+  // aborts the job (a peer is hung or dead).
+  auto context = std::make_shared<CollectiveContext>();
+  context->abort_on_deadline = true;
+  ScopedCollectiveContext context_scope(const_cast<MpiCommunicator*>(world), context);
 
   // ---- Validate every input on every rank; agree before any output. --------
   Run run;
   std::exception_ptr setup_error;
   try {
     build(run, cfg, world);
+  } catch (const CollectiveError&) {
+    throw;  // agreed inside build already (every rank has it)
   } catch (const std::exception&) {
     setup_error = std::current_exception();
   }
@@ -224,11 +256,10 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
   const std::string ckpt_root = cfg.checkpoint_dir();
 
   // ---- Outputs (rank 0 writes the logs; every rank writes its checkpoint shard).
+  // The lock on log.dir and every rank's pid file first (agreed).
+  const std::unique_ptr<RunDirectory> run_dir = open_run_directory(cfg, job);
   std::optional<MetricsLog> metrics;
   if (rank0) {
-    std::error_code ec;
-    fs::create_directories(cfg.log.dir, ec);
-    if (ec) fail("cannot create log.dir '", cfg.log.dir, "': ", ec.message());
     write_file_atomic(cfg.log.dir + "/config.yaml", to_yaml(cfg));
     metrics.emplace(cfg.log.dir + "/metrics.jsonl", run.start_step);
   }
@@ -272,6 +303,8 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
   std::string last_dir = run.resume_dir;
 
   auto save = [&](int64_t step) {
+    const std::string phase = context->phase;
+    context->phase = "checkpoint";
     CheckpointMeta meta;
     meta.step = step;
     meta.sample_position = step * tc.global_batch;
@@ -280,19 +313,30 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     meta.layout = run.dims.str();
     meta.model_signature = signature;
     meta.config_yaml = to_yaml(cfg);
-    last_dir = save_checkpoint(ckpt_root, meta, params.pieces_to_save(), cfg.checkpoint.keep, job);
+    last_dir = save_checkpoint(ckpt_root, meta, params.pieces_to_save(), cfg.checkpoint.keep, job,
+                               [&](const char* p) { run.faults.in_save(job.rank(), step, p); });
     last_saved = step;
+    context->phase = phase;
     if (rank0) spdlog::info("checkpoint step {} -> {}", step, last_dir);
   };
 
+  // From here SIGTERM/SIGINT finish the step, checkpoint and exit 0 (before,
+  // during start-up, they end the process: there is nothing to save yet).
+  StopSignal stop_signal;
+  int64_t stopped_at = -1;  // the step a stop signal ended the run after
   for (int64_t step = run.start_step; step < tc.steps; ++step) {
+    context->step = step;
+    context->phase = "train";
+    run.faults.at_step_start(job.rank(), step);
     const auto t0 = Clock::now();
     const bool last_step = step + 1 == tc.steps;
     nlohmann::json rec;
     rec["step"] = step;
 
     if (run.val_data && (step % tc.eval_every == 0 || last_step)) {
+      context->phase = "eval";
       const double val_loss = evaluate(run, cfg, inputs, targets);
+      context->phase = "train";
       rec["val_loss"] = json_number(val_loss);
       if (rank0) spdlog::info("step {:>5} | val loss {:.4f}", step, val_loss);
     }
@@ -306,7 +350,12 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
       params.begin_micro_batch(k + 1 == accum);
       run.train_data->fill(first_row(step * tc.global_batch, k, B, D, data_rank), B,
                            inputs.data(), targets.data());
-      loss_sum += model.forward(inputs.data(), targets.data(), B, T, grad_scale);
+      // nan fault: an infinite loss scale on this rank makes its gradients
+      // inf/NaN, as an overflow in backward would.
+      const float scale = run.faults.poison_gradients(job.rank(), step)
+                              ? std::numeric_limits<float>::infinity()
+                              : grad_scale;
+      loss_sum += model.forward(inputs.data(), targets.data(), B, T, scale);
       model.backward();
     }
     params.finish_gradients();
@@ -326,10 +375,11 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     } else {
       ++skipped_in_row;
       rec["skipped"] = true;
-      if (rank0)
-        spdlog::warn("step {}: non-finite {} ({}), update skipped ({} in a row, limit {})", step,
-                     std::isfinite(loss) ? "gradient norm" : "loss",
-                     std::isfinite(loss) ? grad_norm : loss, skipped_in_row, tc.max_skipped);
+      // Every rank says so: the decision came from all-reduced values, and the
+      // reliability tests check that each rank skipped the same step.
+      spdlog::warn("step {}: non-finite {} ({}), update skipped ({} in a row, limit {})", step,
+                   std::isfinite(loss) ? "gradient norm" : "loss",
+                   std::isfinite(loss) ? grad_norm : loss, skipped_in_row, tc.max_skipped);
     }
     const double step_ms = ms_since(t_train);
     const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
@@ -358,12 +408,25 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
     }
     if (finite && cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0)
       save(step + 1);
+    // SIGTERM/SIGINT on any rank: all stop here, after the same step (the
+    // last step needs no stop: the run ends and exports as usual).
+    context->phase = "stop check";
+    if (!last_step && agree_to_stop(job)) {
+      if (last_saved != step + 1) save(step + 1);
+      stopped_at = step + 1;
+      if (rank0)
+        spdlog::warn("stopped by a signal (SIGTERM or SIGINT) after step {}: checkpoint {} is "
+                     "committed; resume with checkpoint.resume=auto", stopped_at, last_dir);
+      break;
+    }
   }
-  if (last_saved != tc.steps && tc.steps > run.start_step) save(tc.steps);
+  context->step = -1;
+  context->phase = "final checkpoint";
+  if (stopped_at < 0 && last_saved != tc.steps && tc.steps > run.start_step) save(tc.steps);
   run.profile->finish(cfg.log.dir);
 
   // The HF export is assembled from the final checkpoint, whatever the layout.
-  if (rank0 && !last_dir.empty()) {
+  if (rank0 && !last_dir.empty() && stopped_at < 0) {
     const std::string export_path = cfg.log.dir + "/model.safetensors";
     export_hf_weights(last_dir, cfg.model, export_path, {{"model", signature}});
     spdlog::info("exported weights to {}", export_path);
@@ -371,7 +434,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
 
   TrainSummary summary;
   summary.first_step = run.start_step;
-  summary.steps_run = tc.steps - run.start_step;
+  summary.steps_run = (stopped_at >= 0 ? stopped_at : tc.steps) - run.start_step;
   summary.final_loss = last_loss;
   summary.log_dir = cfg.log.dir;
   return summary;

@@ -1,0 +1,76 @@
+#include "trainer/train/launch_checks.hpp"
+
+#include <unistd.h>
+
+#include "kernels/core/error.hpp"
+#include "trainer/data/data_loader.hpp"
+
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+#include "kernels/cuda/cuda_resources.hpp"
+#endif
+
+namespace gt {
+
+namespace {
+std::string host_name() {
+  char host[256] = "";
+  if (::gethostname(host, sizeof host) != 0) return "this host";
+  host[sizeof host - 1] = '\0';
+  return host;
+}
+
+const char* size_variable(const std::string& launcher) {
+  if (launcher == "openmpi") return "OMPI_COMM_WORLD_SIZE";
+  if (launcher == "pmi") return "PMI_SIZE";
+  if (launcher == "slurm") return "SLURM_NTASKS";
+  return "?";
+}
+}  // namespace
+
+void check_launch(const RunEnvironment& env, int mpi_world_size) {
+  if (env.world_size == mpi_world_size) return;
+  fail("MPI world size (", env.launcher, " launch): expected ", env.world_size,
+       " ranks, as ", size_variable(env.launcher), "=", env.world_size, " says, got ",
+       mpi_world_size, " from MPI: this process's MPI did not join the launcher's job (under "
+       "Slurm use srun --mpi=pmix, or mpirun inside the allocation)");
+}
+
+bool cuda_built() {
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int visible_cuda_devices() {
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+  return cuda::cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
+void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build) {
+  if (cfg.runtime.device != DeviceKind::cuda) return;
+  if (!have_cuda_build)
+    fail("runtime.device=cuda (", cfg.source, "): expected a build with the CUDA backend, got "
+         "a CPU-only build (nvcc was not found when it was configured); use runtime.device=cpu");
+  if (local_ranks > gpus)
+    fail("runtime.device=cuda (", cfg.source, ", host ", host_name(),
+         "): expected at most one rank per GPU, got ", local_ranks, " ranks on this host for ",
+         gpus, " visible GPU", gpus == 1 ? "" : "s",
+         "; start fewer ranks per host (mpirun --npernode ", gpus > 0 ? gpus : 1,
+         ") or make more GPUs visible (CUDA_VISIBLE_DEVICES)");
+}
+
+void check_data_covers_batch(const DataLoader& data, const Config& cfg) {
+  const int64_t rows = cfg.train.global_batch;
+  if (data.num_windows() >= rows) return;
+  fail("data.train (", cfg.source, "): expected at least train.global_batch=", rows,
+       " windows of seq_len+1=", cfg.train.seq_len + 1, " tokens, got ", data.num_windows(),
+       " in ", data.num_shards(), " shard(s) of ", data.num_tokens(),
+       " tokens: one batch would repeat rows; add data or lower train.global_batch");
+}
+
+}  // namespace gt

@@ -1,0 +1,35 @@
+// Start-up checks of how the job was launched and where it runs, beyond the
+// config itself: the MPI world against the launcher's word, local ranks
+// against GPUs, and the training data against one global batch. Each throws
+// gt::Error in the "<what> (<where>): expected X, got Y" form.
+#pragma once
+
+#include <string>
+
+#include "trainer/config/config.hpp"
+#include "trainer/train/run_environment.hpp"
+
+namespace gt {
+
+class DataLoader;
+
+// The launcher (mpirun, srun) said the job has env.world_size ranks; MPI says
+// mpi_world_size. They differ when the MPI library did not join the launcher's
+// job (srun without --mpi=pmix, an MPI built for another launcher): every
+// process would then train alone, all writing the same directory.
+void check_launch(const RunEnvironment& env, int mpi_world_size);
+
+// Visible CUDA devices on this host (0 without a CUDA build or driver).
+int visible_cuda_devices();
+// True when this build has the CUDA backend compiled in.
+bool cuda_built();
+
+// runtime.device=cuda needs a CUDA build and at least one GPU per rank on
+// this host. local_ranks: ranks of this job on this host; gpus: visible GPUs.
+void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build);
+
+// The training data must hold at least one global batch of distinct windows
+// (else rows of one batch would repeat).
+void check_data_covers_batch(const DataLoader& data, const Config& cfg);
+
+}  // namespace gt
