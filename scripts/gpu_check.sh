@@ -128,7 +128,10 @@ if [[ -z "$nvcc_path" ]]; then
 fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-if [[ -f "$build/CMakeCache.txt" ]] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}" "$build/CMakeCache.txt"; then
+# A cache from another generator or another prefix location would mislead CMake.
+if [[ -f "$build/CMakeCache.txt" ]] &&
+   ! { grep -q "CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}" "$build/CMakeCache.txt" &&
+       grep -qF "GT_OPENBLAS_OPENMP:FILEPATH=$L/openblas-openmp/libopenblas.so" "$build/CMakeCache.txt"; }; then
   rm -rf "$build"
 fi
 step "configure ($build)"

@@ -454,19 +454,38 @@ void backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* out
   if (B == 0) return;
   dev::NvtxRange range("attention_backward");
   const Dims d = make_dims<T>(T_, NH, hs, {dqkv, dout, qkv, out});
-  const int64_t rows = static_cast<int64_t>(B) * T_ * NH;
-  constexpr int kDotThreads = 256;
-  const int64_t blocks = (rows * dev::kWarpSize + kDotThreads - 1) / kDotThreads;
-  GT_CHECK(blocks <= 0x7fffffff, "attention_backward: too many rows");
-  attention_rowdot_kernel<T><<<static_cast<unsigned>(blocks), kDotThreads, 0, stream>>>(
-      scratch, dout, out, B, d);
-  CUDA_CHECK_LAUNCH();
+  attention_backward_rowdot(scratch, dout, out, B, T_, NH, hs, stream);
   if (hs <= 32) backward_hsp<T, 32>(dqkv, dout, qkv, lse, scratch, B, d, stream);
   else if (hs <= 64) backward_hsp<T, 64>(dqkv, dout, qkv, lse, scratch, B, d, stream);
   else backward_hsp<T, 128>(dqkv, dout, qkv, lse, scratch, B, d, stream);
 }
 
+template <typename T>
+void rowdot(float* D, const T* dout, const T* out, int B, int T_, int NH, int hs,
+            cudaStream_t stream) {
+  GT_CHECK(B >= 0 && T_ >= 1 && NH >= 1 && hs >= 1, "attention_backward_rowdot: B = ", B,
+           ", T = ", T_, ", NH = ", NH, ", hs = ", hs);
+  if (B == 0) return;
+  const Dims d{T_, NH, hs, NH * hs, 1.f, false};
+  const int64_t rows = static_cast<int64_t>(B) * T_ * NH;
+  constexpr int kDotThreads = 256;
+  const int64_t blocks = (rows * dev::kWarpSize + kDotThreads - 1) / kDotThreads;
+  GT_CHECK(blocks <= 0x7fffffff, "attention_backward_rowdot: too many rows");
+  attention_rowdot_kernel<T><<<static_cast<unsigned>(blocks), kDotThreads, 0, stream>>>(
+      D, dout, out, B, d);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void attention_backward_rowdot(float* D, const float* dout, const float* out, int B, int T,
+                               int NH, int hs, cudaStream_t stream) {
+  rowdot(D, dout, out, B, T, NH, hs, stream);
+}
+void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                               int B, int T, int NH, int hs, cudaStream_t stream) {
+  rowdot(D, dout, out, B, T, NH, hs, stream);
+}
 
 int64_t attention_saved_floats(int B, int NH, int T) { return static_cast<int64_t>(B) * NH * T; }
 int64_t attention_scratch_floats(int B, int NH, int T) { return static_cast<int64_t>(B) * NH * T; }

@@ -55,4 +55,26 @@ void attention_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16
                         const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                         int B, int T, int NH, int hs, cudaStream_t stream);
 
+// D (B,NH,T) = rowsum(dout * out) per (b, h, t): the first step of both
+// backwards, ASSIGNED into `D` (the scratch). One warp per row.
+void attention_backward_rowdot(float* D, const float* dout, const float* out, int B, int T,
+                               int NH, int hs, cudaStream_t stream);
+void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                               int B, int T, int NH, int hs, cudaStream_t stream);
+
+// ---- tensor-core variant (attention_tc.cu): bf16 only, hs % 16 == 0, hs <= 128 ----
+// Same contract as above (outputs, saved lse, scratch); the products run on
+// WMMA bf16 tensor cores with fp32 accumulation, and P and dS are rounded to
+// bf16 before their products (FlashAttention-2's precision), so results
+// differ from the fp32-math kernels above by bf16 rounding (~1e-2 relative).
+// The forward makes two passes over the keys (statistics, then output) so no
+// accumulator is ever rescaled. Not yet run on a GPU: CudaOps uses it only
+// when CudaContextOptions::attention_tensor_cores is set.
+bool attention_tc_supported(int hs);
+void attention_forward_tc(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
+                          int NH, int hs, cudaStream_t stream);
+void attention_backward_tc(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
+                           const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                           int B, int T, int NH, int hs, cudaStream_t stream);
+
 }  // namespace gt::cuda

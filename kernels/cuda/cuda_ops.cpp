@@ -447,6 +447,9 @@ void CudaOps::attention_forward(TensorView out, TensorView saved, TensorView qkv
   check_flat(c, saved, "saved", attention_saved_elems(d.B, d.NH, d.T));
   if (qkv.dtype == DType::f32)
     cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), d.B, d.T, d.NH, d.hs, stream());
+  else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
+    cuda::attention_forward_tc(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.hs,
+                               stream());
   else
     cuda::attention_forward(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.hs,
                             stream());
@@ -465,6 +468,10 @@ void CudaOps::attention_backward(TensorView dqkv, TensorView scratch_view, Tenso
   if (qkv.dtype == DType::f32)
     cuda::attention_backward(dqkv.f32(), scratch_view.f32(), dout.f32(), qkv.f32(), out.f32(),
                              saved.f32(), d.B, d.T, d.NH, d.hs, stream());
+  else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
+    cuda::attention_backward_tc(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout),
+                                ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH,
+                                d.hs, stream());
   else
     cuda::attention_backward(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout),
                              ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH, d.hs,

@@ -1,5 +1,5 @@
-// Flash attention (kernels/cuda/attention.cu) against the CPU twin: fp32 and
-// bf16, head sizes on and between the three padded widths (5, 8, 16, 32, 48,
+// Flash attention (kernels/cuda/attention.cu, and the tensor-core variant in
+// attention_tc.cu) against the CPU twin: fp32 and bf16, head sizes on and between the three padded widths (5, 8, 16, 32, 48,
 // 64, 72, 128: odd ones take the scalar loads), T inside one 64-row tile, on
 // a tile boundary, one past it, and across many tiles (1, 7, 64, 65, 130,
 // 200, 1024). Every output is poisoned first; the log-sum-exp is checked
@@ -162,6 +162,50 @@ TEST(CudaAttention, Bf16ForwardAndBackwardMatchCpu) {
     EXPECT_TRUE(all_close(gt::test::from_bf16(d_dqkv.download()), want_dqkv, 2e-2f, 2e-2f))
         << "dqkv";
   }
+}
+
+// The WMMA kernels (attention_tc.cu): P and dS are rounded to bf16 before
+// their products, hence the looser gradient tolerance.
+TEST(CudaAttention, Bf16TensorCoreForwardAndBackwardMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  const cudaStream_t s = stream.get();
+  auto bf = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<__nv_bfloat16*>(a.get()); };
+  const Case cases[] = {{1, 1, 1, 16},   {2, 7, 3, 16},   {1, 64, 2, 64},  {2, 65, 2, 64},
+                        {1, 130, 2, 128}, {2, 100, 3, 48}, {1, 200, 1, 32}, {1, 1024, 2, 64}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(name(c));
+    ASSERT_TRUE(gt::cuda::attention_tc_supported(c.hs));
+    const Sizes z = sizes(c);
+    const auto qkv = gt::test::round_to_bf16(random_vector(z.qkv, 31, -2.f, 2.f));
+    const auto dout = gt::test::round_to_bf16(random_vector(z.out, 32));
+    const CpuResult fwd = cpu_forward(c, qkv);
+    const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout);
+
+    DeviceArray<uint16_t> d_qkv(gt::test::to_bf16(qkv), s), d_dout(gt::test::to_bf16(dout), s),
+        d_out(z.out, s), d_dqkv(z.qkv, s);
+    DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
+    d_out.poison();
+    d_lse.poison();
+    gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), fwd.out, 1.5e-2f, 1.5e-2f))
+        << "out";
+    // S is exact fp32 (bf16 products, fp32 sums): the statistics stay fp32-accurate.
+    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
+
+    d_dqkv.poison();
+    d_scratch.poison();
+    gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                    d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    const auto dqkv = d_dqkv.download();
+    EXPECT_TRUE(all_close(gt::test::from_bf16(dqkv), want_dqkv, 3e-2f, 3e-2f)) << "dqkv";
+    d_dqkv.poison();
+    gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                    d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(d_dqkv.download() == dqkv) << "backward not repeatable";
+  }
+  EXPECT_FALSE(gt::cuda::attention_tc_supported(72));
+  EXPECT_FALSE(gt::cuda::attention_tc_supported(8));
 }
 
 TEST(CudaAttention, HeadSizeAbove128IsAnError) {

@@ -5,7 +5,7 @@
 // section: peak (square bf16 GEMMs through GemmContext), gemm (CudaOps::
 // matmul_forward / matmul_backward, bias fused, dbias included in bwd), or
 // attention (CudaOps::attention_forward / attention_backward; M = B*NH,
-// N = T, K = head size). FLOPs are model FLOPs: a GEMM 2MNK (bwd: two GEMMs,
+// N = T, K = head size; *_tc rows: the WMMA tensor-core kernels). FLOPs are model FLOPs: a GEMM 2MNK (bwd: two GEMMs,
 // 4MNK); causal attention fwd 2 * 2 B NH T^2 hs / 2, bwd 2.5x fwd (the
 // flash-attention convention: our backward recomputes more than that).
 // Inputs are random (uniform [-1, 1) from a hash), since zeros run faster.
@@ -171,6 +171,24 @@ int run(int argc, char** argv) {
                              static_cast<int>(NH));
     });
     row("attention", "attn_bwd", dt, B * NH, T, hs, 2.5 * flop_fwd, bwd);
+    if (dt == DType::bf16) {  // the WMMA tensor-core kernels (attention_tc.cu)
+      gt::CudaContextOptions o;
+      o.attention_tensor_cores = true;
+      gt::CudaOps tc(o);
+      tc.synchronize();
+      ops.synchronize();
+      const cudaStream_t ts = tc.stream();
+      const Timer tc_timer{ts, timer.warmup, timer.iters};
+      const double tfwd = tc_timer.time(
+          [&] { tc.attention_forward(out.view, saved.view, qkv.view, static_cast<int>(NH)); });
+      row("attention", "attn_fwd_tc", dt, B * NH, T, hs, flop_fwd, tfwd);
+      const double tbwd = tc_timer.time([&] {
+        tc.attention_backward(dqkv.view, scratch.view, dout.view, qkv.view, out.view, saved.view,
+                              static_cast<int>(NH));
+      });
+      row("attention", "attn_bwd_tc", dt, B * NH, T, hs, 2.5 * flop_fwd, tbwd);
+      tc.synchronize();
+    }
   }
   ops.synchronize();
   return 0;
