@@ -163,6 +163,41 @@ TEST(CudaOps, CrossEntropySumSquaresAndAdamWMatchCpu) {
     EXPECT_NEAR(norms[1][i], norms[0][i], 1e-6 * std::fabs(norms[0][i])) << "sum_squares " << i;
 }
 
+TEST(CudaOps, CastAndAdamWWithTheBf16CopyThroughTheInterface) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::CudaOps ops;
+  const cudaStream_t s = ops.stream();
+  const int64_t n = 4099;
+  const auto x = gt::test::random_vector(n, 61, -3.f, 3.f);
+  gt::test::DeviceArray<float> d_x(x, s), d_back(n, s);
+  gt::test::DeviceArray<uint16_t> d_b(n, s);
+  d_b.poison();
+  d_back.poison();
+  ops.cast(gt::test::dev_view(d_b, gt::DType::bf16, {n}), gt::test::dev_view(d_x, gt::DType::f32, {n}));
+  EXPECT_TRUE(d_b.download() == gt::test::to_bf16(x)) << "fp32 -> bf16";
+  ops.cast(gt::test::dev_view(d_back, gt::DType::f32, {n}), gt::test::dev_view(d_b, gt::DType::bf16, {n}));
+  EXPECT_TRUE(gt::test::bitwise_equal(d_back.download(), gt::test::round_to_bf16(x))) << "bf16 -> fp32";
+
+  // AdamW writes the fp32 master weights and their bf16 copy in one pass.
+  auto p0 = gt::test::random_vector(n, 62), g = gt::test::random_vector(n, 63);
+  std::vector<float> m(n, 0.f), v(n, 0.f), want = p0;
+  const Ops::AdamWParams hp{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 1};
+  auto cpu = gt::make_cpu_ops(1);
+  {
+    std::vector<float> mm = m, vv = v;
+    cpu->adamw_update(gt::cpu_f32(want.data(), {n}), gt::cpu_f32(g.data(), {n}),
+                      gt::cpu_f32(mm.data(), {n}), gt::cpu_f32(vv.data(), {n}), hp);
+  }
+  gt::test::DeviceArray<float> d_p(p0, s), d_g(g, s), d_m(m, s), d_v(v, s);
+  d_b.poison();
+  ops.adamw_update(gt::test::dev_view(d_p, gt::DType::f32, {n}), gt::test::dev_view(d_g, gt::DType::f32, {n}),
+                   gt::test::dev_view(d_m, gt::DType::f32, {n}), gt::test::dev_view(d_v, gt::DType::f32, {n}),
+                   hp, gt::test::dev_view(d_b, gt::DType::bf16, {n}));
+  const auto got = d_p.download();
+  EXPECT_TRUE(all_close(got, want, 1e-6f, 1e-5f)) << "param";
+  EXPECT_TRUE(d_b.download() == gt::test::to_bf16(got)) << "the bf16 copy is the rounded param";
+}
+
 // ---- the whole op set --------------------------------------------------------------
 
 struct BlockDims {
