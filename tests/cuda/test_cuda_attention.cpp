@@ -190,8 +190,9 @@ TEST(CudaAttention, Bf16TensorCoreForwardAndBackwardMatchCpu) {
     gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
     EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), fwd.out, 1.5e-2f, 1.5e-2f))
         << "out";
-    // S is exact fp32 (bf16 products, fp32 sums): the statistics stay fp32-accurate.
-    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
+    // S is exact bf16 products summed in the tensor cores' fp32 accumulators
+    // (whose rounding is not IEEE's to the last bit): near-fp32 statistics.
+    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-4f, 1e-4f)) << "lse";
 
     d_dqkv.poison();
     d_scratch.poison();
