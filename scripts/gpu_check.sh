@@ -9,8 +9,8 @@
 #   2. configures and builds the GPU tests and the GPU benchmark (build-gpu/);
 #   3. runs every GPU test (gt_cuda_tests) and build-gpu/gpu_bench;
 #   4. prints one table: tests passed/failed/skipped per suite, the GEMMs of
-#      GPT-2 124M (fwd and bwd) and causal attention with ms and TFLOP/s, and
-#      the measured bf16 GEMM peak.
+#      GPT-2 124M (fwd and bwd) and causal attention with ms and TFLOP/s, the
+#      measured bf16 GEMM peak, and the bandwidth-bound kernels in GB/s.
 # Logs (configure, build, test XML and output, bench CSV, the table) go to
 # runs/gpu_check/<time>/ or --logs DIR; the folder is named at start and end.
 # Exit status: 0 when everything built and no test failed.
@@ -206,13 +206,17 @@ if not rows:
     print("  not measured: " + (open(csv_path).read().strip() if os.path.exists(csv_path) else "no output")
           + f" (exit {bench_rc})")
 else:
-    print(f"  {'section':<10}{'name':<16}{'dtype':<6}{'M x N x K':>22}{'ms':>10}{'TFLOP/s':>10}{'% peak':>8}")
+    print(f"  {'section':<10}{'name':<16}{'dtype':<6}{'M x N x K':>22}{'ms':>10}{'TFLOP/s':>10}"
+          f"{'% peak':>8}{'GB/s':>8}")
     for r in rows:
-        shape = f"{r['M']}x{r['N']}x{r['K']}"
-        pct = f"{100 * float(r['tflops']) / peak:.0f}" if peak > 0 and r["dtype"] == "bf16" else ""
+        mem = r["section"] == "memory"
+        shape = f"{r['M']}x{r['N']}" + ("" if mem else f"x{r['K']}")
+        pct = f"{100 * float(r['tflops']) / peak:.0f}" if peak > 0 and r["dtype"] == "bf16" and not mem else ""
+        tf = "" if mem else f"{float(r['tflops']):.1f}"
+        gbs = f"{float(r.get('gbs') or 0):.0f}" if mem else ""
         print(f"  {r['section']:<10}{r['name']:<16}{r['dtype']:<6}{shape:>22}{float(r['ms']):>10.3f}"
-              f"{float(r['tflops']):>10.1f}{pct:>8}")
-    print(f"  measured bf16 GEMM peak: {peak:.1f} TFLOP/s")
+              f"{tf:>10}{pct:>8}{gbs:>8}")
+    print(f"  measured bf16 GEMM peak: {peak:.1f} TFLOP/s (% peak: bf16 rows against it)")
 print("\nGPT-2 124M bf16 training run, tokens/s and MFU: NOT MEASURED - GPU training is not")
 print("  implemented yet (the model and ShardedParameters hold host memory; CudaOps is not wired in).")
 print(f"\nlogs: {logs}   elapsed: {elapsed}")

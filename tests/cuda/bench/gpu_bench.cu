@@ -1,13 +1,16 @@
 // gpu_bench: times the CUDA backend's GEMMs and attention at GPT-2 124M's
 // training shapes (B=16, T=1024, C=768, V=50257, 12 heads of 64) and the bf16
 // GEMM peak, and prints one CSV line per measurement:
-//   section,name,dtype,M,N,K,gflop,ms,tflops
+//   section,name,dtype,M,N,K,gflop,ms,tflops,gbs
 // section: peak (square bf16 GEMMs through GemmContext), gemm (CudaOps::
 // matmul_forward / matmul_backward, bias fused, dbias included in bwd), or
 // attention (CudaOps::attention_forward / attention_backward; M = B*NH,
 // N = T, K = head size; *_tc rows: the WMMA tensor-core kernels). FLOPs are model FLOPs: a GEMM 2MNK (bwd: two GEMMs,
 // 4MNK); causal attention fwd 2 * 2 B NH T^2 hs / 2, bwd 2.5x fwd (the
 // flash-attention convention: our backward recomputes more than that).
+// section memory: the bandwidth-bound kernels of a step (LayerNorm, GELU,
+// fused cross-entropy, AdamW over 124M parameters), with gbs = GB/s of their
+// minimum traffic (M x N elements; gflop and tflops 0).
 // Inputs are random (uniform [-1, 1) from a hash), since zeros run faster.
 // Times are the mean of --iters launches after warm-up, by CUDA events.
 // With no device it prints one line saying so and exits 2.
@@ -83,11 +86,13 @@ struct Timer {
   }
 };
 
+// bytes: the minimum device-memory traffic (read once, written once), for GB/s.
 void row(const char* section, const std::string& name, DType dtype, int64_t M, int64_t N,
-         int64_t K, double flop, double ms) {
-  std::printf("%s,%s,%s,%lld,%lld,%lld,%.3f,%.4f,%.1f\n", section, name.c_str(),
+         int64_t K, double flop, double ms, double bytes = 0.0) {
+  std::printf("%s,%s,%s,%lld,%lld,%lld,%.3f,%.4f,%.1f,%.0f\n", section, name.c_str(),
               gt::dtype_name(dtype), static_cast<long long>(M), static_cast<long long>(N),
-              static_cast<long long>(K), flop * 1e-9, ms, flop / (ms * 1e-3) * 1e-12);
+              static_cast<long long>(K), flop * 1e-9, ms, flop / (ms * 1e-3) * 1e-12,
+              bytes / (ms * 1e-3) * 1e-9);
   std::fflush(stdout);
 }
 
@@ -109,7 +114,7 @@ int run(int argc, char** argv) {
   gt::CudaOps ops;
   const cudaStream_t s = ops.stream();
   const Timer timer{s, 3, quick ? 3 : iters};
-  std::printf("section,name,dtype,M,N,K,gflop,ms,tflops\n");
+  std::printf("section,name,dtype,M,N,K,gflop,ms,tflops,gbs\n");
 
   // ---- the bf16 GEMM peak: square products, bf16 in and out ----
   for (int64_t n : {4096, 8192}) {
@@ -189,6 +194,43 @@ int run(int argc, char** argv) {
       row("attention", "attn_bwd_tc", dt, B * NH, T, hs, 2.5 * flop_fwd, tbwd);
       tc.synchronize();
     }
+  }
+  // ---- the bandwidth-bound kernels ----
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const double e = static_cast<double>(gt::dtype_size(dt));
+    Tensor x(dt, {R, C}, 30, s), y(dt, {R, C}, 31, s), w(dt, {C}, 32, s), bb(dt, {C}, 33, s);
+    Tensor mean(DType::f32, {R}, 34, s), rstd(DType::f32, {R}, 35, s);
+    const double ln = timer.time(
+        [&] { ops.layernorm_forward(y.view, mean.view, rstd.view, x.view, w.view, bb.view); });
+    row("memory", "layernorm_fwd", dt, R, C, 0, 0.0, ln, 2.0 * R * C * e + 8.0 * R);
+    Tensor h(dt, {R, 4 * C}, 36, s), g(dt, {R, 4 * C}, 37, s);
+    const double ge = timer.time([&] { ops.gelu_forward(g.view, h.view); });
+    row("memory", "gelu_fwd", dt, R, 4 * C, 0, 0.0, ge, 2.0 * R * 4 * C * e);
+    const double gb = timer.time([&] { ops.gelu_backward(g.view, h.view, g.view); });
+    row("memory", "gelu_bwd", dt, R, 4 * C, 0, 0.0, gb, 3.0 * R * 4 * C * e);
+  }
+  {
+    Tensor dx(DType::f32, {R, C}, 40, s), x(DType::f32, {R, C}, 41, s), dy(DType::f32, {R, C}, 42, s),
+        w(DType::f32, {C}, 43, s), dw(DType::f32, {C}, 44, s), db(DType::f32, {C}, 45, s),
+        mean(DType::f32, {R}, 46, s), rstd(DType::f32, {R}, 47, s);
+    const double lb = timer.time([&] {
+      ops.layernorm_backward(dx.view, dw.view, db.view, dy.view, x.view, w.view, mean.view, rstd.view);
+    });
+    row("memory", "layernorm_bwd", DType::f32, R, C, 0, 0.0, lb, 4.0 * R * C * 4);
+    Tensor logits(DType::f32, {R, V}, 48, s, 4.f), losses(DType::f32, {R}, 49, s);
+    gt::cuda::DeviceBuffer tgt_buf(static_cast<size_t>(R) * sizeof(int32_t));
+    CUDA_CHECK(cudaMemsetAsync(tgt_buf.data(), 0, tgt_buf.bytes(), s));  // target 0: any works
+    const TensorView targets = gt::make_view(tgt_buf.data(), DType::i32, gt::Device::cuda, {R});
+    const double ce = timer.time([&] {
+      ops.softmax_cross_entropy(losses.view, logits.view, logits.view, targets, 1.f / R);
+    });
+    row("memory", "cross_entropy", DType::f32, R, V, 0, 0.0, ce, 2.0 * R * V * 4);
+    const int64_t n = 124439808;  // GPT-2 124M's parameters
+    Tensor p(DType::f32, {n}, 50, s, 0.02f), gr(DType::f32, {n}, 51, s, 0.01f),
+        m(DType::f32, {n}, 52, s, 0.f), v(DType::f32, {n}, 53, s, 0.f);
+    const gt::Ops::AdamWParams hp{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 1};
+    const double ad = timer.time([&] { ops.adamw_update(p.view, gr.view, m.view, v.view, hp); });
+    row("memory", "adamw", DType::f32, n, 1, 0, 0.0, ad, 7.0 * n * 4);
   }
   ops.synchronize();
   return 0;
