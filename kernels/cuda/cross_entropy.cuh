@@ -15,7 +15,19 @@
 //     gradient row is softmax * grad_scale (no one-hot term).
 //   * Deterministic: the per-row reduction tree is fixed.
 //
-// Host-only header (launcher declaration); the kernel lives in cross_entropy.cu.
+// Vocab-parallel cross-entropy (tensor parallelism), the three per-shard
+// passes of Ops (the caller all-reduces between them). logits (R, V_shard)
+// hold vocabulary rows [vocab_start, vocab_start + V_shard); one block per row:
+//   * shard_max: row_max (R) ASSIGNED = max over the shard's row.
+//   * shard_sums: sumexp (R) ASSIGNED = sum exp(logits - row_max) (row_max is
+//     the all-reduced one); target_logit (R) ASSIGNED = the target's logit
+//     when it is in the shard, else 0.
+//   * shard_finish: losses (R) ASSIGNED = log(sumexp) + row_max - target_logit;
+//     dlogits (R, V_shard) ASSIGNED when non-null (it MAY ALIAS logits) =
+//     (exp(logits - row_max) / sumexp - onehot) * grad_scale.
+//   * Sums in fp32 over a fixed tree (the CPU twin sums in double): deterministic.
+//
+// Host-only header (launcher declarations); the kernels live in cross_entropy.cu.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,5 +40,16 @@ namespace gt::cuda {
 void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                            const int32_t* targets, int64_t R, int64_t V, float grad_scale,
                            cudaStream_t stream);
+
+void cross_entropy_shard_max(float* row_max, const float* logits, int64_t R, int64_t V_shard,
+                             cudaStream_t stream);
+void cross_entropy_shard_sums(float* sumexp, float* target_logit, const float* logits,
+                              const int32_t* targets, const float* row_max, int64_t R,
+                              int64_t V_shard, int64_t vocab_start, cudaStream_t stream);
+void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logits,
+                                const int32_t* targets, const float* row_max,
+                                const float* sumexp, const float* target_logit, int64_t R,
+                                int64_t V_shard, int64_t vocab_start, float grad_scale,
+                                cudaStream_t stream);
 
 }  // namespace gt::cuda

@@ -7,12 +7,12 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/nvtx.hpp"
 
 namespace gt::cuda::dev {
 
@@ -103,12 +103,6 @@ inline unsigned grid_for(int64_t work, int threads, int64_t max_blocks = 8192) {
 }
 
 // NVTX range for the duration of a launcher (visible in Nsight Systems).
-class NvtxRange {
- public:
-  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
-  ~NvtxRange() { nvtxRangePop(); }
-  NvtxRange(const NvtxRange&) = delete;
-  NvtxRange& operator=(const NvtxRange&) = delete;
-};
+using NvtxRange = ::gt::cuda::NvtxRange;
 
 }  // namespace gt::cuda::dev

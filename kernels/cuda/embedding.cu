@@ -43,9 +43,11 @@ constexpr int kTargetBlocks = 1024;
 
 // Grid (column slices, vocab groups). Each thread owns column c of the vocab
 // rows [v0, v1); contributions arrive in increasing position order.
+// Tokens are shifted by vocab_start first (0 for the fused embedding), so
+// the same kernel serves a vocabulary shard.
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout,
                                               const int32_t* tokens, int64_t n_pos, int C,
-                                              int V, int vocab_per_group) {
+                                              int V, int vocab_per_group, int64_t vocab_start) {
   __shared__ int64_t s_pos[kBwdThreads];
   __shared__ int32_t s_tok[kBwdThreads];
   __shared__ int s_count[kBwdWarps];
@@ -57,8 +59,9 @@ __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout,
   for (int64_t tile = 0; tile < n_pos; tile += kBwdThreads) {
     // 1. Ordered compaction of this tile's positions whose token is ours.
     const int64_t p = tile + threadIdx.x;
-    const int32_t tok = p < n_pos ? tokens[p] : -1;
-    const bool mine = tok >= v0 && tok < v1;
+    const int64_t tok64 = p < n_pos ? static_cast<int64_t>(tokens[p]) - vocab_start : -1;
+    const bool mine = tok64 >= v0 && tok64 < v1;
+    const int32_t tok = static_cast<int32_t>(mine ? tok64 : -1);
     const unsigned ballot = __ballot_sync(dev::kFullMask, mine);
     if (lane == 0) s_count[warp] = __popc(ballot);
     __syncthreads();
@@ -98,6 +101,21 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, in
   }
 }
 
+// Grid and launch of the dwte kernel: enough vocab groups for ~kTargetBlocks
+// blocks; the result is the same for any grouping (each element is summed by
+// one thread in position order).
+void launch_wte_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t n_pos,
+                         int C, int V, int64_t vocab_start, cudaStream_t stream) {
+  const int col_slices = (C + kBwdThreads - 1) / kBwdThreads;
+  const int groups = std::max(1, std::min(V, std::min(65535, kTargetBlocks / col_slices)));
+  const int per_group = (V + groups - 1) / groups;
+  const int n_groups = (V + per_group - 1) / per_group;
+  const dim3 grid(static_cast<unsigned>(col_slices), static_cast<unsigned>(n_groups));
+  embedding_backward_wte_kernel<<<grid, kBwdThreads, 0, stream>>>(dwte, dout, tokens, n_pos, C,
+                                                                  V, per_group, vocab_start);
+  CUDA_CHECK_LAUNCH();
+}
+
 void check_dims(const char* what, int B, int T, int C, int V) {
   GT_CHECK(B >= 0 && T > 0 && C > 0 && V > 0, what, ": B = ", B, ", T = ", T, ", C = ", C,
            ", V = ", V);
@@ -122,24 +140,115 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   check_dims("embedding_backward", B, T, C, V);
   if (B == 0) return;
   dev::NvtxRange range("embedding_backward");
-  if (dwte) {
-    // Enough vocab groups for ~kTargetBlocks blocks; the result is the same
-    // for any grouping (each element is summed by one thread in (b,t) order).
-    const int col_slices = (C + kBwdThreads - 1) / kBwdThreads;
-    const int groups = std::max(1, std::min(V, std::min(65535, kTargetBlocks / col_slices)));
-    const int per_group = (V + groups - 1) / groups;
-    const int n_groups = (V + per_group - 1) / per_group;
-    const dim3 grid(static_cast<unsigned>(col_slices), static_cast<unsigned>(n_groups));
-    embedding_backward_wte_kernel<<<grid, kBwdThreads, 0, stream>>>(
-        dwte, dout, tokens, static_cast<int64_t>(B) * T, C, V, per_group);
-    CUDA_CHECK_LAUNCH();
-  }
+  if (dwte) launch_wte_backward(dwte, dout, tokens, static_cast<int64_t>(B) * T, C, V, 0, stream);
   if (dwpe) {
     constexpr int kThreads = 256;
     embedding_backward_wpe_kernel<<<dev::grid_for(static_cast<int64_t>(T) * C, kThreads),
                                     kThreads, 0, stream>>>(dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
   }
+}
+
+// ---- the split halves (tensor parallelism) ---------------------------------------
+namespace {
+
+// One block per row; a zero row when the token is not in this shard.
+__global__ void token_embedding_forward_kernel(float* out, const int32_t* tokens,
+                                               const float* wte, int C, int V_shard,
+                                               int64_t vocab_start, bool vec) {
+  constexpr int N = dev::Pack<float>::N;
+  const int64_t i = blockIdx.x;
+  const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_start;
+  const bool mine = row >= 0 && row < V_shard;
+  const float* e = wte + (mine ? row : 0) * C;
+  float* o = out + i * C;
+  if (vec) {
+    for (int c = threadIdx.x * N; c < C; c += blockDim.x * N)
+      dev::store_pack(o + c, mine ? dev::load_pack(e + c) : dev::Pack<float>{});
+  } else {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = mine ? e[c] : 0.f;
+  }
+}
+
+// out[i, c] += wpe[(first_row + i) % T, c]; grid-stride over N*C.
+__global__ void position_embedding_forward_kernel(float* out, const float* wpe, int64_t N,
+                                                  int C, int64_t first_row, int T) {
+  const int64_t n = N * C;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
+    const int64_t i = k / C, c = k % C;
+    out[k] += wpe[((first_row + i) % T) * C + c];
+  }
+}
+
+// One thread per (p, c), p < T: the rows at position p are i0, i0 + T, ...
+// with i0 = (p - first_row) mod T, added in that order.
+__global__ void position_embedding_backward_kernel(float* dwpe, const float* dout, int64_t N,
+                                                   int C, int64_t first_row, int T) {
+  const int64_t n = static_cast<int64_t>(T) * C;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t shift = first_row % T;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
+    const int64_t p = k / C, c = k % C;
+    float acc = dwpe[k];
+    for (int64_t i = (p - shift + T) % T; i < N; i += T) acc += dout[i * C + c];
+    dwpe[k] = acc;
+  }
+}
+
+void check_rows(const char* what, int64_t N, int C, int V) {
+  GT_CHECK(N >= 0 && C > 0 && V > 0, what, ": N = ", N, ", C = ", C, ", V = ", V);
+  GT_CHECK(N <= 0x7fffffff, what, ": N = ", N, " exceeds the grid");
+}
+
+void check_positions(const char* what, int64_t N, int C, int64_t first_row, int T) {
+  GT_CHECK(N >= 0 && C > 0 && T > 0 && first_row >= 0, what, ": N = ", N, ", C = ", C,
+           ", first_row = ", first_row, ", T = ", T);
+}
+
+}  // namespace
+
+void token_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N,
+                             int C, int V_shard, int64_t vocab_start, cudaStream_t stream) {
+  check_rows("token_embedding_forward", N, C, V_shard);
+  if (N == 0) return;
+  dev::NvtxRange range("token_embedding_forward");
+  const bool vec = C % dev::Pack<float>::N == 0 && dev::aligned16(out) && dev::aligned16(wte);
+  token_embedding_forward_kernel<<<static_cast<unsigned>(N), kFwdThreads, 0, stream>>>(
+      out, tokens, wte, C, V_shard, vocab_start, vec);
+  CUDA_CHECK_LAUNCH();
+}
+
+void token_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N,
+                              int C, int V_shard, int64_t vocab_start, cudaStream_t stream) {
+  check_rows("token_embedding_backward", N, C, V_shard);
+  if (N == 0) return;
+  dev::NvtxRange range("token_embedding_backward");
+  launch_wte_backward(dwte, dout, tokens, N, C, V_shard, vocab_start, stream);
+}
+
+void position_embedding_forward(float* out, const float* wpe, int64_t N, int C,
+                                int64_t first_row, int T, cudaStream_t stream) {
+  check_positions("position_embedding_forward", N, C, first_row, T);
+  if (N == 0) return;
+  dev::NvtxRange range("position_embedding_forward");
+  constexpr int kThreads = 256;
+  position_embedding_forward_kernel<<<dev::grid_for(N * C, kThreads), kThreads, 0, stream>>>(
+      out, wpe, N, C, first_row, T);
+  CUDA_CHECK_LAUNCH();
+}
+
+void position_embedding_backward(float* dwpe, const float* dout, int64_t N, int C,
+                                 int64_t first_row, int T, cudaStream_t stream) {
+  check_positions("position_embedding_backward", N, C, first_row, T);
+  if (N == 0) return;
+  dev::NvtxRange range("position_embedding_backward");
+  constexpr int kThreads = 256;
+  position_embedding_backward_kernel<<<dev::grid_for(static_cast<int64_t>(T) * C, kThreads),
+                                       kThreads, 0, stream>>>(dwpe, dout, N, C, first_row, T);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gt::cuda

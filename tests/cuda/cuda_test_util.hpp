@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/core/error.hpp"
+#include "kernels/core/tensor.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_resources.hpp"
 
@@ -86,6 +87,15 @@ inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
 // see the same inputs.
 inline std::vector<float> round_to_bf16(const std::vector<float>& v) {
   return from_bf16(to_bf16(v));
+}
+
+// A device TensorView over a DeviceArray (bf16 arrays are DeviceArray<uint16_t>).
+template <typename T>
+TensorView dev_view(const DeviceArray<T>& a, DType dtype, std::initializer_list<int64_t> shape) {
+  TensorView v = make_view(a.get(), dtype, Device::cuda, shape);
+  GT_CHECK(static_cast<size_t>(v.numel()) * dtype_size(dtype) <= a.size() * sizeof(T),
+           "dev_view larger than its array");
+  return v;
 }
 
 inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {

@@ -1,0 +1,80 @@
+// Causal multi-head self-attention, flash-attention style: tiled, online
+// softmax, and the (T x T) score matrix never exists in device memory.
+// CPU twin: Ops::attention_forward / attention_backward (kernels/cpu/attention.cpp).
+//
+// Layouts (as kernels/ops.hpp): qkv (B,T,3C) = [q | k | v] along the last dim,
+// head h at columns [h*hs, (h+1)*hs) of each part; out (B,T,C) heads
+// concatenated; C = NH * hs; scores scaled by 1/sqrt(hs).
+//
+// Invariants:
+//   * forward: out (B,T,C) ASSIGNED; lse (B,NH,T) ASSIGNED with the row's
+//     log-sum-exp of the scaled, masked scores (natural log). Only lse is
+//     saved for backward (attention_saved_floats = B*NH*T).
+//   * backward: dqkv (B,T,3C) ASSIGNED, every element (dq, dk, dv of every
+//     head). P is recomputed per tile from qkv and lse. scratch (B*NH*T
+//     floats) is clobbered: it holds D = rowsum(dout * out) per (b,h,t).
+//   * Deterministic and atomic-free: dK/dV are accumulated by the block that
+//     owns a key tile (looping over query tiles), dQ by the block that owns a
+//     query tile (looping over key tiles), each in registers in a fixed order.
+//     The price is recomputing the scores and dP in both passes.
+//   * dtypes: qkv, out, dout, dqkv all fp32 or all bf16 (converted to fp32 on
+//     load, rounded on store); lse and scratch fp32; all math fp32.
+//   * Shapes: 1 <= hs <= 128 (the head is zero-padded to 32, 64 or 128 in
+//     shared memory), any T >= 1 (tiles of 64 rows, the last one partial).
+//   * Tiles: 64 queries x 64 keys per block of 256 threads, each thread a 4x4
+//     piece of the score tile and a 4 x (hs_pad/16) piece of the output; the
+//     block's tiles live in shared memory (fp32, rows padded by one float so
+//     the column walks are bank-conflict free): up to 166 KB at hs_pad = 128,
+//     which needs the opt-in shared-memory limit of sm_80+ (set per launch).
+//   * 16-byte global loads when hs, C and the base pointers allow, else scalar.
+//
+// Host-only header (launcher declarations); the kernels live in attention.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gt::cuda {
+
+int64_t attention_saved_floats(int B, int NH, int T);    // the log-sum-exp: B*NH*T
+int64_t attention_scratch_floats(int B, int NH, int T);  // D = rowsum(dO*O): B*NH*T
+
+// out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C).
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,
+                       cudaStream_t stream);
+void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
+                       int NH, int hs, cudaStream_t stream);
+
+// dqkv (B,T,3C) <- dout (B,T,C), qkv, out, lse of the forward; scratch clobbered.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* lse, int B, int T, int NH, int hs,
+                        cudaStream_t stream);
+void attention_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
+                        const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                        int B, int T, int NH, int hs, cudaStream_t stream);
+
+// D (B,NH,T) = rowsum(dout * out) per (b, h, t): the first step of both
+// backwards, ASSIGNED into `D` (the scratch). One warp per row.
+void attention_backward_rowdot(float* D, const float* dout, const float* out, int B, int T,
+                               int NH, int hs, cudaStream_t stream);
+void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                               int B, int T, int NH, int hs, cudaStream_t stream);
+
+// ---- tensor-core variant (attention_tc.cu): bf16 only, hs % 16 == 0, hs <= 128 ----
+// Same contract as above (outputs, saved lse, scratch); the products run on
+// WMMA bf16 tensor cores with fp32 accumulation, and P and dS are rounded to
+// bf16 before their products (FlashAttention-2's precision), so results
+// differ from the fp32-math kernels above by bf16 rounding (~1e-2 relative).
+// The forward makes two passes over the keys (statistics, then output) so no
+// accumulator is ever rescaled. Not yet run on a GPU: CudaOps uses it only
+// when CudaContextOptions::attention_tensor_cores is set.
+bool attention_tc_supported(int hs);
+void attention_forward_tc(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
+                          int NH, int hs, cudaStream_t stream);
+void attention_backward_tc(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
+                           const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                           int B, int T, int NH, int hs, cudaStream_t stream);
+
+}  // namespace gt::cuda

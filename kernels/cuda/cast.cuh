@@ -1,0 +1,25 @@
+// Casts between fp32 and bf16, elementwise over n contiguous elements: the
+// bf16 copies of fp32 master weights and activations, and back.
+// CPU twin: the round-to-nearest-even of tests/cuda/cuda_test_util.hpp
+// (bf16_bits / bf16_value), which is exactly torch's .to(torch.bfloat16).
+//
+// Invariants:
+//   * dst ASSIGNED; fp32 -> bf16 rounds to nearest even (__float2bfloat16_rn,
+//     NaN stays NaN, overflow rounds to inf); bf16 -> fp32 is exact.
+//   * dst and src must not overlap (different element sizes).
+//   * 16-byte loads of the wider side when both pointers allow it, else scalar.
+//
+// Host-only header (launcher declarations); the kernels live in cast.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gt::cuda {
+
+void cast(__nv_bfloat16* dst, const float* src, int64_t n, cudaStream_t stream);
+void cast(float* dst, const __nv_bfloat16* src, int64_t n, cudaStream_t stream);
+
+}  // namespace gt::cuda

@@ -1,0 +1,416 @@
+// CudaOps (see cuda_ops.hpp): construction, the scratch arena, and the ops
+// that own their scratch or call cuBLASLt: embeddings, LayerNorm, linear
+// layers, attention (the rest is in cuda_ops_pointwise.cpp). Host code only
+// (compiled by the C++ compiler); every kernel is enqueued on the context's
+// stream.
+#include "kernels/cuda/cuda_ops.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <initializer_list>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_ops_check.hpp"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/layernorm.cuh"
+#include "kernels/cuda/nvtx.hpp"
+
+namespace gt {
+
+using namespace cuda_ops_detail;
+
+namespace {
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+CudaContextOptions select_device(const CudaContextOptions& o) {
+  const int n = cuda::cuda_device_count();
+  if (n == 0)
+    fail("CUDA backend: no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
+         "hides them); use runtime.device=cpu");
+  if (o.device < 0 || o.device >= n)
+    fail("CUDA backend: device ", o.device, " was asked for but ", n, " device(s) are visible");
+  CUDA_CHECK(cudaSetDevice(o.device));
+  return o;
+}
+
+}  // namespace
+
+CudaOps::CudaOps(const CudaContextOptions& options)
+    : options_(select_device(options)),
+      stream_(),
+      gemm_(cuda::GemmOptions{options.workspace_bytes, options.allow_tf32}),
+      scratch_(round_up(options.scratch_bytes)),
+      host_result_(sizeof(double)) {}
+
+CudaOps::~CudaOps() = default;
+
+void CudaOps::reserve_scratch(size_t bytes) {
+  if (bytes <= scratch_.bytes()) return;
+  // Kernels already queued may still use the old arena.
+  stream_.synchronize();
+  scratch_ = cuda::DeviceBuffer();  // free first: the peak is the new size, not the sum
+  scratch_ = cuda::DeviceBuffer(round_up(bytes));
+}
+
+void* CudaOps::scratch(size_t bytes) {
+  reserve_scratch(bytes);
+  return scratch_.data();
+}
+
+// ---- embeddings -----------------------------------------------------------------
+
+void CudaOps::embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                TensorView wpe) {
+  cuda::NvtxRange range("embedding_forward");
+  const Check c{"embedding_forward"};
+  c.ndim(tokens, "tokens", 2, "(B, T)");
+  c.ndim(wte, "wte", 2, "(V, C)");
+  c.ndim(wpe, "wpe", 2, "(maxT, C)");
+  const int64_t B = tokens.shape[0], T = tokens.shape[1], V = wte.shape[0], C = wte.shape[1];
+  c.tensor(tokens, "tokens", kI32, {B, T});
+  c.tensor(wte, "wte", kF32, {V, C});
+  c.tensor(wpe, "wpe", kF32, {wpe.shape[0], C});
+  c.tensor(out, "out", kF32, {B, T, C});
+  if (T > wpe.shape[0])
+    fail("CudaOps::embedding_forward: sequence length ", T, " exceeds the ", wpe.shape[0],
+         " positions of wpe");
+  cuda::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), c.to_int(B, "B"),
+                          c.to_int(T, "T"), c.to_int(C, "C"), c.to_int(V, "V"), stream());
+}
+
+void CudaOps::embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                                 TensorView tokens) {
+  cuda::NvtxRange range("embedding_backward");
+  const Check c{"embedding_backward"};
+  c.ndim(tokens, "tokens", 2, "(B, T)");
+  c.ndim(dwte, "dwte", 2, "(V, C)");
+  c.ndim(dwpe, "dwpe", 2, "(maxT, C)");
+  const int64_t B = tokens.shape[0], T = tokens.shape[1], V = dwte.shape[0], C = dwte.shape[1];
+  c.tensor(tokens, "tokens", kI32, {B, T});
+  c.tensor(dwte, "dwte", kF32, {V, C});
+  c.tensor(dwpe, "dwpe", kF32, {dwpe.shape[0], C});
+  c.tensor(dout, "dout", kF32, {B, T, C});
+  if (T > dwpe.shape[0])
+    fail("CudaOps::embedding_backward: sequence length ", T, " exceeds the ", dwpe.shape[0],
+         " positions of dwpe");
+  cuda::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), c.to_int(B, "B"),
+                           c.to_int(T, "T"), c.to_int(C, "C"), c.to_int(V, "V"), stream());
+}
+
+void CudaOps::token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                      int64_t vocab_start) {
+  cuda::NvtxRange range("token_embedding_forward");
+  const Check c{"token_embedding_forward"};
+  c.ndim(tokens, "tokens", 1, "(N)");
+  c.ndim(wte, "wte", 2, "(V_shard, C)");
+  const int64_t N = tokens.shape[0], Vs = wte.shape[0], C = wte.shape[1];
+  c.tensor(tokens, "tokens", kI32, {N});
+  c.tensor(wte, "wte", kF32, {Vs, C});
+  c.tensor(out, "out", kF32, {N, C});
+  cuda::token_embedding_forward(out.f32(), tokens.i32(), wte.f32(), N, c.to_int(C, "C"),
+                                c.to_int(Vs, "V_shard"), vocab_start, stream());
+}
+
+void CudaOps::token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                       int64_t vocab_start) {
+  cuda::NvtxRange range("token_embedding_backward");
+  const Check c{"token_embedding_backward"};
+  c.ndim(tokens, "tokens", 1, "(N)");
+  c.ndim(dwte, "dwte", 2, "(V_shard, C)");
+  const int64_t N = tokens.shape[0], Vs = dwte.shape[0], C = dwte.shape[1];
+  c.tensor(tokens, "tokens", kI32, {N});
+  c.tensor(dwte, "dwte", kF32, {Vs, C});
+  c.tensor(dout, "dout", kF32, {N, C});
+  cuda::token_embedding_backward(dwte.f32(), dout.f32(), tokens.i32(), N, c.to_int(C, "C"),
+                                 c.to_int(Vs, "V_shard"), vocab_start, stream());
+}
+
+void CudaOps::position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                         int T) {
+  cuda::NvtxRange range("position_embedding_forward");
+  const Check c{"position_embedding_forward"};
+  c.ndim(out, "out", 2, "(N, C)");
+  c.ndim(wpe, "wpe", 2, "(maxT, C)");
+  const int64_t N = out.shape[0], C = out.shape[1];
+  c.tensor(out, "out", kF32, {N, C});
+  c.tensor(wpe, "wpe", kF32, {wpe.shape[0], C});
+  if (T < 1 || T > wpe.shape[0] || first_row < 0)
+    fail("CudaOps::position_embedding_forward: T = ", T, " must be in [1, ", wpe.shape[0],
+         "] and first_row = ", first_row, " >= 0");
+  cuda::position_embedding_forward(out.f32(), wpe.f32(), N, c.to_int(C, "C"), first_row, T,
+                                   stream());
+}
+
+void CudaOps::position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                          int T) {
+  cuda::NvtxRange range("position_embedding_backward");
+  const Check c{"position_embedding_backward"};
+  c.ndim(dout, "dout", 2, "(N, C)");
+  c.ndim(dwpe, "dwpe", 2, "(maxT, C)");
+  const int64_t N = dout.shape[0], C = dout.shape[1];
+  c.tensor(dout, "dout", kF32, {N, C});
+  c.tensor(dwpe, "dwpe", kF32, {dwpe.shape[0], C});
+  if (T < 1 || T > dwpe.shape[0] || first_row < 0)
+    fail("CudaOps::position_embedding_backward: T = ", T, " must be in [1, ", dwpe.shape[0],
+         "] and first_row = ", first_row, " >= 0");
+  cuda::position_embedding_backward(dwpe.f32(), dout.f32(), N, c.to_int(C, "C"), first_row, T,
+                                    stream());
+}
+
+// ---- layernorm ------------------------------------------------------------------
+
+void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                                TensorView weight, TensorView bias) {
+  cuda::NvtxRange range("layernorm_forward");
+  const Check c{"layernorm_forward"};
+  c.ndim(inp, "inp", 2, "(R, C)");
+  const int64_t R = inp.shape[0], C = inp.shape[1];
+  c.tensor(inp, "inp", kF32Bf16, {R, C});
+  c.tensor(out, "out", {inp.dtype}, {R, C});
+  c.tensor(weight, "weight", {inp.dtype}, {C});
+  c.tensor(bias, "bias", {inp.dtype}, {C});
+  if (mean.empty() != rstd.empty())
+    fail("CudaOps::layernorm_forward: mean and rstd are saved together (both or neither)");
+  if (!mean.empty()) {
+    c.tensor(mean, "mean", kF32, {R});
+    c.tensor(rstd, "rstd", kF32, {R});
+  }
+  float* mu = mean.empty() ? nullptr : mean.f32();
+  float* rs = rstd.empty() ? nullptr : rstd.f32();
+  if (inp.dtype == DType::f32)
+    cuda::layernorm_forward(out.f32(), mu, rs, inp.f32(), weight.f32(), bias.f32(), R,
+                            c.to_int(C, "C"), stream());
+  else
+    cuda::layernorm_forward(ptr<bf16>(out), mu, rs, ptr<bf16>(inp), ptr<bf16>(weight),
+                            ptr<bf16>(bias), R, c.to_int(C, "C"), stream());
+}
+
+void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                 TensorView dout, TensorView inp, TensorView weight,
+                                 TensorView mean, TensorView rstd) {
+  cuda::NvtxRange range("layernorm_backward");
+  const Check c{"layernorm_backward"};
+  c.ndim(inp, "inp", 2, "(R, C)");
+  const int64_t R = inp.shape[0], C = inp.shape[1];
+  c.tensor(inp, "inp", kF32, {R, C});
+  c.tensor(dinp, "dinp", kF32, {R, C});
+  c.tensor(dout, "dout", kF32, {R, C});
+  c.tensor(dweight, "dweight", kF32, {C});
+  c.tensor(dbias, "dbias", kF32, {C});
+  c.tensor(weight, "weight", kF32, {C});
+  c.tensor(mean, "mean", kF32, {R});
+  c.tensor(rstd, "rstd", kF32, {R});
+  const int Ci = c.to_int(C, "C");
+  float* tmp = static_cast<float*>(
+      scratch(sizeof(float) * static_cast<size_t>(cuda::layernorm_backward_scratch_floats(R, Ci))));
+  cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
+                           weight.f32(), mean.f32(), rstd.f32(), R, Ci, tmp, stream());
+}
+
+// ---- linear layers ----------------------------------------------------------------
+
+void CudaOps::matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias) {
+  cuda::NvtxRange range("matmul_forward");
+  const Check c{"matmul_forward"};
+  c.ndim(inp, "inp", 2, "(R, C)");
+  c.ndim(weight, "weight", 2, "(OC, C)");
+  const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
+  c.tensor(inp, "inp", kF32Bf16, {R, C});
+  c.tensor(weight, "weight", {inp.dtype}, {OC, C});
+  // bf16 products may be written in fp32; fp32 ones stay fp32.
+  c.tensor(out, "out", inp.dtype == DType::bf16 ? kF32Bf16 : kF32, {R, OC});
+  if (!bias.empty()) c.tensor(bias, "bias", {out.dtype}, {OC});
+
+  // out (R,OC) = inp (R,C) @ weight (OC,C)^T [+ bias]
+  cuda::GemmArgs g;
+  g.M = R;
+  g.N = OC;
+  g.K = C;
+  g.A = inp.data;
+  g.B = weight.data;
+  g.trans_b = true;
+  g.D = out.data;
+  g.ab_type = inp.dtype;
+  g.d_type = out.dtype;
+  if (!bias.empty()) {
+    g.epilogue = cuda::GemmEpilogue::bias;
+    g.bias = bias.data;
+    if (gemm_.supported(g)) {
+      gemm_.run(g, stream());
+      return;
+    }
+    g.epilogue = cuda::GemmEpilogue::none;  // no fused kernel for this shape: add it after
+    g.bias = nullptr;
+  }
+  gemm_.run(g, stream());
+  if (bias.empty()) return;
+  if (out.dtype == DType::f32)
+    cuda::add_bias(out.f32(), bias.f32(), R, OC, stream());
+  else
+    cuda::add_bias(ptr<bf16>(out), ptr<bf16>(bias), R, OC, stream());
+}
+
+void CudaOps::matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                              TensorView dout, TensorView inp, TensorView weight) {
+  cuda::NvtxRange range("matmul_backward");
+  const Check c{"matmul_backward"};
+  c.ndim(inp, "inp", 2, "(R, C)");
+  c.ndim(weight, "weight", 2, "(OC, C)");
+  const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
+  c.tensor(inp, "inp", kF32Bf16, {R, C});
+  const std::initializer_list<DType> acc_types = inp.dtype == DType::bf16 ? kF32Bf16 : kF32;
+  c.tensor(weight, "weight", {inp.dtype}, {OC, C});
+  c.tensor(dout, "dout", {inp.dtype}, {R, OC});
+  c.tensor(dweight, "dweight", acc_types, {OC, C});
+  if (!dinp.empty()) c.tensor(dinp, "dinp", acc_types, {R, C});
+  if (!dbias.empty()) c.tensor(dbias, "dbias", kF32, {OC});
+
+  if (!dinp.empty()) {
+    // dinp (R,C) = dout (R,OC) @ weight (OC,C), assigned
+    cuda::GemmArgs g;
+    g.M = R;
+    g.N = C;
+    g.K = OC;
+    g.A = dout.data;
+    g.B = weight.data;
+    g.D = dinp.data;
+    g.ab_type = inp.dtype;
+    g.d_type = dinp.dtype;
+    gemm_.run(g, stream());
+  }
+
+  // dweight (OC,C) += dout^T (OC,R) @ inp (R,C); dbias (OC) += column sums of dout
+  cuda::GemmArgs g;
+  g.M = OC;
+  g.N = C;
+  g.K = R;
+  g.A = dout.data;
+  g.trans_a = true;
+  g.B = inp.data;
+  g.D = dweight.data;
+  g.ab_type = inp.dtype;
+  g.d_type = dweight.dtype;
+  g.beta = 1.f;
+  if (dbias.empty()) {
+    gemm_.run(g, stream());
+    return;
+  }
+  // One scratch request for both paths, so the pointer stays valid.
+  const int64_t fused_floats = OC;
+  const int64_t sum_floats = cuda::column_sum_scratch_floats(R, OC);
+  float* tmp = static_cast<float*>(
+      scratch(sizeof(float) * static_cast<size_t>(std::max(fused_floats, sum_floats))));
+  // The BGRADB epilogue writes the bias gradient in D's dtype and assigns it:
+  // usable for an fp32 dweight, added to dbias afterwards.
+  if (options_.fuse_bias_grad && dweight.dtype == DType::f32) {
+    g.epilogue = cuda::GemmEpilogue::bgrad_a;
+    g.bias = tmp;
+    if (gemm_.supported(g)) {
+      gemm_.run(g, stream());
+      cuda::accumulate(dbias.f32(), tmp, OC, stream());
+      return;
+    }
+    g.epilogue = cuda::GemmEpilogue::none;
+    g.bias = nullptr;
+  }
+  gemm_.run(g, stream());
+  if (dout.dtype == DType::f32)
+    cuda::column_sum_accumulate(dbias.f32(), dout.f32(), R, OC, tmp, stream());
+  else
+    cuda::column_sum_accumulate(dbias.f32(), ptr<bf16>(dout), R, OC, tmp, stream());
+}
+
+void CudaOps::add_bias(TensorView out, TensorView bias) {
+  cuda::NvtxRange range("add_bias");
+  const Check c{"add_bias"};
+  c.ndim(out, "out", 2, "(R, C)");
+  const int64_t R = out.shape[0], C = out.shape[1];
+  c.tensor(out, "out", kF32Bf16, {R, C});
+  c.tensor(bias, "bias", {out.dtype}, {C});
+  if (out.dtype == DType::f32)
+    cuda::add_bias(out.f32(), bias.f32(), R, C, stream());
+  else
+    cuda::add_bias(ptr<bf16>(out), ptr<bf16>(bias), R, C, stream());
+}
+
+// ---- attention ------------------------------------------------------------------
+
+int64_t CudaOps::attention_saved_elems(int B, int n_head, int T) const {
+  return cuda::attention_saved_floats(B, n_head, T);
+}
+int64_t CudaOps::attention_scratch_elems(int B, int n_head, int T) const {
+  return cuda::attention_scratch_floats(B, n_head, T);
+}
+
+namespace {
+struct AttentionDims {
+  int B, T, NH, hs;
+  int64_t C;
+};
+AttentionDims attention_dims(const Check& c, const TensorView& qkv, int n_head) {
+  c.ndim(qkv, "qkv", 3, "(B, T, 3C)");
+  c.tensor(qkv, "qkv", kF32Bf16);
+  const int64_t C3 = qkv.shape[2];
+  if (n_head < 1 || C3 % 3 != 0 || (C3 / 3) % n_head != 0)
+    fail("CudaOps::", c.op, ": qkv ", qkv.shape_str(), " is not (B, T, 3C) with C divisible by ",
+         n_head, " heads");
+  AttentionDims d{c.to_int(qkv.shape[0], "B"), c.to_int(qkv.shape[1], "T"), n_head,
+                  static_cast<int>(C3 / 3 / n_head), C3 / 3};
+  if (d.hs > 128)
+    fail("CudaOps::", c.op, ": head size ", d.hs, " > 128 is not supported by the flash kernel");
+  return d;
+}
+void check_flat(const Check& c, const TensorView& t, const char* what, int64_t n) {
+  c.tensor(t, what, kF32);
+  if (t.numel() != n)
+    fail("CudaOps::", c.op, ": ", what, " holds ", t.numel(), " floats, expected B*NH*T = ", n);
+}
+}  // namespace
+
+void CudaOps::attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) {
+  cuda::NvtxRange range("attention_forward");
+  const Check c{"attention_forward"};
+  const AttentionDims d = attention_dims(c, qkv, n_head);
+  c.tensor(out, "out", {qkv.dtype}, {d.B, d.T, d.C});
+  check_flat(c, saved, "saved", attention_saved_elems(d.B, d.NH, d.T));
+  if (qkv.dtype == DType::f32)
+    cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), d.B, d.T, d.NH, d.hs, stream());
+  else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
+    cuda::attention_forward_tc(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.hs,
+                               stream());
+  else
+    cuda::attention_forward(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.hs,
+                            stream());
+}
+
+void CudaOps::attention_backward(TensorView dqkv, TensorView scratch_view, TensorView dout,
+                                 TensorView qkv, TensorView out, TensorView saved, int n_head) {
+  cuda::NvtxRange range("attention_backward");
+  const Check c{"attention_backward"};
+  const AttentionDims d = attention_dims(c, qkv, n_head);
+  c.tensor(dqkv, "dqkv", {qkv.dtype}, {d.B, d.T, 3 * d.C});
+  c.tensor(dout, "dout", {qkv.dtype}, {d.B, d.T, d.C});
+  c.tensor(out, "out", {qkv.dtype}, {d.B, d.T, d.C});
+  check_flat(c, saved, "saved", attention_saved_elems(d.B, d.NH, d.T));
+  check_flat(c, scratch_view, "scratch", attention_scratch_elems(d.B, d.NH, d.T));
+  if (qkv.dtype == DType::f32)
+    cuda::attention_backward(dqkv.f32(), scratch_view.f32(), dout.f32(), qkv.f32(), out.f32(),
+                             saved.f32(), d.B, d.T, d.NH, d.hs, stream());
+  else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
+    cuda::attention_backward_tc(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout),
+                                ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH,
+                                d.hs, stream());
+  else
+    cuda::attention_backward(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout),
+                             ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH, d.hs,
+                             stream());
+}
+
+std::unique_ptr<Ops> make_cuda_ops(const CudaContextOptions& options) {
+  return std::make_unique<CudaOps>(options);
+}
+
+}  // namespace gt

@@ -1,0 +1,156 @@
+// CudaOps: the Ops implementation of the CUDA backend. Every Ops method runs
+// on device TensorViews (Device::cuda), enqueued on the context's own stream,
+// inside an NVTX range named like the method. The semantics (assigned vs
+// accumulated, layouts) are kernels/ops.hpp's; what differs is stated here.
+//
+// It owns (RAII, declared in teardown order): the stream, the GemmContext
+// (cuBLASLt handle, workspace, per-shape plan cache), a device scratch arena
+// and a pinned host word for sum_squares. Nothing global: two CudaOps are
+// independent. Not thread-safe; one host thread drives one CudaOps.
+//
+// Memory rules:
+//   * No op allocates memory, with one documented exception: the scratch
+//     arena (layernorm_backward's and dbias's partial sums, sum_squares'
+//     partials) GROWS in the context when a shape needs more than it holds.
+//     Growing synchronises the stream and happens once per new largest
+//     shape; reserve_scratch() or CudaContextOptions::scratch_bytes allocate
+//     it up front so a training step never allocates.
+//   * attention's saved/scratch buffers are the caller's, sized by
+//     attention_saved_elems / attention_scratch_elems (B*NH*T floats each: the
+//     log-sum-exp and D = rowsum(dout*out)); the T x T matrix never exists.
+//   * The cuBLASLt workspace is fixed at construction (options.workspace_bytes).
+//
+// dtypes: fp32 everywhere; bf16 views are accepted by matmul_forward/backward
+// (bf16 inp/weight/dout/dinp; out bf16 or fp32; dweight bf16 or fp32; dbias
+// fp32), attention_forward/backward, gelu_*, layernorm_forward, add,
+// accumulate, add_bias, zero, copy; the others throw gt::Error naming the op.
+//
+// Synchronisation: ops are asynchronous on stream(); sum_squares returns a
+// host double and therefore waits for the stream. Differences from CpuOps
+// that come from not synchronising: token ids and cross-entropy targets are
+// not range-checked on the device (the data loader validates them; an
+// out-of-range token gives a NaN row, an out-of-range target a NaN loss).
+//
+// Host-only header.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "kernels/cuda/cuda_resources.hpp"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/ops.hpp"
+
+namespace gt {
+
+struct CudaContextOptions {
+  int device = 0;                              // CUDA device index
+  size_t workspace_bytes = size_t{32} << 20;   // cuBLASLt workspace
+  bool allow_tf32 = false;                     // fp32 GEMMs on TF32 tensor cores (~1e-3 rel.)
+  size_t scratch_bytes = 0;                    // scratch arena allocated up front
+  bool fuse_bias_grad = true;                  // dbias by cuBLASLt's BGRADB epilogue when it can
+  // bf16 attention with hs % 16 == 0 on the WMMA tensor-core kernels
+  // (attention_tc.cu) instead of the fp32-math SIMT ones. Off until
+  // CudaAttention.Bf16TensorCoreForwardAndBackwardMatchCpu has passed on a GPU.
+  bool attention_tensor_cores = false;
+};
+
+class CudaOps final : public Ops {
+ public:
+  // Throws gt::Error when no CUDA device is visible or `device` is out of range.
+  explicit CudaOps(const CudaContextOptions& options = {});
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  Device device() const override { return Device::cuda; }
+
+  void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                         TensorView wpe) override;
+  void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                          TensorView tokens) override;
+  void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                               int64_t vocab_start) override;
+  void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                int64_t vocab_start) override;
+  void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                  int T) override;
+  void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                   int T) override;
+
+  void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                         TensorView weight, TensorView bias) override;
+  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                          TensorView inp, TensorView weight, TensorView mean,
+                          TensorView rstd) override;
+
+  void matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                      TensorView bias) override;
+  void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                       TensorView inp, TensorView weight) override;
+  void add_bias(TensorView out, TensorView bias) override;
+
+  int64_t attention_saved_elems(int B, int n_head, int T) const override;
+  void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) override;
+  int64_t attention_scratch_elems(int B, int n_head, int T) const override;
+  void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
+                          TensorView out, TensorView saved, int n_head) override;
+
+  void gelu_forward(TensorView out, TensorView inp) override;
+  void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override;
+
+  void add(TensorView out, TensorView a, TensorView b) override;
+  void accumulate(TensorView acc, TensorView x) override;
+  void zero(TensorView t) override;
+  void copy(TensorView dst, TensorView src) override;
+
+  void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                             TensorView targets, float grad_scale) override;
+  void cross_entropy_shard_max(TensorView row_max, TensorView logits) override;
+  void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
+                                TensorView targets, TensorView row_max,
+                                int64_t vocab_start) override;
+  void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                  TensorView targets, TensorView row_max, TensorView sumexp,
+                                  TensorView target_logit, int64_t vocab_start,
+                                  float grad_scale) override;
+
+  double sum_squares(TensorView t) override;
+  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
+                    const AdamWParams& p) override;
+
+  // ---- CUDA-only extras ----------------------------------------------------
+  // AdamW that also writes the bf16 copy of the updated fp32 params (ASSIGNED).
+  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
+                    const AdamWParams& p, TensorView param_bf16);
+  // dst = src converted, fp32 <-> bf16 (round to nearest even), same shape.
+  void cast(TensorView dst, TensorView src);
+
+  cudaStream_t stream() const { return stream_.get(); }
+  void synchronize() const { stream_.synchronize(); }
+  cuda::GemmContext& gemm() { return gemm_; }
+  // Grows the scratch arena to at least `bytes` (synchronising the stream).
+  void reserve_scratch(size_t bytes);
+  size_t scratch_bytes() const { return scratch_.bytes(); }
+  const CudaContextOptions& options() const { return options_; }
+
+ private:
+  // Scratch for one op: `bytes` from the arena, grown first when needed.
+  void* scratch(size_t bytes);
+
+  // Declaration order is teardown order reversed: the stream outlives the
+  // GEMM context and the buffers used on it.
+  CudaContextOptions options_;
+  cuda::CudaStream stream_;
+  cuda::GemmContext gemm_;
+  cuda::DeviceBuffer scratch_;
+  cuda::PinnedBuffer host_result_;  // one double for sum_squares
+};
+
+// The backend factory: a CudaOps behind the Ops interface. Throws gt::Error
+// with a clear message when no CUDA device is visible.
+std::unique_ptr<Ops> make_cuda_ops(const CudaContextOptions& options = {});
+
+}  // namespace gt

@@ -1,0 +1,84 @@
+// Private to kernels/cuda/cuda_ops*.cpp: the argument checks every CudaOps
+// method runs before it enqueues anything (each message starts
+// "CudaOps::<op>: " and names the tensor), and small view helpers.
+// Host-only header.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <climits>
+#include <initializer_list>
+#include <string>
+
+#include "kernels/core/tensor.hpp"
+
+namespace gt::cuda_ops_detail {
+
+using bf16 = __nv_bfloat16;
+
+template <typename T>
+T* ptr(const TensorView& t) {
+  return static_cast<T*>(t.data);
+}
+
+inline std::string dtype_list(std::initializer_list<DType> ok) {
+  std::string s;
+  for (DType d : ok) s += (s.empty() ? "" : " or ") + std::string(dtype_name(d));
+  return s;
+}
+
+// Argument checks for one op; every message starts "CudaOps::<op>: ".
+struct Check {
+  const char* op;
+
+  void tensor(const TensorView& t, const char* what, std::initializer_list<DType> ok) const {
+    if (t.device != Device::cuda)
+      fail("CudaOps::", op, ": ", what, " must be a cuda tensor, got a ", device_name(t.device),
+           " one");
+    if (std::find(ok.begin(), ok.end(), t.dtype) == ok.end())
+      fail("CudaOps::", op, ": ", what, " must be ", dtype_list(ok), ", got ",
+           dtype_name(t.dtype));
+    if (!t.contiguous())
+      fail("CudaOps::", op, ": ", what, " must be contiguous, got a strided ", t.shape_str());
+    if (t.data == nullptr && t.numel() > 0) fail("CudaOps::", op, ": ", what, " has no data");
+  }
+  void tensor(const TensorView& t, const char* what, std::initializer_list<DType> ok,
+              std::initializer_list<int64_t> shape) const {
+    tensor(t, what, ok);
+    bool same = t.ndim == static_cast<int>(shape.size());
+    int i = 0;
+    for (int64_t s : shape) same = same && t.shape[i++] == s;
+    if (!same) {
+      std::string want = "(";
+      i = 0;
+      for (int64_t s : shape) want += (i++ ? ", " : "") + std::to_string(s);
+      fail("CudaOps::", op, ": ", what, " must be ", want, "), got ", t.shape_str());
+    }
+  }
+  void ndim(const TensorView& t, const char* what, int n, const char* layout) const {
+    if (t.ndim != n) fail("CudaOps::", op, ": ", what, " must be ", layout, ", got ", t.shape_str());
+  }
+  void same_dtype(const TensorView& a, const TensorView& b, const char* wa, const char* wb) const {
+    if (a.dtype != b.dtype)
+      fail("CudaOps::", op, ": ", wa, " (", dtype_name(a.dtype), ") and ", wb, " (",
+           dtype_name(b.dtype), ") must have the same dtype");
+  }
+  void same_shape(const TensorView& a, const TensorView& b, const char* wa, const char* wb) const {
+    bool same = a.ndim == b.ndim;
+    for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
+    if (!same)
+      fail("CudaOps::", op, ": ", wa, " ", a.shape_str(), " and ", wb, " ", b.shape_str(),
+           " must have the same shape");
+  }
+  int to_int(int64_t v, const char* what) const {
+    if (v < 0 || v > INT_MAX) fail("CudaOps::", op, ": ", what, " = ", v, " is out of range");
+    return static_cast<int>(v);
+  }
+};
+
+constexpr std::initializer_list<DType> kF32 = {DType::f32};
+constexpr std::initializer_list<DType> kF32Bf16 = {DType::f32, DType::bf16};
+constexpr std::initializer_list<DType> kI32 = {DType::i32};
+
+}  // namespace gt::cuda_ops_detail

@@ -1,0 +1,222 @@
+// Flash attention (kernels/cuda/attention.cu, and the tensor-core variant in
+// attention_tc.cu) against the CPU twin: fp32 and bf16, head sizes on and between the three padded widths (5, 8, 16, 32, 48,
+// 64, 72, 128: odd ones take the scalar loads), T inside one 64-row tile, on
+// a tile boundary, one past it, and across many tiles (1, 7, 64, 65, 130,
+// 200, 1024). Every output is poisoned first; the log-sum-exp is checked
+// against a double-precision reference; backward must be bitwise repeatable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cuda/attention.cuh"
+#include "test_util.hpp"
+
+namespace {
+
+using gt::test::all_close;
+using gt::test::DeviceArray;
+using gt::test::random_vector;
+
+struct Case {
+  int B, T, NH, hs;
+};
+const Case kCases[] = {{1, 1, 1, 8},    {2, 7, 3, 16},  {1, 64, 2, 64},  {2, 65, 2, 64},
+                       {1, 130, 2, 128}, {2, 100, 3, 48}, {1, 200, 1, 32}, {1, 129, 2, 72},
+                       {2, 33, 2, 5},    {1, 1024, 2, 64}};
+
+std::string name(const Case& c) {
+  return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " NH=" +
+         std::to_string(c.NH) + " hs=" + std::to_string(c.hs);
+}
+
+struct Sizes {
+  int64_t B, T, NH, C, qkv, out, att, lse;
+};
+Sizes sizes(const Case& c) {
+  Sizes s{c.B, c.T, c.NH, int64_t{c.NH} * c.hs, 0, 0, 0, 0};
+  s.qkv = s.B * s.T * 3 * s.C;
+  s.out = s.B * s.T * s.C;
+  s.att = s.B * s.NH * s.T * s.T;
+  s.lse = s.B * s.NH * s.T;
+  return s;
+}
+
+struct CpuResult {
+  std::vector<float> out, att;
+};
+CpuResult cpu_forward(const Case& c, std::vector<float> qkv) {
+  const Sizes z = sizes(c);
+  auto cpu = gt::make_cpu_ops(1);
+  CpuResult r{std::vector<float>(z.out), std::vector<float>(z.att)};
+  cpu->attention_forward(gt::cpu_f32(r.out.data(), {z.B, z.T, z.C}),
+                         gt::cpu_f32(r.att.data(), {z.att}),
+                         gt::cpu_f32(qkv.data(), {z.B, z.T, 3 * z.C}), c.NH);
+  return r;
+}
+
+std::vector<float> cpu_backward(const Case& c, std::vector<float> qkv, std::vector<float> out,
+                                std::vector<float> att, std::vector<float> dout) {
+  const Sizes z = sizes(c);
+  auto cpu = gt::make_cpu_ops(1);
+  std::vector<float> dqkv(z.qkv), scratch(z.att);
+  cpu->attention_backward(gt::cpu_f32(dqkv.data(), {z.B, z.T, 3 * z.C}),
+                          gt::cpu_f32(scratch.data(), {z.att}),
+                          gt::cpu_f32(dout.data(), {z.B, z.T, z.C}),
+                          gt::cpu_f32(qkv.data(), {z.B, z.T, 3 * z.C}),
+                          gt::cpu_f32(out.data(), {z.B, z.T, z.C}),
+                          gt::cpu_f32(att.data(), {z.att}), c.NH);
+  return dqkv;
+}
+
+// log sum_{j<=t} exp(q_t . k_j / sqrt(hs)) per (b, h, t), in double.
+std::vector<float> reference_lse(const Case& c, const std::vector<float>& qkv) {
+  const Sizes z = sizes(c);
+  std::vector<float> lse(z.lse);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.hs));
+  for (int64_t b = 0; b < z.B; ++b)
+    for (int64_t h = 0; h < z.NH; ++h)
+      for (int64_t t = 0; t < z.T; ++t) {
+        const float* q = &qkv[(b * z.T + t) * 3 * z.C + h * c.hs];
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= t; ++j) {
+          const float* k = &qkv[(b * z.T + j) * 3 * z.C + z.C + h * c.hs];
+          double d = 0.0;
+          for (int e = 0; e < c.hs; ++e) d += static_cast<double>(q[e]) * k[e];
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= t; ++j) sum += std::exp(s[j] - mx);
+        lse[(b * z.NH + h) * z.T + t] = static_cast<float>(mx + std::log(sum));
+      }
+  return lse;
+}
+
+TEST(CudaAttention, Fp32ForwardAndBackwardMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  const cudaStream_t s = stream.get();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(name(c));
+    const Sizes z = sizes(c);
+    const auto qkv = random_vector(z.qkv, 1, -2.f, 2.f);
+    const auto dout = random_vector(z.out, 2);
+    const CpuResult fwd = cpu_forward(c, qkv);
+    const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout);
+
+    DeviceArray<float> d_qkv(qkv, s), d_dout(dout, s), d_out(z.out, s), d_lse(z.lse, s),
+        d_dqkv(z.qkv, s), d_scratch(z.lse, s);
+    d_out.poison();
+    d_lse.poison();
+    gt::cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(all_close(d_out.download(), fwd.out, 1e-5f, 1e-4f)) << "out";
+    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
+
+    d_dqkv.poison();
+    d_scratch.poison();
+    gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
+                                 d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    const auto dqkv = d_dqkv.download();
+    EXPECT_TRUE(all_close(dqkv, want_dqkv, 5e-5f, 1e-4f)) << "dqkv";
+
+    d_dqkv.poison();
+    gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
+                                 d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(gt::test::bitwise_equal(d_dqkv.download(), dqkv)) << "backward not repeatable";
+  }
+}
+
+TEST(CudaAttention, Bf16ForwardAndBackwardMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  const cudaStream_t s = stream.get();
+  auto bf = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<__nv_bfloat16*>(a.get()); };
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(name(c));
+    const Sizes z = sizes(c);
+    const auto qkv = gt::test::round_to_bf16(random_vector(z.qkv, 11, -2.f, 2.f));
+    const auto dout = gt::test::round_to_bf16(random_vector(z.out, 12));
+    const CpuResult fwd = cpu_forward(c, qkv);
+    const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout);
+
+    DeviceArray<uint16_t> d_qkv(gt::test::to_bf16(qkv), s), d_dout(gt::test::to_bf16(dout), s),
+        d_out(z.out, s), d_dqkv(z.qkv, s);
+    DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
+    d_out.poison();
+    d_lse.poison();
+    gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), fwd.out, 1e-2f, 1e-2f)) << "out";
+    // fp32 math on bf16-exact inputs: the statistics stay fp32-accurate.
+    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
+
+    d_dqkv.poison();
+    d_scratch.poison();
+    // The bf16 forward output feeds D = rowsum(dout * out), as in training.
+    gt::cuda::attention_backward(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                 d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(all_close(gt::test::from_bf16(d_dqkv.download()), want_dqkv, 2e-2f, 2e-2f))
+        << "dqkv";
+  }
+}
+
+// The WMMA kernels (attention_tc.cu): P and dS are rounded to bf16 before
+// their products, hence the looser gradient tolerance.
+TEST(CudaAttention, Bf16TensorCoreForwardAndBackwardMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  const cudaStream_t s = stream.get();
+  auto bf = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<__nv_bfloat16*>(a.get()); };
+  const Case cases[] = {{1, 1, 1, 16},   {2, 7, 3, 16},   {1, 64, 2, 64},  {2, 65, 2, 64},
+                        {1, 130, 2, 128}, {2, 100, 3, 48}, {1, 200, 1, 32}, {1, 1024, 2, 64}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(name(c));
+    ASSERT_TRUE(gt::cuda::attention_tc_supported(c.hs));
+    const Sizes z = sizes(c);
+    const auto qkv = gt::test::round_to_bf16(random_vector(z.qkv, 31, -2.f, 2.f));
+    const auto dout = gt::test::round_to_bf16(random_vector(z.out, 32));
+    const CpuResult fwd = cpu_forward(c, qkv);
+    const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout);
+
+    DeviceArray<uint16_t> d_qkv(gt::test::to_bf16(qkv), s), d_dout(gt::test::to_bf16(dout), s),
+        d_out(z.out, s), d_dqkv(z.qkv, s);
+    DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
+    d_out.poison();
+    d_lse.poison();
+    gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), fwd.out, 1.5e-2f, 1.5e-2f))
+        << "out";
+    // S is exact bf16 products summed in the tensor cores' fp32 accumulators
+    // (whose rounding is not IEEE's to the last bit): near-fp32 statistics.
+    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-4f, 1e-4f)) << "lse";
+
+    d_dqkv.poison();
+    d_scratch.poison();
+    gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                    d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    const auto dqkv = d_dqkv.download();
+    EXPECT_TRUE(all_close(gt::test::from_bf16(dqkv), want_dqkv, 3e-2f, 3e-2f)) << "dqkv";
+    d_dqkv.poison();
+    gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                    d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    EXPECT_TRUE(d_dqkv.download() == dqkv) << "backward not repeatable";
+  }
+  EXPECT_FALSE(gt::cuda::attention_tc_supported(72));
+  EXPECT_FALSE(gt::cuda::attention_tc_supported(8));
+}
+
+TEST(CudaAttention, HeadSizeAbove128IsAnError) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  DeviceArray<float> qkv(3 * 129, stream.get()), out(129, stream.get()), lse(1, stream.get());
+  const std::string msg = gt::test::error_message([&] {
+    gt::cuda::attention_forward(out.get(), lse.get(), qkv.get(), 1, 1, 1, 129, stream.get());
+  });
+  EXPECT_NE(msg.find("head size 129"), std::string::npos) << msg;
+}
+
+}  // namespace
