@@ -4,15 +4,17 @@
 // keys [0,i1), which roughly halves the flops for long sequences.
 // Invariants: att holds softmax probabilities with exact zeros above the
 // diagonal; dqkv is assigned (every element written); scratch is clobbered.
-// Heads run one after another and BLAS threads each product: the pthread
-// OpenBLAS we link serialises concurrent callers badly (an OpenMP loop over
-// heads calling single-threaded sgemm ran slower than one thread), so the
-// parallelism is left to BLAS and to the row loops. Reductions run in a
+// With enough (batch, head) pairs to go round, they run in parallel, one per
+// thread, each product single-threaded (the OpenMP build of OpenBLAS we link
+// runs sequentially inside a parallel region); with few, BLAS threads each
+// product. Each pair writes only its own outputs and reductions run in a
 // fixed order, so results are bitwise deterministic run to run.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+
+#include <omp.h>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/fast_math.hpp"
@@ -70,6 +72,12 @@ void softmax_rows(float* a, int T, int i0, int i1) {
   }
 }
 
+// One (batch, head) per thread with single-threaded sgemm inside (the OpenMP
+// OpenBLAS runs sequentially within a parallel region) once there are enough
+// heads to go round: the per-head products are small, and threading each of
+// them cost more in fork/join than it gained.
+bool heads_in_parallel(const Dims& d) { return d.B * d.NH >= 2 * omp_get_max_threads(); }
+
 }  // namespace
 
 void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) {
@@ -81,6 +89,7 @@ void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_hea
   float* out_p = out.f32();
   float* att_p = att.f32();
 
+#pragma omp parallel for schedule(dynamic) if (heads_in_parallel(d))
   for (int bh = 0; bh < d.B * d.NH; ++bh) {
     const int b = bh / d.NH, h = bh % d.NH;
     const float* q = qkv_p + static_cast<int64_t>(b) * T * C3 + h * hs;  // (T, hs), ld 3C
@@ -116,6 +125,7 @@ void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, Te
   float* dqkv_p = dqkv.f32();
   float* scr_p = scratch.f32();
 
+#pragma omp parallel for schedule(dynamic) if (heads_in_parallel(d))
   for (int bh = 0; bh < d.B * d.NH; ++bh) {
     const int b = bh / d.NH, h = bh % d.NH;
     const int64_t qoff = static_cast<int64_t>(b) * T * C3 + h * hs;
