@@ -6,6 +6,7 @@
 #include <string>
 
 #include <signal.h>
+#include <unistd.h>
 
 namespace gt {
 
@@ -21,6 +22,13 @@ std::string stat_after_name(long pid) {
   return text.substr(close + 2);
 }
 }  // namespace
+
+std::string this_host() {
+  char host[256] = "";
+  if (::gethostname(host, sizeof host) != 0) return "unknown-host";
+  host[sizeof host - 1] = '\0';
+  return host;
+}
 
 bool process_alive(long pid) {
   if (pid <= 0) return true;

@@ -3,7 +3,13 @@
 // since when (to tell a live owner from a reused pid).
 #pragma once
 
+#include <string>
+
 namespace gt {
+
+// This host's name (gethostname), "unknown-host" when it cannot be read: what
+// lock files record and error messages name.
+std::string this_host();
 
 // True while `pid` runs. A zombie (dead, not yet reaped: a rank whose mpirun
 // has just exited) counts as gone, which kill(pid, 0) alone would not say. A

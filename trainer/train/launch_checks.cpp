@@ -1,9 +1,8 @@
 #include "trainer/train/launch_checks.hpp"
 
-#include <unistd.h>
-
 #include "kernels/core/error.hpp"
 #include "trainer/data/data_loader.hpp"
+#include "trainer/io/process.hpp"
 
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
 #include "kernels/cuda/cuda_resources.hpp"
@@ -12,13 +11,6 @@
 namespace gt {
 
 namespace {
-std::string host_name() {
-  char host[256] = "";
-  if (::gethostname(host, sizeof host) != 0) return "this host";
-  host[sizeof host - 1] = '\0';
-  return host;
-}
-
 const char* size_variable(const std::string& launcher) {
   if (launcher == "openmpi") return "OMPI_COMM_WORLD_SIZE";
   if (launcher == "pmi") return "PMI_SIZE";
@@ -57,7 +49,7 @@ void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have
     fail("runtime.device=cuda (", cfg.source, "): expected a build with the CUDA backend, got "
          "a CPU-only build (nvcc was not found when it was configured); use runtime.device=cpu");
   if (local_ranks > gpus)
-    fail("runtime.device=cuda (", cfg.source, ", host ", host_name(),
+    fail("runtime.device=cuda (", cfg.source, ", host ", this_host(),
          "): expected at most one rank per GPU, got ", local_ranks, " ranks on this host for ",
          gpus, " visible GPU", gpus == 1 ? "" : "s",
          "; start fewer ranks per host (mpirun --npernode ", gpus > 0 ? gpus : 1,

@@ -23,6 +23,7 @@
 #include "trainer/checkpoint/manifest.hpp"
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/io/process.hpp"
+#include "trainer/model/parameter_layout.hpp"
 
 namespace gt {
 
@@ -152,16 +153,8 @@ bool create_exclusive(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-std::string this_host() {
-  char host[256] = "";
-  if (::gethostname(host, sizeof host) != 0) return "unknown-host";
-  host[sizeof host - 1] = '\0';
-  return host;
-}
-
 double checkpoint_bytes(const ModelConfig& m) {
-  const double C = m.n_embd, V = m.vocab_size, P = m.block_size, L = m.n_layer;
-  const double params = V * C + P * C + L * (12 * C * C + 13 * C) + 2 * C;
+  const double params = static_cast<double>(ParameterLayout(m).global_numel());
   return 3 * 4 * params;  // parameters, AdamW m and v, fp32
 }
 

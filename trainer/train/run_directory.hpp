@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "trainer/config/config.hpp"
+#include "trainer/io/process.hpp"  // this_host(), which lock files record
 
 namespace gt {
 
@@ -61,7 +62,6 @@ LockInfo read_lock(const std::string& path);
 // now belongs to a process started at another time). A lock of another host
 // is never stale: we cannot look.
 bool lock_is_stale(const LockInfo& lock);
-std::string this_host();
 
 class RunDirectory {
  public:
