@@ -2,13 +2,17 @@
 
 namespace gt {
 
+int lowest_failing_rank(Communicator& world, bool failed) {
+  const int64_t lowest =
+      world.all_reduce_i64(failed ? world.rank() : world.size(), ReduceOp::min);
+  return lowest == world.size() ? -1 : static_cast<int>(lowest);
+}
+
 void agree_on_setup(Communicator& world, std::exception_ptr local_error) {
   const int p = world.size(), r = world.rank();
-  // max over ranks of (p - rank) for the failing ones: the lowest failing rank.
-  const int64_t key = world.all_reduce_i64(local_error ? p - r : 0, ReduceOp::max);
-  if (key == 0) return;
+  const int first = lowest_failing_rank(world, local_error != nullptr);
+  if (first < 0) return;
   const int64_t failing = world.all_reduce_i64(local_error ? 1 : 0, ReduceOp::sum);
-  const int first = p - static_cast<int>(key);
   if (first != r) throw CollectiveError("rank " + std::to_string(first) + " failed to start", false);
   std::string msg = "unknown error";
   try {

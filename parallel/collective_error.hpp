@@ -29,4 +29,8 @@ class CollectiveError : public Error {
 
 void agree_on_setup(Communicator& world, std::exception_ptr local_error);
 
+// Collective over `world`: the lowest rank that passed failed = true, or -1
+// when none did. The agreement under agree_on_setup and the checkpoint commit.
+int lowest_failing_rank(Communicator& world, bool failed);
+
 }  // namespace gt

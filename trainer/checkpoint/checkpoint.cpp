@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "kernels/core/error.hpp"
+#include "parallel/collective_error.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/checkpoint/box_tiling.hpp"
 #include "trainer/checkpoint/manifest.hpp"
@@ -183,9 +184,8 @@ void run_step(Communicator& world, int64_t step, const char* doing,
     error = e.what();
     if (error.empty()) error = "unknown error";
   }
-  const int64_t first_failed =
-      world.all_reduce_i64(error.empty() ? world.size() : world.rank(), ReduceOp::min);
-  if (first_failed == world.size()) return;
+  const int first_failed = lowest_failing_rank(world, !error.empty());
+  if (first_failed < 0) return;
   try {
     cleanup();
   } catch (...) {

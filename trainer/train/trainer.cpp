@@ -88,7 +88,7 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
          static_cast<int64_t>(data_rank) * micro_batch;
 }
 
-void build(Run& run, const Config& cfg, const MpiCommunicator* world) {
+void build(Run& run, const Config& cfg, MpiCommunicator* world) {
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
   run.dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp,
@@ -177,7 +177,7 @@ double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
   const auto& tc = cfg.train;
   const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
   const int accum = cfg.grad_accum_steps();
-  const int d = run.mesh->coord().dp * run.dims.fsdp + run.mesh->coord().fsdp;
+  const int d = run.mesh->data().rank();  // this rank's data shard
   double sum = 0.0;
   for (int e = 0; e < tc.eval_batches; ++e)
     for (int k = 0; k < accum; ++k) {
@@ -225,17 +225,16 @@ void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
 
 }  // namespace
 
-TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
+TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
   const auto& tc = cfg.train;
   InProcessCommunicator solo("world");
-  Communicator& job = world ? static_cast<Communicator&>(const_cast<MpiCommunicator&>(*world))
-                            : static_cast<Communicator&>(solo);
+  Communicator& job = world ? static_cast<Communicator&>(*world) : solo;
   const bool rank0 = job.rank() == 0;
   // Where the job is, for collective-deadline messages; a missed deadline
   // aborts the job (a peer is hung or dead).
   auto context = std::make_shared<CollectiveContext>();
   context->abort_on_deadline = true;
-  ScopedCollectiveContext context_scope(const_cast<MpiCommunicator*>(world), context);
+  ScopedCollectiveContext context_scope(world, context);
 
   // ---- Validate every input on every rank; agree before any output. --------
   Run run;
@@ -266,7 +265,7 @@ TrainSummary run_training(const Config& cfg, const MpiCommunicator* world) {
 
   const int accum = cfg.grad_accum_steps();
   const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
-  const int data_rank = mesh.coord().dp * run.dims.fsdp + mesh.coord().fsdp;
+  const int data_rank = mesh.data().rank();  // this rank's data shard
   const int64_t tokens_per_step = static_cast<int64_t>(tc.global_batch) * T;
   if (rank0) {
     if (!run.resume_dir.empty())

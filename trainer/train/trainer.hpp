@@ -28,6 +28,6 @@ struct TrainSummary {
 class MpiCommunicator;
 
 // world: the job's communicator, or null for a single process without MPI.
-TrainSummary run_training(const Config& cfg, const MpiCommunicator* world = nullptr);
+TrainSummary run_training(const Config& cfg, MpiCommunicator* world = nullptr);
 
 }  // namespace gt
