@@ -67,7 +67,6 @@ int axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
-constexpr MeshAxis kAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data};
 }  // namespace
 
 std::vector<int> mesh_axis_ranks(const ParallelDims& d, int rank, MeshAxis axis) {
@@ -93,11 +92,11 @@ DeviceMesh::DeviceMesh(const ParallelDims& dims, const MpiCommunicator& world)
       }()) {
   // Same order on every rank: each split is collective over world.
   auto world_copy = world.split(0, world.rank(), "world");
-  for (MeshAxis a : kAxes)
+  for (MeshAxis a : kMeshAxes)
     axes_[static_cast<size_t>(a)] = world_copy->split(
         axis_color(dims_, coord_, a), mesh_axis_index(dims_, coord_, a), mesh_axis_name(a));
   world_ = std::move(world_copy);
-  for (MeshAxis a : kAxes) {
+  for (MeshAxis a : kMeshAxes) {
     const Communicator& c = axis(a);
     GT_CHECK(c.size() == mesh_axis_size(dims_, a) && c.rank() == mesh_axis_index(dims_, coord_, a),
              "axis ", mesh_axis_name(a), " came out as rank ", c.rank(), " of ", c.size());
@@ -107,7 +106,7 @@ DeviceMesh::DeviceMesh(const ParallelDims& dims, const MpiCommunicator& world)
 DeviceMesh DeviceMesh::in_process() {
   DeviceMesh m(ParallelDims{1, 1, 1}, 0);
   m.world_ = std::make_unique<InProcessCommunicator>("world");
-  for (MeshAxis a : kAxes)
+  for (MeshAxis a : kMeshAxes)
     m.axes_[static_cast<size_t>(a)] = std::make_unique<InProcessCommunicator>(mesh_axis_name(a));
   return m;
 }

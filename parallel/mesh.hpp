@@ -28,6 +28,9 @@ class MpiCommunicator;
 
 enum class MeshAxis { dp, fsdp, tp, data };
 const char* mesh_axis_name(MeshAxis axis);  // "dp", "fsdp", "tp", "data"
+// Every axis, in that order (for loops over the mesh's communicators).
+inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp,
+                                         MeshAxis::data};
 
 struct MeshCoord {
   int dp = 0;

@@ -54,7 +54,7 @@ void ProfileSession::start(DeviceMesh& mesh, Ops& ops) {
   device_ = device_name(ops.device());
   // Observed always: comm_exposed_ms is a metric of every step.
   // (Axes of one rank have nothing to wait for.)
-  for (MeshAxis a : {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data})
+  for (MeshAxis a : kMeshAxes)
     if (mesh.axis(a).size() > 1) profiler_.observe(mesh.axis(a));
   if (mesh.world().size() > 1) profiler_.observe(mesh.world());
   const int world = mesh.dims().world_size();

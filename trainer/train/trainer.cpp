@@ -192,14 +192,14 @@ double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
 // Axis name -> bytes this rank sent since the last reset.
 nlohmann::json comm_bytes(const DeviceMesh& mesh) {
   nlohmann::json j;
-  for (MeshAxis a : {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data})
+  for (MeshAxis a : kMeshAxes)
     j[mesh_axis_name(a)] = mesh.axis(a).bytes_sent();
   j["world"] = mesh.world().bytes_sent();
   return j;
 }
 
 void reset_comm_bytes(const DeviceMesh& mesh) {
-  for (MeshAxis a : {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data})
+  for (MeshAxis a : kMeshAxes)
     mesh.axis(a).reset_bytes();
   mesh.world().reset_bytes();
 }
