@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "kernels/core/buffer.hpp"
 #include "kernels/core/tensor.hpp"
 
 namespace gt {
@@ -23,6 +24,24 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual Device device() const = 0;
+
+  // ---- Memory: where every tensor the model touches lives -------------------
+  // `bytes` of this backend's memory (host for the CPU, device for CUDA),
+  // zero-filled. For setup only: a training step never allocates.
+  virtual Buffer allocate(size_t bytes) = 0;
+  // dst (this backend's memory, contiguous) = dst.numel() elements from
+  // `host`; `host` may be reused once it returns.
+  virtual void upload(TensorView dst, const void* host) = 0;
+  // host = src (contiguous), after every op enqueued before that writes src.
+  virtual void download(void* host, TensorView src) = 0;
+  // Returns once every op enqueued so far has finished (step timing). A no-op
+  // where ops are synchronous (the CPU backend).
+  virtual void synchronize() {}
+  // Bytes this backend allocated on its device (Buffers and its own
+  // workspaces), now and at most since construction. 0 for a backend whose
+  // memory is the process's host memory: its peak is the process's RSS.
+  virtual int64_t device_bytes_in_use() const { return 0; }
+  virtual int64_t device_bytes_peak() const { return 0; }
 
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t].  tokens (B,T) int32, wte (V,C), wpe (maxT,C).
   virtual void embedding_forward(TensorView out, TensorView tokens, TensorView wte,

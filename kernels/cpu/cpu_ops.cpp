@@ -6,6 +6,9 @@
 
 #include <omp.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cpu/cpu_kernels.hpp"
 
 #if TRAINER_HAVE_OPENBLAS
@@ -75,10 +78,32 @@ TensorView probabilities_view(TensorView flat, const TensorView& qkv, int n_head
   return v;
 }
 
+void check_host_transfer(const TensorView& t, const char* what) {
+  GT_CHECK(t.device == Device::cpu && t.contiguous(), what, ": expected a contiguous cpu tensor, got ",
+           device_name(t.device), " ", t.shape_str());
+}
+
 class CpuOps final : public Ops {
  public:
 
   Device device() const override { return Device::cpu; }
+
+  Buffer allocate(size_t bytes) override {
+    if (bytes == 0) return {};
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) fail("out of host memory allocating ", bytes, " bytes");
+    std::memset(p, 0, rounded);
+    return Buffer(p, bytes, Device::cpu, [](void* q) { std::free(q); });
+  }
+  void upload(TensorView dst, const void* host) override {
+    check_host_transfer(dst, "upload");
+    std::memcpy(dst.data, host, static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype));
+  }
+  void download(void* host, TensorView src) override {
+    check_host_transfer(src, "download");
+    std::memcpy(host, src.data, static_cast<size_t>(src.numel()) * dtype_size(src.dtype));
+  }
 
   void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
                          TensorView wpe) override {

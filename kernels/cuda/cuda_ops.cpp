@@ -53,6 +53,7 @@ void CudaOps::reserve_scratch(size_t bytes) {
   stream_.synchronize();
   scratch_ = cuda::DeviceBuffer();  // free first: the peak is the new size, not the sum
   scratch_ = cuda::DeviceBuffer(round_up(bytes));
+  count_buffer_bytes(0);
 }
 
 void* CudaOps::scratch(size_t bytes) {

@@ -67,6 +67,17 @@ class CudaOps final : public Ops {
 
   Device device() const override { return Device::cuda; }
 
+  // cudaMalloc + cudaMemsetAsync (synchronised), counted in device_bytes_*.
+  Buffer allocate(size_t bytes) override;
+  // Synchronous copies on stream(): upload returns once `host` may be reused,
+  // download once the data has landed (after everything queued before).
+  void upload(TensorView dst, const void* host) override;
+  void download(void* host, TensorView src) override;
+  void synchronize() override { stream_.synchronize(); }
+  // Buffers from allocate() + the scratch arena + the cuBLASLt workspace.
+  int64_t device_bytes_in_use() const override;
+  int64_t device_bytes_peak() const override { return peak_bytes_; }
+
   void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
                          TensorView wpe) override;
   void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
@@ -129,7 +140,6 @@ class CudaOps final : public Ops {
   void cast(TensorView dst, TensorView src);
 
   cudaStream_t stream() const { return stream_.get(); }
-  void synchronize() const { stream_.synchronize(); }
   cuda::GemmContext& gemm() { return gemm_; }
   // Grows the scratch arena to at least `bytes` (synchronising the stream).
   void reserve_scratch(size_t bytes);
@@ -139,6 +149,8 @@ class CudaOps final : public Ops {
  private:
   // Scratch for one op: `bytes` from the arena, grown first when needed.
   void* scratch(size_t bytes);
+  // Adds `delta` bytes to the Buffers counted in use, updating the peak.
+  void count_buffer_bytes(int64_t delta);
 
   // Declaration order is teardown order reversed: the stream outlives the
   // GEMM context and the buffers used on it.
@@ -147,6 +159,8 @@ class CudaOps final : public Ops {
   cuda::GemmContext gemm_;
   cuda::DeviceBuffer scratch_;
   cuda::PinnedBuffer host_result_;  // one double for sum_squares
+  int64_t buffer_bytes_ = 0;        // live Buffers from allocate()
+  int64_t peak_bytes_ = 0;          // of device_bytes_in_use()
 };
 
 // The backend factory: a CudaOps behind the Ops interface. Throws gt::Error

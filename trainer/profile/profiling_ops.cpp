@@ -48,6 +48,14 @@ class ProfilingOps final : public Ops {
 
   Device device() const override { return inner_->device(); }
 
+  // Memory and transfers are not ops of the step: forwarded untimed.
+  Buffer allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  void upload(TensorView dst, const void* host) override { inner_->upload(dst, host); }
+  void download(void* host, TensorView src) override { inner_->download(host, src); }
+  void synchronize() override { inner_->synchronize(); }
+  int64_t device_bytes_in_use() const override { return inner_->device_bytes_in_use(); }
+  int64_t device_bytes_peak() const override { return inner_->device_bytes_peak(); }
+
   void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
                          TensorView wpe) override {
     if (!p_.recording()) return inner_->embedding_forward(out, tokens, wte, wpe);
