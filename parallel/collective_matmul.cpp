@@ -77,8 +77,13 @@ void all_gather_then_compute(Communicator& comm, float* full, int64_t chunk_elem
   compute(ring_chunk(r, p - 1, p), 1);  // = r + 1: the last to arrive
 }
 
+void host_accumulate(float* acc, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
 void compute_then_reduce_scatter(Communicator& comm, float* result, int64_t chunk_elems,
-                                 const ChunkPartial& partial, bool overlap, float* workspace) {
+                                 const ChunkPartial& partial, bool overlap, float* workspace,
+                                 const ChunkAccumulate& accumulate) {
   static constexpr const char* kOp = "compute_then_reduce_scatter";
   const int p = comm.size(), r = comm.rank();
   check_chunk_elems(comm, kOp, chunk_elems);
@@ -86,6 +91,7 @@ void compute_then_reduce_scatter(Communicator& comm, float* result, int64_t chun
   check_buffer(comm, kOp, "workspace", workspace,
                reduce_scatter_workspace_elems(p, chunk_elems, overlap));
   if (!partial) fail("comm '", comm.name(), "': ", kOp, " without a partial function");
+  if (!accumulate) fail("comm '", comm.name(), "': ", kOp, " without an accumulate function");
 
   if (p == 1) {
     partial(0, 1, result);
@@ -113,9 +119,9 @@ void compute_then_reduce_scatter(Communicator& comm, float* result, int64_t chun
     rh.wait();
     sh.wait();  // buf[cur] is free again for the step after next
     if (s + 1 == p - 1) {
-      for (int64_t i = 0; i < chunk_elems; ++i) result[i] += mine[i];
+      accumulate(result, mine, chunk_elems);
     } else {
-      for (int64_t i = 0; i < chunk_elems; ++i) mine[i] += result[i];
+      accumulate(mine, result, chunk_elems);
       cur = 1 - cur;
     }
   }

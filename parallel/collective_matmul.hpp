@@ -79,6 +79,12 @@ using ChunkCompute = std::function<void(int first_chunk, int n_chunks)>;
 // [first_chunk, first_chunk + n_chunks) into out (n_chunks * chunk_elems floats,
 // contiguous, assigned not accumulated).
 using ChunkPartial = std::function<void(int first_chunk, int n_chunks, float* out)>;
+// accumulate(acc, x, n): acc[i] += x[i] for n floats, on whatever memory the
+// buffers live in (the backend's Ops::accumulate for device buffers), so the
+// ring never touches the data from the host itself.
+using ChunkAccumulate = std::function<void(float* acc, const float* x, int64_t n)>;
+// The host loop, for buffers in host memory (tests, CPU-only callers).
+void host_accumulate(float* acc, const float* x, int64_t n);
 
 // All-gather of row chunks fused with compute on each chunk.
 // full: p * chunk_elems floats (p = comm.size()); on entry this rank's chunk is
@@ -99,10 +105,12 @@ void all_gather_then_compute(Communicator& comm, float* full, int64_t chunk_elem
 // workspace: at least reduce_scatter_workspace_elems(p, chunk_elems, overlap)
 // floats, not overlapping result (the ring also receives into result, so
 // `partial` must not read result). Throws gt::Error (before any communication)
-// on chunk_elems < 0, null buffers where floats are needed, or an empty partial.
+// on chunk_elems < 0, null buffers where floats are needed, or an empty partial
+// or accumulate (the ring sums the incoming partial into its own with it).
 // Backward dual: all_gather_then_compute.
 void compute_then_reduce_scatter(Communicator& comm, float* result, int64_t chunk_elems,
-                                 const ChunkPartial& partial, bool overlap, float* workspace);
+                                 const ChunkPartial& partial, bool overlap, float* workspace,
+                                 const ChunkAccumulate& accumulate);
 
 // Floats of workspace compute_then_reduce_scatter needs: 0 at p == 1 (the
 // partial goes straight into result), 2 chunks with overlap (the partial on

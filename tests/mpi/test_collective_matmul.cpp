@@ -117,7 +117,7 @@ struct ScatterCase {
               out[i * n + j] = acc;  // assigned, not accumulated
             }
         },
-        overlap, workspace.data());
+        overlap, workspace.data(), host_accumulate);
     bytes = comm.bytes_sent() - before;
   }
 
@@ -338,20 +338,26 @@ TEST(CollectiveMatmul, BadArgumentsThrowBeforeAnyMessage) {
     EXPECT_NE(m.find("without a compute function"), std::string::npos) << m;
 
     m = error_message(
-        [&] { compute_then_reduce_scatter(*w, buf.data(), -1, zero, overlap, buf.data()); });
+        [&] { compute_then_reduce_scatter(*w, buf.data(), -1, zero, overlap, buf.data(), host_accumulate); });
     EXPECT_NE(m.find("negative chunk size of -1"), std::string::npos) << m;
     m = error_message(
-        [&] { compute_then_reduce_scatter(*w, nullptr, 4, zero, overlap, buf.data()); });
+        [&] { compute_then_reduce_scatter(*w, nullptr, 4, zero, overlap, buf.data(), host_accumulate); });
     EXPECT_NE(m.find("result is null"), std::string::npos) << m;
     if (p > 1) {
       m = error_message(
-          [&] { compute_then_reduce_scatter(*w, buf.data(), 4, zero, overlap, nullptr); });
+          [&] { compute_then_reduce_scatter(*w, buf.data(), 4, zero, overlap, nullptr, host_accumulate); });
       EXPECT_NE(m.find("workspace is null"), std::string::npos) << m;
     }
     m = error_message([&] {
-      compute_then_reduce_scatter(*w, buf.data(), 4, ChunkPartial{}, overlap, buf.data());
+      compute_then_reduce_scatter(*w, buf.data(), 4, ChunkPartial{}, overlap, buf.data(),
+                                  host_accumulate);
     });
     EXPECT_NE(m.find("without a partial function"), std::string::npos) << m;
+    m = error_message([&] {
+      compute_then_reduce_scatter(*w, buf.data(), 4, zero, overlap, buf.data(),
+                                  ChunkAccumulate{});
+    });
+    EXPECT_NE(m.find("without an accumulate function"), std::string::npos) << m;
   }
   EXPECT_EQ(w->bytes_sent(), 0.0);
   // Still in step: a real call right after the errors works.

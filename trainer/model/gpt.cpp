@@ -8,18 +8,16 @@
 namespace gt {
 
 namespace {
-HostBuffer floats(int64_t n) { return HostBuffer(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float)); }
-
-// Rows [first, first + n) of a contiguous (rows, cols) view.
+// Rows [first, first + n) of a contiguous (rows, cols) view, on its device.
 TensorView rows_of(const TensorView& t, int64_t first, int64_t n) {
   const int64_t cols = t.numel() / t.shape[0];
-  return cpu_f32(t.f32() + first * cols, {n, cols});
+  return make_view(t.f32() + first * cols, DType::f32, t.device, {n, cols});
 }
 }  // namespace
 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq)
     : cfg_(cfg), ops_(ops), layout_(cfg), max_rows_(max_rows), max_seq_(max_seq) {
-  owned_ = std::make_unique<LocalParameters>(layout_);
+  owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
   allocate(max_rows, max_seq);
 }
@@ -46,6 +44,10 @@ void GPT::allocate(int max_rows, int max_seq) {
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
   const int NHl = cfg_.n_head / tp;
   const int64_t att = ops_.attention_saved_elems(max_rows, NHl, max_seq);
+  auto floats = [this](int64_t n) {
+    return ops_.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+  };
+  host_losses_.assign(static_cast<size_t>(R), 0.f);
   auto& a = acts_;
   a.tokens = floats(R);
   a.targets = floats(R);
@@ -84,17 +86,49 @@ void GPT::allocate(int max_rows, int max_seq) {
 
 float* GPT::params() {
   GT_CHECK(owned_, "GPT::params(): the parameters live in an external ParameterStore");
+  GT_CHECK(ops_.device() == Device::cpu, "GPT::params(): host pointer asked of a ",
+           device_name(ops_.device()), " model; use flat_params() and Ops::download");
   return owned_->params();
 }
 float* GPT::grads() {
   GT_CHECK(owned_, "GPT::grads(): the gradients live in an external ParameterStore");
+  GT_CHECK(ops_.device() == Device::cpu, "GPT::grads(): host pointer asked of a ",
+           device_name(ops_.device()), " model; use flat_grads() and Ops::download");
   return owned_->grads();
+}
+TensorView GPT::flat_params() {
+  GT_CHECK(owned_, "GPT::flat_params(): the parameters live in an external ParameterStore");
+  return view(owned_->params(), {layout_.total()});
+}
+TensorView GPT::flat_grads() {
+  GT_CHECK(owned_, "GPT::flat_grads(): the gradients live in an external ParameterStore");
+  return view(owned_->grads(), {layout_.total()});
 }
 void GPT::zero_grads() { ops_.zero(flat_grads()); }
 
+TensorView GPT::view(float* p, std::initializer_list<int64_t> shape) const {
+  return make_view(p, DType::f32, ops_.device(), shape);
+}
+TensorView GPT::iview(int32_t* p, std::initializer_list<int64_t> shape) const {
+  return make_view(p, DType::i32, ops_.device(), shape);
+}
+ChunkAccumulate GPT::accumulate_fn() {
+  return [this](float* acc, const float* x, int64_t n) {
+    ops_.accumulate(view(acc, {n}), view(const_cast<float*>(x), {n}));
+  };
+}
+
+const float* GPT::logits() {
+  GT_CHECK(!backward_ready_, "GPT::logits(): the logits were overwritten by their gradient");
+  const int64_t n = int64_t(B_) * T_ * (cfg_.vocab_size / tp_.size());
+  host_logits_.resize(static_cast<size_t>(n));
+  ops_.download(host_logits_.data(), view(acts_.logits.f32(), {n}));
+  return host_logits_.data();
+}
+
 namespace {
-TensorView shaped(float* data, const ParamSpec& s) {
-  TensorView t = cpu_f32(data, {s.numel});
+TensorView shaped(float* data, Device device, const ParamSpec& s) {
+  TensorView t = make_view(data, DType::f32, device, {s.numel});
   t.ndim = static_cast<int>(s.shape.size());
   int64_t stride = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
@@ -107,31 +141,32 @@ TensorView shaped(float* data, const ParamSpec& s) {
 }  // namespace
 
 TensorView GPT::param(const std::string& name) {
-  return shaped(params() + layout_.at(name).offset, layout_.at(name));
+  GT_CHECK(owned_, "GPT::param(): the parameters live in an external ParameterStore");
+  return shaped(owned_->params() + layout_.at(name).offset, ops_.device(), layout_.at(name));
 }
 
 TensorView GPT::p(const std::string& name) {
   const ParamSpec& s = layout_.at(name);
   const ParamUnit& u = layout_.units()[static_cast<size_t>(s.unit)];
-  return shaped(store_->unit_params(s.unit) + (s.offset - u.begin), s);
+  return shaped(store_->unit_params(s.unit) + (s.offset - u.begin), ops_.device(), s);
 }
 
 TensorView GPT::g(const std::string& name) {
   const ParamSpec& s = layout_.at(name);
   const ParamUnit& u = layout_.units()[static_cast<size_t>(s.unit)];
-  return shaped(store_->unit_grads(s.unit) + (s.offset - u.begin), s);
+  return shaped(store_->unit_grads(s.unit) + (s.offset - u.begin), ops_.device(), s);
 }
 
 // A (rows, ...)-shaped view of layer `layer`'s slice of a per-layer buffer
 // whose slices are sized for the maximum (rows, seq).
-TensorView GPT::layer_act(const HostBuffer& buf, int layer, std::initializer_list<int64_t> shape) {
+TensorView GPT::layer_act(const Buffer& buf, int layer, std::initializer_list<int64_t> shape) {
   const int64_t per_layer_max = static_cast<int64_t>(buf.bytes() / sizeof(float)) / cfg_.n_layer;
-  return cpu_f32(buf.f32() + layer * per_layer_max, shape);
+  return view(buf.f32() + layer * per_layer_max, shape);
 }
 
-TensorView GPT::own_rows(const HostBuffer& full, int layer, int64_t cols) {
+TensorView GPT::own_rows(const Buffer& full, int layer, int64_t cols) {
   const int64_t R = int64_t(B_) * T_, Rl = R / tp_.size();
-  TensorView all = layer < 0 ? cpu_f32(full.f32(), {R, cols}) : layer_act(full, layer, {R, cols});
+  TensorView all = layer < 0 ? view(full.f32(), {R, cols}) : layer_act(full, layer, {R, cols});
   return rows_of(all, tp_.rank() * Rl, Rl);
 }
 
@@ -164,11 +199,11 @@ void GPT::column_backward(TensorView dx_local, TensorView dw, TensorView db, Ten
   compute_then_reduce_scatter(
       *tp_.comm, dx_local.f32(), Rl * K,
       [&](int c0, int n, float* partial) {
-        ops_.matmul_backward(cpu_f32(partial, {n * Rl, K}), dw, db,
+        ops_.matmul_backward(view(partial, {n * Rl, K}), dw, db,
                              rows_of(dout, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl),
                              w);
       },
-      tp_.overlap, dacts_.rs_workspace.f32());
+      tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
 }
 
 void GPT::row_forward(TensorView out_local, TensorView x, TensorView w, TensorView b) {
@@ -178,9 +213,9 @@ void GPT::row_forward(TensorView out_local, TensorView x, TensorView w, TensorVi
   compute_then_reduce_scatter(
       *tp_.comm, out_local.f32(), Rl * N,
       [&](int c0, int n, float* partial) {
-        ops_.matmul_forward(cpu_f32(partial, {n * Rl, N}), rows_of(x, c0 * Rl, n * Rl), w, none);
+        ops_.matmul_forward(view(partial, {n * Rl, N}), rows_of(x, c0 * Rl, n * Rl), w, none);
       },
-      tp_.overlap, dacts_.rs_workspace.f32());
+      tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
   // The bias once, after the sum (it is replicated on every tp rank).
   ops_.add_bias(out_local, b);
 }
@@ -196,7 +231,7 @@ void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView d
       *tp_.comm, full, Rl * N,
       [&](int c0, int n) {
         ops_.matmul_backward(rows_of(dx, c0 * Rl, n * Rl), dw, db,
-                             cpu_f32(full + c0 * Rl * N, {n * Rl, N}),
+                             view(full + c0 * Rl * N, {n * Rl, N}),
                              rows_of(x, c0 * Rl, n * Rl), w);
       },
       tp_.overlap);
@@ -218,28 +253,28 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   const bool want_grad = targets && grad_scale > 0.f;
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
-  auto tok = cpu_i32(reinterpret_cast<int32_t*>(a.tokens.data()), {B, T});
-  std::copy(tokens, tokens + R, tok.i32());
+  auto tok = iview(a.tokens.i32(), {B, T});
+  ops_.upload(tok, tokens);
   const TensorView none;
   store_->begin_forward(want_grad);
 
   store_->before_forward(embed);
-  auto encoded = cpu_f32(a.encoded.f32(), {Rl, C});
+  auto encoded = view(a.encoded.f32(), {Rl, C});
   if (tp == 1) {
-    ops_.embedding_forward(cpu_f32(encoded.f32(), {B, T, C}), tok, p("wte.weight"),
+    ops_.embedding_forward(view(encoded.f32(), {B, T, C}), tok, p("wte.weight"),
                            p("wpe.weight"));
   } else {
     // Vocab-parallel: each rank looks up the tokens of its vocabulary rows for
     // all R rows; the sum over ranks, scattered by rows, is the embedding.
     const TensorView wte = p("wte.weight");
-    const TensorView tok_flat = cpu_i32(tok.i32(), {R});
+    const TensorView tok_flat = iview(tok.i32(), {R});
     compute_then_reduce_scatter(
         *tp_.comm, encoded.f32(), Rl * C,
         [&](int c0, int n, float* partial) {
-          ops_.token_embedding_forward(cpu_f32(partial, {n * Rl, C}),
-                                       cpu_i32(tok_flat.i32() + c0 * Rl, {n * Rl}), wte, vocab0);
+          ops_.token_embedding_forward(view(partial, {n * Rl, C}),
+                                       iview(tok_flat.i32() + c0 * Rl, {n * Rl}), wte, vocab0);
         },
-        tp_.overlap, dacts_.rs_workspace.f32());
+        tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
     ops_.position_embedding_forward(encoded, p("wpe.weight"), row0, T);
   }
 
@@ -256,14 +291,14 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
     auto fch = layer_act(a.fch, l, {R, 4 * Cl});
     auto fch_gelu = layer_act(a.fch_gelu, l, {R, 4 * Cl});
     auto res3 = layer_act(a.res3, l, {Rl, C});
-    auto proj = cpu_f32(a.proj_tmp.f32(), {Rl, C});
+    auto proj = view(a.proj_tmp.f32(), {Rl, C});
 
     ops_.layernorm_forward(own_rows(a.ln1, l, C), layer_act(a.ln1_mean, l, {Rl}),
                            layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
                            p(h + "ln_1.bias"));
     column_forward(qkv, ln1, p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
-    ops_.attention_forward(cpu_f32(atty.f32(), {B, T, Cl}), att,
-                           cpu_f32(qkv.f32(), {B, T, 3 * Cl}), NHl);
+    ops_.attention_forward(view(atty.f32(), {B, T, Cl}), att,
+                           view(qkv.f32(), {B, T, 3 * Cl}), NHl);
     row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
     ops_.add(res2, x, proj);
     ops_.layernorm_forward(own_rows(a.ln2, l, C), layer_act(a.ln2_mean, l, {Rl}),
@@ -278,26 +313,26 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   }
 
   store_->before_forward(head);
-  ops_.layernorm_forward(own_rows(a.lnf, -1, C), cpu_f32(a.lnf_mean.f32(), {Rl}),
-                         cpu_f32(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
+  ops_.layernorm_forward(own_rows(a.lnf, -1, C), view(a.lnf_mean.f32(), {Rl}),
+                         view(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
-  auto logits = cpu_f32(a.logits.f32(), {R, Vl});
-  column_forward(logits, cpu_f32(a.lnf.f32(), {R, C}), p("wte.weight"), none);  // tied LM head
+  auto logits = view(a.logits.f32(), {R, Vl});
+  column_forward(logits, view(a.lnf.f32(), {R, C}), p("wte.weight"), none);  // tied LM head
   store_->after_forward(embed);
 
   backward_ready_ = false;
   if (!targets) return 0.f;
-  auto tgt = cpu_i32(reinterpret_cast<int32_t*>(a.targets.data()), {R});
-  std::copy(targets, targets + R, tgt.i32());
-  auto losses = cpu_f32(a.losses.f32(), {R});
+  auto tgt = iview(a.targets.i32(), {R});
+  ops_.upload(tgt, targets);
+  auto losses = view(a.losses.f32(), {R});
   if (tp == 1) {
     ops_.softmax_cross_entropy(losses, want_grad ? logits : none, logits, tgt, grad_scale);
   } else {
     // Vocab-parallel cross-entropy: a max and a sum over the tp ranks.
     float* stats = a.ce_stats.f32();
-    auto row_max = cpu_f32(stats, {R});
-    auto sumexp = cpu_f32(stats + R, {R});
-    auto target_logit = cpu_f32(stats + 2 * R, {R});
+    auto row_max = view(stats, {R});
+    auto sumexp = view(stats + R, {R});
+    auto target_logit = view(stats + 2 * R, {R});
     ops_.cross_entropy_shard_max(row_max, logits);
     tp_.comm->all_reduce_max(row_max.f32(), R).wait();
     ops_.cross_entropy_shard_sums(sumexp, target_logit, logits, tgt, row_max, vocab0);
@@ -306,8 +341,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                                     sumexp, target_logit, vocab0, grad_scale);
   }
   backward_ready_ = want_grad;
+  ops_.download(host_losses_.data(), losses);
   double sum = 0.0;
-  for (int64_t i = 0; i < R; ++i) sum += losses.f32()[i];
+  for (int64_t i = 0; i < R; ++i) sum += host_losses_[static_cast<size_t>(i)];
   return static_cast<float>(sum / static_cast<double>(R));
 }
 
@@ -325,31 +361,31 @@ void GPT::backward() {
   auto& a = acts_;
   auto& d = dacts_;
   const TensorView none;
-  auto dresidual = cpu_f32(d.dresidual.f32(), {Rl, C});
-  auto dln = cpu_f32(d.dln.f32(), {Rl, C});
+  auto dresidual = view(d.dresidual.f32(), {Rl, C});
+  auto dln = view(d.dln.f32(), {Rl, C});
 
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);
-  column_backward(dln, g("wte.weight"), none, cpu_f32(a.logits.f32(), {R, Vl}),
-                  cpu_f32(a.lnf.f32(), {R, C}), p("wte.weight"));
+  column_backward(dln, g("wte.weight"), none, view(a.logits.f32(), {R, Vl}),
+                  view(a.lnf.f32(), {R, C}), p("wte.weight"));
   store_->before_backward(head);
   ops_.zero(dresidual);
   const int last = cfg_.n_layer - 1;
   TensorView x_last = cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C})
-                                       : cpu_f32(a.encoded.f32(), {Rl, C});
+                                       : view(a.encoded.f32(), {Rl, C});
   ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
-                          p("ln_f.weight"), cpu_f32(a.lnf_mean.f32(), {Rl}),
-                          cpu_f32(a.lnf_rstd.f32(), {Rl}));
+                          p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
+                          view(a.lnf_rstd.f32(), {Rl}));
   store_->after_backward(head);
 
   for (int l = last; l >= 0; --l) {
     store_->before_backward(layout_.block_unit(l));
     const std::string h = "h." + std::to_string(l) + ".";
-    auto x_in = l == 0 ? cpu_f32(a.encoded.f32(), {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
-    auto dfch_gelu = cpu_f32(d.dfch_gelu.f32(), {R, 4 * Cl});
-    auto dfch = cpu_f32(d.dfch.f32(), {R, 4 * Cl});
-    auto datty = cpu_f32(d.datty.f32(), {R, Cl});
-    auto dqkv = cpu_f32(d.dqkv.f32(), {R, 3 * Cl});
+    auto x_in = l == 0 ? view(a.encoded.f32(), {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    auto dfch_gelu = view(d.dfch_gelu.f32(), {R, 4 * Cl});
+    auto dfch = view(d.dfch.f32(), {R, 4 * Cl});
+    auto datty = view(d.datty.f32(), {R, Cl});
+    auto dqkv = view(d.dqkv.f32(), {R, 3 * Cl});
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
     row_backward(dfch_gelu, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual,
@@ -363,9 +399,9 @@ void GPT::backward() {
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual,
                  layer_act(a.atty, l, {R, Cl}), p(h + "attn.c_proj.weight"));
-    ops_.attention_backward(cpu_f32(dqkv.f32(), {B, T, 3 * Cl}),
-                            cpu_f32(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
-                            cpu_f32(datty.f32(), {B, T, Cl}),
+    ops_.attention_backward(view(dqkv.f32(), {B, T, 3 * Cl}),
+                            view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
+                            view(datty.f32(), {B, T, Cl}),
                             layer_act(a.qkv, l, {B, T, 3 * Cl}),
                             layer_act(a.atty, l, {B, T, Cl}),
                             layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
@@ -378,18 +414,18 @@ void GPT::backward() {
   }
 
   if (tp == 1) {
-    ops_.embedding_backward(g("wte.weight"), g("wpe.weight"), cpu_f32(dresidual.f32(), {B, T, C}),
-                            cpu_i32(reinterpret_cast<int32_t*>(a.tokens.data()), {B, T}));
+    ops_.embedding_backward(g("wte.weight"), g("wpe.weight"), view(dresidual.f32(), {B, T, C}),
+                            iview(a.tokens.i32(), {B, T}));
   } else {
     ops_.position_embedding_backward(g("wpe.weight"), dresidual, row0, T);
     const TensorView dwte = g("wte.weight");
-    const int32_t* tok = reinterpret_cast<int32_t*>(a.tokens.data());
+    int32_t* tok = a.tokens.i32();
     float* full = stage_for_gather(dresidual);
     all_gather_then_compute(
         *tp_.comm, full, Rl * C,
         [&](int c0, int n) {
-          ops_.token_embedding_backward(dwte, cpu_f32(full + c0 * Rl * C, {n * Rl, C}),
-                                        cpu_i32(const_cast<int32_t*>(tok) + c0 * Rl, {n * Rl}),
+          ops_.token_embedding_backward(dwte, view(full + c0 * Rl * C, {n * Rl, C}),
+                                        iview(tok + c0 * Rl, {n * Rl}),
                                         vocab0);
         },
         tp_.overlap);
@@ -401,7 +437,7 @@ int64_t GPT::activation_bytes() const {
   const auto& a = acts_;
   const auto& d = dacts_;
   size_t n = 0;
-  for (const HostBuffer* b :
+  for (const Buffer* b :
        {&a.tokens, &a.targets, &a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty,
         &a.att, &a.res2, &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3, &a.lnf,
         &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.losses, &a.proj_tmp, &a.ce_stats, &d.dresidual,

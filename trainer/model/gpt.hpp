@@ -32,9 +32,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/core/tensor.hpp"
 #include "kernels/ops.hpp"
+#include "parallel/collective_matmul.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_layout.hpp"
@@ -64,14 +66,16 @@ class GPT {
   const ParameterLayout& layout() const { return layout_; }
   int64_t num_parameters() const { return layout_.global_numel(); }
 
-  // Only for a model that owns its parameters (the first constructor).
+  // Only for a model that owns its parameters (the first constructor). The
+  // raw pointers are host memory only on a host backend (they throw
+  // otherwise); the views are the backend's memory.
   float* params();
   float* grads();
-  TensorView flat_params() { return cpu_f32(params(), {layout_.total()}); }
-  TensorView flat_grads() { return cpu_f32(grads(), {layout_.total()}); }
+  TensorView flat_params();
+  TensorView flat_grads();
   TensorView param(const std::string& name);  // view of one parameter (owned store)
 
-  // tokens, targets: (B, T) int32 host arrays, the same on every tp rank;
+  // tokens, targets: (B, T) int32 HOST arrays (uploaded to the backend), the same on every tp rank;
   // targets may be null (then no loss is computed and logits() holds the
   // logits). Returns the mean loss over the B*T positions (0 without
   // targets), equal on every tp rank. grad_scale > 0 prepares backward():
@@ -80,44 +84,50 @@ class GPT {
   void backward();
   void zero_grads();  // owned store only
 
-  // (B, T, V) logits of the last forward() without a backward pending (tp = 1).
-  const float* logits() const { return acts_.logits.f32(); }
-  // Per-position losses (B*T) of the last forward() with targets.
-  const float* losses() const { return acts_.losses.f32(); }
+  // (B, T, V) logits of the last forward() without a backward pending (tp = 1),
+  // copied to the host.
+  const float* logits();
+  // Per-position losses (B*T) of the last forward() with targets, on the host.
+  const float* losses() const { return host_losses_.data(); }
   // Bytes of every activation and activation-gradient buffer this rank
   // allocated (what the planner's memory model predicts, trainer/plan/).
   int64_t activation_bytes() const;
 
  private:
   struct Activations {
-    HostBuffer tokens, targets;                 // (R) int32
-    HostBuffer encoded;                         // (R/p, C)
-    HostBuffer ln1, ln1_mean, ln1_rstd;         // (L, R, C) gathered, (L, R/p) x2
-    HostBuffer qkv;                             // (L, R, 3C/p)
-    HostBuffer atty;                            // (L, R, C/p)
-    HostBuffer att;                             // (L, attention_saved_elems)
-    HostBuffer res2;                            // (L, R/p, C)
-    HostBuffer ln2, ln2_mean, ln2_rstd;         // (L, R, C) gathered, (L, R/p) x2
-    HostBuffer fch, fch_gelu;                   // (L, R, 4C/p) x2
-    HostBuffer res3;                            // (L, R/p, C)
-    HostBuffer lnf, lnf_mean, lnf_rstd;         // (R, C) gathered, (R/p) x2
-    HostBuffer logits;                          // (R, V/p)
-    HostBuffer losses;                          // (R)
-    HostBuffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
-    HostBuffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
+    Buffer tokens, targets;                 // (R) int32
+    Buffer encoded;                         // (R/p, C)
+    Buffer ln1, ln1_mean, ln1_rstd;         // (L, R, C) gathered, (L, R/p) x2
+    Buffer qkv;                             // (L, R, 3C/p)
+    Buffer atty;                            // (L, R, C/p)
+    Buffer att;                             // (L, attention_saved_elems)
+    Buffer res2;                            // (L, R/p, C)
+    Buffer ln2, ln2_mean, ln2_rstd;         // (L, R, C) gathered, (L, R/p) x2
+    Buffer fch, fch_gelu;                   // (L, R, 4C/p) x2
+    Buffer res3;                            // (L, R/p, C)
+    Buffer lnf, lnf_mean, lnf_rstd;         // (R, C) gathered, (R/p) x2
+    Buffer logits;                          // (R, V/p)
+    Buffer losses;                          // (R)
+    Buffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
+    Buffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
   };
   struct Gradients {  // activation gradients, reused across layers
-    HostBuffer dresidual, dln;                  // (R/p, C) x2
-    HostBuffer dfull;                           // (R, C): an all-gathered output gradient (tp > 1)
-    HostBuffer datty, dfch_gelu, dfch, dqkv;    // (R, C/p), (R, 4C/p) x2, (R, 3C/p)
-    HostBuffer datt;                            // attention_scratch_elems
-    HostBuffer rs_workspace;                    // reduce-scatter ring workspace (tp > 1)
+    Buffer dresidual, dln;                  // (R/p, C) x2
+    Buffer dfull;                           // (R, C): an all-gathered output gradient (tp > 1)
+    Buffer datty, dfch_gelu, dfch, dqkv;    // (R, C/p), (R, 4C/p) x2, (R, 3C/p)
+    Buffer datt;                            // attention_scratch_elems
+    Buffer rs_workspace;                    // reduce-scatter ring workspace (tp > 1)
   };
 
   void allocate(int max_rows, int max_seq);
   TensorView p(const std::string& name);  // parameter through the store
   TensorView g(const std::string& name);  // its gradient
-  TensorView layer_act(const HostBuffer& buf, int layer, std::initializer_list<int64_t> shape);
+  TensorView layer_act(const Buffer& buf, int layer, std::initializer_list<int64_t> shape);
+  // Views of the backend's memory (device views on CUDA).
+  TensorView view(float* p, std::initializer_list<int64_t> shape) const;
+  TensorView iview(int32_t* p, std::initializer_list<int64_t> shape) const;
+  // acc += x on the backend: the tensor-parallel rings' sum of partials.
+  ChunkAccumulate accumulate_fn();
 
   // The four tensor-parallel linear layers (plain matmuls at tp = 1).
   // x_full (R,K) holds this rank's rows at its chunk; out (R,N).
@@ -131,7 +141,7 @@ class GPT {
   void row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
                     TensorView x, TensorView w);
   // This rank's chunk of a gathered (R, cols) buffer.
-  TensorView own_rows(const HostBuffer& full, int layer, int64_t cols);
+  TensorView own_rows(const Buffer& full, int layer, int64_t cols);
   // dout_local copied into dfull's own chunk (tp > 1), ready to all-gather.
   float* stage_for_gather(TensorView dout_local);
 
@@ -144,6 +154,8 @@ class GPT {
   int max_rows_, max_seq_;
   Activations acts_;
   Gradients dacts_;
+  std::vector<float> host_losses_;  // (R) losses downloaded for the mean
+  std::vector<float> host_logits_;  // logits() copy
   int B_ = 0, T_ = 0;
   bool backward_ready_ = false;
 };

@@ -1,20 +1,15 @@
 #include "trainer/model/parameter_store.hpp"
 
-#include <cstring>
-
 #include "kernels/core/error.hpp"
 
 namespace gt {
 
-LocalParameters::LocalParameters(const ParameterLayout& layout)
+// Ops::allocate zero-fills: the padding between tensors is never written by
+// an op, so it stays zero and sums over the flat buffers see only real values.
+LocalParameters::LocalParameters(const ParameterLayout& layout, Ops& ops)
     : units_(layout.units()),
-      params_(static_cast<size_t>(layout.total()) * sizeof(float)),
-      grads_(static_cast<size_t>(layout.total()) * sizeof(float)) {
-  // Padding between tensors is never written by an op: keep it zero so sums
-  // over the flat buffers (norms, checksums) see only real values.
-  std::memset(params_.data(), 0, params_.bytes());
-  std::memset(grads_.data(), 0, grads_.bytes());
-}
+      params_(ops.allocate(static_cast<size_t>(layout.total()) * sizeof(float))),
+      grads_(ops.allocate(static_cast<size_t>(layout.total()) * sizeof(float))) {}
 
 int64_t LocalParameters::begin(int unit) const {
   GT_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "unit ", unit);

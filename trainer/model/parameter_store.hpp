@@ -23,6 +23,7 @@
 #pragma once
 
 #include "kernels/core/tensor.hpp"
+#include "kernels/ops.hpp"
 #include "trainer/model/parameter_layout.hpp"
 
 namespace gt {
@@ -43,7 +44,7 @@ class ParameterStore {
 // order; the hooks do nothing.
 class LocalParameters final : public ParameterStore {
  public:
-  explicit LocalParameters(const ParameterLayout& layout);
+  LocalParameters(const ParameterLayout& layout, Ops& ops);
   float* unit_params(int unit) override { return params_.f32() + begin(unit); }
   float* unit_grads(int unit) override { return grads_.f32() + begin(unit); }
   float* params() { return params_.f32(); }
@@ -52,7 +53,7 @@ class LocalParameters final : public ParameterStore {
  private:
   int64_t begin(int unit) const;
   const std::vector<ParamUnit> units_;
-  HostBuffer params_, grads_;
+  Buffer params_, grads_;  // the backend's memory
 };
 
 }  // namespace gt

@@ -12,12 +12,6 @@ namespace {
 
 constexpr int kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2;
 
-HostBuffer zeroed(int64_t n) {
-  HostBuffer b(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
-  if (b.bytes()) std::memset(b.data(), 0, b.bytes());
-  return b;
-}
-
 int64_t max_block_size(const ParameterLayout& layout) {
   int64_t n = 0;
   for (size_t u = 1; u + 1 < layout.units().size(); ++u) n = std::max(n, layout.units()[u].size());
@@ -42,6 +36,10 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   GT_CHECK(bucket_mb > 0, "bucket_mb ", bucket_mb);
   const int64_t T = layout.total(), S = geom_.storage_total();
   const auto& units = layout.units();
+  // Ops::allocate zero-fills: padding elements stay zero (never written by an op).
+  auto zeroed = [&ops](int64_t n) {
+    return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+  };
   params_ = zeroed(full_params() ? T : S);
   if (full_grads()) grads_ = zeroed(T);
   if (geom_.fsdp() > 1) shard_grads_ = zeroed(S);
@@ -172,8 +170,8 @@ bool ShardedParameters::reduce_now() const {
 }
 
 void ShardedParameters::begin_step() {
-  if (full_grads()) ops_.zero(cpu_f32(grads_.f32(), {layout_.total()}));
-  if (geom_.fsdp() > 1) ops_.zero(cpu_f32(shard_grads_.f32(), {geom_.storage_total()}));
+  if (full_grads()) ops_.zero(view(grads_.f32(), {layout_.total()}));
+  if (geom_.fsdp() > 1) ops_.zero(view(shard_grads_.f32(), {geom_.storage_total()}));
   for (auto& b : buckets_) b.started = false;
 }
 
@@ -192,7 +190,7 @@ void ShardedParameters::before_backward(int unit) {
     Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
     complete_grad_slot(s);  // the unit that used this buffer before (fixed schedule)
     s.unit = unit;
-    ops_.zero(cpu_f32(s.buf.f32(), {layout_.units()[static_cast<size_t>(unit)].size()}));
+    ops_.zero(view(s.buf.f32(), {layout_.units()[static_cast<size_t>(unit)].size()}));
   }
   progress();
 }
@@ -225,8 +223,8 @@ void ShardedParameters::complete_grad_slot(Slot& s) {
   s.pending.wait();
   s.busy = false;
   const int64_t n = geom_.shard_size(s.unit);
-  ops_.accumulate(cpu_f32(shard_grads_.f32() + geom_.shard_storage(s.unit), {n}),
-                  cpu_f32(s.out.f32(), {n}));
+  ops_.accumulate(view(shard_grads_.f32() + geom_.shard_storage(s.unit), {n}),
+                  view(s.out.f32(), {n}));
   // Completed late (in the next micro-batch's backward) or not, only the
   // last micro-batch's sum is final and goes to the dp replicas.
   if (s.last) start_dp_reduce(s.unit);
@@ -305,7 +303,7 @@ double ShardedParameters::grad_norm() {
   if (dp_rank_ == 0)
     for (const auto& s : geom_.owned()) {
       if (tp_rank_ != 0 && s.spec->split == TpSplit::replicated) continue;
-      local += ops_.sum_squares(cpu_f32(owned_grads(s), {s.size()}));
+      local += ops_.sum_squares(view(owned_grads(s), {s.size()}));
     }
   return std::sqrt(world_.all_reduce_f64(local, ReduceOp::sum));
 }
@@ -320,8 +318,8 @@ void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip,
                              clip,
                              t};
     const int64_t at = geom_.fsdp() == 1 ? s.flat : s.storage;
-    ops_.adamw_update(cpu_f32(owned_params(s), {s.size()}), cpu_f32(owned_grads(s), {s.size()}),
-                      cpu_f32(m_.f32() + at, {s.size()}), cpu_f32(v_.f32() + at, {s.size()}), p);
+    ops_.adamw_update(view(owned_params(s), {s.size()}), view(owned_grads(s), {s.size()}),
+                      view(m_.f32() + at, {s.size()}), view(v_.f32() + at, {s.size()}), p);
   }
   if (geom_.fsdp() > 1 && full_params()) {  // stage 1/2: everyone gets the updated shards
     std::vector<CommHandle> gathers;
@@ -337,16 +335,24 @@ void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip,
 
 // ---- Initial values and checkpoints ------------------------------------------------
 
+TensorView ShardedParameters::view(float* p, std::initializer_list<int64_t> shape) const {
+  return make_view(p, DType::f32, ops_.device(), shape);
+}
+
 void ShardedParameters::load_global(const std::string& name, const float* data) {
   const ParamSpec& spec = layout_.at(name);
   const int64_t gcols = cols_2d(spec.global_shape);
+  std::vector<float> box_data;  // one box, contiguous on the host, then one upload
   for (const auto& seg : full_params() ? geom_.whole() : geom_.owned()) {
     if (seg.spec != &spec) continue;
     float* dst = full_params() ? params_.f32() + seg.flat : params_.f32() + seg.storage;
-    for (const auto& b : segment_boxes(layout_, spec, seg.local_begin, seg.local_end))
+    for (const auto& b : segment_boxes(layout_, spec, seg.local_begin, seg.local_end)) {
+      box_data.resize(static_cast<size_t>(b.rows * b.cols));
       for (int64_t r = 0; r < b.rows; ++r)
-        std::copy(data + (b.row0 + r) * gcols + b.col0, data + (b.row0 + r) * gcols + b.col0 + b.cols,
-                  dst + b.offset + r * b.cols);
+        std::copy(data + (b.row0 + r) * gcols + b.col0,
+                  data + (b.row0 + r) * gcols + b.col0 + b.cols, box_data.data() + r * b.cols);
+      ops_.upload(view(dst + b.offset, {b.rows * b.cols}), box_data.data());
+    }
   }
 }
 
@@ -373,8 +379,27 @@ std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegmen
   return out;
 }
 
+std::vector<TensorPiece> ShardedParameters::stage_on_host(std::vector<TensorPiece> pieces,
+                                                         bool download) {
+  staged_.clear();
+  if (ops_.device() == Device::cpu) return pieces;  // already host memory
+  int64_t total = 0;
+  for (const auto& p : pieces) total += p.box.rows * p.box.cols;
+  host_stage_.assign(static_cast<size_t>(total), 0.f);
+  int64_t at = 0;
+  for (auto& p : pieces) {
+    const int64_t n = p.box.rows * p.box.cols;
+    float* host = host_stage_.data() + at;
+    if (download) ops_.download(host, view(p.data, {n}));
+    staged_.push_back({p.data, host, n});
+    p.data = host;
+    at += n;
+  }
+  return pieces;
+}
+
 std::vector<TensorPiece> ShardedParameters::pieces_to_save() {
-  return pieces(geom_.owned(), true, true, true);
+  return stage_on_host(pieces(geom_.owned(), true, true, true), true);
 }
 
 std::vector<TensorPiece> ShardedParameters::pieces_to_load() {
@@ -383,11 +408,17 @@ std::vector<TensorPiece> ShardedParameters::pieces_to_load() {
     std::vector<TensorPiece> whole = pieces(geom_.whole(), true, false, false);
     out.insert(out.end(), whole.begin(), whole.end());
   }
-  return out;
+  return stage_on_host(std::move(out), false);
+}
+
+void ShardedParameters::finish_load() {
+  for (const auto& s : staged_) ops_.upload(view(s.device, {s.n}), s.host);
+  staged_.clear();
+  host_stage_ = {};
 }
 
 MemoryFigures ShardedParameters::memory() const {
-  auto bytes = [](const HostBuffer& b) { return static_cast<int64_t>(b.bytes()); };
+  auto bytes = [](const Buffer& b) { return static_cast<int64_t>(b.bytes()); };
   MemoryFigures f;
   f.params = bytes(params_);
   f.grads = bytes(grads_) + bytes(shard_grads_);

@@ -35,6 +35,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -82,21 +83,25 @@ class ShardedParameters final : public ParameterStore {
   // `global.global_shape`, as for_each_initial_parameter gives it).
   void load_global(const std::string& name, const float* data);
   // Checkpoint pieces: what this rank writes (its own, deduplicated across
-  // replicas) and what it reads (everything it stores).
+  // replicas) and what it reads (everything it stores). Their data is host
+  // memory: on a device backend a host copy (downloaded for saving), valid
+  // until the next call; after reading into pieces_to_load()'s pieces call
+  // finish_load(), which uploads them (nothing to do on a host backend).
   std::vector<TensorPiece> pieces_to_save();
   std::vector<TensorPiece> pieces_to_load();
+  void finish_load();
 
   MemoryFigures memory() const;
   int fsdp_stage() const { return stage_; }
 
  private:
   struct Slot {       // a unit-sized buffer that holds one unit at a time
-    HostBuffer buf;
+    Buffer buf;
     int unit = -1;
     CommHandle pending;  // the gather (params) or reduce-scatter (grads) in flight
     bool busy = false;   // grads: a reduce-scatter result waits to be accumulated
     bool last = false;   // grads: ... and it is the step's last micro-batch's
-    HostBuffer out;      // grads: the reduce-scatter's output (one shard)
+    Buffer out;      // grads: the reduce-scatter's output (one shard)
   };
 
   bool full_params() const { return geom_.fsdp() == 1 || stage_ < 3; }
@@ -116,6 +121,11 @@ class ShardedParameters final : public ParameterStore {
   float* owned_params(const ParamSegment& s);
   std::vector<TensorPiece> pieces(const std::vector<ParamSegment>& segs, bool params,
                                   bool moments, bool dedup);
+  // Points `pieces` at host copies when the backend's memory is not the
+  // host's (downloading them first when `download`); remembers where each
+  // came from for finish_load().
+  std::vector<TensorPiece> stage_on_host(std::vector<TensorPiece> pieces, bool download);
+  TensorView view(float* p, std::initializer_list<int64_t> shape) const;
 
   const ParameterLayout& layout_;
   ShardGeometry geom_;
@@ -127,10 +137,10 @@ class ShardedParameters final : public ParameterStore {
   int dp_rank_, tp_rank_;
   int stage_;
 
-  HostBuffer params_;       // full (T) or shard storage
-  HostBuffer grads_;        // full (T) when full_grads()
-  HostBuffer shard_grads_;  // shard storage (fsdp > 1)
-  HostBuffer m_, v_;        // owned: T (fsdp = 1) or shard storage
+  Buffer params_;       // full (T) or shard storage
+  Buffer grads_;        // full (T) when full_grads()
+  Buffer shard_grads_;  // shard storage (fsdp > 1)
+  Buffer m_, v_;        // owned: T (fsdp = 1) or shard storage
   std::array<Slot, 4> param_slots_, grad_slots_;  // embed, head, block even, block odd
   std::vector<CommHandle> unit_rs_;    // stage 1: reduce-scatter into shard_grads_
   std::vector<CommHandle> unit_dp_;    // fsdp > 1, dp > 1: all-reduce of a shard
@@ -143,6 +153,13 @@ class ShardedParameters final : public ParameterStore {
   int64_t watermark_ = 0;              // flat offsets >= it have final gradients
   bool backward_follows_ = false;
   bool last_micro_ = true;
+  struct Staged {
+    float* device;
+    float* host;
+    int64_t n;
+  };
+  std::vector<float> host_stage_;  // checkpoint pieces on a device backend
+  std::vector<Staged> staged_;
 };
 
 }  // namespace gt

@@ -149,6 +149,7 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
   if (!run.resume_dir.empty()) {
     CheckpointMeta meta =
         load_checkpoint(run.resume_dir, model_signature(cfg.model), run.params->pieces_to_load());
+    run.params->finish_load();
     run.start_step = meta.step;
     run.optimizer_step = meta.optimizer_step;
     if (meta.sample_position != run.start_step * tc.global_batch)
