@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.hpp"
+#include "model_steps.hpp"
 #include "offhost_ops.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/model/gpt.hpp"
@@ -17,67 +18,11 @@
 namespace gt {
 namespace {
 
-ModelConfig tiny_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 16;
-  m.vocab_size = 64;
-  m.block_size = 8;
-  return m;
-}
-
-// One rank training a few steps with accumulation 2: its losses, grad norms
-// and final checkpoint pieces.
-struct Trace {
-  std::vector<float> losses;
-  std::vector<double> norms;
-  std::vector<std::vector<float>> pieces;
-};
-
-std::vector<std::vector<float>> piece_contents(const std::vector<TensorPiece>& pieces) {
-  std::vector<std::vector<float>> out;
-  for (const auto& p : pieces) out.emplace_back(p.data, p.data + p.box.rows * p.box.cols);
-  return out;
-}
-
-Trace train(Ops& ops, int steps) {
-  const ModelConfig m = tiny_model();
-  const DeviceMesh mesh = DeviceMesh::in_process();
-  const ParameterLayout layout(m, 1, 0, 1);
-  ShardedParameters params(layout, mesh, 3, 25.0, ops);
-  for_each_initial_parameter(m, 7, [&](const ParamSpec& s, const float* data) {
-    params.load_global(s.name, data);
-  });
-  const int B = 2, T = 8;
-  GPT model(m, ops, B, T, layout, params, TensorParallel{});
-  TrainConfig tc;
-  Trace t;
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int step = 0; step < steps; ++step) {
-    params.begin_step();
-    for (int micro = 0; micro < 2; ++micro) {
-      for (int i = 0; i < B * T; ++i) {
-        tokens[i] = (i * 7 + step * 3 + micro) % m.vocab_size;
-        targets[i] = (tokens[i] * 5 + 1) % m.vocab_size;
-      }
-      params.begin_micro_batch(micro == 1);
-      t.losses.push_back(model.forward(tokens.data(), targets.data(), B, T, 0.5f / (B * T)));
-      model.backward();
-    }
-    params.finish_gradients();
-    t.norms.push_back(params.grad_norm());
-    params.adamw_step(tc, 1e-2, 1.f, step + 1);
-  }
-  t.pieces = piece_contents(params.pieces_to_save());
-  return t;
-}
-
 TEST(OffHostTraining, TrainsExactlyLikeTheCpuBackendWithoutTouchingBackendMemory) {
   auto cpu = make_cpu_ops(1);
   test::OffHostOps offhost;
-  const Trace want = train(*cpu, 3);
-  const Trace got = train(offhost, 3);
+  const test::StepTrace want = test::train_steps(*cpu, 3);
+  const test::StepTrace got = test::train_steps(offhost, 3);
   // Same kernels in the same order: bit for bit, not merely close.
   EXPECT_EQ(got.losses, want.losses);
   EXPECT_EQ(got.norms, want.norms);
@@ -92,7 +37,7 @@ TEST(OffHostTraining, TrainsExactlyLikeTheCpuBackendWithoutTouchingBackendMemory
 
 TEST(OffHostTraining, CheckpointPiecesRoundTripThroughHostStaging) {
   test::OffHostOps ops;
-  const ModelConfig m = tiny_model();
+  const ModelConfig m = test::tiny_gpt();
   const DeviceMesh mesh = DeviceMesh::in_process();
   const ParameterLayout layout(m, 1, 0, 1);
   std::vector<std::vector<float>> saved;
@@ -101,7 +46,7 @@ TEST(OffHostTraining, CheckpointPiecesRoundTripThroughHostStaging) {
     for_each_initial_parameter(m, 11, [&](const ParamSpec& s, const float* data) {
       a.load_global(s.name, data);
     });
-    saved = piece_contents(a.pieces_to_save());
+    saved = test::piece_contents(a.pieces_to_save());
   }
   ShardedParameters b(layout, mesh, 3, 25.0, ops);
   std::vector<TensorPiece> into = b.pieces_to_load();
@@ -109,7 +54,7 @@ TEST(OffHostTraining, CheckpointPiecesRoundTripThroughHostStaging) {
   for (size_t i = 0; i < into.size(); ++i)
     std::copy(saved[i].begin(), saved[i].end(), into[i].data);  // host staging: writable
   b.finish_load();
-  EXPECT_EQ(piece_contents(b.pieces_to_save()), saved);
+  EXPECT_EQ(test::piece_contents(b.pieces_to_save()), saved);
   bool any_nonzero = false;
   for (const auto& p : saved)
     for (float x : p) any_nonzero |= x != 0.f;
@@ -118,7 +63,7 @@ TEST(OffHostTraining, CheckpointPiecesRoundTripThroughHostStaging) {
 
 TEST(OffHostTraining, HostPointersOfADeviceModelAreRefusedAndLogitsAreDownloaded) {
   test::OffHostOps ops;
-  const ModelConfig m = tiny_model();
+  const ModelConfig m = test::tiny_gpt();
   GPT model(m, ops, 1, 4);
   EXPECT_THROW(model.params(), Error);
   EXPECT_THROW(model.grads(), Error);

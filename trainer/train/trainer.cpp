@@ -27,6 +27,7 @@
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/profile/profile_session.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
+#include "trainer/train/compute_backend.hpp"
 #include "trainer/train/fault_injection.hpp"
 #include "trainer/train/launch_checks.hpp"
 #include "trainer/train/lr_schedule.hpp"
@@ -67,6 +68,7 @@ std::string human_bytes(double b) {
 struct Run {
   ParallelDims dims;
   std::unique_ptr<DeviceMesh> mesh;
+  ComputeBackend backend;                    // device, stream; its ops move into `ops`
   std::unique_ptr<ProfileSession> profile;  // after mesh (it observes its communicators), before ops
   std::unique_ptr<Ops> ops;
   std::unique_ptr<DataLoader> train_data, val_data;
@@ -106,9 +108,7 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
     run.faults = FaultInjector::from_env();
     check_local_devices(cfg, detect_run_environment().local_size, visible_cuda_devices(),
                         cuda_built());
-    if (cfg.runtime.device == DeviceKind::cuda)
-      fail("runtime.device=cuda: the CUDA training backend is not implemented yet; use "
-           "runtime.device=cpu (or auto)");
+    run.backend = make_compute_backend(cfg, detect_run_environment());
     run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
                                                   cfg.model.vocab_size, tc.seq_len,
                                                   cfg.data.shuffle, tc.seed);
@@ -124,9 +124,13 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
     early_error = std::current_exception();
   }
   agree_on_setup(run.mesh->world(), early_error);  // throws CollectiveError on every rank
-  run.profile = std::make_unique<ProfileSession>(cfg, run.mesh->rank());
-  run.ops = run.profile->wrap(
-      make_cpu_ops(cpu_thread_share(cfg.runtime.threads, detect_run_environment())));
+  run.profile =
+      std::make_unique<ProfileSession>(cfg, run.mesh->rank(), run.backend.make_op_timer());
+  run.ops = run.profile->wrap(std::move(run.backend.ops));
+  if (run.backend.device != Device::cpu) {
+    Ops* ops = run.ops.get();  // outlives the session's use of it (Run's member order)
+    run.profile->set_device_peak_memory([ops] { return ops->device_bytes_peak(); });
+  }
 
   const MeshCoord& me = run.mesh->coord();
   run.layout = std::make_unique<ParameterLayout>(cfg.model, run.dims.tp, me.tp, run.dims.fsdp);
@@ -276,7 +280,7 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
     spdlog::info("model: {} parameters ({} layers, {} heads, {} embd, vocab {}, block {})",
                  human_count(static_cast<double>(model.num_parameters())), cfg.model.n_layer,
                  cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
-    spdlog::info("layout: {} on {}{}", run.dims.str(), device_name(run.ops->device()),
+    spdlog::info("layout: {} on {}{}", run.dims.str(), run.backend.describe,
                  run.dims.tp > 1 ? (cfg.parallel.tp_overlap ? ", tp collective matmuls overlapped"
                                                             : ", tp collectives not overlapped")
                                  : "");
@@ -381,6 +385,7 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
                    std::isfinite(loss) ? "gradient norm" : "loss",
                    std::isfinite(loss) ? grad_norm : loss, skipped_in_row, tc.max_skipped);
     }
+    run.ops->synchronize();  // a device backend may still be running the optimizer
     const double step_ms = ms_since(t_train);
     const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
     rec["loss"] = json_number(loss);

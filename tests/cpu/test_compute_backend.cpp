@@ -1,0 +1,77 @@
+// Device selection: runtime.device and runtime.dtype against what the machine
+// has, the rank -> GPU mapping, and the backend this machine builds.
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+#include "trainer/train/compute_backend.hpp"
+#include "trainer/train/launch_checks.hpp"
+
+namespace gt {
+namespace {
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ComputeBackend, AutoPicksCudaOnlyWhenBuiltAndAGpuIsVisible) {
+  using K = DeviceKind;
+  const auto fp32 = ComputeDType::fp32;
+  EXPECT_EQ(resolve_device(K::auto_, fp32, 0, true, "c.yaml"), Device::cpu);
+  EXPECT_EQ(resolve_device(K::auto_, fp32, 2, true, "c.yaml"), Device::cuda);
+  EXPECT_EQ(resolve_device(K::auto_, fp32, 2, false, "c.yaml"), Device::cpu);
+  EXPECT_EQ(resolve_device(K::cpu, fp32, 8, true, "c.yaml"), Device::cpu);
+  EXPECT_EQ(resolve_device(K::cuda, fp32, 1, true, "c.yaml"), Device::cuda);
+  EXPECT_EQ(resolve_device(K::cuda, ComputeDType::bf16, 1, true, "c.yaml"), Device::cuda);
+}
+
+TEST(ComputeBackend, CudaWithoutAGpuOrABuildIsAClearError) {
+  using K = DeviceKind;
+  const auto fp32 = ComputeDType::fp32;
+  std::string m = message_of([&] { resolve_device(K::cuda, fp32, 0, true, "c.yaml"); });
+  EXPECT_NE(m.find("runtime.device=cuda (c.yaml): expected a visible CUDA device, got none"),
+            std::string::npos)
+      << m;
+  m = message_of([&] { resolve_device(K::cuda, fp32, 4, false, "c.yaml"); });
+  EXPECT_NE(m.find("expected a build with the CUDA backend, got a CPU-only build"),
+            std::string::npos)
+      << m;
+  m = message_of([&] { resolve_device(K::auto_, ComputeDType::bf16, 0, true, "c.yaml"); });
+  EXPECT_NE(m.find("runtime.dtype=bf16 (c.yaml): expected a CUDA run, got runtime.device=auto "
+                   "resolving to the CPU (no visible GPU)"),
+            std::string::npos)
+      << m;
+}
+
+TEST(ComputeBackend, RanksTakeGpusRoundRobinByLocalRank) {
+  EXPECT_EQ(cuda_device_for_rank(0, 8), 0);
+  EXPECT_EQ(cuda_device_for_rank(7, 8), 7);
+  EXPECT_EQ(cuda_device_for_rank(5, 4), 1);
+  EXPECT_EQ(cuda_device_for_rank(3, 1), 0);  // several ranks on one GPU (parallel.comm=mpi)
+}
+
+TEST(ComputeBackend, ThisMachineBuildsWhatAutoResolvesTo) {
+  Config cfg;
+  cfg.source = "test";
+  cfg.runtime.device = DeviceKind::auto_;
+  cfg.runtime.threads = 1;
+  RunEnvironment env;
+  const ComputeBackend b = make_compute_backend(cfg, env);
+  ASSERT_NE(b.ops, nullptr);
+  const Device want = cuda_built() && visible_cuda_devices() > 0 ? Device::cuda : Device::cpu;
+  EXPECT_EQ(b.device, want);
+  EXPECT_EQ(b.ops->device(), want);
+  if (want == Device::cpu) {
+    EXPECT_EQ(b.describe, "cpu (1 thread)");
+    EXPECT_EQ(b.make_op_timer(), nullptr);  // the profiler's steady clock
+  } else {
+    EXPECT_NE(b.make_op_timer(), nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace gt

@@ -1,0 +1,81 @@
+#include "trainer/train/compute_backend.hpp"
+
+#include "kernels/core/error.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "trainer/train/launch_checks.hpp"
+
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_ops.hpp"
+#include "trainer/profile/cuda_op_timer.hpp"
+#endif
+
+namespace gt {
+
+Device resolve_device(DeviceKind requested, ComputeDType dtype, int visible_gpus,
+                      bool cuda_built, const std::string& source) {
+  Device d = Device::cpu;
+  switch (requested) {
+    case DeviceKind::cpu: d = Device::cpu; break;
+    case DeviceKind::auto_: d = cuda_built && visible_gpus > 0 ? Device::cuda : Device::cpu; break;
+    case DeviceKind::cuda:
+      if (!cuda_built)
+        fail("runtime.device=cuda (", source, "): expected a build with the CUDA backend, got a "
+             "CPU-only build (nvcc was not found when it was configured); use runtime.device=cpu");
+      if (visible_gpus == 0)
+        fail("runtime.device=cuda (", source, "): expected a visible CUDA device, got none (no "
+             "GPU, no driver, or CUDA_VISIBLE_DEVICES hides them); use runtime.device=cpu or "
+             "auto");
+      d = Device::cuda;
+      break;
+  }
+  if (d == Device::cpu && dtype == ComputeDType::bf16)
+    fail("runtime.dtype=bf16 (", source, "): expected a CUDA run, got runtime.device=",
+         to_string(requested), " resolving to the CPU (",
+         cuda_built ? "no visible GPU" : "a CPU-only build",
+         "); the CPU backend trains in fp32: use runtime.dtype=fp32");
+  return d;
+}
+
+int cuda_device_for_rank(int local_rank, int visible_gpus) {
+  GT_CHECK(visible_gpus > 0, "no visible GPU");
+  return local_rank % visible_gpus;
+}
+
+std::unique_ptr<OpTimer> ComputeBackend::make_op_timer() const {
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+  if (device == Device::cuda)
+    return std::make_unique<CudaOpTimer>(static_cast<cudaStream_t>(cuda_stream));
+#endif
+  return nullptr;
+}
+
+ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env) {
+  ComputeBackend b;
+  b.device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, visible_cuda_devices(),
+                            cuda_built(), cfg.source);
+  if (b.device == Device::cpu) {
+    const int threads = cpu_thread_share(cfg.runtime.threads, env);
+    b.ops = make_cpu_ops(threads);
+    b.describe = detail::concat("cpu (", threads, " thread", threads == 1 ? "" : "s", ")");
+    return b;
+  }
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+  CudaContextOptions o;
+  o.device = cuda_device_for_rank(env.local_rank, visible_cuda_devices());
+  auto ops = std::make_unique<CudaOps>(o);
+  b.cuda_device = o.device;
+  b.cuda_stream = ops->stream();
+  cudaDeviceProp prop{};
+  const bool named = cudaGetDeviceProperties(&prop, o.device) == cudaSuccess;
+  b.describe = detail::concat("cuda:", o.device, " (", named ? prop.name : "?", ", ",
+                              to_string(cfg.runtime.dtype), ")");
+  b.ops = std::move(ops);
+  return b;
+#else
+  fail("runtime.device=cuda: this build has no CUDA backend");
+#endif
+}
+
+}  // namespace gt

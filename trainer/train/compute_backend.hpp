@@ -1,0 +1,45 @@
+// ComputeBackend: which device a rank computes on and the Ops that run there,
+// chosen from runtime.device / runtime.dtype and the launcher's local rank.
+//
+//   runtime.device=auto   CUDA when this build has it and a GPU is visible, else CPU
+//   runtime.device=cuda   CUDA, or a clear error (CPU-only build, no visible GPU)
+//   runtime.device=cpu    CPU
+// Each rank takes GPU local_rank % visible_gpus (OMPI_COMM_WORLD_LOCAL_RANK,
+// SLURM_LOCALID): one GPU per rank with NCCL, several ranks per GPU only with
+// parallel.comm=mpi (checked in launch_checks).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kernels/ops.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/profile/op_timer.hpp"
+#include "trainer/train/run_environment.hpp"
+
+namespace gt {
+
+// The device `requested` resolves to, given what the machine has. Throws
+// gt::Error (naming runtime.device and `source`) when cuda is asked of a
+// CPU-only build or of a host with no visible GPU, and when bf16 is asked of
+// a run that resolves to the CPU.
+Device resolve_device(DeviceKind requested, ComputeDType dtype, int visible_gpus,
+                      bool cuda_built, const std::string& source);
+// The GPU a rank with this local rank uses.
+int cuda_device_for_rank(int local_rank, int visible_gpus);
+
+struct ComputeBackend {
+  Device device = Device::cpu;
+  int cuda_device = -1;           // CUDA: this rank's GPU index
+  void* cuda_stream = nullptr;    // CUDA: the compute stream (a cudaStream_t) the ops run on
+  std::unique_ptr<Ops> ops;       // not yet wrapped by the profiler
+  std::string describe;           // "cpu (2 threads)", "cuda:0 (NVIDIA H200, bf16)"
+  // CUDA: an OpTimer on CUDA events of the compute stream; null on the CPU
+  // (the profiler's steady clock is right for synchronous ops).
+  std::unique_ptr<OpTimer> make_op_timer() const;
+};
+
+// Builds this rank's backend. CUDA: a CudaOps on cuda_device_for_rank(...).
+ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env);
+
+}  // namespace gt
