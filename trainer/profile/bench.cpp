@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <vector>
 
@@ -25,24 +27,42 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Backend memory (device memory on a GPU) filled with `value`, in `dtype`
+// (fp32, or bf16 for the GEMM operands of a bf16 run).
 struct Floats {
-  HostBuffer buf;
+  Buffer buf;
   TensorView view;
-  Floats(int64_t n, float value) : buf(static_cast<size_t>(n) * sizeof(float)) {
-    view = cpu_f32(buf.f32(), {n});
-    std::fill(buf.f32(), buf.f32() + n, value);
+  DType dtype;
+  Floats(Ops& ops, int64_t n, float value, DType type = DType::f32)
+      : buf(ops.allocate(static_cast<size_t>(n) * dtype_size(type))), dtype(type) {
+    view = as({n});
+    if (type == DType::bf16) {
+      // Round to nearest even, as the backend's own casts do.
+      uint32_t bits;
+      std::memcpy(&bits, &value, sizeof bits);
+      bits += 0x7FFFu + ((bits >> 16) & 1u);
+      ops.upload(view, std::vector<uint16_t>(static_cast<size_t>(n),
+                                             static_cast<uint16_t>(bits >> 16)).data());
+    } else {
+      ops.upload(view, std::vector<float>(static_cast<size_t>(n), value).data());
+    }
   }
-  TensorView as(std::initializer_list<int64_t> shape) const { return cpu_f32(buf.f32(), shape); }
+  TensorView as(std::initializer_list<int64_t> shape) const {
+    return make_view(buf.data(), dtype, buf.device(), shape);
+  }
 };
 
-// Best seconds per call of `fn` over repetitions until `min_time` or `max_reps`.
+// Best seconds per call of `fn` over repetitions until `min_time` or
+// `max_reps`; each call waits for the backend (a GPU's ops are asynchronous).
 template <typename F>
-double best_time(F&& fn, double min_time, int max_reps) {
+double best_time(Ops& ops, F&& fn, double min_time, int max_reps) {
   fn();  // warm-up
+  ops.synchronize();
   double best = 1e30, total = 0;
   for (int rep = 0; rep < max_reps && (rep < 2 || total < min_time); ++rep) {
     const auto t0 = Clock::now();
     fn();
+    ops.synchronize();
     const double s = seconds_since(t0);
     best = std::min(best, s);
     total += s;
@@ -62,8 +82,12 @@ nlohmann::json bench_gemm(Ops& ops, Communicator* world, const BenchOptions& opt
   // Quick: two mid-size shapes, many short repetitions, so that the best one
   // likely falls in a quiet moment of a shared machine (a peak measured too
   // low makes ops look faster than the roof).
+  // A GPU's peak needs large shapes (and costs milliseconds): its quick set
+  // starts where a CPU's full set does.
+  const bool gpu = ops.device() != Device::cpu;
   const std::vector<int64_t> sizes =
-      opt.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{1024, 2048, 4096, 8192};
+      opt.quick ? (gpu ? std::vector<int64_t>{2048, 4096} : std::vector<int64_t>{512, 1024})
+                : std::vector<int64_t>{1024, 2048, 4096, 8192};
   const double min_time = opt.quick ? 0.25 : 0.5;
   double last_call = 0;
   bool skip = false;
@@ -77,10 +101,11 @@ nlohmann::json bench_gemm(Ops& ops, Communicator* world, const BenchOptions& opt
                                          : predicted) > 1.0;
     }
     if (skip) break;
-    Floats a(n * n, 0.01f), w(n * n, 0.02f), out(n * n, 0.f);
+    Floats a(ops, n * n, 0.01f, opt.gemm_dtype), w(ops, n * n, 0.02f, opt.gemm_dtype);
+    Floats out(ops, n * n, 0.f);
     const TensorView none;
     const double s = best_time(
-        [&] { ops.matmul_forward(out.as({n, n}), a.as({n, n}), w.as({n, n}), none); },
+        ops, [&] { ops.matmul_forward(out.as({n, n}), a.as({n, n}), w.as({n, n}), none); },
         min_time, opt.quick ? 50 : 20);
     last_call = s;
     const double tflops = world_mean(world, 2.0 * n * n * n / s / 1e12);
@@ -95,9 +120,9 @@ nlohmann::json bench_memory(Ops& ops, Communicator* world, const BenchOptions& o
   nlohmann::json rows = nlohmann::json::array();
   const int64_t n = opt.quick ? (int64_t{8} << 20) : (int64_t{32} << 20);  // floats
   const double min_time = opt.quick ? 0.1 : 0.5;
-  Floats a(n, 1.f), b(n, 2.f), c(n, 0.f);
-  const double copy_s = best_time([&] { ops.copy(c.view, a.view); }, min_time, 20);
-  const double add_s = best_time([&] { ops.add(c.view, a.view, b.view); }, min_time, 20);
+  Floats a(ops, n, 1.f), b(ops, n, 2.f), c(ops, n, 0.f);
+  const double copy_s = best_time(ops, [&] { ops.copy(c.view, a.view); }, min_time, 20);
+  const double add_s = best_time(ops, [&] { ops.add(c.view, a.view, b.view); }, min_time, 20);
   const double bytes = 4.0 * static_cast<double>(n);
   const double copy_gbps = world_mean(world, 2.0 * bytes / copy_s / 1e9);
   const double add_gbps = world_mean(world, 3.0 * bytes / add_s / 1e9);
@@ -107,8 +132,8 @@ nlohmann::json bench_memory(Ops& ops, Communicator* world, const BenchOptions& o
   return rows;
 }
 
-nlohmann::json bench_collectives(Communicator& world, const BenchOptions& opt, double* ar_peak,
-                                 double* ag_peak) {
+nlohmann::json bench_collectives(Ops& ops, Communicator& world, const BenchOptions& opt,
+                                 double* ar_peak, double* ag_peak) {
   nlohmann::json rows = nlohmann::json::array();
   const int p = world.size();
   struct Size {
@@ -122,7 +147,7 @@ nlohmann::json bench_collectives(Communicator& world, const BenchOptions& opt, d
   for (const Size& sz : sizes) {
     // all_reduce of `bytes`; all_gather whose gathered total is `bytes`.
     const int64_t n = sz.bytes / 4, block = n / p;
-    Floats buf(n, 1.f);
+    Floats buf(ops, n, 1.f);  // backend memory: what the trainer's collectives move
     for (int op = 0; op < 2; ++op) {
       const bool reduce = op == 0;
       auto once = [&] {
@@ -171,13 +196,13 @@ nlohmann::json run_bench(Ops& ops, Communicator* world, const BenchOptions& opt)
   r["format"] = "gpt-trainer-bench";
   r["version"] = 1;
   r["device"] = device_name(ops.device());
-  r["dtype"] = "fp32";
+  r["dtype"] = dtype_name(opt.gemm_dtype);
   r["threads"] = omp_get_max_threads();
   r["world_size"] = world ? world->size() : 1;
   r["quick"] = opt.quick;
   r["gemm"] = bench_gemm(ops, world, opt, &gemm_peak);
   r["memory"] = bench_memory(ops, world, opt, &mem_peak);
-  r["collectives"] = world ? bench_collectives(*world, opt, &ar_peak, &ag_peak)
+  r["collectives"] = world ? bench_collectives(ops, *world, opt, &ar_peak, &ag_peak)
                            : nlohmann::json::array();
   auto or_null = [](double x) { return x > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
   r["peaks"] = {{"gemm_tflops", gemm_peak},

@@ -21,8 +21,10 @@
 //    "collectives": [{op, bytes, seconds, algbw_gbps, busbw_gbps}],
 //    "peaks": {gemm_tflops, mem_gbps, all_reduce_busbw_gbps|null,
 //              all_gather_busbw_gbps|null}}
-// Buffers are host memory: the CPU backend's. A GPU backend needs device
-// buffers here (the allocation is the one place to change).
+// Buffers come from Ops::allocate (device memory on a GPU, what the trainer's
+// collectives move there too), and every timed call waits for the backend.
+// The GEMM operands are in BenchOptions::gemm_dtype: a bf16 run's MFU is
+// measured against the bf16 peak (fp32 accumulation, fp32 output), "dtype".
 #pragma once
 
 #include <string>
@@ -37,6 +39,7 @@ class Communicator;
 
 struct BenchOptions {
   bool quick = false;  // the < 2 s version a profiled run does at start
+  DType gemm_dtype = DType::f32;  // bf16: the GEMMs of a bf16 run
 };
 
 // Collective over `world` (null or size 1: no collectives measured).

@@ -17,18 +17,19 @@
 #include "trainer/config/config.hpp"
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/profile/bench.hpp"
+#include "trainer/train/compute_backend.hpp"
 #include "trainer/train/run_environment.hpp"
 
 namespace gt {
 
 namespace {
 
-int run(Communicator& world, const RuntimeConfig& rt, const RunEnvironment& env,
+int run(Communicator& world, const Config& cfg, const RunEnvironment& env,
         const std::string& out_path) {
-  if (rt.device == DeviceKind::cuda)
-    fail("bench: runtime.device=cuda: the CUDA backend is not implemented yet");
-  auto ops = make_cpu_ops(cpu_thread_share(rt.threads, env));
-  const nlohmann::json result = run_bench(*ops, &world, BenchOptions{});
+  ComputeBackend backend = make_compute_backend(cfg, env);
+  BenchOptions opt;
+  opt.gemm_dtype = cfg.runtime.dtype == ComputeDType::bf16 ? DType::bf16 : DType::f32;
+  const nlohmann::json result = run_bench(*backend.ops, &world, opt);
   if (world.rank() == 0) {
     std::cout << format_bench(result) << std::flush;
     if (!out_path.empty()) {
@@ -47,17 +48,19 @@ int run(Communicator& world, const RuntimeConfig& rt, const RunEnvironment& env,
 
 int bench_command(const std::string& config_path, const std::string& out_path) {
   const RunEnvironment env = detect_run_environment();
-  RuntimeConfig rt;
-  if (!config_path.empty()) rt = load_config(config_path, {}).runtime;
+  Config cfg;
+  cfg.source = config_path.empty() ? "defaults" : config_path;
+  if (!config_path.empty()) cfg = load_config(config_path, {});
+  const RuntimeConfig& rt = cfg.runtime;
   if (env.world_size <= 1) {
     InProcessCommunicator solo("world");
-    return run(solo, rt, env, out_path);
+    return run(solo, cfg, env, out_path);
   }
   MpiSession mpi(nullptr, nullptr);
   auto world = MpiCommunicator::dup(MPI_COMM_WORLD, "world", rt.collective_timeout_s);
   if (world->rank() != 0) spdlog::set_level(spdlog::level::warn);
   try {
-    return run(*world, rt, env, out_path);
+    return run(*world, cfg, env, out_path);
   } catch (const std::exception& e) {
     abort_job(1, e.what());
   }

@@ -64,7 +64,10 @@ void ProfileSession::start(DeviceMesh& mesh, Ops& ops) {
   if (!profiling()) return;
 
   if (!measured_.known()) {
-    const nlohmann::json b = run_bench(ops, &mesh.world(), BenchOptions{true});
+    BenchOptions bo;
+    bo.quick = true;
+    bo.gemm_dtype = cfg_.runtime.dtype == ComputeDType::bf16 ? DType::bf16 : DType::f32;
+    const nlohmann::json b = run_bench(ops, &mesh.world(), bo);
     measured_ = peaks_from_bench_json(b, "quick bench at start");
     if (rank_ == 0)
       spdlog::info("profile: quick bench at start ({:.1f} s); `trainer bench --out FILE` and "
