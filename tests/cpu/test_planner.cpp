@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "test_util.hpp"
 #include "trainer/model/gpt.hpp"
+#include "trainer/profile/model_flops.hpp"
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/plan/planner.hpp"
 
@@ -164,7 +165,11 @@ TEST(PlanFlops, MatmulsAttentionAndHead) {
   // tp splits every term evenly.
   EXPECT_DOUBLE_EQ(micro_batch_flops(m, 2, 16, 4).total(), f.total() / 4);
   TrainConfig t = matrix_train(8);
-  EXPECT_DOUBLE_EQ(model_flops_per_step(m, t), 3 * micro_batch_flops(m, 8, 16, 1).total());
+  // MFU's numerator is the trainer's (model_flops()): 6N + 12·L·T·C per token
+  // with N = 12·L·C² + V·C and the full T x T attention, x 8 rows x 16 tokens.
+  const double N = 12.0 * 3 * 32 * 32 + 256.0 * 32;
+  EXPECT_DOUBLE_EQ(model_flops_per_step(m, t), (6 * N + 12.0 * 3 * 16 * 32) * 8 * 16);
+  EXPECT_DOUBLE_EQ(model_flops_per_step(m, t), model_flops(m, 16).per_token() * 8 * 16);
 }
 
 TEST(PlanHardware, FilesLoadAndTyposAreErrors) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/profile/model_flops.hpp"
 
 namespace gt {
 
@@ -17,7 +18,10 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
 }
 
 double model_flops_per_step(const ModelConfig& m, const TrainConfig& t) {
-  return 3.0 * micro_batch_flops(m, t.global_batch, t.seq_len, 1).total();
+  // The trainer's own MFU numerator (metrics.jsonl "mfu"), so a predicted MFU
+  // and a measured one are the same ratio: full T x T attention, not the
+  // causal half the step-time model charges.
+  return model_flops(m, t.seq_len).per_token() * t.global_batch * t.seq_len;
 }
 
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp) {

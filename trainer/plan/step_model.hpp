@@ -38,8 +38,10 @@ struct MicroBatchFlops {  // one rank, one micro-batch, forward only
 };
 MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp);
 
-// Forward + backward FLOPs of one optimizer step over the whole job
-// (global_batch rows): what MFU is quoted against.
+// Forward + backward model FLOPs of one optimizer step over the whole job
+// (global_batch rows): MFU's numerator, model_flops() x tokens, the same
+// count the trainer's "mfu" metric uses (attention over the full T x T; the
+// compute-time model above charges the causal half a kernel actually does).
 double model_flops_per_step(const ModelConfig& m, const TrainConfig& t);
 
 struct CommBytes {          // bytes one rank sends per optimizer step
