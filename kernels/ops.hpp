@@ -78,6 +78,10 @@ class Ops {
                                   TensorView dout, TensorView inp, TensorView weight,
                                   TensorView mean, TensorView rstd) = 0;
 
+  // Mixed precision: inp, weight (and dout in backward) may all be bf16
+  // together; out, bias, dinp, dweight, dbias stay fp32 and the products
+  // accumulate in fp32 (every backend accepts this; CudaOps accepts more, see
+  // cuda_ops.hpp). The result is then the fp32 matmul of the bf16 values.
   // out (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC); bias may be empty().
   virtual void matmul_forward(TensorView out, TensorView inp, TensorView weight,
                               TensorView bias) = 0;
