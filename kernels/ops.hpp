@@ -78,6 +78,10 @@ class Ops {
                                   TensorView dout, TensorView inp, TensorView weight,
                                   TensorView mean, TensorView rstd) = 0;
 
+  // Mixed precision: inp, weight (and dout in backward) may all be bf16
+  // together; out, bias, dinp, dweight, dbias stay fp32 and the products
+  // accumulate in fp32 (every backend accepts this; CudaOps accepts more, see
+  // cuda_ops.hpp). The result is then the fp32 matmul of the bf16 values.
   // out (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC); bias may be empty().
   virtual void matmul_forward(TensorView out, TensorView inp, TensorView weight,
                               TensorView bias) = 0;
@@ -119,6 +123,17 @@ class Ops {
   virtual void zero(TensorView t) = 0;
   // dst = src (same shape, same device).
   virtual void copy(TensorView dst, TensorView src) = 0;
+  // dst = src converted to dst's dtype, elementwise; same shape, both
+  // contiguous, fp32 or bf16, not overlapping:
+  //   fp32 -> bf16  round to nearest, ties to even; past the largest bf16 ->
+  //                 +-inf; subnormals kept; every NaN -> the canonical bf16
+  //                 NaN 0x7FFF (kernels/core/bf16.hpp, bit for bit CUDA's
+  //                 __float2bfloat16_rn)
+  //   bf16 -> fp32  exact
+  //   same dtype    a copy
+  // The bf16 copies of fp32 weights and activations that mixed precision
+  // feeds to the GEMMs.
+  virtual void cast(TensorView dst, TensorView src) = 0;
 
   // Fused softmax cross-entropy over logits (R,V) with int32 targets (R).
   // losses (R) = -log softmax(logits)[target]. When dlogits is not empty()

@@ -58,6 +58,9 @@ void add_bias(TensorView out, TensorView bias);
 void accumulate(TensorView acc, TensorView x);
 void zero(TensorView t);
 void copy(TensorView dst, TensorView src);
+void cast(TensorView dst, TensorView src);
+// dst[i] = the fp32 value of the bf16 bits src[i] (exact); n elements.
+void widen_bf16(float* dst, const uint16_t* src, int64_t n);
 
 void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                            TensorView targets, float grad_scale);

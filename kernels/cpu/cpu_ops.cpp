@@ -179,6 +179,7 @@ class CpuOps final : public Ops {
   void accumulate(TensorView acc, TensorView x) override { cpu::accumulate(acc, x); }
   void zero(TensorView t) override { cpu::zero(t); }
   void copy(TensorView dst, TensorView src) override { cpu::copy(dst, src); }
+  void cast(TensorView dst, TensorView src) override { cpu::cast(dst, src); }
 
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                              TensorView targets, float grad_scale) override {

@@ -1,11 +1,12 @@
 // Casts between fp32 and bf16, elementwise over n contiguous elements: the
 // bf16 copies of fp32 master weights and activations, and back.
-// CPU twin: the round-to-nearest-even of tests/cuda/cuda_test_util.hpp
-// (bf16_bits / bf16_value), which is exactly torch's .to(torch.bfloat16).
+// CPU twin: CpuOps::cast (kernels/cpu/cast.cpp), bit for bit, on the rule of
+// kernels/core/bf16.hpp (torch's .to(torch.bfloat16) except that every NaN
+// becomes CUDA's canonical 0x7FFF where torch writes 0x7FC0).
 //
 // Invariants:
 //   * dst ASSIGNED; fp32 -> bf16 rounds to nearest even (__float2bfloat16_rn,
-//     NaN stays NaN, overflow rounds to inf); bf16 -> fp32 is exact.
+//     NaN stays NaN (0x7FFF), overflow rounds to inf); bf16 -> fp32 is exact.
 //   * dst and src must not overlap (different element sizes).
 //   * 16-byte loads of the wider side when both pointers allow it, else scalar.
 //

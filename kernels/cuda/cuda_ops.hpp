@@ -23,7 +23,8 @@
 // dtypes: fp32 everywhere; bf16 views are accepted by matmul_forward/backward
 // (bf16 inp/weight/dout/dinp; out bf16 or fp32; dweight bf16 or fp32; dbias
 // fp32), attention_forward/backward, gelu_*, layernorm_forward, add,
-// accumulate, add_bias, zero, copy; the others throw gt::Error naming the op.
+// accumulate, add_bias, zero, copy, cast; the others throw gt::Error naming
+// the op.
 //
 // Synchronisation: ops are asynchronous on stream(); sum_squares returns a
 // host double and therefore waits for the stream. Differences from CpuOps
@@ -116,6 +117,8 @@ class CudaOps final : public Ops {
   void accumulate(TensorView acc, TensorView x) override;
   void zero(TensorView t) override;
   void copy(TensorView dst, TensorView src) override;
+  // fp32 <-> bf16 by kernels/cuda/cast.cu; same dtype: copy().
+  void cast(TensorView dst, TensorView src) override;
 
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                              TensorView targets, float grad_scale) override;
@@ -136,8 +139,6 @@ class CudaOps final : public Ops {
   // AdamW that also writes the bf16 copy of the updated fp32 params (ASSIGNED).
   void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
                     const AdamWParams& p, TensorView param_bf16);
-  // dst = src converted, fp32 <-> bf16 (round to nearest even), same shape.
-  void cast(TensorView dst, TensorView src);
 
   cudaStream_t stream() const { return stream_.get(); }
   cuda::GemmContext& gemm() { return gemm_; }

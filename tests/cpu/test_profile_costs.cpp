@@ -82,6 +82,9 @@ TEST(ProfileCosts, Elementwise) {
   EXPECT_EQ(op_cost::zero(10, 4).bytes, 40.0);
   EXPECT_EQ(op_cost::zero(10, 4).flops, 0.0);
   EXPECT_EQ(op_cost::copy(10, 2).bytes, 40.0);
+  EXPECT_EQ(op_cost::cast(10, 4, 2).bytes, 60.0);  // fp32 read, bf16 written
+  EXPECT_EQ(op_cost::cast(10, 2, 4).bytes, 60.0);
+  EXPECT_EQ(op_cost::cast(10, 4, 2).flops, 0.0);
   EXPECT_EQ(op_cost::sum_squares(10).flops, 20.0);
   EXPECT_EQ(op_cost::sum_squares(10).bytes, 40.0);
   EXPECT_EQ(op_cost::adamw(10).flops, 150.0);
@@ -159,6 +162,28 @@ TEST(ProfilingOps, ForwardsAndRecordsOnlyWhileRecording) {
   EXPECT_GT(s.ops[0].seconds, 0.0);
   EXPECT_EQ(s.ops[1].name, "zero");  // elementwise ops: one row whatever the size
   EXPECT_LE(s.ops[0].seconds + s.ops[1].seconds, r.seconds);
+}
+
+TEST(ProfilingOps, ForwardsCastAsAnElementwiseOpCountingBothDtypes) {
+  Profiler prof(ProfileSchedule{1, 1}, false, 0);
+  auto ops = make_profiling_ops(make_cpu_ops(1), prof);
+  const int64_t n = 6;
+  std::vector<float> x{1.f, 1.f + 1.f / 256.f, -2.f, 3.f, 0.f, 1e30f}, back(n);
+  std::vector<uint16_t> b(n);
+  const TensorView b16 = make_view(b.data(), DType::bf16, Device::cpu, {n});
+  prof.begin_step(0);
+  ops->cast(b16, cpu_f32(x.data(), {n}));
+  ops->cast(cpu_f32(back.data(), {n}), b16);
+  prof.end_step();
+  EXPECT_EQ(b[1], 0x3F80);  // forwarded: the tie rounded to even
+  EXPECT_EQ(back[1], 1.f);
+  const ProfileStats& s = prof.stats();
+  ASSERT_EQ(s.ops.size(), 1u);  // both directions share one row
+  EXPECT_EQ(s.ops[0].cls, OpClass::elementwise);
+  EXPECT_EQ(s.ops[0].name, "cast");
+  EXPECT_EQ(s.ops[0].count, 2);
+  EXPECT_EQ(s.ops[0].flops, 0.0);
+  EXPECT_EQ(s.ops[0].bytes, 2 * op_cost::cast(n, 4, 2).bytes);
 }
 
 }  // namespace

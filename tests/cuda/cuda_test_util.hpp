@@ -1,6 +1,6 @@
 // Helpers for the CUDA twin tests (tests/cuda/test_cuda_*.cpp): a typed
 // device array that uploads, downloads and poisons on one stream, and host
-// bf16 conversion (round-to-nearest-even, like __float2bfloat16_rn). The
+// bf16 conversion (kernels/core/bf16.hpp: __float2bfloat16_rn's rule). The
 // CPU backend (make_cpu_ops) is always the reference; nothing here computes
 // an op.
 #pragma once
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -56,20 +57,9 @@ class DeviceArray {
   cudaStream_t stream_;
 };
 
-inline uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float bf16_value(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+// The host rule of kernels/core/bf16.hpp (what CpuOps::cast computes).
+inline uint16_t bf16_bits(float f) { return bf16_from_float(f); }
+inline float bf16_value(uint16_t b) { return bf16_to_float(b); }
 
 inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

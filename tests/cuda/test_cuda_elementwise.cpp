@@ -4,6 +4,7 @@
 // bias gradient's column sums against CpuOps::matmul_backward's dbias.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -149,15 +150,19 @@ TEST(CudaCast, RoundsToNearestEvenAndBackExactly) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
   const cudaStream_t s = stream.get();
+  auto cpu = gt::make_cpu_ops(1);
   for (const Case& c : kCases) {
     SCOPED_TRACE(name(c));
     const int64_t o = c.offset;
     auto x = random_vector(c.n, 7, -100.f, 100.f);
-    if (c.n > 4) {  // ties and specials
+    if (c.n >= 7) {  // ties and specials
       x[0] = 1.f + 1.f / 256.f;  // exactly halfway between two bf16: rounds to even (1.0)
       x[1] = 3.4e38f;            // past the largest bf16: rounds to inf
       x[2] = -0.f;
       x[3] = 1e-40f;             // subnormal
+      x[4] = -std::numeric_limits<float>::infinity();
+      x[5] = std::numeric_limits<float>::quiet_NaN();   // -> the canonical 0x7FFF
+      x[6] = -std::numeric_limits<float>::quiet_NaN();  // sign dropped, as on the CPU
     }
     DeviceArray<float> d_x(pad(o, x), s), d_back(c.n + o, s);
     DeviceArray<uint16_t> d_b(c.n + o, s);
@@ -165,7 +170,10 @@ TEST(CudaCast, RoundsToNearestEvenAndBackExactly) {
     d_back.poison();
     gt::cuda::cast(bf(d_b, o), d_x.get() + o, c.n, s);
     const auto bits = d_b.download();
-    const auto want_bits = gt::test::to_bf16(x);
+    // The CPU backend's cast is the reference, bit for bit (NaN included).
+    std::vector<uint16_t> want_bits(c.n);
+    cpu->cast(gt::make_view(want_bits.data(), gt::DType::bf16, gt::Device::cpu, {c.n}),
+              gt::cpu_f32(x.data(), {c.n}));
     for (int64_t i = 0; i < c.n; ++i)
       ASSERT_EQ(bits[i + o], want_bits[i]) << "i=" << i << " x=" << x[i];
     gt::cuda::cast(d_back.get() + o, bf(d_b, o), c.n, s);

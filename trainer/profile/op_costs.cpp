@@ -76,6 +76,9 @@ OpCost accumulate(int64_t n) { return cost(d(n), 3.0 * d(n)); }
 OpCost add_bias(int64_t R, int64_t C) { return cost(d(R) * d(C), 2.0 * d(R) * d(C) + d(C)); }
 OpCost zero(int64_t n, int64_t elem_bytes) { return {0.0, d(n) * d(elem_bytes)}; }
 OpCost copy(int64_t n, int64_t elem_bytes) { return {0.0, 2.0 * d(n) * d(elem_bytes)}; }
+OpCost cast(int64_t n, int64_t src_bytes, int64_t dst_bytes) {
+  return {0.0, d(n) * (d(src_bytes) + d(dst_bytes))};
+}
 
 OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits) {
   // reads logits, targets; writes losses (+ dlogits).

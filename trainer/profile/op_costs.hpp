@@ -4,7 +4,8 @@
 //
 // Bytes: the minimum traffic the op's contract implies: every input view read
 // once, every output view written once, an accumulator (+=) read and written
-// once; fp32 and int32 are 4 bytes. Workspace (attention scratch) is not
+// once; fp32 and int32 are 4 bytes (bf16, 2 bytes, is counted as such only
+// by the ops that take an element size: zero, copy, cast). Workspace (attention scratch) is not
 // counted; what a backend chooses to save for backward (attention `saved`) is
 // an output of the call and counted at its size.
 //
@@ -23,7 +24,7 @@
 //                work (1/sqrt of a variance) ignored: layernorm forward
 //                8/element, backward 19 (dinp 14, dweight + dbias 5); GELU
 //                forward 9, backward 20; add, accumulate, add_bias 1; zero,
-//                copy 0; cross-entropy 4 per logit (max, exp(x - max), sum)
+//                copy, cast 0; cross-entropy 4 per logit (max, exp(x - max), sum)
 //                + 1 to scale dlogits; vocab-parallel pieces 1 (max), 3 (sum
 //                exp), 3 (dlogits); sum_squares 2; AdamW 15 per parameter;
 //                embedding 1 add per output element (2 in backward: wte and
@@ -82,6 +83,8 @@ OpCost accumulate(int64_t n);    // acc += x
 OpCost add_bias(int64_t R, int64_t C);
 OpCost zero(int64_t n, int64_t elem_bytes);
 OpCost copy(int64_t n, int64_t elem_bytes);
+// dst = src converted (fp32 <-> bf16): n elements read at src_bytes, written at dst_bytes.
+OpCost cast(int64_t n, int64_t src_bytes, int64_t dst_bytes);
 
 // logits (R,V), targets (R) int32 -> losses (R) [+ dlogits (R,V)].
 OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits);

@@ -217,6 +217,14 @@ class ProfilingOps final : public Ops {
              op_cost::copy(n, static_cast<int64_t>(dtype_size(dst.dtype))));
     inner_->copy(dst, src);
   }
+  void cast(TensorView dst, TensorView src) override {
+    if (!p_.recording()) return inner_->cast(dst, src);
+    const int64_t n = dst.numel();
+    Record r(p_, OpClass::elementwise, "cast", fmt("n=%lld", n),
+             op_cost::cast(n, static_cast<int64_t>(dtype_size(src.dtype)),
+                           static_cast<int64_t>(dtype_size(dst.dtype))));
+    inner_->cast(dst, src);
+  }
 
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                              TensorView targets, float grad_scale) override {

@@ -1,0 +1,49 @@
+// cast: fp32 <-> bf16 (and same-dtype copies) on the host, bit for bit what
+// the CUDA backend's cast kernels write (the rounding rule lives in
+// kernels/core/bf16.hpp), so a mixed-precision model run on CpuOps sees the
+// same bf16 values as on CudaOps. Also the bf16 -> fp32 widening the CPU
+// matmul uses for bf16 operands.
+#include <cstdint>
+
+#include "kernels/core/bf16.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace gt::cpu {
+
+namespace {
+
+void expect_float_view(const TensorView& t, const char* what) {
+  GT_CHECK(t.device == Device::cpu, what, " must be on the cpu, got ", device_name(t.device));
+  GT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, what, " must be fp32 or bf16, got ",
+           dtype_name(t.dtype));
+  GT_CHECK(t.contiguous(), what, " must be contiguous, got strided ", t.shape_str());
+  GT_CHECK(t.data != nullptr || t.numel() == 0, what, " has no data");
+}
+
+}  // namespace
+
+void widen_bf16(float* dst, const uint16_t* src, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+void cast(TensorView dst, TensorView src) {
+  expect_float_view(dst, "cast dst");
+  expect_float_view(src, "cast src");
+  expect_same_shape(dst, src, "cast dst", "cast src");
+  if (dst.dtype == src.dtype) {
+    copy(dst, src);
+    return;
+  }
+  const int64_t n = src.numel();
+  if (src.dtype == DType::f32) {
+    const float* s = src.f32();
+    uint16_t* d = static_cast<uint16_t*>(dst.data);
+#pragma omp parallel for simd if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_from_float(s[i]);
+  } else {
+    widen_bf16(dst.f32(), static_cast<const uint16_t*>(src.data), n);
+  }
+}
+
+}  // namespace gt::cpu
