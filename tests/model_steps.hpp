@@ -39,14 +39,14 @@ inline std::vector<std::vector<float>> piece_contents(const std::vector<TensorPi
 }
 
 inline StepTrace train_steps(Ops& ops, int steps, const ModelConfig& m = tiny_gpt(), int B = 2,
-                             int T = 8) {
+                             int T = 8, ComputeDType dtype = ComputeDType::fp32) {
   const DeviceMesh mesh = DeviceMesh::in_process();
   const ParameterLayout layout(m, 1, 0, 1);
   ShardedParameters params(layout, mesh, 3, 25.0, ops);
   for_each_initial_parameter(m, 7, [&](const ParamSpec& s, const float* data) {
     params.load_global(s.name, data);
   });
-  GPT model(m, ops, B, T, layout, params, TensorParallel{});
+  GPT model(m, ops, B, T, layout, params, TensorParallel{}, dtype);
   TrainConfig tc;
   StepTrace t;
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());

@@ -172,6 +172,10 @@ class OffHostOps final : public Ops {
     Open o(*this);
     inner_->copy(GT_OFFHOST_VIEW(dst), GT_OFFHOST_VIEW(src));
   }
+  void cast(TensorView dst, TensorView src) override {
+    Open o(*this);
+    inner_->cast(GT_OFFHOST_VIEW(dst), GT_OFFHOST_VIEW(src));
+  }
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                              TensorView targets, float grad_scale) override {
     Open o(*this);

@@ -53,6 +53,18 @@ TEST(CudaTraining, OddShapesMatchTheCpuBackend) {
   expect_traces_close(test::train_steps(cuda, 2, m, 3, 37), test::train_steps(*cpu, 2, m, 3, 37));
 }
 
+TEST(CudaTraining, Bf16StepsMatchTheCpuBackendsBf16To1e2) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto cpu = make_cpu_ops(1);
+  CudaOps cuda;
+  const auto m = test::tiny_gpt();
+  const test::StepTrace got = test::train_steps(cuda, 3, m, 2, 8, ComputeDType::bf16);
+  const test::StepTrace want = test::train_steps(*cpu, 3, m, 2, 8, ComputeDType::bf16);
+  EXPECT_TRUE(test::all_close(got.losses, want.losses, 1e-2f, 1e-2f));
+  for (size_t i = 0; i < want.pieces.size(); ++i)
+    EXPECT_TRUE(test::all_close(got.pieces[i], want.pieces[i], 1e-2f, 1e-2f)) << "piece " << i;
+}
+
 std::vector<double> losses_of(const std::string& metrics) {
   std::vector<double> out;
   std::ifstream f(metrics);

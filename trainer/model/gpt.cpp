@@ -15,17 +15,18 @@ TensorView rows_of(const TensorView& t, int64_t first, int64_t n) {
 }
 }  // namespace
 
-GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq)
-    : cfg_(cfg), ops_(ops), layout_(cfg), max_rows_(max_rows), max_seq_(max_seq) {
+GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, ComputeDType dtype)
+    : cfg_(cfg), ops_(ops), layout_(cfg), max_rows_(max_rows), max_seq_(max_seq), dtype_(dtype) {
   owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
   allocate(max_rows, max_seq);
 }
 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
-         const ParameterLayout& layout, ParameterStore& store, TensorParallel tp)
+         const ParameterLayout& layout, ParameterStore& store, TensorParallel tp,
+         ComputeDType dtype)
     : cfg_(cfg), ops_(ops), layout_(layout), store_(&store), tp_(tp), max_rows_(max_rows),
-      max_seq_(max_seq) {
+      max_seq_(max_seq), dtype_(dtype) {
   GT_CHECK(layout.tp() == tp.size() && layout.tp_rank() == tp.rank(), "layout for tp rank ",
            layout.tp_rank(), " of ", layout.tp(), " used on tp rank ", tp.rank(), " of ",
            tp.size());
@@ -82,6 +83,11 @@ void GPT::allocate(int max_rows, int max_seq) {
   d.dqkv = floats(R * 3 * Cl);
   d.datt = floats(ops_.attention_scratch_elems(max_rows, NHl, max_seq));
   d.rs_workspace = floats(tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_.overlap) : 0);
+  // The largest GEMM operands: inputs (R,C) or (R,4C/p); output gradients
+  // (R,3C/p), (R,4C/p), (R,C) or the LM head's (R,V/p); weights (V/p,C) or (4C/p,C).
+  linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, R * std::max(C, 4 * Cl),
+                                              R * std::max({4 * Cl, C, Vl}),
+                                              std::max(Vl * C, 4 * Cl * C));
 }
 
 float* GPT::params() {
@@ -180,40 +186,50 @@ float* GPT::stage_for_gather(TensorView dout_local) {
 
 // ---- The tensor-parallel linear layers --------------------------------------
 
-void GPT::column_forward(TensorView out, TensorView x_full, TensorView w, TensorView b) {
+void GPT::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b) {
+  ops_.matmul_forward(out, linear_->input(x), w, b);
+}
+
+void GPT::gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout,
+                        TensorView x, TensorView w) {
+  ops_.matmul_backward(dx, dw, db, linear_->grad(dout), linear_->input(x), w);
+}
+
+void GPT::column_forward(TensorView out, TensorView x_full, TensorView w32, TensorView b) {
+  const TensorView w = linear_->weight(w32);  // once, before the chunks
   const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
-  if (tp_.size() == 1) return ops_.matmul_forward(out, x_full, w, b);
+  if (tp_.size() == 1) return gemm_forward(out, x_full, w, b);
   all_gather_then_compute(
       *tp_.comm, x_full.f32(), Rl * K,
       [&](int c0, int n) {
-        ops_.matmul_forward(rows_of(out, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl), w,
-                            b);
+        gemm_forward(rows_of(out, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl), w, b);
       },
       tp_.overlap);
 }
 
 void GPT::column_backward(TensorView dx_local, TensorView dw, TensorView db, TensorView dout,
-                          TensorView x_full, TensorView w) {
-  if (tp_.size() == 1) return ops_.matmul_backward(dx_local, dw, db, dout, x_full, w);
+                          TensorView x_full, TensorView w32) {
+  const TensorView w = linear_->weight(w32);
+  if (tp_.size() == 1) return gemm_backward(dx_local, dw, db, dout, x_full, w);
   const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
   compute_then_reduce_scatter(
       *tp_.comm, dx_local.f32(), Rl * K,
       [&](int c0, int n, float* partial) {
-        ops_.matmul_backward(view(partial, {n * Rl, K}), dw, db,
-                             rows_of(dout, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl),
-                             w);
+        gemm_backward(view(partial, {n * Rl, K}), dw, db, rows_of(dout, c0 * Rl, n * Rl),
+                      rows_of(x_full, c0 * Rl, n * Rl), w);
       },
       tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
 }
 
-void GPT::row_forward(TensorView out_local, TensorView x, TensorView w, TensorView b) {
-  if (tp_.size() == 1) return ops_.matmul_forward(out_local, x, w, b);
+void GPT::row_forward(TensorView out_local, TensorView x, TensorView w32, TensorView b) {
+  const TensorView w = linear_->weight(w32);
+  if (tp_.size() == 1) return gemm_forward(out_local, x, w, b);
   const int64_t R = x.shape[0], N = w.shape[0], Rl = R / tp_.size();
   const TensorView none;
   compute_then_reduce_scatter(
       *tp_.comm, out_local.f32(), Rl * N,
       [&](int c0, int n, float* partial) {
-        ops_.matmul_forward(view(partial, {n * Rl, N}), rows_of(x, c0 * Rl, n * Rl), w, none);
+        gemm_forward(view(partial, {n * Rl, N}), rows_of(x, c0 * Rl, n * Rl), w, none);
       },
       tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
   // The bias once, after the sum (it is replicated on every tp rank).
@@ -221,8 +237,9 @@ void GPT::row_forward(TensorView out_local, TensorView x, TensorView w, TensorVi
 }
 
 void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
-                       TensorView x, TensorView w) {
-  if (tp_.size() == 1) return ops_.matmul_backward(dx, dw, db, dout_local, x, w);
+                       TensorView x, TensorView w32) {
+  const TensorView w = linear_->weight(w32);
+  if (tp_.size() == 1) return gemm_backward(dx, dw, db, dout_local, x, w);
   const int64_t Rl = dout_local.shape[0], N = dout_local.shape[1];
   float* full = stage_for_gather(dout_local);
   // Each chunk adds its rows to dW and db: over all chunks db is the whole
@@ -230,9 +247,8 @@ void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView d
   all_gather_then_compute(
       *tp_.comm, full, Rl * N,
       [&](int c0, int n) {
-        ops_.matmul_backward(rows_of(dx, c0 * Rl, n * Rl), dw, db,
-                             view(full + c0 * Rl * N, {n * Rl, N}),
-                             rows_of(x, c0 * Rl, n * Rl), w);
+        gemm_backward(rows_of(dx, c0 * Rl, n * Rl), dw, db, view(full + c0 * Rl * N, {n * Rl, N}),
+                      rows_of(x, c0 * Rl, n * Rl), w);
       },
       tp_.overlap);
 }
@@ -443,7 +459,7 @@ int64_t GPT::activation_bytes() const {
         &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.losses, &a.proj_tmp, &a.ce_stats, &d.dresidual,
         &d.dln, &d.dfull, &d.datty, &d.dfch_gelu, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
     n += b->bytes();
-  return static_cast<int64_t>(n);
+  return static_cast<int64_t>(n) + linear_->bytes();
 }
 
 }  // namespace gt

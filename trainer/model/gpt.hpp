@@ -39,6 +39,7 @@
 #include "parallel/collective_matmul.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/model/linear_precision.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
 
@@ -55,11 +56,13 @@ struct TensorParallel {
 class GPT {
  public:
   // One rank, no parallelism: the model owns its parameters (LocalParameters).
-  GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq);
+  // dtype: the linear layers' precision (linear_precision.hpp).
+  GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+      ComputeDType dtype = ComputeDType::fp32);
   // One tensor-parallel rank whose parameters (laid out by `layout`, built
   // for tp.rank() of tp.size()) live in `store`.
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
-      ParameterStore& store, TensorParallel tp);
+      ParameterStore& store, TensorParallel tp, ComputeDType dtype = ComputeDType::fp32);
   ~GPT();
 
   const ModelConfig& config() const { return cfg_; }
@@ -90,7 +93,8 @@ class GPT {
   // Per-position losses (B*T) of the last forward() with targets, on the host.
   const float* losses() const { return host_losses_.data(); }
   // Bytes of every activation and activation-gradient buffer this rank
-  // allocated (what the planner's memory model predicts, trainer/plan/).
+  // allocated, with the bf16 GEMM operand copies (what the planner's memory
+  // model predicts, trainer/plan/).
   int64_t activation_bytes() const;
 
  private:
@@ -129,6 +133,11 @@ class GPT {
   // acc += x on the backend: the tensor-parallel rings' sum of partials.
   ChunkAccumulate accumulate_fn();
 
+  // One GEMM of a linear layer, its operands in the layer precision; w is
+  // already linear_.weight(...).
+  void gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b);
+  void gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                     TensorView w);
   // The four tensor-parallel linear layers (plain matmuls at tp = 1).
   // x_full (R,K) holds this rank's rows at its chunk; out (R,N).
   void column_forward(TensorView out, TensorView x_full, TensorView w, TensorView b);
@@ -152,8 +161,10 @@ class GPT {
   ParameterStore* store_;
   TensorParallel tp_;
   int max_rows_, max_seq_;
+  ComputeDType dtype_;
   Activations acts_;
   Gradients dacts_;
+  std::unique_ptr<LinearPrecision> linear_;  // the GEMMs' operand precision
   std::vector<float> host_losses_;  // (R) losses downloaded for the mean
   std::vector<float> host_logits_;  // logits() copy
   int B_ = 0, T_ = 0;

@@ -1,0 +1,87 @@
+// bf16 mixed precision (runtime.dtype=bf16, trainer/model/linear_precision.hpp)
+// on the CPU backend, which computes the same function as the GPU: GEMM
+// operands rounded to bf16, fp32 accumulation, everything else fp32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_ops.hpp"
+#include "model_steps.hpp"
+#include "offhost_ops.hpp"
+#include "test_util.hpp"
+#include "trainer/model/linear_precision.hpp"
+
+namespace gt {
+namespace {
+
+float bf16_round(float x) {  // round to nearest even, back to fp32
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b += 0x7FFFu + ((b >> 16) & 1u);
+  b &= 0xFFFF0000u;
+  float y;
+  std::memcpy(&y, &b, 4);
+  return y;
+}
+
+TEST(LinearPrecision, Fp32PassesOperandsThroughAndBf16RoundsThem) {
+  auto ops = make_cpu_ops(1);
+  const std::vector<float> x = test::random_vector(37, 5);
+  Buffer xb = ops->allocate(x.size() * 4);
+  const TensorView xv = xb.f32_view({37});
+  ops->upload(xv, x.data());
+
+  LinearPrecision fp32(*ops, ComputeDType::fp32, 64, 64, 64);
+  EXPECT_EQ(fp32.input(xv).data, xv.data);
+  EXPECT_EQ(fp32.bytes(), 0);
+
+  LinearPrecision bf16(*ops, ComputeDType::bf16, 64, 32, 48);
+  EXPECT_EQ(bf16.bytes(), (64 + 32 + 48) * 2);
+  const TensorView in = bf16.input(xv);
+  EXPECT_EQ(in.dtype, DType::bf16);
+  EXPECT_NE(in.data, xv.data);
+  std::vector<float> back(37);
+  Buffer bb = ops->allocate(37 * 4);
+  ops->cast(bb.f32_view({37}), in);
+  ops->download(back.data(), bb.f32_view({37}));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(back[i], bf16_round(x[i])) << i;
+  // An operand larger than its buffer is an error naming it, not an overrun.
+  Buffer big = ops->allocate(40 * 4);
+  try {
+    bf16.grad(big.f32_view({40}));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("output gradient (40)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MixedPrecision, Bf16TrainsCloseToFp32ButNotIdentically) {
+  auto ops = make_cpu_ops(1);
+  const test::StepTrace f = test::train_steps(*ops, 3);
+  const test::StepTrace b =
+      test::train_steps(*ops, 3, test::tiny_gpt(), 2, 8, ComputeDType::bf16);
+  ASSERT_EQ(b.losses.size(), f.losses.size());
+  bool differs = false;
+  for (size_t i = 0; i < f.losses.size(); ++i) {
+    EXPECT_NEAR(b.losses[i], f.losses[i], 1e-2 * f.losses[i]) << i;
+    differs |= b.losses[i] != f.losses[i];
+  }
+  EXPECT_TRUE(differs) << "bf16 rounding changed nothing: the casts are not on the GEMM path";
+  for (size_t i = 0; i < f.norms.size(); ++i)
+    EXPECT_NEAR(b.norms[i], f.norms[i], 3e-2 * f.norms[i]) << i;
+}
+
+TEST(MixedPrecision, Bf16OnDeviceStyleMemoryMatchesTheCpuBitForBit) {
+  auto cpu = make_cpu_ops(1);
+  test::OffHostOps offhost;
+  const auto m = test::tiny_gpt();
+  const test::StepTrace want = test::train_steps(*cpu, 2, m, 2, 8, ComputeDType::bf16);
+  const test::StepTrace got = test::train_steps(offhost, 2, m, 2, 8, ComputeDType::bf16);
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.norms, want.norms);
+  EXPECT_EQ(got.pieces, want.pieces);
+}
+
+}  // namespace
+}  // namespace gt

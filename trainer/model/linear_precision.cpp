@@ -1,0 +1,37 @@
+#include "trainer/model/linear_precision.hpp"
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+LinearPrecision::LinearPrecision(Ops& ops, ComputeDType dtype, int64_t max_input,
+                                 int64_t max_grad, int64_t max_weight)
+    : ops_(ops), dtype_(dtype) {
+  if (dtype_ != ComputeDType::bf16) return;
+  const size_t b = dtype_size(DType::bf16);
+  input_ = ops.allocate(static_cast<size_t>(max_input) * b);
+  grad_ = ops.allocate(static_cast<size_t>(max_grad) * b);
+  weight_ = ops.allocate(static_cast<size_t>(max_weight) * b);
+}
+
+TensorView LinearPrecision::cast_into(const Buffer& buf, const TensorView& src,
+                                      const char* what) {
+  if (dtype_ != ComputeDType::bf16) return src;
+  GT_CHECK(src.contiguous() && src.numel() * int64_t(dtype_size(DType::bf16)) <=
+                                   int64_t(buf.bytes()),
+           "bf16 copy of a GEMM ", what, " ", src.shape_str(), " does not fit its ",
+           buf.bytes(), "-byte buffer");
+  TensorView dst = src;
+  dst.data = buf.data();
+  dst.dtype = DType::bf16;
+  ops_.cast(dst, src);
+  return dst;
+}
+
+TensorView LinearPrecision::weight(const TensorView& w) { return cast_into(weight_, w, "weight"); }
+
+int64_t LinearPrecision::bytes() const {
+  return static_cast<int64_t>(input_.bytes() + grad_.bytes() + weight_.bytes());
+}
+
+}  // namespace gt

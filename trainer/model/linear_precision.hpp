@@ -1,0 +1,49 @@
+// LinearPrecision: the precision of the model's linear layers under
+// runtime.dtype, in one place.
+//
+//   fp32  the GEMMs read their fp32 operands as they are.
+//   bf16  torch.autocast's rule for linear layers: the input, the weight and
+//         (in backward) the output gradient are rounded to bf16 (nearest even)
+//         and the GEMM accumulates in fp32 into fp32 outputs, fp32 input
+//         gradients and fp32 weight gradients (which still accumulate). Master
+//         weights, AdamW state, activations, LayerNorm, softmax, attention and
+//         the loss stay fp32, so bf16 changes only the GEMMs' inputs.
+//
+// The bf16 copies live in three buffers of this backend's memory, each reused
+// by every call: the weight (cast once per linear layer call, before its
+// chunks), the input rows and the output-gradient rows (cast per chunk, just
+// before its GEMM). A returned view is valid until the next call for the same
+// operand; ops run in call order, so a cast and the GEMM reading it never race.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.hpp"
+#include "trainer/config/config.hpp"
+
+namespace gt {
+
+class LinearPrecision {
+ public:
+  // max_input/max_grad/max_weight: the most elements any one GEMM call's
+  // input rows, output-gradient rows and weight hold.
+  LinearPrecision(Ops& ops, ComputeDType dtype, int64_t max_input, int64_t max_grad,
+                  int64_t max_weight);
+
+  ComputeDType dtype() const { return dtype_; }
+  // The weight as the GEMMs read it (fp32: `w` itself).
+  TensorView weight(const TensorView& w);
+  // Input rows / output-gradient rows as the GEMM reads them.
+  TensorView input(const TensorView& x) { return cast_into(input_, x, "input"); }
+  TensorView grad(const TensorView& dout) { return cast_into(grad_, dout, "output gradient"); }
+  // Bytes of the bf16 buffers (0 in fp32), for the memory figures.
+  int64_t bytes() const;
+
+ private:
+  TensorView cast_into(const Buffer& buf, const TensorView& src, const char* what);
+  Ops& ops_;
+  ComputeDType dtype_;
+  Buffer input_, grad_, weight_;  // bf16 copies (empty in fp32)
+};
+
+}  // namespace gt
