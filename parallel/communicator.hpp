@@ -1,7 +1,8 @@
 // Communicator: the one interface every parallel strategy talks to (no global
 // communicator anywhere: the DeviceMesh hands out one per axis). Backends:
 // MpiCommunicator (host buffers over MPI), InProcessCommunicator (one rank,
-// for unit tests and 1-rank runs), and later NCCL.
+// for unit tests and 1-rank runs), NcclCommunicator (device buffers) and
+// StagedCommunicator (device buffers through host memory and an inner one).
 //
 // Invariants
 // - Every collective is asynchronous: it starts and returns a CommHandle; the
@@ -84,7 +85,7 @@ class CommHandle {
   bool done() const { return op_ == nullptr; }
 
  private:
-  friend class Communicator;  // wraps the pending op when an observer is attached
+  friend class Communicator;  // wraps the pending op (observer, decorators)
   void finish_or_abandon() noexcept;
   std::unique_ptr<PendingOp> op_;  // null once complete
 };
@@ -157,6 +158,12 @@ class Communicator {
   virtual double do_all_reduce_f64(double value, ReduceOp op) = 0;
   virtual int64_t do_all_reduce_i64(int64_t value, ReduceOp op) = 0;
   virtual void do_barrier() = 0;
+
+  // For a backend that decorates another communicator (StagedCommunicator):
+  // the pending op out of a handle the inner communicator returned, so the
+  // decorator's own op can forward test/wait/deadline/describe to it. Null
+  // when the handle was already complete.
+  static std::unique_ptr<PendingOp> take_pending(CommHandle& h) { return std::move(h.op_); }
 
  private:
   void check_count(const char* op, const void* ptr, int64_t n) const;

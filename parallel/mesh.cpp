@@ -56,9 +56,7 @@ int mesh_axis_size(const ParallelDims& d, MeshAxis axis) {
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
 
-namespace {
-// The group id along `axis`: the coordinates the axis does NOT vary, flattened.
-int axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
+int mesh_axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
   switch (axis) {
     case MeshAxis::dp: return c.fsdp * d.tp + c.tp;
     case MeshAxis::fsdp: return c.dp * d.tp + c.tp;
@@ -67,14 +65,13 @@ int axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
-}  // namespace
 
 std::vector<int> mesh_axis_ranks(const ParallelDims& d, int rank, MeshAxis axis) {
   const MeshCoord me = mesh_coord_of(d, rank);
   std::vector<int> ranks(static_cast<size_t>(mesh_axis_size(d, axis)), -1);
   for (int r = 0; r < d.world_size(); ++r) {
     const MeshCoord c = mesh_coord_of(d, r);
-    if (axis_color(d, c, axis) == axis_color(d, me, axis))
+    if (mesh_axis_color(d, c, axis) == mesh_axis_color(d, me, axis))
       ranks[static_cast<size_t>(mesh_axis_index(d, c, axis))] = r;
   }
   return ranks;
@@ -83,23 +80,38 @@ std::vector<int> mesh_axis_ranks(const ParallelDims& d, int rank, MeshAxis axis)
 DeviceMesh::DeviceMesh(const ParallelDims& dims, int rank)
     : dims_(dims), rank_(rank), coord_(mesh_coord_of(dims, rank)) {}
 
-DeviceMesh::DeviceMesh(const ParallelDims& dims, const MpiCommunicator& world)
-    : DeviceMesh(dims, [&] {
-        if (world.size() != dims.world_size())
-          fail("mesh: the layout ", dims.str(), " needs ", dims.world_size(),
-               " ranks but communicator '", world.name(), "' has ", world.size());
-        return world.rank();
-      }()) {
+MeshComms split_mpi_mesh(const ParallelDims& dims, const MpiCommunicator& world) {
+  if (world.size() != dims.world_size())
+    fail("mesh: the layout ", dims.str(), " needs ", dims.world_size(),
+         " ranks but communicator '", world.name(), "' has ", world.size());
+  const MeshCoord coord = mesh_coord_of(dims, world.rank());
   // Same order on every rank: each split is collective over world.
+  MeshComms comms;
   auto world_copy = world.split(0, world.rank(), "world");
   for (MeshAxis a : kMeshAxes)
-    axes_[static_cast<size_t>(a)] = world_copy->split(
-        axis_color(dims_, coord_, a), mesh_axis_index(dims_, coord_, a), mesh_axis_name(a));
-  world_ = std::move(world_copy);
+    comms.axes[static_cast<size_t>(a)] = world_copy->split(
+        mesh_axis_color(dims, coord, a), mesh_axis_index(dims, coord, a), mesh_axis_name(a));
+  comms.world = std::move(world_copy);
+  return comms;
+}
+
+DeviceMesh::DeviceMesh(const ParallelDims& dims, const MpiCommunicator& world)
+    : DeviceMesh(dims, world.rank(), split_mpi_mesh(dims, world)) {}
+
+DeviceMesh::DeviceMesh(const ParallelDims& dims, int rank, MeshComms comms)
+    : DeviceMesh(dims, rank) {
+  world_ = std::move(comms.world);
+  axes_ = std::move(comms.axes);
+  if (!world_ || world_->size() != dims_.world_size() || world_->rank() != rank_)
+    fail("mesh ", dims_.str(), ": expected a world communicator of ", dims_.world_size(),
+         " ranks in which this is rank ", rank_, ", got ",
+         world_ ? detail::concat("rank ", world_->rank(), " of ", world_->size()) : "none");
   for (MeshAxis a : kMeshAxes) {
-    const Communicator& c = axis(a);
-    GT_CHECK(c.size() == mesh_axis_size(dims_, a) && c.rank() == mesh_axis_index(dims_, coord_, a),
-             "axis ", mesh_axis_name(a), " came out as rank ", c.rank(), " of ", c.size());
+    const Communicator& c = axis(a);  // fails naming a missing axis
+    if (c.size() != mesh_axis_size(dims_, a) || c.rank() != mesh_axis_index(dims_, coord_, a))
+      fail("mesh ", dims_.str(), " rank ", rank_, ": expected axis ", mesh_axis_name(a),
+           " as rank ", mesh_axis_index(dims_, coord_, a), " of ", mesh_axis_size(dims_, a),
+           ", got communicator '", c.name(), "' as rank ", c.rank(), " of ", c.size());
   }
 }
 

@@ -8,7 +8,9 @@
 // ranks with the same tp_i, ordered by dp_i * fsdp + fsdp_i: the rank in
 // "data" is the index of this rank's data shard). It also keeps a private
 // "world" copy. With MPI each is an MPI_Comm_split of the world; for world
-// size 1 every axis is an InProcessCommunicator.
+// size 1 every axis is an InProcessCommunicator. Other backends (NCCL, MPI
+// staged for device buffers) build their communicators with the same split
+// colors and keys and hand them over as MeshComms: see mesh_factory.hpp.
 //
 // The mesh says who talks to whom; what is sharded over which axis belongs to
 // the placements, not here.
@@ -47,6 +49,21 @@ int mesh_axis_index(const ParallelDims& dims, const MeshCoord& c, MeshAxis axis)
 int mesh_axis_size(const ParallelDims& dims, MeshAxis axis);
 // World ranks in `rank`'s group along `axis`, ordered by their index on it.
 std::vector<int> mesh_axis_ranks(const ParallelDims& dims, int rank, MeshAxis axis);
+// The split color of `c` along `axis`: the coordinates the axis does NOT vary,
+// flattened. Every backend splits the world with this color and the key
+// mesh_axis_index(), so all of them group and order ranks identically.
+int mesh_axis_color(const ParallelDims& dims, const MeshCoord& c, MeshAxis axis);
+
+// One rank's communicators for a mesh, from any backend, before a DeviceMesh
+// takes them over.
+struct MeshComms {
+  std::unique_ptr<Communicator> world;
+  std::array<std::unique_ptr<Communicator>, 4> axes;  // indexed by MeshAxis
+};
+// Collective over `world`: its private copy and the four axes, each an
+// MPI_Comm_split with mesh_axis_color / mesh_axis_index. Fails (on every
+// rank alike) when world's size is not dims.world_size().
+MeshComms split_mpi_mesh(const ParallelDims& dims, const MpiCommunicator& world);
 
 class DeviceMesh {
  public:
@@ -54,6 +71,10 @@ class DeviceMesh {
   // size must equal dims.world_size(); its rank is this rank's mesh rank.
   // The axis communicators inherit world's deadline and logger.
   DeviceMesh(const ParallelDims& dims, const MpiCommunicator& world);
+  // Takes over ready-made communicators of mesh rank `rank` (any backend).
+  // Checks that world and every axis are there with the size and rank the
+  // layout gives, so a backend that split wrongly fails here, by axis.
+  DeviceMesh(const ParallelDims& dims, int rank, MeshComms comms);
   // World size 1: every axis (and world) is an in-process communicator.
   static DeviceMesh in_process();
 

@@ -169,6 +169,19 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(const MpiCommunicator
       new NcclCommunicator(comm, device, compute, std::move(name), deadline_s));
 }
 
+std::unique_ptr<NcclCommunicator> NcclCommunicator::create_single(int device,
+                                                                  cudaStream_t compute,
+                                                                  std::string name,
+                                                                  double deadline_s) {
+  CUDA_CHECK(cudaSetDevice(device));
+  ncclUniqueId id;
+  NCCL_CHECK(ncclGetUniqueId(&id));  // nobody to share it with: one rank
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, 1, id, 0));
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, device, compute, std::move(name), deadline_s));
+}
+
 std::unique_ptr<NcclCommunicator> NcclCommunicator::split(int color, int key,
                                                           std::string name) const {
   if (color < 0) fail("NcclCommunicator '", name_, "'.split: color must be >= 0, got ", color);

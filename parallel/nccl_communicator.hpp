@@ -52,6 +52,9 @@ class NcclCommunicator final : public Communicator {
   static std::unique_ptr<NcclCommunicator> create(const MpiCommunicator& bootstrap, int device,
                                                   cudaStream_t compute, std::string name,
                                                   double deadline_s);
+  // A one-rank communicator, no bootstrap: for a job run without MPI.
+  static std::unique_ptr<NcclCommunicator> create_single(int device, cudaStream_t compute,
+                                                         std::string name, double deadline_s);
   ~NcclCommunicator() override;
 
   // ncclCommSplit (collective over this communicator): ranks with the same

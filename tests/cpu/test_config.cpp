@@ -70,6 +70,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.parallel.fsdp, b.parallel.fsdp);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
   EXPECT_EQ(a.parallel.fsdp_stage, b.parallel.fsdp_stage);
+  EXPECT_EQ(a.parallel.comm, b.parallel.comm);
   EXPECT_EQ(a.log.dir, b.log.dir);
   EXPECT_EQ(a.log.every, b.log.every);
   EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
@@ -123,7 +124,7 @@ train:
   eval_batches: 1
   max_skipped: 1
 runtime: {device: auto, dtype: bf16, threads: 3, collective_timeout_s: 12.5}
-parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1, tp_overlap: false, bucket_mb: 0.5}
+parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1, tp_overlap: false, bucket_mb: 0.5, comm: mpi}
 log: {dir: runs/r1, every: 10}
 checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
 )";
@@ -164,6 +165,7 @@ checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
   EXPECT_EQ(c.parallel.fsdp_stage, 1);
   EXPECT_FALSE(c.parallel.tp_overlap);
   EXPECT_EQ(c.parallel.bucket_mb, 0.5);
+  EXPECT_EQ(c.parallel.comm, ParallelComm::mpi);
   EXPECT_EQ(c.log.dir, "runs/r1");
   EXPECT_EQ(c.log.every, 10);
   EXPECT_EQ(c.checkpoint.dir, "ckpt");
@@ -216,6 +218,9 @@ TEST(Config, EnumNames) {
   EXPECT_STREQ(to_string(DeviceKind::auto_), "auto");
   EXPECT_STREQ(to_string(ComputeDType::fp32), "fp32");
   EXPECT_STREQ(to_string(ComputeDType::bf16), "bf16");
+  EXPECT_STREQ(to_string(ParallelComm::auto_), "auto");
+  EXPECT_STREQ(to_string(ParallelComm::nccl), "nccl");
+  EXPECT_STREQ(to_string(ParallelComm::mpi), "mpi");
 }
 
 // ---------------------------------------------------------------- round trip
@@ -237,6 +242,7 @@ TEST(Config, ToYamlRoundTripsExactly) {
   c.train.lr_schedule = LrSchedule::constant;
   c.runtime.device = DeviceKind::cuda;
   c.runtime.dtype = ComputeDType::bf16;
+  c.parallel.comm = ParallelComm::nccl;
   c.log.dir = "runs/trip";
   c.checkpoint.dir = "";
   c.checkpoint.resume = "none";
@@ -266,7 +272,7 @@ TEST(Config, ToYamlEmitsEveryKey) {
         "  beta1: 0.9", "  beta2: 0.95", "  eps: 1e-08", "  grad_clip: 1", "  seed: 1337",
         "  eval_every:", "  eval_batches:", "  max_skipped:", "runtime:", "  device: cpu",
         "  dtype: fp32", "  threads: 0", "parallel:", "  dp:", "  fsdp:", "  tp:",
-        "  fsdp_stage: 3", "log:", "  dir: \"runs/default\"", "  every:", "checkpoint:",
+        "  fsdp_stage: 3", "  comm: auto", "log:", "  dir: \"runs/default\"", "  every:", "checkpoint:",
         "  keep:", "  resume: \"none\""})
     EXPECT_TRUE(has(yaml, key));
 }
@@ -573,6 +579,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "expected an integer >= 1, got 0"},
         ValueCase{"Bf16OnCpu", {"runtime.dtype=bf16"}, "runtime.dtype",
                   "expected fp32 with runtime.device=cpu, got bf16"},
+        ValueCase{"NcclOnCpu", {"parallel.comm=nccl"}, "parallel.comm",
+                  "expected auto or mpi with runtime.device=cpu, got nccl; NCCL moves device "
+                  "buffers; it needs runtime.device=cuda"},
         ValueCase{"Threads", {"runtime.threads=-1"}, "runtime.threads",
                   "expected an integer >= 0, got -1"},
         ValueCase{"Dp", {"parallel.dp=0"}, "parallel.dp",
@@ -624,6 +633,42 @@ TEST(Config, BoundaryValuesAreAccepted) {
   EXPECT_EQ(c.model.vocab_size, 65536);
   EXPECT_EQ(c.train.steps, 0);
   EXPECT_EQ(c.train.min_lr, c.train.lr);
+}
+
+// auto follows the device; nccl is an error naming the key wherever it cannot run.
+TEST(Config, ParallelCommResolvesPerRun) {
+  const Config dflt = parse_config(kMinimal, kSource, {});
+  EXPECT_EQ(dflt.parallel.comm, ParallelComm::auto_);
+  EXPECT_EQ(resolve_comm(dflt, /*on_cuda=*/false, /*nccl_built=*/true), ParallelComm::mpi);
+  EXPECT_EQ(resolve_comm(dflt, true, true), ParallelComm::nccl);
+  EXPECT_EQ(resolve_comm(dflt, true, false), ParallelComm::mpi);
+
+  const Config mpi = parse_config(kMinimal, kSource, {"runtime.device=cuda", "parallel.comm=mpi"});
+  EXPECT_EQ(resolve_comm(mpi, true, true), ParallelComm::mpi);
+  EXPECT_EQ(resolve_comm(mpi, false, false), ParallelComm::mpi);
+
+  // runtime.device=auto passes validation with nccl; the run's device decides.
+  const Config nccl = parse_config(kMinimal, kSource, {"runtime.device=auto", "parallel.comm=nccl"});
+  EXPECT_EQ(resolve_comm(nccl, true, true), ParallelComm::nccl);
+  std::string msg;
+  try {
+    resolve_comm(nccl, false, true);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  EXPECT_TRUE(has(msg, "parallel.comm=nccl (configs/x.yaml): expected a run on CUDA")) << msg;
+  EXPECT_TRUE(has(msg, "use parallel.comm=mpi")) << msg;
+  msg.clear();
+  try {
+    resolve_comm(nccl, true, false);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  EXPECT_TRUE(has(msg, "parallel.comm=nccl (configs/x.yaml): expected a build with NCCL")) << msg;
+
+  EXPECT_TRUE(has(error_of(kMinimal, {"parallel.comm=gloo"}),
+                  "parallel.comm (override 'parallel.comm=gloo'): expected one of auto|nccl|mpi, "
+                  "got 'gloo'"));
 }
 
 TEST(Config, Bf16IsAcceptedOnCudaAndAuto) {

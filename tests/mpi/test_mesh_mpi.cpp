@@ -7,6 +7,8 @@
 
 #include "mpi_test_util.hpp"
 #include "parallel/mesh.hpp"
+#include "parallel/mesh_factory.hpp"
+#include "parallel/staged_communicator.hpp"
 
 namespace gt::test {
 namespace {
@@ -98,75 +100,155 @@ TEST(Mesh, CoordinatesAndAxisMembership) {
   }
 }
 
-// Every collective on every axis of every layout, with bytes against the
-// formulas (p = the axis size).
-TEST(Mesh, EveryCollectiveOnEveryAxis) {
-  auto w = test_world();
-  const int g = w->rank();
-  for (const ParallelDims& d : layouts_for(w->size())) {
-    DeviceMesh m(d, *w);
-    for (MeshAxis a : kAllAxes) {
-      Communicator& c = m.axis(a);
-      const std::vector<int> members = mesh_axis_ranks(d, g, a);
-      const int p = c.size(), me = c.rank();
-      const float member_sum = static_cast<float>(std::accumulate(members.begin(), members.end(), 0));
-      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}}) {
-        SCOPED_TRACE(d.str() + " axis " + mesh_axis_name(a) + " n=" + std::to_string(n));
-        c.reset_bytes();
-        double want_bytes = 0.0;
-        const double b = 4.0 * n;
+// Every collective on every axis of mesh `m` (world rank g), with bytes
+// against the formulas (p = the axis size).
+void check_every_collective_on_every_axis(const DeviceMesh& m, int g) {
+  const ParallelDims& d = m.dims();
+  for (MeshAxis a : kAllAxes) {
+    Communicator& c = m.axis(a);
+    const std::vector<int> members = mesh_axis_ranks(d, g, a);
+    const int p = c.size(), me = c.rank();
+    const float member_sum = static_cast<float>(std::accumulate(members.begin(), members.end(), 0));
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}}) {
+      SCOPED_TRACE(d.str() + " axis " + mesh_axis_name(a) + " n=" + std::to_string(n));
+      c.reset_bytes();
+      double want_bytes = 0.0;
+      const double b = 4.0 * n;
 
-        auto x = filled(g, n);
-        c.all_reduce_sum(x.data(), n).wait();
-        std::vector<float> want(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = member_sum + 0.5f * p * i;
-        EXPECT_TRUE(exactly(x, want)) << "all_reduce_sum";
-        want_bytes += 2.0 * (p - 1) / p * b;
+      auto x = filled(g, n);
+      c.all_reduce_sum(x.data(), n).wait();
+      std::vector<float> want(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = member_sum + 0.5f * p * i;
+      EXPECT_TRUE(exactly(x, want)) << "all_reduce_sum";
+      want_bytes += 2.0 * (p - 1) / p * b;
 
-        auto in = filled(g, n * p);
-        std::vector<float> out(static_cast<size_t>(n));
-        c.reduce_scatter_sum(in.data(), out.data(), n).wait();
-        for (int64_t i = 0; i < n; ++i)
-          want[static_cast<size_t>(i)] = member_sum + 0.5f * p * static_cast<float>(me * n + i);
-        EXPECT_TRUE(exactly(out, want)) << "reduce_scatter_sum";
-        want_bytes += static_cast<double>(p - 1) / p * (b * p);
+      auto in = filled(g, n * p);
+      std::vector<float> out(static_cast<size_t>(n));
+      c.reduce_scatter_sum(in.data(), out.data(), n).wait();
+      for (int64_t i = 0; i < n; ++i)
+        want[static_cast<size_t>(i)] = member_sum + 0.5f * p * static_cast<float>(me * n + i);
+      EXPECT_TRUE(exactly(out, want)) << "reduce_scatter_sum";
+      want_bytes += static_cast<double>(p - 1) / p * (b * p);
 
-        auto mine = filled(g, n);
-        std::vector<float> gathered(static_cast<size_t>(n * p));
-        c.all_gather(mine.data(), gathered.data(), n).wait();
-        std::vector<float> want_g;
-        for (int s : members) {
-          auto blk = filled(s, n);
-          want_g.insert(want_g.end(), blk.begin(), blk.end());
-        }
-        EXPECT_TRUE(exactly(gathered, want_g)) << "all_gather";
-        want_bytes += static_cast<double>(p - 1) / p * (b * p);
-
-        const int root = p - 1;
-        auto bc = filled(g, n);
-        c.broadcast(bc.data(), n, root).wait();
-        EXPECT_TRUE(exactly(bc, filled(members[static_cast<size_t>(root)], n))) << "broadcast";
-        want_bytes += (me == root && p > 1) ? b : 0.0;
-
-        if (p > 1) {  // in-axis ring: to me+1, from me-1
-          std::vector<float> got(static_cast<size_t>(n), -1.f);
-          auto sent = filled(g, n);
-          CommHandle rh = c.recv(got.data(), n, (me + p - 1) % p);
-          CommHandle sh = c.send(sent.data(), n, (me + 1) % p);
-          sh.wait();
-          rh.wait();
-          EXPECT_TRUE(exactly(got, filled(members[static_cast<size_t>((me + p - 1) % p)], n)))
-              << "send/recv";
-          want_bytes += b;
-        }
-
-        EXPECT_EQ(c.all_reduce_i64(g, ReduceOp::sum),
-                  std::accumulate(members.begin(), members.end(), int64_t{0}));
-        want_bytes += 2.0 * (p - 1) / p * 8.0;
-        EXPECT_DOUBLE_EQ(c.bytes_sent(), want_bytes);
+      auto mine = filled(g, n);
+      std::vector<float> gathered(static_cast<size_t>(n * p));
+      c.all_gather(mine.data(), gathered.data(), n).wait();
+      std::vector<float> want_g;
+      for (int s : members) {
+        auto blk = filled(s, n);
+        want_g.insert(want_g.end(), blk.begin(), blk.end());
       }
+      EXPECT_TRUE(exactly(gathered, want_g)) << "all_gather";
+      want_bytes += static_cast<double>(p - 1) / p * (b * p);
+
+      const int root = p - 1;
+      auto bc = filled(g, n);
+      c.broadcast(bc.data(), n, root).wait();
+      EXPECT_TRUE(exactly(bc, filled(members[static_cast<size_t>(root)], n))) << "broadcast";
+      want_bytes += (me == root && p > 1) ? b : 0.0;
+
+      if (p > 1) {  // in-axis ring: to me+1, from me-1
+        std::vector<float> got(static_cast<size_t>(n), -1.f);
+        auto sent = filled(g, n);
+        CommHandle rh = c.recv(got.data(), n, (me + p - 1) % p);
+        CommHandle sh = c.send(sent.data(), n, (me + 1) % p);
+        sh.wait();
+        rh.wait();
+        EXPECT_TRUE(exactly(got, filled(members[static_cast<size_t>((me + p - 1) % p)], n)))
+            << "send/recv";
+        want_bytes += b;
+      }
+
+      EXPECT_EQ(c.all_reduce_i64(g, ReduceOp::sum),
+                std::accumulate(members.begin(), members.end(), int64_t{0}));
+      want_bytes += 2.0 * (p - 1) / p * 8.0;
+      EXPECT_DOUBLE_EQ(c.bytes_sent(), want_bytes);
     }
   }
+}
+
+// Every layout over MPI.
+TEST(Mesh, EveryCollectiveOnEveryAxis) {
+  auto w = test_world();
+  for (const ParallelDims& d : layouts_for(w->size())) {
+    SCOPED_TRACE(d.str());
+    check_every_collective_on_every_axis(DeviceMesh(d, *w), w->rank());
+  }
+}
+
+// The same through make_device_mesh: mpi as DeviceMesh(dims, world), and
+// mpi_staged with every axis and world a StagedCommunicator over the memcpy
+// staging, which must then have carried the data of every collective.
+TEST(Mesh, EveryCollectiveOnEveryAxisOfEachHostBackend) {
+  auto w = test_world();
+  for (const ParallelDims& d : layouts_for(w->size())) {
+    SCOPED_TRACE(d.str());
+    MeshCommOptions mpi;
+    DeviceMesh plain = make_device_mesh(d, w.get(), mpi);
+    EXPECT_EQ(dynamic_cast<StagedCommunicator*>(&plain.tp()), nullptr);
+    check_every_collective_on_every_axis(plain, w->rank());
+
+    auto staging = std::make_shared<MemcpyHostStaging>();
+    MeshCommOptions opts;
+    opts.backend = CommBackend::mpi_staged;
+    opts.staging = staging;
+    DeviceMesh m = make_device_mesh(d, w.get(), opts);
+    EXPECT_EQ(m.rank(), w->rank());
+    EXPECT_EQ(m.coord(), mesh_coord_of(d, w->rank()));
+    ASSERT_NE(dynamic_cast<StagedCommunicator*>(&m.world()), nullptr);
+    for (MeshAxis a : kAllAxes) ASSERT_NE(dynamic_cast<StagedCommunicator*>(&m.axis(a)), nullptr);
+    check_every_collective_on_every_axis(m, w->rank());
+    EXPECT_GT(staging->bytes_to_host(), 0);
+    EXPECT_GT(staging->bytes_to_device(), 0);
+    // The world communicator is staged too (the trainer's agreement and
+    // loss reductions go through it).
+    float x = static_cast<float>(w->rank());
+    m.world().all_reduce_sum(&x, 1).wait();
+    EXPECT_EQ(x, static_cast<float>(w->size() * (w->size() - 1) / 2));
+  }
+}
+
+TEST(Mesh, FactoryWithoutMpiAndItsErrors) {
+  // No MPI world: one rank, in-process axes (staged or not).
+  MeshCommOptions opts;
+  DeviceMesh solo = make_device_mesh(ParallelDims{1, 1, 1}, nullptr, opts);
+  EXPECT_EQ(solo.world().size(), 1);
+  check_every_collective_on_every_axis(solo, 0);
+  opts.backend = CommBackend::mpi_staged;
+  opts.staging = std::make_shared<MemcpyHostStaging>();
+  DeviceMesh staged = make_device_mesh(ParallelDims{1, 1, 1}, nullptr, opts);
+  ASSERT_NE(dynamic_cast<StagedCommunicator*>(&staged.fsdp()), nullptr);
+  std::vector<float> in = filled(0, 6), out(6, -1.f);
+  staged.fsdp().reduce_scatter_sum(in.data(), out.data(), 6).wait();
+  EXPECT_TRUE(exactly(out, in));
+
+  EXPECT_NE(error_message([] { make_device_mesh(ParallelDims{2, 1, 1}, nullptr, MeshCommOptions{}); })
+                .find("runs without MPI"),
+            std::string::npos);
+  MeshCommOptions no_staging;
+  no_staging.backend = CommBackend::mpi_staged;
+  EXPECT_NE(error_message([&] { make_device_mesh(ParallelDims{1, 1, 1}, nullptr, no_staging); })
+                .find("needs a HostStaging"),
+            std::string::npos);
+  MeshCommOptions no_builder;
+  no_builder.backend = CommBackend::nccl;
+  const std::string msg =
+      error_message([&] { make_device_mesh(ParallelDims{1, 1, 1}, nullptr, no_builder); });
+  EXPECT_NE(msg.find("nccl backend needs a builder"), std::string::npos) << msg;
+  EXPECT_STREQ(comm_backend_name(CommBackend::mpi_staged), "mpi_staged");
+}
+
+// A backend whose communicators do not fit the layout fails by axis.
+TEST(Mesh, RejectsCommunicatorsThatDoNotFitTheLayout) {
+  auto w = test_world();
+  if (w->size() < 2) GTEST_SKIP() << "needs an axis of 2 ranks";
+  const ParallelDims d{1, 1, w->size()};
+  MeshComms comms = split_mpi_mesh(d, *w);
+  // Swap tp (all ranks) with fsdp (one rank): both are wrong for their slot.
+  std::swap(comms.axes[static_cast<size_t>(MeshAxis::tp)],
+            comms.axes[static_cast<size_t>(MeshAxis::fsdp)]);
+  const std::string msg = error_message([&] { DeviceMesh m(d, w->rank(), std::move(comms)); });
+  EXPECT_NE(msg.find("expected axis fsdp as rank 0 of 1"), std::string::npos) << msg;
 }
 
 // Collectives on different axes in flight at once (a TP all-reduce while the

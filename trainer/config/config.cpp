@@ -111,6 +111,9 @@ void validate(const Config& c, const Locations& where) {
   if (r.dtype == ComputeDType::bf16 && r.device == DeviceKind::cpu)
     bad("runtime.dtype", "bf16", "fp32 with runtime.device=cpu",
         "the CPU backend is fp32 only; bf16 needs runtime.device=cuda");
+  if (p.comm == ParallelComm::nccl && r.device == DeviceKind::cpu)
+    bad("parallel.comm", "nccl", "auto or mpi with runtime.device=cpu",
+        "NCCL moves device buffers; it needs runtime.device=cuda");
   at_least("runtime.threads", r.threads, 0);
   if (!(r.collective_timeout_s >= 0))
     bad("runtime.collective_timeout_s", num(r.collective_timeout_s), "seconds >= 0",
@@ -229,6 +232,32 @@ const char* to_string(DeviceKind d) {
     case DeviceKind::auto_: return "auto";
   }
   return "?";
+}
+
+const char* to_string(ParallelComm c) {
+  switch (c) {
+    case ParallelComm::auto_: return "auto";
+    case ParallelComm::nccl: return "nccl";
+    case ParallelComm::mpi: return "mpi";
+  }
+  return "?";
+}
+
+ParallelComm resolve_comm(const Config& c, bool on_cuda, bool nccl_built) {
+  switch (c.parallel.comm) {
+    case ParallelComm::mpi: return ParallelComm::mpi;
+    case ParallelComm::auto_: return on_cuda && nccl_built ? ParallelComm::nccl : ParallelComm::mpi;
+    case ParallelComm::nccl:
+      if (!on_cuda)
+        fail("parallel.comm=nccl (", c.source, "): expected a run on CUDA, got runtime.device=",
+             to_string(c.runtime.device), " running on the CPU; NCCL moves device buffers: use "
+             "parallel.comm=mpi (or auto)");
+      if (!nccl_built)
+        fail("parallel.comm=nccl (", c.source, "): expected a build with NCCL, got one without "
+             "(NCCL was not found when it was configured); use parallel.comm=mpi (or auto)");
+      return ParallelComm::nccl;
+  }
+  fail("parallel.comm: unknown value ", static_cast<int>(c.parallel.comm));
 }
 
 const char* to_string(ComputeDType d) {

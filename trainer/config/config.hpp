@@ -15,6 +15,8 @@ namespace gt {
 enum class LrSchedule { constant, cosine };
 enum class DeviceKind { cpu, cuda, auto_ };
 enum class ComputeDType { fp32, bf16 };
+// parallel.comm: how collectives move data. auto = nccl on CUDA, mpi otherwise.
+enum class ParallelComm { auto_, nccl, mpi };
 
 struct ModelConfig {
   int n_layer = 4;
@@ -65,6 +67,9 @@ struct ParallelConfig {
   int fsdp_stage = 3;  // 1|2|3
   bool tp_overlap = true;  // ring-pipelined collective matmuls (false: plain collective + matmul)
   double bucket_mb = 25.0;  // data-parallel gradient all-reduce bucket size
+  // auto|nccl|mpi. On CUDA, mpi stages device buffers through pinned host
+  // memory (several ranks may then share one GPU, which NCCL refuses).
+  ParallelComm comm = ParallelComm::auto_;
 };
 
 struct LogConfig {
@@ -126,5 +131,14 @@ std::string model_signature(const ModelConfig& m);
 const char* to_string(LrSchedule s);
 const char* to_string(DeviceKind d);
 const char* to_string(ComputeDType d);
+const char* to_string(ParallelComm c);
+
+// parallel.comm for a run whose device is now known: nccl or mpi, never auto.
+// auto is nccl when the run is on CUDA and the build has NCCL, mpi otherwise.
+// Throws naming parallel.comm when nccl was asked for a CPU run or a build
+// without NCCL. The mesh backend follows (parallel/mesh_factory.hpp): nccl ->
+// CommBackend::nccl; mpi -> CommBackend::mpi_staged on CUDA, CommBackend::mpi
+// on CPU.
+ParallelComm resolve_comm(const Config& c, bool on_cuda, bool nccl_built);
 
 }  // namespace gt

@@ -192,6 +192,7 @@ struct EnumCodec {
 constexpr LrSchedule kLrSchedules[] = {LrSchedule::constant, LrSchedule::cosine};
 constexpr DeviceKind kDevices[] = {DeviceKind::cpu, DeviceKind::cuda, DeviceKind::auto_};
 constexpr ComputeDType kDTypes[] = {ComputeDType::fp32, ComputeDType::bf16};
+constexpr ParallelComm kComms[] = {ParallelComm::auto_, ParallelComm::nccl, ParallelComm::mpi};
 
 template <>
 struct Codec<LrSchedule> {
@@ -213,6 +214,13 @@ struct Codec<ComputeDType> {
     return EnumCodec<ComputeDType, 2>::read(n, w, k, kDTypes);
   }
   static std::string write(ComputeDType v) { return to_string(v); }
+};
+template <>
+struct Codec<ParallelComm> {
+  static ParallelComm read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<ParallelComm, 3>::read(n, w, k, kComms);
+  }
+  static std::string write(ParallelComm v) { return to_string(v); }
 };
 
 // One table entry per (section member, field member). The member pointers
@@ -275,6 +283,7 @@ std::vector<Field> make_fields() {
       bind<&C::parallel, &ParallelConfig::fsdp_stage>("parallel", "fsdp_stage"),
       bind<&C::parallel, &ParallelConfig::tp_overlap>("parallel", "tp_overlap"),
       bind<&C::parallel, &ParallelConfig::bucket_mb>("parallel", "bucket_mb"),
+      bind<&C::parallel, &ParallelConfig::comm>("parallel", "comm"),
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),
       bind<&C::log, &LogConfig::every>("log", "every"),
