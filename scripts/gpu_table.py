@@ -1,0 +1,499 @@
+#!/usr/bin/env python3
+"""The one table scripts/gpu_check.sh prints, from what its stages left in the
+log folder; and the readers of the trainer's outputs that scripts/
+bench_vs_pytorch.py shares.
+
+Owns:
+  * readers: metrics.jsonl, the resolved config.yaml the trainer writes to
+    log.dir, roofline.json, `trainer bench --out` JSON, gpu_bench's CSV, the
+    GoogleTest XML, and stages.tsv (gpu_check's record: one line per stage,
+    name TAB status TAB seconds TAB log TAB note; status ok | FAILED | skipped);
+  * figures derived from them: median tokens/s over the timed steps (after the
+    warm-up, unprofiled), MFU from the model FLOPs formula the trainer uses
+    (6 N + 12 L T C per token, N = matmul weights incl. the LM head), the time
+    split of a profiled step (GEMM, attention, other kernels, exposed
+    communication, idle), the largest loss difference between two runs;
+  * render(logs): the table; any FAILED row, or a layout whose losses differ
+    from one rank's by more than the tolerance, makes it report failure.
+It never makes a figure up: what a stage did not produce is printed as
+"not measured" with the stage's status and log.
+
+    python3 scripts/gpu_table.py LOGS [--trial] [--elapsed TEXT] [--tol 1e-4]
+
+Exit status: 0 when nothing failed, 1 when something did, 2 on bad arguments.
+Standard library only.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import sys
+import xml.etree.ElementTree as ET
+
+LOSS_TOL = 1e-4          # max |loss difference| of a layout against one rank
+LAYOUTS = ("dp2", "fsdp2", "tp2")
+OTHER_KERNELS = ("layernorm", "gelu", "cross_entropy", "embedding", "elementwise", "optimizer")
+
+
+class InputError(Exception):
+    """A file that exists but cannot be read as what it should be."""
+
+
+# ---------------------------------------------------------------- readers
+
+def read_metrics(path):
+    """metrics.jsonl -> list of records in file order (each a dict with "step")."""
+    recs = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{n}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                raise InputError(f"{path}:{n}: expected an object with an integer 'step'")
+            recs.append(rec)
+    return recs
+
+
+def read_resolved_config(path):
+    """The trainer's <log.dir>/config.yaml (section:, then '  key: value' lines,
+    as trainer/config's to_yaml writes it; also a hand-written config of that
+    two-level shape, inline '# ...' comments dropped) -> {section: {key: text}}."""
+    out, section = {}, None
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if not line.startswith(" "):
+                section = line.strip().rstrip(":")
+                out[section] = {}
+            elif section is not None and ":" in line:
+                key, _, value = line.strip().partition(":")
+                out[section][key.strip()] = value.split(" #")[0].strip()
+    return out
+
+
+def config_int(cfg, section, key, default=0):
+    try:
+        return int(cfg[section][key])
+    except (KeyError, ValueError):
+        return default
+
+
+def read_json(path):
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+
+
+def read_stages(path):
+    """stages.tsv -> list of dicts name, status, seconds, log, note."""
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 2:
+                continue
+            parts += [""] * (5 - len(parts))
+            rows.append(dict(name=parts[0], status=parts[1], seconds=parts[2], log=parts[3],
+                             note=parts[4]))
+    return rows
+
+
+def read_gpu_bench(path):
+    """gpu_bench's CSV (section,name,dtype,M,N,K,gflop,ms,tflops,gbs; '#' lines
+    are comments) -> list of dicts."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        lines = [l for l in f if l.strip() and not l.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def gpu_bench_peak(rows):
+    """The measured bf16 GEMM peak in TFLOP/s (section peak), 0 if none."""
+    return max((float(r["tflops"]) for r in rows if r.get("section") == "peak"), default=0.0)
+
+
+def gpu_bench_attention_ms(rows, dtype="bf16"):
+    """attn_fwd + attn_bwd ms of gpu_bench (the default kernels), or None."""
+    ms = {r["name"]: float(r["ms"]) for r in rows
+          if r.get("section") == "attention" and r.get("dtype") == dtype}
+    if "attn_fwd" in ms and "attn_bwd" in ms:
+        return ms["attn_fwd"] + ms["attn_bwd"]
+    return None
+
+
+def read_test_xml(path):
+    """GoogleTest XML -> ([(suite, passed, failed, skipped)], [failed test names])."""
+    suites, failed = [], []
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        raise InputError(f"{path}: not XML ({e})") from None
+    for suite in root.iter("testsuite"):
+        p = f = s = 0
+        for case in suite.iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                f += 1
+                failed.append(f"{suite.get('name')}.{case.get('name')}")
+            elif case.get("result") == "skipped" or case.find("skipped") is not None:
+                s += 1
+            else:
+                p += 1
+        suites.append((suite.get("name"), p, f, s))
+    return suites, failed
+
+
+# ---------------------------------------------------------------- figures
+
+def profiled(step, every, steps):
+    """trainer/profile/profiler.hpp's ProfileSchedule::profiled."""
+    return every > 0 and step >= 0 and step % every >= every - steps
+
+
+def timed_records(recs, warmup, profile_every=0, profile_steps=1):
+    """The records a speed is measured on: after the first `warmup` steps,
+    not profiled (profiled steps synchronise after every op), not skipped."""
+    first = min((r["step"] for r in recs), default=0)
+    return [r for r in recs
+            if r["step"] >= first + warmup and not profiled(r["step"], profile_every, profile_steps)
+            and not r.get("skipped") and isinstance(r.get("tokens_per_s"), (int, float))]
+
+
+def median_of(recs, key):
+    vals = [r[key] for r in recs if isinstance(r.get(key), (int, float))]
+    return statistics.median(vals) if vals else None
+
+
+def model_flops_per_token(cfg):
+    """trainer/profile/model_flops.cpp: 6 N + 12 L T C, N = 12 L C^2 + V C."""
+    L = config_int(cfg, "model", "n_layer")
+    C = config_int(cfg, "model", "n_embd")
+    V = config_int(cfg, "model", "vocab_size")
+    T = config_int(cfg, "train", "seq_len")
+    if not (L and C and V and T):
+        return None
+    return 6.0 * (12.0 * L * C * C + V * C) + 12.0 * L * T * C
+
+
+def run_summary(run_dir, warmup):
+    """tokens/s, MFU, memory of one trainer run directory; None if no metrics."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    recs = read_metrics(path)
+    cfg_path = os.path.join(run_dir, "config.yaml")
+    cfg = read_resolved_config(cfg_path) if os.path.exists(cfg_path) else {}
+    every = config_int(cfg, "profile", "every")
+    psteps = config_int(cfg, "profile", "steps", 1)
+    timed = timed_records(recs, warmup, every, psteps)
+    peak_mem = max((r["peak_mem_bytes"] for r in recs
+                    if isinstance(r.get("peak_mem_bytes"), (int, float))), default=None)
+    return dict(
+        steps=len(recs),
+        timed_steps=[r["step"] for r in timed],
+        tokens_per_s=median_of(timed, "tokens_per_s"),
+        step_ms=median_of(timed, "step_ms"),
+        mfu=median_of(timed, "mfu"),
+        mfu_datasheet=median_of(timed, "mfu_datasheet"),
+        peak_mem_bytes=peak_mem,
+        flops_per_token=model_flops_per_token(cfg),
+        config=cfg,
+        final_loss=next((r["loss"] for r in reversed(recs)
+                         if isinstance(r.get("loss"), (int, float))), None))
+
+
+def time_split(roofline):
+    """A profiled step's time by where it went, in ms (roofline.json's class
+    subtotals; comm = exposed collective time; idle = no op and no wait)."""
+    sub = {r["class"]: r["ms_per_step"] for r in roofline.get("ops", []) if r.get("subtotal")}
+    split = [("GEMM", sub.get("gemm", 0.0)),
+             ("attention", sub.get("attention", 0.0)),
+             ("other kernels", sum(v for k, v in sub.items() if k not in ("gemm", "attention"))),
+             ("communication (exposed)", roofline.get("comm_exposed_ms_per_step", 0.0)),
+             ("idle (no op, no wait)", roofline.get("other_ms_per_step", 0.0))]
+    return split, roofline.get("step_ms", 0.0)
+
+
+def loss_diff(ref_recs, got_recs):
+    """(max |loss difference|, the step of it, steps compared) over every step
+    either run logged; a step missing from one side or a loss that is not a
+    finite number counts as an infinite difference."""
+    ref = {r["step"]: r.get("loss") for r in ref_recs}
+    got = {r["step"]: r.get("loss") for r in got_recs}
+    steps = sorted(set(ref) | set(got))
+    worst, at = -1.0, None
+    for step in steps:
+        a, b = got.get(step), ref.get(step)
+        ok = isinstance(a, (int, float)) and isinstance(b, (int, float))
+        d = abs(a - b) if ok and math.isfinite(a) and math.isfinite(b) else math.inf
+        if d > worst:
+            worst, at = d, step
+    return max(worst, 0.0), at, len(steps)
+
+
+# ---------------------------------------------------------------- rendering
+
+def fmt(x, spec=".1f", missing="-"):
+    return missing if x is None else format(x, spec)
+
+
+def gib(b):
+    return None if b is None else b / 2**30
+
+
+class Table:
+    def __init__(self):
+        self.lines, self.failed = [], []
+
+    def __call__(self, text=""):
+        self.lines.append(text)
+
+    def fail(self, what):
+        self.failed.append(what)
+
+
+def stage_note(st):
+    if st is None:
+        return "not run"
+    where = f" (see {os.path.basename(st['log'])})" if st["log"] else ""
+    note = f": {st['note']}" if st["note"] else ""
+    return f"{st['status']}{note}{where}"
+
+
+def render_stages(t, stages):
+    t("\nStages")
+    t(f"  {'stage':<26}{'status':<9}{'time':>6}  log / note")
+    for st in stages:
+        secs = f"{st['seconds']}s" if st["seconds"] else ""
+        log = os.path.basename(st["log"]) if st["log"] else ""
+        t(f"  {st['name']:<26}{st['status']:<9}{secs:>6}  {' '.join(x for x in (log, st['note']) if x)}")
+        if st["status"] == "FAILED":
+            t.fail(f"{st['name']}: {st['note'] or 'failed'}" + (f" (see {log})" if log else ""))
+
+
+def render_tests(t, logs, st):
+    t("\nGPU tests (gt_cuda_tests)")
+    xml = os.path.join(logs, "gt_cuda_tests.xml")
+    if not os.path.exists(xml):
+        t(f"  no XML report: {stage_note(st)}")
+        return
+    suites, failed = read_test_xml(xml)
+    t(f"  {'suite':<34}{'passed':>8}{'failed':>8}{'skipped':>9}")
+    tot = [0, 0, 0]
+    for name, p, f, s in suites:
+        tot = [tot[0] + p, tot[1] + f, tot[2] + s]
+        t(f"  {name:<34}{p:>8}{f:>8}{s:>9}")
+    t(f"  {'total':<34}{tot[0]:>8}{tot[1]:>8}{tot[2]:>9}")
+    for n in failed:
+        t(f"  FAILED {n}")
+        t.fail(f"gt_cuda_tests: {n}")
+
+
+def render_gpu_bench(t, logs, rows, st, torch_res):
+    t("\nBenchmark (gpu_bench; GPT-2 124M: B=16 T=1024 C=768 V=50257, 12 heads of 64)")
+    if not rows:
+        err = os.path.join(logs, "gpu_bench.csv")
+        said = open(err).read().strip() if os.path.exists(err) else ""
+        t(f"  not measured: {said + ' ' if said else ''}[{stage_note(st)}]")
+        return
+    peak = gpu_bench_peak(rows)
+    t(f"  {'section':<10}{'name':<16}{'dtype':<6}{'M x N x K':>22}{'ms':>10}{'TFLOP/s':>10}"
+      f"{'% peak':>8}{'GB/s':>8}")
+    for r in rows:
+        mem = r["section"] == "memory"
+        shape = f"{r['M']}x{r['N']}" + ("" if mem else f"x{r['K']}")
+        pct = (f"{100 * float(r['tflops']) / peak:.0f}"
+               if peak > 0 and r["dtype"] == "bf16" and not mem else "")
+        tf = "" if mem else f"{float(r['tflops']):.1f}"
+        gbs = f"{float(r.get('gbs') or 0):.0f}" if mem else ""
+        t(f"  {r['section']:<10}{r['name']:<16}{r['dtype']:<6}{shape:>22}{float(r['ms']):>10.3f}"
+          f"{tf:>10}{pct:>8}{gbs:>8}")
+    t(f"  measured bf16 GEMM peak: {peak:.1f} TFLOP/s (% peak: bf16 rows against it)")
+    ours = gpu_bench_attention_ms(rows)
+    sdpa = (torch_res or {}).get("sdpa_fwd_bwd_ms")
+    if ours is not None and sdpa:
+        t(f"  attention fwd+bwd bf16: ours {ours:.3f} ms, PyTorch SDPA {sdpa:.3f} ms "
+          f"(ours/SDPA time {ours / sdpa:.2f}x)")
+
+
+def render_peaks(t, logs, st):
+    t("\nMeasured peaks (trainer bench, configs/gpt2_124m.yaml's runtime)")
+    path = os.path.join(logs, "bench", "peaks.json")
+    if not os.path.exists(path):
+        t(f"  not measured: {stage_note(st)}")
+        return None
+    b = read_json(path)
+    p = b.get("peaks", {})
+    t(f"  {b.get('device', '?')} {b.get('dtype', '?')}: GEMM {fmt(p.get('gemm_tflops'))} TFLOP/s, "
+      f"memory {fmt(p.get('mem_gbps'), '.0f')} GB/s")
+    return b
+
+
+def render_training(t, logs, st, bench_rows, warmup):
+    run = os.path.join(logs, "train_124m")
+    t("\nGPT-2 124M bf16 training (configs/gpt2_124m.yaml, 1 GPU)")
+    s = run_summary(run, warmup) if os.path.isdir(run) else None
+    if s is None or s["tokens_per_s"] is None:
+        t(f"  not measured: {stage_note(st)}")
+        return s
+    steps = s["timed_steps"]
+    t(f"  tokens/s            {s['tokens_per_s']:,.0f}  (median of steps {steps[0]}-{steps[-1]},"
+      f" {len(steps)} unprofiled steps after {warmup} warm-up; step {fmt(s['step_ms'])} ms)")
+    peak = gpu_bench_peak(bench_rows)
+    if peak > 0 and s["flops_per_token"]:
+        mfu = s["flops_per_token"] * s["tokens_per_s"] / (peak * 1e12)
+        t(f"  MFU                 {100 * mfu:.1f}% of the measured bf16 GEMM peak "
+          f"({peak:.1f} TFLOP/s, gpu_bench)")
+    else:
+        t("  MFU                 - (no bf16 GEMM peak: gpu_bench did not measure one)")
+    t(f"  MFU (trainer)       {fmt(None if s['mfu'] is None else 100 * s['mfu'])}% of its "
+      f"peaks (trainer bench), {fmt(None if s['mfu_datasheet'] is None else 100 * s['mfu_datasheet'])}%"
+      f" of the datasheet (profile.hardware)")
+    t(f"  peak memory         {fmt(gib(s['peak_mem_bytes']), '.2f')} GiB")
+    t(f"  final loss          {fmt(s['final_loss'], '.4f')}")
+    roof_path = os.path.join(run, "roofline.json")
+    if not os.path.exists(roof_path):
+        t("  time split / roofline: not measured (no roofline.json: profiling did not finish)")
+        return s
+    roof = read_json(roof_path)
+    split, step_ms = time_split(roof)
+    t(f"\n  Time split of a profiled step ({roof.get('profiled_steps', '?')} profiled step(s), "
+      f"{step_ms:.2f} ms each; profiled steps synchronise after every op)")
+    for name, ms in split:
+        share = 100 * ms / step_ms if step_ms > 0 else 0.0
+        t(f"    {name:<26}{ms:>10.2f} ms{share:>7.1f}%")
+    render_roofline(t, roof)
+    return s
+
+
+def render_roofline(t, roof):
+    t(f"\n  Roofline (roofline.json; peaks: {roof.get('peaks', {}).get('source', '?')})")
+    t(f"    {'class':<14}{'op':<46}{'calls':>6}{'ms':>9}{'step%':>7}{'TFLOP/s':>9}{'GB/s':>8}"
+      f"{'bound':>9}{'%roof':>7}")
+
+    def pct(x):
+        return "" if x is None or x < 0 else f"{100 * x:.0f}"
+    for r in roof.get("ops", []):
+        name = r.get("name", "")
+        name = name if len(name) <= 45 else name[:44] + "~"
+        t(f"    {r.get('class', ''):<14}{name:<46}{r.get('calls_per_step', 0):>6.0f}"
+          f"{r.get('ms_per_step', 0):>9.3f}{100 * r.get('step_share', 0):>7.1f}"
+          f"{r.get('tflops', 0):>9.1f}{r.get('gbps', 0):>8.0f}{r.get('bound', ''):>9}"
+          f"{pct(r.get('fraction_of_roofline')):>7}")
+    for r in roof.get("comms", []):
+        t(f"    {'comm':<14}{r.get('name', ''):<46}{r.get('calls_per_step', 0):>6.0f}"
+          f"{r.get('exposed_ms_per_step', 0):>9.3f}{100 * r.get('step_share', 0):>7.1f}"
+          f"{'':>9}{r.get('gbps', 0):>8.1f}{'network':>9}{pct(r.get('fraction_of_roofline')):>7}")
+
+
+def render_layouts(t, logs, stages, tol):
+    t(f"\nLayouts on one GPU (small GPT, fp32, parallel.comm=mpi) against 1 rank, "
+      f"same global batch")
+    t(f"  {'layout':<10}{'steps':>6}{'max |dloss|':>14}{'at step':>9}{'tol':>9}  result")
+    ref_dir = os.path.join(logs, "layouts", "ref")
+    ref_st = stages.get("layout ref (1 rank)")
+    ref = read_metrics(os.path.join(ref_dir, "metrics.jsonl")) \
+        if ref_st and ref_st["status"] == "ok" else None
+    for name in LAYOUTS:
+        st = stages.get(f"layout {name}")
+        got_path = os.path.join(logs, "layouts", name, "metrics.jsonl")
+        if st is None or st["status"] != "ok" or not os.path.exists(got_path):
+            t(f"  {name:<10}{'':>6}{'':>14}{'':>9}{'':>9}  {stage_note(st)}")
+            continue
+        if ref is None:
+            t(f"  {name:<10}{'':>6}{'':>14}{'':>9}{'':>9}  FAILED: no 1-rank reference "
+              f"({stage_note(ref_st)})")
+            t.fail(f"layout {name}: no 1-rank reference")
+            continue
+        worst, at, n = loss_diff(ref, read_metrics(got_path))
+        ok = n > 0 and worst <= tol
+        t(f"  {name:<10}{n:>6}{worst:>14.3e}{fmt(at, 'd'):>9}{tol:>9.0e}  "
+          + ("pass" if ok else "FAILED"))
+        if not ok:
+            t.fail(f"layout {name}: losses differ from one rank's by {worst:.3e} > {tol:g} "
+                   f"at step {at}")
+
+
+def render_pytorch(t, logs, st):
+    t("\nAgainst PyTorch (scripts/bench_vs_pytorch.py: same GPT-2 124M step, torch.compile, bf16)")
+    path = os.path.join(logs, "pytorch.json")
+    if not os.path.exists(path):
+        t(f"  not measured: {stage_note(st)}")
+        return None
+    r = read_json(path)
+    t(f"  PyTorch {r.get('torch_version', '?')}{' (compiled)' if r.get('compiled') else ' (eager)'}"
+      f": {fmt(r.get('pytorch_tokens_per_s'), ',.0f')} tokens/s; "
+      f"ours {fmt(r.get('ours_tokens_per_s'), ',.0f')} tokens/s; "
+      f"ours/PyTorch {fmt(r.get('ratio'), '.2f')}x")
+    if r.get("sdpa_fwd_bwd_ms"):
+        t(f"  SDPA causal attention fwd+bwd (B=16 T=1024 H=12 hs=64, bf16): "
+          f"{r['sdpa_fwd_bwd_ms']:.3f} ms")
+    for note in r.get("notes", []):
+        t(f"  note: {note}")
+    return r
+
+
+def render(logs, trial=False, elapsed="", tol=LOSS_TOL, warmup=5):
+    """The whole table as (text, list of failures)."""
+    t = Table()
+    gpu_txt = os.path.join(logs, "gpu.txt")
+    gpu = open(gpu_txt).read().strip() if os.path.exists(gpu_txt) else "no nvidia-smi output"
+    t(f"==== gpu_check ({'trial, no GPU' if trial else gpu}) ====")
+    stage_list = read_stages(os.path.join(logs, "stages.tsv"))
+    stages = {s["name"]: s for s in stage_list}
+    render_stages(t, stage_list)
+    render_tests(t, logs, stages.get("gpu tests"))
+    bench_rows = read_gpu_bench(os.path.join(logs, "gpu_bench.csv"))
+    torch_path = os.path.join(logs, "pytorch.json")
+    torch_res = read_json(torch_path) if os.path.exists(torch_path) else None
+    render_gpu_bench(t, logs, bench_rows, stages.get("gpu_bench"), torch_res)
+    render_peaks(t, logs, stages.get("trainer bench"))
+    render_training(t, logs, stages.get("train gpt2_124m bf16"), bench_rows, warmup)
+    render_layouts(t, logs, stages, tol)
+    render_pytorch(t, logs, stages.get("bench_vs_pytorch"))
+    t(f"\nlogs: {logs}" + (f"   elapsed: {elapsed}" if elapsed else ""))
+    if t.failed:
+        t(f"FAILED ({len(t.failed)}):")
+        for f in t.failed:
+            t(f"  - {f}")
+    return "\n".join(t.lines) + "\n", t.failed
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("logs", help="gpu_check's log folder")
+    ap.add_argument("--trial", action="store_true", help="the run was gpu_check.sh --trial")
+    ap.add_argument("--elapsed", default="", help="printed as is")
+    ap.add_argument("--tol", type=float, default=LOSS_TOL,
+                    help=f"max |loss difference| of a layout against one rank (default {LOSS_TOL})")
+    ap.add_argument("--warmup", type=int, default=5,
+                    help="steps left out of the tokens/s median (default 5)")
+    a = ap.parse_args(argv)
+    if not os.path.isdir(a.logs):
+        ap.error(f"{a.logs} is not a directory")
+    if a.tol <= 0 or a.warmup < 0:
+        ap.error("--tol must be > 0 and --warmup >= 0")
+    try:
+        text, failed = render(a.logs, a.trial, a.elapsed, a.tol, a.warmup)
+    except (InputError, OSError) as e:
+        print(f"gpu_table: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""scripts/gpu_table.py (gpu_check's table) on fabricated log folders, and the
+argument and environment errors of scripts/bench_vs_pytorch.py, all without a
+GPU or torch. The figures below are made up for the test (round numbers);
+nothing here is a measurement.
+
+    python3 tests/scripts/test_gpu_table.py [--build build]
+
+With --build, configs/gpt2_124m.yaml is also checked to be a valid trainer
+config (`trainer plan` reads and validates it). Standard library only.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(REPO, "scripts")
+sys.path.insert(0, SCRIPTS)
+import gpu_table  # noqa: E402
+import bench_vs_pytorch  # noqa: E402  (imports no torch until main() runs)
+
+TABLE = os.path.join(SCRIPTS, "gpu_table.py")
+BENCH = os.path.join(SCRIPTS, "bench_vs_pytorch.py")
+TRAINER = None  # set from --build
+
+# The trainer's resolved config.yaml for the 124M run (the keys the table reads).
+CONFIG_124M = """# Resolved trainer config: every key, canonical order.
+model:
+  n_layer: 12
+  n_head: 12
+  n_embd: 768
+  vocab_size: 50257
+  block_size: 1024
+train:
+  seq_len: 1024
+  micro_batch: 16
+  global_batch: 16
+  steps: 30
+profile:
+  every: 30
+  steps: 2
+"""
+FLOPS_PER_TOKEN_124M = 6 * (12 * 12 * 768**2 + 50257 * 768) + 12 * 12 * 1024 * 768
+GEMM_PEAK = 100.0  # TFLOP/s, made up
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def jsonl(path, recs):
+    write(path, "".join(json.dumps(r) + "\n" for r in recs))
+
+
+def train_records():
+    """30 steps: 5 slow warm-up steps, 23 timed steps whose median is 20000
+    tokens/s, 2 profiled steps (28, 29) that are much slower."""
+    recs = []
+    for s in range(30):
+        tps = 1000.0 if s < 5 or s >= 28 else (19000.0, 20000.0, 21000.0)[s % 3]
+        recs.append(dict(step=s, loss=10.8 - 0.01 * s, tokens_per_s=tps, step_ms=16384 / tps * 1e3,
+                         mfu=0.25, mfu_datasheet=0.2, peak_mem_bytes=(20 + s % 2) * 2**30,
+                         comm_exposed_ms=0.0, comm_bytes={"world": 0}))
+    return recs
+
+
+def roofline():
+    ops = [
+        dict(**{"class": "gemm"}, name="matmul_forward M=16384 N=2304 K=768", subtotal=False,
+             calls_per_step=12, ms_per_step=30.0, step_share=0.3, tflops=50.0, gbps=100.0,
+             bound="compute", fraction_of_roofline=0.5),
+        dict(**{"class": "gemm"}, name="= gemm", subtotal=True, calls_per_step=100,
+             ms_per_step=50.0, step_share=0.5, tflops=50.0, gbps=100.0, bound="compute",
+             fraction_of_roofline=0.5),
+        dict(**{"class": "attention"}, name="= attention", subtotal=True, calls_per_step=24,
+             ms_per_step=20.0, step_share=0.2, tflops=10.0, gbps=10.0, bound="compute",
+             fraction_of_roofline=0.1),
+        dict(**{"class": "layernorm"}, name="= layernorm", subtotal=True, calls_per_step=50,
+             ms_per_step=6.0, step_share=0.06, tflops=0.0, gbps=1000.0, bound="memory",
+             fraction_of_roofline=0.3),
+        dict(**{"class": "optimizer"}, name="= optimizer", subtotal=True, calls_per_step=1,
+             ms_per_step=4.0, step_share=0.04, tflops=0.0, gbps=1000.0, bound="memory",
+             fraction_of_roofline=None),
+    ]
+    return dict(rank=0, world_size=1, device="cuda bf16", profiled_steps=2, step_ms=100.0,
+                op_ms_per_step=80.0, comm_exposed_ms_per_step=5.0, other_ms_per_step=15.0,
+                peaks=dict(source="bench.json"), ops=ops, comms=[])
+
+
+GPU_BENCH_CSV = f"""section,name,dtype,M,N,K,gflop,ms,tflops,gbs
+peak,gemm_4096,bf16,4096,4096,4096,137.4,1.3744,{GEMM_PEAK:.1f},0
+gemm,qkv_fwd,bf16,16384,2304,768,58.0,1.16,50.0,0
+attention,attn_fwd,bf16,192,1024,64,12.9,1.0,12.9,0
+attention,attn_bwd,bf16,192,1024,64,32.2,3.0,10.7,0
+memory,layernorm_fwd,bf16,16384,768,0,0,0.05,0,1000
+"""
+
+TEST_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuites>
+  <testsuite name="CudaMatmul" tests="2">
+    <testcase name="Fp32" result="completed"/>
+    <testcase name="Bf16" result="skipped"><skipped/></testcase>
+  </testsuite>
+  <testsuite name="CudaAttention" tests="1">
+    <testcase name="Causal" result="completed"/>
+  </testsuite>
+</testsuites>
+"""
+
+
+def layout_losses(delta=0.0):
+    return [dict(step=s, loss=5.5 - 0.1 * s + (delta if s == 7 else 0.0)) for s in range(10)]
+
+
+class GpuLogs:
+    """A gpu_check log folder as a GPU run would leave it."""
+
+    STAGES = ["configure", "build tests, gpu_bench", "build trainer", "gpu tests", "gpu_bench",
+              "trainer bench", "data", "train gpt2_124m bf16", "layout ref (1 rank)",
+              "layout dp2", "layout fsdp2", "layout tp2", "bench_vs_pytorch"]
+
+    def __init__(self, d, tp2_delta=0.0, failed=None):
+        self.d = d
+        lines = []
+        for name in self.STAGES:
+            log = os.path.join(d, name.split()[0] + ".log")
+            if name == failed:
+                lines.append(f"{name}\tFAILED\t3\t{log}\texit 1")
+            else:
+                lines.append(f"{name}\tok\t3\t{log}\t")
+        write(os.path.join(d, "stages.tsv"), "\n".join(lines) + "\n")
+        write(os.path.join(d, "gpu.txt"), "Fake GPU, 1.0, 1 MiB")
+        write(os.path.join(d, "gt_cuda_tests.xml"), TEST_XML)
+        write(os.path.join(d, "gpu_bench.csv"), GPU_BENCH_CSV)
+        write(os.path.join(d, "bench", "peaks.json"), json.dumps(
+            {"device": "cuda", "dtype": "bf16", "peaks": {"gemm_tflops": 90.0, "mem_gbps": 2000.0}}))
+        run = os.path.join(d, "train_124m")
+        write(os.path.join(run, "config.yaml"), CONFIG_124M)
+        jsonl(os.path.join(run, "metrics.jsonl"), train_records())
+        write(os.path.join(run, "roofline.json"), json.dumps(roofline()))
+        for name in ("ref", "dp2", "fsdp2"):
+            jsonl(os.path.join(d, "layouts", name, "metrics.jsonl"), layout_losses(2e-6))
+        jsonl(os.path.join(d, "layouts", "ref", "metrics.jsonl"), layout_losses())
+        jsonl(os.path.join(d, "layouts", "tp2", "metrics.jsonl"), layout_losses(tp2_delta))
+        write(os.path.join(d, "pytorch.json"), json.dumps(
+            {"torch_version": "0.0-test", "compiled": True, "pytorch_tokens_per_s": 40000.0,
+             "ours_tokens_per_s": 20000.0, "ratio": 0.5, "sdpa_fwd_bwd_ms": 2.0, "notes": []}))
+
+
+def run(script, *args, env=None):
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+class Readers(unittest.TestCase):
+    def test_flops_per_token_is_the_trainers_formula(self):
+        cfg = gpu_table.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
+        self.assertEqual(gpu_table.model_flops_per_token(cfg), FLOPS_PER_TOKEN_124M)
+
+    def test_hand_written_config_gives_the_124m_shape(self):
+        cfg = gpu_table.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
+        self.assertEqual(bench_vs_pytorch.shape_of(cfg), dict(
+            n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024, seq_len=1024,
+            micro_batch=16, global_batch=16))
+        self.assertEqual(cfg["runtime"], {"device": "cuda", "dtype": "bf16"})
+
+    def test_timed_records_leave_out_warmup_profiled_and_skipped(self):
+        recs = train_records()
+        recs[10]["skipped"] = True
+        steps = [r["step"] for r in gpu_table.timed_records(recs, 5, 30, 2)]
+        self.assertEqual(steps, [s for s in range(5, 28) if s != 10])
+        # every=10, steps=2: 8, 9, 18, 19 are profiled.
+        steps = [r["step"] for r in gpu_table.timed_records(train_records(), 0, 10, 2)]
+        self.assertNotIn(8, steps)
+        self.assertNotIn(19, steps)
+        self.assertIn(20, steps)
+
+    def test_loss_diff(self):
+        worst, at, n = gpu_table.loss_diff(layout_losses(), layout_losses(3e-5))
+        self.assertAlmostEqual(worst, 3e-5, delta=1e-9)
+        self.assertEqual((at, n), (7, 10))
+        short = layout_losses()[:8]
+        self.assertEqual(gpu_table.loss_diff(layout_losses(), short)[:2], (math.inf, 8))
+        nan = layout_losses()
+        nan[3]["loss"] = None  # the trainer writes a non-finite loss as null
+        self.assertEqual(gpu_table.loss_diff(layout_losses(), nan)[:2], (math.inf, 3))
+        self.assertEqual(gpu_table.loss_diff([], []), (0.0, None, 0))
+
+    def test_time_split_adds_up_to_the_step(self):
+        split, step_ms = gpu_table.time_split(roofline())
+        self.assertEqual(dict(split), {"GEMM": 50.0, "attention": 20.0, "other kernels": 10.0,
+                                       "communication (exposed)": 5.0,
+                                       "idle (no op, no wait)": 15.0})
+        self.assertAlmostEqual(sum(ms for _, ms in split), step_ms)
+
+    def test_bad_metrics_line_is_named(self):
+        d = tempfile.mkdtemp(prefix="gt_gpu_table_")
+        self.addCleanup(shutil.rmtree, d)
+        write(os.path.join(d, "m.jsonl"), '{"step": 0, "loss": 1}\n{"step": \n')
+        with self.assertRaisesRegex(gpu_table.InputError, r"m\.jsonl:2: not JSON"):
+            gpu_table.read_metrics(os.path.join(d, "m.jsonl"))
+
+
+class Table(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gt_gpu_table_")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def test_gpu_run_all_passing(self):
+        GpuLogs(self.dir)
+        p = run(TABLE, self.dir, "--elapsed", "123s")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        out = p.stdout
+        self.assertIn("==== gpu_check (Fake GPU, 1.0, 1 MiB) ====", out)
+        self.assertRegex(out, r"total\s+2\s+0\s+1")
+        # Median of the 23 timed steps (5..27), not the warm-up or profiled ones.
+        self.assertIn("tokens/s            20,000  (median of steps 5-27, 23 unprofiled", out)
+        mfu = 100 * FLOPS_PER_TOKEN_124M * 20000 / (GEMM_PEAK * 1e12)
+        self.assertIn(f"MFU                 {mfu:.1f}% of the measured bf16 GEMM peak "
+                      f"({GEMM_PEAK:.1f} TFLOP/s, gpu_bench)", out)
+        self.assertIn("MFU (trainer)       25.0% of its peaks", out)
+        self.assertIn("peak memory         21.00 GiB", out)
+        self.assertRegex(out, r"GEMM\s+50\.00 ms\s+50\.0%")
+        self.assertRegex(out, r"idle \(no op, no wait\)\s+15\.00 ms\s+15\.0%")
+        self.assertRegex(out, r"gemm\s+matmul_forward M=16384 N=2304 K=768\s+12\s+30\.000")
+        self.assertIn("cuda bf16: GEMM 90.0 TFLOP/s, memory 2000 GB/s", out)
+        self.assertRegex(out, r"dp2\s+10\s+2\.000e-06\s+7\s+1e-04\s+pass")
+        self.assertRegex(out, r"tp2\s+10\s+0\.000e\+00\s+\d+\s+1e-04\s+pass")
+        self.assertIn("ours/PyTorch 0.50x", out)
+        self.assertIn("attention fwd+bwd bf16: ours 4.000 ms, PyTorch SDPA 2.000 ms", out)
+        self.assertNotIn("FAILED", out)
+
+    def test_layout_over_tolerance_fails(self):
+        GpuLogs(self.dir, tp2_delta=5e-4)
+        p = run(TABLE, self.dir)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertRegex(p.stdout, r"tp2\s+10\s+5\.000e-04\s+7\s+1e-04\s+FAILED")
+        self.assertIn("layout tp2: losses differ from one rank's by 5.000e-04 > 0.0001 at step 7",
+                      p.stdout)
+        # A looser tolerance passes it.
+        self.assertEqual(run(TABLE, self.dir, "--tol", "1e-3").returncode, 0)
+
+    def test_failed_stage_is_a_row_naming_its_log(self):
+        GpuLogs(self.dir, failed="train gpt2_124m bf16")
+        shutil.rmtree(os.path.join(self.dir, "train_124m"))
+        p = run(TABLE, self.dir)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertRegex(p.stdout, r"train gpt2_124m bf16\s+FAILED\s+3s\s+train\.log exit 1")
+        self.assertIn("not measured: FAILED: exit 1 (see train.log)", p.stdout)
+        self.assertIn("  - train gpt2_124m bf16: exit 1 (see train.log)", p.stdout)
+
+    def test_trial_without_gpu(self):
+        stages = ["configure\tok\t20\t/x/configure.log\t", "gpu tests\tok\t1\t/x/gt_cuda_tests.log\t",
+                  "gpu_bench\tskipped\t0\t/x/gpu_bench.csv\tno CUDA device"]
+        stages += [f"{s}\tskipped\t\t\tno GPU" for s in
+                   ("trainer bench", "train gpt2_124m bf16", "layout ref (1 rank)", "layout dp2",
+                    "layout fsdp2", "layout tp2", "bench_vs_pytorch")]
+        write(os.path.join(self.dir, "stages.tsv"), "\n".join(stages) + "\n")
+        write(os.path.join(self.dir, "gpu.txt"), "no nvidia-smi")
+        write(os.path.join(self.dir, "gt_cuda_tests.xml"), TEST_XML)
+        write(os.path.join(self.dir, "gpu_bench.csv"), "# no CUDA device: nothing measured\n")
+        p = run(TABLE, self.dir, "--trial")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        out = p.stdout
+        self.assertIn("==== gpu_check (trial, no GPU) ====", out)
+        self.assertIn("not measured: # no CUDA device: nothing measured [skipped: no CUDA device",
+                      out)
+        self.assertIn("GPT-2 124M bf16 training (configs/gpt2_124m.yaml, 1 GPU)\n"
+                      "  not measured: skipped: no GPU", out)
+        self.assertRegex(out, r"tp2\s+skipped: no GPU")
+        self.assertNotIn("FAILED", out)
+        # No invented figure anywhere: no tokens/s, MFU or ratio line.
+        self.assertNotRegex(out, r"tokens/s\s+\d|MFU\s+\d|ours/PyTorch \d")
+
+    def test_argument_errors(self):
+        p = run(TABLE, os.path.join(self.dir, "missing"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("is not a directory", p.stderr)
+        self.assertEqual(run(TABLE, self.dir, "--tol", "0").returncode, 2)
+
+    def test_unreadable_input_is_named(self):
+        GpuLogs(self.dir)
+        write(os.path.join(self.dir, "train_124m", "roofline.json"), "{oops")
+        p = run(TABLE, self.dir)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("roofline.json: not JSON", p.stderr)
+
+
+class BenchVsPytorch(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gt_bench_vs_pytorch_")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def fake_torch(self, body):
+        """A `torch` package that shadows any real one (PYTHONPATH first)."""
+        write(os.path.join(self.dir, "fake", "torch", "__init__.py"), body)
+        return dict(os.environ, PYTHONPATH=os.path.join(self.dir, "fake"))
+
+    def run_dir(self):
+        d = os.path.join(self.dir, "run")
+        write(os.path.join(d, "config.yaml"), CONFIG_124M)
+        jsonl(os.path.join(d, "metrics.jsonl"), train_records())
+        return d
+
+    def test_needs_a_source_for_ours(self):
+        p = run(BENCH)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("one of the arguments --trainer --metrics --pytorch-only is required", p.stderr)
+
+    def test_argument_errors_name_the_problem(self):
+        cases = [
+            (["--trainer", os.path.join(self.dir, "nope")], "not an executable file"),
+            (["--metrics", self.dir], "no metrics.jsonl there"),
+            (["--metrics", self.run_dir(), "--steps", "5", "--warmup", "5"],
+             "--steps (5) must exceed --warmup (5)"),
+            (["--metrics", self.run_dir(), "--gpu-bench-csv", "/nonexistent.csv"],
+             "no such file"),
+            (["--metrics", self.run_dir(), "--pytorch-only"], "not allowed with argument"),
+            (["--pytorch-only", "--config", "/nonexistent.yaml"], "no such file"),
+        ]
+        for args, message in cases:
+            p = run(BENCH, *args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(message, p.stderr)
+
+    def test_without_torch(self):
+        env = self.fake_torch("raise ImportError('No module named torch (test)')\n")
+        p = run(BENCH, "--metrics", self.run_dir(), env=env)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("PyTorch is not installed", p.stderr)
+        self.assertIn("nothing measured", p.stderr)
+
+    def test_torch_without_sdpa(self):
+        env = self.fake_torch("__version__ = '0.0-old'\n"
+                              "class nn:\n    class functional:\n        pass\n")
+        p = run(BENCH, "--metrics", self.run_dir(), env=env)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("PyTorch 0.0-old has no F.scaled_dot_product_attention", p.stderr)
+
+    def test_without_cuda(self):
+        env = self.fake_torch("__version__ = '0.0-test'\n"
+                              "class cuda:\n    is_available = staticmethod(lambda: False)\n"
+                              "class version:\n    cuda = None\n"
+                              "class nn:\n    class functional:\n"
+                              "        scaled_dot_product_attention = None\n")
+        p = run(BENCH, "--metrics", self.run_dir(), "--json", os.path.join(self.dir, "o.json"),
+                env=env)
+        self.assertEqual(p.returncode, 4, p.stderr)
+        self.assertIn("PyTorch 0.0-test sees no CUDA device", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "o.json")))
+
+
+class Config124M(unittest.TestCase):
+    def test_trainer_accepts_the_config(self):
+        if TRAINER is None:
+            self.skipTest("no --build given")
+        if not os.path.exists(TRAINER):
+            self.skipTest(f"{TRAINER} not built")
+        hw = os.path.join(REPO, "configs", "hardware", "h200.yaml")
+        p = subprocess.run([TRAINER, "plan", "--config", os.path.join(REPO, "configs", "gpt2_124m.yaml"),
+                            "--hardware", hw, "--gpus", "1"], capture_output=True, text=True,
+                           cwd=REPO, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertTrue(re.search(r"12 layers|n_layer|124", p.stdout + p.stderr), p.stdout)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=None, help="a build folder with trainer")
+    args, rest = ap.parse_known_args()
+    if args.build:
+        TRAINER = os.path.join(os.path.abspath(args.build), "trainer")
+    unittest.main(argv=[sys.argv[0], *rest])
