@@ -54,6 +54,20 @@ TEST(ComputeBackend, RanksTakeGpusRoundRobinByLocalRank) {
   EXPECT_EQ(cuda_device_for_rank(3, 1), 0);  // several ranks on one GPU (parallel.comm=mpi)
 }
 
+TEST(ComputeBackend, AutoCommIsNcclOnlyWithAGpuPerRank) {
+  Config cfg;
+  cfg.source = "c.yaml";
+  EXPECT_EQ(resolve_run_comm(cfg, Device::cpu, 4, 0), ParallelComm::mpi);
+  const ParallelComm cuda_one_each = resolve_run_comm(cfg, Device::cuda, 2, 2);
+  EXPECT_EQ(cuda_one_each, nccl_built() ? ParallelComm::nccl : ParallelComm::mpi);
+  EXPECT_EQ(resolve_run_comm(cfg, Device::cuda, 4, 1), ParallelComm::mpi);  // shared GPU
+  cfg.parallel.comm = ParallelComm::mpi;
+  EXPECT_EQ(resolve_run_comm(cfg, Device::cuda, 2, 2), ParallelComm::mpi);
+  cfg.parallel.comm = ParallelComm::nccl;
+  const std::string m = message_of([&] { resolve_run_comm(cfg, Device::cpu, 1, 0); });
+  EXPECT_NE(m.find("parallel.comm=nccl (c.yaml): expected a run on CUDA"), std::string::npos) << m;
+}
+
 TEST(ComputeBackend, ThisMachineBuildsWhatAutoResolvesTo) {
   Config cfg;
   cfg.source = "test";

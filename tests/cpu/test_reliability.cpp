@@ -292,15 +292,20 @@ TEST(LaunchChecks, LauncherAndMpiMustAgree) {
 TEST(LaunchChecks, MoreLocalRanksThanGpusNamesBothNumbers) {
   test::TempDir dir;
   const Config cpu = config_in(dir);
-  check_local_devices(cpu, 8, 0, false);  // CPU runs need no GPU
+  const auto nccl = ParallelComm::nccl, mpi = ParallelComm::mpi;
+  check_local_devices(cpu, 8, 0, false, mpi);  // CPU runs need no GPU
   const Config cuda = config_in(dir, {"runtime.device=cuda"});
-  EXPECT_HAS(error_message([&] { check_local_devices(cuda, 1, 0, false); }),
+  EXPECT_HAS(error_message([&] { check_local_devices(cuda, 1, 0, false, nccl); }),
              "runtime.device=cuda (cfg.yaml): expected a build with the CUDA backend, got a "
              "CPU-only build");
-  check_local_devices(cuda, 2, 2, true);
-  const std::string msg = error_message([&] { check_local_devices(cuda, 4, 2, true); });
+  EXPECT_HAS(error_message([&] { check_local_devices(cuda, 1, 0, true, mpi); }),
+             "expected a visible CUDA device, got none");
+  check_local_devices(cuda, 2, 2, true, nccl);
+  const std::string msg = error_message([&] { check_local_devices(cuda, 4, 2, true, nccl); });
   EXPECT_HAS(msg, "expected at most one rank per GPU, got 4 ranks on this host for 2 visible GPUs");
   EXPECT_HAS(msg, "--npernode 2");
+  EXPECT_HAS(msg, "parallel.comm=mpi");
+  check_local_devices(cuda, 4, 1, true, mpi);  // ranks share the GPU over staged MPI
 }
 
 // On a CUDA machine, with this build's real device count.
@@ -310,8 +315,11 @@ TEST(LaunchChecks, MoreLocalRanksThanVisibleGpus) {
   if (gpus == 0) GTEST_SKIP() << "no CUDA device visible";
   test::TempDir dir;
   const Config cuda = config_in(dir, {"runtime.device=cuda"});
-  check_local_devices(cuda, gpus, gpus, true);
-  EXPECT_HAS(error_message([&] { check_local_devices(cuda, gpus + 1, visible_cuda_devices(), true); }),
+  check_local_devices(cuda, gpus, gpus, true, ParallelComm::nccl);
+  EXPECT_HAS(error_message([&] {
+               check_local_devices(cuda, gpus + 1, visible_cuda_devices(), true,
+                                   ParallelComm::nccl);
+             }),
              std::to_string(gpus + 1) + " ranks on this host for " + std::to_string(gpus) +
                  " visible GPU");
 }

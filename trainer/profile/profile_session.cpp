@@ -44,9 +44,9 @@ ProfileSession::ProfileSession(const Config& cfg, int rank, std::unique_ptr<OpTi
 
 ProfileSession::~ProfileSession() = default;
 
-std::unique_ptr<Ops> ProfileSession::wrap(std::unique_ptr<Ops> backend) {
-  if (!profiling()) return backend;
-  return make_profiling_ops(std::move(backend), profiler_);
+std::unique_ptr<Ops> ProfileSession::wrap(Ops& backend) {
+  if (!profiling()) return nullptr;
+  return make_profiling_ops(backend, profiler_);
 }
 
 void ProfileSession::start(DeviceMesh& mesh, Ops& ops) {

@@ -3,7 +3,7 @@
 //
 //   ProfileSession s(cfg, rank);      build(): loads profile.hardware and
 //                                     profile.peaks (errors name the key)
-//   ops = s.wrap(backend);            ProfilingOps when profile.every > 0
+//   ops = s.wrap(backend);            a ProfilingOps over it when profile.every > 0, else null
 //   s.start(mesh, ops);               collective: observe the mesh's
 //                                     communicators, align trace clocks,
 //                                     quick bench (profiling without a peaks file)
@@ -55,7 +55,8 @@ class ProfileSession {
   ProfileSession& operator=(const ProfileSession&) = delete;
 
   bool profiling() const { return cfg_.profile.every > 0; }
-  std::unique_ptr<Ops> wrap(std::unique_ptr<Ops> backend);
+  // Null when not profiling (use the backend itself); `backend` must outlive the result.
+  std::unique_ptr<Ops> wrap(Ops& backend);
   void start(DeviceMesh& mesh, Ops& ops);
   void begin_step(int64_t step);
   void end_step(nlohmann::json& record, double step_seconds, int64_t tokens);

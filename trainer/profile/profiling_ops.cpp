@@ -43,8 +43,10 @@ class Record {
 
 class ProfilingOps final : public Ops {
  public:
-  ProfilingOps(std::unique_ptr<Ops> inner, Profiler& profiler)
-      : inner_(std::move(inner)), p_(profiler) {}
+  // Owning or not: the trainer keeps the backend itself (its CUDA stream must
+  // outlive the communicators, which outlive the profiler).
+  ProfilingOps(std::unique_ptr<Ops> owned, Ops& inner, Profiler& profiler)
+      : owned_(std::move(owned)), inner_(&inner), p_(profiler) {}
 
   Device device() const override { return inner_->device(); }
 
@@ -285,14 +287,20 @@ class ProfilingOps final : public Ops {
   }
 
  private:
-  std::unique_ptr<Ops> inner_;
+  std::unique_ptr<Ops> owned_;  // null when the caller owns the backend
+  Ops* inner_;
   Profiler& p_;
 };
 
 }  // namespace
 
 std::unique_ptr<Ops> make_profiling_ops(std::unique_ptr<Ops> inner, Profiler& profiler) {
-  return std::make_unique<ProfilingOps>(std::move(inner), profiler);
+  Ops& ref = *inner;
+  return std::make_unique<ProfilingOps>(std::move(inner), ref, profiler);
+}
+
+std::unique_ptr<Ops> make_profiling_ops(Ops& inner, Profiler& profiler) {
+  return std::make_unique<ProfilingOps>(nullptr, inner, profiler);
 }
 
 }  // namespace gt

@@ -17,5 +17,7 @@
 namespace gt {
 
 std::unique_ptr<Ops> make_profiling_ops(std::unique_ptr<Ops> inner, Profiler& profiler);
+// Not owning `inner`, which must outlive the result.
+std::unique_ptr<Ops> make_profiling_ops(Ops& inner, Profiler& profiler);
 
 }  // namespace gt

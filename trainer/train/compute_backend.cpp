@@ -4,11 +4,19 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "trainer/train/launch_checks.hpp"
 
+#include "parallel/mesh_factory.hpp"
+#include "parallel/staged_communicator.hpp"
+
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/cuda_ops.hpp"
+#include "parallel/cuda_staging.hpp"
 #include "trainer/profile/cuda_op_timer.hpp"
+#endif
+#if defined(TRAINER_HAVE_NCCL) && TRAINER_HAVE_NCCL
+#include "parallel/nccl_communicator.hpp"
+#include "parallel/nccl_mesh.hpp"
 #endif
 
 namespace gt {
@@ -75,6 +83,68 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
   return b;
 #else
   fail("runtime.device=cuda: this build has no CUDA backend");
+#endif
+}
+
+bool nccl_built() {
+#if defined(TRAINER_HAVE_NCCL) && TRAINER_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+ParallelComm resolve_run_comm(const Config& cfg, Device device, int local_ranks, int gpus) {
+  const ParallelComm c = resolve_comm(cfg, device == Device::cuda, nccl_built());
+  // NCCL refuses two ranks on one device: auto shares GPUs over MPI instead.
+  if (c == ParallelComm::nccl && cfg.parallel.comm == ParallelComm::auto_ && local_ranks > gpus)
+    return ParallelComm::mpi;
+  return c;
+}
+
+namespace {
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+cudaStream_t stream_of(const ComputeBackend& b) { return static_cast<cudaStream_t>(b.cuda_stream); }
+#endif
+
+MeshCommOptions mesh_options(const ComputeBackend& backend, ParallelComm comm) {
+  MeshCommOptions o;
+  if (backend.device == Device::cpu) return o;  // MPI on host buffers
+#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+  if (comm == ParallelComm::mpi) {
+    o.backend = CommBackend::mpi_staged;
+    o.staging = std::make_shared<CudaHostStaging>(stream_of(backend));
+    return o;
+  }
+#endif
+#if defined(TRAINER_HAVE_NCCL) && TRAINER_HAVE_NCCL
+  o.backend = CommBackend::nccl;
+  o.nccl = nccl_mesh_builder(backend.cuda_device, stream_of(backend));
+  return o;
+#else
+  fail("parallel.comm=", to_string(comm), ": no communicator for ", backend.describe,
+       " in this build");
+#endif
+}
+}  // namespace
+
+DeviceMesh make_run_mesh(const ParallelDims& dims, const MpiCommunicator* world,
+                         const ComputeBackend& backend, ParallelComm comm) {
+  return make_device_mesh(dims, world, mesh_options(backend, comm));
+}
+
+std::unique_ptr<Communicator> make_run_world(const MpiCommunicator& world,
+                                             const ComputeBackend& backend, ParallelComm comm) {
+  auto dup = MpiCommunicator::dup(world.comm(), "world", world.deadline());
+  if (backend.device == Device::cpu) return dup;
+  const MeshCommOptions o = mesh_options(backend, comm);
+  if (o.backend == CommBackend::mpi_staged)
+    return std::make_unique<StagedCommunicator>(std::move(dup), o.staging);
+#if defined(TRAINER_HAVE_NCCL) && TRAINER_HAVE_NCCL
+  return NcclCommunicator::create(world, backend.cuda_device, stream_of(backend), "world",
+                                  world.deadline());
+#else
+  fail("no device communicator in this build");
 #endif
 }
 

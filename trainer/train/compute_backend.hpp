@@ -13,6 +13,8 @@
 #include <string>
 
 #include "kernels/ops.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/mpi_communicator.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/profile/op_timer.hpp"
 #include "trainer/train/run_environment.hpp"
@@ -41,5 +43,23 @@ struct ComputeBackend {
 
 // Builds this rank's backend. CUDA: a CudaOps on cuda_device_for_rank(...).
 ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env);
+
+// True when this build has the NCCL communicator.
+bool nccl_built();
+// parallel.comm for a run on `device`: nccl or mpi, never auto. auto = nccl
+// on CUDA when NCCL is built and every rank on this host has a GPU of its own
+// (local_ranks <= gpus), else mpi (staged through host memory on CUDA).
+// Explicit nccl on the CPU or without NCCL is an error naming the key.
+ParallelComm resolve_run_comm(const Config& cfg, Device device, int local_ranks, int gpus);
+
+// The run's device mesh: MPI communicators on the CPU; on CUDA, NCCL ones or
+// MPI ones staging device buffers through pinned host memory on the
+// backend's compute stream (which must outlive the mesh). Collective over
+// `world` (null = one rank without MPI).
+DeviceMesh make_run_mesh(const ParallelDims& dims, const MpiCommunicator* world,
+                         const ComputeBackend& backend, ParallelComm comm);
+// The same for a world communicator alone (`trainer bench`).
+std::unique_ptr<Communicator> make_run_world(const MpiCommunicator& world,
+                                             const ComputeBackend& backend, ParallelComm comm);
 
 }  // namespace gt

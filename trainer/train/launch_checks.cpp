@@ -43,17 +43,22 @@ int visible_cuda_devices() {
 #endif
 }
 
-void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build) {
+void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build,
+                         ParallelComm comm) {
   if (cfg.runtime.device != DeviceKind::cuda) return;
   if (!have_cuda_build)
     fail("runtime.device=cuda (", cfg.source, "): expected a build with the CUDA backend, got "
          "a CPU-only build (nvcc was not found when it was configured); use runtime.device=cpu");
-  if (local_ranks > gpus)
+  if (gpus == 0)
+    fail("runtime.device=cuda (", cfg.source, ", host ", this_host(),
+         "): expected a visible CUDA device, got none (no GPU, no driver, or "
+         "CUDA_VISIBLE_DEVICES hides them); use runtime.device=cpu or auto");
+  if (local_ranks > gpus && comm != ParallelComm::mpi)
     fail("runtime.device=cuda (", cfg.source, ", host ", this_host(),
          "): expected at most one rank per GPU, got ", local_ranks, " ranks on this host for ",
          gpus, " visible GPU", gpus == 1 ? "" : "s",
          "; start fewer ranks per host (mpirun --npernode ", gpus > 0 ? gpus : 1,
-         ") or make more GPUs visible (CUDA_VISIBLE_DEVICES)");
+         "), make more GPUs visible (CUDA_VISIBLE_DEVICES), or share GPUs with parallel.comm=mpi");
 }
 
 void check_data_covers_batch(const DataLoader& data, const Config& cfg) {

@@ -24,9 +24,12 @@ int visible_cuda_devices();
 // True when this build has the CUDA backend compiled in.
 bool cuda_built();
 
-// runtime.device=cuda needs a CUDA build and at least one GPU per rank on
-// this host. local_ranks: ranks of this job on this host; gpus: visible GPUs.
-void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build);
+// runtime.device=cuda needs a CUDA build and, with NCCL (which refuses two
+// ranks on one device), at least one GPU per rank on this host; with
+// parallel.comm=mpi ranks may share GPUs. local_ranks: ranks of this job on
+// this host; gpus: visible GPUs; comm: the resolved parallel.comm.
+void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build,
+                         ParallelComm comm);
 
 // The training data must hold at least one global batch of distinct windows
 // (else rows of one batch would repeat).

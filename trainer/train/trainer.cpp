@@ -17,6 +17,7 @@
 #include "parallel/collective_error.hpp"
 #include "parallel/in_process_communicator.hpp"
 #include "parallel/mesh.hpp"
+#include "parallel/mesh_factory.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/parallel_dims.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
@@ -65,12 +66,18 @@ std::string human_bytes(double b) {
 }
 
 // Everything a run needs, built and validated before any output exists.
+// Members are destroyed in reverse order: the backend (a CUDA stream) outlives
+// the mesh's communicators (staged and NCCL ones order their work on it),
+// which outlive the profiler observing them, which outlives its ProfilingOps;
+// the model and the parameters (backend memory) go first.
 struct Run {
   ParallelDims dims;
+  ComputeBackend backend;
+  ParallelComm comm = ParallelComm::mpi;     // resolved parallel.comm
   std::unique_ptr<DeviceMesh> mesh;
-  ComputeBackend backend;                    // device, stream; its ops move into `ops`
-  std::unique_ptr<ProfileSession> profile;  // after mesh (it observes its communicators), before ops
-  std::unique_ptr<Ops> ops;
+  std::unique_ptr<ProfileSession> profile;
+  std::unique_ptr<Ops> profiling_ops;        // null when not profiling
+  Ops* ops = nullptr;                        // what the model calls: profiling_ops or backend.ops
   std::unique_ptr<DataLoader> train_data, val_data;
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
@@ -106,9 +113,13 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
   std::exception_ptr early_error;
   try {
     run.faults = FaultInjector::from_env();
-    check_local_devices(cfg, detect_run_environment().local_size, visible_cuda_devices(),
-                        cuda_built());
-    run.backend = make_compute_backend(cfg, detect_run_environment());
+    const RunEnvironment env = detect_run_environment();
+    const int gpus = visible_cuda_devices();
+    const Device device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, gpus,
+                                         cuda_built(), cfg.source);
+    run.comm = resolve_run_comm(cfg, device, env.local_size, gpus);
+    check_local_devices(cfg, env.local_size, gpus, cuda_built(), run.comm);
+    run.backend = make_compute_backend(cfg, env);
     run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
                                                   cfg.model.vocab_size, tc.seq_len,
                                                   cfg.data.shuffle, tc.seed);
@@ -124,11 +135,27 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
     early_error = std::current_exception();
   }
   agree_on_setup(run.mesh->world(), early_error);  // throws CollectiveError on every rank
+  if (run.backend.device != Device::cpu) {
+    // The device mesh replaces the host one: its communicators take device
+    // buffers (NCCL, or MPI staged through pinned memory). Building it is
+    // collective and can fail (NCCL init): agreed over the host mesh first.
+    std::unique_ptr<DeviceMesh> device_mesh;
+    std::exception_ptr mesh_error;
+    try {
+      device_mesh = std::make_unique<DeviceMesh>(make_run_mesh(
+          run.dims, world, run.backend, run.comm));
+    } catch (const std::exception&) {
+      mesh_error = std::current_exception();
+    }
+    agree_on_setup(run.mesh->world(), mesh_error);
+    run.mesh = std::move(device_mesh);
+  }
   run.profile =
       std::make_unique<ProfileSession>(cfg, run.mesh->rank(), run.backend.make_op_timer());
-  run.ops = run.profile->wrap(std::move(run.backend.ops));
+  run.profiling_ops = run.profile->wrap(*run.backend.ops);
+  run.ops = run.profiling_ops ? run.profiling_ops.get() : run.backend.ops.get();
   if (run.backend.device != Device::cpu) {
-    Ops* ops = run.ops.get();  // outlives the session's use of it (Run's member order)
+    Ops* ops = run.backend.ops.get();  // outlives the session (Run's member order)
     run.profile->set_device_peak_memory([ops] { return ops->device_bytes_peak(); });
   }
 
@@ -281,7 +308,12 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
     spdlog::info("model: {} parameters ({} layers, {} heads, {} embd, vocab {}, block {})",
                  human_count(static_cast<double>(model.num_parameters())), cfg.model.n_layer,
                  cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
-    spdlog::info("layout: {} on {}{}", run.dims.str(), run.backend.describe,
+    spdlog::info("layout: {} on {}{}{}", run.dims.str(), run.backend.describe,
+                 run.dims.world_size() == 1 ? ""
+                 : run.comm == ParallelComm::nccl
+                     ? ", comm nccl"
+                     : (run.backend.device == Device::cpu ? ", comm mpi"
+                                                          : ", comm mpi (staged through host)"),
                  run.dims.tp > 1 ? (cfg.parallel.tp_overlap ? ", tp collective matmuls overlapped"
                                                             : ", tp collectives not overlapped")
                                  : "");
