@@ -15,6 +15,12 @@ namespace gt {
 enum class LrSchedule { constant, cosine };
 enum class DeviceKind { cpu, cuda, auto_ };
 enum class ComputeDType { fp32, bf16 };
+// Activation recomputation (GPT, README "train.recompute"): which forward
+// activations a block keeps for backward and which it recomputes there.
+//   none   keep everything;
+//   mlp    drop ln_2's output and statistics, c_fc's output and its GELU;
+//   block  keep only each block's input and recompute the whole block.
+enum class Recompute { none, mlp, block };
 
 struct ModelConfig {
   int n_layer = 4;
@@ -49,6 +55,7 @@ struct TrainConfig {
   int eval_every = 50;     // 0 disables evaluation
   int eval_batches = 4;    // batches of train.global_batch rows of data.val per evaluation
   int max_skipped = 5;     // consecutive non-finite steps before the run stops
+  Recompute recompute = Recompute::none;  // activation recomputation in backward
 };
 
 struct RuntimeConfig {
@@ -126,5 +133,6 @@ std::string model_signature(const ModelConfig& m);
 const char* to_string(LrSchedule s);
 const char* to_string(DeviceKind d);
 const char* to_string(ComputeDType d);
+const char* to_string(Recompute r);
 
 }  // namespace gt

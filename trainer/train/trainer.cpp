@@ -135,7 +135,8 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
                                                    cfg.parallel.bucket_mb, *run.ops);
   run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len,
                                     *run.layout, *run.params,
-                                    TensorParallel{&run.mesh->tp(), cfg.parallel.tp_overlap});
+                                    TensorParallel{&run.mesh->tp(), cfg.parallel.tp_overlap},
+                                    tc.recompute);
 
   const std::string ckpt_root = cfg.checkpoint_dir();
   if (cfg.checkpoint.resume == "auto") {
