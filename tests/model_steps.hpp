@@ -46,7 +46,7 @@ inline StepTrace train_steps(Ops& ops, int steps, const ModelConfig& m = tiny_gp
   for_each_initial_parameter(m, 7, [&](const ParamSpec& s, const float* data) {
     params.load_global(s.name, data);
   });
-  GPT model(m, ops, B, T, layout, params, TensorParallel{}, dtype);
+  GPT model(m, ops, B, T, layout, params, TensorParallel{}, Recompute::none, dtype);
   TrainConfig tc;
   StepTrace t;
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());

@@ -63,6 +63,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(s.eval_every, t.eval_every);
   EXPECT_EQ(s.eval_batches, t.eval_batches);
   EXPECT_EQ(s.max_skipped, t.max_skipped);
+  EXPECT_EQ(s.recompute, t.recompute);
   EXPECT_EQ(a.runtime.device, b.runtime.device);
   EXPECT_EQ(a.runtime.dtype, b.runtime.dtype);
   EXPECT_EQ(a.runtime.threads, b.runtime.threads);
@@ -123,6 +124,7 @@ train:
   eval_every: 0
   eval_batches: 1
   max_skipped: 1
+  recompute: block
 runtime: {device: auto, dtype: bf16, threads: 3, collective_timeout_s: 12.5}
 parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1, tp_overlap: false, bucket_mb: 0.5, comm: mpi}
 log: {dir: runs/r1, every: 10}
@@ -155,6 +157,7 @@ checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
   EXPECT_EQ(c.train.eval_every, 0);
   EXPECT_EQ(c.train.eval_batches, 1);
   EXPECT_EQ(c.train.max_skipped, 1);
+  EXPECT_EQ(c.train.recompute, Recompute::block);
   EXPECT_EQ(c.runtime.device, DeviceKind::auto_);
   EXPECT_EQ(c.runtime.dtype, ComputeDType::bf16);
   EXPECT_EQ(c.runtime.threads, 3);
@@ -221,6 +224,9 @@ TEST(Config, EnumNames) {
   EXPECT_STREQ(to_string(ParallelComm::auto_), "auto");
   EXPECT_STREQ(to_string(ParallelComm::nccl), "nccl");
   EXPECT_STREQ(to_string(ParallelComm::mpi), "mpi");
+  EXPECT_STREQ(to_string(Recompute::none), "none");
+  EXPECT_STREQ(to_string(Recompute::mlp), "mlp");
+  EXPECT_STREQ(to_string(Recompute::block), "block");
 }
 
 // ---------------------------------------------------------------- round trip
@@ -240,6 +246,7 @@ TEST(Config, ToYamlRoundTripsExactly) {
   c.train.grad_clip = 2;
   c.train.seed = 18446744073709551615ull;
   c.train.lr_schedule = LrSchedule::constant;
+  c.train.recompute = Recompute::mlp;
   c.runtime.device = DeviceKind::cuda;
   c.runtime.dtype = ComputeDType::bf16;
   c.parallel.comm = ParallelComm::nccl;
@@ -270,7 +277,7 @@ TEST(Config, ToYamlEmitsEveryKey) {
         "train:", "  seq_len:", "  micro_batch:", "  global_batch:", "  steps:", "  lr: 0.001",
         "  lr_schedule: cosine", "  warmup_steps:", "  min_lr: 0.0001", "  weight_decay: 0.1",
         "  beta1: 0.9", "  beta2: 0.95", "  eps: 1e-08", "  grad_clip: 1", "  seed: 1337",
-        "  eval_every:", "  eval_batches:", "  max_skipped:", "runtime:", "  device: cpu",
+        "  eval_every:", "  eval_batches:", "  max_skipped:", "  recompute: none", "runtime:", "  device: cpu",
         "  dtype: fp32", "  threads: 0", "parallel:", "  dp:", "  fsdp:", "  tp:",
         "  fsdp_stage: 3", "  comm: auto", "log:", "  dir: \"runs/default\"", "  every:", "checkpoint:",
         "  keep:", "  resume: \"none\""})
@@ -487,6 +494,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "runtime.dtype: expected one of fp32|bf16, got 'fp16'"},
         TypeCase{"ScheduleEnum", "train:\n  lr_schedule: linear\n",
                  "train.lr_schedule: expected one of constant|cosine, got 'linear'"},
+        TypeCase{"RecomputeEnum", "train:\n  recompute: attention\n",
+                 "train.recompute: expected one of none|mlp|block, got 'attention'"},
         TypeCase{"StringFromMap", "log:\n  dir: {a: 1}\n", "log.dir: expected a string, got a map"},
         TypeCase{"PathsFromMap", "model:\n  n_layer: 1\n" "checkpoint:\n  resume: [a]\n",
                  "checkpoint.resume: expected a string, got a list"},

@@ -172,6 +172,62 @@ TEST(PlanFlops, MatmulsAttentionAndHead) {
   EXPECT_DOUBLE_EQ(model_flops_per_step(m, t), model_flops(m, 16).per_token() * 8 * 16);
 }
 
+TEST(PlanFlops, RecomputeRepeatsPartOfTheForward) {
+  const ModelConfig m = matrix_model();
+  const MicroBatchFlops f = micro_batch_flops(m, 2, 16, 2);
+  const MicroBatchFlops none = recompute_flops(m, 2, 16, 2, Recompute::none);
+  EXPECT_EQ(none.total(), 0.0);
+  const MicroBatchFlops mlp = recompute_flops(m, 2, 16, 2, Recompute::mlp);
+  EXPECT_DOUBLE_EQ(mlp.linear, 3 * 2.0 * 32 * 4 * 32 * 32 / 2);  // c_fc: L x 2 R 4C C / tp
+  EXPECT_EQ(mlp.attention, 0.0);
+  const MicroBatchFlops block = recompute_flops(m, 2, 16, 2, Recompute::block);
+  EXPECT_DOUBLE_EQ(block.linear, 3 * 2.0 * 32 * 8 * 32 * 32 / 2);  // c_attn, c_proj, c_fc
+  EXPECT_DOUBLE_EQ(block.attention, f.attention);
+  EXPECT_EQ(block.lm_head, 0.0);
+  // MFU's numerator is the model's, whatever is recomputed.
+  TrainConfig t = matrix_train(8);
+  const double model = model_flops_per_step(m, t);
+  t.recompute = Recompute::block;
+  EXPECT_EQ(model_flops_per_step(m, t), model);
+}
+
+TEST(PlanComm, RecomputeRepeatsItsTpCollectives) {
+  PlanLayout l;
+  l.tp = 2;
+  l.micro_batch = 4;
+  TrainConfig t = matrix_train(4);  // 2 micro-batches per step
+  const double none = comm_bytes_per_step(matrix_model(), t, l, PlanBackend::cpu).tp;
+  // One (t-1)/t chunk of the (B*T, C) activations per repeated collective.
+  const double chunk = 4.0 * 16 / 2 * 32 * 4;
+  t.recompute = Recompute::mlp;  // c_fc's all-gather per block
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(matrix_model(), t, l, PlanBackend::cpu).tp,
+                   none + 2 * 3 * chunk);
+  t.recompute = Recompute::block;  // and c_attn's all-gather, attn.c_proj's reduce-scatter
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(matrix_model(), t, l, PlanBackend::cpu).tp,
+                   none + 2 * 3 * 3 * chunk);
+}
+
+TEST(Planner, RecomputeTradesStepTimeForActivationMemory) {
+  Config cfg = gpt2_xl();
+  PlanLayout l;
+  l.dp = 8;
+  l.micro_batch = 4;
+  Prediction previous;
+  for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+    cfg.train.recompute = r;
+    const Prediction p = predict(cfg, hardware("h100"), PlanCluster{8, 8}, l);
+    ASSERT_TRUE(p.invalid.empty()) << p.invalid;
+    EXPECT_EQ(p.activations, predict_activation_bytes(cfg.model, 4, cfg.train.seq_len, 1, true,
+                                                      PlanBackend::cuda, r));
+    if (r != Recompute::none) {
+      EXPECT_LT(p.activations, previous.activations) << to_string(r);
+      EXPECT_GT(p.compute_ms, previous.compute_ms) << to_string(r);
+      EXPECT_LT(p.mfu, previous.mfu) << to_string(r);  // same model FLOPs, longer step
+    }
+    previous = p;
+  }
+}
+
 TEST(PlanHardware, FilesLoadAndTyposAreErrors) {
   for (const char* name : {"h100", "h200", "a100", "cpu_reference"}) {
     const HardwareSpec hw = hardware(name);

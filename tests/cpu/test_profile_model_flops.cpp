@@ -35,10 +35,11 @@ ModelConfig tiny_model() {
 }
 
 // One profiled forward + backward of B x T tokens; returns the statistics.
-ProfileStats profile_one_micro_batch(const ModelConfig& m, int B, int T) {
+ProfileStats profile_one_micro_batch(const ModelConfig& m, int B, int T,
+                                     Recompute recompute = Recompute::none) {
   Profiler prof(ProfileSchedule{1, 1}, false, 0);
   auto ops = make_profiling_ops(make_cpu_ops(1), prof);
-  GPT model(m, *ops, B, T);
+  GPT model(m, *ops, B, T, recompute);
   for (const auto& s : model.layout().specs()) {
     auto v = test::random_vector(static_cast<size_t>(s.numel), 11, -0.05f, 0.05f);
     std::copy(v.begin(), v.end(), model.params() + s.offset);
@@ -96,6 +97,43 @@ TEST(ProfileModelFlops, RecordedOpsAgreeWithSixNPlusAttention) {
   }
   EXPECT_EQ(gemm_calls, 2 * (4 * m.n_layer + 1));
   EXPECT_EQ(attention_calls, 2 * m.n_layer);
+}
+
+// Recomputation's forward ops go through Ops, so the profiler sees them on
+// top of the model FLOPs (which MFU keeps as its numerator: recomputation is
+// overhead). Per token and layer: mlp repeats c_fc (2*4C^2); block c_attn,
+// attn.c_proj and c_fc (2*8C^2) and attention's forward (4*T*C).
+TEST(ProfileModelFlops, RecomputedForwardIsRecordedOnTopOfTheModelFlops) {
+  const ModelConfig m = tiny_model();
+  const int B = 2, T = 32;
+  const ModelFlops f = model_flops(m, T);
+  const double tokens = double(B) * T, C = m.n_embd, L = m.n_layer;
+  struct Want {
+    Recompute mode;
+    double gemm_extra, attention_extra;
+    int64_t gemm_calls, attention_calls;
+  };
+  for (const Want& w : {Want{Recompute::mlp, 2 * 4 * C * C, 0, 1, 0},
+                        Want{Recompute::block, 2 * 8 * C * C, 4 * T * C, 3, 1}}) {
+    const ProfileStats s = profile_one_micro_batch(m, B, T, w.mode);
+    EXPECT_NEAR(class_flops(s, OpClass::gemm) /
+                    ((f.dense_per_token + L * w.gemm_extra) * tokens),
+                1.0, 1e-12)
+        << to_string(w.mode);
+    EXPECT_NEAR(class_flops(s, OpClass::attention) /
+                    ((f.attention_per_token + L * w.attention_extra) * tokens),
+                1.0, 1e-12)
+        << to_string(w.mode);
+    int64_t gemm_calls = 0, attention_calls = 0;
+    for (const OpStat& o : s.ops) {
+      if (o.cls == OpClass::gemm) gemm_calls += o.count;
+      if (o.cls == OpClass::attention) attention_calls += o.count;
+    }
+    EXPECT_EQ(gemm_calls, 2 * (4 * m.n_layer + 1) + w.gemm_calls * m.n_layer);
+    EXPECT_EQ(attention_calls, (2 + w.attention_calls) * m.n_layer);
+  }
+  // The MFU numerator does not depend on recomputation: it is the config's.
+  EXPECT_EQ(model_flops(m, T).per_token(), f.per_token());
 }
 
 TEST(ProfileRoofline, FractionsSubtotalsAndOther) {

@@ -41,7 +41,7 @@ TRAIN = dict(seq_len=16, global_batch=8, steps=10, lr=3e-3, lr_schedule="cosine"
              warmup_steps=2, min_lr=3e-4, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8,
              grad_clip=1.0, seed=7, eval_every=5, eval_batches=1, max_skipped=5)
 
-# name: (dp, fsdp, tp, fsdp_stage)
+# name: (dp, fsdp, tp, fsdp_stage[, train.recompute])
 LAYOUTS = {
     "dp2": (2, 1, 1, 3), "dp4": (4, 1, 1, 3),
     "fsdp2_stage1": (1, 2, 1, 1), "fsdp2_stage2": (1, 2, 1, 2), "fsdp2_stage3": (1, 2, 1, 3),
@@ -50,6 +50,9 @@ LAYOUTS = {
     "dp2_tp2": (2, 1, 2, 3), "fsdp2_tp2": (1, 2, 2, 3), "dp2_fsdp2": (2, 2, 1, 3),
     # Beyond the required matrix: the other stages under HSDP and under tp.
     "dp2_fsdp2_stage1": (2, 2, 1, 1), "fsdp2_tp2_stage2": (1, 2, 2, 2),
+    # Activation recomputation under tp: the recomputed block repeats its
+    # tp collectives inside backward (with FSDP: tests/mpi/test_recompute_mpi.cpp).
+    "tp2_recompute_block": (1, 1, 2, 3, "block"),
 }
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
@@ -203,8 +206,10 @@ def unit_sizes(tp, fsdp):
     return embed, block, head
 
 
-def expected_bytes(dp, fsdp, tp, stage, micro):
-    """Bytes one rank sends per optimizer step on each axis (ring volumes)."""
+def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none"):
+    """Bytes one rank sends per optimizer step on each axis (ring volumes).
+    Recomputation repeats per block c_fc's all-gather (mlp), and c_attn's
+    all-gather and attn.c_proj's reduce-scatter too (block)."""
     L, C, P = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
     A = TRAIN["global_batch"] // (micro * dp * fsdp)
     embed, block, head = unit_sizes(tp, fsdp)
@@ -213,7 +218,8 @@ def expected_bytes(dp, fsdp, tp, stage, micro):
     if tp > 1:
         R = micro * TRAIN["seq_len"]
         chunk = R // tp * C * 4
-        per_micro = (8 * L + 4) * (tp - 1) * chunk          # AG/RS of the sequence shards
+        again = {"none": 0, "mlp": 1, "block": 3}[recompute] * L
+        per_micro = (8 * L + 4 + again) * (tp - 1) * chunk  # AG/RS of the sequence shards
         per_micro += 2 * (tp - 1) / tp * 3 * R * 4          # vocab-parallel cross-entropy
         partial = 4 * C * L + P * C + 2 * C                  # LayerNorms, wpe, ln_f
         reductions = A if (fsdp > 1 and stage >= 2) else 1
@@ -231,9 +237,9 @@ def expected_bytes(dp, fsdp, tp, stage, micro):
     return out
 
 
-def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro):
+def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute="none"):
     fails = []
-    want = expected_bytes(dp, fsdp, tp, stage, micro)
+    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute)
     for step, rec in sorted(read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
         got = rec["comm_bytes"]
         for axis, w in want.items():
@@ -244,7 +250,9 @@ def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro):
 
 
 def run_layout(runner, name):
-    dp, fsdp, tp, stage = LAYOUTS[name]
+    dp, fsdp, tp, stage, *rest = LAYOUTS[name]
+    recompute = rest[0] if rest else "none"
+    extra = {"train.recompute": recompute} if rest else None
     world, D = dp * fsdp * tp, dp * fsdp
     fails = []
     for accum in (1, 2):
@@ -253,10 +261,10 @@ def run_layout(runner, name):
         runner.run(1, ref_cfg)
         for overlap in ((True, False) if tp > 1 else (True,)):
             label = f"{name} accum={accum}" + (f" tp_overlap={overlap}" if tp > 1 else "")
-            run_dir, cfg = runner.config(name, dp, fsdp, tp, stage, micro, overlap)
+            run_dir, cfg = runner.config(name, dp, fsdp, tp, stage, micro, overlap, extra)
             _, took = runner.run(world, cfg)
             f, worst = compare_runs(label, ref_dir, run_dir)
-            f += check_bytes(label, run_dir, dp, fsdp, tp, stage, micro)
+            f += check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute)
             print(f"{'FAIL' if f else 'ok  '} {label}: {world} ranks, {took:.1f} s, "
                   f"max param diff {worst:.1e}")
             fails += f

@@ -67,7 +67,8 @@ test::StepTrace train_layout(Ops& ops, const DeviceMesh& mesh, int stage, bool o
     params.load_global(s.name, data);
   });
   const int B = 2, T = 8;
-  GPT model_(m, ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap}, dtype);
+  GPT model_(m, ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap}, Recompute::none,
+              dtype);
   TrainConfig tc;
   test::StepTrace t;
   std::vector<int32_t> tokens(B * T), targets(B * T);

@@ -1,7 +1,8 @@
 // The planner's memory model (trainer/plan/memory_model.hpp) against the
 // real thing on every layout of the running world size (1, 2 and 4 ranks)
 // and every FSDP stage: ShardedParameters::memory() byte for byte, and the
-// bytes GPT::allocate took for its activations, with tp_overlap on and off.
+// bytes GPT::allocate took for its activations, with tp_overlap on and off
+// and every train.recompute mode.
 #include "kernels/cpu/cpu_ops.hpp"
 #include "mpi_test_util.hpp"
 #include "parallel/mesh.hpp"
@@ -54,15 +55,18 @@ TEST(PlanMemoryMpi, ActivationBytesEqualGptAllocateOnEveryLayout) {
   for (const ParallelDims& d : layouts_for(world->size())) {
     const DeviceMesh mesh(d, *world);
     for (const ModelConfig& m : models())
-      for (bool overlap : {true, false}) {
-        const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-        ShardedParameters params(layout, mesh, 3, 25.0, *ops);
-        const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
-        GPT model(m, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap});
-        EXPECT_EQ(model.activation_bytes(),
-                  predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu))
-            << d.str() << " overlap " << overlap << " C=" << m.n_embd;
-      }
+      for (bool overlap : {true, false})
+        for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block}) {
+          const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+          ShardedParameters params(layout, mesh, 3, 25.0, *ops);
+          const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
+          GPT model(m, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap},
+                    recompute);
+          EXPECT_EQ(model.activation_bytes(), predict_activation_bytes(m, B, T, d.tp, overlap,
+                                                                       PlanBackend::cpu, recompute))
+              << d.str() << " overlap " << overlap << " C=" << m.n_embd << " recompute "
+              << to_string(recompute);
+        }
   }
 }
 

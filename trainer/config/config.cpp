@@ -268,4 +268,13 @@ const char* to_string(ComputeDType d) {
   return "?";
 }
 
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::mlp: return "mlp";
+    case Recompute::block: return "block";
+  }
+  return "?";
+}
+
 }  // namespace gt

@@ -17,6 +17,12 @@ enum class DeviceKind { cpu, cuda, auto_ };
 enum class ComputeDType { fp32, bf16 };
 // parallel.comm: how collectives move data. auto = nccl on CUDA, mpi otherwise.
 enum class ParallelComm { auto_, nccl, mpi };
+// Activation recomputation (GPT, README "train.recompute"): which forward
+// activations a block keeps for backward and which it recomputes there.
+//   none   keep everything;
+//   mlp    drop ln_2's output and statistics, c_fc's output and its GELU;
+//   block  keep only each block's input and recompute the whole block.
+enum class Recompute { none, mlp, block };
 
 struct ModelConfig {
   int n_layer = 4;
@@ -51,6 +57,7 @@ struct TrainConfig {
   int eval_every = 50;     // 0 disables evaluation
   int eval_batches = 4;    // batches of train.global_batch rows of data.val per evaluation
   int max_skipped = 5;     // consecutive non-finite steps before the run stops
+  Recompute recompute = Recompute::none;  // activation recomputation in backward
 };
 
 struct RuntimeConfig {
@@ -140,5 +147,6 @@ const char* to_string(ParallelComm c);
 // CommBackend::nccl; mpi -> CommBackend::mpi_staged on CUDA, CommBackend::mpi
 // on CPU.
 ParallelComm resolve_comm(const Config& c, bool on_cuda, bool nccl_built);
+const char* to_string(Recompute r);
 
 }  // namespace gt

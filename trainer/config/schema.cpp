@@ -193,6 +193,7 @@ constexpr LrSchedule kLrSchedules[] = {LrSchedule::constant, LrSchedule::cosine}
 constexpr DeviceKind kDevices[] = {DeviceKind::cpu, DeviceKind::cuda, DeviceKind::auto_};
 constexpr ComputeDType kDTypes[] = {ComputeDType::fp32, ComputeDType::bf16};
 constexpr ParallelComm kComms[] = {ParallelComm::auto_, ParallelComm::nccl, ParallelComm::mpi};
+constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::mlp, Recompute::block};
 
 template <>
 struct Codec<LrSchedule> {
@@ -221,6 +222,13 @@ struct Codec<ParallelComm> {
     return EnumCodec<ParallelComm, 3>::read(n, w, k, kComms);
   }
   static std::string write(ParallelComm v) { return to_string(v); }
+};
+template <>
+struct Codec<Recompute> {
+  static Recompute read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<Recompute, 3>::read(n, w, k, kRecomputes);
+  }
+  static std::string write(Recompute v) { return to_string(v); }
 };
 
 // One table entry per (section member, field member). The member pointers
@@ -271,6 +279,7 @@ std::vector<Field> make_fields() {
       bind<&C::train, &TrainConfig::eval_every>("train", "eval_every"),
       bind<&C::train, &TrainConfig::eval_batches>("train", "eval_batches"),
       bind<&C::train, &TrainConfig::max_skipped>("train", "max_skipped"),
+      bind<&C::train, &TrainConfig::recompute>("train", "recompute"),
 
       bind<&C::runtime, &RuntimeConfig::device>("runtime", "device"),
       bind<&C::runtime, &RuntimeConfig::dtype>("runtime", "dtype"),

@@ -15,8 +15,10 @@ TensorView rows_of(const TensorView& t, int64_t first, int64_t n) {
 }
 }  // namespace
 
-GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, ComputeDType dtype)
-    : cfg_(cfg), ops_(ops), layout_(cfg), max_rows_(max_rows), max_seq_(max_seq), dtype_(dtype) {
+GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute recompute,
+         ComputeDType dtype)
+    : cfg_(cfg), ops_(ops), layout_(cfg), recompute_(recompute), max_rows_(max_rows),
+      max_seq_(max_seq), dtype_(dtype) {
   owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
   allocate(max_rows, max_seq);
@@ -24,9 +26,9 @@ GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, ComputeDTy
 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
          const ParameterLayout& layout, ParameterStore& store, TensorParallel tp,
-         ComputeDType dtype)
-    : cfg_(cfg), ops_(ops), layout_(layout), store_(&store), tp_(tp), max_rows_(max_rows),
-      max_seq_(max_seq), dtype_(dtype) {
+         Recompute recompute, ComputeDType dtype)
+    : cfg_(cfg), ops_(ops), layout_(layout), store_(&store), tp_(tp), recompute_(recompute),
+      max_rows_(max_rows), max_seq_(max_seq), dtype_(dtype) {
   GT_CHECK(layout.tp() == tp.size() && layout.tp_rank() == tp.rank(), "layout for tp rank ",
            layout.tp_rank(), " of ", layout.tp(), " used on tp rank ", tp.rank(), " of ",
            tp.size());
@@ -48,24 +50,30 @@ void GPT::allocate(int max_rows, int max_seq) {
   auto floats = [this](int64_t n) {
     return ops_.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
   };
+  // Slots of the per-layer activations: what recomputation drops, all blocks
+  // share (trainer/plan/memory_model.cpp mirrors this).
+  const int one = std::min(cfg_.n_layer, 1);
+  const int attn_slots = recompute_ == Recompute::block ? one : cfg_.n_layer;
+  const int mlp_slots = recompute_ == Recompute::none ? cfg_.n_layer : one;
+  auto per_layer = [&](int64_t n, int slots) { return LayerBuffer{floats(slots * n), slots}; };
   host_losses_.assign(static_cast<size_t>(R), 0.f);
   auto& a = acts_;
   a.tokens = floats(R);
   a.targets = floats(R);
   a.encoded = floats(Rl * C);
-  a.ln1 = floats(L * R * C);
-  a.ln1_mean = floats(L * Rl);
-  a.ln1_rstd = floats(L * Rl);
-  a.qkv = floats(L * R * 3 * Cl);
-  a.atty = floats(L * R * Cl);
-  a.att = floats(L * att);
-  a.res2 = floats(L * Rl * C);
-  a.ln2 = floats(L * R * C);
-  a.ln2_mean = floats(L * Rl);
-  a.ln2_rstd = floats(L * Rl);
-  a.fch = floats(L * R * 4 * Cl);
-  a.fch_gelu = floats(L * R * 4 * Cl);
-  a.res3 = floats(L * Rl * C);
+  a.ln1 = per_layer(R * C, attn_slots);
+  a.ln1_mean = per_layer(Rl, attn_slots);
+  a.ln1_rstd = per_layer(Rl, attn_slots);
+  a.qkv = per_layer(R * 3 * Cl, attn_slots);
+  a.atty = per_layer(R * Cl, attn_slots);
+  a.att = per_layer(att, attn_slots);
+  a.res2 = per_layer(Rl * C, attn_slots);
+  a.ln2 = per_layer(R * C, mlp_slots);
+  a.ln2_mean = per_layer(Rl, mlp_slots);
+  a.ln2_rstd = per_layer(Rl, mlp_slots);
+  a.fch = per_layer(R * 4 * Cl, mlp_slots);
+  a.fch_gelu = per_layer(R * 4 * Cl, mlp_slots);
+  a.res3 = per_layer(Rl * C, static_cast<int>(L));
   a.lnf = floats(R * C);
   a.lnf_mean = floats(Rl);
   a.lnf_rstd = floats(Rl);
@@ -163,23 +171,27 @@ TensorView GPT::g(const std::string& name) {
   return shaped(store_->unit_grads(s.unit) + (s.offset - u.begin), ops_.device(), s);
 }
 
-// A (rows, ...)-shaped view of layer `layer`'s slice of a per-layer buffer
-// whose slices are sized for the maximum (rows, seq).
-TensorView GPT::layer_act(const Buffer& buf, int layer, std::initializer_list<int64_t> shape) {
-  const int64_t per_layer_max = static_cast<int64_t>(buf.bytes() / sizeof(float)) / cfg_.n_layer;
-  return view(buf.f32() + layer * per_layer_max, shape);
+// A (rows, ...)-shaped view of layer `layer`'s slot of a per-layer buffer
+// whose slots are sized for the maximum (rows, seq); a single slot is every
+// layer's.
+TensorView GPT::layer_act(const LayerBuffer& buf, int layer,
+                          std::initializer_list<int64_t> shape) {
+  GT_CHECK(layer >= 0 && layer < cfg_.n_layer && buf.slots > 0, "layer ", layer, " of ",
+           cfg_.n_layer, " in a buffer of ", buf.slots, " slots");
+  const int64_t per_slot_max = static_cast<int64_t>(buf.buf.bytes() / sizeof(float)) / buf.slots;
+  const int slot = buf.slots == 1 ? 0 : layer;
+  return view(buf.buf.f32() + slot * per_slot_max, shape);
 }
 
-TensorView GPT::own_rows(const Buffer& full, int layer, int64_t cols) {
-  const int64_t R = int64_t(B_) * T_, Rl = R / tp_.size();
-  TensorView all = layer < 0 ? view(full.f32(), {R, cols}) : layer_act(full, layer, {R, cols});
-  return rows_of(all, tp_.rank() * Rl, Rl);
+TensorView GPT::own_rows(TensorView full) {
+  const int64_t Rl = full.shape[0] / tp_.size();
+  return rows_of(full, tp_.rank() * Rl, Rl);
 }
 
 float* GPT::stage_for_gather(TensorView dout_local) {
   if (tp_.size() == 1) return dout_local.f32();
   const int64_t cols = dout_local.shape[1];
-  TensorView own = own_rows(dacts_.dfull, -1, cols);
+  TensorView own = own_rows(view(dacts_.dfull.f32(), {int64_t(B_) * T_, cols}));
   ops_.copy(own, dout_local);
   return dacts_.dfull.f32();
 }
@@ -253,6 +265,55 @@ void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView d
       tp_.overlap);
 }
 
+// ---- One block's forward ----------------------------------------------------
+// Activations land in layer l's slots (the shared slot for what recompute
+// drops), so backward() can rerun a part into the same places.
+
+void GPT::block_attention_forward(int l, TensorView x) {
+  const int B = B_, T = T_;
+  const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / tp_.size(), Cl = C / tp_.size();
+  const int NHl = cfg_.n_head / tp_.size();
+  const std::string h = "h." + std::to_string(l) + ".";
+  auto& a = acts_;
+  auto ln1 = layer_act(a.ln1, l, {R, C});
+  auto qkv = layer_act(a.qkv, l, {R, 3 * Cl});
+  auto atty = layer_act(a.atty, l, {R, Cl});
+  auto att = layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)});
+  auto res2 = layer_act(a.res2, l, {Rl, C});
+  auto proj = view(a.proj_tmp.f32(), {Rl, C});
+  ops_.layernorm_forward(own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
+                         layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
+                         p(h + "ln_1.bias"));
+  column_forward(qkv, ln1, p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
+  ops_.attention_forward(view(atty.f32(), {B, T, Cl}), att, view(qkv.f32(), {B, T, 3 * Cl}),
+                         NHl);
+  row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
+  ops_.add(res2, x, proj);
+}
+
+void GPT::block_mlp_up_forward(int l) {
+  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / tp_.size(), Cl = C / tp_.size();
+  const std::string h = "h." + std::to_string(l) + ".";
+  auto& a = acts_;
+  auto ln2 = layer_act(a.ln2, l, {R, C});
+  auto fch = layer_act(a.fch, l, {R, 4 * Cl});
+  ops_.layernorm_forward(own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
+                         layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
+                         p(h + "ln_2.weight"), p(h + "ln_2.bias"));
+  column_forward(fch, ln2, p(h + "mlp.c_fc.weight"), p(h + "mlp.c_fc.bias"));
+  ops_.gelu_forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), fch);
+}
+
+void GPT::block_mlp_down_forward(int l) {
+  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / tp_.size(), Cl = C / tp_.size();
+  const std::string h = "h." + std::to_string(l) + ".";
+  auto& a = acts_;
+  auto proj = view(a.proj_tmp.f32(), {Rl, C});
+  row_forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"),
+              p(h + "mlp.c_proj.bias"));
+  ops_.add(layer_act(a.res3, l, {Rl, C}), layer_act(a.res2, l, {Rl, C}), proj);
+}
+
 // ---- Forward ----------------------------------------------------------------
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
@@ -263,8 +324,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   GT_CHECK(R % tp == 0, "B*T = ", R, " rows do not split into ", tp, " sequence shards");
   B_ = B;
   T_ = T;
-  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Rl = R / tp, Cl = C / tp, Vl = V / tp;
-  const int NHl = cfg_.n_head / tp;
+  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Rl = R / tp, Vl = V / tp;
   const int64_t row0 = tp_.rank() * Rl, vocab0 = tp_.rank() * Vl;
   const bool want_grad = targets && grad_scale > 0.f;
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
@@ -297,39 +357,15 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   TensorView x = encoded;  // (R/p, C) residual stream entering the block
   for (int l = 0; l < cfg_.n_layer; ++l) {
     store_->before_forward(layout_.block_unit(l));
-    const std::string h = "h." + std::to_string(l) + ".";
-    auto ln1 = layer_act(a.ln1, l, {R, C});
-    auto qkv = layer_act(a.qkv, l, {R, 3 * Cl});
-    auto atty = layer_act(a.atty, l, {R, Cl});
-    auto att = layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)});
-    auto res2 = layer_act(a.res2, l, {Rl, C});
-    auto ln2 = layer_act(a.ln2, l, {R, C});
-    auto fch = layer_act(a.fch, l, {R, 4 * Cl});
-    auto fch_gelu = layer_act(a.fch_gelu, l, {R, 4 * Cl});
-    auto res3 = layer_act(a.res3, l, {Rl, C});
-    auto proj = view(a.proj_tmp.f32(), {Rl, C});
-
-    ops_.layernorm_forward(own_rows(a.ln1, l, C), layer_act(a.ln1_mean, l, {Rl}),
-                           layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
-                           p(h + "ln_1.bias"));
-    column_forward(qkv, ln1, p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
-    ops_.attention_forward(view(atty.f32(), {B, T, Cl}), att,
-                           view(qkv.f32(), {B, T, 3 * Cl}), NHl);
-    row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
-    ops_.add(res2, x, proj);
-    ops_.layernorm_forward(own_rows(a.ln2, l, C), layer_act(a.ln2_mean, l, {Rl}),
-                           layer_act(a.ln2_rstd, l, {Rl}), res2, p(h + "ln_2.weight"),
-                           p(h + "ln_2.bias"));
-    column_forward(fch, ln2, p(h + "mlp.c_fc.weight"), p(h + "mlp.c_fc.bias"));
-    ops_.gelu_forward(fch_gelu, fch);
-    row_forward(proj, fch_gelu, p(h + "mlp.c_proj.weight"), p(h + "mlp.c_proj.bias"));
-    ops_.add(res3, res2, proj);
-    x = res3;
+    block_attention_forward(l, x);
+    block_mlp_up_forward(l);
+    block_mlp_down_forward(l);
+    x = layer_act(a.res3, l, {Rl, C});
     store_->after_forward(layout_.block_unit(l));
   }
 
   store_->before_forward(head);
-  ops_.layernorm_forward(own_rows(a.lnf, -1, C), view(a.lnf_mean.f32(), {Rl}),
+  ops_.layernorm_forward(own_rows(view(a.lnf.f32(), {R, C})), view(a.lnf_mean.f32(), {Rl}),
                          view(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
   auto logits = view(a.logits.f32(), {R, Vl});
@@ -398,6 +434,10 @@ void GPT::backward() {
     store_->before_backward(layout_.block_unit(l));
     const std::string h = "h." + std::to_string(l) + ".";
     auto x_in = l == 0 ? view(a.encoded.f32(), {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    // What recomputation dropped, rerun into the shared slots (the block's
+    // parameters are valid since before_backward).
+    if (recompute_ == Recompute::block) block_attention_forward(l, x_in);
+    if (recompute_ != Recompute::none) block_mlp_up_forward(l);
     auto dfch_gelu = view(d.dfch_gelu.f32(), {R, 4 * Cl});
     auto dfch = view(d.dfch.f32(), {R, 4 * Cl});
     auto datty = view(d.datty.f32(), {R, Cl});
@@ -453,11 +493,13 @@ int64_t GPT::activation_bytes() const {
   const auto& a = acts_;
   const auto& d = dacts_;
   size_t n = 0;
+  for (const LayerBuffer* b : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty, &a.att, &a.res2,
+                               &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3})
+    n += b->buf.bytes();
   for (const Buffer* b :
-       {&a.tokens, &a.targets, &a.encoded, &a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty,
-        &a.att, &a.res2, &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3, &a.lnf,
-        &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.losses, &a.proj_tmp, &a.ce_stats, &d.dresidual,
-        &d.dln, &d.dfull, &d.datty, &d.dfch_gelu, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
+       {&a.tokens, &a.targets, &a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits,
+        &a.losses, &a.proj_tmp, &a.ce_stats, &d.dresidual, &d.dln, &d.dfull, &d.datty,
+        &d.dfch_gelu, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
     n += b->bytes();
   return static_cast<int64_t>(n) + linear_->bytes();
 }

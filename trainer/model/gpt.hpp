@@ -27,6 +27,20 @@
 //     one optimizer step simply call forward/backward in turn.
 //   * Activation buffers are sized for (max_rows, max_seq) at construction
 //     and reused; smaller (B, T) views of them are contiguous too.
+//
+// Activation recomputation (train.recompute) trades compute for memory. A
+// per-layer activation has one slot per block, or a single slot all blocks
+// share when recomputation drops it:
+//   none   every block's activations are kept for backward;
+//   mlp    ln_2's output and statistics, c_fc's output and its GELU share one
+//          slot; backward recomputes ln_2, c_fc (its all-gather again under
+//          tp) and GELU from the kept res2 first;
+//   block  only each block's input (encoded, res3 of the block before) is
+//          kept; backward recomputes the whole block up to the GELU first.
+// Recomputation runs the forward's ops on the same inputs, so the losses,
+// gradients and parameters are bit for bit those of none. It runs inside the
+// block's backward, between before_backward(l) (which makes its parameters
+// valid) and the gradients; it calls no store hook of its own.
 #pragma once
 
 #include <cstdint>
@@ -56,18 +70,21 @@ struct TensorParallel {
 class GPT {
  public:
   // One rank, no parallelism: the model owns its parameters (LocalParameters).
-  // dtype: the linear layers' precision (linear_precision.hpp).
+  // recompute: train.recompute; dtype: the linear layers' precision
+  // (linear_precision.hpp).
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
-      ComputeDType dtype = ComputeDType::fp32);
+      Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32);
   // One tensor-parallel rank whose parameters (laid out by `layout`, built
   // for tp.rank() of tp.size()) live in `store`.
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
-      ParameterStore& store, TensorParallel tp, ComputeDType dtype = ComputeDType::fp32);
+      ParameterStore& store, TensorParallel tp, Recompute recompute = Recompute::none,
+      ComputeDType dtype = ComputeDType::fp32);
   ~GPT();
 
   const ModelConfig& config() const { return cfg_; }
   const ParameterLayout& layout() const { return layout_; }
   int64_t num_parameters() const { return layout_.global_numel(); }
+  Recompute recompute() const { return recompute_; }
 
   // Only for a model that owns its parameters (the first constructor). The
   // raw pointers are host memory only on a host backend (they throw
@@ -98,17 +115,23 @@ class GPT {
   int64_t activation_bytes() const;
 
  private:
+  // A per-layer activation: `slots` slices of the (max_rows, max_seq) size,
+  // one per block (n_layer) or one all blocks share (1, dropped by recompute).
+  struct LayerBuffer {
+    Buffer buf;
+    int slots = 0;
+  };
   struct Activations {
     Buffer tokens, targets;                 // (R) int32
     Buffer encoded;                         // (R/p, C)
-    Buffer ln1, ln1_mean, ln1_rstd;         // (L, R, C) gathered, (L, R/p) x2
-    Buffer qkv;                             // (L, R, 3C/p)
-    Buffer atty;                            // (L, R, C/p)
-    Buffer att;                             // (L, attention_saved_elems)
-    Buffer res2;                            // (L, R/p, C)
-    Buffer ln2, ln2_mean, ln2_rstd;         // (L, R, C) gathered, (L, R/p) x2
-    Buffer fch, fch_gelu;                   // (L, R, 4C/p) x2
-    Buffer res3;                            // (L, R/p, C)
+    LayerBuffer ln1, ln1_mean, ln1_rstd;    // (L, R, C) gathered, (L, R/p) x2
+    LayerBuffer qkv;                        // (L, R, 3C/p)
+    LayerBuffer atty;                       // (L, R, C/p)
+    LayerBuffer att;                        // (L, attention_saved_elems)
+    LayerBuffer res2;                       // (L, R/p, C)
+    LayerBuffer ln2, ln2_mean, ln2_rstd;    // (L, R, C) gathered, (L, R/p) x2
+    LayerBuffer fch, fch_gelu;              // (L, R, 4C/p) x2
+    LayerBuffer res3;                       // (L, R/p, C): always every block's
     Buffer lnf, lnf_mean, lnf_rstd;         // (R, C) gathered, (R/p) x2
     Buffer logits;                          // (R, V/p)
     Buffer losses;                          // (R)
@@ -126,7 +149,7 @@ class GPT {
   void allocate(int max_rows, int max_seq);
   TensorView p(const std::string& name);  // parameter through the store
   TensorView g(const std::string& name);  // its gradient
-  TensorView layer_act(const Buffer& buf, int layer, std::initializer_list<int64_t> shape);
+  TensorView layer_act(const LayerBuffer& buf, int layer, std::initializer_list<int64_t> shape);
   // Views of the backend's memory (device views on CUDA).
   TensorView view(float* p, std::initializer_list<int64_t> shape) const;
   TensorView iview(int32_t* p, std::initializer_list<int64_t> shape) const;
@@ -149,10 +172,19 @@ class GPT {
   // dout_local (R/p,N) is gathered; dx (R,K) assigned; dW, db accumulate.
   void row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
                     TensorView x, TensorView w);
-  // This rank's chunk of a gathered (R, cols) buffer.
-  TensorView own_rows(const Buffer& full, int layer, int64_t cols);
+  // This rank's rows of a gathered (R, cols) view.
+  TensorView own_rows(TensorView full);
   // dout_local copied into dfull's own chunk (tp > 1), ready to all-gather.
   float* stage_for_gather(TensorView dout_local);
+
+  // Block l's forward in three parts, run by forward() in turn and again by
+  // backward() for what recomputation dropped. x: (R/p, C) the block's input.
+  // ln_1, c_attn, attention, attn.c_proj and the residual add into res2.
+  void block_attention_forward(int l, TensorView x);
+  // ln_2, c_fc and GELU: the MLP's activations up to mlp.c_proj's input.
+  void block_mlp_up_forward(int l);
+  // mlp.c_proj and the residual add into res3.
+  void block_mlp_down_forward(int l);
 
   ModelConfig cfg_;
   Ops& ops_;
@@ -160,6 +192,7 @@ class GPT {
   std::unique_ptr<LocalParameters> owned_;
   ParameterStore* store_;
   TensorParallel tp_;
+  Recompute recompute_ = Recompute::none;
   int max_rows_, max_seq_;
   ComputeDType dtype_;
   Activations acts_;

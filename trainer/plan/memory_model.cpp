@@ -73,7 +73,7 @@ int64_t attention_scratch_elems(PlanBackend backend, int B, int n_head, int T) {
 }
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                 bool tp_overlap, PlanBackend backend) {
+                                 bool tp_overlap, PlanBackend backend, Recompute recompute) {
   // Mirrors GPT::allocate buffer by buffer. `a` = bytes of an activation
   // element, 4 = fp32 statistics, ids and losses.
   const int64_t a = backend == PlanBackend::cpu ? 4 : 2, s = 4;
@@ -83,16 +83,22 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   const int NHl = m.n_head / tp;
   const int64_t att_saved = attention_saved_elems(backend, micro_batch, NHl, seq_len);
   const int64_t att_scratch = attention_scratch_elems(backend, micro_batch, NHl, seq_len);
+  // Layers' worth kept of the attention half (ln1 and its statistics, qkv,
+  // atty, attention's saved state, res2) and of the MLP's (ln2 and its
+  // statistics, fch, fch_gelu): L, or one slot when recomputation drops them.
+  const int64_t one = std::min<int64_t>(L, 1);
+  const int64_t La = recompute == Recompute::block ? one : L;
+  const int64_t Lm = recompute == Recompute::none ? L : one;
   int64_t bytes = 0;
   bytes += 2 * R * s;                       // tokens, targets
   bytes += Rl * C * a;                      // encoded
-  bytes += 2 * L * R * C * a;               // ln1, ln2 (gathered rows)
-  bytes += 4 * L * Rl * s;                  // ln1/ln2 mean, rstd
-  bytes += L * R * 3 * Cl * a;              // qkv
-  bytes += L * R * Cl * a;                  // atty
-  bytes += L * att_saved * s;               // attention probabilities or row statistics
-  bytes += 2 * L * Rl * C * a;              // res2, res3
-  bytes += 2 * L * R * 4 * Cl * a;          // fch, fch_gelu
+  bytes += (La + Lm) * R * C * a;           // ln1, ln2 (gathered rows)
+  bytes += 2 * (La + Lm) * Rl * s;          // ln1/ln2 mean, rstd
+  bytes += La * R * 3 * Cl * a;             // qkv
+  bytes += La * R * Cl * a;                 // atty
+  bytes += La * att_saved * s;              // attention probabilities or row statistics
+  bytes += (La + L) * Rl * C * a;           // res2, res3 (every block's input: always L)
+  bytes += 2 * Lm * R * 4 * Cl * a;         // fch, fch_gelu
   bytes += R * C * a;                       // lnf
   bytes += 2 * Rl * s;                      // lnf mean, rstd
   bytes += R * Vl * a;                      // logits (dlogits in place)

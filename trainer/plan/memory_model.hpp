@@ -11,7 +11,9 @@
 // and moments (16 bytes per parameter, before sharding).
 //
 // Activations follow GPT::allocate for one micro-batch (B = train.micro_batch
-// rows of T = train.seq_len):
+// rows of T = train.seq_len) and train.recompute: what recomputation drops
+// (mlp: ln_2's output and statistics, fch, fch_gelu; block: everything of a
+// block but res3) is one layer's slot instead of L:
 //   cpu   every buffer fp32 (4 bytes), attention keeps its B*NH/tp*T^2
 //         probabilities per layer plus a scratch of the same size.
 //   cuda  activation buffers bf16 (2 bytes); a flash-style attention keeps
@@ -59,7 +61,8 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 // Bytes of GPT's activation and activation-gradient buffers for one rank
 // (the same on every tp rank), as GPT::allocate sizes them.
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                 bool tp_overlap, PlanBackend backend);
+                                 bool tp_overlap, PlanBackend backend,
+                                 Recompute recompute = Recompute::none);
 
 // Bytes of collective temporaries live at rank 0's peak (0 on cuda):
 //   dp, fsdp = 1   one copy of every gradient bucket: all of them are in

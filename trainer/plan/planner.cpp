@@ -79,7 +79,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // Memory per device.
   p.state = predict_state_bytes(m, l.fsdp, l.tp, stage);
   p.activations = predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
-                                           hw.backend);
+                                           hw.backend, t.recompute);
   p.comm_workspace = predict_comm_workspace_bytes(m, l, t.seq_len, hw.backend);
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   p.fits = static_cast<double>(p.total_bytes()) <= hw.memory_bytes();
@@ -88,7 +88,10 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   const int per_node = std::min(cluster.devices, cluster.devices_per_node);
   const double flops_per_s = hw.achieved_flops(per_node);
   const MicroBatchFlops f = micro_batch_flops(m, l.micro_batch, t.seq_len, l.tp);
-  const double fwd_ms = f.total() / flops_per_s * 1e3, bwd_ms = 2 * fwd_ms;
+  // Recomputation's forward work runs inside backward: it lengthens backward.
+  const MicroBatchFlops rf = recompute_flops(m, l.micro_batch, t.seq_len, l.tp, t.recompute);
+  const double fwd_ms = f.total() / flops_per_s * 1e3;
+  const double bwd_ms = 2 * fwd_ms + rf.total() / flops_per_s * 1e3;
   p.compute_ms = A * (fwd_ms + bwd_ms);
   const double owned_params = static_cast<double>(p.state.optimizer) / 8.0;  // m + v, fp32
   const double mem_bytes = owned_params * 28.0 + 3.0 * A * static_cast<double>(p.activations);
@@ -108,7 +111,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
 
   // Overlap: each part hidden up to the compute it runs under.
   if (l.tp > 1) {
-    const double linear_ms = A * 3.0 * f.linear / flops_per_s * 1e3;
+    const double linear_ms = A * (3.0 * f.linear + rf.linear) / flops_per_s * 1e3;
     p.tp_exposed_ms = l.tp_overlap ? std::max(0.0, p.tp_ms - linear_ms) : p.tp_ms;
   }
   if (l.fsdp > 1) {

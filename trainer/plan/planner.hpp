@@ -4,8 +4,9 @@
 // step time, and a paragraph on the choice.
 //
 // Step time = compute + memory-bound work + exposed communication:
-//   compute      the step's FLOPs (step_model.hpp) / the FLOP/s a rank's
-//                matmuls reach (HardwareSpec::achieved_flops);
+//   compute      the step's FLOPs (step_model.hpp), with the forward work
+//                train.recompute repeats in backward (recompute_flops), / the
+//                FLOP/s a rank's matmuls reach (HardwareSpec::achieved_flops);
 //   memory-bound AdamW (28 bytes per owned parameter: read p, g, m, v, write
 //                p, m, v) plus three passes over the activation buffers per
 //                micro-batch (written in forward, read and their gradients

@@ -17,6 +17,18 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
   return f;
 }
 
+MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                Recompute recompute) {
+  const MicroBatchFlops f = micro_batch_flops(m, micro_batch, seq_len, tp);
+  MicroBatchFlops r;
+  if (recompute == Recompute::mlp) r.linear = f.linear * 4.0 / 12.0;
+  if (recompute == Recompute::block) {
+    r.linear = f.linear * 8.0 / 12.0;
+    r.attention = f.attention;
+  }
+  return r;
+}
+
 double model_flops_per_step(const ModelConfig& m, const TrainConfig& t) {
   // The trainer's own MFU numerator (metrics.jsonl "mfu"), so a predicted MFU
   // and a measured one are the same ratio: full T x T attention, not the
@@ -47,7 +59,10 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   if (tp > 1) {
     const double R = static_cast<double>(l.micro_batch) * t.seq_len;
     const double chunk = static_cast<double>(static_cast<int64_t>(R) / tp) * C * act;
-    double per_micro = (8.0 * L + 4.0) * (tp - 1) * chunk;   // sequence-parallel AG/RS
+    const double again = t.recompute == Recompute::mlp     ? 1.0
+                         : t.recompute == Recompute::block ? 3.0
+                                                           : 0.0;  // per block, recomputed
+    double per_micro = (8.0 * L + 4.0 + again * L) * (tp - 1) * chunk;  // sequence-parallel AG/RS
     per_micro += 2.0 * (tp - 1) / tp * 3.0 * R * 4.0;        // vocab-parallel cross-entropy
     const double partial = 4.0 * C * L + P * C + 2.0 * C;    // LayerNorms, wpe, ln_f
     const int reductions = (fsdp > 1 && l.stage >= 2) ? A : 1;

@@ -4,13 +4,18 @@
 // FLOPs count what the kernels compute: every matmul 2*M*N*K; causal
 // attention only the key positions <= the query (the CPU kernel and flash
 // kernels skip the masked half): QK^T and AV each 2*B*NH*hs*T(T+1)/2;
-// backward twice the forward.
+// backward twice the forward. train.recompute adds the forward work it
+// repeats in backward (recompute_flops): c_fc for mlp; c_attn, attention,
+// attn.c_proj and c_fc for block. That is overhead: model_flops_per_step, the
+// MFU numerator, leaves it out (PaLM's definition of MFU).
 //
 // Communication is the ring volume each rank sends per optimizer step, the
 // figure metrics.jsonl logs as comm_bytes and tests/layouts/layout_matrix.py
 // (expected_bytes) checks against the trainer to 1%:
 //   tp    per micro-batch (8L+4) all-gathers/reduce-scatters of (t-1)/t of the
-//         (B*T, C) activations, two small all-reduces for the vocab-parallel
+//         (B*T, C) activations (and those recomputation repeats: L for mlp,
+//         c_fc's all-gather; 3L for block, c_attn's and c_fc's all-gathers and
+//         attn.c_proj's reduce-scatter), two small all-reduces for the vocab-parallel
 //         cross-entropy, and all-reduces of the tp-partial gradients
 //         (LayerNorms, wpe) once per step (every micro-batch under ZeRO-2/3);
 //   fsdp  stage 1: reduce-scatter + all-gather of the unit storage once;
@@ -37,6 +42,12 @@ struct MicroBatchFlops {  // one rank, one micro-batch, forward only
   double total() const { return linear + attention + lm_head; }
 };
 MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp);
+
+// The forward FLOPs train.recompute runs again in backward, one rank, one
+// micro-batch (lm_head 0): mlp c_fc (4C of the 12C output columns); block
+// c_attn, attn.c_proj and c_fc (8C of 12C) and all of attention.
+MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                Recompute recompute);
 
 // Forward + backward model FLOPs of one optimizer step over the whole job
 // (global_batch rows): MFU's numerator, model_flops() x tokens, the same

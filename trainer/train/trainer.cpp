@@ -167,7 +167,7 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
   run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len,
                                     *run.layout, *run.params,
                                     TensorParallel{&run.mesh->tp(), cfg.parallel.tp_overlap},
-                                    cfg.runtime.dtype);
+                                    tc.recompute, cfg.runtime.dtype);
 
   const std::string ckpt_root = cfg.checkpoint_dir();
   if (cfg.checkpoint.resume == "auto") {
