@@ -74,9 +74,10 @@ int64_t attention_scratch_elems(PlanBackend backend, int B, int n_head, int T) {
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend, Recompute recompute) {
-  // Mirrors GPT::allocate buffer by buffer. `a` = bytes of an activation
-  // element, 4 = fp32 statistics, ids and losses.
-  const int64_t a = backend == PlanBackend::cpu ? 4 : 2, s = 4;
+  // Mirrors GPT::allocate buffer by buffer. Activations are fp32 on every
+  // backend (a = 4; bf16 only rounds the GEMM operands, into the copies
+  // counted at the end); s = 4 for statistics, ids and losses.
+  const int64_t a = 4, s = 4;
   const int64_t R = static_cast<int64_t>(micro_batch) * seq_len;
   const int64_t L = m.n_layer, C = m.n_embd, V = m.vocab_size;
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
@@ -113,6 +114,12 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += R * 3 * Cl * a;                  // dqkv
   bytes += att_scratch * s;                 // attention backward scratch
   bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * a;
+  if (backend == PlanBackend::cuda) {
+    // The GPU plan is bf16 (the hardware files' bf16 peaks): LinearPrecision's
+    // bf16 copies of the largest GEMM input, output gradient and weight.
+    bytes += 2 * (R * std::max(C, 4 * Cl) + R * std::max({4 * Cl, C, Vl}) +
+                  std::max(Vl * C, 4 * Cl * C));
+  }
   return bytes;
 }
 

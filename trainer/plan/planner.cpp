@@ -94,7 +94,11 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   const double bwd_ms = 2 * fwd_ms + rf.total() / flops_per_s * 1e3;
   p.compute_ms = A * (fwd_ms + bwd_ms);
   const double owned_params = static_cast<double>(p.state.optimizer) / 8.0;  // m + v, fp32
-  const double mem_bytes = owned_params * 28.0 + 3.0 * A * static_cast<double>(p.activations);
+  // Activation traffic is what the step writes and reads, whatever it keeps:
+  // recomputation writes the dropped tensors again (into one block's slot).
+  const double traffic = static_cast<double>(predict_activation_bytes(
+      m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none));
+  const double mem_bytes = owned_params * 28.0 + 3.0 * A * traffic;
   p.memory_ms = mem_bytes / hw.memory_bytes_per_s(per_node) * 1e3;
 
   // Communication: each axis over its link.
