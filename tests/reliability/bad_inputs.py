@@ -112,8 +112,8 @@ def bad_launch(runner):
     b.case("seq_len_over_block_size", ["--config", good, "train.seq_len=32"],
            ["train.seq_len", "model.block_size=16"])
     if runner.cuda_build:
-        b.case("more_local_ranks_than_gpus", ["--config", good, "runtime.device=cuda"],
-               ["runtime.device=cuda", "2 ranks on this host for 0 visible GPUs"],
+        b.case("cuda_without_a_visible_gpu", ["--config", good, "runtime.device=cuda"],
+               ["runtime.device=cuda", "expected a visible CUDA device, got none"],
                env={"CUDA_VISIBLE_DEVICES": ""})
     else:
         b.case("cuda_without_cuda_build", ["--config", good, "runtime.device=cuda"],
