@@ -134,7 +134,9 @@ TEST(OffHostLayoutsMpi, StagedDeviceMemoryTrainsEveryLayoutLikeHostMpi) {
         EXPECT_EQ(got.losses, want.losses);
         EXPECT_EQ(got.norms, want.norms);
         EXPECT_EQ(got.pieces, want.pieces);
-        if (world->size() > 1) EXPECT_GT(staging->copied(), 0);
+        if (world->size() > 1) {
+          EXPECT_GT(staging->copied(), 0);
+        }
       }
 }
 

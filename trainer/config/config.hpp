@@ -65,6 +65,9 @@ struct RuntimeConfig {
   ComputeDType dtype = ComputeDType::fp32;
   int threads = 0;  // CPU threads for BLAS/OpenMP; 0 = this rank's share of the host's cores
   double collective_timeout_s = 300.0;  // a collective not done by then aborts the job; 0 = never
+  // CUDA, bf16, head size a multiple of 16: attention on the WMMA tensor-core
+  // kernels instead of the fp32-math ones. Off until its GPU test has passed.
+  bool attention_tensor_cores = false;
 };
 
 struct ParallelConfig {

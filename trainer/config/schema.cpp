@@ -285,6 +285,8 @@ std::vector<Field> make_fields() {
       bind<&C::runtime, &RuntimeConfig::dtype>("runtime", "dtype"),
       bind<&C::runtime, &RuntimeConfig::threads>("runtime", "threads"),
       bind<&C::runtime, &RuntimeConfig::collective_timeout_s>("runtime", "collective_timeout_s"),
+      bind<&C::runtime, &RuntimeConfig::attention_tensor_cores>("runtime",
+                                                                "attention_tensor_cores"),
 
       bind<&C::parallel, &ParallelConfig::dp>("parallel", "dp"),
       bind<&C::parallel, &ParallelConfig::fsdp>("parallel", "fsdp"),

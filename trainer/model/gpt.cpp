@@ -96,6 +96,7 @@ void GPT::allocate(int max_rows, int max_seq) {
   linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, R * std::max(C, 4 * Cl),
                                               R * std::max({4 * Cl, C, Vl}),
                                               std::max(Vl * C, 4 * Cl * C));
+  attention_ = std::make_unique<AttentionPrecision>(ops_, dtype_, R, Cl);
 }
 
 float* GPT::params() {
@@ -285,8 +286,7 @@ void GPT::block_attention_forward(int l, TensorView x) {
                          layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
                          p(h + "ln_1.bias"));
   column_forward(qkv, ln1, p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
-  ops_.attention_forward(view(atty.f32(), {B, T, Cl}), att, view(qkv.f32(), {B, T, 3 * Cl}),
-                         NHl);
+  attention_->forward(view(atty.f32(), {B, T, Cl}), att, view(qkv.f32(), {B, T, 3 * Cl}), NHl);
   row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
   ops_.add(res2, x, proj);
 }
@@ -455,12 +455,11 @@ void GPT::backward() {
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual,
                  layer_act(a.atty, l, {R, Cl}), p(h + "attn.c_proj.weight"));
-    ops_.attention_backward(view(dqkv.f32(), {B, T, 3 * Cl}),
-                            view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
-                            view(datty.f32(), {B, T, Cl}),
-                            layer_act(a.qkv, l, {B, T, 3 * Cl}),
-                            layer_act(a.atty, l, {B, T, Cl}),
-                            layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
+    attention_->backward(view(dqkv.f32(), {B, T, 3 * Cl}),
+                         view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
+                         view(datty.f32(), {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
+                         layer_act(a.atty, l, {B, T, Cl}),
+                         layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
     column_backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
                     layer_act(a.ln1, l, {R, C}), p(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
@@ -501,7 +500,7 @@ int64_t GPT::activation_bytes() const {
         &a.losses, &a.proj_tmp, &a.ce_stats, &d.dresidual, &d.dln, &d.dfull, &d.datty,
         &d.dfch_gelu, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
     n += b->bytes();
-  return static_cast<int64_t>(n) + linear_->bytes();
+  return static_cast<int64_t>(n) + linear_->bytes() + attention_->bytes();
 }
 
 }  // namespace gt

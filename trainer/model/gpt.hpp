@@ -53,6 +53,7 @@
 #include "parallel/collective_matmul.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/model/attention_precision.hpp"
 #include "trainer/model/linear_precision.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
@@ -110,7 +111,7 @@ class GPT {
   // Per-position losses (B*T) of the last forward() with targets, on the host.
   const float* losses() const { return host_losses_.data(); }
   // Bytes of every activation and activation-gradient buffer this rank
-  // allocated, with the bf16 GEMM operand copies (what the planner's memory
+  // allocated, with the bf16 GEMM and attention operand copies (what the planner's memory
   // model predicts, trainer/plan/).
   int64_t activation_bytes() const;
 
@@ -198,6 +199,7 @@ class GPT {
   Activations acts_;
   Gradients dacts_;
   std::unique_ptr<LinearPrecision> linear_;  // the GEMMs' operand precision
+  std::unique_ptr<AttentionPrecision> attention_;  // attention's precision
   std::vector<float> host_losses_;  // (R) losses downloaded for the mean
   std::vector<float> host_logits_;  // logits() copy
   int B_ = 0, T_ = 0;

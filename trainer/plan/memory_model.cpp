@@ -116,9 +116,11 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * a;
   if (backend == PlanBackend::cuda) {
     // The GPU plan is bf16 (the hardware files' bf16 peaks): LinearPrecision's
-    // bf16 copies of the largest GEMM input, output gradient and weight.
+    // bf16 copies of the largest GEMM input, output gradient and weight, and
+    // AttentionPrecision's of one layer's attention operands.
     bytes += 2 * (R * std::max(C, 4 * Cl) + R * std::max({4 * Cl, C, Vl}) +
                   std::max(Vl * C, 4 * Cl * C));
+    bytes += 2 * 8 * R * Cl;  // AttentionPrecision: bf16 qkv, out, dout, dqkv of one layer
   }
   return bytes;
 }

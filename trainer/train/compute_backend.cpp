@@ -72,6 +72,7 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
   CudaContextOptions o;
   o.device = cuda_device_for_rank(env.local_rank, visible_cuda_devices());
+  o.attention_tensor_cores = cfg.runtime.attention_tensor_cores;
   auto ops = std::make_unique<CudaOps>(o);
   b.cuda_device = o.device;
   b.cuda_stream = ops->stream();
