@@ -292,11 +292,28 @@ sys.exit(prepare_data.main(["--input", *texts, "--out-dir", os.path.join(sys.arg
 PY
 
   # (b) GPT-2 124M, bf16, 30 steps, the last 2 profiled (configs/gpt2_124m.yaml).
+  # The tensor-core attention kernels only once their CPU-twin test has passed
+  # on this GPU in stage 3 (runtime.attention_tensor_cores, off by default).
+  attn=()
+  if python3 - "$logs/gt_cuda_tests.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+except (OSError, ET.ParseError):
+    sys.exit(1)
+ok = [c for c in cases if c.get("name") == "Bf16TensorCoreForwardAndBackwardMatchCpu"
+      and c.get("result") == "completed" and c.find("failure") is None]
+sys.exit(0 if ok else 1)
+PY
+  then
+    attn=("runtime.attention_tensor_cores=true")
+    echo "   tensor-core attention test passed: training with runtime.attention_tensor_cores=true"
+  fi
   run="$logs/train_124m"
   run_stage "train gpt2_124m bf16" "$logs/train_124m.log" 240 \
     "$trainer" train --config "$root/configs/gpt2_124m.yaml" "${peaks[@]}" \
       "data.train=$logs/data/gpt2_random/train_*.bin" "log.dir=$run" \
-      "profile.hardware=$root/configs/hardware/h200.yaml"
+      "profile.hardware=$root/configs/hardware/h200.yaml" "${attn[@]}"
   train_rc=$?
   # 1.5 GB of checkpoint and export that no one will read.
   rm -rf "$run/checkpoints" "$run/model.safetensors"
