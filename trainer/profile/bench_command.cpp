@@ -18,19 +18,34 @@
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/profile/bench.hpp"
 #include "trainer/train/compute_backend.hpp"
+#include "trainer/train/launch_checks.hpp"
 #include "trainer/train/run_environment.hpp"
 
 namespace gt {
 
 namespace {
 
-int run(Communicator& world, const Config& cfg, const RunEnvironment& env,
+// `world` null: one process. Otherwise the host MPI world, whose collectives
+// cannot take the device buffers the bench allocates on a GPU: the bench then
+// runs on the device communicator the trainer would use (NCCL, or MPI staged
+// through host memory), per parallel.comm.
+int run(const MpiCommunicator* world, const Config& cfg, const RunEnvironment& env,
         const std::string& out_path) {
   ComputeBackend backend = make_compute_backend(cfg, env);
+  // Declared after the backend: goes first (it orders its work on the backend's stream).
+  std::unique_ptr<Communicator> comm;
+  if (!world) {
+    comm = std::make_unique<InProcessCommunicator>("world");
+  } else {
+    const int gpus = visible_cuda_devices();
+    const ParallelComm pc = resolve_run_comm(cfg, backend.device, env.local_size, gpus);
+    check_local_devices(cfg, env.local_size, gpus, cuda_built(), pc);
+    comm = make_run_world(*world, backend, pc);
+  }
   BenchOptions opt;
   opt.gemm_dtype = cfg.runtime.dtype == ComputeDType::bf16 ? DType::bf16 : DType::f32;
-  const nlohmann::json result = run_bench(*backend.ops, &world, opt);
-  if (world.rank() == 0) {
+  const nlohmann::json result = run_bench(*backend.ops, comm.get(), opt);
+  if (comm->rank() == 0) {
     std::cout << format_bench(result) << std::flush;
     if (!out_path.empty()) {
       const std::filesystem::path dir = std::filesystem::path(out_path).parent_path();
@@ -52,15 +67,12 @@ int bench_command(const std::string& config_path, const std::string& out_path) {
   cfg.source = config_path.empty() ? "defaults" : config_path;
   if (!config_path.empty()) cfg = load_config(config_path, {});
   const RuntimeConfig& rt = cfg.runtime;
-  if (env.world_size <= 1) {
-    InProcessCommunicator solo("world");
-    return run(solo, cfg, env, out_path);
-  }
+  if (env.world_size <= 1) return run(nullptr, cfg, env, out_path);
   MpiSession mpi(nullptr, nullptr);
   auto world = MpiCommunicator::dup(MPI_COMM_WORLD, "world", rt.collective_timeout_s);
   if (world->rank() != 0) spdlog::set_level(spdlog::level::warn);
   try {
-    return run(*world, cfg, env, out_path);
+    return run(world.get(), cfg, env, out_path);
   } catch (const std::exception& e) {
     abort_job(1, e.what());
   }
