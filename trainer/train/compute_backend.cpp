@@ -131,6 +131,10 @@ MeshCommOptions mesh_options(const ComputeBackend& backend, ParallelComm comm) {
 
 DeviceMesh make_run_mesh(const ParallelDims& dims, const MpiCommunicator* world,
                          const ComputeBackend& backend, ParallelComm comm) {
+  // One rank moves no buffers (every axis has size 1): staged in-process
+  // communicators cost nothing, where NCCL would bring up five communicators
+  // (and its network bootstrap) for no traffic.
+  if (dims.world_size() == 1 && backend.device != Device::cpu) comm = ParallelComm::mpi;
   return make_device_mesh(dims, world, mesh_options(backend, comm));
 }
 

@@ -54,8 +54,9 @@ ParallelComm resolve_run_comm(const Config& cfg, Device device, int local_ranks,
 
 // The run's device mesh: MPI communicators on the CPU; on CUDA, NCCL ones or
 // MPI ones staging device buffers through pinned host memory on the
-// backend's compute stream (which must outlive the mesh). Collective over
-// `world` (null = one rank without MPI).
+// backend's compute stream (which must outlive the mesh); one rank, which
+// moves no buffers, always gets the staged in-process communicators. Collective
+// over `world` (null = one rank without MPI).
 DeviceMesh make_run_mesh(const ParallelDims& dims, const MpiCommunicator* world,
                          const ComputeBackend& backend, ParallelComm comm);
 // The same for a world communicator alone (`trainer bench`).
