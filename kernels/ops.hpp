@@ -100,6 +100,14 @@ class Ops {
   // floats) is whatever the backend keeps for backward: the CPU backend the
   // (B,NH,T,T) softmax probabilities, a flash-style GPU kernel the (B,NH,T)
   // log-sum-exp, so the model never assumes the T x T matrix exists.
+  // dtypes (both backends): qkv and out, and in backward dqkv, dout, qkv and
+  // out, are all fp32 or all bf16 (a mix is an error naming the op and the
+  // tensor); saved and scratch are fp32 either way. bf16 inputs are widened
+  // exactly, the math is fp32, and bf16 outputs are the fp32 results rounded
+  // to nearest even. The CPU backend is bit for bit its fp32 attention of the
+  // bf16 values, then rounded (the reference CudaOps is tested against); the
+  // opt-in CUDA tensor-core variant (CudaContextOptions::attention_tensor_cores)
+  // also rounds P and dS to bf16 before their products.
   virtual int64_t attention_saved_elems(int B, int n_head, int T) const = 0;
   virtual void attention_forward(TensorView out, TensorView saved, TensorView qkv,
                                  int n_head) = 0;

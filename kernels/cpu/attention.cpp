@@ -9,13 +9,25 @@
 // runs sequentially inside a parallel region); with few, BLAS threads each
 // product. Each pair writes only its own outputs and reductions run in a
 // fixed order, so results are bitwise deterministic run to run.
+//
+// dtypes, as CudaOps: qkv, out (and in backward dout, dqkv) are all fp32 or
+// all bf16; att (the saved probabilities) and scratch are always fp32. bf16
+// inputs are widened (exactly) into per-call fp32 buffers, the fp32 algorithm
+// runs unchanged on them, and the bf16 outputs are its fp32 results rounded
+// to nearest even: a bf16 call is bit for bit the fp32 call on the bf16
+// values, then rounded. fp32 calls work in place with no extra copy. bf16
+// exists here to make the mixed-precision model testable, not fast.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
 
 #include <omp.h>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/fast_math.hpp"
 
@@ -32,6 +44,32 @@ struct Dims {
   float scale;
 };
 
+// Throws naming op and tensor unless `t` is fp32 or bf16 and, when `like`
+// (qkv) is given, has its dtype.
+void expect_io_dtype(const TensorView& t, const char* op, const char* what, const char* shared,
+                     const TensorView* like = nullptr) {
+  GT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, op, ": ", what,
+           " must be fp32 or bf16, got ", dtype_name(t.dtype));
+  if (like)
+    GT_CHECK(t.dtype == like->dtype, op, ": ", what, " is ", dtype_name(t.dtype), " but qkv is ",
+             dtype_name(like->dtype), "; ", shared, " share one dtype");
+}
+
+// Throws naming op and tensor unless `t` (saved probabilities or scratch) is fp32.
+void expect_fp32_buffer(const TensorView& t, const char* op, const char* what) {
+  GT_CHECK(t.dtype == DType::f32, op, ": ", what, " must be fp32 (also for bf16 qkv), got ",
+           dtype_name(t.dtype));
+}
+
+// Throws unless `t` is a contiguous CPU tensor of exactly `shape` with data
+// (its dtype is checked by the caller).
+void expect_cpu_shape(const TensorView& t, std::initializer_list<int64_t> shape,
+                      const char* what) {
+  GT_CHECK(t.device == Device::cpu, what, " must be on the cpu, got ", device_name(t.device));
+  expect_shape(t, shape, what);
+  GT_CHECK(t.data != nullptr || t.numel() == 0, what, " has no data");
+}
+
 Dims attention_dims(const TensorView& qkv, int n_head) {
   GT_CHECK(qkv.ndim == 3, "attention qkv must be (B, T, 3C), got ", qkv.shape_str());
   GT_CHECK(n_head > 0, "n_head ", n_head);
@@ -45,7 +83,7 @@ Dims attention_dims(const TensorView& qkv, int n_head) {
   GT_CHECK(d.C % n_head == 0, "C ", d.C, " is not divisible by n_head ", n_head);
   d.hs = d.C / n_head;
   d.scale = 1.f / std::sqrt(static_cast<float>(d.hs));
-  expect_f32(qkv, {d.B, d.T, 3 * d.C}, "attention qkv");
+  expect_cpu_shape(qkv, {d.B, d.T, 3 * d.C}, "attention qkv");
   return d;
 }
 
@@ -78,16 +116,24 @@ void softmax_rows(float* a, int T, int i0, int i1) {
 // them cost more in fork/join than it gained.
 bool heads_in_parallel(const Dims& d) { return d.B * d.NH >= 2 * omp_get_max_threads(); }
 
-}  // namespace
+// A bf16 tensor's values widened into `buf` (resized to fit).
+const float* widened(const TensorView& t, std::vector<float>& buf) {
+  buf.resize(static_cast<size_t>(t.numel()));
+  widen_bf16(buf.data(), static_cast<const uint16_t*>(t.data), t.numel());
+  return buf.data();
+}
 
-void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) {
-  const Dims d = attention_dims(qkv, n_head);
-  expect_f32(out, {d.B, d.T, d.C}, "attention out");
-  expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
+// The bf16 tensor `t` = `src` rounded to nearest even, elementwise.
+void store_rounded(TensorView t, const std::vector<float>& src) {
+  uint16_t* dst = static_cast<uint16_t*>(t.data);
+  const int64_t n = t.numel();
+#pragma omp parallel for simd if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_float(src[static_cast<size_t>(i)]);
+}
+
+// out (B,T,C), att (B,NH,T,T) <- qkv (B,T,3C), all fp32.
+void forward_f32(const Dims& d, float* out_p, float* att_p, const float* qkv_p) {
   const int T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
-  const float* qkv_p = qkv.f32();
-  float* out_p = out.f32();
-  float* att_p = att.f32();
 
 #pragma omp parallel for schedule(dynamic) if (heads_in_parallel(d))
   for (int bh = 0; bh < d.B * d.NH; ++bh) {
@@ -110,20 +156,12 @@ void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_hea
   }
 }
 
-void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                        TensorView att, int n_head) {
-  const Dims d = attention_dims(qkv, n_head);
-  expect_f32(dqkv, {d.B, d.T, 3 * d.C}, "attention dqkv");
-  expect_f32(scratch, {d.B, d.NH, d.T, d.T}, "attention scratch");
-  expect_f32(dout, {d.B, d.T, d.C}, "attention dout");
-  expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
+// dqkv (B,T,3C) <- dout (B,T,C), qkv, att (B,NH,T,T); scratch (B,NH,T,T)
+// clobbered; all fp32.
+void backward_f32(const Dims& d, float* dqkv_p, float* scr_p, const float* dout_p,
+                  const float* qkv_p, const float* att_p) {
   const int T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
   const float scale = d.scale;
-  const float* qkv_p = qkv.f32();
-  const float* dout_p = dout.f32();
-  const float* att_p = att.f32();
-  float* dqkv_p = dqkv.f32();
-  float* scr_p = scratch.f32();
 
 #pragma omp parallel for schedule(dynamic) if (heads_in_parallel(d))
   for (int bh = 0; bh < d.B * d.NH; ++bh) {
@@ -172,6 +210,53 @@ void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, Te
            C, beta, dv, C3);
     }
   }
+}
+
+}  // namespace
+
+void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) {
+  const char* op = "attention_forward";
+  const char* shared = "qkv and out";
+  expect_io_dtype(qkv, op, "qkv", shared);
+  expect_io_dtype(out, op, "out", shared, &qkv);
+  expect_fp32_buffer(att, op, "saved");
+  const Dims d = attention_dims(qkv, n_head);
+  expect_cpu_shape(out, {d.B, d.T, d.C}, "attention out");
+  expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
+  if (qkv.dtype == DType::f32) {
+    forward_f32(d, out.f32(), att.f32(), qkv.f32());
+    return;
+  }
+  std::vector<float> qkv32, out32(static_cast<size_t>(out.numel()));
+  forward_f32(d, out32.data(), att.f32(), widened(qkv, qkv32));
+  store_rounded(out, out32);
+}
+
+void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
+                        TensorView out, TensorView att, int n_head) {
+  const char* op = "attention_backward";
+  const char* shared = "dqkv, dout, qkv and out";
+  expect_io_dtype(qkv, op, "qkv", shared);
+  expect_io_dtype(dqkv, op, "dqkv", shared, &qkv);
+  expect_io_dtype(dout, op, "dout", shared, &qkv);
+  expect_io_dtype(out, op, "out", shared, &qkv);
+  expect_fp32_buffer(scratch, op, "scratch");
+  expect_fp32_buffer(att, op, "saved");
+  const Dims d = attention_dims(qkv, n_head);
+  expect_cpu_shape(dqkv, {d.B, d.T, 3 * d.C}, "attention dqkv");
+  expect_cpu_shape(dout, {d.B, d.T, d.C}, "attention dout");
+  expect_cpu_shape(out, {d.B, d.T, d.C}, "attention out");
+  expect_f32(scratch, {d.B, d.NH, d.T, d.T}, "attention scratch");
+  expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
+  if (qkv.dtype == DType::f32) {
+    backward_f32(d, dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(), att.f32());
+    return;
+  }
+  // out is not read: the saved probabilities already give rowsum(dP o P).
+  std::vector<float> qkv32, dout32, dqkv32(static_cast<size_t>(dqkv.numel()));
+  backward_f32(d, dqkv32.data(), scratch.f32(), widened(dout, dout32), widened(qkv, qkv32),
+               att.f32());
+  store_rounded(dqkv, dqkv32);
 }
 
 }  // namespace gt::cpu

@@ -47,8 +47,9 @@ void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, Tens
 
 // att and scratch: (B,NH,T,T) views (CpuOps reshapes the flat buffers).
 void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head);
+// out is the forward's, checked (dtype, shape) but not read.
 void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                        TensorView att, int n_head);
+                        TensorView out, TensorView att, int n_head);
 
 void gelu_forward(TensorView out, TensorView inp);
 void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);

@@ -163,10 +163,10 @@ class CpuOps final : public Ops {
                            n_head);
   }
   void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                          TensorView /*out*/, TensorView saved, int n_head) override {
+                          TensorView out, TensorView saved, int n_head) override {
     cpu::attention_backward(dqkv, probabilities_view(scratch, qkv, n_head, "attention scratch"),
-                            dout, qkv, probabilities_view(saved, qkv, n_head, "attention saved"),
-                            n_head);
+                            dout, qkv, out,
+                            probabilities_view(saved, qkv, n_head, "attention saved"), n_head);
   }
   void add_bias(TensorView out, TensorView bias) override { cpu::add_bias(out, bias); }
 

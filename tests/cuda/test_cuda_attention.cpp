@@ -1,12 +1,17 @@
 // Flash attention (kernels/cuda/attention.cu, and the tensor-core variant in
-// attention_tc.cu) against the CPU twin: fp32 and bf16, head sizes on and between the three padded widths (5, 8, 16, 32, 48,
-// 64, 72, 128: odd ones take the scalar loads), T inside one 64-row tile, on
-// a tile boundary, one past it, and across many tiles (1, 7, 64, 65, 130,
-// 200, 1024). Every output is poisoned first; the log-sum-exp is checked
-// against a double-precision reference; backward must be bitwise repeatable.
+// attention_tc.cu) against the CPU twin: fp32 against CpuOps' fp32 attention,
+// bf16 against CpuOps' bf16 attention (the fp32 attention of the bf16 values,
+// outputs rounded to bf16). Head sizes on and between the three padded widths
+// (5, 8, 16, 32, 48, 64, 72, 128: odd ones take the scalar loads), T inside
+// one 64-row tile, on a tile boundary, one past it, and across many tiles (1,
+// 7, 64, 65, 130, 200, 1024). Every output is poisoned first; the
+// log-sum-exp is checked against a double-precision reference; backward must
+// be bitwise repeatable.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -68,6 +73,39 @@ std::vector<float> cpu_backward(const Case& c, std::vector<float> qkv, std::vect
                           gt::cpu_f32(dout.data(), {z.B, z.T, z.C}),
                           gt::cpu_f32(qkv.data(), {z.B, z.T, 3 * z.C}),
                           gt::cpu_f32(out.data(), {z.B, z.T, z.C}),
+                          gt::cpu_f32(att.data(), {z.att}), c.NH);
+  return dqkv;
+}
+
+// CpuOps' bf16 attention: qkv, out, dout, dqkv bf16 bits; the saved
+// probabilities and scratch fp32.
+gt::TensorView cpu_bf16(std::vector<uint16_t>& v, std::initializer_list<int64_t> shape) {
+  return gt::make_view(v.data(), gt::DType::bf16, gt::Device::cpu, shape);
+}
+
+struct CpuBf16Result {
+  std::vector<uint16_t> out;
+  std::vector<float> att;
+};
+CpuBf16Result cpu_forward_bf16(const Case& c, std::vector<uint16_t> qkv) {
+  const Sizes z = sizes(c);
+  auto cpu = gt::make_cpu_ops(1);
+  CpuBf16Result r{std::vector<uint16_t>(z.out), std::vector<float>(z.att)};
+  cpu->attention_forward(cpu_bf16(r.out, {z.B, z.T, z.C}), gt::cpu_f32(r.att.data(), {z.att}),
+                         cpu_bf16(qkv, {z.B, z.T, 3 * z.C}), c.NH);
+  return r;
+}
+
+std::vector<uint16_t> cpu_backward_bf16(const Case& c, std::vector<uint16_t> qkv,
+                                        std::vector<uint16_t> out, std::vector<float> att,
+                                        std::vector<uint16_t> dout) {
+  const Sizes z = sizes(c);
+  auto cpu = gt::make_cpu_ops(1);
+  std::vector<uint16_t> dqkv(z.qkv);
+  std::vector<float> scratch(z.att);
+  cpu->attention_backward(cpu_bf16(dqkv, {z.B, z.T, 3 * z.C}),
+                          gt::cpu_f32(scratch.data(), {z.att}), cpu_bf16(dout, {z.B, z.T, z.C}),
+                          cpu_bf16(qkv, {z.B, z.T, 3 * z.C}), cpu_bf16(out, {z.B, z.T, z.C}),
                           gt::cpu_f32(att.data(), {z.att}), c.NH);
   return dqkv;
 }
@@ -139,18 +177,20 @@ TEST(CudaAttention, Bf16ForwardAndBackwardMatchCpu) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(name(c));
     const Sizes z = sizes(c);
-    const auto qkv = gt::test::round_to_bf16(random_vector(z.qkv, 11, -2.f, 2.f));
-    const auto dout = gt::test::round_to_bf16(random_vector(z.out, 12));
-    const CpuResult fwd = cpu_forward(c, qkv);
-    const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout);
+    const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 11, -2.f, 2.f));
+    const auto dout16 = gt::test::to_bf16(random_vector(z.out, 12));
+    const auto qkv = gt::test::from_bf16(qkv16);
+    const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16);
+    const auto want_out = gt::test::from_bf16(fwd.out);
+    const auto want_dqkv =
+        gt::test::from_bf16(cpu_backward_bf16(c, qkv16, fwd.out, fwd.att, dout16));
 
-    DeviceArray<uint16_t> d_qkv(gt::test::to_bf16(qkv), s), d_dout(gt::test::to_bf16(dout), s),
-        d_out(z.out, s), d_dqkv(z.qkv, s);
+    DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
     DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
     d_out.poison();
     d_lse.poison();
     gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), fwd.out, 1e-2f, 1e-2f)) << "out";
+    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1e-2f, 1e-2f)) << "out";
     // fp32 math on bf16-exact inputs: the statistics stay fp32-accurate.
     EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
 
@@ -177,18 +217,20 @@ TEST(CudaAttention, Bf16TensorCoreForwardAndBackwardMatchCpu) {
     SCOPED_TRACE(name(c));
     ASSERT_TRUE(gt::cuda::attention_tc_supported(c.hs));
     const Sizes z = sizes(c);
-    const auto qkv = gt::test::round_to_bf16(random_vector(z.qkv, 31, -2.f, 2.f));
-    const auto dout = gt::test::round_to_bf16(random_vector(z.out, 32));
-    const CpuResult fwd = cpu_forward(c, qkv);
-    const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout);
+    const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 31, -2.f, 2.f));
+    const auto dout16 = gt::test::to_bf16(random_vector(z.out, 32));
+    const auto qkv = gt::test::from_bf16(qkv16);
+    const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16);
+    const auto want_out = gt::test::from_bf16(fwd.out);
+    const auto want_dqkv =
+        gt::test::from_bf16(cpu_backward_bf16(c, qkv16, fwd.out, fwd.att, dout16));
 
-    DeviceArray<uint16_t> d_qkv(gt::test::to_bf16(qkv), s), d_dout(gt::test::to_bf16(dout), s),
-        d_out(z.out, s), d_dqkv(z.qkv, s);
+    DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
     DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
     d_out.poison();
     d_lse.poison();
     gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), fwd.out, 1.5e-2f, 1.5e-2f))
+    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1.5e-2f, 1.5e-2f))
         << "out";
     // S is exact bf16 products summed in the tensor cores' fp32 accumulators
     // (whose rounding is not IEEE's to the last bit): near-fp32 statistics.
