@@ -260,8 +260,13 @@ struct GemmContext::Impl {
         cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, p.a.get(), p.b.get(), p.d.get(),
                                        p.d.get(), pref.get(), kRequested, results, &returned);
     // NOT_SUPPORTED means "no heuristic for this configuration": an
-    // unsupported shape, remembered as such. Anything else is an error.
-    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+    // unsupported shape, remembered as such. A fused epilogue the library
+    // rejects in any other way (INVALID_VALUE on some versions) is remembered
+    // as unsupported too: callers fall back to the plain GEMM plus our kernel.
+    // For a plain GEMM anything else is an error.
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED &&
+        key.ep == GemmEpilogue::none)
+      CUBLAS_CHECK(st);
     if (st == CUBLAS_STATUS_SUCCESS) {
       for (int i = 0; i < returned; ++i) {  // ordered fastest first
         if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= ws) {
