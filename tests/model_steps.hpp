@@ -1,8 +1,9 @@
-// A few optimizer steps of a tiny GPT-2 on one rank through the real
-// ShardedParameters (accumulation 2, clipping, AdamW), on whatever backend is
-// given, recording what two backends must agree on: losses, grad norms and
-// the final checkpoint pieces (parameters and AdamW moments, on the host).
-// Used by the OffHostOps tests (CPU) and the CUDA whole-model tests.
+// A few optimizer steps of a small GPT-2 through the real ShardedParameters
+// (accumulation 2, clipping, AdamW), on whatever backend and layout is given,
+// recording what two runs that should agree must agree on: losses, grad norms
+// and the final checkpoint pieces (parameters and AdamW moments, on the host).
+// Used by the OffHostOps, mixed-precision and recompute tests (CPU and MPI)
+// and the CUDA whole-model tests.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,20 @@ inline ModelConfig tiny_gpt() {
   return m;
 }
 
+struct StepOptions {
+  ModelConfig model = tiny_gpt();
+  const DeviceMesh* mesh = nullptr;  // null: one rank, in-process communicators
+  int fsdp_stage = 3;
+  double bucket_mb = 25.0;
+  bool tp_overlap = true;
+  Recompute recompute = Recompute::none;
+  ComputeDType dtype = ComputeDType::fp32;
+  int steps = 3;
+  int B = 2, T = 8;
+  int second_micro_T = 0;  // > 0: the second micro-batch is this short (smaller views)
+  uint64_t init_seed = 7;
+};
+
 struct StepTrace {
   std::vector<float> losses;
   std::vector<double> norms;
@@ -38,23 +53,29 @@ inline std::vector<std::vector<float>> piece_contents(const std::vector<TensorPi
   return out;
 }
 
-inline StepTrace train_steps(Ops& ops, int steps, const ModelConfig& m = tiny_gpt(), int B = 2,
-                             int T = 8, ComputeDType dtype = ComputeDType::fp32) {
-  const DeviceMesh mesh = DeviceMesh::in_process();
-  const ParameterLayout layout(m, 1, 0, 1);
-  ShardedParameters params(layout, mesh, 3, 25.0, ops);
-  for_each_initial_parameter(m, 7, [&](const ParamSpec& s, const float* data) {
+inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
+  const DeviceMesh solo = DeviceMesh::in_process();
+  const DeviceMesh& mesh = o.mesh ? *o.mesh : solo;
+  const ModelConfig& m = o.model;
+  const ParallelDims& d = mesh.dims();
+  const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+  ShardedParameters params(layout, mesh, o.fsdp_stage, o.bucket_mb, ops);
+  for_each_initial_parameter(m, o.init_seed, [&](const ParamSpec& s, const float* data) {
     params.load_global(s.name, data);
   });
-  GPT model(m, ops, B, T, layout, params, TensorParallel{}, Recompute::none, dtype);
+  const int B = o.B;
+  GPT model(m, ops, B, o.T, layout, params, TensorParallel{&mesh.tp(), o.tp_overlap},
+            o.recompute, o.dtype);
   TrainConfig tc;
   StepTrace t;
-  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
-  for (int step = 0; step < steps; ++step) {
+  std::vector<int32_t> tokens(static_cast<size_t>(B * o.T)), targets(tokens.size());
+  const int shard = mesh.data().rank();  // each data rank its own rows
+  for (int step = 0; step < o.steps; ++step) {
     params.begin_step();
     for (int micro = 0; micro < 2; ++micro) {
+      const int T = micro == 1 && o.second_micro_T > 0 ? o.second_micro_T : o.T;
       for (int i = 0; i < B * T; ++i) {
-        tokens[i] = (i * 7 + step * 3 + micro) % m.vocab_size;
+        tokens[i] = (i * 7 + step * 3 + micro + 11 * shard) % m.vocab_size;
         targets[i] = (tokens[i] * 5 + 1) % m.vocab_size;
       }
       params.begin_micro_batch(micro == 1);
@@ -67,6 +88,18 @@ inline StepTrace train_steps(Ops& ops, int steps, const ModelConfig& m = tiny_gp
   }
   t.pieces = piece_contents(params.pieces_to_save());
   return t;
+}
+
+// One rank, `steps` steps of model `m` at (B, T) in `dtype`.
+inline StepTrace train_steps(Ops& ops, int steps, const ModelConfig& m = tiny_gpt(), int B = 2,
+                             int T = 8, ComputeDType dtype = ComputeDType::fp32) {
+  StepOptions o;
+  o.model = m;
+  o.steps = steps;
+  o.B = B;
+  o.T = T;
+  o.dtype = dtype;
+  return train_steps(ops, o);
 }
 
 }  // namespace gt::test

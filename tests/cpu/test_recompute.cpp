@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.hpp"
+#include "model_steps.hpp"
 #include "offhost_ops.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/model/gpt.hpp"
@@ -30,47 +31,17 @@ ModelConfig tiny_model() {
   return m;
 }
 
-struct Trace {
-  std::vector<float> losses;
-  std::vector<double> norms;
-  std::vector<std::vector<float>> pieces;  // final parameters, pieces_to_save()
-};
+using Trace = test::StepTrace;
 
 // Three optimizer steps of two micro-batches each on one rank; the second
 // micro-batch is shorter (T = 6), so the shared slots also serve smaller views.
 Trace train(Ops& ops, Recompute recompute) {
-  const ModelConfig m = tiny_model();
-  const DeviceMesh mesh = DeviceMesh::in_process();
-  const ParameterLayout layout(m, 1, 0, 1);
-  ShardedParameters params(layout, mesh, 3, 25.0, ops);
-  for_each_initial_parameter(m, 5, [&](const ParamSpec& s, const float* data) {
-    params.load_global(s.name, data);
-  });
-  const int B = 2, T = 8;
-  GPT model(m, ops, B, T, layout, params, TensorParallel{}, recompute);
-  EXPECT_EQ(model.recompute(), recompute);
-  TrainConfig tc;
-  Trace t;
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int step = 0; step < 3; ++step) {
-    params.begin_step();
-    for (int micro = 0; micro < 2; ++micro) {
-      const int Tm = micro == 0 ? T : 6;
-      for (int i = 0; i < B * Tm; ++i) {
-        tokens[i] = (i * 11 + step * 5 + micro) % m.vocab_size;
-        targets[i] = (tokens[i] * 3 + 2) % m.vocab_size;
-      }
-      params.begin_micro_batch(micro == 1);
-      t.losses.push_back(model.forward(tokens.data(), targets.data(), B, Tm, 0.5f / (B * Tm)));
-      model.backward();
-    }
-    params.finish_gradients();
-    t.norms.push_back(params.grad_norm());
-    params.adamw_step(tc, 1e-2, 1.f, step + 1);
-  }
-  for (const auto& p : params.pieces_to_save())
-    t.pieces.emplace_back(p.data, p.data + p.box.rows * p.box.cols);
-  return t;
+  test::StepOptions o;
+  o.model = tiny_model();
+  o.recompute = recompute;
+  o.second_micro_T = 6;
+  o.init_seed = 5;
+  return test::train_steps(ops, o);
 }
 
 void expect_identical(const Trace& got, const Trace& want, Recompute mode) {

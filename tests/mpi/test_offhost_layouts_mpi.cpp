@@ -59,37 +59,15 @@ ModelConfig model() {
 // Three steps with accumulation 2 on one layout: losses, norms, saved pieces.
 test::StepTrace train_layout(Ops& ops, const DeviceMesh& mesh, int stage, bool overlap,
                              ComputeDType dtype) {
-  const ModelConfig m = model();
-  const ParallelDims& d = mesh.dims();
-  const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-  ShardedParameters params(layout, mesh, stage, 0.001, ops);  // small buckets: several in flight
-  for_each_initial_parameter(m, 3, [&](const ParamSpec& s, const float* data) {
-    params.load_global(s.name, data);
-  });
-  const int B = 2, T = 8;
-  GPT model_(m, ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap}, Recompute::none,
-              dtype);
-  TrainConfig tc;
-  test::StepTrace t;
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  const int shard = mesh.data().rank();
-  for (int step = 0; step < 3; ++step) {
-    params.begin_step();
-    for (int micro = 0; micro < 2; ++micro) {
-      for (int i = 0; i < B * T; ++i) {
-        tokens[i] = (i * 7 + step * 3 + micro + 11 * shard) % m.vocab_size;
-        targets[i] = (tokens[i] * 5 + 1) % m.vocab_size;
-      }
-      params.begin_micro_batch(micro == 1);
-      t.losses.push_back(model_.forward(tokens.data(), targets.data(), B, T, 0.25f / (B * T)));
-      model_.backward();
-    }
-    params.finish_gradients();
-    t.norms.push_back(params.grad_norm());
-    params.adamw_step(tc, 1e-2, 1.f, step + 1);
-  }
-  t.pieces = test::piece_contents(params.pieces_to_save());
-  return t;
+  test::StepOptions o;
+  o.model = model();
+  o.mesh = &mesh;
+  o.fsdp_stage = stage;
+  o.bucket_mb = 0.001;  // small buckets: several in flight
+  o.tp_overlap = overlap;
+  o.dtype = dtype;
+  o.init_seed = 3;
+  return test::train_steps(ops, o);
 }
 
 struct Case {
