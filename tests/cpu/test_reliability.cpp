@@ -306,6 +306,10 @@ TEST(LaunchChecks, MoreLocalRanksThanGpusNamesBothNumbers) {
   EXPECT_HAS(msg, "--npernode 2");
   EXPECT_HAS(msg, "parallel.comm=mpi");
   check_local_devices(cuda, 4, 1, true, mpi);  // ranks share the GPU over staged MPI
+  const Config autodev = config_in(dir, {"runtime.device=auto"});
+  check_local_devices(autodev, 4, 0, true, mpi);  // auto without a GPU is a CPU run
+  EXPECT_HAS(error_message([&] { check_local_devices(autodev, 4, 2, true, nccl); }),
+             "runtime.device=auto (cfg.yaml, host ");
 }
 
 // On a CUDA machine, with this build's real device count.

@@ -24,7 +24,7 @@ int visible_cuda_devices();
 // True when this build has the CUDA backend compiled in.
 bool cuda_built();
 
-// runtime.device=cuda needs a CUDA build and, with NCCL (which refuses two
+// runtime.device=cuda (or auto where it resolves to CUDA) needs a CUDA build and, with NCCL (which refuses two
 // ranks on one device), at least one GPU per rank on this host; with
 // parallel.comm=mpi ranks may share GPUs. local_ranks: ranks of this job on
 // this host; gpus: visible GPUs; comm: the resolved parallel.comm.
