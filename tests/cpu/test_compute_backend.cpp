@@ -78,6 +78,7 @@ TEST(ComputeBackend, ThisMachineBuildsWhatAutoResolvesTo) {
   ASSERT_NE(b.ops, nullptr);
   const Device want = cuda_built() && visible_cuda_devices() > 0 ? Device::cuda : Device::cpu;
   EXPECT_EQ(b.device, want);
+  EXPECT_EQ(b.comm, resolve_run_comm(cfg, want, 1, visible_cuda_devices()));
   EXPECT_EQ(b.ops->device(), want);
   if (want == Device::cpu) {
     EXPECT_EQ(b.describe, "cpu (1 thread)");

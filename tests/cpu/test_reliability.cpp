@@ -19,6 +19,7 @@
 #include "trainer/data/data_loader.hpp"
 #include "trainer/io/process.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/train/compute_backend.hpp"
 #include "trainer/train/fault_injection.hpp"
 #include "trainer/train/launch_checks.hpp"
 #include "trainer/train/run_directory.hpp"
@@ -293,22 +294,31 @@ TEST(LaunchChecks, MoreLocalRanksThanGpusNamesBothNumbers) {
   test::TempDir dir;
   const Config cpu = config_in(dir);
   const auto nccl = ParallelComm::nccl, mpi = ParallelComm::mpi;
-  check_local_devices(cpu, 8, 0, false, mpi);  // CPU runs need no GPU
+  // The device as the trainer resolves it (a CPU-only build, gpus visible).
+  auto device = [](const Config& c, bool built, int gpus) {
+    return resolve_device(c.runtime.device, c.runtime.dtype, gpus, built, c.source);
+  };
+  check_local_devices(cpu, device(cpu, false, 0), 8, 0, mpi);  // CPU runs need no GPU
   const Config cuda = config_in(dir, {"runtime.device=cuda"});
-  EXPECT_HAS(error_message([&] { check_local_devices(cuda, 1, 0, false, nccl); }),
+  EXPECT_HAS(error_message([&] { device(cuda, false, 0); }),
              "runtime.device=cuda (cfg.yaml): expected a build with the CUDA backend, got a "
              "CPU-only build");
-  EXPECT_HAS(error_message([&] { check_local_devices(cuda, 1, 0, true, mpi); }),
+  EXPECT_HAS(error_message([&] { device(cuda, true, 0); }),
              "expected a visible CUDA device, got none");
-  check_local_devices(cuda, 2, 2, true, nccl);
-  const std::string msg = error_message([&] { check_local_devices(cuda, 4, 2, true, nccl); });
+  check_local_devices(cuda, device(cuda, true, 2), 2, 2, nccl);
+  const std::string msg =
+      error_message([&] { check_local_devices(cuda, device(cuda, true, 2), 4, 2, nccl); });
   EXPECT_HAS(msg, "expected at most one rank per GPU, got 4 ranks on this host for 2 visible GPUs");
   EXPECT_HAS(msg, "--npernode 2");
   EXPECT_HAS(msg, "parallel.comm=mpi");
-  check_local_devices(cuda, 4, 1, true, mpi);  // ranks share the GPU over staged MPI
+  // ranks share the GPU over staged MPI
+  check_local_devices(cuda, device(cuda, true, 1), 4, 1, mpi);
   const Config autodev = config_in(dir, {"runtime.device=auto"});
-  check_local_devices(autodev, 4, 0, true, mpi);  // auto without a GPU is a CPU run
-  EXPECT_HAS(error_message([&] { check_local_devices(autodev, 4, 2, true, nccl); }),
+  // auto without a GPU is a CPU run
+  check_local_devices(autodev, device(autodev, true, 0), 4, 0, mpi);
+  EXPECT_HAS(error_message([&] {
+               check_local_devices(autodev, device(autodev, true, 2), 4, 2, nccl);
+             }),
              "runtime.device=auto (cfg.yaml, host ");
 }
 
@@ -319,9 +329,9 @@ TEST(LaunchChecks, MoreLocalRanksThanVisibleGpus) {
   if (gpus == 0) GTEST_SKIP() << "no CUDA device visible";
   test::TempDir dir;
   const Config cuda = config_in(dir, {"runtime.device=cuda"});
-  check_local_devices(cuda, gpus, gpus, true, ParallelComm::nccl);
+  check_local_devices(cuda, Device::cuda, gpus, gpus, ParallelComm::nccl);
   EXPECT_HAS(error_message([&] {
-               check_local_devices(cuda, gpus + 1, visible_cuda_devices(), true,
+               check_local_devices(cuda, Device::cuda, gpus + 1, visible_cuda_devices(),
                                    ParallelComm::nccl);
              }),
              std::to_string(gpus + 1) + " ranks on this host for " + std::to_string(gpus) +

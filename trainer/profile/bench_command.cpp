@@ -18,7 +18,6 @@
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/profile/bench.hpp"
 #include "trainer/train/compute_backend.hpp"
-#include "trainer/train/launch_checks.hpp"
 #include "trainer/train/run_environment.hpp"
 
 namespace gt {
@@ -37,10 +36,7 @@ int run(const MpiCommunicator* world, const Config& cfg, const RunEnvironment& e
   if (!world) {
     comm = std::make_unique<InProcessCommunicator>("world");
   } else {
-    const int gpus = visible_cuda_devices();
-    const ParallelComm pc = resolve_run_comm(cfg, backend.device, env.local_size, gpus);
-    check_local_devices(cfg, env.local_size, gpus, cuda_built(), pc);
-    comm = make_run_world(*world, backend, pc);
+    comm = make_run_world(*world, backend, backend.comm);
   }
   BenchOptions opt;
   opt.gemm_dtype = cfg.runtime.dtype == ComputeDType::bf16 ? DType::bf16 : DType::f32;

@@ -61,8 +61,10 @@ std::unique_ptr<OpTimer> ComputeBackend::make_op_timer() const {
 
 ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env) {
   ComputeBackend b;
-  b.device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, visible_cuda_devices(),
-                            cuda_built(), cfg.source);
+  const int gpus = visible_cuda_devices();
+  b.device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, gpus, cuda_built(), cfg.source);
+  b.comm = resolve_run_comm(cfg, b.device, env.local_size, gpus);
+  check_local_devices(cfg, b.device, env.local_size, gpus, b.comm);
   if (b.device == Device::cpu) {
     const int threads = cpu_thread_share(cfg.runtime.threads, env);
     b.ops = make_cpu_ops(threads);
@@ -71,7 +73,7 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
   }
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
   CudaContextOptions o;
-  o.device = cuda_device_for_rank(env.local_rank, visible_cuda_devices());
+  o.device = cuda_device_for_rank(env.local_rank, gpus);
   o.attention_tensor_cores = cfg.runtime.attention_tensor_cores;
   auto ops = std::make_unique<CudaOps>(o);
   b.cuda_device = o.device;

@@ -32,6 +32,7 @@ int cuda_device_for_rank(int local_rank, int visible_gpus);
 
 struct ComputeBackend {
   Device device = Device::cpu;
+  ParallelComm comm = ParallelComm::mpi;  // parallel.comm resolved for `device`: nccl or mpi
   int cuda_device = -1;           // CUDA: this rank's GPU index
   void* cuda_stream = nullptr;    // CUDA: the compute stream (a cudaStream_t) the ops run on
   std::unique_ptr<Ops> ops;       // not yet wrapped by the profiler
@@ -41,7 +42,9 @@ struct ComputeBackend {
   std::unique_ptr<OpTimer> make_op_timer() const;
 };
 
-// Builds this rank's backend. CUDA: a CudaOps on cuda_device_for_rank(...).
+// This rank's backend: resolve_device, resolve_run_comm and
+// check_local_devices against what the machine has (each throws gt::Error
+// naming the key), then the Ops; on CUDA a CudaOps on cuda_device_for_rank(...).
 ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env);
 
 // True when this build has the NCCL communicator.

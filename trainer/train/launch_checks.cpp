@@ -43,18 +43,9 @@ int visible_cuda_devices() {
 #endif
 }
 
-void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build,
+void check_local_devices(const Config& cfg, Device device, int local_ranks, int gpus,
                          ParallelComm comm) {
-  if (cfg.runtime.device == DeviceKind::cpu) return;
-  // auto runs on CUDA only when it can; then it must fit like cuda.
-  if (cfg.runtime.device == DeviceKind::auto_ && (!have_cuda_build || gpus == 0)) return;
-  if (!have_cuda_build)
-    fail("runtime.device=cuda (", cfg.source, "): expected a build with the CUDA backend, got "
-         "a CPU-only build (nvcc was not found when it was configured); use runtime.device=cpu");
-  if (gpus == 0)
-    fail("runtime.device=cuda (", cfg.source, ", host ", this_host(),
-         "): expected a visible CUDA device, got none (no GPU, no driver, or "
-         "CUDA_VISIBLE_DEVICES hides them); use runtime.device=cpu or auto");
+  if (device != Device::cuda) return;
   if (local_ranks > gpus && comm != ParallelComm::mpi)
     fail("runtime.device=", to_string(cfg.runtime.device), " (", cfg.source, ", host ", this_host(),
          "): expected at most one rank per GPU, got ", local_ranks, " ranks on this host for ",

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "kernels/core/tensor.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/train/run_environment.hpp"
 
@@ -24,11 +25,12 @@ int visible_cuda_devices();
 // True when this build has the CUDA backend compiled in.
 bool cuda_built();
 
-// runtime.device=cuda (or auto where it resolves to CUDA) needs a CUDA build and, with NCCL (which refuses two
-// ranks on one device), at least one GPU per rank on this host; with
+// A run on `device` (runtime.device as resolve_device resolved it, which
+// already refused cuda without a build or a visible GPU) with NCCL, which
+// refuses two ranks on one GPU, needs a GPU per rank on this host; with
 // parallel.comm=mpi ranks may share GPUs. local_ranks: ranks of this job on
 // this host; gpus: visible GPUs; comm: the resolved parallel.comm.
-void check_local_devices(const Config& cfg, int local_ranks, int gpus, bool have_cuda_build,
+void check_local_devices(const Config& cfg, Device device, int local_ranks, int gpus,
                          ParallelComm comm);
 
 // The training data must hold at least one global batch of distinct windows

@@ -73,7 +73,6 @@ std::string human_bytes(double b) {
 struct Run {
   ParallelDims dims;
   ComputeBackend backend;
-  ParallelComm comm = ParallelComm::mpi;     // resolved parallel.comm
   std::unique_ptr<DeviceMesh> mesh;
   std::unique_ptr<ProfileSession> profile;
   std::unique_ptr<Ops> profiling_ops;        // null when not profiling
@@ -113,13 +112,7 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
   std::exception_ptr early_error;
   try {
     run.faults = FaultInjector::from_env();
-    const RunEnvironment env = detect_run_environment();
-    const int gpus = visible_cuda_devices();
-    const Device device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, gpus,
-                                         cuda_built(), cfg.source);
-    run.comm = resolve_run_comm(cfg, device, env.local_size, gpus);
-    check_local_devices(cfg, env.local_size, gpus, cuda_built(), run.comm);
-    run.backend = make_compute_backend(cfg, env);
+    run.backend = make_compute_backend(cfg, detect_run_environment());
     run.train_data = std::make_unique<DataLoader>(cfg.data.train, "data.train",
                                                   cfg.model.vocab_size, tc.seq_len,
                                                   cfg.data.shuffle, tc.seed);
@@ -143,7 +136,7 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
     std::exception_ptr mesh_error;
     try {
       device_mesh = std::make_unique<DeviceMesh>(make_run_mesh(
-          run.dims, world, run.backend, run.comm));
+          run.dims, world, run.backend, run.backend.comm));
     } catch (const std::exception&) {
       mesh_error = std::current_exception();
     }
@@ -310,7 +303,7 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
                  cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
     spdlog::info("layout: {} on {}{}{}", run.dims.str(), run.backend.describe,
                  run.dims.world_size() == 1 ? ""
-                 : run.comm == ParallelComm::nccl
+                 : run.backend.comm == ParallelComm::nccl
                      ? ", comm nccl"
                      : (run.backend.device == Device::cpu ? ", comm mpi"
                                                           : ", comm mpi (staged through host)"),
