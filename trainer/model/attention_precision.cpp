@@ -1,6 +1,6 @@
 #include "trainer/model/attention_precision.hpp"
 
-#include "kernels/core/error.hpp"
+#include "trainer/model/linear_precision.hpp"
 
 namespace gt {
 
@@ -12,13 +12,7 @@ AttentionPrecision::AttentionPrecision(Ops& ops, ComputeDType dtype, int64_t max
 }
 
 TensorView AttentionPrecision::bf16_like(const TensorView& like, int64_t offset) const {
-  GT_CHECK(like.contiguous() && offset + like.numel() <= 8 * rows_ * channels_,
-           "bf16 attention operand ", like.shape_str(), " at ", offset, " does not fit ",
-           rows_, " rows x ", channels_, " channels");
-  TensorView v = like;
-  v.data = static_cast<uint16_t*>(buf_.data()) + offset;
-  v.dtype = DType::bf16;
-  return v;
+  return bf16_view_in(buf_, offset, like, "an attention operand");
 }
 
 TensorView AttentionPrecision::to_bf16(const TensorView& src, int64_t offset) {

@@ -14,21 +14,27 @@ LinearPrecision::LinearPrecision(Ops& ops, ComputeDType dtype, int64_t max_input
   weight_ = ops.allocate(static_cast<size_t>(max_weight) * b);
 }
 
+TensorView bf16_view_in(const Buffer& buf, int64_t offset, const TensorView& like,
+                        const char* what) {
+  GT_CHECK(like.contiguous() && (offset + like.numel()) * int64_t(dtype_size(DType::bf16)) <=
+                                    int64_t(buf.bytes()),
+           "bf16 copy of ", what, " ", like.shape_str(), " at element ", offset,
+           " does not fit its ", buf.bytes(), "-byte buffer");
+  TensorView v = like;
+  v.data = static_cast<uint16_t*>(buf.data()) + offset;
+  v.dtype = DType::bf16;
+  return v;
+}
+
 TensorView LinearPrecision::cast_into(const Buffer& buf, const TensorView& src,
                                       const char* what) {
   if (dtype_ != ComputeDType::bf16) return src;
-  GT_CHECK(src.contiguous() && src.numel() * int64_t(dtype_size(DType::bf16)) <=
-                                   int64_t(buf.bytes()),
-           "bf16 copy of a GEMM ", what, " ", src.shape_str(), " does not fit its ",
-           buf.bytes(), "-byte buffer");
-  TensorView dst = src;
-  dst.data = buf.data();
-  dst.dtype = DType::bf16;
+  const TensorView dst = bf16_view_in(buf, 0, src, what);
   ops_.cast(dst, src);
   return dst;
 }
 
-TensorView LinearPrecision::weight(const TensorView& w) { return cast_into(weight_, w, "weight"); }
+TensorView LinearPrecision::weight(const TensorView& w) { return cast_into(weight_, w, "a GEMM weight"); }
 
 int64_t LinearPrecision::bytes() const {
   return static_cast<int64_t>(input_.bytes() + grad_.bytes() + weight_.bytes());

@@ -23,6 +23,11 @@
 
 namespace gt {
 
+// A bf16 view shaped like `like` (contiguous) at element `offset` of `buf`;
+// throws naming `what` when it does not fit. Both precisions' copies use it.
+TensorView bf16_view_in(const Buffer& buf, int64_t offset, const TensorView& like,
+                        const char* what);
+
 class LinearPrecision {
  public:
   // max_input/max_grad/max_weight: the most elements any one GEMM call's
@@ -34,8 +39,10 @@ class LinearPrecision {
   // The weight as the GEMMs read it (fp32: `w` itself).
   TensorView weight(const TensorView& w);
   // Input rows / output-gradient rows as the GEMM reads them.
-  TensorView input(const TensorView& x) { return cast_into(input_, x, "input"); }
-  TensorView grad(const TensorView& dout) { return cast_into(grad_, dout, "output gradient"); }
+  TensorView input(const TensorView& x) { return cast_into(input_, x, "a GEMM input"); }
+  TensorView grad(const TensorView& dout) {
+    return cast_into(grad_, dout, "a GEMM output gradient");
+  }
   // Bytes of the bf16 buffers (0 in fp32), for the memory figures.
   int64_t bytes() const;
 
