@@ -38,7 +38,8 @@ Buffer CudaOps::allocate(size_t bytes) {
   count_buffer_bytes(static_cast<int64_t>(bytes));
   return Buffer(p, bytes, Device::cuda, [this, bytes](void* q) {
     // Kernels still queued may use the memory: let them finish first. Errors
-    // are logged by the check, never thrown from a destructor.
+    // are not thrown from a destructor; a sticky CUDA error resurfaces at the
+    // next checked call.
     cudaStreamSynchronize(stream());
     cudaFree(q);
     count_buffer_bytes(-static_cast<int64_t>(bytes));

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "model_steps.hpp"
 #include "offhost_ops.hpp"
@@ -14,16 +14,6 @@
 
 namespace gt {
 namespace {
-
-float bf16_round(float x) {  // round to nearest even, back to fp32
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  b += 0x7FFFu + ((b >> 16) & 1u);
-  b &= 0xFFFF0000u;
-  float y;
-  std::memcpy(&y, &b, 4);
-  return y;
-}
 
 TEST(LinearPrecision, Fp32PassesOperandsThroughAndBf16RoundsThem) {
   auto ops = make_cpu_ops(1);

@@ -9,11 +9,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
-#include <cstring>
 #include <cstdio>
 #include <vector>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/core/error.hpp"
 #include "parallel/communicator.hpp"
 
@@ -37,12 +36,8 @@ struct Floats {
       : buf(ops.allocate(static_cast<size_t>(n) * dtype_size(type))), dtype(type) {
     view = as({n});
     if (type == DType::bf16) {
-      // Round to nearest even, as the backend's own casts do.
-      uint32_t bits;
-      std::memcpy(&bits, &value, sizeof bits);
-      bits += 0x7FFFu + ((bits >> 16) & 1u);
-      ops.upload(view, std::vector<uint16_t>(static_cast<size_t>(n),
-                                             static_cast<uint16_t>(bits >> 16)).data());
+      // Rounded as the backend's own casts round.
+      ops.upload(view, std::vector<uint16_t>(static_cast<size_t>(n), bf16_from_float(value)).data());
     } else {
       ops.upload(view, std::vector<float>(static_cast<size_t>(n), value).data());
     }
