@@ -85,8 +85,8 @@ void adamw_update(float* param, __nv_bfloat16* param_bf16, const float* grad, fl
                    dev::aligned16(v) && reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
   const int64_t n_packs = vec ? n / 4 : 0;
   const int64_t work = n_packs + (n - 4 * n_packs);
-  adamw_kernel<<<dev::grid_for(work, kThreads), kThreads, 0, stream>>>(param, param_bf16, grad, m,
-                                                                       v, n, n_packs, c);
+  dev::launch(adamw_kernel, {dev::grid_for(work, kThreads), kThreads, 0, stream}, param, param_bf16,
+              grad, m, v, n, n_packs, c);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(T* out, float* lse, const T* qkv, Dims dm) {
   constexpr int LDH = ld_head<HSP>();
   constexpr int NJ = HSP / kLanes;
-  extern __shared__ float smem[];
+  float* smem = dev::dynamic_shared_memory<float>();
   float* q_s = smem;                 // (64, HSP) queries, pre-scaled
   float* k_s = q_s + kTile * LDH;    // (64, HSP) keys
   float* v_s = k_s + kTile * LDH;    // (64, HSP) values
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads)
                           Dims dm) {
   constexpr int LDH = ld_head<HSP>();
   constexpr int NJ = HSP / kLanes;
-  extern __shared__ float smem[];
+  float* smem = dev::dynamic_shared_memory<float>();
   float* k_s = smem;                 // (64, HSP) this block's keys
   float* v_s = k_s + kTile * LDH;    // (64, HSP) this block's values
   float* q_s = v_s + kTile * LDH;    // (64, HSP) queries of the current tile, pre-scaled
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(kThreads)
                         Dims dm) {
   constexpr int LDH = ld_head<HSP>();
   constexpr int NJ = HSP / kLanes;
-  extern __shared__ float smem[];
+  float* smem = dev::dynamic_shared_memory<float>();
   float* q_s = smem;                  // (64, HSP) this block's queries, pre-scaled
   float* do_s = q_s + kTile * LDH;    // (64, HSP) their dout
   float* k_s = do_s + kTile * LDH;    // (64, HSP) keys of the current tile
@@ -413,7 +413,7 @@ void launch_with_smem(Kernel kernel, size_t smem_bytes, dim3 grid, cudaStream_t 
                       Args... args) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem_bytes)));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(args...);
+  dev::launch(kernel, {grid, kThreads, smem_bytes, stream}, args...);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -471,8 +471,8 @@ void rowdot(float* D, const T* dout, const T* out, int B, int T_, int NH, int hs
   constexpr int kDotThreads = 256;
   const int64_t blocks = (rows * dev::kWarpSize + kDotThreads - 1) / kDotThreads;
   GT_CHECK(blocks <= 0x7fffffff, "attention_backward_rowdot: too many rows");
-  attention_rowdot_kernel<T><<<static_cast<unsigned>(blocks), kDotThreads, 0, stream>>>(
-      D, dout, out, B, d);
+  dev::launch(attention_rowdot_kernel<T>, {static_cast<unsigned>(blocks), kDotThreads, 0, stream},
+              D, dout, out, B, d);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -151,7 +151,7 @@ template <int HSP>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_tc_kernel(bf16* out, float* lse, const bf16* qkv, Dims dm) {
   constexpr int LD = ld_bf<HSP>();
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem_raw = dev::dynamic_shared_memory<unsigned char>();
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
   bf16* k_s = q_s + kTile * LD;
   bf16* v_s = k_s + kTile * LD;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_dkdv_tc_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                              const float* D, Dims dm) {
   constexpr int LD = ld_bf<HSP>();
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem_raw = dev::dynamic_shared_memory<unsigned char>();
   bf16* k_s = reinterpret_cast<bf16*>(smem_raw);
   bf16* v_s = k_s + kTile * LD;
   bf16* q_s = v_s + kTile * LD;
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_dq_tc_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                            const float* D, Dims dm) {
   constexpr int LD = ld_bf<HSP>();
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem_raw = dev::dynamic_shared_memory<unsigned char>();
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
   bf16* do_s = q_s + kTile * LD;
   bf16* k_s = do_s + kTile * LD;
@@ -424,7 +424,7 @@ template <typename Kernel, typename... Args>
 void launch(Kernel kernel, size_t smem, dim3 grid, cudaStream_t stream, Args... args) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(args...);
+  dev::launch(kernel, {grid, kThreads, smem, stream}, args...);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -49,8 +49,8 @@ void launch(To* dst, const From* src, int64_t n, cudaStream_t stream) {
   const bool vec = dev::aligned16(f32_side) && reinterpret_cast<uintptr_t>(bf16_side) % 8 == 0;
   const int64_t n_packs = vec ? n / 4 : 0;
   const int64_t work = n_packs + (n - 4 * n_packs);
-  cast_kernel<To, From><<<dev::grid_for(work, kThreads), kThreads, 0, stream>>>(dst, src, n,
-                                                                                n_packs);
+  dev::launch(cast_kernel<To, From>, {dev::grid_for(work, kThreads), kThreads, 0, stream}, dst, src,
+              n, n_packs);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -115,8 +115,8 @@ void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
   GT_CHECK(R <= 0x7fffffff, "softmax_cross_entropy: R = ", R, " exceeds the grid");
   if (R == 0) return;
   dev::NvtxRange range("softmax_cross_entropy");
-  softmax_cross_entropy_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(
-      losses, dlogits, logits, targets, V, grad_scale);
+  dev::launch(softmax_cross_entropy_kernel, {static_cast<unsigned>(R), kThreads, 0, stream}, losses,
+              dlogits, logits, targets, V, grad_scale);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -225,7 +225,8 @@ void cross_entropy_shard_max(float* row_max, const float* logits, int64_t R, int
   check_shard("cross_entropy_shard_max", R, V_shard);
   if (R == 0) return;
   dev::NvtxRange range("cross_entropy_shard_max");
-  shard_max_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(row_max, logits, V_shard);
+  dev::launch(shard_max_kernel, {static_cast<unsigned>(R), kThreads, 0, stream}, row_max, logits,
+              V_shard);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -235,8 +236,8 @@ void cross_entropy_shard_sums(float* sumexp, float* target_logit, const float* l
   check_shard("cross_entropy_shard_sums", R, V_shard);
   if (R == 0) return;
   dev::NvtxRange range("cross_entropy_shard_sums");
-  shard_sums_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(
-      sumexp, target_logit, logits, targets, row_max, V_shard, vocab_start);
+  dev::launch(shard_sums_kernel, {static_cast<unsigned>(R), kThreads, 0, stream}, sumexp,
+              target_logit, logits, targets, row_max, V_shard, vocab_start);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -248,9 +249,8 @@ void cross_entropy_shard_finish(float* losses, float* dlogits, const float* logi
   check_shard("cross_entropy_shard_finish", R, V_shard);
   if (R == 0) return;
   dev::NvtxRange range("cross_entropy_shard_finish");
-  shard_finish_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(
-      losses, dlogits, logits, targets, row_max, sumexp, target_logit, V_shard, vocab_start,
-      grad_scale);
+  dev::launch(shard_finish_kernel, {static_cast<unsigned>(R), kThreads, 0, stream}, losses, dlogits,
+              logits, targets, row_max, sumexp, target_logit, V_shard, vocab_start, grad_scale);
   CUDA_CHECK_LAUNCH();
 }
 

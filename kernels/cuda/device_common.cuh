@@ -1,8 +1,12 @@
-// Device-side helpers shared by the kernels in kernels/cuda/*.cu: warp and
-// block reductions, 16-byte packs for vectorised loads, fp32/bf16
-// conversion, grid sizing and the NVTX range every launcher opens.
+// Device-side helpers shared by the kernels in kernels/cuda/*.cu: the launch
+// seam and dynamic shared memory, warp and block reductions, 16-byte packs
+// for vectorised loads, fp32/bf16 conversion, grid sizing and the NVTX range
+// every launcher opens.
 // Contains device code: include it from .cu files only (launcher headers,
-// which g++ sees, must not include it).
+// which g++ sees, must not include it). The .cu files are compiled by nvcc,
+// or by g++ against the emulated device (TRAINER_CUDA_EMULATOR builds,
+// docs/EMULATOR.md); the two constructs nvcc alone understands, `<<<>>>` and
+// `extern __shared__`, appear only here.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,11 +14,59 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/nvtx.hpp"
 
+#if !defined(__CUDACC__) && !defined(TRAINER_CUDA_EMULATOR)
+#error "kernels/cuda/*.cu need nvcc, or the emulated device (cmake -DTRAINER_CUDA_EMULATOR=ON)"
+#endif
+
 namespace gt::cuda::dev {
+
+// ---- launches and dynamic shared memory ----------------------------------------
+// `dev::launch(kernel, {grid, block, smem_bytes, stream}, args...)` is
+// `kernel<<<grid, block, smem_bytes, stream>>>(args...)`; on the emulated
+// device it also records the launcher's file:line for reports. Follow it with
+// CUDA_CHECK_LAUNCH(), as after <<<>>>.
+struct LaunchConfig {
+  dim3 grid, block;
+  size_t smem_bytes;
+  cudaStream_t stream;
+#if defined(__CUDACC__)
+  LaunchConfig(dim3 g, dim3 b, size_t smem, cudaStream_t s)
+      : grid(g), block(b), smem_bytes(smem), stream(s) {}
+#else
+  ::gt::emu::Site site;
+  LaunchConfig(dim3 g, dim3 b, size_t smem, cudaStream_t s, const char* file = __builtin_FILE(),
+               int line = __builtin_LINE())
+      : grid(g), block(b), smem_bytes(smem), stream(s), site{file, line} {}
+#endif
+};
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), const LaunchConfig& c, Args&&... args) {
+#if defined(__CUDACC__)
+  kernel<<<c.grid, c.block, c.smem_bytes, c.stream>>>(std::forward<Args>(args)...);
+#else
+  (void)::gt::emu::launch_kernel(
+      kernel, ::gt::emu::LaunchConfig{c.grid, c.block, c.smem_bytes, c.stream, c.site},
+      std::forward<Args>(args)...);
+#endif
+}
+
+// The block's dynamic shared memory (the launch's smem_bytes), 128-byte
+// aligned: what `extern __shared__ __align__(128) T name[]` gives.
+template <typename T>
+__device__ __forceinline__ T* dynamic_shared_memory() {
+#if defined(__CUDACC__)
+  extern __shared__ __align__(128) unsigned char gt_dynamic_smem[];
+  return reinterpret_cast<T*>(gt_dynamic_smem);
+#else
+  return ::gt::emu::dynamic_shared_memory<T>();
+#endif
+}
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;

@@ -41,8 +41,8 @@ void launch_binary(const char* name, T* out, const T* a, const T* b, int64_t n,
   const bool vec = dev::aligned16(out) && dev::aligned16(a) && dev::aligned16(b);
   const int64_t n_packs = vec ? n / N : 0;
   const int64_t work = n_packs + (n - n_packs * N);
-  binary_kernel<T><<<dev::grid_for(work, kThreads), kThreads, 0, stream>>>(out, a, b, n, n_packs,
-                                                                           Plus{});
+  dev::launch(binary_kernel<T, Plus>, {dev::grid_for(work, kThreads), kThreads, 0, stream}, out, a,
+              b, n, n_packs, Plus{});
   CUDA_CHECK_LAUNCH();
 }
 
@@ -74,8 +74,8 @@ void launch_add_bias(T* out, const T* bias, int64_t R, int64_t C, cudaStream_t s
   constexpr int N = dev::Pack<T>::N;
   const bool vec = C % N == 0 && dev::aligned16(out) && dev::aligned16(bias);
   const int64_t n = R * C;
-  add_bias_kernel<T><<<dev::grid_for(vec ? n / N : n, kThreads), kThreads, 0, stream>>>(
-      out, bias, n, C, vec);
+  dev::launch(add_bias_kernel<T>, {dev::grid_for(vec ? n / N : n, kThreads), kThreads, 0, stream},
+              out, bias, n, C, vec);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -136,11 +136,11 @@ void launch_column_sum(float* dst, const T* src, int64_t R, int64_t C, float* sc
   GT_CHECK(ch.n_chunks <= 65535, "column_sum_accumulate: too many row chunks");
   const dim3 grid(static_cast<unsigned>((C + kColTile - 1) / kColTile),
                   static_cast<unsigned>(ch.n_chunks));
-  column_partials_kernel<T><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(scratch, src, R, C,
-                                                                            ch.rows_per_chunk);
+  dev::launch(column_partials_kernel<T>, {grid, dim3(kColTile, kRowLanes), 0, stream}, scratch, src,
+              R, C, ch.rows_per_chunk);
   CUDA_CHECK_LAUNCH();
-  column_reduce_kernel<<<dev::grid_for(C, kThreads), kThreads, 0, stream>>>(dst, scratch, C,
-                                                                            ch.n_chunks);
+  dev::launch(column_reduce_kernel, {dev::grid_for(C, kThreads), kThreads, 0, stream}, dst, scratch,
+              C, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -111,8 +111,8 @@ void launch_wte_backward(float* dwte, const float* dout, const int32_t* tokens, 
   const int per_group = (V + groups - 1) / groups;
   const int n_groups = (V + per_group - 1) / per_group;
   const dim3 grid(static_cast<unsigned>(col_slices), static_cast<unsigned>(n_groups));
-  embedding_backward_wte_kernel<<<grid, kBwdThreads, 0, stream>>>(dwte, dout, tokens, n_pos, C,
-                                                                  V, per_group, vocab_start);
+  dev::launch(embedding_backward_wte_kernel, {grid, kBwdThreads, 0, stream}, dwte, dout, tokens,
+              n_pos, C, V, per_group, vocab_start);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -131,7 +131,8 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   const bool vec = C % dev::Pack<float>::N == 0 && dev::aligned16(out) && dev::aligned16(wte) &&
                    dev::aligned16(wpe);
   const unsigned rows = static_cast<unsigned>(static_cast<int64_t>(B) * T);
-  embedding_forward_kernel<<<rows, kFwdThreads, 0, stream>>>(out, tokens, wte, wpe, T, C, V, vec);
+  dev::launch(embedding_forward_kernel, {rows, kFwdThreads, 0, stream}, out, tokens, wte, wpe, T, C,
+              V, vec);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -143,8 +144,9 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   if (dwte) launch_wte_backward(dwte, dout, tokens, static_cast<int64_t>(B) * T, C, V, 0, stream);
   if (dwpe) {
     constexpr int kThreads = 256;
-    embedding_backward_wpe_kernel<<<dev::grid_for(static_cast<int64_t>(T) * C, kThreads),
-                                    kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+    dev::launch(embedding_backward_wpe_kernel,
+                {dev::grid_for(static_cast<int64_t>(T) * C, kThreads), kThreads, 0, stream}, dwpe,
+                dout, B, T, C);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -216,8 +218,8 @@ void token_embedding_forward(float* out, const int32_t* tokens, const float* wte
   if (N == 0) return;
   dev::NvtxRange range("token_embedding_forward");
   const bool vec = C % dev::Pack<float>::N == 0 && dev::aligned16(out) && dev::aligned16(wte);
-  token_embedding_forward_kernel<<<static_cast<unsigned>(N), kFwdThreads, 0, stream>>>(
-      out, tokens, wte, C, V_shard, vocab_start, vec);
+  dev::launch(token_embedding_forward_kernel, {static_cast<unsigned>(N), kFwdThreads, 0, stream},
+              out, tokens, wte, C, V_shard, vocab_start, vec);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -235,8 +237,8 @@ void position_embedding_forward(float* out, const float* wpe, int64_t N, int C,
   if (N == 0) return;
   dev::NvtxRange range("position_embedding_forward");
   constexpr int kThreads = 256;
-  position_embedding_forward_kernel<<<dev::grid_for(N * C, kThreads), kThreads, 0, stream>>>(
-      out, wpe, N, C, first_row, T);
+  dev::launch(position_embedding_forward_kernel,
+              {dev::grid_for(N * C, kThreads), kThreads, 0, stream}, out, wpe, N, C, first_row, T);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -246,8 +248,9 @@ void position_embedding_backward(float* dwpe, const float* dout, int64_t N, int 
   if (N == 0) return;
   dev::NvtxRange range("position_embedding_backward");
   constexpr int kThreads = 256;
-  position_embedding_backward_kernel<<<dev::grid_for(static_cast<int64_t>(T) * C, kThreads),
-                                       kThreads, 0, stream>>>(dwpe, dout, N, C, first_row, T);
+  dev::launch(position_embedding_backward_kernel,
+              {dev::grid_for(static_cast<int64_t>(T) * C, kThreads), kThreads, 0, stream}, dwpe,
+              dout, N, C, first_row, T);
   CUDA_CHECK_LAUNCH();
 }
 

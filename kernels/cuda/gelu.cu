@@ -68,8 +68,8 @@ void launch_forward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
   constexpr int N = dev::Pack<T>::N;
   const int64_t n_packs = dev::aligned16(out) && dev::aligned16(inp) ? n / N : 0;
   const int64_t work = n_packs + (n - n_packs * N);
-  gelu_forward_kernel<T><<<dev::grid_for(work, kThreads), kThreads, 0, stream>>>(out, inp, n,
-                                                                                 n_packs);
+  dev::launch(gelu_forward_kernel<T>, {dev::grid_for(work, kThreads), kThreads, 0, stream}, out,
+              inp, n, n_packs);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -82,8 +82,8 @@ void launch_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream
   const bool vec = dev::aligned16(dinp) && dev::aligned16(inp) && dev::aligned16(dout);
   const int64_t n_packs = vec ? n / N : 0;
   const int64_t work = n_packs + (n - n_packs * N);
-  gelu_backward_kernel<T><<<dev::grid_for(work, kThreads), kThreads, 0, stream>>>(
-      dinp, inp, dout, n, n_packs);
+  dev::launch(gelu_backward_kernel<T>, {dev::grid_for(work, kThreads), kThreads, 0, stream}, dinp,
+              inp, dout, n, n_packs);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -201,8 +201,8 @@ void launch_forward(T* out, float* mean, float* rstd, const T* inp, const T* wei
   const bool vec = C % N == 0 && dev::aligned16(out) && dev::aligned16(inp) &&
                    dev::aligned16(weight) && dev::aligned16(bias);
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
-  layernorm_forward_kernel<T><<<grid, kRowThreads, 0, stream>>>(out, mean, rstd, inp, weight,
-                                                                bias, R, C, vec);
+  dev::launch(layernorm_forward_kernel<T>, {grid, kRowThreads, 0, stream}, out, mean, rstd, inp,
+              weight, bias, R, C, vec);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -236,21 +236,22 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
   const dim3 pgrid(static_cast<unsigned>((C + kColTile - 1) / kColTile),
                    static_cast<unsigned>(ch.n_chunks));
-  layernorm_param_partials_kernel<<<pgrid, dim3(kColTile, kRowLanes), 0, stream>>>(
-      scratch, dout, inp, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks);
+  dev::launch(layernorm_param_partials_kernel, {pgrid, dim3(kColTile, kRowLanes), 0, stream},
+              scratch, dout, inp, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
   constexpr int kReduceThreads = 256;
-  layernorm_param_reduce_kernel<<<(C + kReduceThreads - 1) / kReduceThreads, kReduceThreads, 0,
-                                  stream>>>(dweight, dbias, scratch, C, ch.n_chunks);
+  const unsigned reduce_blocks = static_cast<unsigned>((C + kReduceThreads - 1) / kReduceThreads);
+  dev::launch(layernorm_param_reduce_kernel, {reduce_blocks, kReduceThreads, 0, stream}, dweight,
+              dbias, scratch, C, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
   constexpr int N = dev::Pack<float>::N;
   const bool vec = C % N == 0 && dev::aligned16(dinp) && dev::aligned16(dout) &&
                    dev::aligned16(inp) && dev::aligned16(weight);
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
-  layernorm_dinp_kernel<<<grid, kRowThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, R,
-                                                          C, vec);
+  dev::launch(layernorm_dinp_kernel, {grid, kRowThreads, 0, stream}, dinp, dout, inp, weight, mean,
+              rstd, R, C, vec);
   CUDA_CHECK_LAUNCH();
 }
 

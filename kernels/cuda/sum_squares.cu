@@ -51,10 +51,10 @@ void sum_squares(double* out, const float* x, int64_t n, double* scratch, cudaSt
   dev::NvtxRange range("sum_squares");
   const int64_t blocks = n_blocks(n);
   const int64_t n_packs = dev::aligned16(x) ? n / 4 : 0;
-  sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(scratch, x, n,
-                                                                                      n_packs);
+  dev::launch(sum_squares_partial_kernel, {static_cast<unsigned>(blocks), kThreads, 0, stream},
+              scratch, x, n, n_packs);
   CUDA_CHECK_LAUNCH();
-  sum_squares_final_kernel<<<1, kThreads, 0, stream>>>(out, scratch, blocks);
+  dev::launch(sum_squares_final_kernel, {1, kThreads, 0, stream}, out, scratch, blocks);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,485 @@
+// Block execution: fibers, barriers, warp collectives (see block_scheduler.hpp).
+#include "block_scheduler.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <sstream>
+
+#include "config.hpp"
+#include "diagnostics.hpp"
+
+#if defined(GT_EMU_TSAN) && GT_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#define GT_EMU_ACQUIRE(p) __tsan_acquire(p)
+#define GT_EMU_RELEASE(p) __tsan_release(p)
+#else
+#define GT_EMU_ACQUIRE(p) ((void)(p))
+#define GT_EMU_RELEASE(p) ((void)(p))
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
+// Bounds of the section holding every (non-template) __shared__ static.
+extern "C" unsigned char __start_gt_emu_shared[] __attribute__((weak));
+extern "C" unsigned char __stop_gt_emu_shared[] __attribute__((weak));
+
+namespace gt::emu {
+
+namespace detail {
+uint3 g_thread_idx{};
+uint3 g_block_idx{};
+dim3 g_block_dim{};
+dim3 g_grid_dim{};
+
+void sync_block(Site site) { block_runner().sync_block(site); }
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width, Site site) {
+  return block_runner().warp_collective(op, mask, value, arg, width, site);
+}
+unsigned char* dynamic_shared_base() { return block_runner().dynamic_shared(); }
+void device_fault(const char* what, Site site) {
+  block_runner().fault(cudaErrorLaunchFailure,
+                       std::string(what) + " at " + site.file + ":" + std::to_string(site.line));
+}
+}  // namespace detail
+
+namespace {
+
+constexpr uint64_t kPoison = ~uint64_t{0};  // NaN in every float width, -1 as an integer
+constexpr int kWarp = 32;
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kDefaultStack = 256 << 10;
+#else
+constexpr size_t kDefaultStack = 128 << 10;
+#endif
+
+size_t page_size() {
+  static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+const char* op_name(detail::WarpOp op) {
+  switch (op) {
+    case detail::WarpOp::shfl_idx: return "__shfl_sync";
+    case detail::WarpOp::shfl_up: return "__shfl_up_sync";
+    case detail::WarpOp::shfl_down: return "__shfl_down_sync";
+    case detail::WarpOp::shfl_xor: return "__shfl_xor_sync";
+    case detail::WarpOp::ballot: return "__ballot_sync";
+    case detail::WarpOp::any: return "__any_sync";
+    case detail::WarpOp::all: return "__all_sync";
+    case detail::WarpOp::syncwarp: return "__syncwarp";
+    case detail::WarpOp::mma: return "wmma::mma_sync";
+  }
+  return "?";
+}
+
+std::string where(Site s) { return std::string(s.file) + ":" + std::to_string(s.line); }
+bool same_site(Site a, Site b) {
+  return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
+}
+
+std::string hex(unsigned m) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", m);
+  return buf;
+}
+
+std::string lanes(unsigned m) {
+  std::string out;
+  for (int l = 0; l < kWarp; ++l) {
+    if (!(m >> l & 1u)) continue;
+    int e = l;
+    while (e + 1 < kWarp && (m >> (e + 1) & 1u)) ++e;
+    if (!out.empty()) out += ",";
+    out += e == l ? std::to_string(l) : std::to_string(l) + "-" + std::to_string(e);
+    l = e;
+  }
+  return out.empty() ? "none" : out;
+}
+
+// The lane a shuffle reads, by PTX's shfl.sync rules (the CUDA intrinsics
+// pass c = ((32 - width) << 8) | (up ? 0 : 31)).
+int source_lane(detail::WarpOp op, int lane, int b, int width) {
+  const int segmask = (kWarp - width) & 31;
+  const int cval = op == detail::WarpOp::shfl_up ? 0 : 31;
+  const int max_lane = (lane & segmask) | (cval & ~segmask);
+  const int min_lane = lane & segmask;
+  b &= 31;
+  int j = lane;
+  bool ok = false;
+  switch (op) {
+    case detail::WarpOp::shfl_up: j = lane - b; ok = j >= max_lane; break;
+    case detail::WarpOp::shfl_down: j = lane + b; ok = j <= max_lane; break;
+    case detail::WarpOp::shfl_xor: j = lane ^ b; ok = j <= max_lane; break;
+    case detail::WarpOp::shfl_idx: j = min_lane | (b & ~segmask); ok = j <= max_lane; break;
+    default: break;
+  }
+  return ok ? j : lane;
+}
+
+
+}  // namespace
+
+BlockRunner& block_runner() {
+  static BlockRunner* r = new BlockRunner;  // lives as long as the process
+  return *r;
+}
+
+BlockRunner::BlockRunner() = default;
+BlockRunner::~BlockRunner() {
+  if (smem_mapping_) munmap(smem_mapping_, smem_mapping_bytes_);
+}
+
+std::string BlockRunner::block_name() const {
+  const uint3 b = detail::g_block_idx;
+  return "block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," + std::to_string(b.z) +
+         ")";
+}
+
+std::string BlockRunner::thread_name(const Thread& t) const {
+  return "thread (" + std::to_string(t.idx.x) + "," + std::to_string(t.idx.y) + "," +
+         std::to_string(t.idx.z) + ") [warp " + std::to_string(t.linear / kWarp) + " lane " +
+         std::to_string(t.linear % kWarp) + "]";
+}
+
+std::string BlockRunner::describe_running() const {
+  if (!launch_) return "";
+  std::string s = launch_->name + ", " + block_name();
+  if (current_ >= 0) s += ", " + thread_name(threads_[static_cast<size_t>(current_)]);
+  return s;
+}
+
+std::string BlockRunner::describe_address(const void* p) const {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (smem_mapping_ && b >= smem_mapping_ && b < smem_mapping_ + smem_mapping_bytes_) {
+    const long long off = static_cast<long long>(b - smem_);
+    const size_t n = launch_ ? launch_->dynamic_smem : 0;
+    if (off >= 0 && static_cast<size_t>(off) >= n)
+      return "byte " + std::to_string(off) + " of dynamic shared memory, past the " +
+             std::to_string(n) + " bytes the launch requested";
+    return "byte " + std::to_string(off) + " of dynamic shared memory";
+  }
+  for (const Thread& t : threads_) {
+    if (t.fiber && t.fiber->in_guard_page(p))
+      return "the guard page below the stack of " + thread_name(t) +
+             ": a CUDA thread's stack overflowed (the emulator gives each " +
+             std::to_string(t.fiber->stack_bytes() >> 10) + " KiB)";
+  }
+  return "";
+}
+
+void BlockRunner::fault(cudaError_t code, const std::string& msg) {
+  if (!faulted_) {
+    faulted_ = true;
+    fault_code_ = code;
+    fault_text_ = msg;
+  }
+  if (current_ >= 0) {
+    Thread& t = current();
+    t.fiber->mark_abandoned();
+    t.fiber->yield(true);  // never resumed
+  }
+  std::abort();  // unreachable: fault() outside a fiber is not called
+}
+
+void BlockRunner::prepare_shared_memory() {
+  unsigned char* begin = __start_gt_emu_shared;
+  unsigned char* end = __stop_gt_emu_shared;
+  if (begin && end > begin) std::memset(begin, 0xFF, static_cast<size_t>(end - begin));
+  if (launch_->dynamic_smem) std::memset(smem_, 0xFF, launch_->dynamic_smem);
+}
+
+void BlockRunner::run_grid(const GridLaunch& launch) {
+  launch_ = &launch;
+  faulted_ = false;
+  n_threads_ = static_cast<int>(launch.block.x * launch.block.y * launch.block.z);
+  const size_t stack = config().fiber_stack_bytes ? config().fiber_stack_bytes : kDefaultStack;
+  if (threads_.size() < static_cast<size_t>(n_threads_)) threads_.resize(n_threads_);
+  for (int i = 0; i < n_threads_; ++i) {
+    Thread& t = threads_[static_cast<size_t>(i)];
+    if (!t.fiber || t.fiber->stack_bytes() < stack) t.fiber = std::make_unique<Fiber>(stack);
+  }
+  warps_.assign(static_cast<size_t>((n_threads_ + kWarp - 1) / kWarp), Warp{});
+
+  // Dynamic shared memory ending at a guard page (grown, never shrunk).
+  if (launch.dynamic_smem) {
+    const size_t page = page_size();
+    const size_t data = (launch.dynamic_smem + 255) / 256 * 256;
+    const size_t need = (data + page - 1) / page * page + page;
+    if (need > smem_mapping_bytes_) {
+      if (smem_mapping_) munmap(smem_mapping_, smem_mapping_bytes_);
+      void* m = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) {
+        set_sticky(cudaErrorMemoryAllocation, "cannot map dynamic shared memory for " + launch.name);
+        launch_ = nullptr;
+        return;
+      }
+      smem_mapping_ = static_cast<unsigned char*>(m);
+      smem_mapping_bytes_ = need;
+      mprotect(smem_mapping_ + need - page, page, PROT_NONE);
+    }
+    smem_ = smem_mapping_ + smem_mapping_bytes_ - page - data;
+#if defined(__SANITIZE_ADDRESS__)
+    ASAN_UNPOISON_MEMORY_REGION(smem_mapping_, smem_mapping_bytes_ - page);
+    ASAN_POISON_MEMORY_REGION(smem_ + launch.dynamic_smem, data - launch.dynamic_smem);
+#endif
+  } else {
+    smem_ = smem_mapping_ ? smem_mapping_ + smem_mapping_bytes_ - page_size() : nullptr;
+  }
+
+  detail::g_block_dim = launch.block;
+  detail::g_grid_dim = launch.grid;
+  const unsigned n_blocks = launch.grid.x * launch.grid.y * launch.grid.z;
+  const bool reverse = config().block_order == BlockOrder::reverse;
+  for (unsigned i = 0; i < n_blocks && !faulted_; ++i)
+    run_block(reverse ? n_blocks - 1 - i : i);
+
+  if (faulted_) {
+    for (int i = 0; i < n_threads_; ++i) {
+      Thread& t = threads_[static_cast<size_t>(i)];
+      if (t.state != State::exited) t.fiber->mark_abandoned();
+    }
+    set_sticky(fault_code_, fault_text_ + "\n  in " + launch.name + ", " + block_name());
+  }
+  current_ = -1;
+  launch_ = nullptr;
+}
+
+void BlockRunner::thread_main(Fiber* f) {
+  BlockRunner& r = block_runner();
+  Thread& t = *static_cast<Thread*>(f->user());
+  GT_EMU_ACQUIRE(&r.launch_token_);
+  try {
+    r.launch_->body->run();
+  } catch (const std::exception& e) {
+    r.fault(cudaErrorLaunchFailure, std::string("a C++ exception escaped the kernel: ") + e.what());
+  } catch (...) {
+    r.fault(cudaErrorLaunchFailure, "a C++ exception escaped the kernel");
+  }
+  GT_EMU_RELEASE(&r.launch_token_);
+  r.check_exit(t);
+}
+
+void BlockRunner::check_exit(Thread& t) {
+  t.state = State::exited;
+  ++exited_;
+  if (barrier_arrived_ > 0)
+    fault(cudaErrorLaunchFailure,
+          "divergent __syncthreads: " + thread_name(t) + " exited while " +
+              std::to_string(barrier_arrived_) + " thread(s) of its block wait at __syncthreads() " +
+              where(barrier_site_));
+  const int lane = t.linear % kWarp;
+  warps_[static_cast<size_t>(t.linear / kWarp)].exited |= 1u << lane;
+  for (const WarpGroup& g : warps_[static_cast<size_t>(t.linear / kWarp)].groups)
+    if ((g.mask >> lane & 1u) && !(g.arrived >> lane & 1u))
+      fault(cudaErrorLaunchFailure, thread_name(t) + " exited while lanes " + lanes(g.arrived) +
+                                        " wait for it in " + op_name(g.op) + "(mask " +
+                                        hex(g.mask) + ") at " + where(g.site));
+}
+
+void BlockRunner::run_block(unsigned linear_block) {
+  const dim3 g = launch_->grid;
+  detail::g_block_idx = uint3{linear_block % g.x, linear_block / g.x % g.y, linear_block / (g.x * g.y)};
+  prepare_shared_memory();
+  const dim3 b = launch_->block;
+  for (int i = 0; i < n_threads_; ++i) {
+    Thread& t = threads_[static_cast<size_t>(i)];
+    const unsigned u = static_cast<unsigned>(i);
+    t.idx = uint3{u % b.x, u / b.x % b.y, u / (b.x * b.y)};
+    t.linear = i;
+    t.state = State::runnable;
+    t.fiber->reset(&BlockRunner::thread_main, &t);
+  }
+  for (Warp& w : warps_) {
+    w.groups.clear();
+    w.exited = 0;
+  }
+  barrier_arrived_ = 0;
+  exited_ = 0;
+  GT_EMU_RELEASE(&launch_token_);
+
+  const bool reverse = config().block_order == BlockOrder::reverse;
+  while (exited_ < n_threads_ && !faulted_) {
+    bool ran = false;
+    for (int k = 0; k < n_threads_ && !faulted_; ++k) {
+      const int i = reverse ? n_threads_ - 1 - k : k;
+      Thread& t = threads_[static_cast<size_t>(i)];
+      if (t.state != State::runnable) continue;
+      current_ = i;
+      detail::g_thread_idx = t.idx;
+      t.fiber->run();
+      current_ = -1;
+      ran = true;
+    }
+    if (!ran && exited_ < n_threads_ && !faulted_) {
+      faulted_ = true;
+      fault_code_ = cudaErrorLaunchFailure;
+      fault_text_ = deadlock_report();
+    }
+  }
+  GT_EMU_ACQUIRE(&launch_token_);
+}
+
+void BlockRunner::sync_block(Site site) {
+  Thread& t = current();
+  if (barrier_arrived_ > 0 && !same_site(site, barrier_site_))
+    fault(cudaErrorLaunchFailure,
+          "divergent __syncthreads: " + thread_name(t) + " arrives at " + where(site) + " while " +
+              std::to_string(barrier_arrived_) + " thread(s) of its block wait at " +
+              where(barrier_site_));
+  if (exited_ > 0) {
+    std::string who;
+    for (int i = 0; i < n_threads_ && who.empty(); ++i)
+      if (threads_[static_cast<size_t>(i)].state == State::exited)
+        who = thread_name(threads_[static_cast<size_t>(i)]);
+    fault(cudaErrorLaunchFailure, "divergent __syncthreads: " + thread_name(t) + " arrives at " +
+                                      where(site) + " but " + std::to_string(exited_) +
+                                      " thread(s) of its block, first " + who +
+                                      ", have exited and will never arrive");
+  }
+  t.state = State::at_barrier;
+  t.site = site;
+  barrier_site_ = site;
+  GT_EMU_RELEASE(&barrier_token_);
+  if (++barrier_arrived_ == n_threads_) {
+    barrier_arrived_ = 0;
+    for (int i = 0; i < n_threads_; ++i) threads_[static_cast<size_t>(i)].state = State::runnable;
+  } else {
+    t.fiber->yield(false);
+  }
+  GT_EMU_ACQUIRE(&barrier_token_);
+}
+
+uint64_t BlockRunner::warp_collective(detail::WarpOp op, unsigned mask, uint64_t value, int arg,
+                                      int width, Site site) {
+  Thread& t = current();
+  t.op = op;
+  t.mask = mask;
+  t.value = value;
+  t.arg = arg;
+  t.width = width;
+  t.mma = nullptr;
+  join_group(t, site);
+  return t.result;
+}
+
+void BlockRunner::warp_mma(const detail::MmaLane& lane, Site site) {
+  Thread& t = current();
+  t.op = detail::WarpOp::mma;
+  t.mask = ~0u;
+  t.value = 0;
+  t.arg = 0;
+  t.width = kWarp;
+  t.mma = &lane;
+  join_group(t, site);
+}
+
+void BlockRunner::join_group(Thread& t, Site site) {
+  const detail::WarpOp op = t.op;
+  const unsigned mask = t.mask;
+  const int width = t.width;
+  const int w = t.linear / kWarp, lane = t.linear % kWarp;
+  // Built only for a report: this is the emulator's hottest path.
+  auto call = [&] { return std::string(op_name(op)) + "(mask " + hex(mask) + ") at " + where(site); };
+  if (!(mask >> lane & 1u))
+    fault(cudaErrorLaunchFailure, thread_name(t) + " calls " + call() + " with a mask that excludes itself");
+  if (width < 1 || width > kWarp || (width & (width - 1)) != 0)
+    fault(cudaErrorLaunchFailure, thread_name(t) + " calls " + call() + " with width " +
+                                      std::to_string(width) + ", not a power of two in 1..32");
+  const int lanes_here = std::min(kWarp, n_threads_ - w * kWarp);
+  const unsigned existing = lanes_here == kWarp ? ~0u : (1u << lanes_here) - 1u;
+  if (mask & ~existing)
+    fault(cudaErrorLaunchFailure, thread_name(t) + " calls " + call() + ": lanes " +
+                                      lanes(mask & ~existing) + " do not exist (the block has " +
+                                      std::to_string(n_threads_) + " threads)");
+  Warp& warp = warps_[static_cast<size_t>(w)];
+  if (mask & warp.exited)
+    fault(cudaErrorLaunchFailure, thread_name(t) + " calls " + call() + " but lanes " +
+                                      lanes(mask & warp.exited) + " have exited and will never join");
+
+  t.state = State::at_warp;
+  t.site = site;
+  size_t gi = 0;
+  for (; gi < warp.groups.size(); ++gi) {
+    const WarpGroup& g = warp.groups[gi];
+    if (g.op == op && g.mask == mask && same_site(g.site, site)) break;
+  }
+  if (gi == warp.groups.size()) warp.groups.push_back(WarpGroup{op, site, mask, 0u, width});
+  WarpGroup& g = warp.groups[gi];
+  if (g.width != width)
+    fault(cudaErrorLaunchFailure, thread_name(t) + " calls " + call() + " with width " +
+                                      std::to_string(width) + " where lanes " + lanes(g.arrived) +
+                                      " passed " + std::to_string(g.width));
+  g.arrived |= 1u << lane;
+  if (op == detail::WarpOp::syncwarp) GT_EMU_RELEASE(&warp.sync_token);
+  if (g.arrived == mask) complete_group(w, gi);
+  else t.fiber->yield(false);
+  if (op == detail::WarpOp::syncwarp) GT_EMU_ACQUIRE(&warp.sync_token);
+}
+
+void BlockRunner::complete_group(int w, size_t gi) {
+  Warp& warp = warps_[static_cast<size_t>(w)];
+  const WarpGroup g = warp.groups[gi];
+  warp.groups.erase(warp.groups.begin() + static_cast<long>(gi));
+  auto lane_thread = [&](int l) -> Thread& { return threads_[static_cast<size_t>(w * kWarp + l)]; };
+  if (g.op == detail::WarpOp::mma) compute_mma(w, g.mask);
+  uint64_t votes = 0;
+  for (int l = 0; l < kWarp; ++l)
+    if ((g.mask >> l & 1u) && lane_thread(l).value != 0) votes |= uint64_t{1} << l;
+  for (int l = 0; l < kWarp; ++l) {
+    if (!(g.mask >> l & 1u)) continue;
+    Thread& t = lane_thread(l);
+    switch (g.op) {
+      case detail::WarpOp::ballot: t.result = votes; break;
+      case detail::WarpOp::any: t.result = votes != 0; break;
+      case detail::WarpOp::all: t.result = votes == g.mask; break;
+      case detail::WarpOp::syncwarp:
+      case detail::WarpOp::mma: t.result = 0; break;
+      default: {
+        const int j = source_lane(g.op, l, t.arg, g.width);
+        t.result = (g.mask >> j & 1u) ? lane_thread(j).value : kPoison;
+      }
+    }
+    t.state = State::runnable;
+  }
+}
+
+std::string BlockRunner::deadlock_report() const {
+  std::ostringstream out;
+  out << "deadlock: no thread of the block can run";
+  std::map<std::string, int> at_barrier;
+  for (int i = 0; i < n_threads_; ++i) {
+    const Thread& t = threads_[static_cast<size_t>(i)];
+    if (t.state == State::at_barrier) ++at_barrier[where(t.site)];
+  }
+  for (const auto& [site, n] : at_barrier)
+    out << "\n  " << n << " thread(s) wait at __syncthreads() " << site;
+  for (size_t w = 0; w < warps_.size(); ++w) {
+    for (const WarpGroup& g : warps_[w].groups) {
+      out << "\n  warp " << w << " lanes " << lanes(g.arrived) << " wait in " << op_name(g.op)
+          << "(mask " << hex(g.mask) << ") at " << where(g.site) << " for lanes "
+          << lanes(g.mask & ~g.arrived);
+      for (int l = 0; l < kWarp; ++l) {
+        if (!((g.mask & ~g.arrived) >> l & 1u)) continue;
+        const Thread& t = threads_[w * kWarp + static_cast<size_t>(l)];
+        out << "\n    lane " << l << ": ";
+        if (t.state == State::at_barrier) out << "waits at __syncthreads() " << where(t.site);
+        else if (t.state == State::at_warp)
+          out << "waits in " << op_name(t.op) << "(mask " << hex(t.mask) << ") at " << where(t.site);
+        else out << (t.state == State::exited ? "exited" : "runnable");
+      }
+    }
+  }
+  if (exited_ > 0) out << "\n  " << exited_ << " thread(s) exited";
+  return out.str();
+}
+
+unsigned char* BlockRunner::dynamic_shared() { return smem_; }
+
+}  // namespace gt::emu

@@ -1,0 +1,123 @@
+// Runs the blocks of a kernel launch: every CUDA thread a fiber, every block
+// to completion before the next (GT_EMU_BLOCK_ORDER: forward or reverse over
+// the grid, and over the threads of a block when scheduling them).
+//
+// The rules it enforces, each a device fault (sticky cudaErrorLaunchFailure,
+// reported with the file:line of every party) when broken:
+//   * __syncthreads: every thread of the block arrives at the same call site;
+//     arriving at another site, or exiting while others wait (or after
+//     others have passed a barrier the exited thread never reached), is
+//     divergence.
+//   * warp collectives wait for exactly the lanes of their mask, at the same
+//     site and with the same width; a mask naming a lane that exited or does
+//     not exist, or one that excludes the caller, is a fault; nobody runnable
+//     is a deadlock, reported as who waits where for whom.
+//   * shared memory (the gt_emu_shared section and the dynamic region) is
+//     NaN-poisoned at every block start; the dynamic region is exactly the
+//     launch's bytes, followed by a guard page.
+// Threads run until they block, in order; blocks never overlap, so a
+// kernel's __shared__ statics are one block's shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fiber.hpp"
+#include "gt_emu/device.hpp"
+#include "gt_emu/wmma.hpp"
+
+namespace gt::emu {
+
+struct GridLaunch {
+  std::string name;  // "kernel launched at <file>:<line>"
+  dim3 grid, block;
+  size_t dynamic_smem = 0;
+  std::shared_ptr<const detail::KernelBody> body;
+};
+
+class BlockRunner {
+ public:
+  BlockRunner();
+  ~BlockRunner();
+
+  // Runs the whole grid (on this host thread). On a fault: reported, sticky
+  // error set, the rest of the grid skipped.
+  void run_grid(const GridLaunch& launch);
+
+  // The device layer's entry points (gt_emu/device.hpp), from a fiber.
+  void sync_block(Site site);
+  uint64_t warp_collective(detail::WarpOp op, unsigned mask, uint64_t value, int arg, int width,
+                           Site site);
+  void warp_mma(const detail::MmaLane& lane, Site site);
+  unsigned char* dynamic_shared();
+  [[noreturn]] void fault(cudaError_t code, const std::string& msg);
+
+  // For the SIGSEGV handler: what is running, and what `p` is to us.
+  bool running() const { return launch_ != nullptr; }
+  std::string describe_running() const;
+  std::string describe_address(const void* p) const;
+
+ private:
+  enum class State { runnable, at_barrier, at_warp, exited };
+  struct Thread {
+    std::unique_ptr<Fiber> fiber;
+    uint3 idx{};
+    int linear = 0;
+    State state = State::runnable;
+    Site site{"", 0};
+    detail::WarpOp op{};
+    unsigned mask = 0;
+    uint64_t value = 0, result = 0;
+    int arg = 0, width = 32;
+    const detail::MmaLane* mma = nullptr;
+  };
+  struct WarpGroup {
+    detail::WarpOp op;
+    Site site;
+    unsigned mask, arrived;
+    int width;
+  };
+  struct Warp {
+    std::vector<WarpGroup> groups;
+    unsigned exited = 0;  // lanes that have exited
+    char sync_token = 0;  // address for TSan's __syncwarp edges
+  };
+
+  static void thread_main(Fiber* f);
+  void run_block(unsigned linear_block);
+  void prepare_shared_memory();
+  // Joins the warp collective described by t's fields; returns once complete.
+  void join_group(Thread& t, Site site);
+  void complete_group(int warp, size_t group_index);
+  void compute_mma(int warp, unsigned mask);
+  Thread& current() { return threads_[static_cast<size_t>(current_)]; }
+  std::string thread_name(const Thread& t) const;
+  std::string block_name() const;
+  std::string deadlock_report() const;
+  void check_exit(Thread& t);
+
+  const GridLaunch* launch_ = nullptr;
+  std::vector<Thread> threads_;  // the block's threads; fibers are kept across blocks
+  std::vector<Warp> warps_;
+  int n_threads_ = 0;
+  int current_ = -1;
+  int barrier_arrived_ = 0;
+  Site barrier_site_{"", 0};
+  int exited_ = 0;
+  bool faulted_ = false;
+  cudaError_t fault_code_ = cudaSuccess;
+  std::string fault_text_;
+  char barrier_token_ = 0;  // address for TSan's __syncthreads edges
+  char launch_token_ = 0;   // address for TSan's launch/exit edges
+  // Dynamic shared memory: data placed to end at a PROT_NONE guard page.
+  unsigned char* smem_mapping_ = nullptr;
+  size_t smem_mapping_bytes_ = 0;
+  unsigned char* smem_ = nullptr;
+};
+
+BlockRunner& block_runner();
+
+}  // namespace gt::emu

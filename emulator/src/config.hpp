@@ -1,0 +1,49 @@
+// The emulated device's settings, read once from the environment (all
+// optional; docs/EMULATOR.md lists them):
+//   GT_EMU_DEVICES=N           emulated devices (default 8), then filtered by
+//                              CUDA_VISIBLE_DEVICES as the real runtime does
+//   GT_EMU_BLOCK_ORDER=forward|reverse
+//                              the order blocks of a grid run in, and threads of
+//                              a block are scheduled in (default forward)
+//   GT_EMU_STREAM_ORDER=issue|reverse|random[:seed]
+//                              which runnable stream runs next at a
+//                              synchronisation point (default issue)
+//   GT_EMU_PROTECT=0|1         device memory PROT_NONE while host code runs
+//                              (default 1)
+//   GT_EMU_CUBLASLT_REFUSE_EPILOGUES=0|1
+//                              the cuBLASLt heuristic refuses every fused
+//                              epilogue, so callers' fallbacks run (default 0)
+//   GT_EMU_WMMA_LAYOUT=seed    the permutation of fragment elements over lanes
+//   GT_EMU_HANG_TIMEOUT_S=s    a blocking synchronisation that waits this long
+//                              on another rank reports and aborts (default 300)
+// A value that does not parse is a fatal error naming the variable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gt::emu {
+
+enum class BlockOrder { forward, reverse };
+enum class StreamOrder { issue, reverse, random };
+
+struct Config {
+  int devices = 8;            // after CUDA_VISIBLE_DEVICES
+  BlockOrder block_order = BlockOrder::forward;
+  StreamOrder stream_order = StreamOrder::issue;
+  uint64_t stream_seed = 1;
+  bool protect_device_memory = true;
+  bool cublaslt_refuse_epilogues = false;
+  uint64_t wmma_layout_seed = 0x5eed;
+  double hang_timeout_s = 300;
+  size_t fiber_stack_bytes = 0;  // 0: the build's default
+};
+
+// The settings of this process (read at first use, then fixed, except through
+// the test hooks in gt_emu/control.hpp).
+Config& config();
+
+const char* to_string(BlockOrder o);
+const char* to_string(StreamOrder o);
+
+}  // namespace gt::emu

@@ -1,0 +1,46 @@
+// Test controls of the emulated device (see gt_emu/control.hpp).
+#include "gt_emu/control.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "config.hpp"
+#include "diagnostics.hpp"
+#include "emulator.hpp"
+
+namespace gt::emu {
+
+std::string describe_device() {
+  const Config& c = config();
+  return "gt-emu emulated CUDA device (" + std::to_string(c.devices) + " device(s); blocks " +
+         to_string(c.block_order) + ", streams in " + to_string(c.stream_order) +
+         " order, wmma layout seed " + std::to_string(c.wmma_layout_seed) + ")";
+}
+
+bool set_block_order(const std::string& order) {
+  Lock lock(Emulator::get().mu);
+  if (order == "forward") config().block_order = BlockOrder::forward;
+  else if (order == "reverse") config().block_order = BlockOrder::reverse;
+  else return false;
+  return true;
+}
+
+bool set_stream_order(const std::string& order) {
+  Lock lock(Emulator::get().mu);
+  if (order == "issue") config().stream_order = StreamOrder::issue;
+  else if (order == "reverse") config().stream_order = StreamOrder::reverse;
+  else if (order == "random") config().stream_order = StreamOrder::random;
+  else return false;
+  return true;
+}
+
+void set_cublaslt_refuse_epilogues(bool refuse) {
+  Lock lock(Emulator::get().mu);
+  config().cublaslt_refuse_epilogues = refuse;
+}
+
+std::string fault_message() {
+  const cudaError_t e = sticky_error();
+  return e == cudaSuccess ? "" : error_string(e);
+}
+
+}  // namespace gt::emu
