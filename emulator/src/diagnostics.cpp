@@ -21,6 +21,9 @@ Sticky& sticky() {
   return *s;
 }
 
+// The runtime's own text for a code (no sticky explanation).
+const char* plain_error_string(cudaError_t e);
+
 }  // namespace
 
 void report(const char* kind, const std::string& msg) {
@@ -49,7 +52,7 @@ void set_sticky(cudaError_t e, const std::string& msg) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.code != cudaSuccess) return;  // the first fault is the one that counts
   s.code = e;
-  s.text = std::string(error_string(e)) + " [gt-emu: " + msg + "]";
+  s.text = std::string(plain_error_string(e)) + " [gt-emu: " + msg + "]";
 }
 
 cudaError_t sticky_error() {
@@ -102,11 +105,14 @@ const char* error_name(cudaError_t e) {
 }
 
 const char* error_string(cudaError_t e) {
-  {
-    Sticky& s = sticky();
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (e != cudaSuccess && e == s.code) return s.text.c_str();
-  }
+  Sticky& s = sticky();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (e != cudaSuccess && e == s.code) return s.text.c_str();
+  return plain_error_string(e);
+}
+
+namespace {
+const char* plain_error_string(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
@@ -127,5 +133,7 @@ const char* error_string(cudaError_t e) {
     default: return "unrecognized error code";
   }
 }
+
+}  // namespace
 
 }  // namespace gt::emu

@@ -287,6 +287,11 @@ bool StreamScheduler::run_until(const std::function<bool()>& done, Mode mode) {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   collect_destroyed();
+  // A fault in the work that just ran: the device is lost, as on a GPU.
+  if (sticky_error() != cudaSuccess) {
+    drop_all();
+    return false;
+  }
   return true;
 }
 

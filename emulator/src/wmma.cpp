@@ -27,10 +27,10 @@ uint64_t splitmix(uint64_t& s) {
 
 const uint16_t* wmma_permutation(FragUse use, int m, int n, int k, bool col_major) {
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int, bool>, std::vector<uint16_t>>* cache =
-      new std::map<std::tuple<int, int, int, int, bool>, std::vector<uint16_t>>;
+  using Key = std::tuple<uint64_t, int, int, int, int, bool>;
+  static auto* cache = new std::map<Key, std::vector<uint16_t>>;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(static_cast<int>(use), m, n, k, col_major);
+  const Key key{config().wmma_layout_seed, static_cast<int>(use), m, n, k, col_major};
   auto it = cache->find(key);
   if (it != cache->end()) return it->second.data();
   const int rows = use == FragUse::a ? m : use == FragUse::b ? k : m;

@@ -1,0 +1,153 @@
+// Kernel launches on the emulated device: the limits the runtime reports
+// through cudaGetLastError (threads per block, grid size, dynamic shared
+// memory with and without cudaFuncSetAttribute), pointer arguments that lie
+// in no device allocation, the grid and thread orders (GT_EMU_BLOCK_ORDER),
+// and shared memory poisoned with NaN at every block start.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "emu_test_util.hpp"
+#include "kernels/cuda/device_common.cuh"
+
+namespace gt::emu_test {
+namespace {
+
+namespace dev = gt::cuda::dev;
+
+__global__ void touch_kernel(int* out) {
+  if (out && threadIdx.x == 0) out[0] = 1;
+}
+
+__global__ void smem_kernel(float* out) {
+  float* smem = dev::dynamic_shared_memory<float>();
+  if (threadIdx.x == 0) out[0] = smem[0];
+}
+
+class EmuLaunch : public ::testing::Test {
+ protected:
+  cuda::CudaStream s;
+  test::DeviceArray<int> buf{1024, s.get()};
+};
+
+TEST_F(EmuLaunch, TooManyThreadsPerBlockIsAConfigurationError) {
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, 1025, 0, s.get()}, buf.get()); },
+                              cudaErrorInvalidConfiguration));
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, dim3(32, 32, 2), 0, s.get()}, buf.get()); },
+                              cudaErrorInvalidConfiguration));
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, dim3(1, 1, 65), 0, s.get()}, buf.get()); },
+                              cudaErrorInvalidConfiguration));
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, 1024, 0, s.get()}, buf.get()); },
+                              cudaSuccess));
+}
+
+TEST_F(EmuLaunch, GridLimitsAndEmptyGridsAreConfigurationErrors) {
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {dim3(1, 65536), 32, 0, s.get()}, buf.get()); },
+                              cudaErrorInvalidConfiguration));
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {0u, 32, 0, s.get()}, buf.get()); },
+                              cudaErrorInvalidConfiguration));
+}
+
+TEST_F(EmuLaunch, DynamicSharedMemoryAbove48KiBNeedsTheOptInAttribute) {
+  const size_t big = 64 << 10;
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(smem_kernel, {1, 32, big, s.get()}, reinterpret_cast<float*>(buf.get())); },
+                              cudaErrorInvalidValue));
+  ASSERT_EQ(cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(big)),
+            cudaSuccess);
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(smem_kernel, {1, 32, big, s.get()}, reinterpret_cast<float*>(buf.get())); },
+                              cudaSuccess));
+  EXPECT_EQ(cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 232448 + 1),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(smem_kernel, {1, 32, 232448 + 16, s.get()}, reinterpret_cast<float*>(buf.get())); },
+                              cudaErrorInvalidValue));
+  EXPECT_EQ(cudaStreamSynchronize(s.get()), cudaSuccess);
+}
+
+TEST_F(EmuLaunch, PointerArgumentsMustLieInDeviceAllocations) {
+  std::vector<int> host(4);
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, 32, 0, s.get()}, host.data()); },
+                              cudaErrorInvalidValue));
+  int* freed = nullptr;
+  {
+    test::DeviceArray<int> gone(16, s.get());
+    freed = gone.get();
+  }
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, 32, 0, s.get()}, freed); },
+                              cudaErrorInvalidValue));
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, 32, 0, s.get()}, static_cast<int*>(nullptr)); },
+                              cudaSuccess));
+  EXPECT_TRUE(launch_rejected([&] { dev::launch(touch_kernel, {1, 32, 0, s.get()}, buf.get() + 100); },
+                              cudaSuccess));
+  EXPECT_EQ(cudaStreamSynchronize(s.get()), cudaSuccess);
+}
+
+// Thread (0,0,0) of each block appends its block's linear index; every
+// thread appends its own index in the first block: the orders the
+// emulator runs blocks and schedules threads in.
+__global__ void order_kernel(int* blocks, int* threads, int* counters) {
+  const int b = static_cast<int>(blockIdx.x + gridDim.x * blockIdx.y);
+  if (threadIdx.x == 0) blocks[counters[0]++] = b;
+  if (b == 0) threads[counters[1]++] = static_cast<int>(threadIdx.x);
+}
+
+std::vector<int> run_order(const char* order, std::vector<int>* threads) {
+  EXPECT_TRUE(gt::emu::set_block_order(order));
+  cuda::CudaStream s;
+  test::DeviceArray<int> blocks(12, s.get()), th(64, s.get()), counters(std::vector<int>{0, 0}, s.get());
+  dev::launch(order_kernel, {dim3(4, 3), 64, 0, s.get()}, blocks.get(), th.get(), counters.get());
+  CUDA_CHECK(cudaGetLastError());
+  *threads = th.download();
+  gt::emu::set_block_order("forward");
+  return blocks.download();
+}
+
+TEST(EmuLaunchOrder, BlocksAndThreadsRunForwardOrReverseAsConfigured) {
+  std::vector<int> threads;
+  const std::vector<int> fwd = run_order("forward", &threads);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(fwd[i], i);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(threads[i], i);
+  const std::vector<int> rev = run_order("reverse", &threads);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(rev[i], 11 - i);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(threads[i], 63 - i);
+  EXPECT_FALSE(gt::emu::set_block_order("sideways"));
+}
+
+// Reads shared memory before anything writes it: every block must see the
+// poison (all bits set), not what the previous block left behind.
+__global__ void poison_kernel(unsigned* out) {
+  __shared__ unsigned tile[64];
+  unsigned* dyn = dev::dynamic_shared_memory<unsigned>();
+  const unsigned b = blockIdx.x, t = threadIdx.x;
+  const unsigned first_static = tile[t], first_dynamic = dyn[t];
+  __syncthreads();
+  tile[t] = 7;
+  dyn[t] = 7;
+  __syncthreads();
+  if (t == 0) {
+    out[4 * b] = first_static;
+    out[4 * b + 1] = first_dynamic;
+    out[4 * b + 2] = tile[63];
+    out[4 * b + 3] = dyn[63];
+  }
+}
+
+TEST(EmuSharedMemory, StaticAndDynamicSharedMemoryArePoisonedAtEveryBlockStart) {
+  cuda::CudaStream s;
+  test::DeviceArray<unsigned> out(4 * 3, s.get());
+  dev::launch(poison_kernel, {3, 64, 64 * sizeof(unsigned), s.get()}, out.get());
+  const std::vector<unsigned> got = out.download();
+  for (int b = 0; b < 3; ++b) {
+    EXPECT_EQ(got[4 * b], 0xffffffffu) << "static, block " << b;
+    EXPECT_EQ(got[4 * b + 1], 0xffffffffu) << "dynamic, block " << b;
+    EXPECT_EQ(got[4 * b + 2], 7u);
+    EXPECT_EQ(got[4 * b + 3], 7u);
+  }
+}
+
+}  // namespace
+}  // namespace gt::emu_test
