@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.hpp"
@@ -45,6 +46,7 @@ struct StepTrace {
   std::vector<float> losses;
   std::vector<double> norms;
   std::vector<std::vector<float>> pieces;
+  std::vector<std::string> piece_names;  // "param.h.0.attn.c_attn.bias", "adam_m.wte.weight", ...
 };
 
 inline std::vector<std::vector<float>> piece_contents(const std::vector<TensorPiece>& pieces) {
@@ -86,7 +88,9 @@ inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
     t.norms.push_back(params.grad_norm());
     params.adamw_step(tc, 1e-2, 1.f, step + 1);
   }
-  t.pieces = piece_contents(params.pieces_to_save());
+  const std::vector<TensorPiece> saved = params.pieces_to_save();
+  t.pieces = piece_contents(saved);
+  for (const TensorPiece& p : saved) t.piece_names.push_back(p.name);
   return t;
 }
 

@@ -76,7 +76,9 @@ TEST(ComputeBackend, ThisMachineBuildsWhatAutoResolvesTo) {
   RunEnvironment env;
   const ComputeBackend b = make_compute_backend(cfg, env);
   ASSERT_NE(b.ops, nullptr);
-  const Device want = cuda_built() && visible_cuda_devices() > 0 ? Device::cuda : Device::cpu;
+  const Device want = cuda_built() && visible_cuda_devices() > 0 && !cuda_device_emulated()
+                          ? Device::cuda
+                          : Device::cpu;
   EXPECT_EQ(b.device, want);
   EXPECT_EQ(b.comm, resolve_run_comm(cfg, want, 1, visible_cuda_devices()));
   EXPECT_EQ(b.ops->device(), want);

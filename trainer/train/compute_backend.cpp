@@ -62,7 +62,10 @@ std::unique_ptr<OpTimer> ComputeBackend::make_op_timer() const {
 ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env) {
   ComputeBackend b;
   const int gpus = visible_cuda_devices();
-  b.device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, gpus, cuda_built(), cfg.source);
+  // `auto` means a GPU when there is one; the emulated device is not one.
+  const bool auto_skips = cfg.runtime.device == DeviceKind::auto_ && cuda_device_emulated();
+  b.device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, auto_skips ? 0 : gpus,
+                            cuda_built(), cfg.source);
   b.comm = resolve_run_comm(cfg, b.device, env.local_size, gpus);
   check_local_devices(cfg, b.device, env.local_size, gpus, b.comm);
   if (b.device == Device::cpu) {

@@ -35,6 +35,14 @@ bool cuda_built() {
 #endif
 }
 
+bool cuda_device_emulated() {
+#if defined(TRAINER_CUDA_EMULATOR) && TRAINER_CUDA_EMULATOR
+  return true;
+#else
+  return false;
+#endif
+}
+
 int visible_cuda_devices() {
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
   return cuda::cuda_device_count();

@@ -24,6 +24,10 @@ void check_launch(const RunEnvironment& env, int mpi_world_size);
 int visible_cuda_devices();
 // True when this build has the CUDA backend compiled in.
 bool cuda_built();
+// True when that backend runs on the emulated device (a TRAINER_CUDA_EMULATOR
+// build, docs/EMULATOR.md): a test device that runtime.device=cuda selects
+// and runtime.device=auto never does.
+bool cuda_device_emulated();
 
 // A run on `device` (runtime.device as resolve_device resolved it, which
 // already refused cuda without a build or a visible GPU) with NCCL, which
