@@ -1,0 +1,412 @@
+// The emulated cuBLASLt, part 2: the validation the heuristic and
+// cublasLtMatmul share, the emulated algorithm (what it records, what it
+// lets cublasLtMatmul assume), cublasLtMatmulAlgoGetHeuristic, and
+// cublasLtMatmul, which checks every operand against the device allocations
+// and queues the GEMM on the stream (computed by cublaslt_compute.cpp in the
+// device phase). The behaviours chosen here are listed at the top of
+// cublaslt.cpp.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "config.hpp"
+#include "cublaslt.hpp"
+#include "diagnostics.hpp"
+#include "emulator.hpp"
+
+namespace gt::emu::lt {
+
+namespace {
+
+// ---- validation shared by the heuristic and cublasLtMatmul -------------------------
+
+std::string describe(const Layout& l) {
+  return std::to_string(l.rows) + "x" + std::to_string(l.cols) + " ld " + std::to_string(l.ld) +
+         " " + type_name(l.type);
+}
+
+cublasStatus_t check_layout(const std::string& api, const char* name, const Layout& l) {
+  const std::string what = std::string("matrix ") + name + " (" + describe(l) + ")";
+  if (l.order != CUBLASLT_ORDER_COL)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  what + ": order " + std::to_string(l.order) +
+                      " (only CUBLASLT_ORDER_COL is emulated)");
+  if (l.batch_count != 1)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  what + ": batch count " + std::to_string(l.batch_count) +
+                      " (batches are not emulated)");
+  if (!emulated_type(l.type))
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, what + ": only fp32 and bf16 are emulated");
+  if (l.rows == 0 || l.cols == 0)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, what + ": zero-sized GEMMs are not emulated");
+  if (l.rows > INT32_MAX || l.cols > INT32_MAX)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, what + ": a dimension exceeds int32");
+  if (l.ld < 0 || static_cast<uint64_t>(l.ld) < l.rows)
+    return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                  what + ": the leading dimension must be >= rows (column-major)");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t check_op(const std::string& api, const char* name, int32_t op) {
+  if (op == CUBLAS_OP_N || op == CUBLAS_OP_T) return CUBLAS_STATUS_SUCCESS;
+  if (op == CUBLAS_OP_C || op == CUBLAS_OP_CONJG)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  std::string(name) + " = " + std::to_string(op) + " (only N and T are emulated)");
+  return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                std::string(name) + " = " + std::to_string(op) + " is not a cublasOperation_t");
+}
+
+// Checks the configuration and fills everything of `job` that does not come
+// from the call's pointers and scalars.
+cublasStatus_t validate(const std::string& api, const MatmulDesc& d, const Layout& a,
+                        const Layout& b, const Layout& c, const Layout& dl, GemmJob* job) {
+  if (d.compute != CUBLAS_COMPUTE_32F && d.compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "compute type " + std::to_string(d.compute) +
+                      " (only CUBLAS_COMPUTE_32F and CUBLAS_COMPUTE_32F_FAST_TF32 are emulated)");
+  if (d.scale != CUDA_R_32F)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "scale type " + type_name(d.scale) + " (only CUDA_R_32F is emulated)");
+  if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "pointer mode " + std::to_string(d.pointer_mode) +
+                      " (only CUBLASLT_POINTER_MODE_HOST is emulated)");
+  if (cublasStatus_t st = check_op(api, "CUBLASLT_MATMUL_DESC_TRANSA", d.trans_a)) return st;
+  if (cublasStatus_t st = check_op(api, "CUBLASLT_MATMUL_DESC_TRANSB", d.trans_b)) return st;
+  if (d.trans_c != CUBLAS_OP_N)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "CUBLASLT_MATMUL_DESC_TRANSC must be N");
+  if (cublasStatus_t st = check_layout(api, "A", a)) return st;
+  if (cublasStatus_t st = check_layout(api, "B", b)) return st;
+  if (cublasStatus_t st = check_layout(api, "C", c)) return st;
+  if (cublasStatus_t st = check_layout(api, "D", dl)) return st;
+  if (a.type != b.type)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "A is " + type_name(a.type) + " but B is " + type_name(b.type));
+  if (c.type != dl.type)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "C is " + type_name(c.type) + " but D is " + type_name(dl.type));
+  if (a.type == CUDA_R_32F && dl.type == CUDA_R_16BF)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "fp32 inputs with a bf16 output");
+  if (d.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.type != CUDA_R_32F)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "CUBLAS_COMPUTE_32F_FAST_TF32 needs fp32 inputs, A and B are " +
+                      type_name(a.type));
+
+  const bool ta = d.trans_a == CUBLAS_OP_T, tb = d.trans_b == CUBLAS_OP_T;
+  const int64_t m = static_cast<int64_t>(ta ? a.cols : a.rows);
+  const int64_t k = static_cast<int64_t>(ta ? a.rows : a.cols);
+  const int64_t kb = static_cast<int64_t>(tb ? b.cols : b.rows);
+  const int64_t n = static_cast<int64_t>(tb ? b.rows : b.cols);
+  const std::string shapes = "op(A) " + std::to_string(m) + "x" + std::to_string(k) + ", op(B) " +
+                             std::to_string(kb) + "x" + std::to_string(n) + ", C " +
+                             std::to_string(c.rows) + "x" + std::to_string(c.cols) + ", D " +
+                             std::to_string(dl.rows) + "x" + std::to_string(dl.cols);
+  if (kb != k || static_cast<int64_t>(c.rows) != m || static_cast<int64_t>(c.cols) != n ||
+      static_cast<int64_t>(dl.rows) != m || static_cast<int64_t>(dl.cols) != n)
+    return refuse(api, CUBLAS_STATUS_INVALID_VALUE, "inconsistent shapes: " + shapes);
+
+  const uint32_t e = d.epilogue;
+  if (!emulated_epilogue(e))
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "epilogue " + std::to_string(e) +
+                      " (emulated: DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, "
+                      "BGRADA, BGRADB)");
+  *job = GemmJob{};
+  job->bias_type = job->aux_type = static_cast<cudaDataType_t>(dl.type);
+  if (epilogue_uses_bias(e)) {
+    if (!d.bias)
+      return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                    "epilogue " + std::to_string(e) + " needs CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+    if (d.bias_type != -1) {
+      if (!emulated_type(d.bias_type))
+        return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "bias type " + type_name(d.bias_type));
+      job->bias_type = static_cast<cudaDataType_t>(d.bias_type);
+    }
+  }
+  if (epilogue_uses_aux(e)) {
+    if (!d.aux)
+      return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                    "epilogue " + std::to_string(e) +
+                        " needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+    if (d.aux_ld < m || d.aux_ld % 8 != 0)
+      return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                    "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = " + std::to_string(d.aux_ld) +
+                        " must be >= the rows of D (" + std::to_string(m) +
+                        ") and divisible by 8");
+    if (d.aux_type != -1) {
+      if (!emulated_type(d.aux_type))
+        return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "aux type " + type_name(d.aux_type));
+      job->aux_type = static_cast<cudaDataType_t>(d.aux_type);
+    }
+    job->aux_ld = d.aux_ld;
+  }
+  job->m = m;
+  job->n = n;
+  job->k = k;
+  job->trans_a = ta;
+  job->trans_b = tb;
+  job->tf32 = d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  job->ab_type = static_cast<cudaDataType_t>(a.type);
+  job->lda = a.ld;
+  job->ldb = b.ld;
+  job->cd_type = static_cast<cudaDataType_t>(dl.type);
+  job->ldc = c.ld;
+  job->ldd = dl.ld;
+  job->epilogue = e;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- the emulated algorithm -------------------------------------------------------
+// data[0] marks it as ours, data[1] fingerprints the configuration it was
+// chosen for (types, transposes, epilogue), data[2] holds the alignments of
+// A, B, C, D it may assume (16 bits each), data[3] those of bias and aux.
+constexpr uint64_t kAlgoMagic = 0x676d652d4c746c41ull;  // "gme-LtlA"
+
+uint64_t fingerprint(const GemmJob& j) {
+  return static_cast<uint64_t>(j.ab_type) | static_cast<uint64_t>(j.cd_type) << 8 |
+         static_cast<uint64_t>(j.bias_type) << 16 | static_cast<uint64_t>(j.aux_type) << 24 |
+         static_cast<uint64_t>(j.epilogue) << 32 | static_cast<uint64_t>(j.trans_a) << 48 |
+         static_cast<uint64_t>(j.trans_b) << 49 | static_cast<uint64_t>(j.tf32) << 50;
+}
+
+// The largest power of two <= 256 dividing the address.
+uint32_t address_alignment(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && addr % a != 0) a /= 2;
+  return a;
+}
+
+enum Operand { kA, kB, kC, kD, kBias, kAux, kOperands };
+const char* const kOperandNames[kOperands] = {"A", "B", "C", "D", "bias", "aux"};
+
+cublasLtMatmulAlgo_t make_algo(const GemmJob& j, const MatmulDesc& d, const Preference& p) {
+  cublasLtMatmulAlgo_t algo;
+  std::memset(&algo, 0, sizeof algo);
+  algo.data[0] = kAlgoMagic;
+  algo.data[1] = fingerprint(j);
+  // No algorithm needs more than 256 bytes (the documented default).
+  for (int i = 0; i < 4; ++i)
+    algo.data[2] |= static_cast<uint64_t>(std::min(p.align[i], 256u)) << (16 * i);
+  const uint32_t bias = epilogue_uses_bias(j.epilogue) ? address_alignment(d.bias) : 1;
+  const uint32_t aux = epilogue_uses_aux(j.epilogue) ? address_alignment(d.aux) : 1;
+  algo.data[3] = bias | static_cast<uint64_t>(aux) << 16;
+  return algo;
+}
+
+uint32_t algo_alignment(const cublasLtMatmulAlgo_t& algo, Operand o) {
+  const uint64_t word = o < kBias ? algo.data[2] : algo.data[3];
+  const int shift = 16 * (o < kBias ? o : o - kBias);
+  return static_cast<uint32_t>((word >> shift) & 0xFFFF);
+}
+
+bool refuses_epilogue(const MatmulDesc& d) {
+  return config().cublaslt_refuse_epilogues && d.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// Checks that [p, p + bytes) lies in one device allocation on the stream's
+// device and that p has the alignment the algorithm may assume.
+cublasStatus_t check_operand(const std::string& api, Operand o, const void* p, size_t bytes,
+                             uint32_t align, int device) {
+  const std::string name = kOperandNames[o];
+  if (!p) return refuse(api, CUBLAS_STATUS_INVALID_VALUE, name + " is null");
+  if (reinterpret_cast<uintptr_t>(p) % align != 0)
+    return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                  name + " at " + ptr_str(p) + " is " + std::to_string(address_alignment(p)) +
+                      "-byte aligned, the algorithm assumes " + std::to_string(align) +
+                      " (its element size, the preference's MIN_ALIGNMENT, or the pointer's "
+                      "alignment at heuristic time)");
+  const Allocation* a = device_range(p, bytes);
+  if (!a) {
+    const Allocation* any = Emulator::get().memory.find(p);
+    if (any && !any->pinned) {
+      const auto left = any->base + any->bytes - static_cast<const unsigned char*>(p);
+      return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                    name + " needs " + std::to_string(bytes) + " bytes from " + ptr_str(p) +
+                        " but its device allocation of " + std::to_string(any->bytes) +
+                        " bytes ends " + std::to_string(left) + " bytes after it");
+    }
+    return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                  name + " at " + ptr_str(p) + " is not device memory (host memory, or freed)");
+  }
+  if (a->device != device)
+    return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                  name + " lies on device " + std::to_string(a->device) +
+                      " but the stream belongs to device " + std::to_string(device));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Bytes of a column-major rows x cols matrix: the last column needs only `rows` elements.
+size_t span_bytes(int64_t rows, int64_t cols, int64_t ld, int64_t type) {
+  return static_cast<size_t>((cols - 1) * ld + rows) * type_size(type);
+}
+
+bool is_device_memory(const void* p) {
+  const Allocation* a = Emulator::get().memory.find(p);
+  return a && !a->pinned;
+}
+
+}  // namespace
+
+}  // namespace gt::emu::lt
+
+using gt::emu::Emulator;
+using gt::emu::Lock;
+namespace lt = gt::emu::lt;
+
+extern "C" {
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
+                                              cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a_desc,
+                                              cublasLtMatrixLayout_t b_desc,
+                                              cublasLtMatrixLayout_t c_desc,
+                                              cublasLtMatrixLayout_t d_desc,
+                                              cublasLtMatmulPreference_t preference,
+                                              int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int* returned) {
+  Lock lock(Emulator::get().mu);
+  const std::string api = "cublasLtMatmulAlgoGetHeuristic";
+  if (returned) *returned = 0;
+  if (!lt::lookup<lt::Context>(handle))
+    return lt::refuse(api, CUBLAS_STATUS_NOT_INITIALIZED, "not a live cuBLASLt handle");
+  const lt::MatmulDesc* d = lt::lookup<lt::MatmulDesc>(desc);
+  const lt::Layout* a = lt::lookup<lt::Layout>(a_desc);
+  const lt::Layout* b = lt::lookup<lt::Layout>(b_desc);
+  const lt::Layout* c = lt::lookup<lt::Layout>(c_desc);
+  const lt::Layout* dl = lt::lookup<lt::Layout>(d_desc);
+  if (!d || !a || !b || !c || !dl)
+    return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                      "the matmul descriptor or a layout is not a live descriptor");
+  lt::Preference defaults;
+  const lt::Preference* p = preference ? lt::lookup<lt::Preference>(preference) : &defaults;
+  if (!p) return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE, "not a live preference");
+  if (requested <= 0 || !results || !returned)
+    return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                      "requestedAlgoCount must be > 0 with a result array and a count pointer");
+  // The switch makes callers' unfused fallbacks run (no report: it is asked for).
+  if (lt::refuses_epilogue(*d)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  lt::GemmJob job;
+  if (cublasStatus_t st = lt::validate(api, *d, *a, *b, *c, *dl, &job)) return st;
+  if (p->search_mode != CUBLASLT_SEARCH_BEST_FIT)
+    return lt::refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                      "search mode " + std::to_string(p->search_mode) + " is not emulated");
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t al = p->align[i];
+    if (al == 0 || (al & (al - 1)) != 0)
+      return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                        std::string("MIN_ALIGNMENT_") + lt::kOperandNames[i] + "_BYTES = " +
+                            std::to_string(al) + " is not a power of two");
+  }
+  std::memset(&results[0], 0, sizeof results[0]);
+  results[0].algo = lt::make_algo(job, *d, *p);
+  results[0].workspaceSize = 0;
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void* alpha, const void* A, cublasLtMatrixLayout_t a_desc,
+                              const void* B, cublasLtMatrixLayout_t b_desc, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t c_desc, void* D,
+                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  Emulator& e = Emulator::get();
+  Lock lock(e.mu);
+  const std::string api = "cublasLtMatmul";
+  if (gt::emu::sticky_error() != cudaSuccess)
+    return lt::refuse(api, CUBLAS_STATUS_EXECUTION_FAILED, "the device has faulted earlier");
+  if (!lt::lookup<lt::Context>(handle))
+    return lt::refuse(api, CUBLAS_STATUS_NOT_INITIALIZED, "not a live cuBLASLt handle");
+  const lt::MatmulDesc* d = lt::lookup<lt::MatmulDesc>(desc);
+  const lt::Layout* a = lt::lookup<lt::Layout>(a_desc);
+  const lt::Layout* b = lt::lookup<lt::Layout>(b_desc);
+  const lt::Layout* c = lt::lookup<lt::Layout>(c_desc);
+  const lt::Layout* dl = lt::lookup<lt::Layout>(d_desc);
+  if (!d || !a || !b || !c || !dl)
+    return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                      "the matmul descriptor or a layout is not a live descriptor");
+  if (!alpha || !beta) return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE, "null alpha or beta");
+  if (lt::is_device_memory(alpha) || lt::is_device_memory(beta))
+    return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                      "alpha or beta points to device memory, but the pointer mode is HOST");
+  // Without an algorithm the library runs its heuristic itself, switch included.
+  if (!algo && lt::refuses_epilogue(*d))
+    return lt::refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                      "GT_EMU_CUBLASLT_REFUSE_EPILOGUES: no algorithm for a fused epilogue");
+  lt::GemmJob job;
+  if (cublasStatus_t st = lt::validate(api, *d, *a, *b, *c, *dl, &job)) return st;
+
+  uint32_t align[lt::kOperands] = {
+      static_cast<uint32_t>(lt::type_size(job.ab_type)),
+      static_cast<uint32_t>(lt::type_size(job.ab_type)),
+      static_cast<uint32_t>(lt::type_size(job.cd_type)),
+      static_cast<uint32_t>(lt::type_size(job.cd_type)),
+      static_cast<uint32_t>(lt::type_size(job.bias_type)),
+      static_cast<uint32_t>(lt::type_size(job.aux_type))};
+  if (algo) {
+    if (algo->data[0] != lt::kAlgoMagic)
+      return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                        "the algorithm was not returned by cublasLtMatmulAlgoGetHeuristic");
+    if (algo->data[1] != lt::fingerprint(job))
+      return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                        "the algorithm was chosen for other types, transposes or epilogue");
+    for (int o = 0; o < lt::kOperands; ++o)
+      align[o] = std::max(align[o], lt::algo_alignment(*algo, static_cast<lt::Operand>(o)));
+  }
+
+  CUstream_st* s = gt::emu::stream_for(stream, "cublasLtMatmul");
+  if (!s) return CUBLAS_STATUS_INVALID_VALUE;  // reported by stream_for
+  job.alpha = *static_cast<const float*>(alpha);
+  job.beta = *static_cast<const float*>(beta);
+  job.a = A;
+  job.b = B;
+  job.c = C;
+  job.d = D;
+  job.bias = d->bias;
+  job.aux = d->aux;
+
+  const int64_t m = job.m, n = job.n;
+  auto check = [&](lt::Operand o, const void* p, size_t bytes) {
+    return lt::check_operand(api, o, p, bytes, align[o], s->device);
+  };
+  if (auto st = check(lt::kA, A, lt::span_bytes(a->rows, a->cols, a->ld, a->type))) return st;
+  if (auto st = check(lt::kB, B, lt::span_bytes(b->rows, b->cols, b->ld, b->type))) return st;
+  // C is only read when beta != 0 (it may then be null); checked whenever given.
+  if (C || job.beta != 0.f)
+    if (auto st = check(lt::kC, C, lt::span_bytes(m, n, c->ld, c->type))) return st;
+  if (auto st = check(lt::kD, D, lt::span_bytes(m, n, dl->ld, dl->type))) return st;
+  if (C == D && c->ld != dl->ld)
+    return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                      "C and D are the same memory with different leading dimensions");
+  if (lt::epilogue_uses_bias(job.epilogue)) {
+    const int64_t len = job.epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m;
+    if (auto st = check(lt::kBias, job.bias, len * lt::type_size(job.bias_type))) return st;
+  }
+  if (lt::epilogue_uses_aux(job.epilogue))
+    if (auto st = check(lt::kAux, job.aux, lt::span_bytes(m, n, job.aux_ld, job.aux_type)))
+      return st;
+  if (workspace_bytes > 0) {
+    if (!workspace)
+      return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                        "a null workspace of " + std::to_string(workspace_bytes) + " bytes");
+    const gt::emu::Allocation* w = gt::emu::device_range(workspace, workspace_bytes);
+    if (!w || w->device != s->device)
+      return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                        "the workspace's " + std::to_string(workspace_bytes) +
+                            " bytes are not one device allocation on the stream's device");
+  }
+
+  const std::string what = "cublasLtMatmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                           " k=" + std::to_string(job.k) +
+                           " epilogue=" + std::to_string(job.epilogue);
+  e.streams.enqueue_task(s, what, [job] { lt::run_gemm(job); });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
