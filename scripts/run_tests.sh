@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run call this): installs dependencies,
 # configures and builds everything (CUDA sources too when nvcc is present),
-# then runs the whole suite through ctest. GPU tests report as skipped on a
-# machine without a GPU.
+# runs the whole suite through ctest (GPU tests report as skipped on a
+# machine without a GPU), then runs the GPU code on the emulated device
+# (scripts/run_emulator_tests.sh: the CUDA tests, sanitizers, planted bugs).
+# Arguments go to the first ctest; SKIP_EMULATOR=1 skips the second part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,3 +16,7 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 # mpirun refuses root unless told; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" "$@"
+
+if [[ "${SKIP_EMULATOR:-0}" != "1" ]]; then
+  scripts/run_emulator_tests.sh
+fi

@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/core/bf16.hpp"
@@ -86,6 +88,22 @@ TensorView dev_view(const DeviceArray<T>& a, DType dtype, std::initializer_list<
   GT_CHECK(static_cast<size_t>(v.numel()) * dtype_size(dtype) <= a.size() * sizeof(T),
            "dev_view larger than its array");
   return v;
+}
+
+// The cases of a test: all of them, or with GT_TEST_SHAPES=small only those
+// `small` accepts. CI's ThreadSanitizer pass on the emulated device sets it
+// (every instrumented access is ~10x slower there): the odd sizes and every
+// branch stay, the production-sized shapes go.
+inline bool small_shapes() {
+  const char* v = std::getenv("GT_TEST_SHAPES");
+  return v && std::string(v) == "small";
+}
+template <typename Case, size_t N, typename Small>
+std::vector<Case> select_cases(const Case (&all)[N], Small small) {
+  std::vector<Case> out;
+  for (const Case& c : all)
+    if (!small_shapes() || small(c)) out.push_back(c);
+  return out;
 }
 
 inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {

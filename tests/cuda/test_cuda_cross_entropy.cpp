@@ -27,6 +27,8 @@ struct Case {
 const Case kCases[] = {{1, 1, 1.f},       {7, 3, 1.f},     {5, 771, 0.2f},
                        {64, 1024, 1.f / 64}, {3, 50257, 1.f}, {33, 50257, -0.5f}};
 
+bool small_case(const Case& c) { return c.R * c.V <= 200000; }
+
 std::string name(const Case& c) {
   return "R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) +
          " grad_scale=" + std::to_string(c.grad_scale);
@@ -36,7 +38,7 @@ TEST(CudaCrossEntropy, FusedForwardBackwardMatchesCpu) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
   auto cpu = gt::make_cpu_ops(1);
-  for (const Case& c : kCases) {
+  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
     SCOPED_TRACE(name(c));
     const auto logits = random_vector(c.R * c.V, 7, -8.f, 8.f);
     auto targets = gt::test::random_ints(c.R, 8, 0, static_cast<int32_t>(c.V));

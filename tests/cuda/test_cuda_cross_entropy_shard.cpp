@@ -70,7 +70,7 @@ TEST(CudaCrossEntropyShard, ThreePassesMatchCpuAndTheFusedLoss) {
                         {33, 1000, {0, 300, 1000}, 1.f / 33},
                         {64, 50257, {0, 12565, 25129, 37693, 50257}, 0.5f},
                         {5, 771, {0, 1, 770, 771}, -2.f}};
-  for (const Case& c : cases) {
+  for (const Case& c : gt::test::select_cases(cases, [](const Case& k) { return k.R * k.V <= 200000; })) {
     for (bool in_place : {false, true}) {
       SCOPED_TRACE("R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) + " shards=" +
                    std::to_string(c.bounds.size() - 1) + (in_place ? " in place" : ""));

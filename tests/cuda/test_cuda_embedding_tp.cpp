@@ -32,7 +32,8 @@ TEST(CudaEmbeddingTp, TokenShardForwardAndBackwardMatchCpu) {
   gt::cuda::CudaStream stream;
   const cudaStream_t s = stream.get();
   auto cpu = gt::make_cpu_ops(1);
-  for (const TokenCase& c : kTokenCases) {
+  for (const TokenCase& c :
+       gt::test::select_cases(kTokenCases, [](const TokenCase& t) { return t.V <= 1000; })) {
     const int64_t per = (c.V + c.shards - 1) / c.shards;
     const int64_t start = per * c.shard;
     const int64_t Vs = std::min<int64_t>(per, c.V - start);
@@ -77,7 +78,8 @@ TEST(CudaEmbeddingTp, PositionForwardAndBackwardMatchCpu) {
   gt::cuda::CudaStream stream;
   const cudaStream_t s = stream.get();
   auto cpu = gt::make_cpu_ops(1);
-  for (const PositionCase& c : kPositionCases) {
+  for (const PositionCase& c : gt::test::select_cases(
+           kPositionCases, [](const PositionCase& p) { return p.N <= 1024; })) {
     SCOPED_TRACE("N=" + std::to_string(c.N) + " first_row=" + std::to_string(c.first_row) +
                  " C=" + std::to_string(c.C) + " T=" + std::to_string(c.T));
     auto wpe = random_vector(int64_t{c.maxT} * c.C, 5);

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,9 @@
 #include "mpi_test_util.hpp"
 #include "parallel/collective_matmul.hpp"
 #include "parallel/nccl_communicator.hpp"
+#if defined(TRAINER_CUDA_EMULATOR)
+#include "gt_emu/control.hpp"
+#endif
 
 namespace gt::test {
 namespace {
@@ -125,6 +129,39 @@ TEST(NcclCommunicator, ReduceScatterAndAllGatherInPlace) {
     }
     EXPECT_TRUE(exactly(gathered.host(), all));
   }
+}
+
+// A collective sees what the compute stream wrote before it started, with no
+// host synchronisation in between: the communicator orders its own stream
+// after the compute stream with an event. On the emulated device the streams
+// also run newest-first, the legal order in which a missing wait shows.
+TEST(NcclCommunicator, CollectivesSeeTheComputeStreamsEarlierWork) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+#if defined(TRAINER_CUDA_EMULATOR)
+  const char* const orders[] = {"issue", "reverse"};
+#else
+  const char* const orders[] = {"device"};
+#endif
+  for (const char* order : orders) {
+    SCOPED_TRACE(order);
+#if defined(TRAINER_CUDA_EMULATOR)
+    ASSERT_TRUE(gt::emu::set_stream_order(order));
+#endif
+    const int64_t n = 1000;
+    DeviceFloats x(std::vector<float>(static_cast<size_t>(n), -1.f));
+    // Every byte 0x40 + rank: positive floats growing with the rank.
+    CUDA_CHECK(cudaMemsetAsync(x.get(), 0x40 + r, n * sizeof(float), w.compute->get()));
+    w.nccl->all_reduce_max(x.get(), n).wait();
+    uint32_t bits = 0;
+    std::memset(&bits, 0x40 + p - 1, sizeof bits);
+    float want = 0.f;
+    std::memcpy(&want, &bits, sizeof want);
+    EXPECT_TRUE(exactly(x.host(), std::vector<float>(static_cast<size_t>(n), want)));
+  }
+#if defined(TRAINER_CUDA_EMULATOR)
+  gt::emu::set_stream_order("issue");
+#endif
 }
 
 TEST(NcclCommunicator, BroadcastScalarsAndBarrier) {
