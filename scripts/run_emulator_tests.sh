@@ -7,7 +7,8 @@
 #      the NCCL and staged-CUDA mesh tests under mpirun, training runs
 #      against the CPU backend;
 #   2. build-emu-asan/: the kernel and emulator tests under AddressSanitizer
-#      and UBSan's alignment check, with blocks and streams in reverse order;
+#      and UBSan's alignment check, with blocks and streams in reverse order
+#      (small shapes, GT_TEST_SHAPES=small: phase 1 ran the full ones);
 #   3. build-emu-tsan/: the attention, LayerNorm, cross-entropy and embedding
 #      tests under ThreadSanitizer (small shapes: GT_TEST_SHAPES=small);
 #   4. tests/emulator/planted_bugs.py: known GPU bugs planted in copies of the
@@ -52,8 +53,9 @@ if wants 2 || wants 4; then
   cmake --build "$ASAN" -j "$JOBS" --target gt_emu_kernel_tests gt_emu_tests
 fi
 if wants 2; then
-  phase "2. kernel tests under ASan, blocks and streams in reverse order"
-  GT_EMU_BLOCK_ORDER=reverse GT_EMU_STREAM_ORDER=reverse "$ASAN/tests/gt_emu_kernel_tests"
+  phase "2. kernel tests under ASan, blocks and streams in reverse order (small shapes)"
+  GT_TEST_SHAPES=small GT_EMU_BLOCK_ORDER=reverse GT_EMU_STREAM_ORDER=reverse \
+    "$ASAN/tests/gt_emu_kernel_tests"
   phase "2. the emulator's own tests under ASan"
   "$ASAN/tests/emulator/gt_emu_tests"
 fi

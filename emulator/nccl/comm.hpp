@@ -195,4 +195,27 @@ std::string mpi_error_text(int rc);
 // MPI is usable (initialised and not finalised).
 bool mpi_up();
 
+// ---- the entry points' shared helpers (nccl.cpp) and bootstrap (bootstrap.cpp) ----
+// Reports a failed call (one "gt-emu: error:" line unless `print` is false
+// because the runtime printed it already), keeps it for ncclGetLastError and
+// returns its code.
+ncclResult_t fail_call(ncclResult_t code, const std::string& api, const CommState* st,
+                       const std::string& msg, bool print = true);
+std::shared_ptr<CommState> new_state(int rank, int size, int device, MPI_Comm control,
+                                     MPI_Comm data);
+// A handle for `st`, registered as live.
+ncclComm_t new_comm(std::shared_ptr<CommState> st);
+// The handle is live (and, unless allowed, not finalized).
+ncclResult_t check_comm(const char* api, const ncclComm* comm, bool allow_finalized = false);
+// ncclCommInitRank and ncclCommSplit (bootstrap.cpp).
+ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank);
+ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t* out);
+
 }  // namespace gt::emu::nccl
+
+// The handle type nccl.h only declares. The state lives apart (shared with
+// the operations) because operations outlive an aborted handle.
+struct ncclComm {
+  std::shared_ptr<gt::emu::nccl::CommState> st;
+  bool finalized = false;
+};

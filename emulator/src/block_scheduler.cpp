@@ -174,18 +174,19 @@ std::string BlockRunner::describe_address(const void* p) const {
   return "";
 }
 
+namespace {
+// Unwinds the faulting CUDA thread's stack (destroying what its frames own)
+// up to thread_main, which ends the fiber.
+struct KernelFault {};
+}  // namespace
+
 void BlockRunner::fault(cudaError_t code, const std::string& msg) {
   if (!faulted_) {
     faulted_ = true;
     fault_code_ = code;
     fault_text_ = msg;
   }
-  if (current_ >= 0) {
-    Thread& t = current();
-    t.fiber->mark_abandoned();
-    t.fiber->yield(true);  // never resumed
-  }
-  std::abort();  // unreachable: fault() outside a fiber is not called
+  throw KernelFault{};
 }
 
 void BlockRunner::prepare_shared_memory() {
@@ -254,16 +255,26 @@ void BlockRunner::run_grid(const GridLaunch& launch) {
 void BlockRunner::thread_main(Fiber* f) {
   BlockRunner& r = block_runner();
   Thread& t = *static_cast<Thread*>(f->user());
-  GT_EMU_ACQUIRE(&r.launch_token_);
+  GT_EMU_ACQUIRE(&r.start_token_);
+  // A fault (from the device layer, or found when this thread exits) unwinds
+  // to here and ends the fiber; the block is then abandoned.
+  auto record = [&](const std::string& msg) {
+    if (!r.faulted_) {
+      r.faulted_ = true;
+      r.fault_code_ = cudaErrorLaunchFailure;
+      r.fault_text_ = msg;
+    }
+  };
   try {
     r.launch_->body->run();
+    GT_EMU_RELEASE(&r.exit_token_);
+    r.check_exit(t);
+  } catch (const KernelFault&) {
   } catch (const std::exception& e) {
-    r.fault(cudaErrorLaunchFailure, std::string("a C++ exception escaped the kernel: ") + e.what());
+    record(std::string("a C++ exception escaped the kernel: ") + e.what());
   } catch (...) {
-    r.fault(cudaErrorLaunchFailure, "a C++ exception escaped the kernel");
+    record("a C++ exception escaped the kernel");
   }
-  GT_EMU_RELEASE(&r.launch_token_);
-  r.check_exit(t);
 }
 
 void BlockRunner::check_exit(Thread& t) {
@@ -301,8 +312,9 @@ void BlockRunner::run_block(unsigned linear_block) {
     w.exited = 0;
   }
   barrier_arrived_ = 0;
+  barrier_generation_ = 0;
   exited_ = 0;
-  GT_EMU_RELEASE(&launch_token_);
+  GT_EMU_RELEASE(&start_token_);
 
   const bool reverse = config().block_order == BlockOrder::reverse;
   while (exited_ < n_threads_ && !faulted_) {
@@ -323,7 +335,7 @@ void BlockRunner::run_block(unsigned linear_block) {
       fault_text_ = deadlock_report();
     }
   }
-  GT_EMU_ACQUIRE(&launch_token_);
+  GT_EMU_ACQUIRE(&exit_token_);
 }
 
 void BlockRunner::sync_block(Site site) {
@@ -346,14 +358,16 @@ void BlockRunner::sync_block(Site site) {
   t.state = State::at_barrier;
   t.site = site;
   barrier_site_ = site;
-  GT_EMU_RELEASE(&barrier_token_);
+  char* token = &barrier_tokens_[barrier_generation_ & 1u];
+  GT_EMU_RELEASE(token);
   if (++barrier_arrived_ == n_threads_) {
     barrier_arrived_ = 0;
+    ++barrier_generation_;
     for (int i = 0; i < n_threads_; ++i) threads_[static_cast<size_t>(i)].state = State::runnable;
   } else {
     t.fiber->yield(false);
   }
-  GT_EMU_ACQUIRE(&barrier_token_);
+  GT_EMU_ACQUIRE(token);
 }
 
 uint64_t BlockRunner::warp_collective(detail::WarpOp op, unsigned mask, uint64_t value, int arg,
@@ -410,17 +424,20 @@ void BlockRunner::join_group(Thread& t, Site site) {
     const WarpGroup& g = warp.groups[gi];
     if (g.op == op && g.mask == mask && same_site(g.site, site)) break;
   }
-  if (gi == warp.groups.size()) warp.groups.push_back(WarpGroup{op, site, mask, 0u, width});
+  if (gi == warp.groups.size())
+    warp.groups.push_back(WarpGroup{op, site, mask, 0u, width, warp.next_serial++});
   WarpGroup& g = warp.groups[gi];
   if (g.width != width)
     fault(cudaErrorLaunchFailure, thread_name(t) + " calls " + call() + " with width " +
                                       std::to_string(width) + " where lanes " + lanes(g.arrived) +
                                       " passed " + std::to_string(g.width));
   g.arrived |= 1u << lane;
-  if (op == detail::WarpOp::syncwarp) GT_EMU_RELEASE(&warp.sync_token);
-  if (g.arrived == mask) complete_group(w, gi);
+  // Only __syncwarp orders memory; shuffles, votes and mma move values.
+  char* token = op == detail::WarpOp::syncwarp ? &warp.tokens[g.serial % kWarpTokens] : nullptr;
+  if (token) GT_EMU_RELEASE(token);
+  if (g.arrived == mask) complete_group(w, gi);  // invalidates g
   else t.fiber->yield(false);
-  if (op == detail::WarpOp::syncwarp) GT_EMU_ACQUIRE(&warp.sync_token);
+  if (token) GT_EMU_ACQUIRE(token);
 }
 
 void BlockRunner::complete_group(int w, size_t gi) {

@@ -53,6 +53,8 @@ class BlockRunner {
                            Site site);
   void warp_mma(const detail::MmaLane& lane, Site site);
   unsigned char* dynamic_shared();
+  // Records the fault and unwinds the running CUDA thread (an exception
+  // caught in thread_main); only ever called from a fiber.
   [[noreturn]] void fault(cudaError_t code, const std::string& msg);
 
   // For the SIGSEGV handler: what is running, and what `p` is to us.
@@ -79,11 +81,18 @@ class BlockRunner {
     Site site;
     unsigned mask, arrived;
     int width;
+    unsigned serial;  // picks the group's TSan token
   };
+  // TSan sync addresses: a __syncwarp group releases and acquires its own
+  // token, so that a lane resuming late from one group does not acquire what
+  // a faster lane already released into the next (a ring of tokens is
+  // enough: a lane waits in one group at a time).
+  static constexpr unsigned kWarpTokens = 64;
   struct Warp {
     std::vector<WarpGroup> groups;
     unsigned exited = 0;  // lanes that have exited
-    char sync_token = 0;  // address for TSan's __syncwarp edges
+    unsigned next_serial = 0;
+    char tokens[kWarpTokens] = {};
   };
 
   static void thread_main(Fiber* f);
@@ -110,8 +119,14 @@ class BlockRunner {
   bool faulted_ = false;
   cudaError_t fault_code_ = cudaSuccess;
   std::string fault_text_;
-  char barrier_token_ = 0;  // address for TSan's __syncthreads edges
-  char launch_token_ = 0;   // address for TSan's launch/exit edges
+  // TSan sync addresses. __syncthreads alternates two tokens by generation,
+  // for the same reason as the warp tokens (generation g + 2 cannot start
+  // before every thread has left generation g). Start and exit have their
+  // own: a thread starting late must not acquire another's exit.
+  unsigned barrier_generation_ = 0;
+  char barrier_tokens_[2] = {};
+  char start_token_ = 0;  // the scheduler releases, every thread acquires at start
+  char exit_token_ = 0;   // every thread releases at exit, the scheduler acquires
   // Dynamic shared memory: data placed to end at a PROT_NONE guard page.
   unsigned char* smem_mapping_ = nullptr;
   size_t smem_mapping_bytes_ = 0;

@@ -33,6 +33,11 @@ bool set_stream_order(const std::string& order) {
   return true;
 }
 
+void set_visible_devices(int n) {
+  Lock lock(Emulator::get().mu);
+  config().devices = n < 0 ? 0 : n;
+}
+
 void set_cublaslt_refuse_epilogues(bool refuse) {
   Lock lock(Emulator::get().mu);
   config().cublaslt_refuse_epilogues = refuse;

@@ -82,6 +82,12 @@ cudaError_t peek_last_error() {
   return st != cudaSuccess ? st : t_last_error;
 }
 
+std::string address(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
 const char* error_name(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "cudaSuccess";

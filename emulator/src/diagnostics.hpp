@@ -32,6 +32,9 @@ cudaError_t take_last_error();
 cudaError_t peek_last_error();
 
 const char* error_name(cudaError_t e);
+
+// "0x7f12a8c0" for reports.
+std::string address(const void* p);
 const char* error_string(cudaError_t e);
 
 }  // namespace gt::emu

@@ -33,7 +33,7 @@ void on_fault(int sig, siginfo_t* info, void* ctx) {
   const std::string shared = r.running() ? r.describe_address(addr) : "";
   std::string msg;
   if (!shared.empty()) {
-    msg = "illegal address " + std::to_string(reinterpret_cast<uintptr_t>(addr)) + ": " + shared +
+    msg = "illegal address " + address(addr) + ": " + shared +
           "\n  in " + r.describe_running();
   } else if (!mem.empty()) {
     if (r.running())
@@ -153,8 +153,7 @@ cudaError_t submit_launch(const void* kernel, const LaunchConfig& c, const Point
     if (!a || a->pinned)
       return fail(cudaErrorInvalidValue,
                   name + ": pointer argument " + std::to_string(pointers[i].index) + " (" +
-                      std::to_string(reinterpret_cast<uintptr_t>(p)) +
-                      ") lies in no device allocation (host memory, or freed)");
+                      address(p) + ") lies in no device allocation (host memory, or freed)");
     if (a->device != s->device)
       return fail(cudaErrorInvalidValue,
                   name + ": pointer argument " + std::to_string(pointers[i].index) +

@@ -22,11 +22,7 @@ using gt::emu::StreamScheduler;
 
 namespace {
 
-std::string ptr_str(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%p", p);
-  return buf;
-}
+using gt::emu::address;
 
 const char* kind_name(cudaMemcpyKind k) {
   switch (k) {
@@ -49,16 +45,16 @@ cudaError_t check_side(const char* api, const char* side, const void* p, size_t 
     if (a && !a->pinned)
       return fail(cudaErrorInvalidValue,
                   std::string(api) + ": " + std::to_string(n) + " bytes at " + side + " " +
-                      ptr_str(p) + " run past the end of its device allocation of " +
+                      address(p) + " run past the end of its device allocation of " +
                       std::to_string(a->bytes) + " bytes (by " +
                       std::to_string(static_cast<const unsigned char*>(p) + n - (a->base + a->bytes)) +
                       ")");
-    return fail(cudaErrorInvalidValue, std::string(api) + ": the " + side + " " + ptr_str(p) +
+    return fail(cudaErrorInvalidValue, std::string(api) + ": the " + side + " " + address(p) +
                                            " is not device memory (host memory, or freed)");
   }
   const gt::emu::Allocation* a = e.memory.find(p);
   if (a && !a->pinned)
-    return fail(cudaErrorInvalidValue, std::string(api) + ": the " + side + " " + ptr_str(p) +
+    return fail(cudaErrorInvalidValue, std::string(api) + ": the " + side + " " + address(p) +
                                            " is device memory, but the copy kind says host");
   return cudaSuccess;
 }
@@ -264,7 +260,7 @@ cudaError_t cudaFree(void* p) {
   const cudaError_t sync = emu.synchronize_all();
   if (!emu.memory.release(p, false))
     return fail(cudaErrorInvalidValue,
-                "cudaFree(" + ptr_str(p) + "): not the start of a live device allocation");
+                "cudaFree(" + address(p) + "): not the start of a live device allocation");
   return sync;
 }
 
@@ -285,7 +281,7 @@ cudaError_t cudaFreeHost(void* p) {
   const cudaError_t sync = emu.synchronize_all();
   if (!emu.memory.release(p, true))
     return fail(cudaErrorInvalidValue,
-                "cudaFreeHost(" + ptr_str(p) + "): not the start of a cudaMallocHost allocation");
+                "cudaFreeHost(" + address(p) + "): not the start of a cudaMallocHost allocation");
   return sync;
 }
 

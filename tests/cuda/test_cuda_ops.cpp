@@ -14,6 +14,9 @@
 #include "kernels/cuda/cuda_ops.hpp"
 #include "ops_pair.hpp"
 #include "test_util.hpp"
+#if defined(TRAINER_CUDA_EMULATOR)
+#include "gt_emu/control.hpp"
+#endif
 
 namespace {
 
@@ -24,8 +27,16 @@ using gt::test::Init;
 using gt::test::NamedTensors;
 
 TEST(CudaOpsFactory, FailsWithAClearErrorWhenNoDeviceIsVisible) {
+#if defined(TRAINER_CUDA_EMULATOR)
+  // The emulated device hides its devices as CUDA_VISIBLE_DEVICES="" hides a GPU.
+  const int visible = gt::cuda_device_count();
+  gt::emu::set_visible_devices(0);
+  const std::string msg = gt::test::error_message([] { gt::make_cuda_ops({}); });
+  gt::emu::set_visible_devices(visible);
+#else
   if (gt::cuda_available()) GTEST_SKIP() << "a CUDA device is visible: nothing to refuse";
   const std::string msg = gt::test::error_message([] { gt::make_cuda_ops({}); });
+#endif
   EXPECT_NE(msg.find("no CUDA device is visible"), std::string::npos) << msg;
 }
 

@@ -94,6 +94,12 @@ BUGS = [
 ]
 
 
+def source_line(frame):
+    """'attention.cu:58' from a sanitizer stack frame."""
+    m = re.search(r"([\w.-]+\.(?:cu|cpp|cuh|hpp):\d+)", frame or "")
+    return m.group(1) if m else (frame or "?").strip()[:80]
+
+
 def detectors(output):
     """What caught the bug, as (detector, first line of its report)."""
     found = []
@@ -102,25 +108,27 @@ def detectors(output):
     def first(pattern):
         for ln in lines:
             if re.search(pattern, ln):
-                return ln.strip()
+                return ln
         return None
 
     m = first(r"WARNING: ThreadSanitizer: data race")
     if m:
-        frames = [ln.strip() for ln in lines if re.match(r"\s+#0 ", ln)][:2]
-        where = " vs ".join(re.sub(r"^#0 \S+ ", "", f).split(" (")[0] for f in frames)
-        found.append(("ThreadSanitizer", f"data race: {where}"))
+        frames = [ln for ln in lines if re.match(r"\s+#0 ", ln)][:2]
+        found.append(("ThreadSanitizer",
+                      "data race between " + " and ".join(source_line(f) for f in frames)))
     m = first(r"ERROR: AddressSanitizer")
     if m:
-        frame = first(r"^\s+#[01] .*\.(cu|cpp):\d+")
-        found.append(("AddressSanitizer", m.split("ERROR: AddressSanitizer: ")[-1] +
-                      (f" at {frame.split(' in ')[-1]}" if frame else "")))
+        kind = re.sub(r" on (unknown )?address.*", "", m.split("ERROR: AddressSanitizer: ")[-1])
+        after = lines[lines.index(m if m in lines else lines[0]):]
+        frame = next((ln for ln in after if re.match(r"^\s+#\d+ .*\.(cu|cpp|cuh|hpp):\d+", ln)),
+                     None)
+        found.append(("AddressSanitizer", kind + (f" at {source_line(frame)}" if frame else "")))
     m = first(r"runtime error:")
     if m:
-        found.append(("UBSan", m))
+        found.append(("UBSan", m.strip()))
     m = first(r"gt-emu: (device fault|error|fatal):")
     if m:
-        found.append(("emulator rules", m[:220]))
+        found.append(("emulator rules", m.strip()[:220]))
     m = first(r"(: Failure$|Failure$)")
     if m:
         detail = None
@@ -129,7 +137,7 @@ def detectors(output):
                 detail = " ".join(x.strip() for x in lines[i + 1:i + 4])[:220]
                 break
         found.append(("CPU twin comparison" if "Cuda" in output else "test comparison",
-                      detail or m))
+                      detail or m.strip()))
     return found
 
 
@@ -224,8 +232,9 @@ def main():
     if failures:
         print("\nFAIL:\n" + "\n\n".join(failures))
         return 1
-    print(f"\nall {sum(1 for r in rows if 'control' not in r[0])} planted bugs caught; the control "
-          "stayed silent")
+    caught = sum(1 for r in rows if not r[0].startswith("control"))
+    controls = len(rows) - caught
+    print(f"\nall {caught} planted bugs caught" + ("; the control stayed silent" if controls else ""))
     return 0
 
 

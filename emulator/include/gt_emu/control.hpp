@@ -17,6 +17,9 @@ std::string describe_device();
 // "issue"/"reverse"/"random". Returns false for an unknown name.
 bool set_block_order(const std::string& order);
 bool set_stream_order(const std::string& order);
+// How many emulated devices are visible from now on (as CUDA_VISIBLE_DEVICES
+// decides at start-up); 0 hides them all, for the "no device" paths.
+void set_visible_devices(int n);
 // Makes the cuBLASLt heuristic refuse every fused epilogue (or stop refusing).
 void set_cublaslt_refuse_epilogues(bool refuse);
 
