@@ -24,6 +24,11 @@ bool set_block_order(const std::string& order) {
   return true;
 }
 
+std::string block_order() {
+  Lock lock(Emulator::get().mu);
+  return to_string(config().block_order);
+}
+
 bool set_stream_order(const std::string& order) {
   Lock lock(Emulator::get().mu);
   if (order == "issue") config().stream_order = StreamOrder::issue;

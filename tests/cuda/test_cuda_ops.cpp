@@ -307,6 +307,14 @@ void run_block(Ops& ops, NamedTensors& t, const BlockDims& d) {
   }
 }
 
+// What run_block computes, forward and backward, and the optimizer state.
+const char* const kBlockTensors[] = {
+    "x",        "ln1",      "qkv",     "att",      "x2",      "h",        "x3",      "lnf",
+    "losses",   "logits",   "d_lnf",   "d_x3",     "d_h",     "d_fc",     "d_x2",    "d_att",
+    "d_qkv",    "d_x",      "d_wte",   "d_wpe",    "d_ln1_w", "d_ln1_b",  "d_attn_w", "d_attn_b",
+    "d_proj_w", "d_proj_b", "d_ln2_w", "d_ln2_b",  "d_fc_w",  "d_fc_b",   "d_fcp_w", "d_fcp_b",
+    "d_lnf_w",  "d_lnf_b",  "fc_w",    "wte",      "m_fc_w",  "v_wte"};
+
 TEST(CudaOps, TransformerBlockForwardBackwardMatchesCpuTo1e4) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const BlockDims d;
@@ -315,17 +323,33 @@ TEST(CudaOps, TransformerBlockForwardBackwardMatchesCpuTo1e4) {
   NamedTensors hc(false, nullptr), hg(true, gpu.stream());
   run_block(*cpu, hc, d);
   run_block(gpu, hg, d);
-  const char* compared[] = {"x",        "ln1",      "qkv",     "att",      "x2",      "h",
-                            "x3",       "lnf",      "losses",  "logits",   "d_lnf",   "d_x3",
-                            "d_h",      "d_fc",     "d_x2",    "d_att",    "d_qkv",   "d_x",
-                            "d_wte",    "d_wpe",    "d_ln1_w", "d_ln1_b",  "d_attn_w", "d_attn_b",
-                            "d_proj_w", "d_proj_b", "d_ln2_w", "d_ln2_b",  "d_fc_w",  "d_fc_b",
-                            "d_fcp_w",  "d_fcp_b",  "d_lnf_w", "d_lnf_b",  "fc_w",    "wte",
-                            "m_fc_w",   "v_wte"};
-  for (const char* n : compared) {
+  for (const char* n : kBlockTensors) {
     SCOPED_TRACE(n);
     EXPECT_TRUE(all_close(hg.get(n), hc.get(n), 1e-4f, 1e-4f));
   }
 }
+
+#if defined(TRAINER_CUDA_EMULATOR)
+// A GPU runs the blocks of a grid in any order: every op gives the same bits
+// with the emulator's blocks (and the threads of each block) run forward and
+// in reverse. A kernel that assumes an order between blocks fails here.
+TEST(CudaOps, TheWholeOpSetGivesTheSameBitsInEitherGridOrder) {
+  const BlockDims d;
+  const std::string saved = gt::emu::block_order();
+  auto run = [&](const char* order) {
+    EXPECT_TRUE(gt::emu::set_block_order(order));
+    gt::CudaOps gpu;
+    NamedTensors t(true, gpu.stream());
+    run_block(gpu, t, d);
+    std::vector<std::vector<float>> out;
+    for (const char* n : kBlockTensors) out.push_back(t.get(n));
+    return out;
+  };
+  const auto forward = run("forward"), reverse = run("reverse");
+  gt::emu::set_block_order(saved);
+  for (size_t i = 0; i < forward.size(); ++i)
+    EXPECT_TRUE(gt::test::bitwise_equal(forward[i], reverse[i])) << kBlockTensors[i];
+}
+#endif
 
 }  // namespace

@@ -16,6 +16,7 @@ std::string describe_device();
 // wait or a grid-order assumption): "forward"/"reverse" and
 // "issue"/"reverse"/"random". Returns false for an unknown name.
 bool set_block_order(const std::string& order);
+std::string block_order();
 bool set_stream_order(const std::string& order);
 // How many emulated devices are visible from now on (as CUDA_VISIBLE_DEVICES
 // decides at start-up); 0 hides them all, for the "no device" paths.
