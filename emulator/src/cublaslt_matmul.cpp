@@ -249,6 +249,25 @@ bool is_device_memory(const void* p) {
   return a && !a->pinned;
 }
 
+// The live objects behind a call's handles, or the refusal (reported).
+cublasStatus_t live_objects(const std::string& api, cublasLtHandle_t handle,
+                            cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_desc,
+                            cublasLtMatrixLayout_t b_desc, cublasLtMatrixLayout_t c_desc,
+                            cublasLtMatrixLayout_t d_desc, const MatmulDesc** d, const Layout** a,
+                            const Layout** b, const Layout** c, const Layout** dl) {
+  if (!lookup<Context>(handle))
+    return refuse(api, CUBLAS_STATUS_NOT_INITIALIZED, "not a live cuBLASLt handle");
+  *d = lookup<MatmulDesc>(desc);
+  *a = lookup<Layout>(a_desc);
+  *b = lookup<Layout>(b_desc);
+  *c = lookup<Layout>(c_desc);
+  *dl = lookup<Layout>(d_desc);
+  if (!*d || !*a || !*b || !*c || !*dl)
+    return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                  "the matmul descriptor or a layout is not a live descriptor");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 }  // namespace gt::emu::lt
@@ -271,16 +290,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
   Lock lock(Emulator::get().mu);
   const std::string api = "cublasLtMatmulAlgoGetHeuristic";
   if (returned) *returned = 0;
-  if (!lt::lookup<lt::Context>(handle))
-    return lt::refuse(api, CUBLAS_STATUS_NOT_INITIALIZED, "not a live cuBLASLt handle");
-  const lt::MatmulDesc* d = lt::lookup<lt::MatmulDesc>(desc);
-  const lt::Layout* a = lt::lookup<lt::Layout>(a_desc);
-  const lt::Layout* b = lt::lookup<lt::Layout>(b_desc);
-  const lt::Layout* c = lt::lookup<lt::Layout>(c_desc);
-  const lt::Layout* dl = lt::lookup<lt::Layout>(d_desc);
-  if (!d || !a || !b || !c || !dl)
-    return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
-                      "the matmul descriptor or a layout is not a live descriptor");
+  const lt::MatmulDesc* d = nullptr;
+  const lt::Layout *a = nullptr, *b = nullptr, *c = nullptr, *dl = nullptr;
+  if (const cublasStatus_t st =
+          lt::live_objects(api, handle, desc, a_desc, b_desc, c_desc, d_desc, &d, &a, &b, &c, &dl))
+    return st;
   lt::Preference defaults;
   const lt::Preference* p = preference ? lt::lookup<lt::Preference>(preference) : &defaults;
   if (!p) return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE, "not a live preference");
@@ -321,16 +335,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const std::string api = "cublasLtMatmul";
   if (gt::emu::sticky_error() != cudaSuccess)
     return lt::refuse(api, CUBLAS_STATUS_EXECUTION_FAILED, "the device has faulted earlier");
-  if (!lt::lookup<lt::Context>(handle))
-    return lt::refuse(api, CUBLAS_STATUS_NOT_INITIALIZED, "not a live cuBLASLt handle");
-  const lt::MatmulDesc* d = lt::lookup<lt::MatmulDesc>(desc);
-  const lt::Layout* a = lt::lookup<lt::Layout>(a_desc);
-  const lt::Layout* b = lt::lookup<lt::Layout>(b_desc);
-  const lt::Layout* c = lt::lookup<lt::Layout>(c_desc);
-  const lt::Layout* dl = lt::lookup<lt::Layout>(d_desc);
-  if (!d || !a || !b || !c || !dl)
-    return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
-                      "the matmul descriptor or a layout is not a live descriptor");
+  const lt::MatmulDesc* d = nullptr;
+  const lt::Layout *a = nullptr, *b = nullptr, *c = nullptr, *dl = nullptr;
+  if (const cublasStatus_t st =
+          lt::live_objects(api, handle, desc, a_desc, b_desc, c_desc, d_desc, &d, &a, &b, &c, &dl))
+    return st;
   if (!alpha || !beta) return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE, "null alpha or beta");
   if (lt::is_device_memory(alpha) || lt::is_device_memory(beta))
     return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,

@@ -35,29 +35,11 @@ BF16_VS_FP32_TOL = 5e-2
 
 
 def compare(label, ref_dir, got_dir, tol):
-    fails = []
-    ref = lm.read_metrics(os.path.join(ref_dir, "metrics.jsonl"))
-    got = lm.read_metrics(os.path.join(got_dir, "metrics.jsonl"))
-    worst_loss = 0.0
-    for step in range(STEPS):
-        for key in ("loss", "grad_norm"):
-            a, b = got.get(step, {}).get(key), ref[step][key]
-            d = abs((a if a is not None else float("inf")) - b) / max(abs(b), 1e-6)
-            worst_loss = max(worst_loss, d) if key == "loss" else worst_loss
-            if a is None or d > tol:
-                fails.append(f"{label}: step {step} {key} {a} vs {b} (rel {d:.2e} > {tol})")
-    pr = lm.read_safetensors(os.path.join(ref_dir, "model.safetensors"))
-    pg = lm.read_safetensors(os.path.join(got_dir, "model.safetensors"))
-    worst, where = 0.0, ""
-    for name, ref_vals in pr.items():
-        for i, (a, b) in enumerate(zip(pg[name], ref_vals)):
-            d = abs(a - b) / max(1.0, abs(b))
-            if d > worst:
-                worst, where = d, f"{name}[{i}] {a} vs {b}"
-    if worst > tol:
-        fails.append(f"{label}: final parameters differ by {worst:.2e} > {tol} at {where}")
-    print(f"{'FAIL' if fails else 'ok  '} {label}: max loss diff {worst_loss:.1e}, "
-          f"max param diff {worst:.1e} (tolerance {tol})")
+    """The layout matrix's comparison (losses, grad norms, final parameters)
+    at one tolerance for all three."""
+    fails, worst = lm.compare_runs(label, ref_dir, got_dir, loss_rtol=tol, norm_rtol=tol,
+                                   param_tol=tol)
+    print(f"{'FAIL' if fails else 'ok  '} {label}: max param diff {worst:.1e} (tolerance {tol})")
     return fails
 
 

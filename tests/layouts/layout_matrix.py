@@ -160,8 +160,10 @@ class Runner:
         return p, took
 
 
-def compare_runs(label, ref_dir, got_dir, first_step=0):
-    """Losses, val losses, grad norms and final parameters; returns failures."""
+def compare_runs(label, ref_dir, got_dir, first_step=0, loss_rtol=LOSS_RTOL, norm_rtol=1e-4,
+                 param_tol=PARAM_TOL):
+    """Losses, val losses, grad norms and final parameters; returns failures
+    and the largest parameter difference."""
     fails = []
     ref, got = read_metrics(os.path.join(ref_dir, "metrics.jsonl")), read_metrics(
         os.path.join(got_dir, "metrics.jsonl"))
@@ -169,8 +171,8 @@ def compare_runs(label, ref_dir, got_dir, first_step=0):
         for key in ("loss", "val_loss", "grad_norm"):
             if key not in ref[step]:
                 continue
-            a, b = got[step].get(key), ref[step][key]
-            tol = LOSS_RTOL if key != "grad_norm" else 1e-4
+            a, b = got.get(step, {}).get(key), ref[step][key]
+            tol = loss_rtol if key != "grad_norm" else norm_rtol
             if a is None or abs(a - b) > tol * abs(b):
                 fails.append(f"{label}: step {step} {key} {a} vs one rank {b} "
                              f"(rel {abs((a or 0) - b) / abs(b):.2e} > {tol})")
@@ -182,8 +184,8 @@ def compare_runs(label, ref_dir, got_dir, first_step=0):
             d = abs(a - b) / max(1.0, abs(b))
             if d > worst:
                 worst, where = d, f"{name}[{i}] {a} vs {b}"
-    if worst > PARAM_TOL:
-        fails.append(f"{label}: final parameters differ by {worst:.2e} > {PARAM_TOL} at {where}")
+    if worst > param_tol:
+        fails.append(f"{label}: final parameters differ by {worst:.2e} > {param_tol} at {where}")
     return fails, worst
 
 
