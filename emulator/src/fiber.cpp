@@ -116,11 +116,6 @@ Fiber::~Fiber() {
   if (mapping_) munmap(mapping_, mapping_bytes_);
 }
 
-bool Fiber::owns_stack_address(const void* p) const {
-  const auto* b = static_cast<const unsigned char*>(p);
-  return b >= mapping_ && b < mapping_ + mapping_bytes_;
-}
-
 bool Fiber::in_guard_page(const void* p) const {
   const auto* b = static_cast<const unsigned char*>(p);
   return b >= mapping_ && b < mapping_ + page_size();

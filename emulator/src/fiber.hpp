@@ -36,17 +36,16 @@ class Fiber {
   // From the scheduler: runs the fiber until it yields.
   void run();
   // From inside the fiber: back to the scheduler. `final` when the fiber will
-  // never be resumed (it finished, or it is abandoned after a fault).
+  // never be resumed (it finished, or unwound after a fault).
   void yield(bool final);
 
   void* user() const { return user_; }
-  // Whether `p` lies in this fiber's stack or its guard page.
-  bool owns_stack_address(const void* p) const;
+  // Whether `p` lies in the guard page below this fiber's stack.
   bool in_guard_page(const void* p) const;
   size_t stack_bytes() const { return stack_bytes_; }
 
-  // A run was abandoned mid-stack (its block faulted): the next reset()
-  // clears what it left in the sanitizer's shadow.
+  // A run was abandoned mid-stack (a parked thread of a block that faulted):
+  // the next reset() clears what it left in the sanitizer's shadow.
   void mark_abandoned();
 
   // The fiber's first function (fiber.cpp) calls these two.

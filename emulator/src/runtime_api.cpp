@@ -220,9 +220,9 @@ cudaError_t cudaDeviceSynchronize(void) {
   return after_wait(emu.synchronize_all() == cudaSuccess);
 }
 
-// Real semantics: destroys the primary context. Here: drops queued work,
-// frees every device allocation and clears the errors, so a test can go on
-// after provoking a device fault.
+// Real semantics: destroys the primary context. Here: drops queued work and
+// clears the errors, so a test can go on after provoking a device fault;
+// allocations, streams and events stay valid (their owners free them).
 cudaError_t cudaDeviceReset(void) {
   Emulator& emu = Emulator::get();
   Lock lock(emu.mu);
