@@ -87,12 +87,6 @@ thread_local int t_group_depth = 0;
 thread_local std::vector<Grouped> t_group;
 thread_local ncclResult_t t_group_error = ncclSuccess;
 
-std::string ptr_str(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%p", p);
-  return buf;
-}
-
 // An operation that fails inside a group also fails the group's
 // ncclGroupEnd, as in NCCL.
 ncclResult_t note_in_group(ncclResult_t rc) {
@@ -202,7 +196,7 @@ ncclResult_t check_buffer(const char* api, const CommState* st, const char* name
                           size_t bytes) {
   if (bytes == 0) return ncclSuccess;
   const std::string what =
-      std::string(name) + " " + ptr_str(p) + " (" + std::to_string(bytes) + " bytes)";
+      std::string(name) + " " + address(p) + " (" + std::to_string(bytes) + " bytes)";
   const Allocation* a = device_range(p, bytes);
   if (!a) {
     const Allocation* any = Emulator::get().memory.find(p);
@@ -324,7 +318,7 @@ ncclResult_t check_comm(const char* api, const ncclComm* comm, bool allow_finali
   if (!comm) return fail_call(ncclInvalidArgument, api, nullptr, "comm is NULL");
   if (!live_comms().count(comm))
     return fail_call(ncclInvalidArgument, api, nullptr,
-                     "comm " + ptr_str(comm) +
+                     "comm " + address(comm) +
                          " is not a live communicator (destroyed, aborted, or never created)");
   if (comm->finalized && !allow_finalized)
     return fail_call(ncclInvalidUsage, api, comm->st.get(), "called after ncclCommFinalize");

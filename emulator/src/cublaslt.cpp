@@ -129,12 +129,6 @@ cublasStatus_t refuse(const std::string& api, cublasStatus_t st, const std::stri
   return st;
 }
 
-std::string ptr_str(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%p", p);
-  return buf;
-}
-
 std::string type_name(int64_t t) {
   if (t == CUDA_R_32F) return "CUDA_R_32F";
   if (t == CUDA_R_16BF) return "CUDA_R_16BF";
@@ -202,7 +196,7 @@ cublasStatus_t set_attribute(const std::string& api, const void* h, int attr, co
                              size_t size) {
   Lock lock(Emulator::get().mu);
   T* obj = lookup<T>(h);
-  if (!obj) return refuse(api, CUBLAS_STATUS_INVALID_VALUE, "not a live descriptor " + ptr_str(h));
+  if (!obj) return refuse(api, CUBLAS_STATUS_INVALID_VALUE, "not a live descriptor " + address(h));
   const Field f = field(*obj, attr);
   const std::string name = "attribute " + std::to_string(attr);
   if (!f.p) return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, name + " is not emulated");
@@ -221,7 +215,7 @@ cublasStatus_t get_attribute(const std::string& api, const void* h, int attr, vo
                              size_t size, size_t* written) {
   Lock lock(Emulator::get().mu);
   T* obj = lookup<T>(h);
-  if (!obj) return refuse(api, CUBLAS_STATUS_INVALID_VALUE, "not a live descriptor " + ptr_str(h));
+  if (!obj) return refuse(api, CUBLAS_STATUS_INVALID_VALUE, "not a live descriptor " + address(h));
   const Field f = field(*obj, attr);
   const std::string name = "attribute " + std::to_string(attr);
   if (!f.p) return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, name + " is not emulated");
@@ -255,7 +249,7 @@ cublasStatus_t destroy(const char* api, const void* h) {
   T* obj = lookup<T>(h);
   if (!obj)
     return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
-                  ptr_str(h) + " is not a live object of this kind (destroyed twice?)");
+                  address(h) + " is not a live object of this kind (destroyed twice?)");
   registry().erase(h);
   delete obj;
   return CUBLAS_STATUS_SUCCESS;

@@ -75,7 +75,6 @@ T* lookup(const void* h) {
 const char* status_name(cublasStatus_t s);
 // Reports why a call fails (one "gt-emu: error:" line) and returns the status.
 cublasStatus_t refuse(const std::string& api, cublasStatus_t st, const std::string& why);
-std::string ptr_str(const void* p);
 std::string type_name(int64_t t);
 inline bool emulated_type(int64_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
 inline size_t type_size(int64_t t) { return t == CUDA_R_16BF ? 2 : 4; }

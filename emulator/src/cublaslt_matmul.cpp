@@ -215,7 +215,7 @@ cublasStatus_t check_operand(const std::string& api, Operand o, const void* p, s
   if (!p) return refuse(api, CUBLAS_STATUS_INVALID_VALUE, name + " is null");
   if (reinterpret_cast<uintptr_t>(p) % align != 0)
     return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
-                  name + " at " + ptr_str(p) + " is " + std::to_string(address_alignment(p)) +
+                  name + " at " + address(p) + " is " + std::to_string(address_alignment(p)) +
                       "-byte aligned, the algorithm assumes " + std::to_string(align) +
                       " (its element size, the preference's MIN_ALIGNMENT, or the pointer's "
                       "alignment at heuristic time)");
@@ -225,12 +225,12 @@ cublasStatus_t check_operand(const std::string& api, Operand o, const void* p, s
     if (any && !any->pinned) {
       const auto left = any->base + any->bytes - static_cast<const unsigned char*>(p);
       return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
-                    name + " needs " + std::to_string(bytes) + " bytes from " + ptr_str(p) +
+                    name + " needs " + std::to_string(bytes) + " bytes from " + address(p) +
                         " but its device allocation of " + std::to_string(any->bytes) +
                         " bytes ends " + std::to_string(left) + " bytes after it");
     }
     return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
-                  name + " at " + ptr_str(p) + " is not device memory (host memory, or freed)");
+                  name + " at " + address(p) + " is not device memory (host memory, or freed)");
   }
   if (a->device != device)
     return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
