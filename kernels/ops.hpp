@@ -79,9 +79,11 @@ class Ops {
                                   TensorView mean, TensorView rstd) = 0;
 
   // Mixed precision: inp, weight (and dout in backward) may all be bf16
-  // together; out, bias, dinp, dweight, dbias stay fp32 and the products
+  // together; bias, dinp, dweight, dbias stay fp32 and the products
   // accumulate in fp32 (every backend accepts this; CudaOps accepts more, see
-  // cuda_ops.hpp). The result is then the fp32 matmul of the bf16 values.
+  // cuda_ops.hpp). The result is then the fp32 matmul of the bf16 values;
+  // with bf16 inputs `out` may be bf16 too (that result rounded to nearest
+  // even: the bf16 model's logits).
   // out (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC); bias may be empty().
   virtual void matmul_forward(TensorView out, TensorView inp, TensorView weight,
                               TensorView bias) = 0;
@@ -143,33 +145,45 @@ class Ops {
   // feeds to the GEMMs.
   virtual void cast(TensorView dst, TensorView src) = 0;
 
-  // Fused softmax cross-entropy over logits (R,V) with int32 targets (R).
-  // losses (R) = -log softmax(logits)[target]. When dlogits is not empty()
-  // it is written (it may alias logits) with (softmax - onehot) * grad_scale,
-  // so the caller folds the 1/(rows) of the mean loss and the gradient
-  // accumulation into grad_scale.
+  // Padded vocabulary: the logits may have more columns than the vocabulary
+  // has rows (the model pads it to a multiple of 128, trainer/model). Column
+  // j of a logits block holding vocabulary rows [vocab_start, ...) is padding
+  // when vocab_start + j >= vocab_size: it is left out of every max and sum
+  // (as if its logit were -inf) and its dlogits are 0, so the loss and the
+  // gradients are those of the unpadded vocabulary.
+  //
+  // logits and dlogits (all four ops) are both fp32 or both bf16 (the bf16
+  // model's logits): bf16 is widened exactly, the math is fp32, and bf16
+  // dlogits are the fp32 gradient rounded to nearest even.
+  //
+  // Fused softmax cross-entropy over logits (R,Vp) with int32 targets (R) in
+  // [0, vocab_size), vocab_size <= Vp. losses (R) = -log softmax(logits)[target].
+  // When dlogits is not empty() it is written (it may alias logits) with
+  // (softmax - onehot) * grad_scale, so the caller folds the 1/(rows) of the
+  // mean loss and the gradient accumulation into grad_scale.
   virtual void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                                     TensorView targets, float grad_scale) = 0;
+                                     TensorView targets, int64_t vocab_size, float grad_scale) = 0;
 
   // Vocab-parallel softmax cross-entropy (tensor parallelism): each rank holds
   // logits (R,V_shard) for vocabulary rows [vocab_start, vocab_start+V_shard)
   // and the full logits never exist on one rank. The caller combines the
   // per-shard statistics across the tp ranks between the three calls:
+  // Padding columns as above (a shard may be padding only: its row_max is -inf).
   //   1. row_max (R) = max over this shard            -> all-reduce max
   //   2. sumexp (R) = sum exp(logits - row_max), target_logit (R) = the
   //      target's logit if it is in this shard else 0  -> all-reduce sum
   //   3. losses (R) = log(sumexp) + row_max - target_logit; when dlogits is
   //      not empty() it is written (it may alias logits) with
   //      (exp(logits - row_max) / sumexp - onehot) * grad_scale.
-  virtual void cross_entropy_shard_max(TensorView row_max, TensorView logits) = 0;
+  virtual void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                                       int64_t vocab_size) = 0;
   virtual void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit,
-                                        TensorView logits, TensorView targets,
-                                        TensorView row_max, int64_t vocab_start) = 0;
-  virtual void cross_entropy_shard_finish(TensorView losses, TensorView dlogits,
-                                          TensorView logits, TensorView targets,
-                                          TensorView row_max, TensorView sumexp,
+                                        TensorView logits, TensorView targets, TensorView row_max,
+                                        int64_t vocab_start, int64_t vocab_size) = 0;
+  virtual void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                          TensorView targets, TensorView row_max, TensorView sumexp,
                                           TensorView target_logit, int64_t vocab_start,
-                                          float grad_scale) = 0;
+                                          int64_t vocab_size, float grad_scale) = 0;
 
   // Sum of squares of all elements, accumulated in double (for the global norm).
   virtual double sum_squares(TensorView t) = 0;

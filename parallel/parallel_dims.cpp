@@ -14,7 +14,7 @@ std::string ParallelDims::str() const {
 }
 
 ParallelDims ParallelDims::validated(int dp, int fsdp, int tp, int world_size, int n_head,
-                                     int n_embd, int vocab_size) {
+                                     int n_embd, int padded_vocab) {
   if (dp < 1 || fsdp < 1 || tp < 1)
     fail("parallel degrees (dp=", dp, ", fsdp=", fsdp, ", tp=", tp,
          "): expected every degree >= 1, got ", dp < 1 ? "dp" : fsdp < 1 ? "fsdp" : "tp", "=",
@@ -28,11 +28,12 @@ ParallelDims ParallelDims::validated(int dp, int fsdp, int tp, int world_size, i
              ? "; no MPI launcher was detected: start it with mpirun -np " +
                    std::to_string(dp * fsdp * tp)
              : "; change the degrees or the number of ranks");
-  for (const auto& [key, v] : {std::pair<const char*, int>{"model.n_head", n_head},
-                               {"model.n_embd", n_embd},
-                               {"model.vocab_size", vocab_size}})
+  for (const auto& [key, v] :
+       {std::pair<const char*, int>{"model.n_head", n_head},
+        {"model.n_embd", n_embd},
+        {"the padded vocabulary (model.vocab_size rounded up to a multiple of 128)", padded_vocab}})
     if (v % tp != 0)
-      fail("parallel.tp (", key, "=", v, "): expected a divisor of ", key, ", got ", tp,
+      fail("parallel.tp (", key, "=", v, "): expected a divisor of it, got ", tp,
            "; tensor parallelism splits heads, channels and vocabulary rows evenly");
   return ParallelDims{dp, fsdp, tp};
 }

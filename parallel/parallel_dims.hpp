@@ -17,9 +17,10 @@ struct ParallelDims {
   std::string str() const;  // "dp=2 x fsdp=1 x tp=2 (4 ranks)"
 
   // Throws gt::Error unless dp*fsdp*tp == world_size, every degree >= 1 and
-  // tp divides n_head, n_embd and vocab_size.
-  static ParallelDims validated(int dp, int fsdp, int tp, int world_size, int n_head,
-                                int n_embd, int vocab_size);
+  // tp divides n_head, n_embd and padded_vocab (the vocabulary's rows as
+  // stored: model.vocab_size rounded up to a multiple of 128).
+  static ParallelDims validated(int dp, int fsdp, int tp, int world_size, int n_head, int n_embd,
+                                int padded_vocab);
 };
 
 }  // namespace gt

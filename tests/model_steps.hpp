@@ -47,6 +47,7 @@ struct StepTrace {
   std::vector<double> norms;
   std::vector<std::vector<float>> pieces;
   std::vector<std::string> piece_names;  // "param.h.0.attn.c_attn.bias", "adam_m.wte.weight", ...
+  std::vector<TensorBox> piece_boxes;    // where each piece lies in its global tensor
 };
 
 inline std::vector<std::vector<float>> piece_contents(const std::vector<TensorPiece>& pieces) {
@@ -90,7 +91,10 @@ inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
   }
   const std::vector<TensorPiece> saved = params.pieces_to_save();
   t.pieces = piece_contents(saved);
-  for (const TensorPiece& p : saved) t.piece_names.push_back(p.name);
+  for (const TensorPiece& p : saved) {
+    t.piece_names.push_back(p.name);
+    t.piece_boxes.push_back(p.box);
+  }
   return t;
 }
 

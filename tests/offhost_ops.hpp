@@ -177,29 +177,35 @@ class OffHostOps final : public Ops {
     inner_->cast(GT_OFFHOST_VIEW(dst), GT_OFFHOST_VIEW(src));
   }
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                             TensorView targets, float grad_scale) override {
+                             TensorView targets, int64_t vocab_size, float grad_scale) override {
     Open o(*this);
-    inner_->softmax_cross_entropy(GT_OFFHOST_VIEW(losses), GT_OFFHOST_VIEW(dlogits), GT_OFFHOST_VIEW(logits), GT_OFFHOST_VIEW(targets),
+    inner_->softmax_cross_entropy(GT_OFFHOST_VIEW(losses), GT_OFFHOST_VIEW(dlogits),
+                                  GT_OFFHOST_VIEW(logits), GT_OFFHOST_VIEW(targets), vocab_size,
                                   grad_scale);
   }
-  void cross_entropy_shard_max(TensorView row_max, TensorView logits) override {
+  void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                               int64_t vocab_size) override {
     Open o(*this);
-    inner_->cross_entropy_shard_max(GT_OFFHOST_VIEW(row_max), GT_OFFHOST_VIEW(logits));
+    inner_->cross_entropy_shard_max(GT_OFFHOST_VIEW(row_max), GT_OFFHOST_VIEW(logits), vocab_start,
+                                    vocab_size);
   }
   void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
-                                TensorView targets, TensorView row_max, int64_t vocab_start) override {
+                                TensorView targets, TensorView row_max, int64_t vocab_start,
+                                int64_t vocab_size) override {
     Open o(*this);
-    inner_->cross_entropy_shard_sums(GT_OFFHOST_VIEW(sumexp), GT_OFFHOST_VIEW(target_logit), GT_OFFHOST_VIEW(logits), GT_OFFHOST_VIEW(targets),
-                                     GT_OFFHOST_VIEW(row_max), vocab_start);
+    inner_->cross_entropy_shard_sums(GT_OFFHOST_VIEW(sumexp), GT_OFFHOST_VIEW(target_logit),
+                                     GT_OFFHOST_VIEW(logits), GT_OFFHOST_VIEW(targets),
+                                     GT_OFFHOST_VIEW(row_max), vocab_start, vocab_size);
   }
   void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
                                   TensorView targets, TensorView row_max, TensorView sumexp,
-                                  TensorView target_logit, int64_t vocab_start,
+                                  TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
                                   float grad_scale) override {
     Open o(*this);
-    inner_->cross_entropy_shard_finish(GT_OFFHOST_VIEW(losses), GT_OFFHOST_VIEW(dlogits), GT_OFFHOST_VIEW(logits), GT_OFFHOST_VIEW(targets),
-                                       GT_OFFHOST_VIEW(row_max), GT_OFFHOST_VIEW(sumexp), GT_OFFHOST_VIEW(target_logit), vocab_start,
-                                       grad_scale);
+    inner_->cross_entropy_shard_finish(
+        GT_OFFHOST_VIEW(losses), GT_OFFHOST_VIEW(dlogits), GT_OFFHOST_VIEW(logits),
+        GT_OFFHOST_VIEW(targets), GT_OFFHOST_VIEW(row_max), GT_OFFHOST_VIEW(sumexp),
+        GT_OFFHOST_VIEW(target_logit), vocab_start, vocab_size, grad_scale);
   }
   double sum_squares(TensorView t) override {
     Open o(*this);

@@ -20,6 +20,9 @@ constexpr int64_t kParallelMin = 1 << 14;
 void expect_f32(const TensorView& t, std::initializer_list<int64_t> shape, const char* what);
 // Throws unless `t` is a contiguous int32 CPU tensor of exactly `shape`.
 void expect_i32(const TensorView& t, std::initializer_list<int64_t> shape, const char* what);
+// Throws unless `t` is a contiguous fp32 or bf16 CPU tensor of exactly `shape`.
+void expect_f32_or_bf16(const TensorView& t, std::initializer_list<int64_t> shape,
+                        const char* what);
 // Throws unless `t` is a contiguous fp32 CPU tensor (any shape).
 void expect_f32_any(const TensorView& t, const char* what);
 // Throws unless a and b have the same shape.
@@ -64,14 +67,17 @@ void cast(TensorView dst, TensorView src);
 void widen_bf16(float* dst, const uint16_t* src, int64_t n);
 
 void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                           TensorView targets, float grad_scale);
+                           TensorView targets, int64_t vocab_size, float grad_scale);
 
-void cross_entropy_shard_max(TensorView row_max, TensorView logits);
+void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                             int64_t vocab_size);
 void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
-                              TensorView targets, TensorView row_max, int64_t vocab_start);
+                              TensorView targets, TensorView row_max, int64_t vocab_start,
+                              int64_t vocab_size);
 void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
                                 TensorView targets, TensorView row_max, TensorView sumexp,
-                                TensorView target_logit, int64_t vocab_start, float grad_scale);
+                                TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
+                                float grad_scale);
 
 double sum_squares(TensorView t);
 void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,

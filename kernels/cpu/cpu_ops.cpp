@@ -34,6 +34,12 @@ void expect_f32(const TensorView& t, std::initializer_list<int64_t> shape, const
   expect_shape(t, shape, what);
 }
 
+void expect_f32_or_bf16(const TensorView& t, std::initializer_list<int64_t> shape,
+                        const char* what) {
+  expect_cpu(t, t.dtype == DType::bf16 ? DType::bf16 : DType::f32, what);
+  expect_shape(t, shape, what);
+}
+
 void expect_i32(const TensorView& t, std::initializer_list<int64_t> shape, const char* what) {
   expect_cpu(t, DType::i32, what);
   expect_shape(t, shape, what);
@@ -182,24 +188,26 @@ class CpuOps final : public Ops {
   void cast(TensorView dst, TensorView src) override { cpu::cast(dst, src); }
 
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                             TensorView targets, float grad_scale) override {
-    cpu::softmax_cross_entropy(losses, dlogits, logits, targets, grad_scale);
+                             TensorView targets, int64_t vocab_size, float grad_scale) override {
+    cpu::softmax_cross_entropy(losses, dlogits, logits, targets, vocab_size, grad_scale);
   }
 
-  void cross_entropy_shard_max(TensorView row_max, TensorView logits) override {
-    cpu::cross_entropy_shard_max(row_max, logits);
+  void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                               int64_t vocab_size) override {
+    cpu::cross_entropy_shard_max(row_max, logits, vocab_start, vocab_size);
   }
   void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
-                                TensorView targets, TensorView row_max,
-                                int64_t vocab_start) override {
-    cpu::cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max, vocab_start);
+                                TensorView targets, TensorView row_max, int64_t vocab_start,
+                                int64_t vocab_size) override {
+    cpu::cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max, vocab_start,
+                                  vocab_size);
   }
   void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
                                   TensorView targets, TensorView row_max, TensorView sumexp,
-                                  TensorView target_logit, int64_t vocab_start,
+                                  TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
                                   float grad_scale) override {
-    cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp,
-                                    target_logit, vocab_start, grad_scale);
+    cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp, target_logit,
+                                    vocab_start, vocab_size, grad_scale);
   }
 
   double sum_squares(TensorView t) override { return cpu::sum_squares(t); }

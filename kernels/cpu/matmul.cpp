@@ -4,20 +4,21 @@
 // dweight, += for dbias). dbias's column sums run per column block in row
 // order, so they are bitwise deterministic for any thread count.
 //
-// dtypes: inp, weight (and dout) are all fp32 or all bf16; out, dinp,
-// dweight, bias and dbias are fp32. bf16 operands are widened (exactly) to
-// fp32 in per-call scratch and go through the same sgemm, so a bf16 matmul is
-// the fp32 matmul of the bf16 values, accumulated in fp32 like the CUDA
-// backend's. bf16 exists on the CPU to make the mixed-precision model
-// testable, not fast: the widening costs a pass and a copy of every operand.
-// bf16 outputs (which CudaOps also accepts) are rejected: the model never
-// asks for them.
+// dtypes: inp, weight (and dout) are all fp32 or all bf16; dinp, dweight,
+// bias and dbias are fp32; out is fp32, or bf16 when the inputs are (the bf16
+// LM head's logits): the fp32 result rounded to nearest even, as cuBLASLt
+// writes a bf16 D. bf16 operands are widened (exactly) to fp32 in per-call
+// scratch and go through the same sgemm, so a bf16 matmul is the fp32 matmul
+// of the bf16 values, accumulated in fp32 like the CUDA backend's. bf16 exists
+// on the CPU to make the mixed-precision model testable, not fast: the
+// widening costs a pass and a copy of every operand.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 
 namespace gt::cpu {
@@ -69,10 +70,11 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
   const char* op = "matmul_forward";
   expect_operand_dtype(inp, op, "inp");
   expect_operand_dtype(weight, op, "weight", &inp);
-  expect_result_dtype(out, op, "out");
+  const bool bf16_out = out.dtype == DType::bf16 && inp.dtype == DType::bf16;
+  if (!bf16_out) expect_result_dtype(out, op, "out");
   expect_cpu_shape(inp, {R, C}, "matmul inp");
   expect_cpu_shape(weight, {OC, C}, "matmul weight");
-  expect_f32(out, {R, OC}, "matmul out");
+  expect_cpu_shape(out, {R, OC}, "matmul out");
   if (!bias.empty()) {
     expect_result_dtype(bias, op, "bias");
     expect_f32(bias, {OC}, "matmul bias");
@@ -81,7 +83,8 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
   const float* x = as_f32(inp, inp_scratch);      // (R, C)
   const float* w = as_f32(weight, weight_scratch);  // (OC, C)
 
-  float* o = out.f32();
+  std::vector<float> out_scratch(bf16_out ? static_cast<size_t>(R * OC) : 0);
+  float* o = bf16_out ? out_scratch.data() : out.f32();
   float beta = 0.f;
   if (!bias.empty()) {
     // Pre-filling with the bias and letting sgemm add (beta = 1) saves a
@@ -94,6 +97,12 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(R),
               static_cast<int>(OC), static_cast<int>(C), 1.f, x, static_cast<int>(C), w,
               static_cast<int>(C), beta, o, static_cast<int>(OC));
+  if (bf16_out) {
+    uint16_t* dst = static_cast<uint16_t*>(out.data);
+    const int64_t n = R * OC;
+#pragma omp parallel for simd if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_float(o[i]);
+  }
 }
 
 void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,

@@ -23,8 +23,8 @@
 // dtypes: fp32 everywhere; bf16 views are accepted by matmul_forward/backward
 // (bf16 inp/weight/dout/dinp; out bf16 or fp32; dweight bf16 or fp32; dbias
 // fp32), attention_forward/backward, gelu_*, layernorm_forward, add,
-// accumulate, add_bias, zero, copy, cast; the others throw gt::Error naming
-// the op.
+// accumulate, add_bias, zero, copy, cast, and as the logits/dlogits of the
+// cross-entropy ops; the others throw gt::Error naming the op.
 //
 // Synchronisation: ops are asynchronous on stream(); sum_squares returns a
 // host double and therefore waits for the stream. Differences from CpuOps
@@ -121,14 +121,15 @@ class CudaOps final : public Ops {
   void cast(TensorView dst, TensorView src) override;
 
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                             TensorView targets, float grad_scale) override;
-  void cross_entropy_shard_max(TensorView row_max, TensorView logits) override;
+                             TensorView targets, int64_t vocab_size, float grad_scale) override;
+  void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                               int64_t vocab_size) override;
   void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
-                                TensorView targets, TensorView row_max,
-                                int64_t vocab_start) override;
+                                TensorView targets, TensorView row_max, int64_t vocab_start,
+                                int64_t vocab_size) override;
   void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
                                   TensorView targets, TensorView row_max, TensorView sumexp,
-                                  TensorView target_logit, int64_t vocab_start,
+                                  TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
                                   float grad_scale) override;
 
   double sum_squares(TensorView t) override;

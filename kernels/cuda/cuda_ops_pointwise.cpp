@@ -107,69 +107,92 @@ void CudaOps::cast(TensorView dst, TensorView src) {
 
 // ---- cross-entropy --------------------------------------------------------------
 
+// The logits (and dlogits, which must match them) are fp32 or bf16: the
+// launchers have one overload per storage type.
+namespace {
+template <typename F>
+void with_logits(const TensorView& logits, const TensorView& dlogits, F&& f) {
+  if (logits.dtype == DType::f32)
+    f(logits.f32(), dlogits.empty() ? nullptr : dlogits.f32());
+  else
+    f(ptr<bf16>(logits), dlogits.empty() ? nullptr : ptr<bf16>(dlogits));
+}
+}  // namespace
+
 void CudaOps::softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                                    TensorView targets, float grad_scale) {
+                                    TensorView targets, int64_t vocab_size, float grad_scale) {
   cuda::NvtxRange range("softmax_cross_entropy");
   const Check c{"softmax_cross_entropy"};
   c.ndim(logits, "logits", 2, "(R, V)");
   const int64_t R = logits.shape[0], V = logits.shape[1];
   if (V < 1) fail("CudaOps::softmax_cross_entropy: empty vocabulary");
-  c.tensor(logits, "logits", kF32, {R, V});
+  if (vocab_size < 1 || vocab_size > V)
+    fail("CudaOps::softmax_cross_entropy: vocab_size ", vocab_size, " must be in [1, ", V,
+         "] (the logits' columns)");
+  c.tensor(logits, "logits", kF32Bf16, {R, V});
   c.tensor(losses, "losses", kF32, {R});
   c.tensor(targets, "targets", kI32, {R});
-  if (!dlogits.empty()) c.tensor(dlogits, "dlogits", kF32, {R, V});
-  cuda::softmax_cross_entropy(losses.f32(), dlogits.empty() ? nullptr : dlogits.f32(),
-                              logits.f32(), targets.i32(), R, V, grad_scale, stream());
+  if (!dlogits.empty()) c.tensor(dlogits, "dlogits", {logits.dtype}, {R, V});
+  with_logits(logits, dlogits, [&](auto* x, auto* d) {
+    cuda::softmax_cross_entropy(losses.f32(), d, x, targets.i32(), R, V, vocab_size, grad_scale,
+                                stream());
+  });
 }
 
-void CudaOps::cross_entropy_shard_max(TensorView row_max, TensorView logits) {
+void CudaOps::cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                                      int64_t vocab_size) {
   cuda::NvtxRange range("cross_entropy_shard_max");
   const Check c{"cross_entropy_shard_max"};
   c.ndim(logits, "logits", 2, "(R, V_shard)");
   const int64_t R = logits.shape[0], V = logits.shape[1];
   if (V < 1) fail("CudaOps::cross_entropy_shard_max: empty vocabulary shard");
-  c.tensor(logits, "logits", kF32, {R, V});
+  c.tensor(logits, "logits", kF32Bf16, {R, V});
   c.tensor(row_max, "row_max", kF32, {R});
-  cuda::cross_entropy_shard_max(row_max.f32(), logits.f32(), R, V, stream());
+  with_logits(logits, TensorView{}, [&](auto* x, auto*) {
+    cuda::cross_entropy_shard_max(row_max.f32(), x, R, V, vocab_start, vocab_size, stream());
+  });
 }
 
 void CudaOps::cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit,
                                        TensorView logits, TensorView targets, TensorView row_max,
-                                       int64_t vocab_start) {
+                                       int64_t vocab_start, int64_t vocab_size) {
   cuda::NvtxRange range("cross_entropy_shard_sums");
   const Check c{"cross_entropy_shard_sums"};
   c.ndim(logits, "logits", 2, "(R, V_shard)");
   const int64_t R = logits.shape[0], V = logits.shape[1];
   if (V < 1) fail("CudaOps::cross_entropy_shard_sums: empty vocabulary shard");
-  c.tensor(logits, "logits", kF32, {R, V});
+  c.tensor(logits, "logits", kF32Bf16, {R, V});
   c.tensor(sumexp, "sumexp", kF32, {R});
   c.tensor(target_logit, "target_logit", kF32, {R});
   c.tensor(targets, "targets", kI32, {R});
   c.tensor(row_max, "row_max", kF32, {R});
-  cuda::cross_entropy_shard_sums(sumexp.f32(), target_logit.f32(), logits.f32(), targets.i32(),
-                                 row_max.f32(), R, V, vocab_start, stream());
+  with_logits(logits, TensorView{}, [&](auto* x, auto*) {
+    cuda::cross_entropy_shard_sums(sumexp.f32(), target_logit.f32(), x, targets.i32(),
+                                   row_max.f32(), R, V, vocab_start, vocab_size, stream());
+  });
 }
 
-void CudaOps::cross_entropy_shard_finish(TensorView losses, TensorView dlogits,
-                                         TensorView logits, TensorView targets,
-                                         TensorView row_max, TensorView sumexp,
+void CudaOps::cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                         TensorView targets, TensorView row_max, TensorView sumexp,
                                          TensorView target_logit, int64_t vocab_start,
-                                         float grad_scale) {
+                                         int64_t vocab_size, float grad_scale) {
   cuda::NvtxRange range("cross_entropy_shard_finish");
   const Check c{"cross_entropy_shard_finish"};
   c.ndim(logits, "logits", 2, "(R, V_shard)");
   const int64_t R = logits.shape[0], V = logits.shape[1];
   if (V < 1) fail("CudaOps::cross_entropy_shard_finish: empty vocabulary shard");
-  c.tensor(logits, "logits", kF32, {R, V});
+  c.tensor(logits, "logits", kF32Bf16, {R, V});
   c.tensor(losses, "losses", kF32, {R});
   c.tensor(targets, "targets", kI32, {R});
   c.tensor(row_max, "row_max", kF32, {R});
   c.tensor(sumexp, "sumexp", kF32, {R});
   c.tensor(target_logit, "target_logit", kF32, {R});
-  if (!dlogits.empty()) c.tensor(dlogits, "dlogits", kF32, {R, V});
-  cuda::cross_entropy_shard_finish(losses.f32(), dlogits.empty() ? nullptr : dlogits.f32(),
-                                   logits.f32(), targets.i32(), row_max.f32(), sumexp.f32(),
-                                   target_logit.f32(), R, V, vocab_start, grad_scale, stream());
+  if (!dlogits.empty()) c.tensor(dlogits, "dlogits", {logits.dtype}, {R, V});
+  with_logits(logits, dlogits, [&](auto* x, auto* d) {
+    cuda::cross_entropy_shard_finish(losses.f32(), d, x, targets.i32(), row_max.f32(), sumexp.f32(),
+                                     target_logit.f32(), R, V, vocab_start, vocab_size, grad_scale,
+                                     stream());
+  });
 }
 
 // ---- optimizer ------------------------------------------------------------------

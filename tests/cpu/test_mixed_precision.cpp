@@ -1,8 +1,10 @@
 // bf16 mixed precision (runtime.dtype=bf16, trainer/model/linear_precision.hpp)
 // on the CPU backend, which computes the same function as the GPU: GEMM
-// operands rounded to bf16, fp32 accumulation, everything else fp32.
+// operands rounded to bf16, fp32 accumulation, bf16 logits, everything else
+// fp32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/core/bf16.hpp"
@@ -71,6 +73,34 @@ TEST(MixedPrecision, Bf16OnDeviceStyleMemoryMatchesTheCpuBitForBit) {
   EXPECT_EQ(got.losses, want.losses);
   EXPECT_EQ(got.norms, want.norms);
   EXPECT_EQ(got.pieces, want.pieces);
+}
+
+// GPT::logits() hands out the true vocabulary's columns (the padding dropped,
+// rows realigned) in either precision: recomputing each position's loss from
+// them gives the model's own losses. A vocabulary of 61 is stored as 128.
+TEST(MixedPrecision, LogitsAreTheTrueVocabularysInEitherPrecision) {
+  auto ops = make_cpu_ops(1);
+  ModelConfig m = test::tiny_gpt();
+  m.vocab_size = 61;
+  for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
+    SCOPED_TRACE(dtype == ComputeDType::bf16 ? "bf16" : "fp32");
+    GPT model(m, *ops, 2, 8, Recompute::none, dtype);
+    init_gpt2_parameters(model.layout(), m.n_layer, 11, model.params());
+    std::vector<int32_t> tokens(16), targets(16);
+    for (int i = 0; i < 16; ++i) {
+      tokens[i] = (i * 13 + 5) % 61;
+      targets[i] = (i * 29 + 60) % 61;  // 60, the last real token, included
+    }
+    model.forward(tokens.data(), targets.data(), 2, 8, 0.f);
+    const float* logits = model.logits();
+    for (int r = 0; r < 16; ++r) {
+      const float* x = logits + r * 61;
+      double mx = x[0], sum = 0.0;
+      for (int j = 1; j < 61; ++j) mx = std::max(mx, double(x[j]));
+      for (int j = 0; j < 61; ++j) sum += std::exp(x[j] - mx);
+      EXPECT_NEAR(std::log(sum) + mx - x[targets[r]], model.losses()[r], 1e-5) << "row " << r;
+    }
+  }
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // CPU matmul_forward/backward with bf16 operands (the mixed-precision
-// combination: inp, weight, dout bf16; out, dinp, dweight, dbias fp32)
-// against the fp32 matmul of the same values rounded to bf16: forward with
-// and without bias, backward with dweight/dbias accumulating and the empty
-// outputs skipped, odd shapes; and the dtype combinations it rejects.
+// combination: inp, weight, dout bf16; out, dinp, dweight, dbias fp32; out
+// bf16 for the LM head's logits) against the fp32 matmul of the same values
+// rounded to bf16: forward with and without bias, backward with
+// dweight/dbias accumulating and the empty outputs skipped, odd shapes; and
+// the dtype combinations it rejects.
 #include "kernels/core/bf16.hpp"
 #include "test_ops_common.hpp"
 
@@ -47,6 +48,29 @@ TEST(CpuMatmulBf16, ForwardIsTheFp32MatmulOfTheRoundedInputs) {
       ops->matmul_forward(f32(want, {s.R, s.OC}), f32(inp.rounded, {s.R, s.C}),
                           f32(weight.rounded, {s.OC, s.C}), b);
       EXPECT_TRUE(all_close(got, want, kAbs, kRel));
+    }
+  }
+}
+
+// The bf16 model's logits: a bf16 out is the fp32 result rounded to nearest
+// even, bit for bit.
+TEST(CpuMatmulBf16, Bf16OutIsTheFp32ResultRounded) {
+  auto ops = cpu_ops();
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << "R=" << s.R << " C=" << s.C << " OC=" << s.OC);
+    Operand inp(*ops, s.R * s.C, 21), weight(*ops, s.OC * s.C, 22);
+    auto bias = random_vector(s.OC, 23);
+    for (bool with_bias : {true, false}) {
+      const TensorView b = with_bias ? f32(bias, {s.OC}) : TensorView{};
+      std::vector<float> want(s.R * s.OC);
+      std::vector<uint16_t> got(s.R * s.OC, 0xFFFF);
+      ops->matmul_forward(f32(want, {s.R, s.OC}), bf16_view(inp.bits, {s.R, s.C}),
+                          bf16_view(weight.bits, {s.OC, s.C}), b);
+      ops->matmul_forward(bf16_view(got, {s.R, s.OC}), bf16_view(inp.bits, {s.R, s.C}),
+                          bf16_view(weight.bits, {s.OC, s.C}), b);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], bf16_from_float(want[i]))
+            << "element " << i << (with_bias ? " bias" : "");
     }
   }
 }
@@ -128,8 +152,7 @@ TEST(CpuMatmulBf16, RejectsMixedOperandsAndBf16Results) {
       "matmul_forward: weight is bf16 but inp is fp32");
   expect_error_containing(
       [&] {
-        ops->matmul_forward(bf16_view(out16, {R, OC}), bf16_view(x16, {R, C}),
-                            bf16_view(w16, {OC, C}), {});
+        ops->matmul_forward(bf16_view(out16, {R, OC}), f32(x, {R, C}), f32(w, {OC, C}), {});
       },
       "matmul_forward: out must be fp32 on the CPU backend, got bf16");
   expect_error_containing(

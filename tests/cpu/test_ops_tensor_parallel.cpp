@@ -4,6 +4,7 @@
 // tp ranks hold it and the cross-shard reductions done here by hand.
 #include <cmath>
 
+#include "kernels/core/bf16.hpp"
 #include "test_ops_common.hpp"
 
 namespace gt::test {
@@ -78,11 +79,12 @@ TEST(CpuTensorParallelOps, AddBiasAddsToEveryRow) {
   EXPECT_TRUE(all_close(x, want, 0.f, 0.f));
 }
 
-// The vocab-parallel cross-entropy over `shards` vocabulary shards, with the
-// max and sum reductions of the tp ranks done here.
+// The vocab-parallel cross-entropy over `shards` vocabulary shards of the
+// (R, V) logits whose first vocab_size columns are the vocabulary (the rest
+// padding), with the max and sum reductions of the tp ranks done here.
 void sharded_cross_entropy(Ops& ops, std::vector<float>& logits, std::vector<int32_t>& tgt,
-                           int64_t R, int64_t V, int shards, float scale, bool grad,
-                           std::vector<float>& losses, std::vector<float>& dlogits) {
+                           int64_t R, int64_t V, int64_t vocab_size, int shards, float scale,
+                           bool grad, std::vector<float>& losses, std::vector<float>& dlogits) {
   const int64_t Vs = V / shards;
   std::vector<std::vector<float>> part(shards);
   for (int s = 0; s < shards; ++s) {
@@ -93,13 +95,13 @@ void sharded_cross_entropy(Ops& ops, std::vector<float>& logits, std::vector<int
   std::vector<float> row_max(R, -INFINITY), sumexp(R, 0.f), target_logit(R, 0.f);
   for (int s = 0; s < shards; ++s) {
     std::vector<float> m(R);
-    ops.cross_entropy_shard_max(f32(m, {R}), f32(part[s], {R, Vs}));
+    ops.cross_entropy_shard_max(f32(m, {R}), f32(part[s], {R, Vs}), s * Vs, vocab_size);
     for (int64_t r = 0; r < R; ++r) row_max[r] = std::max(row_max[r], m[r]);
   }
   for (int s = 0; s < shards; ++s) {
     std::vector<float> se(R), tl(R);
-    ops.cross_entropy_shard_sums(f32(se, {R}), f32(tl, {R}), f32(part[s], {R, Vs}),
-                                 i32(tgt, {R}), f32(row_max, {R}), s * Vs);
+    ops.cross_entropy_shard_sums(f32(se, {R}), f32(tl, {R}), f32(part[s], {R, Vs}), i32(tgt, {R}),
+                                 f32(row_max, {R}), s * Vs, vocab_size);
     for (int64_t r = 0; r < R; ++r) sumexp[r] += se[r], target_logit[r] += tl[r];
   }
   losses.assign(R, 0.f);
@@ -109,7 +111,8 @@ void sharded_cross_entropy(Ops& ops, std::vector<float>& logits, std::vector<int
     // dlogits aliases the shard's logits, as in the model.
     ops.cross_entropy_shard_finish(f32(l, {R}), grad ? f32(part[s], {R, Vs}) : TensorView{},
                                    f32(part[s], {R, Vs}), i32(tgt, {R}), f32(row_max, {R}),
-                                   f32(sumexp, {R}), f32(target_logit, {R}), s * Vs, scale);
+                                   f32(sumexp, {R}), f32(target_logit, {R}), s * Vs, vocab_size,
+                                   scale);
     losses = l;  // the same on every shard
     for (int64_t r = 0; r < R; ++r)
       for (int64_t j = 0; j < Vs; ++j) dlogits[r * V + s * Vs + j] = part[s][r * Vs + j];
@@ -127,18 +130,93 @@ TEST(CpuTensorParallelOps, VocabParallelCrossEntropyMatchesTheFusedOne) {
     const float scale = 0.3f;
     std::vector<float> fused_loss(R), fused_d(logits);
     ops->softmax_cross_entropy(f32(fused_loss, {R}), f32(fused_d, {R, V}), f32(fused_d, {R, V}),
-                               i32(tgt, {R}), scale);
+                               i32(tgt, {R}), V, scale);
     for (int shards : {1, 2, 3}) {
       SCOPED_TRACE(testing::Message() << "shards=" << shards);
       std::vector<float> loss, d;
-      sharded_cross_entropy(*ops, logits, tgt, R, V, shards, scale, true, loss, d);
+      sharded_cross_entropy(*ops, logits, tgt, R, V, V, shards, scale, true, loss, d);
       EXPECT_TRUE(all_close(loss, fused_loss, 1e-5f, 1e-5f));
       EXPECT_TRUE(all_close(d, fused_d, 1e-7f, 1e-5f));
       std::vector<float> loss_only, unused;
-      sharded_cross_entropy(*ops, logits, tgt, R, V, shards, scale, false, loss_only, unused);
+      sharded_cross_entropy(*ops, logits, tgt, R, V, V, shards, scale, false, loss_only, unused);
       EXPECT_TRUE(all_close(loss_only, fused_loss, 1e-5f, 1e-5f));
     }
   }
+}
+
+// A padded vocabulary split over tp ranks: V = 36 real columns padded to 64
+// in 4 shards of 16 puts the end of the vocabulary inside shard 2 and leaves
+// shard 3 all padding (its row max is -inf). Losses and the real columns'
+// gradient are those of the unpadded fused op; padding gets zero gradient,
+// whatever its logits hold.
+TEST(CpuTensorParallelOps, VocabParallelCrossEntropyIgnoresThePadding) {
+  auto ops = cpu_ops();
+  const int64_t R = 7, V = 36, Vp = 64;
+  const std::vector<float> real = random_vector(R * V, 33, -4.f, 4.f);
+  std::vector<float> padded(R * Vp, 50.f);  // padding logits above every real one
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < V; ++j) padded[r * Vp + j] = real[r * V + j];
+  std::vector<int32_t> tgt = random_ints(R, 34, 0, static_cast<int32_t>(V));
+  tgt[0] = static_cast<int32_t>(V - 1);
+  const float scale = 0.3f;
+  std::vector<float> want_loss(R), want_d(real);
+  ops->softmax_cross_entropy(f32(want_loss, {R}), f32(want_d, {R, V}), f32(want_d, {R, V}),
+                             i32(tgt, {R}), V, scale);
+  for (int shards : {1, 2, 4}) {
+    SCOPED_TRACE(testing::Message() << "shards=" << shards);
+    std::vector<float> loss, d;
+    sharded_cross_entropy(*ops, padded, tgt, R, Vp, V, shards, scale, true, loss, d);
+    EXPECT_TRUE(all_close(loss, want_loss, 1e-5f, 1e-5f));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < Vp; ++j) {
+        if (j >= V) {
+          ASSERT_EQ(d[r * Vp + j], 0.f) << "padding row " << r << " col " << j;
+        } else {
+          ASSERT_NEAR(d[r * Vp + j], want_d[r * V + j],
+                      1e-7f + 1e-5f * std::fabs(want_d[r * V + j]))
+              << "row " << r << " col " << j;
+        }
+      }
+  }
+}
+
+// bf16 logits through the three shard passes (the bf16 model under tp): each
+// pass is the fp32 pass on the widened values, bit for bit, and the bf16
+// dlogits are its gradient rounded to nearest even, here for a shard that
+// ends in padding.
+TEST(CpuTensorParallelOps, VocabParallelCrossEntropyTakesBf16Logits) {
+  auto ops = cpu_ops();
+  const int64_t R = 40, Vs = 700, start = 700, vocab = 1300;  // columns [600, 700) padding
+  std::vector<float> x = random_vector(R * Vs, 35, -6.f, 6.f);
+  std::vector<uint16_t> bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    bits[i] = bf16_from_float(x[i]);
+    x[i] = bf16_to_float(bits[i]);
+  }
+  auto b16 = [&](std::vector<uint16_t>& b) {
+    return make_view(b.data(), DType::bf16, Device::cpu, {R, Vs});
+  };
+  std::vector<int32_t> tgt = random_ints(R, 36, 0, static_cast<int32_t>(vocab));
+  std::vector<float> m32(R), m16(R), se32(R), se16(R), tl32(R), tl16(R), l32(R), l16(R);
+  ops->cross_entropy_shard_max(f32(m32, {R}), f32(x, {R, Vs}), start, vocab);
+  ops->cross_entropy_shard_max(f32(m16, {R}), b16(bits), start, vocab);
+  EXPECT_TRUE(all_close(m16, m32, 0.f, 0.f));
+  ops->cross_entropy_shard_sums(f32(se32, {R}), f32(tl32, {R}), f32(x, {R, Vs}), i32(tgt, {R}),
+                                f32(m32, {R}), start, vocab);
+  ops->cross_entropy_shard_sums(f32(se16, {R}), f32(tl16, {R}), b16(bits), i32(tgt, {R}),
+                                f32(m32, {R}), start, vocab);
+  EXPECT_TRUE(all_close(se16, se32, 0.f, 0.f));
+  EXPECT_TRUE(all_close(tl16, tl32, 0.f, 0.f));
+  std::vector<float> d32(x.size());
+  ops->cross_entropy_shard_finish(f32(l32, {R}), f32(d32, {R, Vs}), f32(x, {R, Vs}), i32(tgt, {R}),
+                                  f32(m32, {R}), f32(se32, {R}), f32(tl32, {R}), start, vocab,
+                                  0.25f);
+  ops->cross_entropy_shard_finish(f32(l16, {R}), b16(bits), b16(bits), i32(tgt, {R}), f32(m32, {R}),
+                                  f32(se32, {R}), f32(tl32, {R}), start, vocab,
+                                  0.25f);  // in place
+  EXPECT_TRUE(all_close(l16, l32, 0.f, 0.f));
+  for (size_t i = 0; i < bits.size(); ++i)
+    ASSERT_EQ(bits[i], bf16_from_float(d32[i])) << "dlogits element " << i;
 }
 
 }  // namespace

@@ -99,6 +99,8 @@ TEST(ProfileCosts, CrossEntropy) {
   EXPECT_EQ(c.flops, 200.0);
   EXPECT_EQ(c.bytes, 4.0 * (40 + 4 + 4 + 40));
   EXPECT_EQ(op_cost::cross_entropy_shard_max(4, 10).bytes, 4.0 * 44);
+  // bf16 logits (the bf16 model): the (R, V) passes at 2 bytes, the rows fp32.
+  EXPECT_EQ(op_cost::softmax_cross_entropy(4, 10, true, 2).bytes, 2.0 * (40 + 40) + 4.0 * (4 + 4));
   EXPECT_EQ(op_cost::cross_entropy_shard_sums(4, 10).flops, 120.0);
   EXPECT_EQ(op_cost::cross_entropy_shard_finish(4, 10, true).bytes, 4.0 * (80 + 20));
   EXPECT_EQ(op_cost::cross_entropy_shard_finish(4, 10, false).flops, 0.0);

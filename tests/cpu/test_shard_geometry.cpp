@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/core/error.hpp"
+#include "test_ops_common.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
 
@@ -27,7 +28,10 @@ ModelConfig small_model() {
 TEST(ParameterLayout, TensorParallelShapesFollowTheMegatronPlan) {
   const ModelConfig m = small_model();
   const ParameterLayout l(m, 4, 1);
-  EXPECT_EQ(l.at("wte.weight").shape, (std::vector<int64_t>{10, 24}));
+  // The vocabulary of 40 is stored padded to 128 rows: 32 per tp rank.
+  EXPECT_EQ(l.at("wte.weight").shape, (std::vector<int64_t>{32, 24}));
+  EXPECT_EQ(l.at("wte.weight").global_shape, (std::vector<int64_t>{128, 24}));
+  EXPECT_EQ(l.at("wte.weight").pad_rows, 88);
   EXPECT_EQ(l.at("h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{18, 24}));
   EXPECT_EQ(l.at("h.0.attn.c_attn.weight").parts, 3);
   EXPECT_EQ(l.at("h.0.attn.c_proj.weight").shape, (std::vector<int64_t>{24, 6}));
@@ -51,8 +55,27 @@ TEST(ParameterLayout, TensorParallelShapesFollowTheMegatronPlan) {
 
 TEST(ParameterLayout, RejectsATpThatDoesNotDivideTheModel) {
   ModelConfig m = small_model();
-  m.vocab_size = 42;
-  EXPECT_THROW(ParameterLayout(m, 4, 0), Error);
+  m.vocab_size = 42;  // padded to 128: tp = 4 divides it
+  EXPECT_NO_THROW(ParameterLayout(m, 4, 0));
+  m.n_head = 6;  // 24 channels and 6 heads split 3 ways; 128 padded rows do not
+  test::expect_error_containing(
+      [&] { ParameterLayout(m, 3, 0); },
+      "the padded vocabulary (model.vocab_size=42 rounded up to a multiple "
+      "of 128: 128)");
+  m.n_head = 4;
+  test::expect_error_containing([&] { ParameterLayout(m, 3, 0); }, "model.n_head=4");
+}
+
+TEST(ParameterLayout, CountsParametersWithoutTheVocabularyPadding) {
+  ModelConfig m;  // GPT-2 124M
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.n_embd = 768;
+  m.vocab_size = 50257;
+  m.block_size = 1024;
+  const ParameterLayout l(m);
+  EXPECT_EQ(l.at("wte.weight").global_shape, (std::vector<int64_t>{50304, 768}));
+  EXPECT_EQ(l.global_numel(), 124439808);  // HF's GPT2LMHeadModel, tied
 }
 
 TEST(ShardGeometry, UnitsArePaddedAndShardsCoverEachUnitOnce) {

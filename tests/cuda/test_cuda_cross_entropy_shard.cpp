@@ -2,7 +2,9 @@
 // shard passes) against the CPU twin running the same protocol: the
 // vocabulary split into unequal shards, the all-reduces done on the host
 // between the passes, targets in every shard, separate and in-place dlogits.
-// The combined loss is also checked against the fused CPU op.
+// The combined loss is also checked against the fused CPU op. Padded
+// vocabularies put the vocabulary's end inside a shard and leave whole shards
+// of padding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +27,8 @@ struct Case {
   int64_t R, V;
   std::vector<int64_t> bounds;  // shard starts, then V
   float grad_scale;
+  int64_t vocab = 0;  // columns [vocab, V) are padding; 0 = none
+  int64_t real() const { return vocab ? vocab : V; }
 };
 
 struct ShardResult {
@@ -69,13 +73,17 @@ TEST(CudaCrossEntropyShard, ThreePassesMatchCpuAndTheFusedLoss) {
                         {7, 10, {0, 3, 10}, 1.f},
                         {33, 1000, {0, 300, 1000}, 1.f / 33},
                         {64, 50257, {0, 12565, 25129, 37693, 50257}, 0.5f},
-                        {5, 771, {0, 1, 770, 771}, -2.f}};
+                        {5, 771, {0, 1, 770, 771}, -2.f},
+                        {9, 256, {0, 64, 128, 192, 256}, 0.5f, 150},
+                        {64, 50304, {0, 12576, 25152, 37728, 50304}, 0.5f, 50257}};
   for (const Case& c : gt::test::select_cases(cases, [](const Case& k) { return k.R * k.V <= 200000; })) {
     for (bool in_place : {false, true}) {
       SCOPED_TRACE("R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) + " shards=" +
                    std::to_string(c.bounds.size() - 1) + (in_place ? " in place" : ""));
-      const auto logits = random_vector(c.R * c.V, 1, -8.f, 8.f);
-      auto targets = gt::test::random_ints(c.R, 2, 0, static_cast<int32_t>(c.V));
+      auto logits = random_vector(c.R * c.V, 1, -8.f, 8.f);
+      for (int64_t r = 0; r < c.R; ++r)  // padding above every real logit: it must not count
+        for (int64_t j = c.real(); j < c.V; ++j) logits[r * c.V + j] = 20.f;
+      auto targets = gt::test::random_ints(c.R, 2, 0, static_cast<int32_t>(c.real()));
       auto shard_logits = [&](size_t k) {
         const int64_t v0 = c.bounds[k], vs = c.bounds[k + 1] - v0;
         std::vector<float> out(c.R * vs);
@@ -93,17 +101,18 @@ TEST(CudaCrossEntropyShard, ThreePassesMatchCpuAndTheFusedLoss) {
             auto x = shard_logits(k);
             std::vector<float> m(c.R);
             cpu->cross_entropy_shard_max(gt::cpu_f32(m.data(), {c.R}),
-                                         gt::cpu_f32(x.data(), {c.R, vs_of(k)}));
+                                         gt::cpu_f32(x.data(), {c.R, vs_of(k)}), c.bounds[k],
+                                         c.real());
             return m;
           },
           [&](size_t k, std::vector<float> mx, std::vector<float>& se, std::vector<float>& tl) {
             auto x = shard_logits(k);
             se.assign(c.R, 0.f);
             tl.assign(c.R, 0.f);
-            cpu->cross_entropy_shard_sums(gt::cpu_f32(se.data(), {c.R}), gt::cpu_f32(tl.data(), {c.R}),
-                                          gt::cpu_f32(x.data(), {c.R, vs_of(k)}),
-                                          gt::cpu_i32(targets.data(), {c.R}),
-                                          gt::cpu_f32(mx.data(), {c.R}), c.bounds[k]);
+            cpu->cross_entropy_shard_sums(
+                gt::cpu_f32(se.data(), {c.R}), gt::cpu_f32(tl.data(), {c.R}),
+                gt::cpu_f32(x.data(), {c.R, vs_of(k)}), gt::cpu_i32(targets.data(), {c.R}),
+                gt::cpu_f32(mx.data(), {c.R}), c.bounds[k], c.real());
           },
           [&](size_t k, std::vector<float> mx, std::vector<float> se, std::vector<float> tl,
               std::vector<float>& losses, std::vector<float>& d) {
@@ -114,7 +123,7 @@ TEST(CudaCrossEntropyShard, ThreePassesMatchCpuAndTheFusedLoss) {
                 gt::cpu_f32(losses.data(), {c.R}), gt::cpu_f32(d.data(), {c.R, vs_of(k)}),
                 gt::cpu_f32(x.data(), {c.R, vs_of(k)}), gt::cpu_i32(targets.data(), {c.R}),
                 gt::cpu_f32(mx.data(), {c.R}), gt::cpu_f32(se.data(), {c.R}),
-                gt::cpu_f32(tl.data(), {c.R}), c.bounds[k], c.grad_scale);
+                gt::cpu_f32(tl.data(), {c.R}), c.bounds[k], c.real(), c.grad_scale);
           });
 
       // GPU protocol.
@@ -124,7 +133,8 @@ TEST(CudaCrossEntropyShard, ThreePassesMatchCpuAndTheFusedLoss) {
           [&](size_t k) {
             DeviceArray<float> x(shard_logits(k), s), m(c.R, s);
             m.poison();
-            gt::cuda::cross_entropy_shard_max(m.get(), x.get(), c.R, vs_of(k), s);
+            gt::cuda::cross_entropy_shard_max(m.get(), x.get(), c.R, vs_of(k), c.bounds[k],
+                                              c.real(), s);
             return m.download();
           },
           [&](size_t k, std::vector<float> mx, std::vector<float>& se, std::vector<float>& tl) {
@@ -132,7 +142,7 @@ TEST(CudaCrossEntropyShard, ThreePassesMatchCpuAndTheFusedLoss) {
             d_se.poison();
             d_tl.poison();
             gt::cuda::cross_entropy_shard_sums(d_se.get(), d_tl.get(), x.get(), d_tgt.get(),
-                                               d_mx.get(), c.R, vs_of(k), c.bounds[k], s);
+                                               d_mx.get(), c.R, vs_of(k), c.bounds[k], c.real(), s);
             se = d_se.download();
             tl = d_tl.download();
           },
@@ -143,22 +153,27 @@ TEST(CudaCrossEntropyShard, ThreePassesMatchCpuAndTheFusedLoss) {
             d_loss.poison();
             d_d.poison();
             float* dl = in_place ? x.get() : d_d.get();
-            gt::cuda::cross_entropy_shard_finish(d_loss.get(), dl, x.get(), d_tgt.get(),
-                                                 d_mx.get(), d_se.get(), d_tl.get(), c.R,
-                                                 vs_of(k), c.bounds[k], c.grad_scale, s);
+            gt::cuda::cross_entropy_shard_finish(d_loss.get(), dl, x.get(), d_tgt.get(), d_mx.get(),
+                                                 d_se.get(), d_tl.get(), c.R, vs_of(k), c.bounds[k],
+                                                 c.real(), c.grad_scale, s);
             losses = d_loss.download();
             d = in_place ? x.download() : d_d.download();
           });
 
       EXPECT_TRUE(all_close(got.losses, want.losses, 1e-5f, 1e-5f)) << "losses";
-      for (size_t k = 0; k + 1 < c.bounds.size(); ++k)
+      for (size_t k = 0; k + 1 < c.bounds.size(); ++k) {
         EXPECT_TRUE(all_close(got.dlogits[k], want.dlogits[k], 1e-6f, 1e-4f)) << "dlogits shard " << k;
+        const int64_t vs = vs_of(k);
+        for (int64_t r = 0; r < c.R; ++r)
+          for (int64_t j = std::max<int64_t>(c.real() - c.bounds[k], 0); j < vs; ++j)
+            ASSERT_EQ(got.dlogits[k][r * vs + j], 0.f) << "padding shard " << k << " row " << r;
+      }
 
       // The shards together are the fused op.
       std::vector<float> fused(c.R), x = logits;
       cpu->softmax_cross_entropy(gt::cpu_f32(fused.data(), {c.R}), gt::TensorView{},
                                  gt::cpu_f32(x.data(), {c.R, c.V}),
-                                 gt::cpu_i32(targets.data(), {c.R}), 1.f);
+                                 gt::cpu_i32(targets.data(), {c.R}), c.real(), 1.f);
       EXPECT_TRUE(all_close(got.losses, fused, 1e-5f, 1e-5f)) << "vs the fused loss";
     }
   }

@@ -148,28 +148,32 @@ TEST(CudaOps, CrossEntropySumSquaresAndAdamWMatchCpu) {
   const int64_t R = 19, V = 333, n = 1001;
   std::vector<double> norms[2];
   int which = 0;
-  compare_backends({"loss", "dlogits", "loss2", "logits2", "rmax", "se", "tl", "sloss", "sd", "p",
-                    "m", "v"},
-                   [&](Ops& ops, NamedTensors& t) {
-    ops.softmax_cross_entropy(t.f32("loss", {R}, Init::poison), t.f32("dlogits", {R, V}, Init::poison),
-                              t.f32("logits", {R, V}, -5.f, 5.f), t.i32("tgt", {R}, V), 0.25f);
-    // In place: dlogits aliases the logits.
-    ops.softmax_cross_entropy(t.f32("loss2", {R}, Init::poison), t.f32("logits2", {R, V}),
-                              t.f32("logits2", {R, V}), t.i32("tgt", {R}, V), 1.f);
-    // One shard of [100, 300): a target may fall outside it.
-    ops.cross_entropy_shard_max(t.f32("rmax", {R}, Init::poison), t.f32("shard", {R, 200}));
-    ops.cross_entropy_shard_sums(t.f32("se", {R}, Init::poison), t.f32("tl", {R}, Init::poison),
-                                 t.f32("shard", {R, 200}), t.i32("tgt", {R}, V),
-                                 t.f32("rmax", {R}), 100);
-    ops.cross_entropy_shard_finish(t.f32("sloss", {R}, Init::poison),
-                                   t.f32("sd", {R, 200}, Init::poison), t.f32("shard", {R, 200}),
-                                   t.i32("tgt", {R}, V), t.f32("rmax", {R}), t.f32("se", {R}),
-                                   t.f32("tl", {R}), 100, 0.5f);
-    norms[which++] = {ops.sum_squares(t.f32("g", {n})), ops.sum_squares(t.f32("dlogits", {R, V}))};
-    Ops::AdamWParams p{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 5};
-    ops.adamw_update(t.f32("p", {n}), t.f32("g", {n}), t.f32("m", {n}, -0.1f, 0.1f),
-                     t.f32("v", {n}, 0.f, 0.01f), p);
-  }, 1e-5f, 1e-4f);
+  compare_backends(
+      {"loss", "dlogits", "loss2", "logits2", "rmax", "se", "tl", "sloss", "sd", "p", "m", "v"},
+      [&](Ops& ops, NamedTensors& t) {
+        ops.softmax_cross_entropy(
+            t.f32("loss", {R}, Init::poison), t.f32("dlogits", {R, V}, Init::poison),
+            t.f32("logits", {R, V}, -5.f, 5.f), t.i32("tgt", {R}, V), V, 0.25f);
+        // In place: dlogits aliases the logits.
+        ops.softmax_cross_entropy(t.f32("loss2", {R}, Init::poison), t.f32("logits2", {R, V}),
+                                  t.f32("logits2", {R, V}), t.i32("tgt", {R}, V), V, 1.f);
+        // One shard of [100, 300): a target may fall outside it.
+        ops.cross_entropy_shard_max(t.f32("rmax", {R}, Init::poison), t.f32("shard", {R, 200}), 100,
+                                    V);
+        ops.cross_entropy_shard_sums(t.f32("se", {R}, Init::poison), t.f32("tl", {R}, Init::poison),
+                                     t.f32("shard", {R, 200}), t.i32("tgt", {R}, V),
+                                     t.f32("rmax", {R}), 100, V);
+        ops.cross_entropy_shard_finish(
+            t.f32("sloss", {R}, Init::poison), t.f32("sd", {R, 200}, Init::poison),
+            t.f32("shard", {R, 200}), t.i32("tgt", {R}, V), t.f32("rmax", {R}), t.f32("se", {R}),
+            t.f32("tl", {R}), 100, V, 0.5f);
+        norms[which++] = {ops.sum_squares(t.f32("g", {n})),
+                          ops.sum_squares(t.f32("dlogits", {R, V}))};
+        Ops::AdamWParams p{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 5};
+        ops.adamw_update(t.f32("p", {n}), t.f32("g", {n}), t.f32("m", {n}, -0.1f, 0.1f),
+                         t.f32("v", {n}, 0.f, 0.01f), p);
+      },
+      1e-5f, 1e-4f);
   for (size_t i = 0; i < norms[0].size(); ++i)
     EXPECT_NEAR(norms[1][i], norms[0][i], 1e-6 * std::fabs(norms[0][i])) << "sum_squares " << i;
 }
@@ -256,7 +260,7 @@ void run_block(Ops& ops, NamedTensors& t, const BlockDims& d) {
   ops.matmul_forward(t.f32("logits", {R, V}, P), t.f32("lnf", {R, C}), t.f32("wte", {V, C}),
                      TensorView{});
   ops.softmax_cross_entropy(t.f32("losses", {R}, P), t.f32("logits", {R, V}),
-                            t.f32("logits", {R, V}), tgt, 1.f / static_cast<float>(R));
+                            t.f32("logits", {R, V}), tgt, V, 1.f / static_cast<float>(R));
 
   // backward (parameter gradients accumulate: zero them first)
   for (const auto& [n, s] : std::vector<std::pair<std::string, std::vector<int64_t>>>{

@@ -104,9 +104,6 @@ def bad_launch(runner):
     b.case("tp_not_dividing_heads", ["--config", good, "parallel.dp=1", "parallel.tp=2",
                                      "model.n_head=3", "model.n_embd=33"],
            ["parallel.tp", "model.n_head=3"])
-    b.case("tp_not_dividing_vocab", ["--config", good, "parallel.dp=1", "parallel.tp=2",
-                                     "model.vocab_size=255"],
-           ["parallel.tp", "model.vocab_size=255"])
     b.case("global_batch_not_divisible", ["--config", good, "train.global_batch=12"],
            ["train.global_batch", "4 * 2 * 1 = 8"])
     b.case("seq_len_over_block_size", ["--config", good, "train.seq_len=32"],

@@ -24,13 +24,23 @@ enum class ParallelComm { auto_, nccl, mpi };
 //   block  keep only each block's input and recompute the whole block.
 enum class Recompute { none, mlp, block };
 
+// The vocabulary is stored padded to a multiple of this many rows (wte, the
+// LM head's logits): aligned GEMM shapes for the LM head (GPT-2's 50257 ->
+// 50304) and a row count every power-of-two tp up to 128 divides.
+constexpr int kVocabPadMultiple = 128;
+
 struct ModelConfig {
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
-  int vocab_size = 256;
+  int vocab_size = 256;  // the true vocabulary: tokens, exports and the loss use this
   int block_size = 256;
   std::string init_from;  // optional safetensors path (HF GPT-2 names)
+  // vocab_size rounded up to kVocabPadMultiple: the rows of wte. The padding
+  // rows are zero, masked in the loss (so they stay zero), never exported.
+  int padded_vocab_size() const {
+    return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple;
+  }
 };
 
 struct DataConfig {

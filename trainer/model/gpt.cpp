@@ -2,16 +2,19 @@
 
 #include <algorithm>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/core/error.hpp"
 #include "parallel/collective_matmul.hpp"
 
 namespace gt {
 
 namespace {
-// Rows [first, first + n) of a contiguous (rows, cols) view, on its device.
+// Rows [first, first + n) of a contiguous (rows, cols) view, on its device,
+// in its dtype.
 TensorView rows_of(const TensorView& t, int64_t first, int64_t n) {
   const int64_t cols = t.numel() / t.shape[0];
-  return make_view(t.f32() + first * cols, DType::f32, t.device, {n, cols});
+  char* base = static_cast<char*>(t.data) + first * cols * int64_t(dtype_size(t.dtype));
+  return make_view(base, t.dtype, t.device, {n, cols});
 }
 }  // namespace
 
@@ -43,7 +46,7 @@ void GPT::allocate(int max_rows, int max_seq) {
   const int64_t R = static_cast<int64_t>(max_rows) * max_seq;
   GT_CHECK(R % tp == 0, "micro_batch x seq_len = ", R, " rows must divide into parallel.tp=", tp,
            " sequence-parallel shards");
-  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size;
+  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.padded_vocab_size();
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
   const int NHl = cfg_.n_head / tp;
   const int64_t att = ops_.attention_saved_elems(max_rows, NHl, max_seq);
@@ -77,7 +80,9 @@ void GPT::allocate(int max_rows, int max_seq) {
   a.lnf = floats(R * C);
   a.lnf_mean = floats(Rl);
   a.lnf_rstd = floats(Rl);
-  a.logits = floats(R * Vl);
+  // bf16: the LM head writes bf16 logits and the cross-entropy turns them
+  // into bf16 dlogits in place, so no fp32 (R, V) tensor exists.
+  a.logits = ops_.allocate(static_cast<size_t>(R * Vl) * dtype_size(logits_dtype()));
   a.losses = floats(R);
   a.proj_tmp = floats(Rl * C);
   a.ce_stats = floats(tp > 1 ? 3 * R : 0);
@@ -93,9 +98,9 @@ void GPT::allocate(int max_rows, int max_seq) {
   d.rs_workspace = floats(tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_.overlap) : 0);
   // The largest GEMM operands: inputs (R,C) or (R,4C/p); output gradients
   // (R,3C/p), (R,4C/p), (R,C) or the LM head's (R,V/p); weights (V/p,C) or (4C/p,C).
-  linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, R * std::max(C, 4 * Cl),
-                                              R * std::max({4 * Cl, C, Vl}),
-                                              std::max(Vl * C, 4 * Cl * C));
+  // The LM head's output gradient is the bf16 dlogits themselves: no copy.
+  linear_ = std::make_unique<LinearPrecision>(
+      ops_, dtype_, R * std::max(C, 4 * Cl), R * std::max(4 * Cl, C), std::max(Vl * C, 4 * Cl * C));
   attention_ = std::make_unique<AttentionPrecision>(ops_, dtype_, R, Cl);
 }
 
@@ -121,6 +126,11 @@ TensorView GPT::flat_grads() {
 }
 void GPT::zero_grads() { ops_.zero(flat_grads()); }
 
+DType GPT::logits_dtype() const { return dtype_ == ComputeDType::bf16 ? DType::bf16 : DType::f32; }
+TensorView GPT::logits_view(int64_t rows, int64_t cols) const {
+  return make_view(acts_.logits.data(), logits_dtype(), ops_.device(), {rows, cols});
+}
+
 TensorView GPT::view(float* p, std::initializer_list<int64_t> shape) const {
   return make_view(p, DType::f32, ops_.device(), shape);
 }
@@ -135,9 +145,21 @@ ChunkAccumulate GPT::accumulate_fn() {
 
 const float* GPT::logits() {
   GT_CHECK(!backward_ready_, "GPT::logits(): the logits were overwritten by their gradient");
-  const int64_t n = int64_t(B_) * T_ * (cfg_.vocab_size / tp_.size());
-  host_logits_.resize(static_cast<size_t>(n));
-  ops_.download(host_logits_.data(), view(acts_.logits.f32(), {n}));
+  GT_CHECK(tp_.size() == 1, "GPT::logits(): the logits are split over ", tp_.size(), " tp ranks");
+  const int64_t R = int64_t(B_) * T_, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size();
+  host_logits_.resize(static_cast<size_t>(R * Vp));
+  if (logits_dtype() == DType::f32) {
+    ops_.download(host_logits_.data(), logits_view(R * Vp, 1));
+  } else {
+    std::vector<uint16_t> bits(static_cast<size_t>(R * Vp));
+    ops_.download(bits.data(), logits_view(R * Vp, 1));
+    for (size_t i = 0; i < bits.size(); ++i) host_logits_[i] = bf16_to_float(bits[i]);
+  }
+  // Drop the padding columns in place: row r moves down to r * V.
+  for (int64_t r = 1; r < R; ++r)
+    std::copy(host_logits_.begin() + r * Vp, host_logits_.begin() + r * Vp + V,
+              host_logits_.begin() + r * V);
+  host_logits_.resize(static_cast<size_t>(R * V));
   return host_logits_.data();
 }
 
@@ -324,8 +346,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   GT_CHECK(R % tp == 0, "B*T = ", R, " rows do not split into ", tp, " sequence shards");
   B_ = B;
   T_ = T;
-  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Rl = R / tp, Vl = V / tp;
+  const int64_t C = cfg_.n_embd, V = cfg_.padded_vocab_size(), Rl = R / tp, Vl = V / tp;
   const int64_t row0 = tp_.rank() * Rl, vocab0 = tp_.rank() * Vl;
+  const int64_t vocab = cfg_.vocab_size;  // logits columns past it are padding
   const bool want_grad = targets && grad_scale > 0.f;
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
@@ -368,7 +391,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   ops_.layernorm_forward(own_rows(view(a.lnf.f32(), {R, C})), view(a.lnf_mean.f32(), {Rl}),
                          view(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
-  auto logits = view(a.logits.f32(), {R, Vl});
+  auto logits = logits_view(R, Vl);
   column_forward(logits, view(a.lnf.f32(), {R, C}), p("wte.weight"), none);  // tied LM head
   store_->after_forward(embed);
 
@@ -378,19 +401,19 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   ops_.upload(tgt, targets);
   auto losses = view(a.losses.f32(), {R});
   if (tp == 1) {
-    ops_.softmax_cross_entropy(losses, want_grad ? logits : none, logits, tgt, grad_scale);
+    ops_.softmax_cross_entropy(losses, want_grad ? logits : none, logits, tgt, vocab, grad_scale);
   } else {
     // Vocab-parallel cross-entropy: a max and a sum over the tp ranks.
     float* stats = a.ce_stats.f32();
     auto row_max = view(stats, {R});
     auto sumexp = view(stats + R, {R});
     auto target_logit = view(stats + 2 * R, {R});
-    ops_.cross_entropy_shard_max(row_max, logits);
+    ops_.cross_entropy_shard_max(row_max, logits, vocab0, vocab);
     tp_.comm->all_reduce_max(row_max.f32(), R).wait();
-    ops_.cross_entropy_shard_sums(sumexp, target_logit, logits, tgt, row_max, vocab0);
+    ops_.cross_entropy_shard_sums(sumexp, target_logit, logits, tgt, row_max, vocab0, vocab);
     tp_.comm->all_reduce_sum(sumexp.f32(), 2 * R).wait();  // sumexp and target_logit
-    ops_.cross_entropy_shard_finish(losses, want_grad ? logits : none, logits, tgt, row_max,
-                                    sumexp, target_logit, vocab0, grad_scale);
+    ops_.cross_entropy_shard_finish(losses, want_grad ? logits : none, logits, tgt, row_max, sumexp,
+                                    target_logit, vocab0, vocab, grad_scale);
   }
   backward_ready_ = want_grad;
   ops_.download(host_losses_.data(), losses);
@@ -405,7 +428,7 @@ void GPT::backward() {
   GT_CHECK(backward_ready_, "backward() needs a forward() with targets and grad_scale > 0");
   backward_ready_ = false;
   const int B = B_, T = T_, tp = tp_.size();
-  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, R = int64_t(B) * T;
+  const int64_t C = cfg_.n_embd, V = cfg_.padded_vocab_size(), R = int64_t(B) * T;
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
   const int NHl = cfg_.n_head / tp;
   const int64_t row0 = tp_.rank() * Rl, vocab0 = tp_.rank() * Vl;
@@ -418,8 +441,8 @@ void GPT::backward() {
 
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);
-  column_backward(dln, g("wte.weight"), none, view(a.logits.f32(), {R, Vl}),
-                  view(a.lnf.f32(), {R, C}), p("wte.weight"));
+  column_backward(dln, g("wte.weight"), none, logits_view(R, Vl), view(a.lnf.f32(), {R, C}),
+                  p("wte.weight"));
   store_->before_backward(head);
   ops_.zero(dresidual);
   const int last = cfg_.n_layer - 1;

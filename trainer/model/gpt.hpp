@@ -12,6 +12,8 @@
 //   * attn.c_proj and mlp.c_proj are row-parallel: the matmul's partial sums
 //     are reduce-scattered (RS) back to R/p rows, chunk by chunk.
 //   * Attention runs on this rank's n_head/p heads over all R rows.
+//   * The vocabulary is padded (ModelConfig::padded_vocab_size, V below): wte
+//     and the logits have V rows/columns, the padding masked in the loss.
 //   * The embedding is vocab-parallel (token rows summed by RS, positions added
 //     to the local rows); the tied LM head is column-parallel over the
 //     vocabulary with a vocab-parallel cross-entropy, so no rank ever holds
@@ -105,8 +107,8 @@ class GPT {
   void backward();
   void zero_grads();  // owned store only
 
-  // (B, T, V) logits of the last forward() without a backward pending (tp = 1),
-  // copied to the host.
+  // (B, T, vocab_size) logits of the last forward() without a backward
+  // pending (tp = 1), copied to the host without the padding columns.
   const float* logits();
   // Per-position losses (B*T) of the last forward() with targets, on the host.
   const float* losses() const { return host_losses_.data(); }
@@ -134,7 +136,7 @@ class GPT {
     LayerBuffer fch, fch_gelu;              // (L, R, 4C/p) x2
     LayerBuffer res3;                       // (L, R/p, C): always every block's
     Buffer lnf, lnf_mean, lnf_rstd;         // (R, C) gathered, (R/p) x2
-    Buffer logits;                          // (R, V/p)
+    Buffer logits;                          // (R, V/p), bf16 in the bf16 model
     Buffer losses;                          // (R)
     Buffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
     Buffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
@@ -151,6 +153,9 @@ class GPT {
   TensorView p(const std::string& name);  // parameter through the store
   TensorView g(const std::string& name);  // its gradient
   TensorView layer_act(const LayerBuffer& buf, int layer, std::initializer_list<int64_t> shape);
+  // The logits' storage (bf16 in the bf16 model) and a (rows, cols) view of them.
+  DType logits_dtype() const;
+  TensorView logits_view(int64_t rows, int64_t cols) const;
   // Views of the backend's memory (device views on CUDA).
   TensorView view(float* p, std::initializer_list<int64_t> shape) const;
   TensorView iview(int32_t* p, std::initializer_list<int64_t> shape) const;

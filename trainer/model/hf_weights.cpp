@@ -9,10 +9,14 @@
 namespace gt {
 
 namespace {
+// The tensor's shape in an HF file: padding rows left out (wte holds the
+// true vocabulary), Conv1D weights transposed.
 std::vector<int64_t> hf_shape(const ParamSpec& s) {
+  if (s.pad_rows) return {s.real_rows(), s.shape[1]};
   if (!s.hf_transposed) return s.shape;
   return {s.shape[1], s.shape[0]};
 }
+int64_t hf_numel(const ParamSpec& s) { return s.numel - s.pad_rows * (s.numel / s.shape[0]); }
 
 // (rows, cols) -> (cols, rows)
 void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
@@ -38,18 +42,19 @@ void for_each_hf_tensor(const std::string& path, const ModelConfig& m,
       fail("tensor ", name, " (", path, "): expected shape [", want[0], ", ", want[1],
            "] (", s.hf_transposed ? "HF GPT-2 Conv1D layout [in, out]" : "[out, in]",
            "), got [", want[1], ", ", want[0], "]: the weight is stored transposed");
-    data.resize(static_cast<size_t>(s.numel));
+    // The padding rows (after the real ones) stay zero.
+    data.assign(static_cast<size_t>(s.numel), 0.f);
     if (!s.hf_transposed) {
-      reader.read_f32(name, s.shape, data.data());
+      reader.read_f32(name, want, data.data());
     } else {
       tmp.resize(static_cast<size_t>(s.numel));
       reader.read_f32(name, hf_shape(s), tmp.data());
       transpose(tmp.data(), s.shape[1], s.shape[0], data.data());
     }
     if (s.name == "wte.weight" && reader.has("lm_head.weight")) {
-      tmp.resize(static_cast<size_t>(s.numel));
-      reader.read_f32("lm_head.weight", s.shape, tmp.data());
-      for (int64_t i = 0; i < s.numel; ++i)
+      tmp.resize(static_cast<size_t>(hf_numel(s)));
+      reader.read_f32("lm_head.weight", want, tmp.data());
+      for (int64_t i = 0; i < hf_numel(s); ++i)
         if (tmp[static_cast<size_t>(i)] != data[static_cast<size_t>(i)])
           fail("safetensors file '", path, "': lm_head.weight differs from ", prefix,
                "wte.weight at element ", i, "; this trainer ties the LM head to the embedding");
@@ -65,7 +70,7 @@ void save_hf_weights(const std::string& path, const ParameterLayout& layout, con
   for (const auto& s : layout.specs()) {
     const float* src = params + s.offset;
     if (!s.hf_transposed) {
-      writer.add_f32(s.name, s.shape, src);
+      writer.add_f32(s.name, hf_shape(s), src);  // the real rows come first
       continue;
     }
     tmp.resize(static_cast<size_t>(s.numel));

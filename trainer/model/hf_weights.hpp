@@ -3,6 +3,8 @@
 // Conv1D weights (c_attn, c_proj, c_fc) are stored (in, out) there and
 // (out, in) here; the "transformer." prefix is optional on import; the
 // untied "lm_head.weight" some exports carry must equal wte if present.
+// wte is (vocab_size, C) in the file and padded with zero rows here
+// (ModelConfig::padded_vocab_size); the padding is never written.
 #pragma once
 
 #include <functional>

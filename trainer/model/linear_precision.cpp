@@ -28,7 +28,8 @@ TensorView bf16_view_in(const Buffer& buf, int64_t offset, const TensorView& lik
 
 TensorView LinearPrecision::cast_into(const Buffer& buf, const TensorView& src,
                                       const char* what) {
-  if (dtype_ != ComputeDType::bf16) return src;
+  // Already bf16 (the LM head's dlogits): the GEMM reads it as it is.
+  if (dtype_ != ComputeDType::bf16 || src.dtype == DType::bf16) return src;
   const TensorView dst = bf16_view_in(buf, 0, src, what);
   ops_.cast(dst, src);
   return dst;

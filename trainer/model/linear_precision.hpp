@@ -7,7 +7,9 @@
 //         and the GEMM accumulates in fp32 into fp32 outputs, fp32 input
 //         gradients and fp32 weight gradients (which still accumulate). Master
 //         weights, AdamW state, activations, LayerNorm, softmax, attention and
-//         the loss stay fp32, so bf16 changes only the GEMMs' inputs.
+//         the loss stay fp32, so bf16 changes only the GEMMs' inputs; the one
+//         exception is the LM head, whose logits and dlogits are bf16 (GPT):
+//         an operand that is already bf16 is used as it is, without a copy.
 //
 // The bf16 copies live in three buffers of this backend's memory, each reused
 // by every call: the weight (cast once per linear layer call, before its

@@ -21,13 +21,15 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, int tp, int tp_rank, int 
     : tp_(tp), tp_rank_(tp_rank) {
   GT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " of ", tp);
   GT_CHECK(unit_multiple >= 1, "unit_multiple ", unit_multiple);
-  if (tp > 1 && (m.n_head % tp != 0 || m.n_embd % tp != 0 || m.vocab_size % tp != 0))
+  const int64_t C = m.n_embd, V = m.padded_vocab_size(), P = m.block_size;
+  if (tp > 1 && (m.n_head % tp != 0 || m.n_embd % tp != 0 || V % tp != 0))
     fail("parallel.tp=", tp, " must divide model.n_head=", m.n_head, ", model.n_embd=", m.n_embd,
-         " and model.vocab_size=", m.vocab_size);
-  const int64_t C = m.n_embd, V = m.vocab_size, P = m.block_size;
+         " and the padded vocabulary (model.vocab_size=", m.vocab_size,
+         " rounded up to a multiple of ", kVocabPadMultiple, ": ", V, ")");
   const auto R = TpSplit::replicated, ROWS = TpSplit::rows, COLS = TpSplit::cols;
   int64_t begin = total_;
   add("wte.weight", {V, C}, true, false, -1, ROWS, 1);
+  specs_.back().pad_rows = V - m.vocab_size;
   add("wpe.weight", {P, C}, true, false, -1, R, 1);
   close_unit("embed", begin, unit_multiple);
   for (int l = 0; l < m.n_layer; ++l) {
@@ -104,7 +106,7 @@ int64_t ParameterLayout::global_numel() const {
   for (const auto& s : specs_) {
     int64_t k = 1;
     for (int64_t d : s.global_shape) k *= d;
-    n += k;
+    n += k - s.pad_rows * (k / s.global_shape[0]);
   }
   return n;
 }
@@ -145,7 +147,11 @@ void for_each_initial_parameter(const ModelConfig& m, uint64_t seed,
     } else {
       const bool residual_proj = s.name.find("c_proj.weight") != std::string::npos;
       const double std = residual_proj ? residual_std : 0.02;
-      for (float& x : data) x = static_cast<float>(normal() * std);
+      // Padding rows are zero and draw nothing: the other weights are those
+      // of the unpadded model with the same seed.
+      const size_t real = static_cast<size_t>(s.real_rows() * s.shape[1]);
+      for (size_t i = 0; i < data.size(); ++i)
+        data[i] = i < real ? static_cast<float>(normal() * std) : 0.f;
     }
     fn(s, data.data());
   }
@@ -156,8 +162,9 @@ void init_gpt2_parameters(const ParameterLayout& layout, int n_layer, uint64_t s
   GT_CHECK(layout.tp() == 1, "init_gpt2_parameters fills a tp = 1 layout");
   // The layout's shapes are the model's: recover the ModelConfig they imply.
   ModelConfig m;
-  const auto& wte = layout.at("wte.weight").shape;
-  m.vocab_size = static_cast<int>(wte[0]);
+  const ParamSpec& wte_spec = layout.at("wte.weight");
+  const auto& wte = wte_spec.shape;
+  m.vocab_size = static_cast<int>(wte_spec.real_rows());
   m.n_embd = static_cast<int>(wte[1]);
   m.block_size = static_cast<int>(layout.at("wpe.weight").shape[0]);
   m.n_layer = n_layer;

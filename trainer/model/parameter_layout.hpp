@@ -9,7 +9,9 @@
 //
 // Tensor parallelism: a layout is built for one tp rank and holds that rank's
 // shard of every parameter (Megatron's plan, keyed by name in tp_plan()):
-//   wte               rows (vocabulary) split: vocab-parallel embedding / LM head
+//   wte               rows (vocabulary) split: vocab-parallel embedding / LM head;
+//                     stored padded to ModelConfig::padded_vocab_size() rows
+//                     (pad_rows: zero, masked in the loss, never exported)
 //   c_attn w, b       rows split within each of q, k, v (heads split): column-parallel
 //   mlp.c_fc w, b     rows split: column-parallel
 //   attn/mlp c_proj w columns split: row-parallel (its bias is replicated)
@@ -49,6 +51,10 @@ struct ParamSpec {
   TpSplit split = TpSplit::replicated;
   int parts = 1;                      // rows split: independent equal groups (q|k|v = 3)
   bool tp_partial_grad = false;       // gradient must be summed over the tp ranks
+  // Trailing rows of global_shape that are padding (wte: the vocabulary
+  // rounded up). They stay zero in training; HF import and export skip them.
+  int64_t pad_rows = 0;
+  int64_t real_rows() const { return global_shape[0] - pad_rows; }
 };
 
 struct ParamUnit {
@@ -75,7 +81,8 @@ class ParameterLayout {
   int embed_unit() const { return 0; }
   int block_unit(int layer) const { return 1 + layer; }
   int head_unit() const { return static_cast<int>(units_.size()) - 1; }
-  // Parameters in the full model (global shapes, wte counted once: tied).
+  // Parameters in the full model (global shapes, wte counted once: tied),
+  // without the vocabulary padding: GPT-2 124M is 124,439,808 as in HF.
   int64_t global_numel() const;
 
   // Global (row, col) of this rank's element (local_row, local_col) of `s`,

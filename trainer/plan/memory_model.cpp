@@ -76,10 +76,11 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
                                  bool tp_overlap, PlanBackend backend, Recompute recompute) {
   // Mirrors GPT::allocate buffer by buffer. Activations are fp32 on every
   // backend (a = 4; bf16 only rounds the GEMM operands, into the copies
-  // counted at the end); s = 4 for statistics, ids and losses.
+  // counted at the end) except the bf16 model's logits; s = 4 for
+  // statistics, ids and losses.
   const int64_t a = 4, s = 4;
   const int64_t R = static_cast<int64_t>(micro_batch) * seq_len;
-  const int64_t L = m.n_layer, C = m.n_embd, V = m.vocab_size;
+  const int64_t L = m.n_layer, C = m.n_embd, V = m.padded_vocab_size();
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
   const int NHl = m.n_head / tp;
   const int64_t att_saved = attention_saved_elems(backend, micro_batch, NHl, seq_len);
@@ -102,7 +103,8 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += 2 * Lm * R * 4 * Cl * a;         // fch, fch_gelu
   bytes += R * C * a;                       // lnf
   bytes += 2 * Rl * s;                      // lnf mean, rstd
-  bytes += R * Vl * a;                      // logits (dlogits in place)
+  // logits (dlogits in place): bf16 in the GPU plan's bf16 model.
+  bytes += R * Vl * (backend == PlanBackend::cuda ? 2 : a);
   bytes += R * s;                           // losses
   bytes += Rl * C * a;                      // proj_tmp
   bytes += (tp > 1 ? 3 * R : 0) * s;        // cross-entropy statistics
@@ -118,8 +120,8 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
     // The GPU plan is bf16 (the hardware files' bf16 peaks): LinearPrecision's
     // bf16 copies of the largest GEMM input, output gradient and weight, and
     // AttentionPrecision's of one layer's attention operands.
-    bytes += 2 * (R * std::max(C, 4 * Cl) + R * std::max({4 * Cl, C, Vl}) +
-                  std::max(Vl * C, 4 * Cl * C));
+    // (The LM head's output gradient is the bf16 dlogits: no copy of it.)
+    bytes += 2 * (R * std::max(C, 4 * Cl) + R * std::max(4 * Cl, C) + std::max(Vl * C, 4 * Cl * C));
     bytes += 2 * 8 * R * Cl;  // AttentionPrecision: bf16 qkv, out, dout, dqkv of one layer
   }
   return bytes;

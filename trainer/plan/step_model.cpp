@@ -9,7 +9,7 @@ namespace gt {
 
 MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp) {
   const double B = micro_batch, T = seq_len, R = B * T, C = m.n_embd, L = m.n_layer;
-  const double V = m.vocab_size;
+  const double V = m.padded_vocab_size();  // the LM head computes the padding's columns too
   MicroBatchFlops f;
   f.linear = L * 2.0 * R * 12.0 * C * C / tp;          // 3C + C + 4C + 4C output columns
   f.attention = L * 2.0 * 2.0 * B * (C / tp) * T * (T + 1) / 2.0;

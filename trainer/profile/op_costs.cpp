@@ -80,25 +80,30 @@ OpCost cast(int64_t n, int64_t src_bytes, int64_t dst_bytes) {
   return {0.0, d(n) * (d(src_bytes) + d(dst_bytes))};
 }
 
-OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits) {
+// (R, V) logit passes of lb bytes per element plus `small` fp32 row values.
+OpCost logit_cost(double flops, double logit_elems, int64_t lb, double small) {
+  return {flops, logit_elems * d(lb) + kF * small};
+}
+
+OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits, int64_t lb) {
   // reads logits, targets; writes losses (+ dlogits).
   const double flops = (dlogits ? 5.0 : 4.0) * d(R) * d(V);
-  return cost(flops, d(R) * d(V) + d(R) + d(R) + (dlogits ? d(R) * d(V) : 0.0));
+  return logit_cost(flops, d(R) * d(V) * (dlogits ? 2.0 : 1.0), lb, 2.0 * d(R));
 }
 
-OpCost cross_entropy_shard_max(int64_t R, int64_t V) {
-  return cost(d(R) * d(V), d(R) * d(V) + d(R));
+OpCost cross_entropy_shard_max(int64_t R, int64_t V, int64_t lb) {
+  return logit_cost(d(R) * d(V), d(R) * d(V), lb, d(R));
 }
 
-OpCost cross_entropy_shard_sums(int64_t R, int64_t V) {
+OpCost cross_entropy_shard_sums(int64_t R, int64_t V, int64_t lb) {
   // reads logits, targets, row_max; writes sumexp, target_logit.
-  return cost(3.0 * d(R) * d(V), d(R) * d(V) + 2.0 * d(R) + 2.0 * d(R));
+  return logit_cost(3.0 * d(R) * d(V), d(R) * d(V), lb, 4.0 * d(R));
 }
 
-OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits) {
+OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits, int64_t lb) {
   // reads targets, row_max, sumexp, target_logit (+ logits); writes losses (+ dlogits).
   if (!dlogits) return cost(0.0, 4.0 * d(R) + d(R));
-  return cost(3.0 * d(R) * d(V), 2.0 * d(R) * d(V) + 5.0 * d(R));
+  return logit_cost(3.0 * d(R) * d(V), 2.0 * d(R) * d(V), lb, 5.0 * d(R));
 }
 
 OpCost sum_squares(int64_t n) { return cost(2.0 * d(n), d(n)); }

@@ -86,11 +86,12 @@ OpCost copy(int64_t n, int64_t elem_bytes);
 // dst = src converted (fp32 <-> bf16): n elements read at src_bytes, written at dst_bytes.
 OpCost cast(int64_t n, int64_t src_bytes, int64_t dst_bytes);
 
-// logits (R,V), targets (R) int32 -> losses (R) [+ dlogits (R,V)].
-OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits);
-OpCost cross_entropy_shard_max(int64_t R, int64_t V);
-OpCost cross_entropy_shard_sums(int64_t R, int64_t V);
-OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits);
+// logits (R,V), targets (R) int32 -> losses (R) [+ dlogits (R,V)]; the
+// logits and dlogits are logit_bytes each (4 fp32, 2 bf16), the rest fp32.
+OpCost softmax_cross_entropy(int64_t R, int64_t V, bool dlogits, int64_t logit_bytes = 4);
+OpCost cross_entropy_shard_max(int64_t R, int64_t V, int64_t logit_bytes = 4);
+OpCost cross_entropy_shard_sums(int64_t R, int64_t V, int64_t logit_bytes = 4);
+OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits, int64_t logit_bytes = 4);
 
 OpCost sum_squares(int64_t n);
 OpCost adamw(int64_t n);  // reads param, grad, m, v; writes param, m, v

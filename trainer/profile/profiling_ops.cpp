@@ -229,46 +229,50 @@ class ProfilingOps final : public Ops {
   }
 
   void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                             TensorView targets, float grad_scale) override {
+                             TensorView targets, int64_t vocab_size, float grad_scale) override {
     if (!p_.recording())
-      return inner_->softmax_cross_entropy(losses, dlogits, logits, targets, grad_scale);
+      return inner_->softmax_cross_entropy(losses, dlogits, logits, targets, vocab_size,
+                                           grad_scale);
     const int64_t R = logits.shape[0], V = logits.shape[1];
-    Record r(p_, OpClass::cross_entropy, "softmax_cross_entropy", fmt("R=%lld V=%lld", R, V),
-             op_cost::softmax_cross_entropy(R, V, !dlogits.empty()));
-    inner_->softmax_cross_entropy(losses, dlogits, logits, targets, grad_scale);
+    Record r(
+        p_, OpClass::cross_entropy, "softmax_cross_entropy", fmt("R=%lld V=%lld", R, V),
+        op_cost::softmax_cross_entropy(R, V, !dlogits.empty(), int64_t(dtype_size(logits.dtype))));
+    inner_->softmax_cross_entropy(losses, dlogits, logits, targets, vocab_size, grad_scale);
   }
-  void cross_entropy_shard_max(TensorView row_max, TensorView logits) override {
-    if (!p_.recording()) return inner_->cross_entropy_shard_max(row_max, logits);
+  void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                               int64_t vocab_size) override {
+    if (!p_.recording())
+      return inner_->cross_entropy_shard_max(row_max, logits, vocab_start, vocab_size);
     const int64_t R = logits.shape[0], V = logits.shape[1];
     Record r(p_, OpClass::cross_entropy, "cross_entropy_shard_max", fmt("R=%lld V=%lld", R, V),
-             op_cost::cross_entropy_shard_max(R, V));
-    inner_->cross_entropy_shard_max(row_max, logits);
+             op_cost::cross_entropy_shard_max(R, V, int64_t(dtype_size(logits.dtype))));
+    inner_->cross_entropy_shard_max(row_max, logits, vocab_start, vocab_size);
   }
   void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
-                                TensorView targets, TensorView row_max,
-                                int64_t vocab_start) override {
+                                TensorView targets, TensorView row_max, int64_t vocab_start,
+                                int64_t vocab_size) override {
     if (!p_.recording())
       return inner_->cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max,
-                                              vocab_start);
+                                              vocab_start, vocab_size);
     const int64_t R = logits.shape[0], V = logits.shape[1];
     Record r(p_, OpClass::cross_entropy, "cross_entropy_shard_sums", fmt("R=%lld V=%lld", R, V),
-             op_cost::cross_entropy_shard_sums(R, V));
-    inner_->cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max,
-                                     vocab_start);
+             op_cost::cross_entropy_shard_sums(R, V, int64_t(dtype_size(logits.dtype))));
+    inner_->cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max, vocab_start,
+                                     vocab_size);
   }
   void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
                                   TensorView targets, TensorView row_max, TensorView sumexp,
-                                  TensorView target_logit, int64_t vocab_start,
+                                  TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
                                   float grad_scale) override {
     if (!p_.recording())
-      return inner_->cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max,
-                                                sumexp, target_logit, vocab_start, grad_scale);
+      return inner_->cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp,
+                                                target_logit, vocab_start, vocab_size, grad_scale);
     const int64_t R = logits.shape[0], V = logits.shape[1];
-    Record r(p_, OpClass::cross_entropy, "cross_entropy_shard_finish",
-             fmt("R=%lld V=%lld", R, V),
-             op_cost::cross_entropy_shard_finish(R, V, !dlogits.empty()));
+    Record r(p_, OpClass::cross_entropy, "cross_entropy_shard_finish", fmt("R=%lld V=%lld", R, V),
+             op_cost::cross_entropy_shard_finish(R, V, !dlogits.empty(),
+                                                 int64_t(dtype_size(logits.dtype))));
     inner_->cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp,
-                                       target_logit, vocab_start, grad_scale);
+                                       target_logit, vocab_start, vocab_size, grad_scale);
   }
 
   double sum_squares(TensorView t) override {

@@ -99,9 +99,9 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
 void build(Run& run, const Config& cfg, MpiCommunicator* world) {
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
-  run.dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp,
-                                     world_size, cfg.model.n_head, cfg.model.n_embd,
-                                     cfg.model.vocab_size);
+  run.dims =
+      ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp, world_size,
+                              cfg.model.n_head, cfg.model.n_embd, cfg.model.padded_vocab_size());
   // The mesh is the one collective of start-up: every rank reaches it (the
   // check above is the same everywhere) before anything rank-local can fail.
   run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)

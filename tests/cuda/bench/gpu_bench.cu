@@ -222,7 +222,7 @@ int run(int argc, char** argv) {
     CUDA_CHECK(cudaMemsetAsync(tgt_buf.data(), 0, tgt_buf.bytes(), s));  // target 0: any works
     const TensorView targets = gt::make_view(tgt_buf.data(), DType::i32, gt::Device::cuda, {R});
     const double ce = timer.time([&] {
-      ops.softmax_cross_entropy(losses.view, logits.view, logits.view, targets, 1.f / R);
+      ops.softmax_cross_entropy(losses.view, logits.view, logits.view, targets, V, 1.f / R);
     });
     row("memory", "cross_entropy", DType::f32, R, V, 0, 0.0, ce, 2.0 * R * V * 4);
     const int64_t n = 124439808;  // GPT-2 124M's parameters
