@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "config.hpp"
+#include "device_memory.hpp"
 #include "diagnostics.hpp"
 
 #if defined(GT_EMU_TSAN) && GT_EMU_TSAN
@@ -58,11 +59,6 @@ constexpr size_t kDefaultStack = 256 << 10;
 #else
 constexpr size_t kDefaultStack = 128 << 10;
 #endif
-
-size_t page_size() {
-  static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return p;
-}
 
 const char* op_name(detail::WarpOp op) {
   switch (op) {

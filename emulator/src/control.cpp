@@ -48,6 +48,18 @@ void set_cublaslt_refuse_epilogues(bool refuse) {
   config().cublaslt_refuse_epilogues = refuse;
 }
 
+void set_traffic_counting(bool on) {
+  Emulator& e = Emulator::get();
+  Lock lock(e.mu);
+  e.traffic.set_enabled(on);
+}
+
+std::vector<KernelTraffic> take_traffic() {
+  Emulator& e = Emulator::get();
+  Lock lock(e.mu);
+  return e.traffic.take();
+}
+
 std::string fault_message() {
   const cudaError_t e = sticky_error();
   return e == cudaSuccess ? "" : error_string(e);

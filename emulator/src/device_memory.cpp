@@ -22,13 +22,14 @@ namespace {
 
 constexpr size_t kAlign = 256;  // cudaMalloc's guarantee
 
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace
+
 size_t page_size() {
   static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return p;
 }
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-}  // namespace
 
 bool MemoryTable::allocate(void** out, size_t bytes, int device, bool pinned) {
   *out = nullptr;
@@ -109,6 +110,28 @@ void MemoryTable::set_device_phase(bool on) {
     if (a.pinned) continue;
     mprotect(a.mapping + page, a.mapping_bytes - 2 * page, on ? PROT_READ | PROT_WRITE : PROT_NONE);
   }
+}
+
+void MemoryTable::protect_data(int prot) {
+  const size_t page = page_size();
+  for (auto& [base, a] : by_base_)
+    if (!a.pinned) mprotect(a.mapping + page, a.mapping_bytes - 2 * page, prot);
+}
+
+bool MemoryTable::in_device_data(const void* p) const {
+  const auto* b = static_cast<const unsigned char*>(p);
+  const size_t page = page_size();
+  auto it = by_base_.upper_bound(b);  // the first allocation whose base is past b
+  // The data pages start before `base`, so look at this one and the one before.
+  for (int k = 0; k < 2; ++k) {
+    if (it != by_base_.end()) {
+      const Allocation& a = it->second;
+      if (!a.pinned && b >= a.mapping + page && b < a.mapping + a.mapping_bytes - page) return true;
+    }
+    if (it == by_base_.begin()) break;
+    --it;
+  }
+  return false;
 }
 
 size_t MemoryTable::device_bytes(int device) const {

@@ -21,6 +21,9 @@
 
 namespace gt::emu {
 
+// The host's page size (mprotect's granularity).
+size_t page_size();
+
 struct Allocation {
   unsigned char* base = nullptr;  // what the caller got
   size_t bytes = 0;               // what the caller asked for
@@ -46,6 +49,12 @@ class MemoryTable {
 
   // Opens (device phase) or closes (host phase) every device allocation.
   void set_device_phase(bool on);
+  // mprotect(prot) on every device allocation's data pages, whatever the
+  // phase (the traffic counter closes them around a kernel).
+  void protect_data(int prot);
+  // True when p lies in the data pages (not a guard page) of a device
+  // allocation.
+  bool in_device_data(const void* p) const;
   bool in_device_phase() const { return device_phase_; }
 
   size_t device_bytes(int device) const;

@@ -3,6 +3,7 @@
 #include "emulator.hpp"
 
 #include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,6 +28,12 @@ struct sigaction g_previous_bus;
 void on_fault(int sig, siginfo_t* info, void* ctx) {
   Emulator& e = Emulator::get();  // constructed before the handler is installed
   const void* addr = info->si_addr;
+  // A counted kernel's first touch of a page (traffic.hpp): recorded, the
+  // page opened, the instruction retried. x86-64's error code says whether
+  // the access was a store (bit 1).
+  const bool write =
+      sig == SIGSEGV && ctx && (static_cast<ucontext_t*>(ctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+  if (sig == SIGSEGV && e.traffic.on_fault(addr, write, e.memory)) return;
   bool guard = false;
   const std::string mem = e.memory.describe(addr, &guard);
   BlockRunner& r = block_runner();
@@ -167,7 +174,12 @@ cudaError_t submit_launch(const void* kernel, const LaunchConfig& c, const Point
   grid->block = b;
   grid->dynamic_smem = c.dynamic_smem_bytes;
   grid->body = std::move(body);
-  e.streams.enqueue_task(s, name, [grid] { block_runner().run_grid(*grid); });
+  e.streams.enqueue_task(s, name, [grid] {
+    Emulator& em = Emulator::get();
+    em.traffic.begin_kernel(grid->name, em.memory);
+    block_runner().run_grid(*grid);
+    em.traffic.end_kernel(em.memory);
+  });
   return cudaSuccess;
 }
 

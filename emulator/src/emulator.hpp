@@ -20,6 +20,7 @@
 
 #include "device_memory.hpp"
 #include "streams.hpp"
+#include "traffic.hpp"
 
 namespace gt::emu {
 
@@ -30,6 +31,7 @@ class Emulator {
   std::recursive_mutex mu;
   MemoryTable memory;
   StreamScheduler streams;
+  TrafficCounter traffic;  // per-kernel page traffic, when enabled
   // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel.
   std::map<const void*, int> max_dynamic_smem;
 

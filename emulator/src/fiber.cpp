@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "device_memory.hpp"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define GT_EMU_ASAN 1
 #include <sanitizer/asan_interface.h>
@@ -26,11 +28,6 @@
 namespace gt::emu {
 
 namespace {
-
-size_t page_size() {
-  static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return p;
-}
 
 [[noreturn]] void die(const char* what) {
   std::fprintf(stderr, "gt-emu: fatal: %s\n", what);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace gt::emu {
 
@@ -26,5 +27,21 @@ void set_cublaslt_refuse_epilogues(bool refuse);
 
 // The explanation of the current sticky device fault ("" when none).
 std::string fault_message();
+
+// Global-memory traffic per kernel launch, counted by page while enabled
+// (src/traffic.hpp says how): the distinct pages each kernel loaded from and
+// stored to, i.e. the least DRAM traffic it can cause at page granularity.
+// cuBLASLt GEMMs and cudaMemcpy are not kernels and are not counted. Counting
+// slows kernels by one fault per page touched; not under ThreadSanitizer.
+struct KernelTraffic {
+  std::string kernel;  // "kernel launched at kernels/cuda/layernorm.cu:120"
+  unsigned long long pages_read = 0, pages_written = 0, page_bytes = 0;
+  unsigned long long bytes_read() const { return pages_read * page_bytes; }
+  unsigned long long bytes_written() const { return pages_written * page_bytes; }
+};
+void set_traffic_counting(bool on);
+// The kernels that ran (cudaStreamSynchronize etc. run them) since the last
+// call, in execution order.
+std::vector<KernelTraffic> take_traffic();
 
 }  // namespace gt::emu
