@@ -2,13 +2,17 @@
 //
 // Forward: one warp per row, three passes over the row (mean, centred
 // variance, write); the row stays in L1/L2 between passes.
-// Backward, three kernels on one stream, in this order:
-//   1. param_partials: block (32 columns x 8 row lanes) sums dout*xhat and
-//      dout over one chunk of rows -> scratch[chunk][c]  (coalesced over c)
-//   2. param_reduce:   one thread per column sums the chunks in order, +=
-//   3. dinp:           one warp per row, += the input gradient
-// dinp runs last so that even a caller that aliases dinp with dout gets the
-// parameter gradients from the unmodified dout.
+// Backward, one pass over dout and inp, then a small reduction:
+//   1. backward: a block per chunk of rows, a warp per row: the row's input
+//      gradient (+=) and its dweight/dbias terms added into the warp's own
+//      shared-memory accumulators (each lane owns its columns: no races);
+//      the block then sums its warps in order -> scratch[chunk][c]
+//   2. param_reduce: one thread per column sums the chunks in order, +=
+// A row's dout is read before its dinp is written, by the same lane, so a
+// caller may alias dinp with dout. When 2 x 4 x C floats of shared memory do
+// not fit (C > ~7000) the three-kernel form runs instead: param_partials
+// (32 columns x 8 row lanes per block over a chunk), param_reduce, then dinp
+// (one warp per row); it reads dout and inp twice. CudaTraffic counts both.
 #include "kernels/cuda/layernorm.cuh"
 
 #include "kernels/cuda/device_common.cuh"
@@ -147,6 +151,80 @@ __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, cons
   dbias[c] += sb;
 }
 
+// The fused backward (1. above): kBwdWarps rows in flight per block.
+constexpr int kBwdWarps = 4;
+constexpr int kBwdThreads = kBwdWarps * dev::kWarpSize;
+size_t fused_backward_smem_bytes(int C) {
+  return sizeof(float) * 2 * kBwdWarps * static_cast<size_t>(C);
+}
+constexpr size_t kMaxSmemOptin = 232448;  // 227 KiB per block on sm_90
+
+// dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd, and
+// scratch[chunk] = this chunk's sums of dout*xhat and dout per column.
+__global__ void __launch_bounds__(kBwdThreads)
+    layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, int64_t R,
+                              int C, int64_t rows_per_chunk, int64_t n_chunks, bool vec) {
+  constexpr int N = dev::Pack<float>::N;
+  float* acc = dev::dynamic_shared_memory<float>();  // [kBwdWarps][dweight C | dbias C]
+  const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
+  float* dw_acc = acc + static_cast<size_t>(warp) * 2 * C;
+  float* db_acc = dw_acc + C;
+  for (int i = lane; i < C; i += dev::kWarpSize) {
+    dw_acc[i] = 0.f;
+    db_acc[i] = 0.f;
+  }
+  __syncwarp();  // the zeros are visible to the lanes that own the columns below
+  const int64_t chunk = blockIdx.x;
+  const int64_t r1 = std::min<int64_t>(R, (chunk + 1) * rows_per_chunk);
+  for (int64_t row = chunk * rows_per_chunk + warp; row < r1; row += kBwdWarps) {
+    const float* g = dout + row * C;
+    const float* x = inp + row * C;
+    float* dx = dinp + row * C;
+    const float m = mean[row], rs = rstd[row];
+    float s1 = 0.f, s2 = 0.f;
+    for_lane(g, C, vec, lane, [&](float gv, int i) {
+      const float xhat = (x[i] - m) * rs;
+      const float wg = weight[i] * gv;
+      s1 += wg;
+      s2 += wg * xhat;
+      dw_acc[i] += gv * xhat;  // column i belongs to this lane in every row
+      db_acc[i] += gv;
+    });
+    const float mean1 = dev::warp_sum(s1) / static_cast<float>(C);
+    const float mean2 = dev::warp_sum(s2) / static_cast<float>(C);
+    if (vec) {
+      for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
+        const dev::Pack<float> gv = dev::load_pack(g + i);
+        const dev::Pack<float> xv = dev::load_pack(x + i);
+        const dev::Pack<float> wv = dev::load_pack(weight + i);
+        dev::Pack<float> d = dev::load_pack(dx + i);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const float xhat = (xv.v[k] - m) * rs;
+          d.v[k] += (wv.v[k] * gv.v[k] - mean1 - xhat * mean2) * rs;
+        }
+        dev::store_pack(dx + i, d);
+      }
+    } else {
+      for (int i = lane; i < C; i += dev::kWarpSize) {
+        const float xhat = (x[i] - m) * rs;
+        dx[i] += (weight[i] * g[i] - mean1 - xhat * mean2) * rs;
+      }
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += kBwdThreads) {
+    float sw = 0.f, sb = 0.f;
+    for (int w = 0; w < kBwdWarps; ++w) {  // fixed order: deterministic
+      sw += acc[static_cast<size_t>(w) * 2 * C + c];
+      sb += acc[static_cast<size_t>(w) * 2 * C + C + c];
+    }
+    scratch[chunk * C + c] = sw;
+    scratch[(n_chunks + chunk) * C + c] = sb;
+  }
+}
+
 // dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd
 __global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
                                       const float* weight, const float* mean, const float* rstd,
@@ -234,21 +312,37 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   const Chunking ch = chunking(R);
   GT_CHECK(ch.n_chunks <= 65535, "layernorm_backward: too many row chunks");
 
+  constexpr int N = dev::Pack<float>::N;
+  const bool vec = C % N == 0 && dev::aligned16(dinp) && dev::aligned16(dout) &&
+                   dev::aligned16(inp) && dev::aligned16(weight);
+  constexpr int kReduceThreads = 256;
+  const unsigned reduce_blocks = static_cast<unsigned>((C + kReduceThreads - 1) / kReduceThreads);
+  const size_t smem = fused_backward_smem_bytes(C);
+  if (smem <= kMaxSmemOptin) {
+    if (smem > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
+    dev::launch(layernorm_backward_kernel,
+                {static_cast<unsigned>(ch.n_chunks), kBwdThreads, smem, stream}, dinp, scratch,
+                dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks, vec);
+    CUDA_CHECK_LAUNCH();
+    dev::launch(layernorm_param_reduce_kernel, {reduce_blocks, kReduceThreads, 0, stream}, dweight,
+                dbias, scratch, C, ch.n_chunks);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+
   const dim3 pgrid(static_cast<unsigned>((C + kColTile - 1) / kColTile),
                    static_cast<unsigned>(ch.n_chunks));
   dev::launch(layernorm_param_partials_kernel, {pgrid, dim3(kColTile, kRowLanes), 0, stream},
               scratch, dout, inp, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
-  constexpr int kReduceThreads = 256;
-  const unsigned reduce_blocks = static_cast<unsigned>((C + kReduceThreads - 1) / kReduceThreads);
   dev::launch(layernorm_param_reduce_kernel, {reduce_blocks, kReduceThreads, 0, stream}, dweight,
               dbias, scratch, C, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
-  constexpr int N = dev::Pack<float>::N;
-  const bool vec = C % N == 0 && dev::aligned16(dinp) && dev::aligned16(dout) &&
-                   dev::aligned16(inp) && dev::aligned16(weight);
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
   dev::launch(layernorm_dinp_kernel, {grid, kRowThreads, 0, stream}, dinp, dout, inp, weight, mean,
               rstd, R, C, vec);

@@ -40,8 +40,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUGS = [
     dict(name="RAW: barrier removed before a shared read",
          file="kernels/cuda/layernorm.cu",
-         find="  s_db[threadIdx.y][threadIdx.x] = db;\n  __syncthreads();\n",
-         repl="  s_db[threadIdx.y][threadIdx.x] = db;\n",
+         find="  __syncthreads();\n  for (int c = threadIdx.x; c < C; c += kBwdThreads) {\n",
+         repl="  for (int c = threadIdx.x; c < C; c += kBwdThreads) {\n",
          build="tsan", tests="CudaLayerNorm.Backward*"),
     dict(name="WAR: barrier removed before a shared overwrite",
          file="kernels/cuda/attention.cu",
