@@ -151,103 +151,27 @@ __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, cons
   dbias[c] += sb;
 }
 
-// The fused backward (1. above): kBwdWarps rows in flight per block.
-constexpr int kBwdWarps = 4;
-constexpr int kBwdThreads = kBwdWarps * dev::kWarpSize;
-size_t fused_backward_smem_bytes(int C) {
-  return sizeof(float) * 2 * kBwdWarps * static_cast<size_t>(C);
-}
-constexpr size_t kMaxSmemOptin = 232448;  // 227 KiB per block on sm_90
-
-// dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd, and
-// scratch[chunk] = this chunk's sums of dout*xhat and dout per column.
-__global__ void __launch_bounds__(kBwdThreads)
-    layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const float* inp,
-                              const float* weight, const float* mean, const float* rstd, int64_t R,
-                              int C, int64_t rows_per_chunk, int64_t n_chunks, bool vec) {
+// One warp's two passes over a row of C:
+//   dx += (w*g - mean(w*g) - xhat * mean(w*g*xhat)) * rstd,  xhat = (x - m) * rstd.
+// visit(g, xhat, i) sees each of this lane's elements in the first pass (the
+// fused backward adds its dweight/dbias terms there); a lane sees the same
+// columns in every row. The second pass reads g[i] before writing dx[i] in
+// the same lane, so dx may alias g.
+template <typename F>
+__device__ __forceinline__ void add_row_input_grad(float* dx, const float* g, const float* x,
+                                                   const float* weight, float m, float rs, int C,
+                                                   bool vec, int lane, F&& visit) {
   constexpr int N = dev::Pack<float>::N;
-  float* acc = dev::dynamic_shared_memory<float>();  // [kBwdWarps][dweight C | dbias C]
-  const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
-  float* dw_acc = acc + static_cast<size_t>(warp) * 2 * C;
-  float* db_acc = dw_acc + C;
-  for (int i = lane; i < C; i += dev::kWarpSize) {
-    dw_acc[i] = 0.f;
-    db_acc[i] = 0.f;
-  }
-  __syncwarp();  // the zeros are visible to the lanes that own the columns below
-  const int64_t chunk = blockIdx.x;
-  const int64_t r1 = std::min<int64_t>(R, (chunk + 1) * rows_per_chunk);
-  for (int64_t row = chunk * rows_per_chunk + warp; row < r1; row += kBwdWarps) {
-    const float* g = dout + row * C;
-    const float* x = inp + row * C;
-    float* dx = dinp + row * C;
-    const float m = mean[row], rs = rstd[row];
-    float s1 = 0.f, s2 = 0.f;
-    for_lane(g, C, vec, lane, [&](float gv, int i) {
-      const float xhat = (x[i] - m) * rs;
-      const float wg = weight[i] * gv;
-      s1 += wg;
-      s2 += wg * xhat;
-      dw_acc[i] += gv * xhat;  // column i belongs to this lane in every row
-      db_acc[i] += gv;
-    });
-    const float mean1 = dev::warp_sum(s1) / static_cast<float>(C);
-    const float mean2 = dev::warp_sum(s2) / static_cast<float>(C);
-    if (vec) {
-      for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
-        const dev::Pack<float> gv = dev::load_pack(g + i);
-        const dev::Pack<float> xv = dev::load_pack(x + i);
-        const dev::Pack<float> wv = dev::load_pack(weight + i);
-        dev::Pack<float> d = dev::load_pack(dx + i);
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const float xhat = (xv.v[k] - m) * rs;
-          d.v[k] += (wv.v[k] * gv.v[k] - mean1 - xhat * mean2) * rs;
-        }
-        dev::store_pack(dx + i, d);
-      }
-    } else {
-      for (int i = lane; i < C; i += dev::kWarpSize) {
-        const float xhat = (x[i] - m) * rs;
-        dx[i] += (weight[i] * g[i] - mean1 - xhat * mean2) * rs;
-      }
-    }
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < C; c += kBwdThreads) {
-    float sw = 0.f, sb = 0.f;
-    for (int w = 0; w < kBwdWarps; ++w) {  // fixed order: deterministic
-      sw += acc[static_cast<size_t>(w) * 2 * C + c];
-      sb += acc[static_cast<size_t>(w) * 2 * C + C + c];
-    }
-    scratch[chunk * C + c] = sw;
-    scratch[(n_chunks + chunk) * C + c] = sb;
-  }
-}
-
-// dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd
-__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
-                                      const float* weight, const float* mean, const float* rstd,
-                                      int64_t R, int C, bool vec) {
-  constexpr int N = dev::Pack<float>::N;
-  const int lane = threadIdx.x % dev::kWarpSize;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
-                      threadIdx.x / dev::kWarpSize;
-  if (row >= R) return;
-  const float* g = dout + row * C;
-  const float* x = inp + row * C;
-  float* dx = dinp + row * C;
-  const float m = mean[row], rs = rstd[row];
-
   float s1 = 0.f, s2 = 0.f;
   for_lane(g, C, vec, lane, [&](float gv, int i) {
+    const float xhat = (x[i] - m) * rs;
     const float wg = weight[i] * gv;
     s1 += wg;
-    s2 += wg * (x[i] - m) * rs;
+    s2 += wg * xhat;
+    visit(gv, xhat, i);
   });
   const float mean1 = dev::warp_sum(s1) / static_cast<float>(C);
   const float mean2 = dev::warp_sum(s2) / static_cast<float>(C);
-
   if (vec) {
     for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
       const dev::Pack<float> gv = dev::load_pack(g + i);
@@ -267,6 +191,62 @@ __global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const floa
       dx[i] += (weight[i] * g[i] - mean1 - xhat * mean2) * rs;
     }
   }
+}
+
+// The fused backward (1. above): kBwdWarps rows in flight per block.
+constexpr int kBwdWarps = 4;
+constexpr int kBwdThreads = kBwdWarps * dev::kWarpSize;
+size_t fused_backward_smem_bytes(int C) {
+  return sizeof(float) * 2 * kBwdWarps * static_cast<size_t>(C);
+}
+constexpr size_t kMaxSmemOptin = 232448;  // 227 KiB per block on sm_90
+
+// dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd, and
+// scratch[chunk] = this chunk's sums of dout*xhat and dout per column.
+__global__ void __launch_bounds__(kBwdThreads)
+    layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, int64_t R,
+                              int C, int64_t rows_per_chunk, int64_t n_chunks, bool vec) {
+  float* acc = dev::dynamic_shared_memory<float>();  // [kBwdWarps][dweight C | dbias C]
+  const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
+  float* dw_acc = acc + static_cast<size_t>(warp) * 2 * C;
+  float* db_acc = dw_acc + C;
+  for (int i = lane; i < C; i += dev::kWarpSize) {
+    dw_acc[i] = 0.f;
+    db_acc[i] = 0.f;
+  }
+  __syncwarp();  // the zeros are visible to the lanes that own the columns below
+  const int64_t chunk = blockIdx.x;
+  const int64_t r1 = std::min<int64_t>(R, (chunk + 1) * rows_per_chunk);
+  for (int64_t row = chunk * rows_per_chunk + warp; row < r1; row += kBwdWarps) {
+    add_row_input_grad(dinp + row * C, dout + row * C, inp + row * C, weight, mean[row], rstd[row],
+                       C, vec, lane, [&](float gv, float xhat, int i) {
+                         dw_acc[i] += gv * xhat;  // column i is this lane's in every row
+                         db_acc[i] += gv;
+                       });
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += kBwdThreads) {
+    float sw = 0.f, sb = 0.f;
+    for (int w = 0; w < kBwdWarps; ++w) {  // fixed order: deterministic
+      sw += acc[static_cast<size_t>(w) * 2 * C + c];
+      sb += acc[static_cast<size_t>(w) * 2 * C + C + c];
+    }
+    scratch[chunk * C + c] = sw;
+    scratch[(n_chunks + chunk) * C + c] = sb;
+  }
+}
+
+// dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd
+__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                      const float* weight, const float* mean, const float* rstd,
+                                      int64_t R, int C, bool vec) {
+  const int lane = threadIdx.x % dev::kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
+                      threadIdx.x / dev::kWarpSize;
+  if (row >= R) return;
+  add_row_input_grad(dinp + row * C, dout + row * C, inp + row * C, weight, mean[row], rstd[row], C,
+                     vec, lane, [](float, float, int) {});
 }
 
 template <typename T>
