@@ -1,8 +1,8 @@
 // cast: fp32 <-> bf16 (and same-dtype copies) on the host, bit for bit what
 // the CUDA backend's cast kernels write (the rounding rule lives in
 // kernels/core/bf16.hpp), so a mixed-precision model run on CpuOps sees the
-// same bf16 values as on CudaOps. Also the bf16 -> fp32 widening the CPU
-// matmul uses for bf16 operands.
+// same bf16 values as on CudaOps. Also the bf16 <-> fp32 conversions the CPU
+// matmul and cross-entropy use for bf16 operands and results.
 #include <cstdint>
 
 #include "kernels/core/bf16.hpp"
@@ -27,6 +27,11 @@ void widen_bf16(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
 
+void narrow_to_bf16(uint16_t* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_float(src[i]);
+}
+
 void cast(TensorView dst, TensorView src) {
   expect_float_view(dst, "cast dst");
   expect_float_view(src, "cast src");
@@ -37,10 +42,7 @@ void cast(TensorView dst, TensorView src) {
   }
   const int64_t n = src.numel();
   if (src.dtype == DType::f32) {
-    const float* s = src.f32();
-    uint16_t* d = static_cast<uint16_t*>(dst.data);
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) d[i] = bf16_from_float(s[i]);
+    narrow_to_bf16(static_cast<uint16_t*>(dst.data), src.f32(), n);
   } else {
     widen_bf16(dst.f32(), static_cast<const uint16_t*>(src.data), n);
   }

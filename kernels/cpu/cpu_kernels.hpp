@@ -65,6 +65,8 @@ void copy(TensorView dst, TensorView src);
 void cast(TensorView dst, TensorView src);
 // dst[i] = the fp32 value of the bf16 bits src[i] (exact); n elements.
 void widen_bf16(float* dst, const uint16_t* src, int64_t n);
+// dst[i] = src[i] rounded to bf16 bits (nearest even, bf16.hpp); n elements.
+void narrow_to_bf16(uint16_t* dst, const float* src, int64_t n);
 
 void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                            TensorView targets, int64_t vocab_size, float grad_scale);

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/fast_math.hpp"
 
@@ -31,8 +30,7 @@ class LogitRows {
   // Row r as fp32: the row itself, or its bf16 values widened into a buffer.
   const float* read(int64_t r) {
     if (t_.dtype == DType::f32) return t_.f32() + r * cols_;
-    const uint16_t* src = static_cast<const uint16_t*>(t_.data) + r * cols_;
-    for (int64_t j = 0; j < cols_; ++j) buf_[static_cast<size_t>(j)] = bf16_to_float(src[j]);
+    widen_bf16(buf_.data(), static_cast<const uint16_t*>(t_.data) + r * cols_, cols_);
     return buf_.data();
   }
   // Where row r's fp32 values are written before commit(r): the row itself
@@ -40,8 +38,7 @@ class LogitRows {
   float* write(int64_t r) { return t_.dtype == DType::f32 ? t_.f32() + r * cols_ : buf_.data(); }
   void commit(int64_t r) {
     if (t_.dtype == DType::f32) return;
-    uint16_t* dst = static_cast<uint16_t*>(t_.data) + r * cols_;
-    for (int64_t j = 0; j < cols_; ++j) dst[j] = bf16_from_float(buf_[static_cast<size_t>(j)]);
+    narrow_to_bf16(static_cast<uint16_t*>(t_.data) + r * cols_, buf_.data(), cols_);
   }
 
  private:

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 
 namespace gt::cpu {
@@ -97,12 +96,7 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(R),
               static_cast<int>(OC), static_cast<int>(C), 1.f, x, static_cast<int>(C), w,
               static_cast<int>(C), beta, o, static_cast<int>(OC));
-  if (bf16_out) {
-    uint16_t* dst = static_cast<uint16_t*>(out.data);
-    const int64_t n = R * OC;
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_float(o[i]);
-  }
+  if (bf16_out) narrow_to_bf16(static_cast<uint16_t*>(out.data), o, R * OC);
 }
 
 void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,

@@ -12,10 +12,6 @@
 namespace gt::test {
 namespace {
 
-TensorView bf16_view(std::vector<uint16_t>& v, std::initializer_list<int64_t> shape) {
-  return make_view(v.data(), DType::bf16, Device::cpu, shape);
-}
-
 std::vector<uint16_t> bits_of(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());
   for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_float(v[i]);

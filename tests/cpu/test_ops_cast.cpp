@@ -26,10 +26,6 @@ uint32_t to_bits(float f) {
   return u;
 }
 
-TensorView bf16_view(std::vector<uint16_t>& v, std::initializer_list<int64_t> shape) {
-  return make_view(v.data(), DType::bf16, Device::cpu, shape);
-}
-
 // fp32 -> bf16 bits through CpuOps::cast.
 std::vector<uint16_t> cast_to_bf16(Ops& ops, std::vector<float> x) {
   const auto n = static_cast<int64_t>(x.size());

@@ -27,6 +27,10 @@ inline TensorView f32(std::vector<float>& v, std::initializer_list<int64_t> shap
 inline TensorView i32(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
   return cpu_i32(v.data(), shape);
 }
+// bf16 bits held in a uint16_t vector, as a bf16 view.
+inline TensorView bf16_view(std::vector<uint16_t>& v, std::initializer_list<int64_t> shape) {
+  return make_view(v.data(), DType::bf16, Device::cpu, shape);
+}
 
 inline std::vector<float> to_float(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());

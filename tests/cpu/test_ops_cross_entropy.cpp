@@ -139,17 +139,14 @@ TEST(CpuCrossEntropy, Bf16LogitsAreTheFp32OpOnTheirValuesRounded) {
     std::vector<float> want_loss(r), want_d(x.size());
     ops->softmax_cross_entropy(f32(want_loss, {r}), f32(want_d, {r, cols}), f32(x, {r, cols}),
                                i32(k.targets, {r}), v, 0.3f);
-    auto b16 = [](std::vector<uint16_t>& b, std::initializer_list<int64_t> shape) {
-      return make_view(b.data(), DType::bf16, Device::cpu, shape);
-    };
     std::vector<float> loss(r);
     std::vector<uint16_t> d(bits.size(), 0x7FFF);
-    ops->softmax_cross_entropy(f32(loss, {r}), b16(d, {r, cols}), b16(bits, {r, cols}),
+    ops->softmax_cross_entropy(f32(loss, {r}), bf16_view(d, {r, cols}), bf16_view(bits, {r, cols}),
                                i32(k.targets, {r}), v, 0.3f);
     EXPECT_TRUE(all_close(loss, want_loss, 0.f, 0.f));
     for (size_t i = 0; i < d.size(); ++i)
       ASSERT_EQ(d[i], bf16_from_float(want_d[i])) << "dlogits element " << i;
-    ops->softmax_cross_entropy(f32(loss, {r}), b16(bits, {r, cols}), b16(bits, {r, cols}),
+    ops->softmax_cross_entropy(f32(loss, {r}), bf16_view(bits, {r, cols}), bf16_view(bits, {r, cols}),
                                i32(k.targets, {r}), v, 0.3f);  // in place
     EXPECT_TRUE(all_close(loss, want_loss, 0.f, 0.f));
     EXPECT_EQ(bits, d) << "in place";
@@ -157,7 +154,7 @@ TEST(CpuCrossEntropy, Bf16LogitsAreTheFp32OpOnTheirValuesRounded) {
     std::vector<float> d32(x.size());
     expect_error_containing(
         [&] {
-          ops->softmax_cross_entropy(f32(loss, {r}), f32(d32, {r, cols}), b16(bits, {r, cols}),
+          ops->softmax_cross_entropy(f32(loss, {r}), f32(d32, {r, cols}), bf16_view(bits, {r, cols}),
                                      i32(k.targets, {r}), v, 0.3f);
         },
         "dlogits must have the logits' dtype bf16, got fp32");

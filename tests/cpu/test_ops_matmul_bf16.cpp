@@ -10,10 +10,6 @@
 namespace gt::test {
 namespace {
 
-TensorView bf16_view(std::vector<uint16_t>& v, std::initializer_list<int64_t> shape) {
-  return make_view(v.data(), DType::bf16, Device::cpu, shape);
-}
-
 // One random fp32 tensor with its bf16 bits (by CpuOps::cast) and the fp32
 // values of those bits: the reference matmul runs on `rounded`.
 struct Operand {

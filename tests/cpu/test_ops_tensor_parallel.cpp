@@ -193,17 +193,14 @@ TEST(CpuTensorParallelOps, VocabParallelCrossEntropyTakesBf16Logits) {
     bits[i] = bf16_from_float(x[i]);
     x[i] = bf16_to_float(bits[i]);
   }
-  auto b16 = [&](std::vector<uint16_t>& b) {
-    return make_view(b.data(), DType::bf16, Device::cpu, {R, Vs});
-  };
   std::vector<int32_t> tgt = random_ints(R, 36, 0, static_cast<int32_t>(vocab));
   std::vector<float> m32(R), m16(R), se32(R), se16(R), tl32(R), tl16(R), l32(R), l16(R);
   ops->cross_entropy_shard_max(f32(m32, {R}), f32(x, {R, Vs}), start, vocab);
-  ops->cross_entropy_shard_max(f32(m16, {R}), b16(bits), start, vocab);
+  ops->cross_entropy_shard_max(f32(m16, {R}), bf16_view(bits, {R, Vs}), start, vocab);
   EXPECT_TRUE(all_close(m16, m32, 0.f, 0.f));
   ops->cross_entropy_shard_sums(f32(se32, {R}), f32(tl32, {R}), f32(x, {R, Vs}), i32(tgt, {R}),
                                 f32(m32, {R}), start, vocab);
-  ops->cross_entropy_shard_sums(f32(se16, {R}), f32(tl16, {R}), b16(bits), i32(tgt, {R}),
+  ops->cross_entropy_shard_sums(f32(se16, {R}), f32(tl16, {R}), bf16_view(bits, {R, Vs}), i32(tgt, {R}),
                                 f32(m32, {R}), start, vocab);
   EXPECT_TRUE(all_close(se16, se32, 0.f, 0.f));
   EXPECT_TRUE(all_close(tl16, tl32, 0.f, 0.f));
@@ -211,7 +208,7 @@ TEST(CpuTensorParallelOps, VocabParallelCrossEntropyTakesBf16Logits) {
   ops->cross_entropy_shard_finish(f32(l32, {R}), f32(d32, {R, Vs}), f32(x, {R, Vs}), i32(tgt, {R}),
                                   f32(m32, {R}), f32(se32, {R}), f32(tl32, {R}), start, vocab,
                                   0.25f);
-  ops->cross_entropy_shard_finish(f32(l16, {R}), b16(bits), b16(bits), i32(tgt, {R}), f32(m32, {R}),
+  ops->cross_entropy_shard_finish(f32(l16, {R}), bf16_view(bits, {R, Vs}), bf16_view(bits, {R, Vs}), i32(tgt, {R}), f32(m32, {R}),
                                   f32(se32, {R}), f32(tl32, {R}), start, vocab,
                                   0.25f);  // in place
   EXPECT_TRUE(all_close(l16, l32, 0.f, 0.f));
