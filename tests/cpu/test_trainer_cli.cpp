@@ -64,6 +64,20 @@ TEST_F(TrainerCli, TrainsAndWritesItsOutputs) {
   EXPECT_NE(out.find("step     3/3"), std::string::npos) << out;
 }
 
+// checkpoint.final=false (gpu_check's 124M runs): the periodic checkpoint of
+// step 2 is written, nothing at the end, and no export, which would otherwise
+// pass step 2's weights off as the final ones.
+TEST_F(TrainerCli, NoFinalCheckpointMeansNoExport) {
+  auto [rc, out] =
+      trainer("--config " + dir.file("cfg.yaml") + " checkpoint.final=false checkpoint.every=2");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::exists(dir.file("run/metrics.jsonl")));
+  EXPECT_TRUE(fs::exists(dir.file("run/checkpoints/step_00000002/manifest.json")));
+  EXPECT_FALSE(fs::exists(dir.file("run/checkpoints/step_00000003")));
+  EXPECT_FALSE(fs::exists(dir.file("run/model.safetensors")));
+  EXPECT_NE(out.find("checkpoint.final=false: no final checkpoint"), std::string::npos) << out;
+}
+
 TEST_F(TrainerCli, MissingDataFile) {
   expect_rejected("--config " + dir.file("cfg.yaml") + " data.train=" + dir.file("nope.bin"),
                   "data.train (" + dir.file("nope.bin") + "): expected a file or a glob matching one");

@@ -101,6 +101,9 @@ struct CheckpointConfig {
   std::string dir;       // empty = "<log.dir>/checkpoints"
   int every = 0;         // 0 = only at the end of the run
   int keep = 3;          // newest checkpoints kept
+  // false: no checkpoint at the end of the run, hence no model.safetensors
+  // export either (benchmarks: 124M's is 1.5 GB that no one reads).
+  bool final = true;
   std::string resume = "none";  // none | auto | <path to a checkpoint directory>
 };
 

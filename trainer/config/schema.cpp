@@ -302,6 +302,7 @@ std::vector<Field> make_fields() {
       bind<&C::checkpoint, &CheckpointConfig::dir>("checkpoint", "dir"),
       bind<&C::checkpoint, &CheckpointConfig::every>("checkpoint", "every"),
       bind<&C::checkpoint, &CheckpointConfig::keep>("checkpoint", "keep"),
+      bind<&C::checkpoint, &CheckpointConfig::final>("checkpoint", "final"),
       bind<&C::checkpoint, &CheckpointConfig::resume>("checkpoint", "resume"),
 
       bind<&C::profile, &ProfileConfig::every>("profile", "every"),

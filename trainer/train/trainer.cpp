@@ -453,11 +453,17 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
   }
   context->step = -1;
   context->phase = "final checkpoint";
-  if (stopped_at < 0 && last_saved != tc.steps && tc.steps > run.start_step) save(tc.steps);
+  if (!cfg.checkpoint.final) {
+    if (rank0 && stopped_at < 0)
+      spdlog::info("checkpoint.final=false: no final checkpoint and no model.safetensors export");
+  } else if (stopped_at < 0 && last_saved != tc.steps && tc.steps > run.start_step) {
+    save(tc.steps);
+  }
   run.profile->finish(cfg.log.dir);
 
-  // The HF export is assembled from the final checkpoint, whatever the layout.
-  if (rank0 && !last_dir.empty() && stopped_at < 0) {
+  // The HF export is assembled from the final checkpoint, whatever the layout
+  // (without one, an earlier periodic checkpoint would pass for the final weights).
+  if (rank0 && cfg.checkpoint.final && !last_dir.empty() && stopped_at < 0) {
     const std::string export_path = cfg.log.dir + "/model.safetensors";
     export_hf_weights(last_dir, cfg.model, export_path, {{"model", signature}});
     spdlog::info("exported weights to {}", export_path);
