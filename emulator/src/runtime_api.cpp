@@ -313,6 +313,40 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
   return after_wait(wait_for([s] { return s->queue.empty(); }));
 }
 
+// `height` rows of `width` bytes, rows `spitch` and `dpitch` bytes apart. Each
+// side's whole span, first row to last, must lie in one allocation (or host
+// memory): what the real runtime requires of a pitched copy too.
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                         size_t height, cudaMemcpyKind kind) {
+  GT_EMU_ENTRY();
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (dpitch < width || spitch < width)
+    return fail(cudaErrorInvalidPitchValue,
+                "cudaMemcpy2D: width " + std::to_string(width) + " exceeds a pitch (dpitch " +
+                    std::to_string(dpitch) + ", spitch " + std::to_string(spitch) + ")");
+  const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+  // check_copy checks one length on both sides: check each side's own span.
+  cudaMemcpyKind k = kind;
+  if (cudaError_t r = check_copy("cudaMemcpy2D", dst, src, std::min(dspan, sspan), &k)) return r;
+  const bool dst_dev = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
+  const bool src_dev = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
+  if (cudaError_t r = check_side("cudaMemcpy2D", "destination", dst, dspan, dst_dev)) return r;
+  if (cudaError_t r = check_side("cudaMemcpy2D", "source", src, sspan, src_dev)) return r;
+  // On the legacy default stream, and the host waits for it, so a pageable
+  // source needs no staging copy.
+  CUstream_st* s = gt::emu::stream_for(nullptr, "cudaMemcpy2D");
+  emu.streams.enqueue_task(
+      s,
+      "memcpy2D " + std::string(kind_name(k)) + " of " + std::to_string(height) + " rows of " +
+          std::to_string(width) + " bytes",
+      [=] {
+        for (size_t r = 0; r < height; ++r)
+          std::memmove(static_cast<unsigned char*>(dst) + r * dpitch,
+                       static_cast<const unsigned char*>(src) + r * spitch, width);
+      });
+  return after_wait(wait_for([s] { return s->queue.empty(); }));
+}
+
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
   GT_EMU_ENTRY();
   CUstream_st* s = gt::emu::stream_for(stream, "cudaMemsetAsync");

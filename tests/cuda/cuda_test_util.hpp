@@ -98,6 +98,24 @@ inline bool small_shapes() {
   const char* v = std::getenv("GT_TEST_SHAPES");
   return v && std::string(v) == "small";
 }
+// Production shapes (GPT-2 124M's attention, a block at C=768, the LM-head
+// GEMM) run on a real GPU: nullptr there, else why they skip (minutes per
+// case on the emulated device; GT_TEST_SHAPES=small asks for small ones).
+// scripts/gpu_check.sh runs them (--gtest_filter='*AtProductionShape*').
+// GT_TEST_SHAPES=production runs them on the emulated device too, to try a
+// new production test before a GPU session spends time on it.
+inline const char* production_shapes_skipped() {
+  const char* v = std::getenv("GT_TEST_SHAPES");
+  if (v && std::string(v) == "production") return nullptr;
+  if (small_shapes()) return "production shape: GT_TEST_SHAPES=small";
+#if defined(TRAINER_CUDA_EMULATOR)
+  return "production shape: minutes on the emulated device (GT_TEST_SHAPES=production runs it); "
+         "a GPU runs it (scripts/gpu_check.sh)";
+#else
+  return nullptr;
+#endif
+}
+
 template <typename Case, size_t N, typename Small>
 std::vector<Case> select_cases(const Case (&all)[N], Small small) {
   std::vector<Case> out;

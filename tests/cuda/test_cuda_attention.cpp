@@ -6,7 +6,8 @@
 // one 64-row tile, on a tile boundary, one past it, and across many tiles (1,
 // 7, 64, 65, 130, 200, 1024). Every output is poisoned first; the
 // log-sum-exp is checked against a double-precision reference; backward must
-// be bitwise repeatable.
+// be bitwise repeatable. On a GPU, also GPT-2 124M's shape (B=4, 12 heads
+// of 64, T=1024) through all three kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,9 +57,9 @@ Sizes sizes(const Case& c) {
 struct CpuResult {
   std::vector<float> out, att;
 };
-CpuResult cpu_forward(const Case& c, std::vector<float> qkv) {
+CpuResult cpu_forward(const Case& c, std::vector<float> qkv, int threads) {
   const Sizes z = sizes(c);
-  auto cpu = gt::make_cpu_ops(1);
+  auto cpu = gt::make_cpu_ops(threads);
   CpuResult r{std::vector<float>(z.out), std::vector<float>(z.att)};
   cpu->attention_forward(gt::cpu_f32(r.out.data(), {z.B, z.T, z.C}),
                          gt::cpu_f32(r.att.data(), {z.att}),
@@ -67,9 +68,9 @@ CpuResult cpu_forward(const Case& c, std::vector<float> qkv) {
 }
 
 std::vector<float> cpu_backward(const Case& c, std::vector<float> qkv, std::vector<float> out,
-                                std::vector<float> att, std::vector<float> dout) {
+                                std::vector<float> att, std::vector<float> dout, int threads) {
   const Sizes z = sizes(c);
-  auto cpu = gt::make_cpu_ops(1);
+  auto cpu = gt::make_cpu_ops(threads);
   std::vector<float> dqkv(z.qkv), scratch(z.att);
   cpu->attention_backward(gt::cpu_f32(dqkv.data(), {z.B, z.T, 3 * z.C}),
                           gt::cpu_f32(scratch.data(), {z.att}),
@@ -90,9 +91,9 @@ struct CpuBf16Result {
   std::vector<uint16_t> out;
   std::vector<float> att;
 };
-CpuBf16Result cpu_forward_bf16(const Case& c, std::vector<uint16_t> qkv) {
+CpuBf16Result cpu_forward_bf16(const Case& c, std::vector<uint16_t> qkv, int threads) {
   const Sizes z = sizes(c);
-  auto cpu = gt::make_cpu_ops(1);
+  auto cpu = gt::make_cpu_ops(threads);
   CpuBf16Result r{std::vector<uint16_t>(z.out), std::vector<float>(z.att)};
   cpu->attention_forward(cpu_bf16(r.out, {z.B, z.T, z.C}), gt::cpu_f32(r.att.data(), {z.att}),
                          cpu_bf16(qkv, {z.B, z.T, 3 * z.C}), c.NH);
@@ -101,9 +102,9 @@ CpuBf16Result cpu_forward_bf16(const Case& c, std::vector<uint16_t> qkv) {
 
 std::vector<uint16_t> cpu_backward_bf16(const Case& c, std::vector<uint16_t> qkv,
                                         std::vector<uint16_t> out, std::vector<float> att,
-                                        std::vector<uint16_t> dout) {
+                                        std::vector<uint16_t> dout, int threads) {
   const Sizes z = sizes(c);
-  auto cpu = gt::make_cpu_ops(1);
+  auto cpu = gt::make_cpu_ops(threads);
   std::vector<uint16_t> dqkv(z.qkv);
   std::vector<float> scratch(z.att);
   cpu->attention_backward(cpu_bf16(dqkv, {z.B, z.T, 3 * z.C}),
@@ -138,120 +139,139 @@ std::vector<float> reference_lse(const Case& c, const std::vector<float>& qkv) {
   return lse;
 }
 
+// One case of each kernel against the CPU twin (threads: the CPU twin's; the
+// production shape needs them all).
+void check_fp32(const Case& c, cudaStream_t s, int threads = 1) {
+  SCOPED_TRACE(name(c));
+  const Sizes z = sizes(c);
+  const auto qkv = random_vector(z.qkv, 1, -2.f, 2.f);
+  const auto dout = random_vector(z.out, 2);
+  const CpuResult fwd = cpu_forward(c, qkv, threads);
+  const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout, threads);
+
+  DeviceArray<float> d_qkv(qkv, s), d_dout(dout, s), d_out(z.out, s), d_lse(z.lse, s),
+      d_dqkv(z.qkv, s), d_scratch(z.lse, s);
+  d_out.poison();
+  d_lse.poison();
+  gt::cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), c.B, c.T, c.NH, c.hs, s);
+  EXPECT_TRUE(all_close(d_out.download(), fwd.out, 1e-5f, 1e-4f)) << "out";
+  EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
+
+  d_dqkv.poison();
+  d_scratch.poison();
+  gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
+                               d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  const auto dqkv = d_dqkv.download();
+  EXPECT_TRUE(all_close(dqkv, want_dqkv, 5e-5f, 1e-4f)) << "dqkv";
+
+  d_dqkv.poison();
+  gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
+                               d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  EXPECT_TRUE(gt::test::bitwise_equal(d_dqkv.download(), dqkv)) << "backward not repeatable";
+}
+
+__nv_bfloat16* bf(const DeviceArray<uint16_t>& a) {
+  return reinterpret_cast<__nv_bfloat16*>(a.get());
+}
+
+void check_bf16(const Case& c, cudaStream_t s, int threads = 1) {
+  SCOPED_TRACE(name(c));
+  const Sizes z = sizes(c);
+  const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 11, -2.f, 2.f));
+  const auto dout16 = gt::test::to_bf16(random_vector(z.out, 12));
+  const auto qkv = gt::test::from_bf16(qkv16);
+  const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16, threads);
+  const auto want_out = gt::test::from_bf16(fwd.out);
+  const auto want_dqkv =
+      gt::test::from_bf16(cpu_backward_bf16(c, qkv16, fwd.out, fwd.att, dout16, threads));
+
+  DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
+  DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
+  d_out.poison();
+  d_lse.poison();
+  gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+  EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1e-2f, 1e-2f)) << "out";
+  // fp32 math on bf16-exact inputs: the statistics stay fp32-accurate.
+  EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
+
+  d_dqkv.poison();
+  d_scratch.poison();
+  // The bf16 forward output feeds D = rowsum(dout * out), as in training.
+  gt::cuda::attention_backward(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                               d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  EXPECT_TRUE(all_close(gt::test::from_bf16(d_dqkv.download()), want_dqkv, 2e-2f, 2e-2f)) << "dqkv";
+}
+
+// The WMMA kernels (attention_tc.cu): P and dS are rounded to bf16 before
+// their products, hence the looser gradient tolerance.
+void check_tensor_core(const Case& c, cudaStream_t s, int threads = 1) {
+  SCOPED_TRACE(name(c));
+  ASSERT_TRUE(gt::cuda::attention_tc_supported(c.hs));
+  const Sizes z = sizes(c);
+  const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 31, -2.f, 2.f));
+  const auto dout16 = gt::test::to_bf16(random_vector(z.out, 32));
+  const auto qkv = gt::test::from_bf16(qkv16);
+  const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16, threads);
+  const auto want_out = gt::test::from_bf16(fwd.out);
+  const auto want_dqkv =
+      gt::test::from_bf16(cpu_backward_bf16(c, qkv16, fwd.out, fwd.att, dout16, threads));
+
+  DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
+  DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
+  d_out.poison();
+  d_lse.poison();
+  gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+  EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1.5e-2f, 1.5e-2f))
+      << "out";
+  // S is exact bf16 products summed in the tensor cores' fp32 accumulators
+  // (whose rounding is not IEEE's to the last bit): near-fp32 statistics.
+  EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-4f, 1e-4f)) << "lse";
+
+  d_dqkv.poison();
+  d_scratch.poison();
+  gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                  d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  const auto dqkv = d_dqkv.download();
+  EXPECT_TRUE(all_close(gt::test::from_bf16(dqkv), want_dqkv, 3e-2f, 3e-2f)) << "dqkv";
+  d_dqkv.poison();
+  gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                  d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  EXPECT_TRUE(d_dqkv.download() == dqkv) << "backward not repeatable";
+}
+
 TEST(CudaAttention, Fp32ForwardAndBackwardMatchCpu) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
-  const cudaStream_t s = stream.get();
-  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
-    SCOPED_TRACE(name(c));
-    const Sizes z = sizes(c);
-    const auto qkv = random_vector(z.qkv, 1, -2.f, 2.f);
-    const auto dout = random_vector(z.out, 2);
-    const CpuResult fwd = cpu_forward(c, qkv);
-    const auto want_dqkv = cpu_backward(c, qkv, fwd.out, fwd.att, dout);
-
-    DeviceArray<float> d_qkv(qkv, s), d_dout(dout, s), d_out(z.out, s), d_lse(z.lse, s),
-        d_dqkv(z.qkv, s), d_scratch(z.lse, s);
-    d_out.poison();
-    d_lse.poison();
-    gt::cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(all_close(d_out.download(), fwd.out, 1e-5f, 1e-4f)) << "out";
-    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
-
-    d_dqkv.poison();
-    d_scratch.poison();
-    gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
-                                 d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
-    const auto dqkv = d_dqkv.download();
-    EXPECT_TRUE(all_close(dqkv, want_dqkv, 5e-5f, 1e-4f)) << "dqkv";
-
-    d_dqkv.poison();
-    gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
-                                 d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(gt::test::bitwise_equal(d_dqkv.download(), dqkv)) << "backward not repeatable";
-  }
+  for (const Case& c : gt::test::select_cases(kCases, small_case)) check_fp32(c, stream.get());
 }
 
 TEST(CudaAttention, Bf16ForwardAndBackwardMatchCpu) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
-  const cudaStream_t s = stream.get();
-  auto bf = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<__nv_bfloat16*>(a.get()); };
-  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
-    SCOPED_TRACE(name(c));
-    const Sizes z = sizes(c);
-    const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 11, -2.f, 2.f));
-    const auto dout16 = gt::test::to_bf16(random_vector(z.out, 12));
-    const auto qkv = gt::test::from_bf16(qkv16);
-    const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16);
-    const auto want_out = gt::test::from_bf16(fwd.out);
-    const auto want_dqkv =
-        gt::test::from_bf16(cpu_backward_bf16(c, qkv16, fwd.out, fwd.att, dout16));
-
-    DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
-    DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
-    d_out.poison();
-    d_lse.poison();
-    gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1e-2f, 1e-2f)) << "out";
-    // fp32 math on bf16-exact inputs: the statistics stay fp32-accurate.
-    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
-
-    d_dqkv.poison();
-    d_scratch.poison();
-    // The bf16 forward output feeds D = rowsum(dout * out), as in training.
-    gt::cuda::attention_backward(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                                 d_lse.get(), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(all_close(gt::test::from_bf16(d_dqkv.download()), want_dqkv, 2e-2f, 2e-2f))
-        << "dqkv";
-  }
+  for (const Case& c : gt::test::select_cases(kCases, small_case)) check_bf16(c, stream.get());
 }
 
-// The WMMA kernels (attention_tc.cu): P and dS are rounded to bf16 before
-// their products, hence the looser gradient tolerance.
 TEST(CudaAttention, Bf16TensorCoreForwardAndBackwardMatchCpu) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
-  const cudaStream_t s = stream.get();
-  auto bf = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<__nv_bfloat16*>(a.get()); };
   const Case cases[] = {{1, 1, 1, 16},   {2, 7, 3, 16},   {1, 64, 2, 64},  {2, 65, 2, 64},
                         {1, 130, 2, 128}, {2, 100, 3, 48}, {1, 200, 1, 32}, {1, 1024, 2, 64}};
-  for (const Case& c : gt::test::select_cases(cases, small_case)) {
-    SCOPED_TRACE(name(c));
-    ASSERT_TRUE(gt::cuda::attention_tc_supported(c.hs));
-    const Sizes z = sizes(c);
-    const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 31, -2.f, 2.f));
-    const auto dout16 = gt::test::to_bf16(random_vector(z.out, 32));
-    const auto qkv = gt::test::from_bf16(qkv16);
-    const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16);
-    const auto want_out = gt::test::from_bf16(fwd.out);
-    const auto want_dqkv =
-        gt::test::from_bf16(cpu_backward_bf16(c, qkv16, fwd.out, fwd.att, dout16));
-
-    DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
-    DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
-    d_out.poison();
-    d_lse.poison();
-    gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1.5e-2f, 1.5e-2f))
-        << "out";
-    // S is exact bf16 products summed in the tensor cores' fp32 accumulators
-    // (whose rounding is not IEEE's to the last bit): near-fp32 statistics.
-    EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-4f, 1e-4f)) << "lse";
-
-    d_dqkv.poison();
-    d_scratch.poison();
-    gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                                    d_lse.get(), c.B, c.T, c.NH, c.hs, s);
-    const auto dqkv = d_dqkv.download();
-    EXPECT_TRUE(all_close(gt::test::from_bf16(dqkv), want_dqkv, 3e-2f, 3e-2f)) << "dqkv";
-    d_dqkv.poison();
-    gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                                    d_lse.get(), c.B, c.T, c.NH, c.hs, s);
-    EXPECT_TRUE(d_dqkv.download() == dqkv) << "backward not repeatable";
-  }
+  for (const Case& c : gt::test::select_cases(cases, small_case))
+    check_tensor_core(c, stream.get());
   EXPECT_FALSE(gt::cuda::attention_tc_supported(72));
   EXPECT_FALSE(gt::cuda::attention_tc_supported(8));
+}
+
+// GPT-2 124M's attention at B=4 (12 heads of 64, T=1024): every kernel, the
+// CPU twin on all cores. A real GPU only (scripts/gpu_check.sh runs it).
+TEST(CudaAttention, AllThreeKernelsMatchCpuAtProductionShape) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (const char* why = gt::test::production_shapes_skipped()) GTEST_SKIP() << why;
+  gt::cuda::CudaStream stream;
+  const Case c{4, 1024, 12, 64};
+  check_fp32(c, stream.get(), 0);
+  check_bf16(c, stream.get(), 0);
+  check_tensor_core(c, stream.get(), 0);
 }
 
 TEST(CudaAttention, HeadSizeAbove128IsAnError) {

@@ -333,6 +333,32 @@ TEST(CudaOps, TransformerBlockForwardBackwardMatchesCpuTo1e4) {
   }
 }
 
+// The same block at GPT-2 124M's width and length (C=768, 12 heads of 64,
+// T=1024, B=2), the CPU twin on all cores; a small vocabulary keeps the CPU
+// side to seconds (the LM head's shape has its own sampled check in
+// test_cuda_matmul.cpp). Sums 12-48x longer than the small block's: the
+// relative tolerance is 1e-3. A real GPU only (scripts/gpu_check.sh runs it).
+TEST(CudaOps, TransformerBlockMatchesCpuAtProductionShape) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (const char* why = gt::test::production_shapes_skipped()) GTEST_SKIP() << why;
+  BlockDims d;
+  d.B = 2;
+  d.T = 1024;
+  d.C = 768;
+  d.NH = 12;
+  d.V = 1024;
+  d.maxT = 1024;
+  auto cpu = gt::make_cpu_ops(0);
+  gt::CudaOps gpu;
+  NamedTensors hc(false, nullptr), hg(true, gpu.stream());
+  run_block(*cpu, hc, d);
+  run_block(gpu, hg, d);
+  for (const char* n : kBlockTensors) {
+    SCOPED_TRACE(n);
+    EXPECT_TRUE(all_close(hg.get(n), hc.get(n), 2e-4f, 1e-3f));
+  }
+}
+
 #if defined(TRAINER_CUDA_EMULATOR)
 // A GPU runs the blocks of a grid in any order: every op gives the same bits
 // with the emulator's blocks (and the threads of each block) run forward and

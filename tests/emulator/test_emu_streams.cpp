@@ -104,6 +104,27 @@ TEST_F(EmuStreams, CopiesCheckTheirKindAndTheirRange) {
   (void)cudaGetLastError();
 }
 
+// A pitched copy reads a column of a row-major matrix (how the sampled GEMM
+// check fetches a column of the logits); its span must fit the allocation.
+TEST_F(EmuStreams, PitchedCopiesGatherAColumnAndCheckTheirSpan) {
+  const int rows = 5, cols = 7;
+  std::vector<float> m(rows * cols);
+  for (int i = 0; i < rows * cols; ++i) m[i] = static_cast<float>(i);
+  cuda::DeviceBuffer dev(m.size() * sizeof(float));
+  CUDA_CHECK(cudaMemcpy(dev.data(), m.data(), dev.bytes(), cudaMemcpyHostToDevice));
+  std::vector<float> col(rows, -1.f);
+  CUDA_CHECK(cudaMemcpy2D(col.data(), sizeof(float), dev.as<float>() + 3, cols * sizeof(float),
+                          sizeof(float), rows, cudaMemcpyDeviceToHost));
+  for (int r = 0; r < rows; ++r) EXPECT_EQ(col[r], static_cast<float>(r * cols + 3)) << r;
+  // Column 7 of 7 would run one element past the allocation on its last row.
+  EXPECT_EQ(cudaMemcpy2D(col.data(), sizeof(float), dev.as<float>() + 7, cols * sizeof(float),
+                         sizeof(float), rows, cudaMemcpyDeviceToHost),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy2D(col.data(), 2, dev.data(), 4, sizeof(float), rows, cudaMemcpyDeviceToHost),
+            cudaErrorInvalidPitchValue);
+  (void)cudaGetLastError();
+}
+
 #if !defined(__SANITIZE_THREAD__)  // death tests fork; TSan does not follow
 TEST(EmuStreamsDeathTest, HostCodeTouchingDeviceMemoryDiesWithAReport) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -5,12 +5,17 @@
 // section: peak (square bf16 GEMMs through GemmContext), gemm (CudaOps::
 // matmul_forward / matmul_backward, bias fused, dbias included in bwd), or
 // attention (CudaOps::attention_forward / attention_backward; M = B*NH,
-// N = T, K = head size; *_tc rows: the WMMA tensor-core kernels). FLOPs are model FLOPs: a GEMM 2MNK (bwd: two GEMMs,
-// 4MNK); causal attention fwd 2 * 2 B NH T^2 hs / 2, bwd 2.5x fwd (the
+// N = T, K = head size; *_tc rows: the WMMA tensor-core kernels). FLOPs are model FLOPs: a GEMM
+// 2MNK (bwd: two GEMMs, 4MNK); causal attention fwd 2 * 2 B NH T^2 hs / 2, bwd 2.5x fwd (the
 // flash-attention convention: our backward recomputes more than that).
 // section memory: the bandwidth-bound kernels of a step (LayerNorm, GELU,
 // fused cross-entropy, AdamW over 124M parameters), with gbs = GB/s of their
 // minimum traffic (M x N elements; gflop and tflops 0).
+// The LM head's bf16 GEMMs (V padded to 50304, as the model stores it) are
+// also checked, once, on 256 sampled outputs each against double-precision
+// sums of the same inputs (tests/cuda/sampled_gemm_check.hpp): one comment
+// line each, "# check lm_head_<fwd|dinp|dweight> bf16 MxNxK: ... ok|FAILED";
+// a failed check makes the exit status 1 after every row is printed.
 // Inputs are random (uniform [-1, 1) from a hash), since zeros run faster.
 // Times are the mean of --iters launches after warm-up, by CUDA events.
 // With no device it prints one line saying so and exits 2.
@@ -24,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/sampled_gemm_check.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/cuda_resources.hpp"
@@ -96,6 +102,40 @@ void row(const char* section, const std::string& name, DType dtype, int64_t M, i
   std::fflush(stdout);
 }
 
+// One untimed forward and backward of the LM head (dweight from zero), each
+// result checked on 16 x 16 samples in double precision; prints "# check"
+// lines and returns whether all three passed.
+bool check_lm_head(gt::CudaOps& ops, const Tensor& inp, const Tensor& w, const Tensor& out,
+                   const Tensor& dinp, const Tensor& dw, int64_t R, int64_t N, int64_t K) {
+  CUDA_CHECK(cudaMemsetAsync(dw.buf.data(), 0, dw.buf.bytes(), ops.stream()));
+  ops.matmul_forward(out.view, inp.view, w.view, TensorView{});
+  ops.matmul_backward(dinp.view, dw.view, TensorView{}, out.view, inp.view, w.view);
+  ops.synchronize();
+  using M = gt::test::StridedDeviceMatrix;
+  const M x{inp.buf.data(), DType::bf16, K, 1}, wt{w.buf.data(), DType::bf16, 1, K},
+      wm{w.buf.data(), DType::bf16, K, 1}, lg{out.buf.data(), DType::bf16, N, 1},
+      lt{out.buf.data(), DType::bf16, 1, N}, dx{dinp.buf.data(), DType::bf16, K, 1},
+      dwm{dw.buf.data(), DType::f32, K, 1};
+  struct Check {
+    const char* name;
+    gt::test::SampledGemmReport rep;
+    int64_t m, n, k;
+  };
+  const Check checks[] = {
+      {"lm_head_fwd", gt::test::check_gemm_samples(x, wt, lg, R, N, K, 16, 16, 1), R, N, K},
+      {"lm_head_dinp", gt::test::check_gemm_samples(lg, wm, dx, R, K, N, 16, 16, 2), R, K, N},
+      {"lm_head_dweight", gt::test::check_gemm_samples(lt, x, dwm, N, K, R, 16, 16, 3), N, K, R}};
+  bool ok = true;
+  for (const Check& c : checks) {
+    std::printf("# check %s bf16 %lldx%lldx%lld: %s: %s\n", c.name, static_cast<long long>(c.m),
+                static_cast<long long>(c.n), static_cast<long long>(c.k), c.rep.describe().c_str(),
+                c.rep.ok() ? "ok" : "FAILED");
+    ok &= c.rep.ok();
+  }
+  std::fflush(stdout);
+  return ok;
+}
+
 int run(int argc, char** argv) {
   bool quick = false;
   int iters = 20;
@@ -132,14 +172,18 @@ int run(int argc, char** argv) {
 
   // ---- GPT-2 124M linear layers, R = B*T rows ----
   const int64_t B = 16, T = 1024, C = 768, V = 50257, NH = 12, R = B * T;
+  const int64_t Vp = 50304;  // the stored (padded) vocabulary: ModelConfig::padded_vocab_size
+  bool checks_ok = true;
   struct Shape {
     const char* name;
     int64_t N, K;
     bool bias;
   };
-  const Shape shapes[] = {{"qkv", 3 * C, C, true},      {"attn_proj", C, C, true},
-                          {"fc", 4 * C, C, true},       {"fc_proj", C, 4 * C, true},
-                          {"lm_head", V, C, false}};
+  const Shape shapes[] = {{"qkv", 3 * C, C, true},
+                          {"attn_proj", C, C, true},
+                          {"fc", 4 * C, C, true},
+                          {"fc_proj", C, 4 * C, true},
+                          {"lm_head", Vp, C, false}};
   for (DType dt : {DType::bf16, DType::f32}) {
     for (const Shape& sh : shapes) {
       // Small weights keep bf16 sums in range; values do not change the speed.
@@ -156,6 +200,8 @@ int run(int argc, char** argv) {
       const double bwd = timer.time(
           [&] { ops.matmul_backward(dinp.view, dw.view, dbv, out.view, inp.view, w.view); });
       row("gemm", std::string(sh.name) + "_bwd", dt, R, sh.N, sh.K, 4.0 * R * sh.N * sh.K, bwd);
+      if (dt == DType::bf16 && std::strcmp(sh.name, "lm_head") == 0)
+        checks_ok &= check_lm_head(ops, inp, w, out, dinp, dw, R, sh.N, sh.K);
     }
   }
 
@@ -233,7 +279,7 @@ int run(int argc, char** argv) {
     row("memory", "adamw", DType::f32, n, 1, 0, 0.0, ad, 7.0 * n * 4);
   }
   ops.synchronize();
-  return 0;
+  return checks_ok ? 0 : 1;
 }
 
 }  // namespace
