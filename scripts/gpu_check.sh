@@ -1,81 +1,159 @@
 #!/usr/bin/env bash
-# gpu_check.sh: one command for a GPU machine that has the CUDA toolkit, a
-# C++ compiler, CMake and python3, and nothing else the trainer needs (no
-# Open MPI, yaml-cpp, spdlog, GoogleTest, OpenBLAS; no network). It
-#   1. unpacks the .deb files that scripts/fetch_gpu_deps.sh put in .gpu_deps/
-#      (23 MB: the only thing to carry besides the working tree) into a local
-#      prefix (.gpu_prefix/, never into /) and points CMake, the compilers,
-#      the loader and Open MPI at it;
-#   2. configures and builds the GPU tests, the GPU benchmark and the trainer
-#      (build-gpu/);
-#   3. runs every GPU test (gt_cuda_tests) and build-gpu/gpu_bench;
-#   4. with the trainer: `trainer bench` (the measured peaks); GPT-2 124M in
-#      bf16 for 30 steps, the last 2 profiled (configs/gpt2_124m.yaml, on
-#      random tokens: no network); dp=2, fsdp=2 and tp=2 as 2 ranks on the
-#      one GPU (parallel.comm=mpi, a small GPT in fp32) against one rank on
-#      the same global batch; scripts/bench_vs_pytorch.py when python3 has
-#      torch with CUDA;
-#   5. prints one table (scripts/gpu_table.py): every stage's status, tests
-#      passed/failed/skipped, gpu_bench's GEMMs, attention and bandwidth-bound
-#      kernels, the peaks, tokens/s, MFU against the measured bf16 GEMM peak,
-#      peak memory, a profiled step's time split and roofline, each layout's
-#      largest loss difference against one rank, and the PyTorch ratio.
-# Every stage runs under `timeout` with its own log; one that fails becomes a
-# FAILED row naming its log and the rest still run. --budget (default 480 s,
-# build included; 2400 s with --trial) caps the whole: a stage with no time left is a FAILED row.
-# Without a GPU (--trial, or no device) the GPU stages are "skipped: no GPU".
-# Logs go to runs/gpu_check/<time>/ or --logs DIR; the folder is named at
-# start and end. Exit status: 0 when no stage failed and no check missed.
+# gpu_check.sh: everything a lent GPU can tell us, in one call that returns
+# every figure even when parts fail. Three ways to run it:
 #
-#   scripts/gpu_check.sh [--logs DIR] [--jobs N] [--budget SECONDS] [--trial]
+#   scripts/gpu_check.sh --prepare [--from BUILD_DIR]     on this CPU machine
+#       Fetches the Debian packages the binaries need (.gpu_deps/, 23 MB, via
+#       scripts/fetch_gpu_deps.sh) and builds trainer, gt_cuda_tests and
+#       gpu_bench for sm_90 with this machine's nvcc (or copies them from
+#       BUILD_DIR, a CUDA build of this tree) into .gpu_bin/, stamped with a
+#       hash of the sources. Prints the device call to make.
 #
-# --trial is for a Debian machine WITHOUT a GPU that has the dependencies
-# installed (the developers' machines): it re-runs itself in a private mount
-# namespace where every file of those system packages is hidden (each bound
-# over by /dev/null), so the build can only succeed from the unpacked prefix,
-# exactly as on the GPU machine. Tests then report skipped, the benchmark
-# reports no device and the trainer stages are skipped. Needs root (unshare,
-# mount).
+#   scripts/gpu_check.sh [--only STAGES] [--budget S] [--out DIR]   on the GPU
+#       Run with `.gpu_deps` and `.gpu_bin` carried. Prints the machine's
+#       cmake, g++, nvcc, OS and GPU; unpacks the packages into .gpu_prefix/
+#       (never into /); uses the prepared binaries when their stamp matches
+#       these sources and they load (ldd, --help), else rebuilds (build-gpu/).
+#       Then the stages, in order of value, each under its own timeout with
+#       its own log and verdict (ok | FAILED | warn | skipped), a failure never
+#       stopping the ones after it:
+#         tests-core        the cuBLASLt matmul and attention tests (the gate
+#                           for the tensor-core attention), one process
+#         data              random GPT-2 tokens and this repository's text
+#         train-tc          GPT-2 124M bf16, 12 steps (10-11 profiled), with
+#                           the tensor-core attention if its gate test passed
+#         train-simt        the same on the SIMT attention, unprofiled
+#         pytorch-fp32/bf16 scripts/check_against_pytorch.py with
+#                           runtime.device=cuda (fp32 to 1e-4, bf16 to 2e-2)
+#         tests-production  the production-shape tests (attention 12 heads x
+#                           T=1024 x B=4, a C=768 block, the LM-head GEMMs)
+#         tests-<Suite>     every other GPU test suite, one process each
+#         memcheck,         compute-sanitizer on the attention, cross-entropy
+#         racecheck         and embedding tests (findings are "warn": non-fatal)
+#         gpu-bench         gpu_bench: GEMMs, attention, bandwidth-bound kernels,
+#                           the LM-head GEMMs checked in double on samples
+#         peaks             trainer bench (the measured peaks)
+#         torch-compile     scripts/bench_vs_pytorch.py: the same 124M step in
+#                           torch.compile (runs even when our build failed)
+#         layout-*          ref, dp2, fsdp2, tp2: 2 ranks on the one GPU against 1
+#       then one table (scripts/gpu_table.py) and, with --out DIR (default
+#       $OUT when set), DIR/gpu_check.tar.gz (every log) and DIR/table.txt.
+#       The whole run stays inside --budget (default 510 s: a 600 s device
+#       call with room to pack); a stage with no time left is "not run". At
+#       the end it prints the command that reruns only the failed stages.
+#
+#   scripts/gpu_check.sh --trial                          on this CPU machine
+#       After --prepare: the device path with every file of the system's
+#       copies of those packages hidden (a private mount namespace; root),
+#       so the prepared binaries must load from .gpu_prefix/ alone, as on the
+#       GPU machine; every GPU stage then says "skipped: no GPU". Under 4 min.
+#
+# --only STAGES: comma-separated stage names or prefixes ("tests-" is every
+# test stage); the others are not run. --logs DIR: where the logs go
+# (default runs/gpu_check/<time>). Exit status: 0 when no stage failed.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-logs=""
+usage="usage: scripts/gpu_check.sh [--prepare [--from BUILD_DIR]] [--trial] [--only STAGES]
+                            [--logs DIR] [--out DIR] [--budget SECONDS] [--jobs N]"
+logs="" out="${OUT:-}" only="" budget="" from="" mode=device inside_trial=0
 jobs="$(nproc 2>/dev/null || echo 4)"
-budget=""
-trial=0
-inside_trial=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --prepare) mode=prepare; shift ;;
+    --from) from="$2"; shift 2 ;;
+    --trial) mode=trial; shift ;;
+    --inside-trial) mode=trial; inside_trial=1; shift ;;
+    --only) only="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
-    --jobs) jobs="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
-    --trial) trial=1; shift ;;
-    --inside-trial) inside_trial=1; trial=1; shift ;;
-    *) echo "usage: scripts/gpu_check.sh [--logs DIR] [--jobs N] [--budget SECONDS] [--trial]" >&2; exit 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    -h|--help) echo "$usage"; exit 0 ;;
+    *) echo "gpu_check: unknown argument '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
 done
-# 8 minutes on a GPU machine; a --trial builds on a few CPU cores, so more.
-[[ -n "$budget" ]] || { [[ $trial == 1 ]] && budget=2400 || budget=480; }
+[[ -n "$budget" ]] || budget=510
 if ! [[ "$budget" =~ ^[0-9]+$ && "$jobs" =~ ^[0-9]+$ ]]; then
   echo "gpu_check: --budget and --jobs take a whole number" >&2
   exit 2
 fi
-[[ -n "$logs" ]] || logs="$root/runs/gpu_check/$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$logs"
-logs="$(cd "$logs" && pwd)"
+if [[ -n "$from" && $mode != prepare ]]; then
+  echo "gpu_check: --from goes with --prepare" >&2
+  exit 2
+fi
 cd "$root" || exit 1
-
 deps="$root/.gpu_deps"
+bin="$root/.gpu_bin"
 prefix="$root/.gpu_prefix"
 multiarch=x86_64-linux-gnu
-build="$root/build-gpu"
-[[ $trial == 1 ]] && build="$root/build-gpu-trial"
 
-# ---- --trial: hide the system's copies, then run the real thing inside -------------
-if [[ $trial == 1 && $inside_trial == 0 ]]; then
-  if [[ $(id -u) -ne 0 ]]; then echo "gpu_check: --trial needs root" >&2; exit 2; fi
-  exec unshare --mount --propagation private "$0" --inside-trial --logs "$logs" --jobs "$jobs" \
-    --budget "$budget"
+# The sources the binaries are built from; a prepared build is used only
+# when this hash is the one it was built with.
+source_hash() {
+  find CMakeLists.txt cmake kernels parallel trainer tests emulator -type f \
+    \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h' \
+       -o -name 'CMakeLists.txt' -o -name '*.cmake' -o -name '*.in' \) -print0 2>/dev/null |
+    LC_ALL=C sort -z | xargs -0 sha1sum | sha1sum | cut -c1-16
+}
+targets=(trainer gt_cuda_tests gpu_bench)
+# Where each target lands in a build folder.
+target_path() {
+  case "$2" in
+    gt_cuda_tests) echo "$1/tests/gt_cuda_tests" ;;
+    *) echo "$1/$2" ;;
+  esac
+}
+
+# ---- --prepare: build here, where the same nvcc and Debian libraries are ------------
+if [[ $mode == prepare ]]; then
+  t0=$(date +%s)
+  if ! ls "$deps"/*.deb >/dev/null 2>&1; then
+    echo "== fetching the packages the binaries need into .gpu_deps/"
+    "$root/scripts/fetch_gpu_deps.sh" || exit 1
+  fi
+  build="$from"
+  if [[ -z "$build" ]]; then
+    build="$root/build-gpu-prep"
+    echo "== building ${targets[*]} in $build (sm_90; minutes on a few cores)"
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >"$root/.gpu_prep_configure.log" 2>&1 ||
+      { tail -20 "$root/.gpu_prep_configure.log"; echo "gpu_check: configure failed" >&2; exit 1; }
+  fi
+  # A GPU build: nvcc found at configure time, not the emulated device.
+  if ! ls "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake >/dev/null 2>&1 ||
+     grep -q '^TRAINER_CUDA_EMULATOR:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+    echo "gpu_check: $build is not an nvcc build of this tree (no CMakeCUDACompiler.cmake, or the emulator)" >&2
+    exit 1
+  fi
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}" || { echo "gpu_check: build failed" >&2; exit 1; }
+  rm -rf "$bin"
+  mkdir -p "$bin"
+  for t in "${targets[@]}"; do
+    cp "$(target_path "$build" "$t")" "$bin/$t" || exit 1
+    strip --strip-unneeded "$bin/$t" 2>/dev/null || true
+  done
+  {
+    echo "source_hash $(source_hash)"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME")"
+    echo "nvcc $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
+    echo "g++ $(g++ -dumpfullversion 2>/dev/null || echo '?')"
+  } >"$bin/STAMP"
+  echo "== prepared in $(( $(date +%s) - t0 ))s: .gpu_bin/ ($(du -sh "$bin" | cut -f1)) and .gpu_deps/ ($(du -sh "$deps" | cut -f1))"
+  cat "$bin/STAMP"
+  echo "device call: run(command=\"bash scripts/gpu_check.sh\", carry=[\".gpu_deps\", \".gpu_bin\"], timeout_s=600)"
+  echo "rehearse it here first: bash scripts/gpu_check.sh --trial"
+  exit 0
+fi
+
+# ---- --trial: hide the system's copies, then run the real thing inside ---------------
+[[ -n "$logs" ]] || logs="$root/runs/gpu_check/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$logs" && logs="$(cd "$logs" && pwd)"
+if [[ $mode == trial && $inside_trial == 0 ]]; then
+  if [[ $(id -u) -ne 0 ]]; then echo "gpu_check: --trial needs root (unshare, mount)" >&2; exit 2; fi
+  args=(--inside-trial --logs "$logs" --budget "$budget" --jobs "$jobs")
+  [[ -n "$only" ]] && args+=(--only "$only")
+  [[ -n "$out" ]] && args+=(--out "$out")
+  exec unshare --mount --propagation private "$0" "${args[@]}"
 fi
 if [[ $inside_trial == 1 ]]; then
   hidden=0
@@ -93,39 +171,115 @@ if [[ $inside_trial == 1 ]]; then
 fi
 
 t_start=$(date +%s)
+deadline=$(( t_start + budget ))
 elapsed() { echo $(( $(date +%s) - t_start ))s; }
 step() { echo "== [$(elapsed)] $*"; }
 status=0
 echo "gpu_check: logs in $logs"
 
-# ---- 1. the dependency prefix ----------------------------------------------------
+# ---- 0. the machine, first: what every later line depends on -------------------------
+{
+  echo "os: $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo '?')"
+  echo "cmake: $(cmake --version 2>/dev/null | head -1 || echo 'not found')"
+  echo "g++: $(g++ --version 2>/dev/null | head -1 || echo 'not found')"
+  nv="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  echo "nvcc: $("$nv" --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo 'not found')"
+  echo "python3: $(python3 -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo 'not found')"
+  echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available" if torch.cuda.is_available() else "no device")' 2>/dev/null || echo 'not importable')"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
+  echo "compute-sanitizer: $(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo 'not found')"
+  echo "prepared binaries: $(tr '\n' ';' <"$bin/STAMP" 2>/dev/null || echo 'none (.gpu_bin/STAMP missing)')"
+} | tee "$logs/machine.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$logs/gpu.txt" 2>/dev/null ||
+  echo "no nvidia-smi" >"$logs/gpu.txt"
+have_gpu=0
+nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && have_gpu=1
+[[ $mode == trial ]] && have_gpu=0
+no_gpu="no GPU (nvidia-smi lists none)"
+
+# ---- stages ---------------------------------------------------------------------------
+# Each adds one line to stages.tsv: name, ok | FAILED | warn | skipped,
+# seconds, log, note. The table renders it.
+wanted() {  # STAGE: selected by --only (a name or a prefix of one)?
+  [[ -z "$only" ]] && return 0
+  local w
+  IFS=',' read -ra sel <<<"$only"
+  for w in "${sel[@]}"; do [[ "$1" == "$w" || ( "$w" == *- && "$1" == "$w"* ) ]] && return 0; done
+  return 1
+}
+stages="$logs/stages.tsv"
+# A rerun (--only) into the same --logs folder keeps the other stages' rows;
+# record() replaces a stage's old row.
+[[ -n "$only" && -f "$stages" ]] || : >"$stages"
+record() {  # NAME STATUS SECONDS LOG NOTE
+  awk -F'\t' -v n="$1" '$1 != n' "$stages" >"$stages.tmp" && mv "$stages.tmp" "$stages"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$stages"
+  [[ $2 == FAILED ]] && status=1
+  [[ $2 == ok ]] || echo "   $1: $2${5:+: $5}${4:+ (see $(basename "$4"))}"
+  return 0
+}
+skip() { wanted "$1" && record "$1" skipped "" "" "$2"; return 0; }
+# run_stage NAME MAX_SECONDS CMD...: CMD's output into $logs/NAME.log, at most
+# MAX_SECONDS and never past the budget. Before it, SKIP_RC=N SKIP_NOTE=TEXT:
+# exit code N means "skipped: TEXT"; WARN_RC=N WARN_NOTE=TEXT: "warn: TEXT".
+# Returns CMD's exit code (124 on timeout; 125 when not run).
+run_stage() {
+  local name="$1" max="$2"
+  shift 2
+  [[ -n "${ONLY_OVERRIDE:-}" ]] || wanted "$name" || return 125
+  local log="$logs/$name.log"
+  local left=$(( deadline - $(date +%s) - 5 ))
+  if (( left < 10 )); then
+    record "$name" FAILED 0 "" "not run: the ${budget}s budget (--budget) is spent"
+    return 125
+  fi
+  local limit=$(( max < left ? max : left ))
+  step "$name (at most ${limit}s)"
+  local t0 rc secs
+  t0=$(date +%s)
+  timeout --kill-after=5 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  if [[ $rc == 0 ]]; then
+    record "$name" ok "$secs" "$log" ""
+  elif [[ -n "${SKIP_RC:-}" && $rc == "$SKIP_RC" ]]; then
+    record "$name" skipped "$secs" "$log" "$SKIP_NOTE"
+  elif [[ -n "${WARN_RC:-}" && $rc == "$WARN_RC" ]]; then
+    record "$name" warn "$secs" "$log" "$WARN_NOTE"
+  elif [[ $rc == 124 || $rc == 137 ]]; then
+    record "$name" FAILED "$secs" "$log" "timed out after ${limit}s"
+  else
+    record "$name" FAILED "$secs" "$log" "exit $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")"
+  fi
+  return $rc
+}
+
+# ---- 1. the dependency prefix and the binaries ------------------------------------------
+have_bin=0
+bin_note=""
 if ! ls "$deps"/*.deb >/dev/null 2>&1; then
-  echo "gpu_check: no .deb files in $deps: run scripts/fetch_gpu_deps.sh on a Debian 12 machine and carry .gpu_deps" >&2
-  exit 1
-fi
-stamp="$(cat "$deps"/MANIFEST 2>/dev/null; ls -l "$deps"/*.deb | md5sum)"
-if [[ ! -f "$prefix/.stamp" || "$(cat "$prefix/.stamp")" != "$stamp" ]]; then
-  step "unpacking $(ls "$deps"/*.deb | wc -l) packages into $prefix"
-  rm -rf "$prefix"
-  mkdir -p "$prefix"
-  for f in "$deps"/*.deb; do
-    if command -v dpkg-deb >/dev/null; then
-      dpkg-deb -x "$f" "$prefix"
-    else  # not a Debian-family machine: a .deb is an ar archive holding data.tar.*
-      member="$(ar t "$f" | grep '^data\.tar')" && ar p "$f" "$member" | tar -xa -f - -C "$prefix" 2>/dev/null ||
-        ar p "$f" "$member" | tar -xJ -C "$prefix"
-    fi || { echo "gpu_check: cannot unpack $f" >&2; exit 1; }
-  done
-  # What Debian's maintainer scripts would have done: the alternatives
-  # symlinks (cblas.h, mpicxx) and the unversioned MPI library names.
-  inc="$prefix/usr/include/$multiarch"
-  for h in cblas.h f77blas.h openblas_config.h; do
-    ln -sfn "openblas-openmp/$h" "$inc/$h"
-  done
-  ln -sfn mpicxx.openmpi "$prefix/usr/bin/mpicxx"
-  ln -sfn mpicc.openmpi "$prefix/usr/bin/mpicc"
-  ln -sfn mpirun.openmpi "$prefix/usr/bin/mpirun"
-  echo "$stamp" > "$prefix/.stamp"
+  bin_note="no .gpu_deps/: run scripts/gpu_check.sh --prepare on the CPU machine and carry .gpu_deps and .gpu_bin"
+else
+  stamp="$(cat "$deps"/MANIFEST 2>/dev/null; ls -l "$deps"/*.deb | md5sum)"
+  if [[ ! -f "$prefix/.stamp" || "$(cat "$prefix/.stamp")" != "$stamp" ]]; then
+    step "unpacking $(ls "$deps"/*.deb | wc -l) packages into $prefix"
+    rm -rf "$prefix"
+    mkdir -p "$prefix"
+    for f in "$deps"/*.deb; do
+      if command -v dpkg-deb >/dev/null; then
+        dpkg-deb -x "$f" "$prefix"
+      else  # not a Debian-family machine: a .deb is an ar archive holding data.tar.*
+        member="$(ar t "$f" | grep '^data\.tar')" && ar p "$f" "$member" | tar -xa -f - -C "$prefix"
+      fi || { bin_note="cannot unpack $f"; break; }
+    done
+    # What Debian's maintainer scripts would have done: the alternatives
+    # symlinks (cblas.h, mpicxx) and the unversioned MPI names.
+    for h in cblas.h f77blas.h openblas_config.h; do
+      ln -sfn "openblas-openmp/$h" "$prefix/usr/include/$multiarch/$h"
+    done
+    for t in mpicxx mpicc mpirun; do ln -sfn "$t.openmpi" "$prefix/usr/bin/$t"; done
+    [[ -z "$bin_note" ]] && echo "$stamp" >"$prefix/.stamp"
+  fi
 fi
 P="$prefix/usr"
 L="$P/lib/$multiarch"
@@ -135,148 +289,113 @@ export CPATH="$P/include/$multiarch${CPATH:+:$CPATH}"
 export LD_LIBRARY_PATH="$L:$L/openmpi/lib:$L/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LIBRARY_PATH="$L:$L/openmpi/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
 # Open MPI finds its wrapper data, headers and libraries under OPAL_PREFIX.
-export OPAL_PREFIX="$P"
-export OPAL_LIBDIR="$L/openmpi/lib"
-export OPAL_INCLUDEDIR="$L/openmpi/include"
-export OPAL_PKGDATADIR="$P/share/openmpi"
-export OPAL_DATADIR="$P/share"
+export OPAL_PREFIX="$P" OPAL_LIBDIR="$L/openmpi/lib" OPAL_INCLUDEDIR="$L/openmpi/include"
+export OPAL_PKGDATADIR="$P/share/openmpi" OPAL_DATADIR="$P/share"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# ---- stages: each runs under `timeout`, its output in its own log, and adds
-# one line to stages.tsv (name, ok | FAILED | skipped, seconds, log, note),
-# which the table renders; a failed stage never stops the ones after it.
-stages="$logs/stages.tsv"
-: >"$stages"
-deadline=$(( t_start + budget ))
-record() {  # NAME STATUS SECONDS LOG NOTE
-  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$stages"
-  [[ $2 == FAILED ]] && status=1
-  [[ $2 == ok ]] || echo "   $1: $2${5:+: $5}${4:+ (see $4)}"
+# CUDA libraries the binaries need that the machine's loader cannot find
+# (NCCL is not always under /usr/local/cuda): PyTorch's wheels carry them.
+missing_libs() { ldd "$1" 2>/dev/null | awk '/not found/ {print $1}'; }
+add_wheel_libs() {
+  local miss="$(missing_libs "$1")" dir
+  [[ -z "$miss" ]] && return 0
+  for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib \
+             $(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in os.listdir(p)]' 2>/dev/null); do
+    [[ -d "$dir" ]] || continue
+    for lib in $miss; do
+      if [[ -e "$dir/$lib" && ":$LD_LIBRARY_PATH:" != *":$dir:"* ]]; then
+        export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
+        echo "   $lib from $dir"
+      fi
+    done
+  done
+}
+# Usable: every library resolves and the programs start. Not in a subshell:
+# it extends LD_LIBRARY_PATH. Sets `problem` when it returns 1.
+problem=""
+binaries_work() {  # DIR
+  local t miss
+  for t in "${targets[@]}"; do
+    [[ -x "$1/$t" ]] || { problem="$t missing in $1"; return 1; }
+    add_wheel_libs "$1/$t"
+    miss="$(missing_libs "$1/$t" | tr '\n' ' ')"
+    [[ -z "$miss" ]] || { problem="$t: libraries not found: $miss"; return 1; }
+  done
+  "$1/trainer" --help >/dev/null 2>&1 || { problem="trainer --help failed"; return 1; }
+  "$1/gt_cuda_tests" --gtest_list_tests >/dev/null 2>&1 ||
+    { problem="gt_cuda_tests does not start"; return 1; }
   return 0
 }
-# run_stage NAME LOG MAX_SECONDS CMD...: CMD's stdout and stderr into LOG, at
-# most MAX_SECONDS and never past the budget. SKIP_RC=N SKIP_NOTE=TEXT before
-# it: exit code N means "skipped: TEXT" rather than a failure. Returns CMD's
-# exit code (124 on timeout; 125 when there was no time left to start it).
-run_stage() {
-  local name="$1" log="$2" max="$3"
-  shift 3
-  local left=$(( deadline - $(date +%s) - 10 ))
-  if (( left < 15 )); then
-    record "$name" FAILED 0 "" "not run: the ${budget}s budget (--budget) is spent"
-    return 125
-  fi
-  local limit=$(( max < left ? max : left ))
-  step "$name (at most ${limit}s)"
-  local t0 rc secs
-  t0=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
-  rc=$?
-  secs=$(( $(date +%s) - t0 ))
-  if [[ $rc == 0 ]]; then
-    record "$name" ok "$secs" "$log" ""
-  elif [[ -n "${SKIP_RC:-}" && $rc == "$SKIP_RC" ]]; then
-    record "$name" skipped "$secs" "$log" "$SKIP_NOTE"
-  elif [[ $rc == 124 || $rc == 137 ]]; then
-    record "$name" FAILED "$secs" "$log" "timed out after ${limit}s"
-  else
-    record "$name" FAILED "$secs" "$log" "exit $rc"
-  fi
-  return $rc
-}
-skip() { record "$1" skipped "" "" "$2"; }
-
-# ---- 2. configure and build -------------------------------------------------------
-nvcc_path="$(command -v nvcc || true)"
-[[ -z "$nvcc_path" && -x /usr/local/cuda/bin/nvcc ]] && nvcc_path=/usr/local/cuda/bin/nvcc
-if [[ -z "$nvcc_path" ]]; then
-  echo "gpu_check: nvcc not found (PATH or /usr/local/cuda/bin)" >&2
-  exit 1
-fi
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-# A cache from another generator or another prefix location would mislead CMake.
-if [[ -f "$build/CMakeCache.txt" ]] &&
-   ! { grep -q "CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}" "$build/CMakeCache.txt" &&
-       grep -qF "GT_OPENBLAS_OPENMP:FILEPATH=$L/openblas-openmp/libopenblas.so" "$build/CMakeCache.txt"; }; then
-  rm -rf "$build"
-fi
-built_tests=0 built_trainer=0
-if run_stage "configure" "$logs/configure.log" 300 \
-     cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-       -DCMAKE_CUDA_COMPILER="$nvcc_path" \
-       -DGT_OPENBLAS_OPENMP="$L/openblas-openmp/libopenblas.so" \
-       -DMPI_CXX_COMPILER="$P/bin/mpicxx.openmpi" \
-       -DCMAKE_PREFIX_PATH="$P"; then
-  grep -E "CUDA backend|BLAS:" "$logs/configure.log"
-  if run_stage "build tests, gpu_bench" "$logs/build.log" 900 \
-       cmake --build "$build" -j "$jobs" --target gt_cuda_tests gpu_bench; then
-    built_tests=1
-  else
-    grep -E "error|Error" "$logs/build.log" | head -20 >&2
-  fi
-  # The trainer links the same library the tests do: one more file to compile.
-  if run_stage "build trainer" "$logs/build_trainer.log" 600 \
-       cmake --build "$build" -j "$jobs" --target trainer; then
-    built_trainer=1
-  else
-    grep -E "error|Error" "$logs/build_trainer.log" | head -20 >&2
-  fi
-  warnings=$(cat "$logs"/build*.log 2>/dev/null | grep -c "warning:" || true)
-  echo "build: $warnings compiler warnings (see build.log, build_trainer.log)"
+exe_dir=""
+if [[ -n "$bin_note" ]]; then
+  record "binaries" FAILED "" "" "$bin_note"
+elif [[ -f "$bin/STAMP" && "$(awk '/^source_hash/ {print $2}' "$bin/STAMP")" == "$(source_hash)" ]] &&
+     binaries_work "$bin"; then
+  exe_dir="$bin"
+  record "binaries" ok 0 "$bin/STAMP" "prepared on the CPU machine ($(sed -n 's/^built //p' "$bin/STAMP"))"
 else
-  tail -30 "$logs/configure.log" >&2
-fi
-
-# ---- 3. GPU tests and gpu_bench ----------------------------------------------------
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$logs/gpu.txt" 2>&1 ||
-  echo "no nvidia-smi" >"$logs/gpu.txt"
-# Is there a GPU? nvidia-smi's list, else gpu_bench's own probe below (it
-# exits 2 saying "no CUDA device"). Without one every GPU stage is skipped.
-have_gpu=0
-nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && have_gpu=1
-if [[ $built_tests == 1 ]]; then
-  # Without a device every test skips itself (GTEST_SKIP) and the run passes.
-  run_stage "gpu tests" "$logs/gt_cuda_tests.log" 300 \
-    "$build/tests/gt_cuda_tests" --gtest_output="xml:$logs/gt_cuda_tests.xml"
-  SKIP_RC=2 SKIP_NOTE="no CUDA device" run_stage "gpu_bench" "$logs/gpu_bench.csv" 120 \
-    bash -c 'exec "$0" 2>"$1"' "$build/gpu_bench" "$logs/gpu_bench.err"
-  bench_rc=$?
-  if [[ $bench_rc == 2 ]] && grep -q "no CUDA device" "$logs/gpu_bench.csv"; then
-    if [[ $have_gpu == 1 ]]; then  # nvidia-smi sees one, the CUDA runtime does not
-      record "cuda runtime" FAILED "" "$logs/gpu_bench.csv" \
-        "nvidia-smi lists a GPU but gpu_bench finds no CUDA device (driver/toolkit mismatch?)"
+  if [[ ! -f "$bin/STAMP" ]]; then why="no prepared binaries (.gpu_bin/)"
+  elif [[ -n "$problem" ]]; then why="$problem"
+  else why="prepared from other sources (stamp $(awk '/^source_hash/ {print $2}' "$bin/STAMP"), these $(source_hash))"
+  fi
+  echo "   prepared binaries unusable: $why; building here"
+  build="$root/build-gpu"
+  [[ $mode == trial ]] && build="$root/build-gpu-trial"
+  nvcc_path="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  # A cache from another generator or prefix would mislead CMake.
+  grep -qF "$L/openblas-openmp/libopenblas.so" "$build/CMakeCache.txt" 2>/dev/null || rm -rf "$build"
+  if ONLY_OVERRIDE=1 run_stage configure 240 cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+       -DCMAKE_CUDA_COMPILER="$nvcc_path" -DGT_OPENBLAS_OPENMP="$L/openblas-openmp/libopenblas.so" \
+       -DMPI_CXX_COMPILER="$P/bin/mpicxx.openmpi" -DCMAKE_PREFIX_PATH="$P" &&
+     ONLY_OVERRIDE=1 run_stage build 600 cmake --build "$build" -j "$jobs" --target "${targets[@]}"; then
+    mkdir -p "$build/gpu_check_bin"
+    for t in "${targets[@]}"; do ln -sfn "$(target_path "$build" "$t")" "$build/gpu_check_bin/$t"; done
+    problem=""
+    if binaries_work "$build/gpu_check_bin"; then
+      exe_dir="$build/gpu_check_bin"
+      record "binaries" ok 0 "" "built here: $why"
+    else
+      record "binaries" FAILED 0 "" "built here but unusable: $problem"
     fi
-    have_gpu=0
-  elif [[ $bench_rc == 0 ]]; then
-    have_gpu=1
+  else
+    record "binaries" FAILED 0 "" "$why; the build here failed too"
   fi
-else
-  record "gpu tests" FAILED "" "" "not built"
-  record "gpu_bench" FAILED "" "" "not built"
 fi
-no_gpu="no GPU (nvidia-smi lists none and gpu_bench finds no CUDA device)"
+trainer="$exe_dir/trainer"
+tests_bin="$exe_dir/gt_cuda_tests"
 
-# ---- 4. trainer stages: peaks, GPT-2 124M in bf16, layouts against one rank --------
-trainer_stages=("trainer bench" "train gpt2_124m bf16" "layout ref (1 rank)" "layout dp2"
-                "layout fsdp2" "layout tp2" "bench_vs_pytorch")
-if [[ $have_gpu == 0 ]]; then
-  for s in "${trainer_stages[@]}"; do skip "$s" "$no_gpu"; done
-elif [[ $built_trainer == 0 ]]; then
-  for s in "${trainer_stages[@]}"; do record "$s" FAILED "" "$logs/build_trainer.log" "trainer not built"; done
+# ---- 2. stages, in order of value -------------------------------------------------------
+ours_stages=(tests-core data train-tc train-simt pytorch-fp32 pytorch-bf16 tests-production
+             tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2)
+gate_passed() {  # did the tensor-core attention's test pass in tests-core?
+  python3 - "$logs/tests-core.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    cases = list(ET.parse(sys.argv[1]).getroot().iter("testcase"))
+except (OSError, ET.ParseError):
+    sys.exit(1)
+ok = [c for c in cases if c.get("name") == "Bf16TensorCoreForwardAndBackwardMatchCpu"
+      and c.get("result") == "completed" and c.find("failure") is None and c.find("skipped") is None]
+sys.exit(0 if ok else 1)
+PY
+}
+production='*AtProductionShape*'
+if [[ -z "$exe_dir" || $have_gpu == 0 ]]; then
+  why="$([[ -z "$exe_dir" ]] && echo "no usable binaries (see the binaries row)" || echo "$no_gpu")"
+  status_word="$([[ -z "$exe_dir" ]] && echo FAILED || echo skipped)"
+  for s in "${ours_stages[@]}"; do wanted "$s" && record "$s" "$status_word" "" "" "$why"; done
 else
-  trainer="$build/trainer"
-  mkdir -p "$logs/bench" "$logs/data"
-  # (a) the measured peaks that MFU and the roofline are quoted against.
-  run_stage "trainer bench" "$logs/bench/bench.log" 120 \
-    "$trainer" bench --config "$root/configs/gpt2_124m.yaml" --out "$logs/bench/peaks.json"
-  peaks=()
-  [[ -f "$logs/bench/peaks.json" ]] && peaks=(--peaks "$logs/bench/peaks.json")
+  run_stage tests-core 120 "$tests_bin" \
+    --gtest_filter="CudaDevice.*:CudaResources.*:CudaCheck.*:CudaMatmul.*:CudaAttention.*:-$production" \
+    --gtest_output="xml:$logs/tests-core.xml"
 
   # Data, no network: random GPT-2 token ids for 124M (its loss stays near
-  # ln 50257; only the speed matters), and this repository's sources as bytes
-  # (vocab 256, a loss that moves) for the small layout runs.
-  run_stage "data" "$logs/data/data.log" 60 python3 - "$root" "$logs/data" <<'PY'
+  # ln 50257; the speed is what counts), and this repository's sources as
+  # bytes (vocab 256, a loss that moves) for the layouts. Made once per log
+  # folder, whatever --only says: the training and layout stages read it.
+  [[ -f "$logs/data/.done" ]] || ONLY_OVERRIDE=1 run_stage data 60 python3 - "$root" "$logs/data" <<'PY'
 import glob, os, random, sys
 sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
 import prepare_data
@@ -288,79 +407,112 @@ prepare_data.write_shard(os.path.join(out, "train_000000.bin"),
 texts = [os.path.join(sys.argv[1], d, "**", p) for d in ("trainer", "kernels", "parallel")
          for p in ("*.cpp", "*.hpp", "*.cu")]
 texts = [t for t in texts if glob.glob(t, recursive=True)]
-sys.exit(prepare_data.main(["--input", *texts, "--out-dir", os.path.join(sys.argv[2], "text")]))
+rc = prepare_data.main(["--input", *texts, "--out-dir", os.path.join(sys.argv[2], "text")])
+if rc == 0:
+    open(os.path.join(sys.argv[2], ".done"), "w").close()
+sys.exit(rc)
 PY
 
-  # (b) GPT-2 124M, bf16, 30 steps, the last 2 profiled (configs/gpt2_124m.yaml).
-  # The tensor-core attention kernels only once their CPU-twin test has passed
-  # on this GPU in stage 3 (runtime.attention_tensor_cores, off by default).
-  attn=()
-  if python3 - "$logs/gt_cuda_tests.xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
-except (OSError, ET.ParseError):
-    sys.exit(1)
-ok = [c for c in cases if c.get("name") == "Bf16TensorCoreForwardAndBackwardMatchCpu"
-      and c.get("result") == "completed" and c.find("failure") is None]
-sys.exit(0 if ok else 1)
-PY
-  then
-    attn=("runtime.attention_tensor_cores=true")
-    echo "   tensor-core attention test passed: training with runtime.attention_tensor_cores=true"
+  # GPT-2 124M, bf16, 12 steps: 5 warm-up, 5 timed, 2 profiled; no final
+  # checkpoint (1.5 GB no one reads).
+  train=("$trainer" train --config "$root/configs/gpt2_124m.yaml"
+         "data.train=$logs/data/gpt2_random/train_*.bin" train.steps=12 train.warmup_steps=2
+         checkpoint.final=false "profile.hardware=$root/configs/hardware/h200.yaml")
+  if ! wanted train-tc; then :
+  elif gate_passed; then
+    run_stage train-tc 150 "${train[@]}" "log.dir=$logs/train_tc" runtime.attention_tensor_cores=true \
+      profile.every=12 profile.steps=2
+  else
+    record train-tc skipped "" "" "the tensor-core attention's gate test (CudaAttention.Bf16TensorCoreForwardAndBackwardMatchCpu) did not pass in tests-core"
   fi
-  run="$logs/train_124m"
-  run_stage "train gpt2_124m bf16" "$logs/train_124m.log" 240 \
-    "$trainer" train --config "$root/configs/gpt2_124m.yaml" "${peaks[@]}" \
-      "data.train=$logs/data/gpt2_random/train_*.bin" "log.dir=$run" \
-      "profile.hardware=$root/configs/hardware/h200.yaml" "${attn[@]}"
-  train_rc=$?
-  # 1.5 GB of checkpoint and export that no one will read.
-  rm -rf "$run/checkpoints" "$run/model.safetensors"
+  run_stage train-simt 150 "${train[@]}" "log.dir=$logs/train_simt" runtime.attention_tensor_cores=false \
+    profile.every=0
 
-  # (c) dp=2, fsdp=2, tp=2 as 2 ranks on the one GPU, collectives through
-  # host memory (parallel.comm=mpi), fp32, against one rank on the same
-  # global batch of 8 rows: micro_batch = 8 / data-parallel degree.
+  for dt in fp32 bf16; do
+    run_stage "pytorch-$dt" 150 python3 "$root/scripts/check_against_pytorch.py" --build "$exe_dir" \
+      --device cuda --dtype "$dt" --json "$logs/pytorch-$dt.json"
+  done
+
+  run_stage tests-production 240 "$tests_bin" --gtest_filter="$production" \
+    --gtest_output="xml:$logs/tests-production.xml"
+
+  # Every other suite in its own process: one crash or sticky CUDA error
+  # costs that suite alone.
+  for suite in $("$tests_bin" --gtest_list_tests 2>/dev/null | grep -v '^ ' | grep '\.$' | tr -d '.'); do
+    case "$suite" in CudaDevice|CudaResources|CudaCheck|CudaMatmul|CudaAttention) continue ;; esac
+    run_stage "tests-$suite" 60 "$tests_bin" --gtest_filter="$suite.*:-$production" \
+      --gtest_output="xml:$logs/tests-$suite.xml"
+  done
+
+  # compute-sanitizer (non-fatal): small shapes, the kernels with shared
+  # memory, atomics and bounds to get wrong.
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  for tool in memcheck racecheck; do
+    if [[ ! -x "$sanitizer" ]]; then skip "$tool" "compute-sanitizer not found"; continue; fi
+    WARN_RC=99 WARN_NOTE="compute-sanitizer reported errors (non-fatal; see its log)" \
+      GT_TEST_SHAPES=small run_stage "$tool" 120 "$sanitizer" --tool "$tool" --error-exitcode 99 \
+      "$tests_bin" --gtest_filter="CudaAttention.*:CudaCrossEntropy*:CudaEmbedding*:-$production"
+  done
+
+  run_stage gpu-bench 150 bash -c 'exec "$0" >"$1"' "$exe_dir/gpu_bench" "$logs/gpu_bench.csv"
+  run_stage peaks 90 "$trainer" bench --config "$root/configs/gpt2_124m.yaml" --out "$logs/peaks.json"
+fi
+
+# torch.compile's 124M step: needs no build of ours, so it runs whatever
+# happened above; ours is the tensor-core run's (else the SIMT one's) metrics.
+if ! python3 -c "import torch" >/dev/null 2>&1; then
+  skip torch-compile "python3 has no torch"
+elif [[ $have_gpu == 0 ]] || ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+  skip torch-compile "torch sees no CUDA device"
+else
+  ours=(--pytorch-only --config "$root/configs/gpt2_124m.yaml")
+  for r in train_tc train_simt; do
+    if [[ -f "$logs/$r/metrics.jsonl" ]]; then ours=(--metrics "$logs/$r"); break; fi
+  done
+  csv=()
+  grep -q '^attention,' "$logs/gpu_bench.csv" 2>/dev/null && csv=(--gpu-bench-csv "$logs/gpu_bench.csv")
+  SKIP_RC=3 SKIP_NOTE="PyTorch older than 2.0 (no scaled_dot_product_attention)" \
+    run_stage torch-compile 200 python3 "$root/scripts/bench_vs_pytorch.py" "${ours[@]}" "${csv[@]}" \
+    --json "$logs/pytorch.json"
+fi
+
+# dp=2, fsdp=2, tp=2 as 2 ranks on the one GPU (collectives through host
+# memory, parallel.comm=mpi), fp32, against one rank on the same global batch.
+if [[ -n "$exe_dir" && $have_gpu == 1 ]]; then
   small=(--config "$root/configs/default.yaml"
          "data.train=$logs/data/text/train_*.bin" "data.val=[]" train.eval_every=0
          model.n_layer=2 model.n_head=4 model.n_embd=64 model.block_size=64 train.seq_len=64
          train.global_batch=8 train.steps=10 train.warmup_steps=2 log.every=1
-         checkpoint.every=0 runtime.device=cuda runtime.dtype=fp32
+         checkpoint.every=0 checkpoint.final=false runtime.device=cuda runtime.dtype=fp32
          runtime.collective_timeout_s=60 parallel.comm=mpi)
   mpirun=("$P/bin/mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2)
-  run_stage "layout ref (1 rank)" "$logs/layout_ref.log" 60 \
-    "$trainer" train "${small[@]}" train.micro_batch=8 "log.dir=$logs/layouts/ref"
-  run_stage "layout dp2" "$logs/layout_dp2.log" 60 "${mpirun[@]}" \
-    "$trainer" train "${small[@]}" parallel.dp=2 train.micro_batch=4 "log.dir=$logs/layouts/dp2"
-  run_stage "layout fsdp2" "$logs/layout_fsdp2.log" 60 "${mpirun[@]}" \
-    "$trainer" train "${small[@]}" parallel.fsdp=2 train.micro_batch=4 "log.dir=$logs/layouts/fsdp2"
-  run_stage "layout tp2" "$logs/layout_tp2.log" 60 "${mpirun[@]}" \
-    "$trainer" train "${small[@]}" parallel.tp=2 train.micro_batch=8 "log.dir=$logs/layouts/tp2"
-
-  # (d) the same 124M step in PyTorch, when python3 has torch with CUDA;
-  # ours from the run above (profiled steps left out) if it finished.
-  if ! python3 -c "import torch" >/dev/null 2>&1; then
-    skip "bench_vs_pytorch" "python3 has no torch"
-  elif ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
-    skip "bench_vs_pytorch" "torch sees no CUDA device"
-  else
-    # Ours as the training stage measured it; if that failed, PyTorch alone
-    # (running a failing trainer again would only spend the budget).
-    ours=(--pytorch-only --config "$root/configs/gpt2_124m.yaml")
-    [[ $train_rc == 0 && -f "$run/metrics.jsonl" ]] && ours=(--metrics "$run")
-    csv=()
-    grep -q '^attention,' "$logs/gpu_bench.csv" 2>/dev/null && csv=(--gpu-bench-csv "$logs/gpu_bench.csv")
-    SKIP_RC=3 SKIP_NOTE="PyTorch older than 2.0 (no scaled_dot_product_attention)" \
-      run_stage "bench_vs_pytorch" "$logs/bench_vs_pytorch.log" 240 \
-      python3 "$root/scripts/bench_vs_pytorch.py" "${ours[@]}" "${csv[@]}" --json "$logs/pytorch.json"
-  fi
+  run_stage layout-ref 60 "$trainer" train "${small[@]}" train.micro_batch=8 "log.dir=$logs/layouts/ref"
+  run_stage layout-dp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.dp=2 \
+    train.micro_batch=4 "log.dir=$logs/layouts/dp2"
+  run_stage layout-fsdp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.fsdp=2 \
+    train.micro_batch=4 "log.dir=$logs/layouts/fsdp2"
+  run_stage layout-tp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.tp=2 \
+    train.micro_batch=8 "log.dir=$logs/layouts/tp2"
 fi
 
-# ---- 5. the table -------------------------------------------------------------------
-trial_flag=()
-[[ $trial == 1 ]] && trial_flag=(--trial)
-python3 "$root/scripts/gpu_table.py" "$logs" "${trial_flag[@]}" --elapsed "$(elapsed)" |
-  tee "$logs/table.txt"
-[[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+# ---- 3. the table, the tarball, the follow-up ----------------------------------------------
+table_args=("$logs" --elapsed "$(elapsed)")
+[[ $mode == trial ]] && table_args+=(--trial)
+python3 "$root/scripts/gpu_table.py" "${table_args[@]}" >"$logs/table.txt" 2>"$logs/table.err"
+[[ $? -ne 0 ]] && status=1
+cat "$logs/table.txt" "$logs/table.err"
+if [[ -n "$out" ]]; then
+  mkdir -p "$out"
+  # Every log and small result; the data shards and any checkpoint stay behind.
+  tar -czf "$out/gpu_check.tar.gz" -C "$(dirname "$logs")" --exclude='*/data/*' \
+    --exclude='*/checkpoints/*' --exclude='*.safetensors' "$(basename "$logs")" &&
+    cp "$logs/table.txt" "$out/table.txt" &&
+    echo "gpu_check: $out/gpu_check.tar.gz ($(du -h "$out/gpu_check.tar.gz" | cut -f1)) and $out/table.txt"
+fi
+failed="$(awk -F'\t' '$2 == "FAILED" && $1 != "binaries" {printf "%s%s", sep, $1; sep=","}' "$stages")"
+if [[ -n "$failed" ]]; then
+  echo "rerun only the failed stages on the still-warm machine (30 s):"
+  echo "  bash scripts/gpu_check.sh --only $failed --logs $logs"
+fi
 echo "gpu_check: $([[ $status == 0 ]] && echo OK || echo FAILED) after $(elapsed); logs in $logs"
 exit $status

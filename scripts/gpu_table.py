@@ -5,16 +5,20 @@ bench_vs_pytorch.py shares.
 
 Owns:
   * readers: metrics.jsonl, the resolved config.yaml the trainer writes to
-    log.dir, roofline.json, `trainer bench --out` JSON, gpu_bench's CSV, the
-    GoogleTest XML, and stages.tsv (gpu_check's record: one line per stage,
-    name TAB status TAB seconds TAB log TAB note; status ok | FAILED | skipped);
+    log.dir, roofline.json, `trainer bench --out` JSON, gpu_bench's CSV and
+    its "# check" lines, the GoogleTest XML of every tests-* stage,
+    check_against_pytorch.py's --json, compute-sanitizer's ERROR SUMMARY, and
+    stages.tsv (gpu_check's record: one line per stage, name TAB status TAB
+    seconds TAB log TAB note; status ok | FAILED | warn | skipped; warn is
+    reported, never a failure);
   * figures derived from them: median tokens/s over the timed steps (after the
     warm-up, unprofiled), MFU from the model FLOPs formula the trainer uses
     (6 N + 12 L T C per token, N = matmul weights incl. the LM head), the time
     split of a profiled step (GEMM, attention, other kernels, exposed
     communication, idle), the largest loss difference between two runs;
   * render(logs): the table; any FAILED row, or a layout whose losses differ
-    from one rank's by more than the tolerance, makes it report failure.
+    from one rank's by more than the tolerance, makes it report failure, and
+    the rerun command for the failed stages closes it.
 It never makes a figure up: what a stage did not produce is printed as
 "not measured" with the stage's status and log.
 
@@ -35,6 +39,8 @@ import xml.etree.ElementTree as ET
 
 LOSS_TOL = 1e-4          # max |loss difference| of a layout against one rank
 LAYOUTS = ("dp2", "fsdp2", "tp2")
+TRAIN_RUNS = (("train-tc", "train_tc", "tensor-core attention"),
+              ("train-simt", "train_simt", "SIMT attention"))
 OTHER_KERNELS = ("layernorm", "gelu", "cross_entropy", "embedding", "elementwise", "optimizer")
 
 
@@ -118,6 +124,14 @@ def read_gpu_bench(path):
     with open(path) as f:
         lines = [l for l in f if l.strip() and not l.startswith("#")]
     return list(csv.DictReader(lines))
+
+
+def gpu_bench_checks(path):
+    """gpu_bench's '# check ...' lines (the sampled double-precision checks)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [l[2:].strip() for l in f if l.startswith("# check ")]
 
 
 def gpu_bench_peak(rows):
@@ -283,26 +297,82 @@ def render_stages(t, stages):
             t.fail(f"{st['name']}: {st['note'] or 'failed'}" + (f" (see {log})" if log else ""))
 
 
-def render_tests(t, logs, st):
-    t("\nGPU tests (gt_cuda_tests)")
-    xml = os.path.join(logs, "gt_cuda_tests.xml")
-    if not os.path.exists(xml):
-        t(f"  no XML report: {stage_note(st)}")
+def test_stages(stages):
+    """The tests-* stages in the order they ran, with their XML paths."""
+    return [st for st in stages if st["name"].startswith("tests-")]
+
+
+def render_tests(t, logs, stage_list):
+    t("\nGPU tests (gt_cuda_tests; one process per stage)")
+    rows = test_stages(stage_list)
+    if not rows:
+        t("  no test stage ran")
         return
-    suites, failed = read_test_xml(xml)
-    t(f"  {'suite':<34}{'passed':>8}{'failed':>8}{'skipped':>9}")
+    t(f"  {'stage / suite':<44}{'passed':>8}{'failed':>8}{'skipped':>9}")
     tot = [0, 0, 0]
-    for name, p, f, s in suites:
-        tot = [tot[0] + p, tot[1] + f, tot[2] + s]
-        t(f"  {name:<34}{p:>8}{f:>8}{s:>9}")
-    t(f"  {'total':<34}{tot[0]:>8}{tot[1]:>8}{tot[2]:>9}")
-    for n in failed:
-        t(f"  FAILED {n}")
-        t.fail(f"gt_cuda_tests: {n}")
+    for st in rows:
+        xml = os.path.join(logs, st["name"] + ".xml")
+        if not os.path.exists(xml):
+            t(f"  {st['name']:<44}  no XML report: {stage_note(st)}")
+            continue
+        suites, failed = read_test_xml(xml)
+        for name, p, f, s in suites:
+            tot = [tot[0] + p, tot[1] + f, tot[2] + s]
+            label = name if st["name"] == f"tests-{name}" else f"{st['name']}: {name}"
+            t(f"  {label:<44}{p:>8}{f:>8}{s:>9}")
+        for n in failed:
+            t(f"  FAILED {n}")
+            t.fail(f"gt_cuda_tests: {n}")
+    t(f"  {'total':<44}{tot[0]:>8}{tot[1]:>8}{tot[2]:>9}")
+
+
+def sanitizer_errors(path):
+    """compute-sanitizer's 'ERROR SUMMARY: N errors' from a log, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path, errors="replace") as f:
+        for line in f:
+            if "ERROR SUMMARY:" in line:
+                try:
+                    return int(line.split("ERROR SUMMARY:")[1].split()[0])
+                except (IndexError, ValueError):
+                    return None
+    return None
+
+
+def render_sanitizer(t, logs, stages):
+    t("\ncompute-sanitizer (attention, cross-entropy, embedding tests; small shapes; non-fatal)")
+    for tool in ("memcheck", "racecheck"):
+        st = stages.get(tool)
+        n = sanitizer_errors(os.path.join(logs, f"{tool}.log"))
+        if st is None or n is None:
+            t(f"  {tool:<10} {stage_note(st)}")
+        else:
+            t(f"  {tool:<10} {n} error(s) reported ({stage_note(st)})")
+
+
+def render_pytorch_check(t, logs, stages):
+    t("\nAgainst an independent PyTorch GPT-2 (scripts/check_against_pytorch.py, "
+      "runtime.device=cuda; torch: CPU fp32)")
+    t(f"  {'dtype':<7}{'max rel loss':>14}{'max rel gnorm':>15}{'max weight diff':>17}"
+      f"{'tolerance':>11}  result")
+    for dt in ("fp32", "bf16"):
+        st = stages.get(f"pytorch-{dt}")
+        path = os.path.join(logs, f"pytorch-{dt}.json")
+        if not os.path.exists(path):
+            t(f"  {dt:<7}  not measured: {stage_note(st)}")
+            continue
+        r = read_json(path)
+        tol = r.get("tolerances", {}).get("loss")
+        t(f"  {dt:<7}{fmt(r.get('max_rel_loss'), '.2e'):>14}{fmt(r.get('max_rel_grad_norm'), '.2e'):>15}"
+          f"{fmt(r.get('max_weight_diff'), '.2e'):>17}{fmt(tol, '.0e'):>11}  "
+          + ("pass" if r.get("pass") else "FAILED"))
+        if not r.get("pass"):
+            t.fail(f"pytorch-{dt}: differs from PyTorch beyond the tolerance (see pytorch-{dt}.log)")
 
 
 def render_gpu_bench(t, logs, rows, st, torch_res):
-    t("\nBenchmark (gpu_bench; GPT-2 124M: B=16 T=1024 C=768 V=50257, 12 heads of 64)")
+    t("\nBenchmark (gpu_bench; GPT-2 124M: B=16 T=1024 C=768, 12 heads of 64, LM head over the padded 50304)")
     if not rows:
         err = os.path.join(logs, "gpu_bench.csv")
         said = open(err).read().strip() if os.path.exists(err) else ""
@@ -321,6 +391,10 @@ def render_gpu_bench(t, logs, rows, st, torch_res):
         t(f"  {r['section']:<10}{r['name']:<16}{r['dtype']:<6}{shape:>22}{float(r['ms']):>10.3f}"
           f"{tf:>10}{pct:>8}{gbs:>8}")
     t(f"  measured bf16 GEMM peak: {peak:.1f} TFLOP/s (% peak: bf16 rows against it)")
+    for line in gpu_bench_checks(os.path.join(logs, "gpu_bench.csv")):
+        t(f"  {line}")
+        if line.endswith("FAILED"):
+            t.fail(f"gpu_bench {line}")
     ours = gpu_bench_attention_ms(rows)
     sdpa = (torch_res or {}).get("sdpa_fwd_bwd_ms")
     if ours is not None and sdpa:
@@ -330,7 +404,7 @@ def render_gpu_bench(t, logs, rows, st, torch_res):
 
 def render_peaks(t, logs, st):
     t("\nMeasured peaks (trainer bench, configs/gpt2_124m.yaml's runtime)")
-    path = os.path.join(logs, "bench", "peaks.json")
+    path = os.path.join(logs, "peaks.json")
     if not os.path.exists(path):
         t(f"  not measured: {stage_note(st)}")
         return None
@@ -341,41 +415,50 @@ def render_peaks(t, logs, st):
     return b
 
 
-def render_training(t, logs, st, bench_rows, warmup):
-    run = os.path.join(logs, "train_124m")
-    t("\nGPT-2 124M bf16 training (configs/gpt2_124m.yaml, 1 GPU)")
-    s = run_summary(run, warmup) if os.path.isdir(run) else None
-    if s is None or s["tokens_per_s"] is None:
-        t(f"  not measured: {stage_note(st)}")
-        return s
-    steps = s["timed_steps"]
-    t(f"  tokens/s            {s['tokens_per_s']:,.0f}  (median of steps {steps[0]}-{steps[-1]},"
-      f" {len(steps)} unprofiled steps after {warmup} warm-up; step {fmt(s['step_ms'])} ms)")
+def render_training(t, logs, stages, bench_rows, warmup):
+    """Both 124M runs, side by side; the time split and roofline of the
+    profiled one. Returns {stage: summary or None}."""
+    t("\nGPT-2 124M bf16 training (configs/gpt2_124m.yaml, B=16 T=1024, 1 GPU, random tokens)")
     peak = gpu_bench_peak(bench_rows)
-    if peak > 0 and s["flops_per_token"]:
-        mfu = s["flops_per_token"] * s["tokens_per_s"] / (peak * 1e12)
-        t(f"  MFU                 {100 * mfu:.1f}% of the measured bf16 GEMM peak "
-          f"({peak:.1f} TFLOP/s, gpu_bench)")
-    else:
-        t("  MFU                 - (no bf16 GEMM peak: gpu_bench did not measure one)")
-    t(f"  MFU (trainer)       {fmt(None if s['mfu'] is None else 100 * s['mfu'])}% of its "
-      f"peaks (trainer bench), {fmt(None if s['mfu_datasheet'] is None else 100 * s['mfu_datasheet'])}%"
-      f" of the datasheet (profile.hardware)")
-    t(f"  peak memory         {fmt(gib(s['peak_mem_bytes']), '.2f')} GiB")
-    t(f"  final loss          {fmt(s['final_loss'], '.4f')}")
-    roof_path = os.path.join(run, "roofline.json")
-    if not os.path.exists(roof_path):
-        t("  time split / roofline: not measured (no roofline.json: profiling did not finish)")
-        return s
-    roof = read_json(roof_path)
-    split, step_ms = time_split(roof)
-    t(f"\n  Time split of a profiled step ({roof.get('profiled_steps', '?')} profiled step(s), "
-      f"{step_ms:.2f} ms each; profiled steps synchronise after every op)")
-    for name, ms in split:
-        share = 100 * ms / step_ms if step_ms > 0 else 0.0
-        t(f"    {name:<26}{ms:>10.2f} ms{share:>7.1f}%")
-    render_roofline(t, roof)
-    return s
+    sums = {}
+    for stage, run_name, what in TRAIN_RUNS:
+        run = os.path.join(logs, run_name)
+        s = run_summary(run, warmup) if os.path.isdir(run) else None
+        sums[stage] = s
+        t(f"  {what} ({stage})")
+        if s is None or s["tokens_per_s"] is None:
+            t(f"    not measured: {stage_note(stages.get(stage))}")
+            continue
+        steps = s["timed_steps"]
+        t(f"    tokens/s            {s['tokens_per_s']:,.0f}  (median of steps {steps[0]}-{steps[-1]},"
+          f" {len(steps)} unprofiled steps after {warmup} warm-up; step {fmt(s['step_ms'])} ms)")
+        if peak > 0 and s["flops_per_token"]:
+            mfu = s["flops_per_token"] * s["tokens_per_s"] / (peak * 1e12)
+            t(f"    MFU                 {100 * mfu:.1f}% of the measured bf16 GEMM peak "
+              f"({peak:.1f} TFLOP/s, gpu_bench)")
+        else:
+            t("    MFU                 - (no bf16 GEMM peak: gpu_bench did not measure one)")
+        t(f"    MFU (trainer)       {fmt(None if s['mfu'] is None else 100 * s['mfu'])}% of its "
+          f"peaks, {fmt(None if s['mfu_datasheet'] is None else 100 * s['mfu_datasheet'])}%"
+          f" of the datasheet (profile.hardware)")
+        t(f"    peak memory         {fmt(gib(s['peak_mem_bytes']), '.2f')} GiB")
+        t(f"    final loss          {fmt(s['final_loss'], '.4f')}")
+    tc, simt = sums.get("train-tc"), sums.get("train-simt")
+    if tc and simt and tc["tokens_per_s"] and simt["tokens_per_s"]:
+        t(f"  tensor-core / SIMT tokens/s: {tc['tokens_per_s'] / simt['tokens_per_s']:.2f}x")
+    for stage, run_name, what in TRAIN_RUNS:
+        roof_path = os.path.join(logs, run_name, "roofline.json")
+        if not os.path.exists(roof_path):
+            continue
+        roof = read_json(roof_path)
+        split, step_ms = time_split(roof)
+        t(f"\n  Time split of a profiled step, {what} ({roof.get('profiled_steps', '?')} profiled "
+          f"step(s), {step_ms:.2f} ms each; profiled steps synchronise after every op)")
+        for name, ms in split:
+            share = 100 * ms / step_ms if step_ms > 0 else 0.0
+            t(f"    {name:<26}{ms:>10.2f} ms{share:>7.1f}%")
+        render_roofline(t, roof)
+    return sums
 
 
 def render_roofline(t, roof):
@@ -403,11 +486,11 @@ def render_layouts(t, logs, stages, tol):
       f"same global batch")
     t(f"  {'layout':<10}{'steps':>6}{'max |dloss|':>14}{'at step':>9}{'tol':>9}  result")
     ref_dir = os.path.join(logs, "layouts", "ref")
-    ref_st = stages.get("layout ref (1 rank)")
+    ref_st = stages.get("layout-ref")
     ref = read_metrics(os.path.join(ref_dir, "metrics.jsonl")) \
         if ref_st and ref_st["status"] == "ok" else None
     for name in LAYOUTS:
-        st = stages.get(f"layout {name}")
+        st = stages.get(f"layout-{name}")
         got_path = os.path.join(logs, "layouts", name, "metrics.jsonl")
         if st is None or st["status"] != "ok" or not os.path.exists(got_path):
             t(f"  {name:<10}{'':>6}{'':>14}{'':>9}{'':>9}  {stage_note(st)}")
@@ -427,7 +510,7 @@ def render_layouts(t, logs, stages, tol):
 
 
 def render_pytorch(t, logs, st):
-    t("\nAgainst PyTorch (scripts/bench_vs_pytorch.py: same GPT-2 124M step, torch.compile, bf16)")
+    t("\nAgainst torch.compile (scripts/bench_vs_pytorch.py: the same GPT-2 124M step, bf16)")
     path = os.path.join(logs, "pytorch.json")
     if not os.path.exists(path):
         t(f"  not measured: {stage_note(st)}")
@@ -451,19 +534,29 @@ def render(logs, trial=False, elapsed="", tol=LOSS_TOL, warmup=5):
     gpu_txt = os.path.join(logs, "gpu.txt")
     gpu = open(gpu_txt).read().strip() if os.path.exists(gpu_txt) else "no nvidia-smi output"
     t(f"==== gpu_check ({'trial, no GPU' if trial else gpu}) ====")
+    machine = os.path.join(logs, "machine.txt")
+    if os.path.exists(machine):
+        with open(machine) as f:
+            for line in f:
+                t(f"  {line.rstrip()}")
     stage_list = read_stages(os.path.join(logs, "stages.tsv"))
     stages = {s["name"]: s for s in stage_list}
     render_stages(t, stage_list)
-    render_tests(t, logs, stages.get("gpu tests"))
     bench_rows = read_gpu_bench(os.path.join(logs, "gpu_bench.csv"))
     torch_path = os.path.join(logs, "pytorch.json")
     torch_res = read_json(torch_path) if os.path.exists(torch_path) else None
-    render_gpu_bench(t, logs, bench_rows, stages.get("gpu_bench"), torch_res)
-    render_peaks(t, logs, stages.get("trainer bench"))
-    render_training(t, logs, stages.get("train gpt2_124m bf16"), bench_rows, warmup)
+    render_training(t, logs, stages, bench_rows, warmup)
+    render_pytorch_check(t, logs, stages)
+    render_tests(t, logs, stage_list)
+    render_sanitizer(t, logs, stages)
+    render_gpu_bench(t, logs, bench_rows, stages.get("gpu-bench"), torch_res)
+    render_peaks(t, logs, stages.get("peaks"))
+    render_pytorch(t, logs, stages.get("torch-compile"))
     render_layouts(t, logs, stages, tol)
-    render_pytorch(t, logs, stages.get("bench_vs_pytorch"))
+    warned = [s["name"] for s in stage_list if s["status"] == "warn"]
     t(f"\nlogs: {logs}" + (f"   elapsed: {elapsed}" if elapsed else ""))
+    if warned:
+        t(f"warnings (non-fatal): {', '.join(warned)}")
     if t.failed:
         t(f"FAILED ({len(t.failed)}):")
         for f in t.failed:

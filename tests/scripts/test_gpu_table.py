@@ -62,12 +62,12 @@ def jsonl(path, recs):
     write(path, "".join(json.dumps(r) + "\n" for r in recs))
 
 
-def train_records():
+def train_records(scale=1.0):
     """30 steps: 5 slow warm-up steps, 23 timed steps whose median is 20000
-    tokens/s, 2 profiled steps (28, 29) that are much slower."""
+    tokens/s (times scale), 2 profiled steps (28, 29) that are much slower."""
     recs = []
     for s in range(30):
-        tps = 1000.0 if s < 5 or s >= 28 else (19000.0, 20000.0, 21000.0)[s % 3]
+        tps = scale * (1000.0 if s < 5 or s >= 28 else (19000.0, 20000.0, 21000.0)[s % 3])
         recs.append(dict(step=s, loss=10.8 - 0.01 * s, tokens_per_s=tps, step_ms=16384 / tps * 1e3,
                          mfu=0.25, mfu_datasheet=0.2, peak_mem_bytes=(20 + s % 2) * 2**30,
                          comm_exposed_ms=0.0, comm_bytes={"world": 0}))
@@ -98,6 +98,7 @@ def roofline():
 
 
 GPU_BENCH_CSV = f"""section,name,dtype,M,N,K,gflop,ms,tflops,gbs
+# check lm_head_fwd bf16 16384x50304x768: 256 samples, worst |got - want| / tolerance 0.01: ok
 peak,gemm_4096,bf16,4096,4096,4096,137.4,1.3744,{GEMM_PEAK:.1f},0
 gemm,qkv_fwd,bf16,16384,2304,768,58.0,1.16,50.0,0
 attention,attn_fwd,bf16,192,1024,64,12.9,1.0,12.9,0
@@ -118,36 +119,61 @@ TEST_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+TEST_XML_ADAMW = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuites>
+  <testsuite name="CudaAdamW" tests="1">
+    <testcase name="StepMatchesCpu" result="completed"/>
+  </testsuite>
+</testsuites>
+"""
+
+
 def layout_losses(delta=0.0):
     return [dict(step=s, loss=5.5 - 0.1 * s + (delta if s == 7 else 0.0)) for s in range(10)]
+
+
+def pytorch_check(dtype, passed=True):
+    tol = 1e-4 if dtype == "fp32" else 2e-2
+    return {"device": "cuda", "dtype": dtype, "steps": 10,
+            "tolerances": {"loss": tol, "grad_norm": tol, "weights": tol},
+            "max_rel_loss": tol / 10 if passed else tol * 10, "max_rel_grad_norm": tol / 5,
+            "max_weight_diff": tol / 3, "pass": passed}
 
 
 class GpuLogs:
     """A gpu_check log folder as a GPU run would leave it."""
 
-    STAGES = ["configure", "build tests, gpu_bench", "build trainer", "gpu tests", "gpu_bench",
-              "trainer bench", "data", "train gpt2_124m bf16", "layout ref (1 rank)",
-              "layout dp2", "layout fsdp2", "layout tp2", "bench_vs_pytorch"]
+    STAGES = ["binaries", "tests-core", "data", "train-tc", "train-simt", "pytorch-fp32",
+              "pytorch-bf16", "tests-production", "tests-CudaAdamW", "memcheck", "racecheck",
+              "gpu-bench", "peaks", "torch-compile", "layout-ref", "layout-dp2", "layout-fsdp2",
+              "layout-tp2"]
 
     def __init__(self, d, tp2_delta=0.0, failed=None):
         self.d = d
         lines = []
         for name in self.STAGES:
-            log = os.path.join(d, name.split()[0] + ".log")
+            log = os.path.join(d, name + ".log")
             if name == failed:
                 lines.append(f"{name}\tFAILED\t3\t{log}\texit 1")
             else:
                 lines.append(f"{name}\tok\t3\t{log}\t")
         write(os.path.join(d, "stages.tsv"), "\n".join(lines) + "\n")
         write(os.path.join(d, "gpu.txt"), "Fake GPU, 1.0, 1 MiB")
-        write(os.path.join(d, "gt_cuda_tests.xml"), TEST_XML)
+        write(os.path.join(d, "machine.txt"), "os: Test OS 1\nnvcc: release 0.0, V0.0.0\n")
+        write(os.path.join(d, "tests-core.xml"), TEST_XML)
+        write(os.path.join(d, "tests-CudaAdamW.xml"), TEST_XML_ADAMW)
         write(os.path.join(d, "gpu_bench.csv"), GPU_BENCH_CSV)
-        write(os.path.join(d, "bench", "peaks.json"), json.dumps(
+        write(os.path.join(d, "peaks.json"), json.dumps(
             {"device": "cuda", "dtype": "bf16", "peaks": {"gemm_tflops": 90.0, "mem_gbps": 2000.0}}))
-        run = os.path.join(d, "train_124m")
-        write(os.path.join(run, "config.yaml"), CONFIG_124M)
-        jsonl(os.path.join(run, "metrics.jsonl"), train_records())
-        write(os.path.join(run, "roofline.json"), json.dumps(roofline()))
+        for run_name, scale in (("train_tc", 1.0), ("train_simt", 0.5)):
+            run = os.path.join(d, run_name)
+            write(os.path.join(run, "config.yaml"), CONFIG_124M)
+            jsonl(os.path.join(run, "metrics.jsonl"), train_records(scale))
+        write(os.path.join(d, "train_tc", "roofline.json"), json.dumps(roofline()))
+        for dt in ("fp32", "bf16"):
+            write(os.path.join(d, f"pytorch-{dt}.json"), json.dumps(pytorch_check(dt)))
+        write(os.path.join(d, "memcheck.log"), "========= ERROR SUMMARY: 0 errors\n")
+        write(os.path.join(d, "racecheck.log"), "========= RACECHECK SUMMARY\n")
         for name in ("ref", "dp2", "fsdp2"):
             jsonl(os.path.join(d, "layouts", name, "metrics.jsonl"), layout_losses(2e-6))
         jsonl(os.path.join(d, "layouts", "ref", "metrics.jsonl"), layout_losses())
@@ -222,9 +248,15 @@ class Table(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         out = p.stdout
         self.assertIn("==== gpu_check (Fake GPU, 1.0, 1 MiB) ====", out)
-        self.assertRegex(out, r"total\s+2\s+0\s+1")
+        self.assertIn("  os: Test OS 1", out)
+        self.assertRegex(out, r"tests-core: CudaMatmul\s+1\s+0\s+1")
+        self.assertRegex(out, r"\n  CudaAdamW\s+1\s+0\s+0")
+        self.assertRegex(out, r"total\s+3\s+0\s+1")
         # Median of the 23 timed steps (5..27), not the warm-up or profiled ones.
-        self.assertIn("tokens/s            20,000  (median of steps 5-27, 23 unprofiled", out)
+        self.assertIn("tensor-core attention (train-tc)\n"
+                      "    tokens/s            20,000  (median of steps 5-27, 23 unprofiled", out)
+        self.assertIn("SIMT attention (train-simt)\n    tokens/s            10,000", out)
+        self.assertIn("tensor-core / SIMT tokens/s: 2.00x", out)
         mfu = 100 * FLOPS_PER_TOKEN_124M * 20000 / (GEMM_PEAK * 1e12)
         self.assertIn(f"MFU                 {mfu:.1f}% of the measured bf16 GEMM peak "
                       f"({GEMM_PEAK:.1f} TFLOP/s, gpu_bench)", out)
@@ -233,6 +265,10 @@ class Table(unittest.TestCase):
         self.assertRegex(out, r"GEMM\s+50\.00 ms\s+50\.0%")
         self.assertRegex(out, r"idle \(no op, no wait\)\s+15\.00 ms\s+15\.0%")
         self.assertRegex(out, r"gemm\s+matmul_forward M=16384 N=2304 K=768\s+12\s+30\.000")
+        self.assertRegex(out, r"fp32\s+1\.00e-05\s+2\.00e-05\s+3\.33e-05\s+1e-04  pass")
+        self.assertRegex(out, r"bf16\s+2\.00e-03\s+4\.00e-03\s+6\.67e-03\s+2e-02  pass")
+        self.assertIn("memcheck   0 error(s) reported (ok (see memcheck.log))", out)
+        self.assertIn("check lm_head_fwd bf16 16384x50304x768: 256 samples", out)
         self.assertIn("cuda bf16: GEMM 90.0 TFLOP/s, memory 2000 GB/s", out)
         self.assertRegex(out, r"dp2\s+10\s+2\.000e-06\s+7\s+1e-04\s+pass")
         self.assertRegex(out, r"tp2\s+10\s+0\.000e\+00\s+\d+\s+1e-04\s+pass")
@@ -251,32 +287,55 @@ class Table(unittest.TestCase):
         self.assertEqual(run(TABLE, self.dir, "--tol", "1e-3").returncode, 0)
 
     def test_failed_stage_is_a_row_naming_its_log(self):
-        GpuLogs(self.dir, failed="train gpt2_124m bf16")
-        shutil.rmtree(os.path.join(self.dir, "train_124m"))
+        GpuLogs(self.dir, failed="train-tc")
+        shutil.rmtree(os.path.join(self.dir, "train_tc"))
         p = run(TABLE, self.dir)
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
-        self.assertRegex(p.stdout, r"train gpt2_124m bf16\s+FAILED\s+3s\s+train\.log exit 1")
-        self.assertIn("not measured: FAILED: exit 1 (see train.log)", p.stdout)
-        self.assertIn("  - train gpt2_124m bf16: exit 1 (see train.log)", p.stdout)
+        self.assertRegex(p.stdout, r"train-tc\s+FAILED\s+3s\s+train-tc\.log exit 1")
+        self.assertIn("tensor-core attention (train-tc)\n"
+                      "    not measured: FAILED: exit 1 (see train-tc.log)", p.stdout)
+        self.assertIn("  - train-tc: exit 1 (see train-tc.log)", p.stdout)
+        self.assertNotIn("tensor-core / SIMT", p.stdout)
+
+    def test_a_pytorch_mismatch_or_a_failed_sampled_check_fails_the_table(self):
+        GpuLogs(self.dir)
+        write(os.path.join(self.dir, "pytorch-bf16.json"), json.dumps(pytorch_check("bf16", False)))
+        with open(os.path.join(self.dir, "gpu_bench.csv"), "a") as f:
+            f.write("# check lm_head_dinp bf16 16384x768x50304: 256 samples, worst 7: FAILED\n")
+        p = run(TABLE, self.dir)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertRegex(p.stdout, r"bf16\s+2\.00e-01\s+4\.00e-03\s+6\.67e-03\s+2e-02  FAILED")
+        self.assertIn("  - pytorch-bf16: differs from PyTorch beyond the tolerance", p.stdout)
+        self.assertIn("  - gpu_bench check lm_head_dinp bf16", p.stdout)
+
+    def test_sanitizer_findings_warn_without_failing(self):
+        GpuLogs(self.dir)
+        with open(os.path.join(self.dir, "stages.tsv")) as f:
+            stages = f.read().replace("racecheck\tok\t3", "racecheck\twarn\t3")
+        write(os.path.join(self.dir, "stages.tsv"), stages)
+        write(os.path.join(self.dir, "racecheck.log"), "========= ERROR SUMMARY: 2 errors\n")
+        p = run(TABLE, self.dir)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("racecheck  2 error(s) reported (warn", p.stdout)
+        self.assertIn("warnings (non-fatal): racecheck", p.stdout)
 
     def test_trial_without_gpu(self):
-        stages = ["configure\tok\t20\t/x/configure.log\t", "gpu tests\tok\t1\t/x/gt_cuda_tests.log\t",
-                  "gpu_bench\tskipped\t0\t/x/gpu_bench.csv\tno CUDA device"]
+        stages = ["binaries\tok\t0\t/x/STAMP\tprepared on the CPU machine"]
         stages += [f"{s}\tskipped\t\t\tno GPU" for s in
-                   ("trainer bench", "train gpt2_124m bf16", "layout ref (1 rank)", "layout dp2",
-                    "layout fsdp2", "layout tp2", "bench_vs_pytorch")]
+                   ("tests-core", "data", "train-tc", "train-simt", "pytorch-fp32", "pytorch-bf16",
+                    "tests-production", "tests-suites", "memcheck", "racecheck", "gpu-bench",
+                    "peaks", "layout-ref", "layout-dp2", "layout-fsdp2", "layout-tp2")]
+        stages.append("torch-compile\tskipped\t\t\ttorch sees no CUDA device")
         write(os.path.join(self.dir, "stages.tsv"), "\n".join(stages) + "\n")
         write(os.path.join(self.dir, "gpu.txt"), "no nvidia-smi")
-        write(os.path.join(self.dir, "gt_cuda_tests.xml"), TEST_XML)
-        write(os.path.join(self.dir, "gpu_bench.csv"), "# no CUDA device: nothing measured\n")
         p = run(TABLE, self.dir, "--trial")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         out = p.stdout
         self.assertIn("==== gpu_check (trial, no GPU) ====", out)
-        self.assertIn("not measured: # no CUDA device: nothing measured [skipped: no CUDA device",
+        self.assertIn("tensor-core attention (train-tc)\n    not measured: skipped: no GPU", out)
+        self.assertIn("  fp32     not measured: skipped: no GPU", out)
+        self.assertIn("  tests-core                                    no XML report: skipped: no GPU",
                       out)
-        self.assertIn("GPT-2 124M bf16 training (configs/gpt2_124m.yaml, 1 GPU)\n"
-                      "  not measured: skipped: no GPU", out)
         self.assertRegex(out, r"tp2\s+skipped: no GPU")
         self.assertNotIn("FAILED", out)
         # No invented figure anywhere: no tokens/s, MFU or ratio line.
@@ -290,10 +349,70 @@ class Table(unittest.TestCase):
 
     def test_unreadable_input_is_named(self):
         GpuLogs(self.dir)
-        write(os.path.join(self.dir, "train_124m", "roofline.json"), "{oops")
+        write(os.path.join(self.dir, "train_tc", "roofline.json"), "{oops")
         p = run(TABLE, self.dir)
         self.assertEqual(p.returncode, 1)
         self.assertIn("roofline.json: not JSON", p.stderr)
+
+
+class GpuCheckScript(unittest.TestCase):
+    """scripts/gpu_check.sh's plumbing on this machine (no GPU): every stage
+    gets a verdict, the table and the tarball are written, and a failed stage
+    comes with the command that reruns it."""
+
+    SCRIPT = os.path.join(SCRIPTS, "gpu_check.sh")
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gt_gpu_check_")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def check(self, *args):
+        env = {k: v for k, v in os.environ.items() if k != "OUT"}
+        return subprocess.run(["bash", self.SCRIPT, *args], capture_output=True, text=True,
+                              env=env, timeout=300)
+
+    def test_every_stage_gets_a_verdict_and_everything_is_packed(self):
+        logs, out = os.path.join(self.dir, "logs"), os.path.join(self.dir, "out")
+        p = self.check("--logs", logs, "--out", out, "--budget", "120")
+        text = p.stdout + p.stderr
+        with open(os.path.join(logs, "stages.tsv")) as f:
+            rows = [line.split("\t") for line in f.read().splitlines()]
+        names = [r[0] for r in rows]
+        for stage in ("binaries", "tests-core", "train-tc", "train-simt", "pytorch-fp32",
+                      "pytorch-bf16", "tests-production", "memcheck", "gpu-bench",
+                      "torch-compile", "layout-tp2"):
+            self.assertIn(stage, names, text)
+        self.assertTrue(all(r[1] in ("ok", "FAILED", "warn", "skipped") for r in rows), rows)
+        self.assertTrue(os.path.exists(os.path.join(out, "gpu_check.tar.gz")), text)
+        with open(os.path.join(out, "table.txt")) as f:
+            self.assertIn("==== gpu_check (", f.read())
+        # Without .gpu_deps (a fresh clone) everything of ours fails; with
+        # --prepare's folders it is skipped (no GPU). Either way the exit
+        # status says whether a row failed.
+        failed = [r[0] for r in rows if r[1] == "FAILED" and r[0] != "binaries"]
+        self.assertEqual(p.returncode, 1 if any(r[1] == "FAILED" for r in rows) else 0, text)
+        if failed:  # the rerun command names exactly those
+            self.assertIn(f"bash scripts/gpu_check.sh --only {','.join(failed)} --logs {logs}",
+                          text)
+
+    def test_only_reruns_into_the_same_folder_keep_the_other_rows(self):
+        logs = os.path.join(self.dir, "logs")
+        self.check("--logs", logs, "--budget", "60")
+        with open(os.path.join(logs, "stages.tsv")) as f:
+            before = [line.split("\t")[0] for line in f.read().splitlines()]
+        self.check("--logs", logs, "--budget", "60", "--only", "gpu-bench,layout-")
+        with open(os.path.join(logs, "stages.tsv")) as f:
+            after = [line.split("\t")[0] for line in f.read().splitlines()]
+        self.assertEqual(sorted(before), sorted(after))
+        self.assertEqual(after.count("gpu-bench"), 1)
+
+    def test_argument_errors(self):
+        for args, message in ((["--from", "build"], "--from goes with --prepare"),
+                              (["--budget", "soon"], "take a whole number"),
+                              (["--frobnicate"], "unknown argument '--frobnicate'")):
+            p = self.check(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(message, p.stderr)
 
 
 class BenchVsPytorch(unittest.TestCase):
