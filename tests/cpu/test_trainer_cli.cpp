@@ -78,6 +78,16 @@ TEST_F(TrainerCli, NoFinalCheckpointMeansNoExport) {
   EXPECT_NE(out.find("checkpoint.final=false: no final checkpoint"), std::string::npos) << out;
 }
 
+// A switch that cannot reach the kernels yet says so rather than doing
+// nothing in silence.
+TEST_F(TrainerCli, AttentionTensorCoresWarnsThatItHasNoEffectYet) {
+  auto [rc, out] =
+      trainer("--config " + dir.file("cfg.yaml") + " runtime.attention_tensor_cores=true");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("runtime.attention_tensor_cores=true has no effect yet"), std::string::npos)
+      << out;
+}
+
 TEST_F(TrainerCli, MissingDataFile) {
   expect_rejected("--config " + dir.file("cfg.yaml") + " data.train=" + dir.file("nope.bin"),
                   "data.train (" + dir.file("nope.bin") + "): expected a file or a glob matching one");

@@ -77,6 +77,8 @@ struct RuntimeConfig {
   double collective_timeout_s = 300.0;  // a collective not done by then aborts the job; 0 = never
   // CUDA, bf16, head size a multiple of 16: attention on the WMMA tensor-core
   // kernels instead of the fp32-math ones. Off until its GPU test has passed.
+  // No effect in training yet (the trainer warns): they take bf16 q, k, v and
+  // the model's activations are fp32 until bf16 activation storage lands.
   bool attention_tensor_cores = false;
 };
 
