@@ -7,6 +7,7 @@
 //   trainer export  --checkpoint DIR --out FILE.safetensors
 //   trainer bench   [--config FILE] [--out FILE.json]
 //   trainer plan    --config FILE --hardware FILE --gpus N[,N...] [...]   (trainer/plan/)
+//   trainer costs   --config FILE --hardware FILE [--peaks F] [--json F]  (trainer/plan/)
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -27,6 +28,7 @@
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/profile/bench.hpp"
+#include "trainer/plan/costs_command.hpp"
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/sample/sampler.hpp"
 #include "trainer/train/launch_checks.hpp"
@@ -46,7 +48,9 @@ const char* kUsage =
     "                                                          collective peaks (README Profiling)\n"
     "  trainer plan --config FILE --hardware FILE --gpus N[,N...] [--nodes N[,N...]]\n"
     "               [--micro-batch B[,B...]] [--peaks BENCH.json] [--json FILE|-]\n"
-    "                                                           predict memory and step time\n";
+    "                                                           predict memory and step time\n"
+    "  trainer costs --config FILE --hardware FILE [--peaks BENCH.json] [--json FILE|-]\n"
+    "                [section.key=value ...]   every op of one CUDA step: FLOPs, bytes, floor\n";
 
 struct UsageError : gt::Error {
   using gt::Error::Error;
@@ -240,6 +244,9 @@ int main(int argc, char** argv) {
       return gt::run_plan_command({a.flag("config"), a.flag("hardware"), a.flag("gpus"),
                                    a.flag("nodes"), a.flag("micro-batch"), a.flag("peaks"),
                                    a.flag("json"), a.overrides});
+    if (a.command == "costs")
+      return gt::run_costs_command(
+          {a.flag("config"), a.flag("hardware"), a.flag("peaks"), a.flag("json"), a.overrides});
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
     // Under mpirun every rank sees the same command line: one message is enough.

@@ -166,7 +166,7 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
               }),
         // Three kernels: D = rowsum(dout * out) into scratch, then dK/dV and dQ,
         // each reading q, k, v, dout, the log-sum-exp and D.
-        (3.0 * Ca + 2.0 * Ca) * B * T * 4 + (3.0 * scratch + saved) * 4,
+        gt::op_cost::attention_backward_kernel_extra_bytes(B, NH, T, hs, saved, scratch),
         "qkv read twice and dout three times (rowdot, dK/dV, dQ kernels), D written and read "
         "twice, the log-sum-exp read twice");
   const int64_t Vt = 4096, Tt = 128, Bt = 2, Ce = 256;

@@ -89,6 +89,8 @@ HardwareSpec load_hardware(const std::string& path) {
     } else if (key == "bf16_tflops") hw.bf16_tflops = number(v, key, path);
     else if (key == "fp32_tflops") hw.fp32_tflops = number(v, key, path);
     else if (key == "hbm_gbps") hw.hbm_gbps = number(v, key, path);
+    else if (key == "bf16_tflops_sustained") hw.bf16_tflops_sustained = number(v, key, path);
+    else if (key == "hbm_gbps_sustained") hw.hbm_gbps_sustained = number(v, key, path);
     else if (key == "memory_gib") hw.memory_gib = number(v, key, path);
     else if (key == "intra_node_gbps") hw.intra_node_gbps = number(v, key, path);
     else if (key == "inter_node_gbps") hw.inter_node_gbps = number(v, key, path);
@@ -99,12 +101,15 @@ HardwareSpec load_hardware(const std::string& path) {
     else if (key == "shared_compute") hw.shared_compute = v.as<bool>();
     else
       fail(path, ": unknown key '", key, "' (known: name, backend, bf16_tflops, fp32_tflops, "
-           "hbm_gbps, memory_gib, intra_node_gbps, inter_node_gbps, gpus_per_node, "
+           "hbm_gbps, bf16_tflops_sustained, hbm_gbps_sustained, memory_gib, intra_node_gbps, "
+           "inter_node_gbps, gpus_per_node, "
            "compute_efficiency, comm_efficiency, baseline_mib, shared_compute)");
   }
   for (const auto& k : required)
     if (!seen.count(k)) fail(path, ": missing key '", k, "'");
   if (hw.gpus_per_node < 1) fail(path, ": gpus_per_node must be >= 1");
+  if (hw.bf16_tflops_sustained < 0 || hw.hbm_gbps_sustained < 0)
+    fail(path, ": bf16_tflops_sustained and hbm_gbps_sustained must be >= 0");
   if (!(hw.peak_flops() > 0)) fail(path, ": the ", hw.peak_dtype(), " peak must be > 0");
   if (!(hw.memory_gib > 0) || !(hw.intra_node_gbps > 0) || !(hw.inter_node_gbps > 0))
     fail(path, ": memory_gib, intra_node_gbps and inter_node_gbps must be > 0");

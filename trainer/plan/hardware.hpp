@@ -27,6 +27,10 @@ struct HardwareSpec {
   double bf16_tflops = 0;    // dense, without sparsity
   double fp32_tflops = 0;
   double hbm_gbps = 0;       // device memory bandwidth, GB/s (1e9 bytes)
+  // Optional: what such a device sustains as read on one (0 = not given):
+  // `trainer costs` takes its floors from these before the datasheet's.
+  double bf16_tflops_sustained = 0;
+  double hbm_gbps_sustained = 0;
   double memory_gib = 0;     // device memory a process can use, GiB (2^30 bytes)
   double intra_node_gbps = 0;  // per device, one direction (NVLink; shared memory on a CPU)
   double inter_node_gbps = 0;  // per device, one direction (400 Gb/s NDR = 50 GB/s)

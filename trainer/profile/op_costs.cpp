@@ -57,6 +57,12 @@ OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t 
   return cost(flops, d(B) * d(T) * (C + 3.0 * C + C + 3.0 * C) + d(saved_elems));
 }
 
+double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, int64_t hs,
+                                             int64_t saved_elems, int64_t scratch_elems) {
+  const double C = d(NH) * d(hs);
+  return kF * ((3.0 * C + 2.0 * C) * d(B) * d(T) + 3.0 * d(scratch_elems) + d(saved_elems));
+}
+
 OpCost layernorm_forward(int64_t R, int64_t C) {
   // reads inp, weight, bias; writes out, mean, rstd.
   return cost(8.0 * d(R) * d(C), 2.0 * d(R) * d(C) + 2.0 * d(C) + 2.0 * d(R));

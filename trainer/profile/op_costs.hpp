@@ -71,6 +71,12 @@ OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias);
 OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems);
 // reads dout, qkv, out, saved; writes dqkv.
 OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems);
+// Bytes the CUDA SIMT attention backward's three kernels move beyond that one
+// pass (CudaTraffic counts them): q, k, v read twice and dout three times
+// (the rowsum D = rowsum(dout * out), dK/dV and dQ kernels), D written once
+// and read twice, the log-sum-exp read twice. What a fused backward saves.
+double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, int64_t hs,
+                                             int64_t saved_elems, int64_t scratch_elems);
 
 OpCost layernorm_forward(int64_t R, int64_t C);
 OpCost layernorm_backward(int64_t R, int64_t C);  // dinp, dweight, dbias accumulate

@@ -1,0 +1,135 @@
+// `trainer costs` (trainer/plan/costs_command.hpp): the per-op cost table of
+// one CUDA step, from the real model run on the dry-run backend. Checked
+// against what it must agree with, computed here independently: the model
+// FLOPs formula (GEMM + attention FLOPs of a step), each row's floor from its
+// FLOPs, bytes and unit peak, the step floor as their sum, and the op counts
+// of a GPT-2 step (forward, backward, AdamW per parameter tensor).
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_util.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/parameter_layout.hpp"
+#include "trainer/profile/model_flops.hpp"
+
+namespace gt {
+namespace {
+
+const std::string kBin = GT_TRAINER_BIN, kSrc = GT_SOURCE_DIR;
+
+nlohmann::json costs(const std::string& args, int* rc = nullptr) {
+  std::string out;
+  const int code =
+      test::run_command(kBin + " costs --config " + kSrc + "/configs/gpt2_124m.yaml --hardware " +
+                            kSrc + "/configs/hardware/h200.yaml --json - " + args,
+                        &out);
+  if (rc) *rc = code;
+  EXPECT_EQ(code, 0) << out;
+  return nlohmann::json::parse(out.substr(out.find('{')));
+}
+
+// A small GPT-2 in bf16, two micro-batches: every op class, accumulation.
+const char* kSmall =
+    "model.n_layer=2 model.n_head=4 model.n_embd=128 model.vocab_size=1000 "
+    "model.block_size=256 train.seq_len=256 train.micro_batch=4 train.global_batch=8";
+
+TEST(CostsCommand, FlopsAgreeWithTheModelFormulaAndFloorsAddUp) {
+  const nlohmann::json j = costs(kSmall);
+  double gemm_attention = 0, floors = 0, non_gemm_bytes = 0;
+  const double tensor = j["peaks"]["tensor_bf16_flops"], fma = j["peaks"]["fma_fp32_flops"],
+               hbm = j["peaks"]["hbm_bytes_per_s"];
+  for (const auto& r : j["ops"]) {
+    if (r["subtotal"]) continue;
+    const std::string cls = r["class"], unit = r["unit"];
+    const double flops = r["flops"], bytes = r["bytes"];
+    if (cls == "gemm" || cls == "attention") gemm_attention += flops;
+    if (cls != "gemm") non_gemm_bytes += bytes;
+    EXPECT_EQ(unit, cls == "gemm"        ? "tensor bf16"
+                    : cls == "attention" ? "fma fp32"
+                                         : "memory")
+        << r["name"];
+    const double want = std::max(flops / (unit == "tensor bf16" ? tensor : fma), bytes / hbm);
+    EXPECT_NEAR(r["floor_ms"].get<double>(), want * 1e3, 1e-9 + 1e-9 * want * 1e3) << r["name"];
+    floors += r["floor_ms"].get<double>();
+  }
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 128;
+  m.vocab_size = 1000;
+  m.block_size = 256;
+  const double model = model_flops(m, 256).per_token() * 8 * 256;
+  // The LM head's GEMMs also run over the padding rows (1000 -> 1024):
+  // 6 FLOPs per padding weight per token that the model FLOPs leave out.
+  const double padding = 6.0 * (m.padded_vocab_size() - m.vocab_size) * m.n_embd * 8 * 256;
+  EXPECT_NEAR(gemm_attention, model + padding, 1e-9 * model);
+  EXPECT_NEAR(j["model_flops"].get<double>(), model, 1e-9 * model);
+  EXPECT_NEAR(j["step_floor_ms"].get<double>(), floors, 1e-9 * floors);
+  EXPECT_NEAR(j["non_gemm_bytes"].get<double>(), non_gemm_bytes, 1e-6 * non_gemm_bytes);
+  // The sustained figures of h200.yaml, not its datasheet.
+  EXPECT_EQ(tensor, 790e12);
+  EXPECT_EQ(hbm, 4300e9);
+  EXPECT_NE(j["peaks"]["source"].get<std::string>().find("sustained"), std::string::npos);
+}
+
+TEST(CostsCommand, OpCountsAreThoseOfOneGpt2Step) {
+  const nlohmann::json j = costs(kSmall);
+  auto calls = [&](const std::string& prefix) {
+    double n = 0;
+    for (const auto& r : j["ops"])
+      if (!r["subtotal"] && r["name"].get<std::string>().rfind(prefix, 0) == 0)
+        n += r["calls"].get<double>();
+    return n;
+  };
+  const int L = 2, micro = 2;
+  // Per micro-batch: 4 linear layers per block plus the LM head.
+  EXPECT_EQ(calls("matmul_forward"), micro * (4 * L + 1));
+  EXPECT_EQ(calls("matmul_backward"), micro * (4 * L + 1));
+  EXPECT_EQ(calls("attention_forward"), micro * L);
+  EXPECT_EQ(calls("attention_backward"), micro * L);
+  EXPECT_EQ(calls("layernorm_forward"), micro * (2 * L + 1));
+  EXPECT_EQ(calls("softmax_cross_entropy"), micro);
+  // One AdamW update per parameter tensor, once per optimizer step.
+  ModelConfig m;
+  m.n_layer = L;
+  m.n_head = 4;
+  m.n_embd = 128;
+  m.vocab_size = 1000;
+  m.block_size = 256;
+  EXPECT_EQ(calls("adamw_update"), static_cast<double>(ParameterLayout(m).specs().size()));
+}
+
+TEST(CostsCommand, TheAttentionBackwardCarriesTheExtraItsKernelsMove) {
+  const nlohmann::json j = costs(kSmall);
+  for (const auto& r : j["ops"]) {
+    if (r["name"].get<std::string>().rfind("attention_backward", 0) != 0) continue;
+    // B=4 NH=4 T=256 hs=32, 2 calls per micro-batch x 2: the formula's
+    // bytes (qkv, out, dout, lse read; dqkv written) plus qkv and dout again
+    // and the rowsum and log-sum-exp traffic.
+    const double B = 4, NH = 4, T = 256, C = 128, calls = 4;
+    const double formula = (3 * C + C + C + 3 * C) * B * T * 4 + B * NH * T * 4;
+    const double extra = (5 * C * B * T + 4 * B * NH * T) * 4;
+    EXPECT_NEAR(r["bytes"].get<double>(), calls * (formula + extra), 1.0) << r["name"];
+    return;
+  }
+  ADD_FAILURE() << "no attention_backward row";
+}
+
+TEST(CostsCommand, ErrorsNameWhatIsMissingOrUnsupported) {
+  std::string out;
+  EXPECT_EQ(test::run_command(kBin + " costs --config " + kSrc + "/configs/gpt2_124m.yaml", &out),
+            1);
+  EXPECT_NE(out.find("costs needs --config FILE and --hardware FILE"), std::string::npos) << out;
+  EXPECT_EQ(
+      test::run_command(kBin + " costs --config " + kSrc + "/configs/gpt2_124m.yaml --hardware " +
+                            kSrc + "/configs/hardware/h200.yaml parallel.tp=2",
+                        &out),
+      1);
+  EXPECT_NE(out.find("costs: one rank only for now (parallel.dp x fsdp x tp = 2)"),
+            std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace gt

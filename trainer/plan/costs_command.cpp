@@ -1,0 +1,242 @@
+#include "trainer/plan/costs_command.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kernels/core/error.hpp"
+#include "parallel/mesh.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/model/parameter_layout.hpp"
+#include "trainer/plan/dry_run_ops.hpp"
+#include "trainer/plan/hardware.hpp"
+#include "trainer/profile/model_flops.hpp"
+#include "trainer/profile/profiler.hpp"
+#include "trainer/profile/profiling_ops.hpp"
+#include "trainer/sharding/sharded_parameters.hpp"
+
+namespace gt {
+namespace {
+
+// The peaks of the three units an op can be bound by, and where they came from.
+struct UnitPeaks {
+  double tensor_flops = 0;  // bf16 tensor cores, FLOP/s
+  double fma_flops = 0;     // fp32 FMA (SIMT), FLOP/s
+  double hbm_bytes = 0;     // device memory, bytes/s
+  std::string source;
+};
+
+UnitPeaks unit_peaks(const HardwareSpec& hw) {
+  UnitPeaks p;
+  p.fma_flops = hw.fp32_tflops * 1e12;
+  if (hw.measured_gemm_flops > 0) {
+    p.tensor_flops = hw.measured_gemm_flops;
+    p.hbm_bytes =
+        hw.measured_memcpy_bytes_per_s > 0 ? hw.measured_memcpy_bytes_per_s : hw.hbm_gbps * 1e9;
+    p.source = "measured (" + hw.peaks_source + ")";
+  } else if (hw.bf16_tflops_sustained > 0 || hw.hbm_gbps_sustained > 0) {
+    p.tensor_flops =
+        (hw.bf16_tflops_sustained > 0 ? hw.bf16_tflops_sustained : hw.bf16_tflops) * 1e12;
+    p.hbm_bytes = (hw.hbm_gbps_sustained > 0 ? hw.hbm_gbps_sustained : hw.hbm_gbps) * 1e9;
+    p.source = "sustained (" + hw.source + ")";
+  } else {
+    p.tensor_flops = hw.bf16_tflops * 1e12;
+    p.hbm_bytes = hw.hbm_gbps * 1e9;
+    p.source = "datasheet (" + hw.source + ")";
+  }
+  return p;
+}
+
+struct CostRow {
+  std::string cls, name, unit;
+  double calls = 0, flops = 0, bytes = 0, floor_s = 0;
+};
+
+// The unit an op of class `cls` runs on in the model as it is today.
+const char* unit_of(OpClass cls, ComputeDType dtype) {
+  if (cls == OpClass::gemm) return dtype == ComputeDType::bf16 ? "tensor bf16" : "fma fp32";
+  if (cls == OpClass::attention) return "fma fp32";  // fp32 activations: the SIMT kernels
+  return "memory";
+}
+
+double unit_flops(const std::string& unit, const UnitPeaks& p) {
+  return unit == "tensor bf16" ? p.tensor_flops : p.fma_flops;
+}
+
+// What the kernels move beyond the formula, which CudaTraffic names and
+// checks: the SIMT attention backward's (op_costs.hpp), with the CUDA
+// backend's saved and scratch sizes (B*NH*T each). The shape comes back from
+// the profiler's row name.
+double known_extra_bytes(const OpStat& s, const Ops& ops) {
+  if (s.name.rfind("attention_backward", 0) != 0) return 0.0;
+  long long B = 0, NH = 0, T = 0, hs = 0;
+  if (std::sscanf(s.name.c_str(), "attention_backward B=%lld NH=%lld T=%lld hs=%lld", &B, &NH, &T,
+                  &hs) != 4)
+    fail("costs: cannot read the shape of '", s.name, "'");
+  const int b = static_cast<int>(B), nh = static_cast<int>(NH), t = static_cast<int>(T);
+  return op_cost::attention_backward_kernel_extra_bytes(B, NH, T, hs,
+                                                        ops.attention_saved_elems(b, nh, t),
+                                                        ops.attention_scratch_elems(b, nh, t)) *
+         static_cast<double>(s.count);
+}
+
+std::string fixed(double v, int prec) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+
+}  // namespace
+
+int run_costs_command(const CostsArgs& a) {
+  if (a.config.empty() || a.hardware.empty()) fail("costs needs --config FILE and --hardware FILE");
+  const Config cfg = load_config(a.config, a.overrides);
+  HardwareSpec hw = load_hardware(a.hardware);
+  if (!a.peaks.empty()) apply_bench_peaks(hw, a.peaks);
+  const ParallelConfig& pc = cfg.parallel;
+  if (pc.dp * pc.fsdp * pc.tp != 1)
+    fail("costs: one rank only for now (parallel.dp x fsdp x tp = ", pc.dp * pc.fsdp * pc.tp,
+         "); the table of a multi-rank layout is not implemented yet");
+  const UnitPeaks peaks = unit_peaks(hw);
+  const TrainConfig& tc = cfg.train;
+  const int B = tc.micro_batch, T = tc.seq_len, accum = cfg.grad_accum_steps();
+
+  // One optimizer step of the real model on the dry-run backend, recorded.
+  const std::unique_ptr<Ops> dry = make_dry_run_ops();
+  Profiler profiler(ProfileSchedule{1, 1}, false, 0);
+  const std::unique_ptr<Ops> ops = make_profiling_ops(*dry, profiler);
+  const DeviceMesh mesh = DeviceMesh::in_process();
+  const ParameterLayout layout(cfg.model);
+  double model_flops_step = 0;
+  {
+    ShardedParameters params(layout, mesh, pc.fsdp_stage, pc.bucket_mb, *ops);
+    GPT model(cfg.model, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), pc.tp_overlap},
+              tc.recompute, cfg.runtime.dtype);
+    std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 0);
+    profiler.begin_step(0);
+    params.begin_step();
+    for (int k = 0; k < accum; ++k) {
+      params.begin_micro_batch(k + 1 == accum);
+      model.forward(tokens.data(), tokens.data(), B, T, 1.f / static_cast<float>(B * T * accum));
+      model.backward();
+    }
+    params.finish_gradients();
+    params.grad_norm();
+    params.adamw_step(tc, tc.lr, 1.f, 1);
+    profiler.end_step();
+    model_flops_step =
+        model_flops(cfg.model, T).per_token() * static_cast<double>(tc.global_batch) * T;
+  }
+
+  // Rows, by class in OpClass order, the most expensive first within a class.
+  std::vector<CostRow> rows;
+  std::map<std::string, CostRow> subtotal;
+  double step_s = 0, gemm_flops = 0, non_gemm_bytes = 0, non_gemm_s = 0;
+  for (const OpStat& s : profiler.stats().ops) {
+    CostRow r;
+    r.cls = op_class_name(s.cls);
+    r.name = s.name;
+    r.unit = unit_of(s.cls, cfg.runtime.dtype);
+    r.calls = static_cast<double>(s.count);
+    r.flops = s.flops;
+    r.bytes = s.bytes + known_extra_bytes(s, *dry);
+    r.floor_s = std::max(r.flops / unit_flops(r.unit, peaks), r.bytes / peaks.hbm_bytes);
+    step_s += r.floor_s;
+    if (s.cls == OpClass::gemm) {
+      gemm_flops += r.flops;
+    } else {
+      non_gemm_bytes += r.bytes;
+      non_gemm_s += r.floor_s;
+    }
+    CostRow& t = subtotal[r.cls];
+    t.cls = r.cls;
+    t.name = "= " + r.cls;
+    t.calls += r.calls;
+    t.flops += r.flops;
+    t.bytes += r.bytes;
+    t.floor_s += r.floor_s;
+    rows.push_back(r);
+  }
+  std::vector<CostRow> ordered;
+  for (int c = 0; c < kNumOpClasses; ++c) {
+    const std::string cls = op_class_name(static_cast<OpClass>(c));
+    std::vector<CostRow> mine;
+    for (const CostRow& r : rows)
+      if (r.cls == cls) mine.push_back(r);
+    if (mine.empty()) continue;
+    std::stable_sort(mine.begin(), mine.end(),
+                     [](const CostRow& x, const CostRow& y) { return x.floor_s > y.floor_s; });
+    ordered.insert(ordered.end(), mine.begin(), mine.end());
+    ordered.push_back(subtotal[cls]);
+  }
+
+  std::ostringstream o;
+  o << "# costs: " << cfg.source << ", one optimizer step (B=" << B << ", T=" << T << ", " << accum
+    << " micro-batch(es), runtime.dtype="
+    << (cfg.runtime.dtype == ComputeDType::bf16 ? "bf16" : "fp32")
+    << ") as the CUDA backend runs it, on " << hw.name << "\n"
+    << "# peaks, " << peaks.source << ": tensor bf16 " << fixed(peaks.tensor_flops / 1e12, 1)
+    << " TFLOP/s, fma fp32 " << fixed(peaks.fma_flops / 1e12, 1) << " TFLOP/s, HBM "
+    << fixed(peaks.hbm_bytes / 1e9, 0) << " GB/s\n"
+    << "# bytes: trainer/profile/op_costs.hpp's formulas, held to the bytes the kernels move "
+       "on the emulated device (CudaTraffic); GEMM bytes at 4 per element (cuBLASLt is not "
+       "counted; they never set a GEMM's floor)\n"
+    << "# floor = max(FLOPs / unit peak, bytes / HBM); step floor = the sum (one stream)\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-14s %-52s %6s %11s %10s %-12s %9s %6s\n", "class", "op",
+                "calls", "GFLOP", "MB", "unit", "floor ms", "step%");
+  o << line;
+  for (const CostRow& r : ordered) {
+    const std::string name = r.name.size() <= 52 ? r.name : r.name.substr(0, 51) + "~";
+    std::snprintf(line, sizeof line, "%-14s %-52s %6.0f %11.2f %10.1f %-12s %9.3f %6.1f\n",
+                  r.cls.c_str(), name.c_str(), r.calls, r.flops / 1e9, r.bytes / 1e6,
+                  r.name.rfind("= ", 0) == 0 ? "" : r.unit.c_str(), r.floor_s * 1e3,
+                  step_s > 0 ? 100.0 * r.floor_s / step_s : 0.0);
+    o << line;
+  }
+  o << "\nstep floor " << fixed(step_s * 1e3, 2) << " ms (" << fixed(gemm_flops / 1e12, 2)
+    << " TFLOP of GEMMs, the padded vocabulary's rows included; model FLOPs 6N + 12LTC = "
+    << fixed(model_flops_step / 1e12, 2) << " TFLOP); non-GEMM: " << fixed(non_gemm_bytes / 1e9, 2) << " GB of traffic, "
+    << fixed(non_gemm_s * 1e3, 2) << " ms of the floor\n";
+
+  nlohmann::json j;
+  j["config"] = cfg.source;
+  j["hardware"] = hw.name;
+  j["peaks"] = {{"source", peaks.source},
+                {"tensor_bf16_flops", peaks.tensor_flops},
+                {"fma_fp32_flops", peaks.fma_flops},
+                {"hbm_bytes_per_s", peaks.hbm_bytes}};
+  j["step_floor_ms"] = step_s * 1e3;
+  j["gemm_flops"] = gemm_flops;
+  j["model_flops"] = model_flops_step;
+  j["non_gemm_bytes"] = non_gemm_bytes;
+  j["non_gemm_floor_ms"] = non_gemm_s * 1e3;
+  j["ops"] = nlohmann::json::array();
+  for (const CostRow& r : ordered)
+    j["ops"].push_back({{"class", r.cls},
+                        {"name", r.name},
+                        {"subtotal", r.name.rfind("= ", 0) == 0},
+                        {"unit", r.unit},
+                        {"calls", r.calls},
+                        {"flops", r.flops},
+                        {"bytes", r.bytes},
+                        {"floor_ms", r.floor_s * 1e3}});
+  if (a.json == "-") {
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    std::cout << o.str() << std::flush;
+    if (!a.json.empty()) {
+      std::ofstream f(a.json, std::ios::trunc);
+      f << j.dump(2) << "\n";
+      if (!f) fail("cannot write '", a.json, "'");
+    }
+  }
+  return 0;
+}
+
+}  // namespace gt

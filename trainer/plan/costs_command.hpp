@@ -1,0 +1,40 @@
+// `trainer costs`: the per-op cost table of one optimizer step as the CUDA
+// backend would run it, and the step's roofline floor on a given GPU.
+//
+// The real model, parameter store and optimizer run one step on DryRunOps
+// (dry_run_ops.hpp: no arithmetic, no memory), wrapped in ProfilingOps, so
+// the table lists every op the step issues with its shape, calls, FLOPs and
+// bytes (trainer/profile/op_costs.hpp: the formulas that
+// CudaTraffic.EveryOpsByteFormulaMatchesTheBytesItsKernelsMove holds to the
+// bytes our kernels move on the emulated device, plus the extra that test
+// names for a kernel known to move more). Each op runs on one unit:
+//   gemm       bf16 operands: the tensor cores' bf16 peak; fp32: the fp32 FMA peak
+//              (TF32 is off);
+//   attention  the fp32 FMA peak (the model's attention reads fp32 activations
+//              and runs the SIMT kernels);
+//   the rest   memory-bound: FLOPs at the fp32 FMA peak, bytes at HBM bandwidth;
+// and its floor is max(FLOPs / unit peak, bytes / HBM bandwidth). The step's
+// floor is the sum (one stream). Peaks: `--peaks BENCH.json` (measured) if
+// given, else the hardware file's sustained figures when it has them, else
+// its datasheet; the table says which.
+//
+//   trainer costs --config FILE --hardware FILE [--peaks BENCH.json]
+//                 [--json FILE|-] [section.key=value ...]
+//
+// One rank only (parallel.dp = fsdp = tp = 1): a multi-rank layout is an
+// error that says so.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gt {
+
+struct CostsArgs {
+  std::string config, hardware, peaks, json;
+  std::vector<std::string> overrides;
+};
+
+int run_costs_command(const CostsArgs& args);
+
+}  // namespace gt
