@@ -355,7 +355,12 @@ TEST(CudaOps, TransformerBlockMatchesCpuAtProductionShape) {
   run_block(gpu, hg, d);
   for (const char* n : kBlockTensors) {
     SCOPED_TRACE(n);
-    EXPECT_TRUE(all_close(hg.get(n), hc.get(n), 2e-4f, 1e-3f));
+    // AdamW's first step moves a weight by lr * g / (|g| + eps): a gradient
+    // within rounding of zero can land anywhere in [-lr, lr] on either
+    // backend (seen on the emulated device: 1 weight of fc_w's 2.4M off by
+    // 2.7e-4). The updated weights get 2 lr; their gradients above stay tight.
+    const bool updated = std::string(n) == "fc_w" || std::string(n) == "wte";
+    EXPECT_TRUE(all_close(hg.get(n), hc.get(n), updated ? 2e-3f : 2e-4f, 1e-3f));
   }
 }
 
