@@ -174,11 +174,27 @@ __nv_bfloat16* bf(const DeviceArray<uint16_t>& a) {
   return reinterpret_cast<__nv_bfloat16*>(a.get());
 }
 
-void check_bf16(const Case& c, cudaStream_t s, int threads = 1) {
-  SCOPED_TRACE(name(c));
+// The two bf16 paths: the SIMT kernels (fp32 math on bf16 storage) and the
+// WMMA kernels (attention_tc.cu), whose P and dS are rounded to bf16 before
+// their products, hence looser tolerances; and whose S sums exact bf16
+// products in the tensor cores' fp32 accumulators (not IEEE's rounding to the
+// last bit), hence near-fp32 statistics rather than fp32-accurate ones.
+struct Bf16Kernels {
+  bool tensor_cores;
+  float out_tol, lse_tol, dqkv_tol;
+  uint64_t seed;
+};
+const Bf16Kernels kSimt{false, 1e-2f, 1e-5f, 2e-2f, 11};
+const Bf16Kernels kTensorCores{true, 1.5e-2f, 1e-4f, 3e-2f, 31};
+
+void check_bf16(const Case& c, cudaStream_t s, const Bf16Kernels& k, int threads = 1) {
+  SCOPED_TRACE(name(c) + (k.tensor_cores ? " tensor cores" : " SIMT"));
+  if (k.tensor_cores) {
+    ASSERT_TRUE(gt::cuda::attention_tc_supported(c.hs));
+  }
   const Sizes z = sizes(c);
-  const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 11, -2.f, 2.f));
-  const auto dout16 = gt::test::to_bf16(random_vector(z.out, 12));
+  const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, k.seed, -2.f, 2.f));
+  const auto dout16 = gt::test::to_bf16(random_vector(z.out, k.seed + 1));
   const auto qkv = gt::test::from_bf16(qkv16);
   const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16, threads);
   const auto want_out = gt::test::from_bf16(fwd.out);
@@ -187,55 +203,32 @@ void check_bf16(const Case& c, cudaStream_t s, int threads = 1) {
 
   DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
   DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
+  auto backward = [&] {
+    // The bf16 forward output feeds D = rowsum(dout * out), as in training.
+    if (k.tensor_cores)
+      gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                      d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+    else
+      gt::cuda::attention_backward(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
+                                   d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  };
   d_out.poison();
   d_lse.poison();
-  gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
-  EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1e-2f, 1e-2f)) << "out";
-  // fp32 math on bf16-exact inputs: the statistics stay fp32-accurate.
-  EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
-
-  d_dqkv.poison();
-  d_scratch.poison();
-  // The bf16 forward output feeds D = rowsum(dout * out), as in training.
-  gt::cuda::attention_backward(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                               d_lse.get(), c.B, c.T, c.NH, c.hs, s);
-  EXPECT_TRUE(all_close(gt::test::from_bf16(d_dqkv.download()), want_dqkv, 2e-2f, 2e-2f)) << "dqkv";
-}
-
-// The WMMA kernels (attention_tc.cu): P and dS are rounded to bf16 before
-// their products, hence the looser gradient tolerance.
-void check_tensor_core(const Case& c, cudaStream_t s, int threads = 1) {
-  SCOPED_TRACE(name(c));
-  ASSERT_TRUE(gt::cuda::attention_tc_supported(c.hs));
-  const Sizes z = sizes(c);
-  const auto qkv16 = gt::test::to_bf16(random_vector(z.qkv, 31, -2.f, 2.f));
-  const auto dout16 = gt::test::to_bf16(random_vector(z.out, 32));
-  const auto qkv = gt::test::from_bf16(qkv16);
-  const CpuBf16Result fwd = cpu_forward_bf16(c, qkv16, threads);
-  const auto want_out = gt::test::from_bf16(fwd.out);
-  const auto want_dqkv =
-      gt::test::from_bf16(cpu_backward_bf16(c, qkv16, fwd.out, fwd.att, dout16, threads));
-
-  DeviceArray<uint16_t> d_qkv(qkv16, s), d_dout(dout16, s), d_out(z.out, s), d_dqkv(z.qkv, s);
-  DeviceArray<float> d_lse(z.lse, s), d_scratch(z.lse, s);
-  d_out.poison();
-  d_lse.poison();
-  gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
-  EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, 1.5e-2f, 1.5e-2f))
+  if (k.tensor_cores)
+    gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+  else
+    gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+  EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, k.out_tol, k.out_tol))
       << "out";
-  // S is exact bf16 products summed in the tensor cores' fp32 accumulators
-  // (whose rounding is not IEEE's to the last bit): near-fp32 statistics.
-  EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-4f, 1e-4f)) << "lse";
+  EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), k.lse_tol, k.lse_tol)) << "lse";
 
   d_dqkv.poison();
   d_scratch.poison();
-  gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                                  d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  backward();
   const auto dqkv = d_dqkv.download();
-  EXPECT_TRUE(all_close(gt::test::from_bf16(dqkv), want_dqkv, 3e-2f, 3e-2f)) << "dqkv";
+  EXPECT_TRUE(all_close(gt::test::from_bf16(dqkv), want_dqkv, k.dqkv_tol, k.dqkv_tol)) << "dqkv";
   d_dqkv.poison();
-  gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                                  d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+  backward();
   EXPECT_TRUE(d_dqkv.download() == dqkv) << "backward not repeatable";
 }
 
@@ -248,7 +241,8 @@ TEST(CudaAttention, Fp32ForwardAndBackwardMatchCpu) {
 TEST(CudaAttention, Bf16ForwardAndBackwardMatchCpu) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
-  for (const Case& c : gt::test::select_cases(kCases, small_case)) check_bf16(c, stream.get());
+  for (const Case& c : gt::test::select_cases(kCases, small_case))
+    check_bf16(c, stream.get(), kSimt);
 }
 
 TEST(CudaAttention, Bf16TensorCoreForwardAndBackwardMatchCpu) {
@@ -257,7 +251,7 @@ TEST(CudaAttention, Bf16TensorCoreForwardAndBackwardMatchCpu) {
   const Case cases[] = {{1, 1, 1, 16},   {2, 7, 3, 16},   {1, 64, 2, 64},  {2, 65, 2, 64},
                         {1, 130, 2, 128}, {2, 100, 3, 48}, {1, 200, 1, 32}, {1, 1024, 2, 64}};
   for (const Case& c : gt::test::select_cases(cases, small_case))
-    check_tensor_core(c, stream.get());
+    check_bf16(c, stream.get(), kTensorCores);
   EXPECT_FALSE(gt::cuda::attention_tc_supported(72));
   EXPECT_FALSE(gt::cuda::attention_tc_supported(8));
 }
@@ -270,8 +264,8 @@ TEST(CudaAttention, AllThreeKernelsMatchCpuAtProductionShape) {
   gt::cuda::CudaStream stream;
   const Case c{4, 1024, 12, 64};
   check_fp32(c, stream.get(), 0);
-  check_bf16(c, stream.get(), 0);
-  check_tensor_core(c, stream.get(), 0);
+  check_bf16(c, stream.get(), kSimt, 0);
+  check_bf16(c, stream.get(), kTensorCores, 0);
 }
 
 TEST(CudaAttention, HeadSizeAbove128IsAnError) {

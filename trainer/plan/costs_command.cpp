@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,6 +13,7 @@
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/plan/dry_run_ops.hpp"
 #include "trainer/plan/hardware.hpp"
+#include "trainer/plan/plan_command.hpp"
 #include "trainer/profile/model_flops.hpp"
 #include "trainer/profile/profiler.hpp"
 #include "trainer/profile/profiling_ops.hpp"
@@ -201,8 +200,8 @@ int run_costs_command(const CostsArgs& a) {
   }
   o << "\nstep floor " << fixed(step_s * 1e3, 2) << " ms (" << fixed(gemm_flops / 1e12, 2)
     << " TFLOP of GEMMs, the padded vocabulary's rows included; model FLOPs 6N + 12LTC = "
-    << fixed(model_flops_step / 1e12, 2) << " TFLOP); non-GEMM: " << fixed(non_gemm_bytes / 1e9, 2) << " GB of traffic, "
-    << fixed(non_gemm_s * 1e3, 2) << " ms of the floor\n";
+    << fixed(model_flops_step / 1e12, 2) << " TFLOP); non-GEMM: " << fixed(non_gemm_bytes / 1e9, 2)
+    << " GB of traffic, " << fixed(non_gemm_s * 1e3, 2) << " ms of the floor\n";
 
   nlohmann::json j;
   j["config"] = cfg.source;
@@ -226,16 +225,7 @@ int run_costs_command(const CostsArgs& a) {
                         {"flops", r.flops},
                         {"bytes", r.bytes},
                         {"floor_ms", r.floor_s * 1e3}});
-  if (a.json == "-") {
-    std::cout << j.dump(2) << std::endl;
-  } else {
-    std::cout << o.str() << std::flush;
-    if (!a.json.empty()) {
-      std::ofstream f(a.json, std::ios::trunc);
-      f << j.dump(2) << "\n";
-      if (!f) fail("cannot write '", a.json, "'");
-    }
-  }
+  print_report(o.str(), j, a.json);
   return 0;
 }
 

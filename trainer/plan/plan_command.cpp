@@ -66,17 +66,21 @@ int run_plan_command(const PlanArgs& a) {
     text << "\n" << format_plan(plan, cfg, hw);
     all.push_back(plan_json(plan, cfg, hw));
   }
-  if (a.json == "-") {
-    std::cout << all.dump(2) << std::endl;
-  } else {
-    std::cout << text.str() << std::flush;
-    if (!a.json.empty()) {
-      std::ofstream f(a.json, std::ios::trunc);
-      f << all.dump(2) << "\n";
-      if (!f) fail("cannot write '", a.json, "'");
-    }
-  }
+  print_report(text.str(), all, a.json);
   return 0;
+}
+
+void print_report(const std::string& text, const nlohmann::json& json,
+                  const std::string& json_flag) {
+  if (json_flag == "-") {
+    std::cout << json.dump(2) << std::endl;
+    return;
+  }
+  std::cout << text << std::flush;
+  if (json_flag.empty()) return;
+  std::ofstream f(json_flag, std::ios::trunc);
+  f << json.dump(2) << "\n";
+  if (!f) fail("cannot write '", json_flag, "'");
 }
 
 }  // namespace gt

@@ -7,6 +7,7 @@
 //                [section.key=value ...]
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,12 @@ struct PlanArgs {
 
 // Returns the exit code; throws gt::Error on bad input.
 int run_plan_command(const PlanArgs& args);
+
+// A report's two forms as the plan and costs commands print them: the text on
+// stdout, and the JSON to the --json file too; `json_flag` "-" prints the
+// JSON alone instead; "" writes no file.
+void print_report(const std::string& text, const nlohmann::json& json,
+                  const std::string& json_flag);
 
 // "8,64,512" -> {8, 64, 512}; throws naming `flag` on anything else.
 std::vector<int> parse_int_list(const std::string& text, const std::string& flag);
