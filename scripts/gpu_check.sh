@@ -17,6 +17,9 @@
 #       Then the stages, in order of value, each under its own timeout with
 #       its own log and verdict (ok | FAILED | warn | skipped), a failure never
 #       stopping the ones after it:
+#         costs             trainer costs: every op of the 124M step with its
+#                           floor on the H200 (no GPU needed; the table puts
+#                           the profiled run's measured time beside each row)
 #         tests-core        the cuBLASLt matmul and attention tests (the gate
 #                           for the tensor-core attention), one process
 #         data              random GPT-2 tokens and this repository's text
@@ -83,8 +86,10 @@ if [[ -n "$from" && $mode != prepare ]]; then
   exit 2
 fi
 cd "$root" || exit 1
-deps="$root/.gpu_deps"
-bin="$root/.gpu_bin"
+# GPU_CHECK_DEPS / GPU_CHECK_BIN: other places for the two carried folders
+# (tests point them at empty ones).
+deps="${GPU_CHECK_DEPS:-$root/.gpu_deps}"
+bin="${GPU_CHECK_BIN:-$root/.gpu_bin}"
 prefix="$root/.gpu_prefix"
 multiarch=x86_64-linux-gnu
 
@@ -367,6 +372,13 @@ trainer="$exe_dir/trainer"
 tests_bin="$exe_dir/gt_cuda_tests"
 
 # ---- 2. stages, in order of value -------------------------------------------------------
+# The cost table needs the trainer, not a GPU: it runs in --trial too.
+if [[ -n "$exe_dir" ]]; then
+  run_stage costs 60 "$trainer" costs --config "$root/configs/gpt2_124m.yaml" \
+    --hardware "$root/configs/hardware/h200.yaml" --json "$logs/costs.json"
+else
+  wanted costs && record costs FAILED "" "" "no usable binaries (see the binaries row)"
+fi
 ours_stages=(tests-core data train-tc train-simt pytorch-fp32 pytorch-bf16 tests-production
              tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2)
 gate_passed() {  # did the tensor-core attention's test pass in tests-core?

@@ -351,6 +351,41 @@ def render_sanitizer(t, logs, stages):
             t(f"  {tool:<10} {n} error(s) reported ({stage_note(st)})")
 
 
+def render_costs(t, logs, stages):
+    """`trainer costs`' floor of every op of the 124M step beside the time the
+    profiled training run measured for it (roofline.json: same op names)."""
+    t("\nEvery op of the 124M step: its floor on the H200 (trainer costs) beside the measured time")
+    path = os.path.join(logs, "costs.json")
+    if not os.path.exists(path):
+        t(f"  not computed: {stage_note(stages.get('costs'))}")
+        return
+    c = read_json(path)
+    measured, source = {}, None
+    for stage, run_name, what in TRAIN_RUNS:
+        roof_path = os.path.join(logs, run_name, "roofline.json")
+        if os.path.exists(roof_path):
+            roof = read_json(roof_path)
+            measured = {r.get("name"): r for r in roof.get("ops", []) if not r.get("subtotal")}
+            source = (f"{what}, {roof.get('profiled_steps', '?')} profiled step(s) of "
+                      f"{roof.get('step_ms', 0.0):.2f} ms")
+            break
+    peaks = c.get("peaks", {})
+    t(f"  peaks: {peaks.get('source', '?')}; measured: "
+      + (source or "none (no profiled training run: see train-tc)"))
+    t(f"    {'class':<14}{'op':<46}{'calls':>6}{'floor ms':>10}{'measured':>10}{'x floor':>9}")
+    for r in c.get("ops", []):
+        name = r.get("name", "")
+        short = name if len(name) <= 45 else name[:44] + "~"
+        m = None if r.get("subtotal") else measured.get(name)
+        ms = None if m is None else m.get("ms_per_step")
+        ratio = "" if not ms or not r.get("floor_ms") else f"{ms / r['floor_ms']:.2f}"
+        t(f"    {r.get('class', ''):<14}{short:<46}{r.get('calls', 0):>6.0f}"
+          f"{r.get('floor_ms', 0.0):>10.3f}{fmt(ms, '.3f'):>10}{ratio:>9}")
+    t(f"  step floor {c.get('step_floor_ms', 0.0):.2f} ms; non-GEMM traffic "
+      f"{c.get('non_gemm_bytes', 0.0) / 1e9:.2f} GB ({c.get('non_gemm_floor_ms', 0.0):.2f} ms of "
+      f"the floor)")
+
+
 def render_pytorch_check(t, logs, stages):
     t("\nAgainst an independent PyTorch GPT-2 (scripts/check_against_pytorch.py, "
       "runtime.device=cuda; torch: CPU fp32)")
@@ -546,6 +581,7 @@ def render(logs, trial=False, elapsed="", tol=LOSS_TOL, warmup=5):
     torch_path = os.path.join(logs, "pytorch.json")
     torch_res = read_json(torch_path) if os.path.exists(torch_path) else None
     render_training(t, logs, stages, bench_rows, warmup)
+    render_costs(t, logs, stages)
     render_pytorch_check(t, logs, stages)
     render_tests(t, logs, stage_list)
     render_sanitizer(t, logs, stages)

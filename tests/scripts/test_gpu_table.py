@@ -97,6 +97,18 @@ def roofline():
                 peaks=dict(source="bench.json"), ops=ops, comms=[])
 
 
+def costs():
+    """trainer costs --json: one row the profiled run also has, one it lacks."""
+    return {"peaks": {"source": "sustained (h200.yaml)"}, "step_floor_ms": 20.0,
+            "non_gemm_bytes": 30e9, "non_gemm_floor_ms": 7.0, "ops": [
+                {"class": "gemm", "name": "matmul_forward M=16384 N=2304 K=768", "subtotal": False,
+                 "calls": 12, "floor_ms": 1.5},
+                {"class": "gelu", "name": "gelu_forward n=50331648", "subtotal": False,
+                 "calls": 12, "floor_ms": 1.1},
+                {"class": "gemm", "name": "= gemm", "subtotal": True, "calls": 12,
+                 "floor_ms": 1.5}]}
+
+
 GPU_BENCH_CSV = f"""section,name,dtype,M,N,K,gflop,ms,tflops,gbs
 # check lm_head_fwd bf16 16384x50304x768: 256 samples, worst |got - want| / tolerance 0.01: ok
 peak,gemm_4096,bf16,4096,4096,4096,137.4,1.3744,{GEMM_PEAK:.1f},0
@@ -143,7 +155,7 @@ def pytorch_check(dtype, passed=True):
 class GpuLogs:
     """A gpu_check log folder as a GPU run would leave it."""
 
-    STAGES = ["binaries", "tests-core", "data", "train-tc", "train-simt", "pytorch-fp32",
+    STAGES = ["binaries", "costs", "tests-core", "data", "train-tc", "train-simt", "pytorch-fp32",
               "pytorch-bf16", "tests-production", "tests-CudaAdamW", "memcheck", "racecheck",
               "gpu-bench", "peaks", "torch-compile", "layout-ref", "layout-dp2", "layout-fsdp2",
               "layout-tp2"]
@@ -170,6 +182,7 @@ class GpuLogs:
             write(os.path.join(run, "config.yaml"), CONFIG_124M)
             jsonl(os.path.join(run, "metrics.jsonl"), train_records(scale))
         write(os.path.join(d, "train_tc", "roofline.json"), json.dumps(roofline()))
+        write(os.path.join(d, "costs.json"), json.dumps(costs()))
         for dt in ("fp32", "bf16"):
             write(os.path.join(d, f"pytorch-{dt}.json"), json.dumps(pytorch_check(dt)))
         write(os.path.join(d, "memcheck.log"), "========= ERROR SUMMARY: 0 errors\n")
@@ -268,6 +281,12 @@ class Table(unittest.TestCase):
         self.assertRegex(out, r"fp32\s+1\.00e-05\s+2\.00e-05\s+3\.33e-05\s+1e-04  pass")
         self.assertRegex(out, r"bf16\s+2\.00e-03\s+4\.00e-03\s+6\.67e-03\s+2e-02  pass")
         self.assertIn("memcheck   0 error(s) reported (ok (see memcheck.log))", out)
+        # The floor beside the profiled run's time for the same op; none for
+        # an op the run did not record, nor for a subtotal.
+        self.assertRegex(out, r"gemm\s+matmul_forward M=16384 N=2304 K=768\s+12\s+1\.500\s+"
+                              r"30\.000\s+20\.00")
+        self.assertRegex(out, r"gelu\s+gelu_forward n=50331648\s+12\s+1\.100\s+-\s*\n")
+        self.assertIn("step floor 20.00 ms; non-GEMM traffic 30.00 GB (7.00 ms of the floor)", out)
         self.assertIn("check lm_head_fwd bf16 16384x50304x768: 256 samples", out)
         self.assertIn("cuda bf16: GEMM 90.0 TFLOP/s, memory 2000 GB/s", out)
         self.assertRegex(out, r"dp2\s+10\s+2\.000e-06\s+7\s+1e-04\s+pass")
@@ -334,6 +353,7 @@ class Table(unittest.TestCase):
         self.assertIn("==== gpu_check (trial, no GPU) ====", out)
         self.assertIn("tensor-core attention (train-tc)\n    not measured: skipped: no GPU", out)
         self.assertIn("  fp32     not measured: skipped: no GPU", out)
+        self.assertIn("  not computed: not run", out)
         self.assertIn("  tests-core                                    no XML report: skipped: no GPU",
                       out)
         self.assertRegex(out, r"tp2\s+skipped: no GPU")
@@ -367,7 +387,11 @@ class GpuCheckScript(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.dir)
 
     def check(self, *args):
+        # As on a fresh clone, whatever this checkout has prepared: no
+        # packages, no binaries (so never a build).
         env = {k: v for k, v in os.environ.items() if k != "OUT"}
+        env.update(GPU_CHECK_DEPS=os.path.join(self.dir, "no_deps"),
+                   GPU_CHECK_BIN=os.path.join(self.dir, "no_bin"))
         return subprocess.run(["bash", self.SCRIPT, *args], capture_output=True, text=True,
                               env=env, timeout=300)
 
@@ -386,14 +410,13 @@ class GpuCheckScript(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(out, "gpu_check.tar.gz")), text)
         with open(os.path.join(out, "table.txt")) as f:
             self.assertIn("==== gpu_check (", f.read())
-        # Without .gpu_deps (a fresh clone) everything of ours fails; with
-        # --prepare's folders it is skipped (no GPU). Either way the exit
-        # status says whether a row failed.
+        # Without .gpu_deps everything of ours fails (torch.compile may be
+        # skipped instead), and the rerun command names exactly those stages.
+        self.assertIn(("binaries", "FAILED"), [(r[0], r[1]) for r in rows])
         failed = [r[0] for r in rows if r[1] == "FAILED" and r[0] != "binaries"]
-        self.assertEqual(p.returncode, 1 if any(r[1] == "FAILED" for r in rows) else 0, text)
-        if failed:  # the rerun command names exactly those
-            self.assertIn(f"bash scripts/gpu_check.sh --only {','.join(failed)} --logs {logs}",
-                          text)
+        self.assertIn("costs", failed)
+        self.assertEqual(p.returncode, 1, text)
+        self.assertIn(f"bash scripts/gpu_check.sh --only {','.join(failed)} --logs {logs}", text)
 
     def test_only_reruns_into_the_same_folder_keep_the_other_rows(self):
         logs = os.path.join(self.dir, "logs")
