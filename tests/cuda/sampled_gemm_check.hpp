@@ -85,44 +85,49 @@ inline std::vector<double> fetch(const StridedDeviceMatrix& m, int64_t r, int64_
 
 }  // namespace sampled_gemm_detail
 
-// D (M, N) = A (M, K) * B (K, N) (+ bias (N), on the device, when given):
-// `rows` random rows, `cols_per_row` random columns in each. The device must
-// be idle (call after synchronising the GEMM's stream).
+// D (M, N) = A (M, K) * B (K, N) (+ bias (N), on the device, when given),
+// checked at every pair of `rows` random rows and `cols` random columns: each
+// row of A and column of B crosses to the host once (a column of a row-major
+// matrix is a strided copy, slow for long K). The device must be idle (call
+// after synchronising the GEMM's stream).
 inline SampledGemmReport check_gemm_samples(const StridedDeviceMatrix& A,
                                             const StridedDeviceMatrix& B,
                                             const StridedDeviceMatrix& D, int64_t M, int64_t N,
-                                            int64_t K, int rows, int cols_per_row, uint64_t seed,
+                                            int64_t K, int rows, int cols, uint64_t seed,
                                             const StridedDeviceMatrix* bias = nullptr) {
   using sampled_gemm_detail::fetch;
   const double out_rel = D.dtype == DType::bf16 ? std::ldexp(1.0, -8) : 1e-6;
   const double acc_rel = 1e-4;
   std::mt19937_64 rng(seed);
+  std::vector<int64_t> is(static_cast<size_t>(rows)), js(static_cast<size_t>(cols));
+  for (int64_t& i : is) i = static_cast<int64_t>(rng() % static_cast<uint64_t>(M));
+  for (int64_t& j : js) j = static_cast<int64_t>(rng() % static_cast<uint64_t>(N));
+  std::vector<std::vector<double>> b_cols;
+  std::vector<double> bias_at;
+  for (int64_t j : js) {
+    b_cols.push_back(fetch(B, 0, j, 1, 0, K));  // column j of B
+    bias_at.push_back(bias ? fetch(*bias, 0, j, 0, 1, 1)[0] : 0.0);
+  }
   SampledGemmReport rep;
   rep.worst_ratio = -1.0;
-  for (int s = 0; s < rows; ++s) {
-    const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(M));
+  for (int64_t i : is) {
     const std::vector<double> a = fetch(A, i, 0, 0, 1, K);  // row i of A
-    for (int t = 0; t < cols_per_row; ++t) {
-      const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(N));
-      const std::vector<double> b = fetch(B, 0, j, 1, 0, K);  // column j of B
-      double want = 0.0, mag = 0.0;
+    const std::vector<double> got_row = fetch(D, i, 0, 0, 1, N);
+    for (size_t t = 0; t < js.size(); ++t) {
+      const std::vector<double>& b = b_cols[t];
+      double want = bias_at[t], mag = std::fabs(bias_at[t]);
       for (int64_t k = 0; k < K; ++k) {
         want += a[k] * b[k];
         mag += std::fabs(a[k] * b[k]);
       }
-      if (bias) {
-        const double bj = fetch(*bias, 0, j, 0, 1, 1)[0];
-        want += bj;
-        mag += std::fabs(bj);
-      }
-      const double got = fetch(D, i, j, 0, 1, 1)[0];
+      const double got = got_row[static_cast<size_t>(js[t])];
       const double tol = out_rel * std::fabs(want) + acc_rel * mag + 1e-30;
       const double ratio = std::isfinite(got) ? std::fabs(got - want) / tol : INFINITY;
       ++rep.samples;
       if (ratio > rep.worst_ratio) {
         rep.worst_ratio = ratio;
         rep.row = i;
-        rep.col = j;
+        rep.col = js[t];
         rep.got = got;
         rep.want = want;
       }
