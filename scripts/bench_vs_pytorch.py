@@ -43,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import gpu_table  # noqa: E402  (metrics and config readers; standard library only)
+import run_logs  # noqa: E402  (metrics and config readers; standard library only)
 import prepare_data  # noqa: E402  (the shard format)
 
 EXIT_FAILED, EXIT_USAGE, EXIT_NO_TORCH, EXIT_NO_CUDA = 1, 2, 3, 4
@@ -106,13 +106,13 @@ def import_torch():
 
 
 def shape_of(cfg):
-    """The step's shape from a config read by gpu_table.read_resolved_config."""
+    """The step's shape from a config read by run_logs.read_resolved_config."""
     need = [("model", "n_layer"), ("model", "n_head"), ("model", "n_embd"),
             ("model", "vocab_size"), ("model", "block_size"), ("train", "seq_len"),
             ("train", "micro_batch"), ("train", "global_batch")]
     shape = {}
     for section, key in need:
-        v = gpu_table.config_int(cfg, section, key)
+        v = run_logs.config_int(cfg, section, key)
         if v <= 0:
             raise SystemExit(f"bench_vs_pytorch: the config has no positive {section}.{key}")
         shape[key] = v
@@ -254,7 +254,7 @@ def run_ours(a, work):
     """Runs our trainer on random tokens; returns its run directory."""
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
-    cfg = gpu_table.read_resolved_config(a.config)
+    cfg = run_logs.read_resolved_config(a.config)
     shape = shape_of(cfg)
     rng = random.Random(1234)
     n = max(1 << 20, 4 * shape["global_batch"] * (shape["seq_len"] + 1))
@@ -292,13 +292,13 @@ def main(argv=None):
             print(f"bench_vs_pytorch: {e}", file=sys.stderr)
             notes.append(f"our trainer failed: {str(e).splitlines()[0]}")
             failed, ours_dir = True, None
-    cfg = gpu_table.read_resolved_config(os.path.join(ours_dir, "config.yaml")
+    cfg = run_logs.read_resolved_config(os.path.join(ours_dir, "config.yaml")
                                          if ours_dir else a.config)
     shape = shape_of(cfg)
     res["shape"] = shape
     steps, warmup = a.steps, a.warmup
     if ours_dir:
-        s = gpu_table.run_summary(ours_dir, warmup)
+        s = run_logs.run_summary(ours_dir, warmup)
         res["ours_tokens_per_s"], res["ours_step_ms"] = s["tokens_per_s"], s["step_ms"]
         res["ours_timed_steps"] = len(s["timed_steps"])
         steps = s["steps"] if a.metrics else steps
@@ -321,8 +321,8 @@ def main(argv=None):
     if res.get("ours_tokens_per_s") and res.get("pytorch_tokens_per_s"):
         res["ratio"] = res["ours_tokens_per_s"] / res["pytorch_tokens_per_s"]
     if a.gpu_bench_csv:
-        res["ours_attention_fwd_bwd_ms"] = gpu_table.gpu_bench_attention_ms(
-            gpu_table.read_gpu_bench(a.gpu_bench_csv))
+        res["ours_attention_fwd_bwd_ms"] = run_logs.gpu_bench_attention_ms(
+            run_logs.read_gpu_bench(a.gpu_bench_csv))
 
     def show(x, spec):
         return "-" if x is None else format(x, spec)

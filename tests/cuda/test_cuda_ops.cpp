@@ -344,7 +344,7 @@ TEST(CudaOps, TransformerBlockForwardBackwardMatchesCpuTo1e4) {
 // The same block at GPT-2 124M's width and length (C=768, 12 heads of 64,
 // T=1024, B=2), the CPU twin on all cores; a small vocabulary keeps the CPU
 // side to seconds (the LM head's shape has its own sampled check in
-// test_cuda_matmul.cpp). Sums 12-48x longer than the small block's: the
+// test_cuda_lm_head.cpp). Sums 12-48x longer than the small block's: the
 // relative tolerance is 1e-3. A real GPU only (scripts/gpu_check.sh runs it).
 TEST(CudaOps, TransformerBlockMatchesCpuAtProductionShape) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""scripts/gpu_table.py (gpu_check's table) on fabricated log folders, and the
+"""scripts/gpu_table.py (gpu_check's table) and scripts/run_logs.py (its readers)
+on fabricated log folders, scripts/gpu_check.sh's own plumbing, and the
 argument and environment errors of scripts/bench_vs_pytorch.py, all without a
 GPU or torch. The figures below are made up for the test (round numbers);
 nothing here is a measurement.
@@ -24,7 +25,7 @@ import unittest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(REPO, "scripts")
 sys.path.insert(0, SCRIPTS)
-import gpu_table  # noqa: E402
+import run_logs  # noqa: E402
 import bench_vs_pytorch  # noqa: E402  (imports no torch until main() runs)
 
 TABLE = os.path.join(SCRIPTS, "gpu_table.py")
@@ -203,11 +204,11 @@ def run(script, *args, env=None):
 
 class Readers(unittest.TestCase):
     def test_flops_per_token_is_the_trainers_formula(self):
-        cfg = gpu_table.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
-        self.assertEqual(gpu_table.model_flops_per_token(cfg), FLOPS_PER_TOKEN_124M)
+        cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
+        self.assertEqual(run_logs.model_flops_per_token(cfg), FLOPS_PER_TOKEN_124M)
 
     def test_hand_written_config_gives_the_124m_shape(self):
-        cfg = gpu_table.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
+        cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
         self.assertEqual(bench_vs_pytorch.shape_of(cfg), dict(
             n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024, seq_len=1024,
             micro_batch=16, global_batch=16))
@@ -216,27 +217,27 @@ class Readers(unittest.TestCase):
     def test_timed_records_leave_out_warmup_profiled_and_skipped(self):
         recs = train_records()
         recs[10]["skipped"] = True
-        steps = [r["step"] for r in gpu_table.timed_records(recs, 5, 30, 2)]
+        steps = [r["step"] for r in run_logs.timed_records(recs, 5, 30, 2)]
         self.assertEqual(steps, [s for s in range(5, 28) if s != 10])
         # every=10, steps=2: 8, 9, 18, 19 are profiled.
-        steps = [r["step"] for r in gpu_table.timed_records(train_records(), 0, 10, 2)]
+        steps = [r["step"] for r in run_logs.timed_records(train_records(), 0, 10, 2)]
         self.assertNotIn(8, steps)
         self.assertNotIn(19, steps)
         self.assertIn(20, steps)
 
     def test_loss_diff(self):
-        worst, at, n = gpu_table.loss_diff(layout_losses(), layout_losses(3e-5))
+        worst, at, n = run_logs.loss_diff(layout_losses(), layout_losses(3e-5))
         self.assertAlmostEqual(worst, 3e-5, delta=1e-9)
         self.assertEqual((at, n), (7, 10))
         short = layout_losses()[:8]
-        self.assertEqual(gpu_table.loss_diff(layout_losses(), short)[:2], (math.inf, 8))
+        self.assertEqual(run_logs.loss_diff(layout_losses(), short)[:2], (math.inf, 8))
         nan = layout_losses()
         nan[3]["loss"] = None  # the trainer writes a non-finite loss as null
-        self.assertEqual(gpu_table.loss_diff(layout_losses(), nan)[:2], (math.inf, 3))
-        self.assertEqual(gpu_table.loss_diff([], []), (0.0, None, 0))
+        self.assertEqual(run_logs.loss_diff(layout_losses(), nan)[:2], (math.inf, 3))
+        self.assertEqual(run_logs.loss_diff([], []), (0.0, None, 0))
 
     def test_time_split_adds_up_to_the_step(self):
-        split, step_ms = gpu_table.time_split(roofline())
+        split, step_ms = run_logs.time_split(roofline())
         self.assertEqual(dict(split), {"GEMM": 50.0, "attention": 20.0, "other kernels": 10.0,
                                        "communication (exposed)": 5.0,
                                        "idle (no op, no wait)": 15.0})
@@ -246,8 +247,8 @@ class Readers(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="gt_gpu_table_")
         self.addCleanup(shutil.rmtree, d)
         write(os.path.join(d, "m.jsonl"), '{"step": 0, "loss": 1}\n{"step": \n')
-        with self.assertRaisesRegex(gpu_table.InputError, r"m\.jsonl:2: not JSON"):
-            gpu_table.read_metrics(os.path.join(d, "m.jsonl"))
+        with self.assertRaisesRegex(run_logs.InputError, r"m\.jsonl:2: not JSON"):
+            run_logs.read_metrics(os.path.join(d, "m.jsonl"))
 
 
 class Table(unittest.TestCase):
