@@ -85,6 +85,9 @@ if [[ -n "$from" && $mode != prepare ]]; then
   echo "gpu_check: --from goes with --prepare" >&2
   exit 2
 fi
+if [[ -n "$from" ]]; then
+  from="$(cd "$from" 2>/dev/null && pwd)" || { echo "gpu_check: --from: no such folder" >&2; exit 2; }
+fi
 cd "$root" || exit 1
 # GPU_CHECK_DEPS / GPU_CHECK_BIN: other places for the two carried folders
 # (tests point them at empty ones).
@@ -121,8 +124,9 @@ if [[ $mode == prepare ]]; then
   if [[ -z "$build" ]]; then
     build="$root/build-gpu-prep"
     echo "== building ${targets[*]} in $build (sm_90; minutes on a few cores)"
-    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >"$root/.gpu_prep_configure.log" 2>&1 ||
-      { tail -20 "$root/.gpu_prep_configure.log"; echo "gpu_check: configure failed" >&2; exit 1; }
+    mkdir -p "$build"
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >"$build/configure.log" 2>&1 ||
+      { tail -20 "$build/configure.log"; echo "gpu_check: configure failed" >&2; exit 1; }
   fi
   # A GPU build: nvcc found at configure time, not the emulated device.
   if ! ls "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake >/dev/null 2>&1 ||
