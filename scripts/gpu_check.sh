@@ -467,7 +467,7 @@ PY
   for tool in memcheck racecheck; do
     if [[ ! -x "$sanitizer" ]]; then skip "$tool" "compute-sanitizer not found"; continue; fi
     WARN_RC=99 WARN_NOTE="compute-sanitizer reported errors (non-fatal; see its log)" NONFATAL=1 \
-      GT_TEST_SHAPES=small run_stage "$tool" 120 "$sanitizer" --tool "$tool" --error-exitcode 99 \
+      GT_TEST_SHAPES=small run_stage "$tool" 60 "$sanitizer" --tool "$tool" --error-exitcode 99 \
       "$tests_bin" --gtest_filter="CudaAttention.*:CudaCrossEntropy*:CudaEmbedding*:-$production"
   done
 
