@@ -51,21 +51,29 @@
 #       so the prepared binaries must load from .gpu_prefix/ alone, as on the
 #       GPU machine; every GPU stage then says "skipped: no GPU". Under 4 min.
 #
+#   scripts/gpu_check.sh --rehearse EMU_BUILD                on this CPU machine
+#       Every GPU stage for real on the emulated device (docs/EMULATOR.md), with
+#       the binaries of an emulator build (trainer, gt_cuda_tests) and the 124M
+#       runs shrunk to 2 layers of 128 at T=64, so every command line the GPU
+#       call will run is tried before device time is spent on it. No figure of
+#       a rehearsal is a GPU measurement (the table says so). About 6 minutes.
+#
 # --only STAGES: comma-separated stage names or prefixes ("tests-" is every
 # test stage); the others are not run. --logs DIR: where the logs go
 # (default runs/gpu_check/<time>). Exit status: 0 when no stage failed.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage="usage: scripts/gpu_check.sh [--prepare [--from BUILD_DIR]] [--trial] [--only STAGES]
+usage="usage: scripts/gpu_check.sh [--prepare [--from BUILD_DIR]] [--trial] [--rehearse EMU_BUILD] [--only STAGES]
                             [--logs DIR] [--out DIR] [--budget SECONDS] [--jobs N]"
-logs="" out="${OUT:-}" only="" budget="" from="" mode=device inside_trial=0
+logs="" out="${OUT:-}" only="" budget="" from="" mode=device inside_trial=0 rehearse=""
 jobs="$(nproc 2>/dev/null || echo 4)"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --prepare) mode=prepare; shift ;;
     --from) from="$2"; shift 2 ;;
     --trial) mode=trial; shift ;;
+    --rehearse) mode=rehearse; rehearse="$2"; shift 2 ;;
     --inside-trial) mode=trial; inside_trial=1; shift ;;
     --only) only="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
@@ -87,6 +95,15 @@ if [[ -n "$from" && $mode != prepare ]]; then
 fi
 if [[ -n "$from" ]]; then
   from="$(cd "$from" 2>/dev/null && pwd)" || { echo "gpu_check: --from: no such folder" >&2; exit 2; }
+fi
+if [[ $mode == rehearse ]]; then
+  rehearse="$(cd "$rehearse" 2>/dev/null && pwd)" || { echo "gpu_check: --rehearse: no such folder" >&2; exit 2; }
+  if ! grep -q '^TRAINER_CUDA_EMULATOR:BOOL=ON' "$rehearse/CMakeCache.txt" 2>/dev/null ||
+     [[ ! -x "$rehearse/trainer" || ! -x "$rehearse/tests/gt_cuda_tests" ]]; then
+    echo "gpu_check: --rehearse needs an emulator build with trainer and gt_cuda_tests built:" \
+         "cmake -S . -B build-emu -DTRAINER_CUDA_EMULATOR=ON && cmake --build build-emu --target trainer gt_cuda_tests" >&2
+    exit 2
+  fi
 fi
 cd "$root" || exit 1
 # GPU_CHECK_DEPS / GPU_CHECK_BIN: other places for the two carried folders
@@ -204,6 +221,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 have_gpu=0
 nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && have_gpu=1
 [[ $mode == trial ]] && have_gpu=0
+if [[ $mode == rehearse ]]; then
+  have_gpu=1
+  echo "the emulated device (a rehearsal: no figure is a GPU measurement)" >"$logs/gpu.txt"
+fi
 no_gpu="no GPU (nvidia-smi lists none)"
 
 # ---- stages ---------------------------------------------------------------------------
@@ -265,9 +286,10 @@ run_stage() {
 }
 
 # ---- 1. the dependency prefix and the binaries ------------------------------------------
-have_bin=0
 bin_note=""
-if ! ls "$deps"/*.deb >/dev/null 2>&1; then
+if [[ $mode == rehearse ]]; then
+  :  # the emulator build links this machine's libraries
+elif ! ls "$deps"/*.deb >/dev/null 2>&1; then
   bin_note="no .gpu_deps/: run scripts/gpu_check.sh --prepare on the CPU machine and carry .gpu_deps and .gpu_bin"
 else
   stamp="$(cat "$deps"/MANIFEST 2>/dev/null; ls -l "$deps"/*.deb | md5sum)"
@@ -293,14 +315,16 @@ else
 fi
 P="$prefix/usr"
 L="$P/lib/$multiarch"
-export CMAKE_PREFIX_PATH="$P${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-export PATH="$P/bin:$PATH"
-export CPATH="$P/include/$multiarch${CPATH:+:$CPATH}"
-export LD_LIBRARY_PATH="$L:$L/openmpi/lib:$L/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export LIBRARY_PATH="$L:$L/openmpi/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
-# Open MPI finds its wrapper data, headers and libraries under OPAL_PREFIX.
-export OPAL_PREFIX="$P" OPAL_LIBDIR="$L/openmpi/lib" OPAL_INCLUDEDIR="$L/openmpi/include"
-export OPAL_PKGDATADIR="$P/share/openmpi" OPAL_DATADIR="$P/share"
+if [[ $mode != rehearse ]]; then
+  export CMAKE_PREFIX_PATH="$P${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export PATH="$P/bin:$PATH"
+  export CPATH="$P/include/$multiarch${CPATH:+:$CPATH}"
+  export LD_LIBRARY_PATH="$L:$L/openmpi/lib:$L/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LIBRARY_PATH="$L:$L/openmpi/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  # Open MPI finds its wrapper data, headers and libraries under OPAL_PREFIX.
+  export OPAL_PREFIX="$P" OPAL_LIBDIR="$L/openmpi/lib" OPAL_INCLUDEDIR="$L/openmpi/include"
+  export OPAL_PKGDATADIR="$P/share/openmpi" OPAL_DATADIR="$P/share"
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # CUDA libraries the binaries need that the machine's loader cannot find
@@ -337,7 +361,13 @@ binaries_work() {  # DIR
   return 0
 }
 exe_dir=""
-if [[ -n "$bin_note" ]]; then
+if [[ $mode == rehearse ]]; then
+  exe_dir="$logs/rehearse_bin"
+  mkdir -p "$exe_dir"
+  ln -sfn "$rehearse/trainer" "$exe_dir/trainer"
+  ln -sfn "$rehearse/tests/gt_cuda_tests" "$exe_dir/gt_cuda_tests"
+  record "binaries" ok 0 "" "the emulator build $rehearse (a rehearsal)"
+elif [[ -n "$bin_note" ]]; then
   record "binaries" FAILED "" "" "$bin_note"
 elif [[ -f "$bin/STAMP" && "$(awk '/^source_hash/ {print $2}' "$bin/STAMP")" == "$(source_hash)" ]] &&
      binaries_work "$bin"; then
@@ -377,15 +407,25 @@ trainer="$exe_dir/trainer"
 tests_bin="$exe_dir/gt_cuda_tests"
 
 # ---- 2. stages, in order of value -------------------------------------------------------
+# A rehearsal keeps 124M's vocabulary and step count and shrinks the rest,
+# for the cost table and the training runs alike (so their op names match).
+shrink=()
+[[ $mode == rehearse ]] && shrink=(model.n_layer=2 model.n_head=4 model.n_embd=128
+                                   train.seq_len=64 train.micro_batch=1 train.global_batch=1)
 # The cost table needs the trainer, not a GPU: it runs in --trial too.
 if [[ -n "$exe_dir" ]]; then
   run_stage costs 60 "$trainer" costs --config "$root/configs/gpt2_124m.yaml" \
-    --hardware "$root/configs/hardware/h200.yaml" --json "$logs/costs.json"
+    --hardware "$root/configs/hardware/h200.yaml" --json "$logs/costs.json" "${shrink[@]}"
 else
   wanted costs && record costs FAILED "" "" "no usable binaries (see the binaries row)"
 fi
 ours_stages=(tests-core data train-tc train-simt pytorch-fp32 pytorch-bf16 tests-production
              tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2)
+# check_against_pytorch.py runs under python3, or re-runs itself under
+# Debian's /usr/bin/python3 when that one has torch.
+have_torch() {
+  python3 -c "import torch" >/dev/null 2>&1 || /usr/bin/python3 -c "import torch" >/dev/null 2>&1
+}
 gate_passed() {  # did the tensor-core attention's test pass in tests-core?
   python3 - "$logs/tests-core.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
@@ -434,7 +474,7 @@ PY
   # checkpoint (1.5 GB no one reads).
   train=("$trainer" train --config "$root/configs/gpt2_124m.yaml"
          "data.train=$logs/data/gpt2_random/train_*.bin" train.steps=12 train.warmup_steps=2
-         checkpoint.final=false "profile.hardware=$root/configs/hardware/h200.yaml")
+         checkpoint.final=false "profile.hardware=$root/configs/hardware/h200.yaml" "${shrink[@]}")
   if ! wanted train-tc; then :
   elif gate_passed; then
     run_stage train-tc 150 "${train[@]}" "log.dir=$logs/train_tc" runtime.attention_tensor_cores=true \
@@ -446,6 +486,7 @@ PY
     profile.every=0
 
   for dt in fp32 bf16; do
+    if ! have_torch; then skip "pytorch-$dt" "no python3 with torch"; continue; fi
     run_stage "pytorch-$dt" 150 python3 "$root/scripts/check_against_pytorch.py" --build "$exe_dir" \
       --device cuda --dtype "$dt" --json "$logs/pytorch-$dt.json"
   done
@@ -471,8 +512,16 @@ PY
       "$tests_bin" --gtest_filter="CudaAttention.*:CudaCrossEntropy*:CudaEmbedding*:-$production"
   done
 
-  run_stage gpu-bench 150 bash -c 'exec "$0" >"$1"' "$exe_dir/gpu_bench" "$logs/gpu_bench.csv"
-  run_stage peaks 90 "$trainer" bench --config "$root/configs/gpt2_124m.yaml" --out "$logs/peaks.json"
+  if [[ -x "$exe_dir/gpu_bench" ]]; then
+    run_stage gpu-bench 150 bash -c 'exec "$0" >"$1"' "$exe_dir/gpu_bench" "$logs/gpu_bench.csv"
+  else
+    skip gpu-bench "gpu_bench is built for a GPU only (not for the emulated device)"
+  fi
+  if [[ $mode == rehearse ]]; then
+    skip peaks "trainer bench's GPU-sized products take too long on the emulated device"
+  else
+    run_stage peaks 90 "$trainer" bench --config "$root/configs/gpt2_124m.yaml" --out "$logs/peaks.json"
+  fi
 fi
 
 # torch.compile's 124M step: needs no build of ours, so it runs whatever
@@ -502,7 +551,9 @@ if [[ -n "$exe_dir" && $have_gpu == 1 ]]; then
          train.global_batch=8 train.steps=10 train.warmup_steps=2 log.every=1
          checkpoint.every=0 checkpoint.final=false runtime.device=cuda runtime.dtype=fp32
          runtime.collective_timeout_s=60 parallel.comm=mpi)
-  mpirun=("$P/bin/mpirun" --oversubscribe --allow-run-as-root --bind-to none -np 2)
+  mpirun_bin="$P/bin/mpirun"
+  [[ -x "$mpirun_bin" ]] || mpirun_bin="$(command -v mpirun || echo mpirun)"
+  mpirun=("$mpirun_bin" --oversubscribe --allow-run-as-root --bind-to none -np 2)
   run_stage layout-ref 60 "$trainer" train "${small[@]}" train.micro_batch=8 "log.dir=$logs/layouts/ref"
   run_stage layout-dp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.dp=2 \
     train.micro_batch=4 "log.dir=$logs/layouts/dp2"
@@ -515,6 +566,7 @@ fi
 # ---- 3. the table, the tarball, the follow-up ----------------------------------------------
 table_args=("$logs" --elapsed "$(elapsed)")
 [[ $mode == trial ]] && table_args+=(--trial)
+[[ $mode == rehearse ]] && table_args+=(--rehearsal)
 python3 "$root/scripts/gpu_table.py" "${table_args[@]}" >"$logs/table.txt" 2>"$logs/table.err"
 [[ $? -ne 0 ]] && status=1
 cat "$logs/table.txt" "$logs/table.err"

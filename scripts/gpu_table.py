@@ -134,15 +134,16 @@ def render_costs(t, logs, stages):
     peaks = c.get("peaks", {})
     t(f"  peaks: {peaks.get('source', '?')}; measured: "
       + (source or "none (no profiled training run: see train-tc)"))
-    t(f"    {'class':<14}{'op':<46}{'calls':>6}{'floor ms':>10}{'measured':>10}{'x floor':>9}")
+    t(f"    {'class':<14}{'op':<46}{'calls':>6}{'floor ms':>10} {'measured':>10} {'x floor':>9}")
     for r in c.get("ops", []):
         name = r.get("name", "")
         short = name if len(name) <= 45 else name[:44] + "~"
         m = None if r.get("subtotal") else measured.get(name)
         ms = None if m is None else m.get("ms_per_step")
-        ratio = "" if not ms or not r.get("floor_ms") else f"{ms / r['floor_ms']:.2f}"
+        x = None if not ms or not r.get("floor_ms") else ms / r["floor_ms"]
+        ratio = "" if x is None else (f"{x:.2f}" if x < 1000 else f"{x:.3g}")
         t(f"    {r.get('class', ''):<14}{short:<46}{r.get('calls', 0):>6.0f}"
-          f"{r.get('floor_ms', 0.0):>10.3f}{fmt(ms, '.3f'):>10}{ratio:>9}")
+          f"{r.get('floor_ms', 0.0):>10.3f} {fmt(ms, '.3f'):>10} {ratio:>9}")
     t(f"  step floor {c.get('step_floor_ms', 0.0):.2f} ms; non-GEMM traffic "
       f"{c.get('non_gemm_bytes', 0.0) / 1e9:.2f} GB ({c.get('non_gemm_floor_ms', 0.0):.2f} ms of "
       f"the floor)")
@@ -325,12 +326,15 @@ def render_pytorch(t, logs, st):
     return r
 
 
-def render(logs, trial=False, elapsed="", tol=LOSS_TOL, warmup=5):
+def render(logs, trial=False, elapsed="", tol=LOSS_TOL, warmup=5, rehearsal=False):
     """The whole table as (text, list of failures)."""
     t = Table()
     gpu_txt = os.path.join(logs, "gpu.txt")
     gpu = open(gpu_txt).read().strip() if os.path.exists(gpu_txt) else "no nvidia-smi output"
     t(f"==== gpu_check ({'trial, no GPU' if trial else gpu}) ====")
+    if rehearsal:
+        t("  REHEARSAL on the emulated device, 124M shrunk to 2 layers of 128 at T=64: the commands "
+          "and the plumbing are checked; no time, rate or MFU below is a GPU measurement")
     machine = os.path.join(logs, "machine.txt")
     if os.path.exists(machine):
         with open(machine) as f:
@@ -367,6 +371,8 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("logs", help="gpu_check's log folder")
     ap.add_argument("--trial", action="store_true", help="the run was gpu_check.sh --trial")
+    ap.add_argument("--rehearsal", action="store_true",
+                    help="the run was gpu_check.sh --rehearse (the emulated device)")
     ap.add_argument("--elapsed", default="", help="printed as is")
     ap.add_argument("--tol", type=float, default=LOSS_TOL,
                     help=f"max |loss difference| of a layout against one rank (default {LOSS_TOL})")
@@ -378,7 +384,7 @@ def main(argv=None):
     if a.tol <= 0 or a.warmup < 0:
         ap.error("--tol must be > 0 and --warmup >= 0")
     try:
-        text, failed = render(a.logs, a.trial, a.elapsed, a.tol, a.warmup)
+        text, failed = render(a.logs, a.trial, a.elapsed, a.tol, a.warmup, a.rehearsal)
     except (InputError, OSError) as e:
         print(f"gpu_table: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend on the emulated device (docs/EMULATOR.md): the part of the
 # test command (scripts/run_tests.sh) that makes the GPU code run without a
-# GPU. Four phases, each printed with its time:
+# GPU. Five phases, each printed with its time:
 #   1. build-emu/: the whole project with -DTRAINER_CUDA_EMULATOR=ON, then
 #      `ctest -L emulator`: every tests/cuda test, the emulator's own tests,
 #      the NCCL and staged-CUDA mesh tests under mpirun, training runs
@@ -12,9 +12,12 @@
 #   3. build-emu-tsan/: the attention, LayerNorm, cross-entropy and embedding
 #      tests under ThreadSanitizer (small shapes: GT_TEST_SHAPES=small);
 #   4. tests/emulator/planted_bugs.py: known GPU bugs planted in copies of the
-#      sources, each caught, with what caught it.
+#      sources, each caught, with what caught it;
+#   5. scripts/gpu_check.sh --rehearse: every stage of the GPU one-shot on the
+#      emulated device with 124M shrunk, so the command lines a lent GPU will
+#      run have all run here first (about 3 minutes).
 # Needs NVIDIA's CUDA headers (not nvcc, not a GPU). Usage:
-#   scripts/run_emulator_tests.sh            all four
+#   scripts/run_emulator_tests.sh            all five
 #   scripts/run_emulator_tests.sh 1 3        only phases 1 and 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +26,7 @@ JOBS="${JOBS:-$(nproc)}"
 EMU="${EMU_BUILD_DIR:-build-emu}"
 ASAN="${EMU_BUILD_DIR:-build-emu}-asan"
 TSAN="${EMU_BUILD_DIR:-build-emu}-tsan"
-PHASES="${*:-1 2 3 4}"
+PHASES="${*:-1 2 3 4 5}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The CPU twins are references here: one thread each, so that the sanitizers
 # see no OpenMP pool (whose barriers TSan cannot see) and runs stay steady.
@@ -37,7 +40,7 @@ wants() { [[ " $PHASES " == *" $1 "* ]]; }
 SAN_ARGS=(-DTRAINER_CUDA_EMULATOR=ON -DTRAINER_EMU_KERNELS_ONLY=ON
           -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 
-if wants 1 || wants 4; then
+if wants 1 || wants 4 || wants 5; then
   phase "1. build the CUDA backend on the emulated device ($EMU)"
   # -O1: compiles in about half the time of -O3; the emulator's time goes to
   # switching fibers, not to the kernels' arithmetic.
@@ -77,5 +80,10 @@ fi
 if wants 4; then
   phase "4. planted bugs"
   python3 tests/emulator/planted_bugs.py --asan "$ASAN" --tsan "$TSAN" --emu "$EMU"
+fi
+if wants 5; then
+  phase "5. the GPU one-shot rehearsed on the emulated device (scripts/gpu_check.sh --rehearse)"
+  rm -rf "$EMU/gpu_check_rehearsal"
+  bash scripts/gpu_check.sh --rehearse "$EMU" --logs "$EMU/gpu_check_rehearsal"
 fi
 phase "done"

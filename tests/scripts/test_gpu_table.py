@@ -296,6 +296,14 @@ class Table(unittest.TestCase):
         self.assertIn("attention fwd+bwd bf16: ours 4.000 ms, PyTorch SDPA 2.000 ms", out)
         self.assertNotIn("FAILED", out)
 
+    def test_a_rehearsal_says_no_figure_is_a_gpu_measurement(self):
+        GpuLogs(self.dir)
+        p = run(TABLE, self.dir, "--rehearsal")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("REHEARSAL on the emulated device", p.stdout)
+        self.assertIn("no time, rate or MFU below is a GPU measurement", p.stdout)
+        self.assertNotIn("REHEARSAL", run(TABLE, self.dir).stdout)
+
     def test_layout_over_tolerance_fails(self):
         GpuLogs(self.dir, tp2_delta=5e-4)
         p = run(TABLE, self.dir)
