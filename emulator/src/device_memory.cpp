@@ -105,11 +105,7 @@ bool MemoryTable::is_pinned(const void* p) const {
 void MemoryTable::set_device_phase(bool on) {
   if (on == device_phase_) return;
   device_phase_ = on;
-  const size_t page = page_size();
-  for (auto& [base, a] : by_base_) {
-    if (a.pinned) continue;
-    mprotect(a.mapping + page, a.mapping_bytes - 2 * page, on ? PROT_READ | PROT_WRITE : PROT_NONE);
-  }
+  protect_data(on ? PROT_READ | PROT_WRITE : PROT_NONE);
 }
 
 void MemoryTable::protect_data(int prot) {
