@@ -136,4 +136,29 @@ inline SampledGemmReport check_gemm_samples(const StridedDeviceMatrix& A,
   return rep;
 }
 
+// The LM head's three GEMMs as CudaOps runs them, after one forward and one
+// backward that used the logits as their own gradient:
+//   forward  logits (R, V) = x (R, C) wte (V, C)^T   bf16 in, bf16 out
+//   dinp     dx (R, C)     = logits (R, V) wte       bf16 out
+//   dweight  dwte (V, C)   = logits^T x              fp32, accumulated from zero
+// each checked at rows x cols samples. x, wte, logits and dx hold bf16.
+struct LmHeadReports {
+  SampledGemmReport forward, dinp, dweight;
+  bool ok() const { return forward.ok() && dinp.ok() && dweight.ok(); }
+};
+inline LmHeadReports check_lm_head_samples(const void* x, const void* wte, const void* logits,
+                                           const void* dx, const float* dwte, int64_t R, int64_t V,
+                                           int64_t C, int rows, int cols) {
+  using M = StridedDeviceMatrix;
+  const M xm{x, DType::bf16, C, 1}, wt{wte, DType::bf16, 1, C},  // wte^T (C, V)
+      wm{wte, DType::bf16, C, 1}, lm{logits, DType::bf16, V, 1},
+      lt{logits, DType::bf16, 1, V},  // logits^T (V, R)
+      dxm{dx, DType::bf16, C, 1}, dwm{dwte, DType::f32, C, 1};
+  LmHeadReports r;
+  r.forward = check_gemm_samples(xm, wt, lm, R, V, C, rows, cols, 1);
+  r.dinp = check_gemm_samples(lm, wm, dxm, R, C, V, rows, cols, 2);
+  r.dweight = check_gemm_samples(lt, xm, dwm, V, C, R, rows, cols, 3);
+  return r;
+}
+
 }  // namespace gt::test

@@ -21,14 +21,9 @@ using gt::test::dev_view;
 using gt::test::DeviceArray;
 using gt::test::random_vector;
 
-struct LmHeadReports {
-  gt::test::SampledGemmReport forward, dinp, dweight;
-};
-
-// logits (R, V) = x (R, C) wte (V, C)^T in bf16 with bf16 logits, then the
-// backward with those logits as dlogits: dx (R, C) bf16 assigned, dwte (V, C)
-// fp32 accumulated from zero. Each result checked on rows x cols samples.
-LmHeadReports run_lm_head(int64_t R, int64_t V, int64_t C, int rows, int cols) {
+// The LM head at (R, V, C) on random bf16 inputs through CudaOps, dwte from
+// zero and dx poisoned first; checked by check_lm_head_samples.
+gt::test::LmHeadReports run_lm_head(int64_t R, int64_t V, int64_t C, int rows, int cols) {
   gt::CudaOps ops;
   const cudaStream_t s = ops.stream();
   DeviceArray<uint16_t> x(gt::test::to_bf16(random_vector(R * C, 61)), s),
@@ -44,23 +39,15 @@ LmHeadReports run_lm_head(int64_t R, int64_t V, int64_t C, int rows, int cols) {
   ops.matmul_backward(bf(dx, R, C), dev_view(dw, DType::f32, {V, C}), gt::TensorView{},
                       bf(logits, R, V), bf(x, R, C), bf(w, V, C));
   ops.synchronize();
-  using M = gt::test::StridedDeviceMatrix;
-  const M xm{x.get(), DType::bf16, C, 1}, wt{w.get(), DType::bf16, 1, C},  // wte^T (C, V)
-      wm{w.get(), DType::bf16, C, 1}, lm{logits.get(), DType::bf16, V, 1},
-      lt{logits.get(), DType::bf16, 1, V},  // logits^T (V, R)
-      dxm{dx.get(), DType::bf16, C, 1}, dwm{dw.get(), DType::f32, C, 1};
-  LmHeadReports r;
-  r.forward = gt::test::check_gemm_samples(xm, wt, lm, R, V, C, rows, cols, 1);
-  r.dinp = gt::test::check_gemm_samples(lm, wm, dxm, R, C, V, rows, cols, 2);
-  r.dweight = gt::test::check_gemm_samples(lt, xm, dwm, V, C, R, rows, cols, 3);
-  return r;
+  return gt::test::check_lm_head_samples(x.get(), w.get(), logits.get(), dx.get(), dw.get(), R, V,
+                                         C, rows, cols);
 }
 
 // The checker itself, where the emulated device runs it: a small LM head
 // passes, and the same samples read through a wrong operand layout fail.
 TEST(CudaLmHead, SampledDoubleCheckPassesAndCatchesAWrongOperand) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const LmHeadReports r = run_lm_head(96, 200, 64, 8, 8);
+  const gt::test::LmHeadReports r = run_lm_head(96, 200, 64, 8, 8);
   EXPECT_TRUE(r.forward.ok()) << r.forward.describe();
   EXPECT_TRUE(r.dinp.ok()) << r.dinp.describe();
   EXPECT_TRUE(r.dweight.ok()) << r.dweight.describe();
@@ -88,7 +75,7 @@ TEST(CudaLmHead, SampledDoubleCheckPassesAndCatchesAWrongOperand) {
 TEST(CudaLmHead, GemmsMatchDoubleOnSamplesAtProductionShape) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (const char* why = gt::test::production_shapes_skipped()) GTEST_SKIP() << why;
-  const LmHeadReports r = run_lm_head(16384, 50304, 768, 16, 16);
+  const gt::test::LmHeadReports r = run_lm_head(16384, 50304, 768, 16, 16);
   EXPECT_TRUE(r.forward.ok()) << r.forward.describe();
   EXPECT_TRUE(r.dinp.ok()) << r.dinp.describe();
   EXPECT_TRUE(r.dweight.ok()) << r.dweight.describe();

@@ -111,29 +111,23 @@ bool check_lm_head(gt::CudaOps& ops, const Tensor& inp, const Tensor& w, const T
   ops.matmul_forward(out.view, inp.view, w.view, TensorView{});
   ops.matmul_backward(dinp.view, dw.view, TensorView{}, out.view, inp.view, w.view);
   ops.synchronize();
-  using M = gt::test::StridedDeviceMatrix;
-  const M x{inp.buf.data(), DType::bf16, K, 1}, wt{w.buf.data(), DType::bf16, 1, K},
-      wm{w.buf.data(), DType::bf16, K, 1}, lg{out.buf.data(), DType::bf16, N, 1},
-      lt{out.buf.data(), DType::bf16, 1, N}, dx{dinp.buf.data(), DType::bf16, K, 1},
-      dwm{dw.buf.data(), DType::f32, K, 1};
+  const gt::test::LmHeadReports r =
+      gt::test::check_lm_head_samples(inp.buf.data(), w.buf.data(), out.buf.data(), dinp.buf.data(),
+                                      dw.buf.as<float>(), R, N, K, 16, 16);
   struct Check {
     const char* name;
-    gt::test::SampledGemmReport rep;
+    const gt::test::SampledGemmReport& rep;
     int64_t m, n, k;
   };
-  const Check checks[] = {
-      {"lm_head_fwd", gt::test::check_gemm_samples(x, wt, lg, R, N, K, 16, 16, 1), R, N, K},
-      {"lm_head_dinp", gt::test::check_gemm_samples(lg, wm, dx, R, K, N, 16, 16, 2), R, K, N},
-      {"lm_head_dweight", gt::test::check_gemm_samples(lt, x, dwm, N, K, R, 16, 16, 3), N, K, R}};
-  bool ok = true;
-  for (const Check& c : checks) {
+  const Check checks[] = {{"lm_head_fwd", r.forward, R, N, K},
+                          {"lm_head_dinp", r.dinp, R, K, N},
+                          {"lm_head_dweight", r.dweight, N, K, R}};
+  for (const Check& c : checks)
     std::printf("# check %s bf16 %lldx%lldx%lld: %s: %s\n", c.name, static_cast<long long>(c.m),
                 static_cast<long long>(c.n), static_cast<long long>(c.k), c.rep.describe().c_str(),
                 c.rep.ok() ? "ok" : "FAILED");
-    ok &= c.rep.ok();
-  }
   std::fflush(stdout);
-  return ok;
+  return r.ok();
 }
 
 int run(int argc, char** argv) {
