@@ -361,6 +361,9 @@ binaries_work() {  # DIR
   return 0
 }
 exe_dir=""
+# The prepared binaries' sources and these, each hashed once.
+stamped="$(awk '/^source_hash/ {print $2}' "$bin/STAMP" 2>/dev/null)"
+[[ $mode == rehearse ]] || current="$(source_hash)"
 if [[ $mode == rehearse ]]; then
   exe_dir="$logs/rehearse_bin"
   mkdir -p "$exe_dir"
@@ -369,14 +372,13 @@ if [[ $mode == rehearse ]]; then
   record "binaries" ok 0 "" "the emulator build $rehearse (a rehearsal)"
 elif [[ -n "$bin_note" ]]; then
   record "binaries" FAILED "" "" "$bin_note"
-elif [[ -f "$bin/STAMP" && "$(awk '/^source_hash/ {print $2}' "$bin/STAMP")" == "$(source_hash)" ]] &&
-     binaries_work "$bin"; then
+elif [[ -n "$stamped" && "$stamped" == "$current" ]] && binaries_work "$bin"; then
   exe_dir="$bin"
   record "binaries" ok 0 "$bin/STAMP" "prepared on the CPU machine ($(sed -n 's/^built //p' "$bin/STAMP"))"
 else
   if [[ ! -f "$bin/STAMP" ]]; then why="no prepared binaries (.gpu_bin/)"
   elif [[ -n "$problem" ]]; then why="$problem"
-  else why="prepared from other sources (stamp $(awk '/^source_hash/ {print $2}' "$bin/STAMP"), these $(source_hash))"
+  else why="prepared from other sources (stamp ${stamped:-none}, these $current)"
   fi
   echo "   prepared binaries unusable: $why; building here"
   build="$root/build-gpu"
