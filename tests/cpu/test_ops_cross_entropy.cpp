@@ -146,16 +146,17 @@ TEST(CpuCrossEntropy, Bf16LogitsAreTheFp32OpOnTheirValuesRounded) {
     EXPECT_TRUE(all_close(loss, want_loss, 0.f, 0.f));
     for (size_t i = 0; i < d.size(); ++i)
       ASSERT_EQ(d[i], bf16_from_float(want_d[i])) << "dlogits element " << i;
-    ops->softmax_cross_entropy(f32(loss, {r}), bf16_view(bits, {r, cols}), bf16_view(bits, {r, cols}),
-                               i32(k.targets, {r}), v, 0.3f);  // in place
+    ops->softmax_cross_entropy(f32(loss, {r}), bf16_view(bits, {r, cols}),
+                               bf16_view(bits, {r, cols}), i32(k.targets, {r}), v,
+                               0.3f);  // in place
     EXPECT_TRUE(all_close(loss, want_loss, 0.f, 0.f));
     EXPECT_EQ(bits, d) << "in place";
     // dlogits must have the logits' dtype.
     std::vector<float> d32(x.size());
     expect_error_containing(
         [&] {
-          ops->softmax_cross_entropy(f32(loss, {r}), f32(d32, {r, cols}), bf16_view(bits, {r, cols}),
-                                     i32(k.targets, {r}), v, 0.3f);
+          ops->softmax_cross_entropy(f32(loss, {r}), f32(d32, {r, cols}),
+                                     bf16_view(bits, {r, cols}), i32(k.targets, {r}), v, 0.3f);
         },
         "dlogits must have the logits' dtype bf16, got fp32");
   }

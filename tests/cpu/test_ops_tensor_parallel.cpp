@@ -200,16 +200,17 @@ TEST(CpuTensorParallelOps, VocabParallelCrossEntropyTakesBf16Logits) {
   EXPECT_TRUE(all_close(m16, m32, 0.f, 0.f));
   ops->cross_entropy_shard_sums(f32(se32, {R}), f32(tl32, {R}), f32(x, {R, Vs}), i32(tgt, {R}),
                                 f32(m32, {R}), start, vocab);
-  ops->cross_entropy_shard_sums(f32(se16, {R}), f32(tl16, {R}), bf16_view(bits, {R, Vs}), i32(tgt, {R}),
-                                f32(m32, {R}), start, vocab);
+  ops->cross_entropy_shard_sums(f32(se16, {R}), f32(tl16, {R}), bf16_view(bits, {R, Vs}),
+                                i32(tgt, {R}), f32(m32, {R}), start, vocab);
   EXPECT_TRUE(all_close(se16, se32, 0.f, 0.f));
   EXPECT_TRUE(all_close(tl16, tl32, 0.f, 0.f));
   std::vector<float> d32(x.size());
   ops->cross_entropy_shard_finish(f32(l32, {R}), f32(d32, {R, Vs}), f32(x, {R, Vs}), i32(tgt, {R}),
                                   f32(m32, {R}), f32(se32, {R}), f32(tl32, {R}), start, vocab,
                                   0.25f);
-  ops->cross_entropy_shard_finish(f32(l16, {R}), bf16_view(bits, {R, Vs}), bf16_view(bits, {R, Vs}), i32(tgt, {R}), f32(m32, {R}),
-                                  f32(se32, {R}), f32(tl32, {R}), start, vocab,
+  ops->cross_entropy_shard_finish(f32(l16, {R}), bf16_view(bits, {R, Vs}), bf16_view(bits, {R, Vs}),
+                                  i32(tgt, {R}), f32(m32, {R}), f32(se32, {R}), f32(tl32, {R}),
+                                  start, vocab,
                                   0.25f);  // in place
   EXPECT_TRUE(all_close(l16, l32, 0.f, 0.f));
   for (size_t i = 0; i < bits.size(); ++i)
