@@ -11,6 +11,15 @@
 //   * Linear weights are stored (out_features, in_features) like
 //     torch.nn.Linear: out = inp @ weight^T + bias.
 //   * All tensors are contiguous unless a comment says otherwise.
+//
+// bf16 storage (runtime.dtype=bf16, the model's activations): the ops marked
+// "bf16 storage" below also take their activation tensors in bf16. Math is
+// fp32 either way: bf16 inputs are widened exactly, bf16 outputs are the fp32
+// results rounded to nearest even once. Parameters, their gradients, and
+// saved statistics (LayerNorm mean/rstd, attention's saved rows) stay fp32,
+// as does every output that ACCUMULATES (rounding an accumulator each time
+// would lose the small terms). The CPU backend is bit for bit its fp32 op on
+// the bf16 values, then rounded; the CUDA kernels are tested against it.
 #pragma once
 
 #include <cstdint>
@@ -70,20 +79,22 @@ class Ops {
 
   // Row-wise LayerNorm, eps 1e-5 (PyTorch default), biased variance.
   // out (R,C), mean (R), rstd (R) saved for backward; inp (R,C); weight, bias (C).
+  // bf16 storage: inp and out bf16 together (weight, bias, mean, rstd fp32).
   virtual void layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
                                  TensorView inp, TensorView weight, TensorView bias) = 0;
   // dinp (R,C) ACCUMULATES (it is the residual stream's gradient);
-  // dweight, dbias (C) accumulate.
+  // dweight, dbias (C) accumulate. bf16 storage: inp may be bf16 (dout and
+  // every output stay fp32: they are gradients the residual stream sums).
   virtual void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                   TensorView dout, TensorView inp, TensorView weight,
                                   TensorView mean, TensorView rstd) = 0;
 
   // Mixed precision: inp, weight (and dout in backward) may all be bf16
-  // together; bias, dinp, dweight, dbias stay fp32 and the products
-  // accumulate in fp32 (every backend accepts this; CudaOps accepts more, see
+  // together; bias, dweight, dbias stay fp32 and the products accumulate in
+  // fp32 (every backend accepts this; CudaOps accepts more, see
   // cuda_ops.hpp). The result is then the fp32 matmul of the bf16 values;
-  // with bf16 inputs `out` may be bf16 too (that result rounded to nearest
-  // even: the bf16 model's logits).
+  // with bf16 inputs `out` and `dinp` may be bf16 too (bf16 storage: that
+  // result rounded to nearest even).
   // out (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC); bias may be empty().
   virtual void matmul_forward(TensorView out, TensorView inp, TensorView weight,
                               TensorView bias) = 0;
@@ -120,12 +131,14 @@ class Ops {
                                   TensorView qkv, TensorView out, TensorView saved,
                                   int n_head) = 0;
 
-  // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on any shape.
+  // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on
+  // any shape. bf16 storage: every tensor of a call bf16.
   virtual void gelu_forward(TensorView out, TensorView inp) = 0;
   // dinp assigned = dout * gelu'(inp).
   virtual void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) = 0;
 
-  // out = a + b, elementwise, same shape.
+  // out = a + b, elementwise, same shape; out may alias a or b. bf16
+  // storage: all three bf16 (the residual adds).
   virtual void add(TensorView out, TensorView a, TensorView b) = 0;
   // acc += x, elementwise, same shape.
   virtual void accumulate(TensorView acc, TensorView x) = 0;

@@ -25,6 +25,9 @@ void expect_f32_or_bf16(const TensorView& t, std::initializer_list<int64_t> shap
                         const char* what);
 // Throws unless `t` is a contiguous fp32 CPU tensor (any shape).
 void expect_f32_any(const TensorView& t, const char* what);
+// Throws unless `t` is a contiguous CPU tensor (any shape) of `dtype`, which
+// must be fp32 or bf16: the activations of bf16 storage (kernels/ops.hpp).
+void expect_storage_any(const TensorView& t, DType dtype, const char* what);
 // Throws unless a and b have the same shape.
 void expect_same_shape(const TensorView& a, const TensorView& b, const char* what_a,
                        const char* what_b);

@@ -51,6 +51,14 @@ void expect_f32_any(const TensorView& t, const char* what) {
                             t.shape_str());
 }
 
+void expect_storage_any(const TensorView& t, DType dtype, const char* what) {
+  if (dtype != DType::f32 && dtype != DType::bf16)
+    fail("internal check: ", what, " must be fp32 or bf16, got ", dtype_name(dtype));
+  expect_cpu(t, dtype, what);
+  if (!t.contiguous())
+    fail("internal check: ", what, " must be contiguous, got strided ", t.shape_str());
+}
+
 void expect_same_shape(const TensorView& a, const TensorView& b, const char* what_a,
                        const char* what_b) {
   bool same = a.ndim == b.ndim;

@@ -1,10 +1,13 @@
 // Elementwise helpers the model needs between layers: add (assigns out),
-// accumulate (acc += x, the residual-gradient join), zero and copy. add and
-// accumulate are fp32 only; zero and copy move bytes, so they take any dtype.
+// accumulate (acc += x, the residual-gradient join), zero and copy. add takes
+// fp32 or bf16 storage (all three tensors one dtype: fp32_access.hpp; the
+// residual adds of the bf16 model); accumulate is fp32 only; zero and copy
+// move bytes, so they take any dtype.
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/fp32_access.hpp"
 
 namespace gt::cpu {
 
@@ -24,17 +27,20 @@ constexpr int64_t kByteChunk = 1 << 20;
 }  // namespace
 
 void add(TensorView out, TensorView a, TensorView b) {
-  expect_f32_any(out, "add out");
-  expect_f32_any(a, "add a");
-  expect_f32_any(b, "add b");
+  expect_storage_any(out, out.dtype, "add out");
+  expect_storage_any(a, out.dtype, "add a (out's dtype)");
+  expect_storage_any(b, out.dtype, "add b (out's dtype)");
   expect_same_shape(out, a, "add out", "add a");
   expect_same_shape(out, b, "add out", "add b");
   const int64_t n = out.numel();
-  const float* x = a.f32();
-  const float* y = b.f32();
-  float* o = out.f32();
+  const Fp32In a_in(a), b_in(b);
+  Fp32Out o_out(out);
+  const float* x = a_in.get();
+  const float* y = b_in.get();
+  float* o = o_out.get();
 #pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+  o_out.store();
 }
 
 void accumulate(TensorView acc, TensorView x) {

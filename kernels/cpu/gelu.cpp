@@ -1,5 +1,6 @@
 // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on
-// any contiguous fp32 shape. Invariant: gelu_backward assigns dinp.
+// any contiguous fp32 shape, or bf16 storage (all tensors of a call bf16:
+// fp32_access.hpp). Invariant: gelu_backward assigns dinp.
 // Computed in the equivalent logistic form 0.5 x (1 + tanh u) = x s with
 // s = 1 / (1 + exp(-2u)): it needs one exp, and stays accurate in the left
 // tail where 1 + tanh u would cancel.
@@ -10,6 +11,7 @@
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/fast_math.hpp"
+#include "kernels/cpu/fp32_access.hpp"
 
 namespace gt::cpu {
 
@@ -47,30 +49,36 @@ GT_VECTOR_CLONES void gelu_backward_span(const float* x, const float* dy, float*
 }  // namespace
 
 void gelu_forward(TensorView out, TensorView inp) {
-  expect_f32_any(inp, "gelu inp");
-  expect_f32_any(out, "gelu out");
+  expect_storage_any(inp, inp.dtype, "gelu inp");
+  expect_storage_any(out, inp.dtype, "gelu out (inp's dtype)");
   expect_same_shape(out, inp, "gelu out", "gelu inp");
   const int64_t n = inp.numel();
-  const float* x = inp.f32();
-  float* y = out.f32();
+  const Fp32In x_in(inp);
+  Fp32Out y_out(out);
+  const float* x = x_in.get();
+  float* y = y_out.get();
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t c = 0; c < n; c += kChunk)
     gelu_forward_span(x + c, y + c, std::min(kChunk, n - c));
+  y_out.store();
 }
 
 void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
-  expect_f32_any(inp, "gelu inp");
-  expect_f32_any(dinp, "gelu dinp");
-  expect_f32_any(dout, "gelu dout");
+  expect_storage_any(inp, inp.dtype, "gelu inp");
+  expect_storage_any(dinp, inp.dtype, "gelu dinp (inp's dtype)");
+  expect_storage_any(dout, inp.dtype, "gelu dout (inp's dtype)");
   expect_same_shape(dinp, inp, "gelu dinp", "gelu inp");
   expect_same_shape(dout, inp, "gelu dout", "gelu inp");
   const int64_t n = inp.numel();
-  const float* x = inp.f32();
-  const float* dy = dout.f32();
-  float* dx = dinp.f32();
+  const Fp32In x_in(inp), dy_in(dout);
+  Fp32Out dx_out(dinp);
+  const float* x = x_in.get();
+  const float* dy = dy_in.get();
+  float* dx = dx_out.get();
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t c = 0; c < n; c += kChunk)
     gelu_backward_span(x + c, dy + c, dx + c, std::min(kChunk, n - c));
+  dx_out.store();
 }
 
 }  // namespace gt::cpu

@@ -3,10 +3,14 @@
 // dinp (the residual stream) and into dweight/dbias. The parameter-gradient
 // reduction over rows runs per channel block in row order, so it is bitwise
 // deterministic for any thread count.
+// bf16 storage: inp and out may be bf16 together (forward), inp may be bf16
+// in backward; parameters, statistics, dout and dinp stay fp32
+// (fp32_access.hpp: the fp32 code on the bf16 values, outputs rounded once).
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/fp32_access.hpp"
 
 namespace gt::cpu {
 
@@ -19,17 +23,20 @@ void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorV
                        TensorView weight, TensorView bias) {
   GT_CHECK(inp.ndim == 2, "layernorm inp must be (R, C), got ", inp.shape_str());
   const int64_t R = inp.shape[0], C = inp.shape[1];
-  expect_f32(inp, {R, C}, "layernorm inp");
-  expect_f32(out, {R, C}, "layernorm out");
+  expect_f32_or_bf16(inp, {R, C}, "layernorm inp");
+  expect_storage_any(out, inp.dtype, "layernorm out (inp's dtype)");
+  expect_shape(out, {R, C}, "layernorm out");
   expect_f32(mean, {R}, "layernorm mean");
   expect_f32(rstd, {R}, "layernorm rstd");
   expect_f32(weight, {C}, "layernorm weight");
   expect_f32(bias, {C}, "layernorm bias");
 
-  const float* x = inp.f32();
+  const Fp32In x_in(inp);
+  Fp32Out o_out(out);
+  const float* x = x_in.get();
   const float* w = weight.f32();
   const float* bi = bias.f32();
-  float* o = out.f32();
+  float* o = o_out.get();
   float* mu = mean.f32();
   float* rs = rstd.f32();
 #pragma omp parallel for if (R * C >= kParallelMin)
@@ -51,13 +58,14 @@ void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorV
     mu[r] = m;
     rs[r] = rsv;
   }
+  o_out.store();
 }
 
 void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                         TensorView inp, TensorView weight, TensorView mean, TensorView rstd) {
   GT_CHECK(inp.ndim == 2, "layernorm inp must be (R, C), got ", inp.shape_str());
   const int64_t R = inp.shape[0], C = inp.shape[1];
-  expect_f32(inp, {R, C}, "layernorm inp");
+  expect_f32_or_bf16(inp, {R, C}, "layernorm inp");
   expect_f32(dinp, {R, C}, "layernorm dinp");
   expect_f32(dout, {R, C}, "layernorm dout");
   expect_f32(dweight, {C}, "layernorm dweight");
@@ -66,7 +74,8 @@ void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, T
   expect_f32(mean, {R}, "layernorm mean");
   expect_f32(rstd, {R}, "layernorm rstd");
 
-  const float* x = inp.f32();
+  const Fp32In x_in(inp);
+  const float* x = x_in.get();
   const float* dy = dout.f32();
   const float* w = weight.f32();
   const float* mu = mean.f32();

@@ -4,14 +4,13 @@
 // dweight, += for dbias). dbias's column sums run per column block in row
 // order, so they are bitwise deterministic for any thread count.
 //
-// dtypes: inp, weight (and dout) are all fp32 or all bf16; dinp, dweight,
-// bias and dbias are fp32; out is fp32, or bf16 when the inputs are (the bf16
-// LM head's logits): the fp32 result rounded to nearest even, as cuBLASLt
-// writes a bf16 D. bf16 operands are widened (exactly) to fp32 in per-call
-// scratch and go through the same sgemm, so a bf16 matmul is the fp32 matmul
-// of the bf16 values, accumulated in fp32 like the CUDA backend's. bf16 exists
-// on the CPU to make the mixed-precision model testable, not fast: the
-// widening costs a pass and a copy of every operand.
+// dtypes: inp, weight (and dout) are all fp32 or all bf16; dweight, bias and
+// dbias are fp32; out and dinp are fp32, or bf16 when the inputs are (the
+// bf16 model's activations and activation gradients): the fp32 result
+// rounded to nearest even, as cuBLASLt writes a bf16 D. bf16 operands are widened (exactly) to fp32
+// in per-call scratch and go through the same sgemm, so a bf16 matmul is the fp32 matmul of the
+// bf16 values, accumulated in fp32 like the CUDA backend's. bf16 exists on the CPU to make the
+// mixed-precision model testable, not fast: the widening costs a pass and a copy of every operand.
 #include <cblas.h>
 
 #include <algorithm>
@@ -39,8 +38,7 @@ void expect_operand_dtype(const TensorView& t, const char* op, const char* what,
 // Throws naming op and tensor unless `t` (a result) is fp32.
 void expect_result_dtype(const TensorView& t, const char* op, const char* what) {
   GT_CHECK(t.dtype == DType::f32, op, ": ", what, " must be fp32 on the CPU backend, got ",
-           dtype_name(t.dtype),
-           " (bf16 inputs give fp32 results here; bf16 results are CUDA-only)");
+           dtype_name(t.dtype), " (bf16 results need bf16 inputs)");
 }
 
 // Throws unless `t` is a contiguous CPU tensor of exactly `shape` with data.
@@ -109,13 +107,14 @@ void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, Tens
   expect_operand_dtype(weight, op, "weight", &inp);
   expect_operand_dtype(dout, op, "dout", &inp);
   expect_result_dtype(dweight, op, "dweight");
-  if (!dinp.empty()) expect_result_dtype(dinp, op, "dinp");
+  const bool bf16_dinp = !dinp.empty() && dinp.dtype == DType::bf16 && inp.dtype == DType::bf16;
+  if (!dinp.empty() && !bf16_dinp) expect_result_dtype(dinp, op, "dinp");
   if (!dbias.empty()) expect_result_dtype(dbias, op, "dbias");
   expect_cpu_shape(inp, {R, C}, "matmul inp");
   expect_cpu_shape(weight, {OC, C}, "matmul weight");
   expect_cpu_shape(dout, {R, OC}, "matmul dout");
   expect_f32(dweight, {OC, C}, "matmul dweight");
-  if (!dinp.empty()) expect_f32(dinp, {R, C}, "matmul dinp");
+  if (!dinp.empty()) expect_cpu_shape(dinp, {R, C}, "matmul dinp");
   if (!dbias.empty()) expect_f32(dbias, {OC}, "matmul dbias");
 
   const int r = static_cast<int>(R), c = static_cast<int>(C), oc = static_cast<int>(OC);
@@ -124,8 +123,10 @@ void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, Tens
   if (!dinp.empty()) {
     // dinp (R,C) = dout (R,OC) @ weight (OC,C)
     const float* w = as_f32(weight, weight_scratch);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, oc, 1.f, dy, oc, w, c, 0.f,
-                dinp.f32(), c);
+    std::vector<float> dinp_scratch(bf16_dinp ? static_cast<size_t>(R * C) : 0);
+    float* dx = bf16_dinp ? dinp_scratch.data() : dinp.f32();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, oc, 1.f, dy, oc, w, c, 0.f, dx, c);
+    if (bf16_dinp) narrow_to_bf16(static_cast<uint16_t*>(dinp.data), dx, R * C);
   }
   // dweight (OC,C) += dout^T (OC,R) @ inp (R,C)
   const float* x = as_f32(inp, inp_scratch);

@@ -171,8 +171,9 @@ void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd
   const int64_t R = inp.shape[0], C = inp.shape[1];
   c.tensor(inp, "inp", kF32Bf16, {R, C});
   c.tensor(out, "out", {inp.dtype}, {R, C});
-  c.tensor(weight, "weight", {inp.dtype}, {C});
-  c.tensor(bias, "bias", {inp.dtype}, {C});
+  // bf16 activations take bf16 or (bf16 storage) fp32 parameters.
+  c.tensor(weight, "weight", inp.dtype == DType::f32 ? kF32 : kF32Bf16, {C});
+  c.tensor(bias, "bias", {weight.dtype}, {C});
   if (mean.empty() != rstd.empty())
     fail("CudaOps::layernorm_forward: mean and rstd are saved together (both or neither)");
   if (!mean.empty()) {
@@ -183,6 +184,9 @@ void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd
   float* rs = rstd.empty() ? nullptr : rstd.f32();
   if (inp.dtype == DType::f32)
     cuda::layernorm_forward(out.f32(), mu, rs, inp.f32(), weight.f32(), bias.f32(), R,
+                            c.to_int(C, "C"), stream());
+  else if (weight.dtype == DType::f32)
+    cuda::layernorm_forward(ptr<bf16>(out), mu, rs, ptr<bf16>(inp), weight.f32(), bias.f32(), R,
                             c.to_int(C, "C"), stream());
   else
     cuda::layernorm_forward(ptr<bf16>(out), mu, rs, ptr<bf16>(inp), ptr<bf16>(weight),
@@ -196,7 +200,7 @@ void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView
   const Check c{"layernorm_backward"};
   c.ndim(inp, "inp", 2, "(R, C)");
   const int64_t R = inp.shape[0], C = inp.shape[1];
-  c.tensor(inp, "inp", kF32, {R, C});
+  c.tensor(inp, "inp", kF32Bf16, {R, C});  // bf16 storage: the residual stream
   c.tensor(dinp, "dinp", kF32, {R, C});
   c.tensor(dout, "dout", kF32, {R, C});
   c.tensor(dweight, "dweight", kF32, {C});
@@ -207,8 +211,12 @@ void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView
   const int Ci = c.to_int(C, "C");
   float* tmp = static_cast<float*>(
       scratch(sizeof(float) * static_cast<size_t>(cuda::layernorm_backward_scratch_floats(R, Ci))));
-  cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
-                           weight.f32(), mean.f32(), rstd.f32(), R, Ci, tmp, stream());
+  if (inp.dtype == DType::f32)
+    cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
+                             weight.f32(), mean.f32(), rstd.f32(), R, Ci, tmp, stream());
+  else
+    cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), ptr<bf16>(inp),
+                             weight.f32(), mean.f32(), rstd.f32(), R, Ci, tmp, stream());
 }
 
 // ---- linear layers ----------------------------------------------------------------

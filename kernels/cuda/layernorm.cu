@@ -13,9 +13,10 @@
 // not fit (C > ~7000) the three-kernel form runs instead: param_partials
 // (32 columns x 8 row lanes per block over a chunk), param_reduce, then dinp
 // (one warp per row); it reads dout and inp twice. CudaTraffic counts both.
-#include "kernels/cuda/layernorm.cuh"
+#include <type_traits>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/layernorm.cuh"
 
 namespace gt::cuda {
 namespace {
@@ -40,9 +41,11 @@ __device__ __forceinline__ void for_lane(const T* row, int C, bool vec, int lane
   }
 }
 
-template <typename T>
+// T: the activations' storage; W: the parameters' (T, or fp32 under bf16
+// storage: the model's fp32 master weights read directly).
+template <typename T, typename W>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, int64_t R, int C,
+                                         const W* weight, const W* bias, int64_t R, int C,
                                          bool vec) {
   constexpr int N = dev::Pack<T>::N;
   const int lane = threadIdx.x % dev::kWarpSize;
@@ -67,13 +70,32 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   if (vec) {
     for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
       const dev::Pack<T> xv = dev::load_pack(x + i);
-      const dev::Pack<T> wv = dev::load_pack(weight + i);
-      const dev::Pack<T> bv = dev::load_pack(bias + i);
+      float wf[N], bf[N];
+      if constexpr (std::is_same_v<T, W>) {
+        const dev::Pack<W> wv = dev::load_pack(weight + i);
+        const dev::Pack<W> bv = dev::load_pack(bias + i);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          wf[k] = dev::to_float(wv.v[k]);
+          bf[k] = dev::to_float(bv.v[k]);
+        }
+      } else {  // fp32 parameters: N/4 16-byte packs each, aligned with the row's
+#pragma unroll
+        for (int k = 0; k < N; k += dev::Pack<W>::N) {
+          const dev::Pack<W> wv = dev::load_pack(weight + i + k);
+          const dev::Pack<W> bv = dev::load_pack(bias + i + k);
+#pragma unroll
+          for (int j = 0; j < dev::Pack<W>::N; ++j) {
+            wf[k + j] = dev::to_float(wv.v[j]);
+            bf[k + j] = dev::to_float(bv.v[j]);
+          }
+        }
+      }
       dev::Pack<T> o;
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float n = (dev::to_float(xv.v[k]) - m) * rs;
-        o.v[k] = dev::from_float<T>(n * dev::to_float(wv.v[k]) + dev::to_float(bv.v[k]));
+        o.v[k] = dev::from_float<T>(n * wf[k] + bf[k]);
       }
       dev::store_pack(y + i, o);
     }
@@ -104,10 +126,10 @@ Chunking chunking(int64_t R) {
 }
 
 // scratch layout: [n_chunks][C] dweight partials, then [n_chunks][C] dbias partials.
-__global__ void layernorm_param_partials_kernel(float* scratch, const float* dout,
-                                                const float* inp, const float* mean,
-                                                const float* rstd, int64_t R, int C,
-                                                int64_t rows_per_chunk, int64_t n_chunks) {
+template <typename X>
+__global__ void layernorm_param_partials_kernel(float* scratch, const float* dout, const X* inp,
+                                                const float* mean, const float* rstd, int64_t R,
+                                                int C, int64_t rows_per_chunk, int64_t n_chunks) {
   __shared__ float s_dw[kRowLanes][kColTile];
   __shared__ float s_db[kRowLanes][kColTile];
   const int c = blockIdx.x * kColTile + threadIdx.x;
@@ -118,7 +140,7 @@ __global__ void layernorm_param_partials_kernel(float* scratch, const float* dou
   if (c < C) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
       const float g = dout[r * C + c];
-      const float xhat = (inp[r * C + c] - mean[r]) * rstd[r];
+      const float xhat = (dev::to_float(inp[r * C + c]) - mean[r]) * rstd[r];
       dw += g * xhat;
       db += g;
     }
@@ -157,14 +179,14 @@ __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, cons
 // fused backward adds its dweight/dbias terms there); a lane sees the same
 // columns in every row. The second pass reads g[i] before writing dx[i] in
 // the same lane, so dx may alias g.
-template <typename F>
-__device__ __forceinline__ void add_row_input_grad(float* dx, const float* g, const float* x,
+template <typename X, typename F>
+__device__ __forceinline__ void add_row_input_grad(float* dx, const float* g, const X* x,
                                                    const float* weight, float m, float rs, int C,
                                                    bool vec, int lane, F&& visit) {
   constexpr int N = dev::Pack<float>::N;
   float s1 = 0.f, s2 = 0.f;
   for_lane(g, C, vec, lane, [&](float gv, int i) {
-    const float xhat = (x[i] - m) * rs;
+    const float xhat = (dev::to_float(x[i]) - m) * rs;
     const float wg = weight[i] * gv;
     s1 += wg;
     s2 += wg * xhat;
@@ -175,19 +197,27 @@ __device__ __forceinline__ void add_row_input_grad(float* dx, const float* g, co
   if (vec) {
     for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
       const dev::Pack<float> gv = dev::load_pack(g + i);
-      const dev::Pack<float> xv = dev::load_pack(x + i);
       const dev::Pack<float> wv = dev::load_pack(weight + i);
       dev::Pack<float> d = dev::load_pack(dx + i);
+      float xf[N];
+      if constexpr (std::is_same_v<X, float>) {
+        const dev::Pack<float> xv = dev::load_pack(x + i);
+#pragma unroll
+        for (int k = 0; k < N; ++k) xf[k] = xv.v[k];
+      } else {  // bf16: 4 elements are 8 bytes, loaded as they come
+#pragma unroll
+        for (int k = 0; k < N; ++k) xf[k] = dev::to_float(x[i + k]);
+      }
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float xhat = (xv.v[k] - m) * rs;
+        const float xhat = (xf[k] - m) * rs;
         d.v[k] += (wv.v[k] * gv.v[k] - mean1 - xhat * mean2) * rs;
       }
       dev::store_pack(dx + i, d);
     }
   } else {
     for (int i = lane; i < C; i += dev::kWarpSize) {
-      const float xhat = (x[i] - m) * rs;
+      const float xhat = (dev::to_float(x[i]) - m) * rs;
       dx[i] += (weight[i] * g[i] - mean1 - xhat * mean2) * rs;
     }
   }
@@ -203,8 +233,9 @@ constexpr size_t kMaxSmemOptin = 232448;  // 227 KiB per block on sm_90
 
 // dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd, and
 // scratch[chunk] = this chunk's sums of dout*xhat and dout per column.
+template <typename X>
 __global__ void __launch_bounds__(kBwdThreads)
-    layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const float* inp,
+    layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const X* inp,
                               const float* weight, const float* mean, const float* rstd, int64_t R,
                               int C, int64_t rows_per_chunk, int64_t n_chunks, bool vec) {
   float* acc = dev::dynamic_shared_memory<float>();  // [kBwdWarps][dweight C | dbias C]
@@ -238,7 +269,8 @@ __global__ void __launch_bounds__(kBwdThreads)
 }
 
 // dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd
-__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
+template <typename X>
+__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const X* inp,
                                       const float* weight, const float* mean, const float* rstd,
                                       int64_t R, int C, bool vec) {
   const int lane = threadIdx.x % dev::kWarpSize;
@@ -249,9 +281,9 @@ __global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const floa
                      vec, lane, [](float, float, int) {});
 }
 
-template <typename T>
-void launch_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                    const T* bias, int64_t R, int C, cudaStream_t stream) {
+template <typename T, typename W>
+void launch_forward(T* out, float* mean, float* rstd, const T* inp, const W* weight, const W* bias,
+                    int64_t R, int C, cudaStream_t stream) {
   GT_CHECK(R >= 0 && C > 0, "layernorm_forward: R = ", R, ", C = ", C);
   if (R == 0) return;
   dev::NvtxRange range("layernorm_forward");
@@ -259,7 +291,7 @@ void launch_forward(T* out, float* mean, float* rstd, const T* inp, const T* wei
   const bool vec = C % N == 0 && dev::aligned16(out) && dev::aligned16(inp) &&
                    dev::aligned16(weight) && dev::aligned16(bias);
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
-  dev::launch(layernorm_forward_kernel<T>, {grid, kRowThreads, 0, stream}, out, mean, rstd, inp,
+  dev::launch(layernorm_forward_kernel<T, W>, {grid, kRowThreads, 0, stream}, out, mean, rstd, inp,
               weight, bias, R, C, vec);
   CUDA_CHECK_LAUNCH();
 }
@@ -278,14 +310,21 @@ void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_
   launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
 }
 
+void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
+                       const float* weight, const float* bias, int64_t R, int C,
+                       cudaStream_t stream) {
+  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
+}
+
 int64_t layernorm_backward_scratch_floats(int64_t R, int C) {
   return 2 * chunking(R).n_chunks * static_cast<int64_t>(C);
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t R, int C, float* scratch,
-                        cudaStream_t stream) {
+namespace {
+template <typename X>
+void launch_backward(float* dinp, float* dweight, float* dbias, const float* dout, const X* inp,
+                     const float* weight, const float* mean, const float* rstd, int64_t R, int C,
+                     float* scratch, cudaStream_t stream) {
   GT_CHECK(R >= 0 && C > 0, "layernorm_backward: R = ", R, ", C = ", C);
   if (R == 0) return;
   dev::NvtxRange range("layernorm_backward");
@@ -294,16 +333,16 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
   constexpr int N = dev::Pack<float>::N;
   const bool vec = C % N == 0 && dev::aligned16(dinp) && dev::aligned16(dout) &&
-                   dev::aligned16(inp) && dev::aligned16(weight);
+                   (!std::is_same_v<X, float> || dev::aligned16(inp)) && dev::aligned16(weight);
   constexpr int kReduceThreads = 256;
   const unsigned reduce_blocks = static_cast<unsigned>((C + kReduceThreads - 1) / kReduceThreads);
   const size_t smem = fused_backward_smem_bytes(C);
   if (smem <= kMaxSmemOptin) {
     if (smem > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel,
+      CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<X>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
-    dev::launch(layernorm_backward_kernel,
+    dev::launch(layernorm_backward_kernel<X>,
                 {static_cast<unsigned>(ch.n_chunks), kBwdThreads, smem, stream}, dinp, scratch,
                 dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks, vec);
     CUDA_CHECK_LAUNCH();
@@ -315,7 +354,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
   const dim3 pgrid(static_cast<unsigned>((C + kColTile - 1) / kColTile),
                    static_cast<unsigned>(ch.n_chunks));
-  dev::launch(layernorm_param_partials_kernel, {pgrid, dim3(kColTile, kRowLanes), 0, stream},
+  dev::launch(layernorm_param_partials_kernel<X>, {pgrid, dim3(kColTile, kRowLanes), 0, stream},
               scratch, dout, inp, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
@@ -324,9 +363,22 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   CUDA_CHECK_LAUNCH();
 
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
-  dev::launch(layernorm_dinp_kernel, {grid, kRowThreads, 0, stream}, dinp, dout, inp, weight, mean,
-              rstd, R, C, vec);
+  dev::launch(layernorm_dinp_kernel<X>, {grid, kRowThreads, 0, stream}, dinp, dout, inp, weight,
+              mean, rstd, R, C, vec);
   CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t R, int C, float* scratch, cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const __nv_bfloat16* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
 }
 
 }  // namespace gt::cuda

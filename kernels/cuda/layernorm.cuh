@@ -11,7 +11,9 @@
 //   * backward is deterministic: dweight/dbias are reduced in a fixed order
 //     (per-row-chunk partials into `scratch`, then one ordered pass over the
 //     chunks); no atomics. The chunking depends on (R, C) only.
-//   * bf16 forward: out, inp, weight, bias bf16; mean, rstd fp32; math fp32.
+//   * bf16 forward: out, inp bf16; weight, bias bf16 or fp32 (bf16 storage:
+//     the model's fp32 parameters); mean, rstd fp32; math fp32.
+//   * bf16 backward: inp bf16 (bf16 storage); everything else fp32.
 // One warp per row for the row passes; 16-byte loads when C is a multiple of
 // the pack width and the pointers are aligned, else scalar.
 //
@@ -32,6 +34,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
                        const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
                        cudaStream_t stream);
+void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
+                       const float* weight, const float* bias, int64_t R, int C,
+                       cudaStream_t stream);
 
 // Floats of device scratch layernorm_backward needs for this shape.
 int64_t layernorm_backward_scratch_floats(int64_t R, int C);
@@ -43,5 +48,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t R, int C, float* scratch,
                         cudaStream_t stream);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const __nv_bfloat16* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream);
 
 }  // namespace gt::cuda

@@ -1,7 +1,7 @@
 // CPU matmul_forward/backward with bf16 operands (the mixed-precision
 // combination: inp, weight, dout bf16; out, dinp, dweight, dbias fp32; out
-// bf16 for the LM head's logits) against the fp32 matmul of the same values
-// rounded to bf16: forward with and without bias, backward with
+// and dinp bf16 for the bf16-storage model's activations and their gradients) against the fp32
+// matmul of the same values rounded to bf16: forward with and without bias, backward with
 // dweight/dbias accumulating and the empty outputs skipped, odd shapes; and
 // the dtype combinations it rejects.
 #include "kernels/core/bf16.hpp"
@@ -104,6 +104,29 @@ TEST(CpuMatmulBf16, BackwardIsTheFp32BackwardOfTheRoundedInputsAndAccumulates) {
   }
 }
 
+// The bf16 model's activation gradients: a bf16 dinp is the fp32 dinp
+// rounded to nearest even, bit for bit; dweight and dbias are unchanged.
+TEST(CpuMatmulBf16, Bf16DinpIsTheFp32DinpRounded) {
+  auto ops = cpu_ops();
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << "R=" << s.R << " C=" << s.C << " OC=" << s.OC);
+    Operand inp(*ops, s.R * s.C, 31), weight(*ops, s.OC * s.C, 32), dout(*ops, s.R * s.OC, 33);
+    std::vector<float> want(s.R * s.C), dw(s.OC * s.C, 0.f), db(s.OC, 0.f);
+    std::vector<float> dw2(dw), db2(db);
+    std::vector<uint16_t> got(s.R * s.C, 0xFFFF);
+    ops->matmul_backward(f32(want, {s.R, s.C}), f32(dw, {s.OC, s.C}), f32(db, {s.OC}),
+                         bf16_view(dout.bits, {s.R, s.OC}), bf16_view(inp.bits, {s.R, s.C}),
+                         bf16_view(weight.bits, {s.OC, s.C}));
+    ops->matmul_backward(bf16_view(got, {s.R, s.C}), f32(dw2, {s.OC, s.C}), f32(db2, {s.OC}),
+                         bf16_view(dout.bits, {s.R, s.OC}), bf16_view(inp.bits, {s.R, s.C}),
+                         bf16_view(weight.bits, {s.OC, s.C}));
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], bf16_from_float(want[i])) << "element " << i;
+    EXPECT_EQ(dw2, dw);
+    EXPECT_EQ(db2, db);
+  }
+}
+
 TEST(CpuMatmulBf16, BackwardMatchesADoubleReference) {
   // The same gradients from first principles, so the fp32 comparison above
   // cannot hide a shared mistake: dinp = dout @ W, dW += dout^T @ inp,
@@ -177,9 +200,12 @@ TEST(CpuMatmulBf16, RejectsMixedOperandsAndBf16Results) {
   expect_error_containing([&] { backward(f32(dx, {R, C}), bf16_view(dw16, {OC, C}),
                                          f32(db, {OC}), DY, X, W); },
                           "matmul_backward: dweight must be fp32 on the CPU backend, got bf16");
-  expect_error_containing([&] { backward(bf16_view(dx16, {R, C}), f32(dw, {OC, C}),
-                                         f32(db, {OC}), DY, X, W); },
-                          "matmul_backward: dinp must be fp32 on the CPU backend, got bf16");
+  expect_error_containing(
+      [&] {
+        backward(bf16_view(dx16, {R, C}), f32(dw, {OC, C}), f32(db, {OC}), f32(dy, {R, OC}),
+                 f32(x, {R, C}), f32(w, {OC, C}));
+      },
+      "matmul_backward: dinp must be fp32 on the CPU backend, got bf16");
   expect_error_containing([&] { backward(f32(dx, {R, C}), f32(dw, {OC, C}),
                                          bf16_view(db16, {OC}), DY, X, W); },
                           "matmul_backward: dbias must be fp32 on the CPU backend, got bf16");

@@ -1,5 +1,6 @@
 // layernorm_forward / layernorm_backward (kernels/cuda/layernorm.cu) against
-// the CPU twin: fp32 forward and backward, bf16 forward, odd C (scalar
+// the CPU twin: fp32 forward and backward, bf16 forward (bf16 or fp32
+// parameters), backward reading a bf16 input (bf16 storage), odd C (scalar
 // path) and C % 4 == 0 (vector path), row counts that exercise the chunked
 // parameter reduction, both forms of the backward (fused, and three kernels
 // for very wide rows), accumulation into pre-filled gradients, and bitwise
@@ -173,6 +174,80 @@ TEST(CudaLayerNorm, BackwardFp32AccumulatesLikeCpuAndIsDeterministic) {
     EXPECT_TRUE(gt::test::bitwise_equal(d_dinp.download(), dinp)) << "dinp not deterministic";
     EXPECT_TRUE(gt::test::bitwise_equal(d_dw.download(), dw)) << "dweight not deterministic";
     EXPECT_TRUE(gt::test::bitwise_equal(d_db.download(), db)) << "dbias not deterministic";
+  }
+}
+
+// bf16 storage (kernels/ops.hpp): bf16 activations in and out, the model's
+// fp32 parameters read as they are. The CPU twin runs the fp32 op on the bf16
+// values; a bf16 output may differ from it by one rounding step.
+TEST(CudaLayerNorm, ForwardBf16WithFp32ParametersMatchesCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
+    SCOPED_TRACE(name(c));
+    Inputs in = make_inputs(c, 250);
+    in.inp = gt::test::round_to_bf16(in.inp);
+    const ForwardResult want = cpu_forward(c, in);
+
+    DeviceArray<uint16_t> inp(gt::test::to_bf16(in.inp), stream.get());
+    DeviceArray<float> w(in.weight, stream.get()), b(in.bias, stream.get());
+    DeviceArray<uint16_t> out(c.R * c.C, stream.get());
+    DeviceArray<float> mean(c.R, stream.get()), rstd(c.R, stream.get());
+    out.poison();
+    mean.poison();
+    rstd.poison();
+    auto bf = [](const DeviceArray<uint16_t>& a) {
+      return reinterpret_cast<__nv_bfloat16*>(a.get());
+    };
+    gt::cuda::layernorm_forward(bf(out), mean.get(), rstd.get(), bf(inp), w.get(), b.get(), c.R,
+                                c.C, stream.get());
+    EXPECT_TRUE(all_close(gt::test::from_bf16(out.download()), gt::test::round_to_bf16(want.out),
+                          1e-2f, 8e-3f))
+        << "out";
+    EXPECT_TRUE(all_close(mean.download(), want.mean, 1e-6f, 1e-5f)) << "mean";
+    EXPECT_TRUE(all_close(rstd.download(), want.rstd, 1e-6f, 1e-5f)) << "rstd";
+  }
+}
+
+TEST(CudaLayerNorm, BackwardReadingBf16InputMatchesCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
+    SCOPED_TRACE(name(c));
+    Inputs in = make_inputs(c, 350);
+    in.inp = gt::test::round_to_bf16(in.inp);
+    const ForwardResult fwd = cpu_forward(c, in);
+    auto dout = random_vector(c.R * c.C, 360);
+    const auto dinp0 = random_vector(c.R * c.C, 361);
+    const auto dw0 = random_vector(c.C, 362), db0 = random_vector(c.C, 363);
+
+    // The CPU twin on its bf16-storage path (tests/cpu/test_ops_bf16_storage.cpp
+    // shows it equals the fp32 op on these values).
+    std::vector<float> want_dinp = dinp0, want_dw = dw0, want_db = db0;
+    std::vector<float> mean = fwd.mean, rstd = fwd.rstd;
+    std::vector<uint16_t> inp16 = gt::test::to_bf16(in.inp);
+    auto cpu = gt::make_cpu_ops(1);
+    cpu->layernorm_backward(
+        gt::cpu_f32(want_dinp.data(), {c.R, c.C}), gt::cpu_f32(want_dw.data(), {c.C}),
+        gt::cpu_f32(want_db.data(), {c.C}), gt::cpu_f32(dout.data(), {c.R, c.C}),
+        gt::make_view(inp16.data(), gt::DType::bf16, gt::Device::cpu, {c.R, c.C}),
+        gt::cpu_f32(in.weight.data(), {c.C}), gt::cpu_f32(mean.data(), {c.R}),
+        gt::cpu_f32(rstd.data(), {c.R}));
+
+    DeviceArray<float> d_dout(dout, stream.get()), d_w(in.weight, stream.get()),
+        d_mean(fwd.mean, stream.get()), d_rstd(fwd.rstd, stream.get());
+    DeviceArray<uint16_t> d_inp(inp16, stream.get());
+    DeviceArray<float> d_dinp(dinp0, stream.get()), d_dw(dw0, stream.get()),
+        d_db(db0, stream.get());
+    DeviceArray<float> scratch(gt::cuda::layernorm_backward_scratch_floats(c.R, c.C), stream.get());
+    scratch.poison();
+    gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(),
+                                 reinterpret_cast<__nv_bfloat16*>(d_inp.get()), d_w.get(),
+                                 d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(), stream.get());
+    const float param_atol = 1e-5f + 1e-6f * static_cast<float>(c.R);
+    EXPECT_TRUE(all_close(d_dinp.download(), want_dinp, 1e-5f, 1e-5f)) << "dinp";
+    EXPECT_TRUE(all_close(d_dw.download(), want_dw, param_atol, 1e-5f)) << "dweight";
+    EXPECT_TRUE(all_close(d_db.download(), want_db, param_atol, 1e-5f)) << "dbias";
   }
 }
 

@@ -1,0 +1,139 @@
+// bf16 storage on the CPU backend (kernels/ops.hpp, "bf16 storage"): the ops
+// the bf16 model runs on bf16 activations (LayerNorm forward and backward,
+// GELU forward and backward, add) are, bit for bit, the fp32 op on the bf16
+// values with every bf16 output rounded to nearest even once. The fp32 ops
+// themselves are checked against references and finite differences in
+// test_ops_layernorm.cpp, test_ops_gelu.cpp and test_ops_elementwise.cpp;
+// here only the storage is under test, so equality is exact. Also the dtype
+// combinations each op rejects.
+#include "kernels/core/bf16.hpp"
+#include "test_ops_common.hpp"
+
+namespace gt::test {
+namespace {
+
+// A random tensor as bf16 bits and as the fp32 values of those bits.
+struct Bf16Tensor {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+  Bf16Tensor(int64_t n, uint64_t seed, float scale = 1.f) : bits(n), values(n) {
+    std::vector<float> x = random_vector(n, seed);
+    for (int64_t i = 0; i < n; ++i) {
+      bits[i] = bf16_from_float(scale * x[i]);
+      values[i] = bf16_to_float(bits[i]);
+    }
+  }
+};
+
+// Every element of `got` (bf16 bits) is `want` (fp32) rounded.
+::testing::AssertionResult rounded_equal(const std::vector<uint16_t>& got,
+                                         const std::vector<float>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size";
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != bf16_from_float(want[i]))
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got bits " << got[i] << ", want " << want[i] << " rounded ("
+             << bf16_from_float(want[i]) << ")";
+  return ::testing::AssertionSuccess();
+}
+
+// Rows with a large mean, so a bf16 input really differs from its fp32 source.
+const int64_t kR = 37, kC = 70;
+
+TEST(CpuBf16Storage, LayerNormForwardIsTheFp32OpOnBf16ValuesRounded) {
+  auto ops = cpu_ops();
+  Bf16Tensor x(kR * kC, 1, 3.f);
+  auto w = random_vector(kC, 2), b = random_vector(kC, 3);
+  std::vector<float> want(kR * kC), mean(kR), rstd(kR), mean16(kR, -1.f), rstd16(kR, -1.f);
+  std::vector<uint16_t> got(kR * kC, 0xFFFF);
+  ops->layernorm_forward(f32(want, {kR, kC}), f32(mean, {kR}), f32(rstd, {kR}),
+                         f32(x.values, {kR, kC}), f32(w, {kC}), f32(b, {kC}));
+  ops->layernorm_forward(bf16_view(got, {kR, kC}), f32(mean16, {kR}), f32(rstd16, {kR}),
+                         bf16_view(x.bits, {kR, kC}), f32(w, {kC}), f32(b, {kC}));
+  EXPECT_TRUE(rounded_equal(got, want));
+  EXPECT_EQ(mean16, mean);  // statistics stay fp32, unrounded
+  EXPECT_EQ(rstd16, rstd);
+}
+
+TEST(CpuBf16Storage, LayerNormBackwardReadsBf16InputAndAccumulatesFp32) {
+  auto ops = cpu_ops();
+  Bf16Tensor x(kR * kC, 11, 2.f);
+  auto w = random_vector(kC, 12), b = random_vector(kC, 13), dy = random_vector(kR * kC, 14);
+  std::vector<float> out(kR * kC), mean(kR), rstd(kR);
+  ops->layernorm_forward(f32(out, {kR, kC}), f32(mean, {kR}), f32(rstd, {kR}),
+                         f32(x.values, {kR, kC}), f32(w, {kC}), f32(b, {kC}));
+  // Pre-filled: every output accumulates.
+  std::vector<float> dx(kR * kC, 0.25f), dw(kC, 1.f), db(kC, -1.f);
+  std::vector<float> dx16(dx), dw16(dw), db16(db);
+  ops->layernorm_backward(f32(dx, {kR, kC}), f32(dw, {kC}), f32(db, {kC}), f32(dy, {kR, kC}),
+                          f32(x.values, {kR, kC}), f32(w, {kC}), f32(mean, {kR}), f32(rstd, {kR}));
+  ops->layernorm_backward(f32(dx16, {kR, kC}), f32(dw16, {kC}), f32(db16, {kC}), f32(dy, {kR, kC}),
+                          bf16_view(x.bits, {kR, kC}), f32(w, {kC}), f32(mean, {kR}),
+                          f32(rstd, {kR}));
+  EXPECT_EQ(dx16, dx);
+  EXPECT_EQ(dw16, dw);
+  EXPECT_EQ(db16, db);
+}
+
+TEST(CpuBf16Storage, GeluForwardAndBackwardAreTheFp32OpsRounded) {
+  auto ops = cpu_ops();
+  const int64_t n = 3 * 16384 + 5;  // several OpenMP chunks and a tail
+  Bf16Tensor x(n, 21, 3.f), dy(n, 22);
+  std::vector<float> y(n), dx(n);
+  std::vector<uint16_t> y16(n, 0xFFFF), dx16(n, 0xFFFF);
+  ops->gelu_forward(f32(y, {n}), f32(x.values, {n}));
+  ops->gelu_forward(bf16_view(y16, {n}), bf16_view(x.bits, {n}));
+  EXPECT_TRUE(rounded_equal(y16, y));
+  ops->gelu_backward(f32(dx, {n}), f32(x.values, {n}), f32(dy.values, {n}));
+  ops->gelu_backward(bf16_view(dx16, {n}), bf16_view(x.bits, {n}), bf16_view(dy.bits, {n}));
+  EXPECT_TRUE(rounded_equal(dx16, dx));
+}
+
+TEST(CpuBf16Storage, AddIsTheFp32SumRoundedOnceAndMayAlias) {
+  auto ops = cpu_ops();
+  const int64_t n = 40000;
+  Bf16Tensor a(n, 31, 4.f), b(n, 32);
+  std::vector<float> want(n);
+  std::vector<uint16_t> got(n, 0xFFFF);
+  ops->add(f32(want, {n}), f32(a.values, {n}), f32(b.values, {n}));
+  ops->add(bf16_view(got, {n}), bf16_view(a.bits, {n}), bf16_view(b.bits, {n}));
+  EXPECT_TRUE(rounded_equal(got, want));
+  // out aliasing an input (the residual stream updated in place).
+  ops->add(bf16_view(a.bits, {n}), bf16_view(a.bits, {n}), bf16_view(b.bits, {n}));
+  EXPECT_EQ(a.bits, got);
+}
+
+TEST(CpuBf16Storage, RejectsMixedActivationDtypes) {
+  auto ops = cpu_ops();
+  const int64_t R = 2, C = 4, n = R * C;
+  std::vector<float> x(n), y(n), z(n), w(C), b(C), mean(R), rstd(R);
+  std::vector<uint16_t> x16(n), y16(n), w16(C);
+  expect_error_containing(
+      [&] {
+        ops->layernorm_forward(f32(y, {R, C}), f32(mean, {R}), f32(rstd, {R}),
+                               bf16_view(x16, {R, C}), f32(w, {C}), f32(b, {C}));
+      },
+      "layernorm out (inp's dtype) must be bf16, got fp32");
+  expect_error_containing(
+      [&] {
+        ops->layernorm_forward(bf16_view(y16, {R, C}), f32(mean, {R}), f32(rstd, {R}),
+                               bf16_view(x16, {R, C}), bf16_view(w16, {C}), f32(b, {C}));
+      },
+      "layernorm weight must be fp32, got bf16");
+  expect_error_containing(
+      [&] {
+        ops->layernorm_backward(f32(x, {R, C}), f32(w, {C}), f32(b, {C}), bf16_view(y16, {R, C}),
+                                f32(z, {R, C}), f32(w, {C}), f32(mean, {R}), f32(rstd, {R}));
+      },
+      "layernorm dout must be fp32, got bf16");
+  expect_error_containing([&] { ops->gelu_forward(f32(y, {n}), bf16_view(x16, {n})); },
+                          "gelu out (inp's dtype) must be bf16, got fp32");
+  expect_error_containing(
+      [&] { ops->gelu_backward(bf16_view(y16, {n}), bf16_view(x16, {n}), f32(z, {n})); },
+      "gelu dout (inp's dtype) must be bf16, got fp32");
+  expect_error_containing([&] { ops->add(bf16_view(y16, {n}), bf16_view(x16, {n}), f32(z, {n})); },
+                          "add b (out's dtype) must be bf16, got fp32");
+}
+
+}  // namespace
+}  // namespace gt::test
