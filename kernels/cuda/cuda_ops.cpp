@@ -231,7 +231,8 @@ void CudaOps::matmul_forward(TensorView out, TensorView inp, TensorView weight, 
   c.tensor(weight, "weight", {inp.dtype}, {OC, C});
   // bf16 products may be written in fp32; fp32 ones stay fp32.
   c.tensor(out, "out", inp.dtype == DType::bf16 ? kF32Bf16 : kF32, {R, OC});
-  if (!bias.empty()) c.tensor(bias, "bias", {out.dtype}, {OC});
+  // The bias has out's dtype, or is fp32 (bf16 storage: the model's fp32 bias).
+  if (!bias.empty()) c.tensor(bias, "bias", out.dtype == DType::f32 ? kF32 : kF32Bf16, {OC});
 
   // out (R,OC) = inp (R,C) @ weight (OC,C)^T [+ bias]
   cuda::GemmArgs g;
@@ -247,17 +248,23 @@ void CudaOps::matmul_forward(TensorView out, TensorView inp, TensorView weight, 
   if (!bias.empty()) {
     g.epilogue = cuda::GemmEpilogue::bias;
     g.bias = bias.data;
+    g.fp32_bias = bias.dtype == DType::f32;
     if (gemm_.supported(g)) {
       gemm_.run(g, stream());
       return;
     }
-    g.epilogue = cuda::GemmEpilogue::none;  // no fused kernel for this shape: add it after
+    // No fused kernel for this shape: add it after (a bf16 out is then
+    // rounded twice, after the product and after the bias).
+    g.epilogue = cuda::GemmEpilogue::none;
     g.bias = nullptr;
+    g.fp32_bias = false;
   }
   gemm_.run(g, stream());
   if (bias.empty()) return;
   if (out.dtype == DType::f32)
     cuda::add_bias(out.f32(), bias.f32(), R, OC, stream());
+  else if (bias.dtype == DType::f32)
+    cuda::add_bias(ptr<bf16>(out), bias.f32(), R, OC, stream());
   else
     cuda::add_bias(ptr<bf16>(out), ptr<bf16>(bias), R, OC, stream());
 }

@@ -1,8 +1,9 @@
 // Elementwise kernels and launchers (see elementwise.cuh for invariants).
 // Grid-stride loops: a 16-byte-pack body when aligned, then a scalar tail.
-#include "kernels/cuda/elementwise.cuh"
+#include <type_traits>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/elementwise.cuh"
 
 namespace gt::cuda {
 namespace {
@@ -47,17 +48,27 @@ void launch_binary(const char* name, T* out, const T* a, const T* b, int64_t n,
 }
 
 // out (R,C) += bias (C). With vec, C % N == 0, so a pack never straddles rows.
-template <typename T>
-__global__ void add_bias_kernel(T* out, const T* bias, int64_t n, int64_t C, bool vec) {
+// B: the bias's type (T, or fp32 under bf16 storage: the model's fp32 bias).
+template <typename T, typename B>
+__global__ void add_bias_kernel(T* out, const B* bias, int64_t n, int64_t C, bool vec) {
   constexpr int N = dev::Pack<T>::N;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (vec) {
     for (int64_t i = tid; i < n / N; i += stride) {
       dev::Pack<T> o = dev::load_pack(out + i * N);
-      const dev::Pack<T> b = dev::load_pack(bias + (i * N) % C);
+      const int64_t c0 = (i * N) % C;
+      float bf[N];
+      if constexpr (std::is_same_v<T, B>) {
+        const dev::Pack<B> b = dev::load_pack(bias + c0);
 #pragma unroll
-      for (int k = 0; k < N; ++k) o.v[k] = dev::from_float<T>(dev::to_float(o.v[k]) + dev::to_float(b.v[k]));
+        for (int k = 0; k < N; ++k) bf[k] = dev::to_float(b.v[k]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) bf[k] = dev::to_float(bias[c0 + k]);
+      }
+#pragma unroll
+      for (int k = 0; k < N; ++k) o.v[k] = dev::from_float<T>(dev::to_float(o.v[k]) + bf[k]);
       dev::store_pack(out + i * N, o);
     }
   } else {
@@ -66,16 +77,17 @@ __global__ void add_bias_kernel(T* out, const T* bias, int64_t n, int64_t C, boo
   }
 }
 
-template <typename T>
-void launch_add_bias(T* out, const T* bias, int64_t R, int64_t C, cudaStream_t stream) {
+template <typename T, typename B>
+void launch_add_bias(T* out, const B* bias, int64_t R, int64_t C, cudaStream_t stream) {
   GT_CHECK(R >= 0 && C > 0, "add_bias: R = ", R, ", C = ", C);
   if (R == 0) return;
   dev::NvtxRange range("add_bias");
   constexpr int N = dev::Pack<T>::N;
   const bool vec = C % N == 0 && dev::aligned16(out) && dev::aligned16(bias);
   const int64_t n = R * C;
-  dev::launch(add_bias_kernel<T>, {dev::grid_for(vec ? n / N : n, kThreads), kThreads, 0, stream},
-              out, bias, n, C, vec);
+  dev::launch(add_bias_kernel<T, B>,
+              {dev::grid_for(vec ? n / N : n, kThreads), kThreads, 0, stream}, out, bias, n, C,
+              vec);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -164,6 +176,9 @@ void add_bias(float* out, const float* bias, int64_t R, int64_t C, cudaStream_t 
 }
 void add_bias(__nv_bfloat16* out, const __nv_bfloat16* bias, int64_t R, int64_t C,
               cudaStream_t stream) {
+  launch_add_bias(out, bias, R, C, stream);
+}
+void add_bias(__nv_bfloat16* out, const float* bias, int64_t R, int64_t C, cudaStream_t stream) {
   launch_add_bias(out, bias, R, C, stream);
 }
 

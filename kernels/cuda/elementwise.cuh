@@ -33,6 +33,8 @@ void accumulate(float* acc, const float* x, int64_t n, cudaStream_t stream);
 void accumulate(__nv_bfloat16* acc, const __nv_bfloat16* x, int64_t n, cudaStream_t stream);
 
 void add_bias(float* out, const float* bias, int64_t R, int64_t C, cudaStream_t stream);
+// bf16 storage: the model's fp32 bias added to bf16 rows (rounded once).
+void add_bias(__nv_bfloat16* out, const float* bias, int64_t R, int64_t C, cudaStream_t stream);
 void add_bias(__nv_bfloat16* out, const __nv_bfloat16* bias, int64_t R, int64_t C,
               cudaStream_t stream);
 

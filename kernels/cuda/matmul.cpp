@@ -77,10 +77,11 @@ struct Key {
   int64_t M, N, K, lda, ldb, ldd, ld_aux;
   DType ab, d;
   GemmEpilogue ep;
+  bool fp32_bias;
   uint32_t align_a, align_b, align_d, align_bias, align_aux;
   auto tie() const {
-    return std::tie(ta, tb, tf32, M, N, K, lda, ldb, ldd, ld_aux, ab, d, ep, align_a, align_b,
-                    align_d, align_bias, align_aux);
+    return std::tie(ta, tb, tf32, M, N, K, lda, ldb, ldd, ld_aux, ab, d, ep, fp32_bias, align_a,
+                    align_b, align_d, align_bias, align_aux);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -141,9 +142,10 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
 
 std::string describe(const GemmArgs& g) {
   return ::gt::detail::concat("gemm M=", g.M, " N=", g.N, " K=", g.K, " trans_a=", g.trans_a,
-                        " trans_b=", g.trans_b, " lda=", g.lda, " ldb=", g.ldb, " ldd=", g.ldd,
-                        " ", dtype_name(g.ab_type), "->", dtype_name(g.d_type),
-                        " epilogue=", gemm_epilogue_name(g.epilogue), " beta=", g.beta);
+                              " trans_b=", g.trans_b, " lda=", g.lda, " ldb=", g.ldb,
+                              " ldd=", g.ldd, " ", dtype_name(g.ab_type), "->",
+                              dtype_name(g.d_type), " epilogue=", gemm_epilogue_name(g.epilogue),
+                              g.fp32_bias ? " (fp32 bias)" : "", " beta=", g.beta);
 }
 
 struct GemmContext::Impl {
@@ -173,6 +175,7 @@ struct GemmContext::Impl {
     k.ab = g.ab_type;
     k.d = g.d_type;
     k.ep = g.epilogue;
+    k.fp32_bias = uses_bias(g.epilogue) && g.fp32_bias && g.d_type != DType::f32;
     k.align_a = alignment(g.A, g.lda * ab);
     k.align_b = alignment(g.B, g.ldb * ab);
     k.align_d = alignment(g.D, g.ldd * d);
@@ -222,6 +225,11 @@ struct GemmContext::Impl {
       const int64_t ld_aux = g.ld_aux;
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                   &ld_aux, sizeof(ld_aux)));
+    }
+    if (key.fp32_bias) {  // otherwise the bias has D's type (cuBLASLt's default)
+      const int32_t bias_type = CUDA_R_32F;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                  &bias_type, sizeof(bias_type)));
     }
     set_epilogue_pointers(desc, g);
 

@@ -72,6 +72,7 @@ struct GemmArgs {
   float alpha = 1.f, beta = 0.f;
   GemmEpilogue epilogue = GemmEpilogue::none;
   void* bias = nullptr;  // bias (read) or bias gradient (written), D's dtype
+  bool fp32_bias = false;  // the bias is fp32 whatever D's dtype (bf16 storage)
   void* aux = nullptr;   // GELU pre-activation (M,N), D's dtype
   int64_t ld_aux = 0;    // row stride of aux: N when packed
 };

@@ -127,6 +127,32 @@ TEST(CudaMatmul, ForwardBf16MatchesCpuWithBf16AndFp32Outputs) {
   }
 }
 
+// bf16 storage: bf16 activations and weights, the model's fp32 bias, a bf16
+// out. The fused epilogue (BIAS_DATA_TYPE = fp32) rounds the fp32 result
+// once, like the CPU; with epilogues refused the bias is added after the
+// bf16 product (rounded twice), still within two bf16 steps.
+TEST(CudaMatmul, ForwardBf16OutWithFp32BiasMatchesCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::CudaOps ops;
+  const cudaStream_t s = ops.stream();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(name(c));
+    const auto inp = gt::test::round_to_bf16(random_vector(c.R * c.C, 21));
+    const auto w = gt::test::round_to_bf16(random_vector(c.OC * c.C, 22));
+    const auto bias = random_vector(c.OC, 23);  // fp32, not bf16-exact
+    const auto want = gt::test::round_to_bf16(cpu_forward(c, inp, w, bias, true));
+    DeviceArray<uint16_t> d_inp(gt::test::to_bf16(inp), s), d_w(gt::test::to_bf16(w), s),
+        d_out(c.R * c.OC, s);
+    DeviceArray<float> d_b(bias, s);
+    d_out.poison();
+    ops.matmul_forward(dev_view(d_out, DType::bf16, {c.R, c.OC}),
+                       dev_view(d_inp, DType::bf16, {c.R, c.C}),
+                       dev_view(d_w, DType::bf16, {c.OC, c.C}), dev_view(d_b, DType::f32, {c.OC}));
+    const float rel = epilogues_refused_on_purpose() ? 1.6e-2f : 8e-3f;
+    EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want, 1e-2f, rel));
+  }
+}
+
 struct BackwardWant {
   std::vector<float> dinp, dweight, dbias;
 };
