@@ -169,6 +169,53 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
         gt::op_cost::attention_backward_kernel_extra_bytes(B, NH, T, hs, saved, scratch),
         "qkv read twice and dout three times (rowdot, dK/dV, dQ kernels), D written and read "
         "twice, the log-sum-exp read twice");
+  // bf16 storage (runtime.dtype=bf16): the same ops on bf16 activations.
+  auto bf16_copy = [&](DeviceArray<float>& src, int64_t elems) {
+    DeviceArray<uint16_t> h(elems, s);
+    ops.cast(gt::test::dev_view(h, DType::bf16, {elems}), f32(src, {elems}));
+    return h;
+  };
+  auto b16 = [&](DeviceArray<uint16_t>& a, std::initializer_list<int64_t> shape) {
+    return gt::test::dev_view(a, DType::bf16, shape);
+  };
+  auto x16 = bf16_copy(x, n), y16 = bf16_copy(y, n), out16 = bf16_copy(out, n);
+  check("layernorm_forward bf16", gt::op_cost::layernorm_forward(R, C, 2, 4), count(s, [&] {
+          ops.layernorm_forward(b16(out16, {R, C}), f32(mean, {R}), f32(rstd, {R}),
+                                b16(x16, {R, C}), f32(w, {C}), f32(b, {C}));
+        }));
+  check("layernorm_backward bf16 inp", gt::op_cost::layernorm_backward(R, C, 2), count(s, [&] {
+          ops.layernorm_backward(f32(dx, {R, C}), f32(dw, {C}), f32(db, {C}), f32(y, {R, C}),
+                                 b16(x16, {R, C}), f32(w, {C}), f32(mean, {R}), f32(rstd, {R}));
+        }));
+  check("gelu_forward bf16", gt::op_cost::gelu_forward(n, 2),
+        count(s, [&] { ops.gelu_forward(b16(out16, {n}), b16(x16, {n})); }));
+  check("gelu_backward bf16", gt::op_cost::gelu_backward(n, 2),
+        count(s, [&] { ops.gelu_backward(b16(out16, {n}), b16(x16, {n}), b16(y16, {n})); }));
+  check("add bf16", gt::op_cost::add(n, 2),
+        count(s, [&] { ops.add(b16(out16, {n}), b16(x16, {n}), b16(y16, {n})); }));
+  // Twice the heads, so a bf16 row's q, k and v parts are 4 KiB (a page) too.
+  const int NH2 = 2 * NH, Ca2 = NH2 * hs;
+  const int64_t saved2 = ops.attention_saved_elems(B, NH2, T);
+  const int64_t scratch2 = ops.attention_scratch_elems(B, NH2, T);
+  auto qkv2 = rnd(B * T * 3 * Ca2, 14), datt2 = rnd(B * T * Ca2, 15);
+  auto qkv16 = bf16_copy(qkv2, B * T * 3 * Ca2), datt16 = bf16_copy(datt2, B * T * Ca2);
+  DeviceArray<uint16_t> att16(B * T * Ca2, s), dqkv16(B * T * 3 * Ca2, s);
+  DeviceArray<float> saved16(saved2, s), scratch16(scratch2, s);
+  check("attention_forward bf16", gt::op_cost::attention_forward(B, NH2, T, hs, saved2, 2),
+        count(s, [&] {
+          ops.attention_forward(b16(att16, {B, T, Ca2}), f32(saved16, {saved2}),
+                                b16(qkv16, {B, T, 3 * Ca2}), NH2);
+        }));
+  check("attention_backward bf16", gt::op_cost::attention_backward(B, NH2, T, hs, saved2, 2),
+        count(s,
+              [&] {
+                ops.attention_backward(b16(dqkv16, {B, T, 3 * Ca2}), f32(scratch16, {scratch2}),
+                                       b16(datt16, {B, T, Ca2}), b16(qkv16, {B, T, 3 * Ca2}),
+                                       b16(att16, {B, T, Ca2}), f32(saved16, {saved2}), NH2);
+              }),
+        gt::op_cost::attention_backward_kernel_extra_bytes(B, NH2, T, hs, saved2, scratch2, 2),
+        "as fp32, at 2 bytes an activation element");
+
   const int64_t Vt = 4096, Tt = 128, Bt = 2, Ce = 256;
   auto wte = rnd(Vt * Ce, 12), wpe = rnd(Tt * Ce, 13);
   std::vector<int32_t> ids(Bt * Tt);

@@ -56,10 +56,13 @@ struct CostRow {
   double calls = 0, flops = 0, bytes = 0, floor_s = 0;
 };
 
-// The unit an op of class `cls` runs on in the model as it is today.
+// The unit an op of class `cls` runs on in the model as it is today. The
+// default attention is the SIMT kernels (fp32 math) in either dtype; the
+// tensor-core ones (runtime.attention_tensor_cores, bf16 only) are not
+// costed: their traffic is not yet held to a count (CudaTraffic).
 const char* unit_of(OpClass cls, ComputeDType dtype) {
   if (cls == OpClass::gemm) return dtype == ComputeDType::bf16 ? "tensor bf16" : "fma fp32";
-  if (cls == OpClass::attention) return "fma fp32";  // fp32 activations: the SIMT kernels
+  if (cls == OpClass::attention) return "fma fp32";
   return "memory";
 }
 
@@ -71,16 +74,16 @@ double unit_flops(const std::string& unit, const UnitPeaks& p) {
 // checks: the SIMT attention backward's (op_costs.hpp), with the CUDA
 // backend's saved and scratch sizes (B*NH*T each). The shape comes back from
 // the profiler's row name.
-double known_extra_bytes(const OpStat& s, const Ops& ops) {
+double known_extra_bytes(const OpStat& s, const Ops& ops, ComputeDType dtype) {
   if (s.name.rfind("attention_backward", 0) != 0) return 0.0;
   long long B = 0, NH = 0, T = 0, hs = 0;
   if (std::sscanf(s.name.c_str(), "attention_backward B=%lld NH=%lld T=%lld hs=%lld", &B, &NH, &T,
                   &hs) != 4)
     fail("costs: cannot read the shape of '", s.name, "'");
   const int b = static_cast<int>(B), nh = static_cast<int>(NH), t = static_cast<int>(T);
-  return op_cost::attention_backward_kernel_extra_bytes(B, NH, T, hs,
-                                                        ops.attention_saved_elems(b, nh, t),
-                                                        ops.attention_scratch_elems(b, nh, t)) *
+  return op_cost::attention_backward_kernel_extra_bytes(
+             B, NH, T, hs, ops.attention_saved_elems(b, nh, t),
+             ops.attention_scratch_elems(b, nh, t), dtype == ComputeDType::bf16 ? 2 : 4) *
          static_cast<double>(s.count);
 }
 
@@ -143,7 +146,7 @@ int run_costs_command(const CostsArgs& a) {
     r.unit = unit_of(s.cls, cfg.runtime.dtype);
     r.calls = static_cast<double>(s.count);
     r.flops = s.flops;
-    r.bytes = s.bytes + known_extra_bytes(s, *dry);
+    r.bytes = s.bytes + known_extra_bytes(s, *dry, cfg.runtime.dtype);
     r.floor_s = std::max(r.flops / unit_flops(r.unit, peaks), r.bytes / peaks.hbm_bytes);
     step_s += r.floor_s;
     if (s.cls == OpClass::gemm) {
@@ -183,9 +186,12 @@ int run_costs_command(const CostsArgs& a) {
     << " TFLOP/s, fma fp32 " << fixed(peaks.fma_flops / 1e12, 1) << " TFLOP/s, HBM "
     << fixed(peaks.hbm_bytes / 1e9, 0) << " GB/s\n"
     << "# bytes: trainer/profile/op_costs.hpp's formulas, held to the bytes the kernels move "
-       "on the emulated device (CudaTraffic); GEMM bytes at 4 per element (cuBLASLt is not "
-       "counted; they never set a GEMM's floor)\n"
+       "on the emulated device (CudaTraffic); GEMM bytes at each operand's element size "
+       "(cuBLASLt is not counted; they never set a GEMM's floor)\n"
     << "# floor = max(FLOPs / unit peak, bytes / HBM); step floor = the sum (one stream)\n";
+  if (cfg.runtime.attention_tensor_cores && cfg.runtime.dtype == ComputeDType::bf16)
+    o << "# attention: costed as the SIMT kernels; runtime.attention_tensor_cores=true's "
+         "kernels are not costed yet\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-14s %-52s %6s %11s %10s %-12s %9s %6s\n", "class", "op",
                 "calls", "GFLOP", "MB", "unit", "floor ms", "step%");

@@ -27,57 +27,64 @@ OpCost cost(double flops, double elems) { return {flops, kF * elems}; }
 double d(int64_t x) { return static_cast<double>(x); }
 }  // namespace
 
-OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias) {
+OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t in_bytes,
+                      int64_t out_bytes) {
   // reads inp, weight (and bias); writes out.
-  return cost(2.0 * d(R) * d(C) * d(OC), d(R) * d(C) + d(OC) * d(C) + (bias ? d(OC) : 0.0) +
-                                             d(R) * d(OC));
+  return {2.0 * d(R) * d(C) * d(OC), (d(R) * d(C) + d(OC) * d(C)) * d(in_bytes) +
+                                         (bias ? kF * d(OC) : 0.0) + d(R) * d(OC) * d(out_bytes)};
 }
 
-OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias) {
+OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias, int64_t in_bytes,
+                       int64_t dinp_bytes) {
   const double gemm = 2.0 * d(R) * d(C) * d(OC);
   // reads dout and inp; dweight read + written; dinp needs weight read, dinp written.
-  double elems = d(R) * d(OC) + d(R) * d(C) + 2.0 * d(OC) * d(C);
-  if (dinp) elems += d(OC) * d(C) + d(R) * d(C);
-  if (dbias) elems += 2.0 * d(OC);
-  return cost(dinp ? 2.0 * gemm : gemm, elems);
+  double bytes = (d(R) * d(OC) + d(R) * d(C)) * d(in_bytes) + 2.0 * kF * d(OC) * d(C);
+  if (dinp) bytes += d(OC) * d(C) * d(in_bytes) + d(R) * d(C) * d(dinp_bytes);
+  if (dbias) bytes += 2.0 * kF * d(OC);
+  return {dinp ? 2.0 * gemm : gemm, bytes};
 }
 
-OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems) {
+OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
+                         int64_t act_bytes) {
   const double C = d(NH) * d(hs);
   // Q K^T and P V: 2 * (2 T^2 hs) per (b, h).
   const double flops = 4.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);
-  return cost(flops, d(B) * d(T) * 3.0 * C + d(B) * d(T) * C + d(saved_elems));
+  return {flops, (d(B) * d(T) * 3.0 * C + d(B) * d(T) * C) * d(act_bytes) + kF * d(saved_elems)};
 }
 
-OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems) {
+OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
+                          int64_t act_bytes) {
   const double C = d(NH) * d(hs);
   // dP = dY V^T, dQ = dS K, dK = dS^T Q, dV = P^T dY: 4 * (2 T^2 hs).
   const double flops = 8.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);
   // reads dout (B,T,C), qkv (B,T,3C), out (B,T,C), saved; writes dqkv (B,T,3C).
-  return cost(flops, d(B) * d(T) * (C + 3.0 * C + C + 3.0 * C) + d(saved_elems));
+  return {flops, d(B) * d(T) * (C + 3.0 * C + C + 3.0 * C) * d(act_bytes) + kF * d(saved_elems)};
 }
 
 double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, int64_t hs,
-                                             int64_t saved_elems, int64_t scratch_elems) {
+                                             int64_t saved_elems, int64_t scratch_elems,
+                                             int64_t act_bytes) {
   const double C = d(NH) * d(hs);
-  return kF * ((3.0 * C + 2.0 * C) * d(B) * d(T) + 3.0 * d(scratch_elems) + d(saved_elems));
+  return (3.0 * C + 2.0 * C) * d(B) * d(T) * d(act_bytes) +
+         kF * (3.0 * d(scratch_elems) + d(saved_elems));
 }
 
-OpCost layernorm_forward(int64_t R, int64_t C) {
+OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_bytes) {
   // reads inp, weight, bias; writes out, mean, rstd.
-  return cost(8.0 * d(R) * d(C), 2.0 * d(R) * d(C) + 2.0 * d(C) + 2.0 * d(R));
+  return {8.0 * d(R) * d(C),
+          2.0 * d(R) * d(C) * d(act_bytes) + 2.0 * d(C) * d(param_bytes) + kF * 2.0 * d(R)};
 }
 
-OpCost layernorm_backward(int64_t R, int64_t C) {
+OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes) {
   // reads dout, inp, weight, mean, rstd; dinp, dweight, dbias read + written.
-  return cost(19.0 * d(R) * d(C),
-              2.0 * d(R) * d(C) + d(C) + 2.0 * d(R) + 2.0 * d(R) * d(C) + 4.0 * d(C));
+  return {19.0 * d(R) * d(C), d(R) * d(C) * d(inp_bytes) + kF * (d(R) * d(C) + d(C) + 2.0 * d(R) +
+                                                                 2.0 * d(R) * d(C) + 4.0 * d(C))};
 }
 
-OpCost gelu_forward(int64_t n) { return cost(9.0 * d(n), 2.0 * d(n)); }
-OpCost gelu_backward(int64_t n) { return cost(20.0 * d(n), 3.0 * d(n)); }
+OpCost gelu_forward(int64_t n, int64_t b) { return {9.0 * d(n), 2.0 * d(n) * d(b)}; }
+OpCost gelu_backward(int64_t n, int64_t b) { return {20.0 * d(n), 3.0 * d(n) * d(b)}; }
 
-OpCost add(int64_t n) { return cost(d(n), 3.0 * d(n)); }
+OpCost add(int64_t n, int64_t b) { return {d(n), 3.0 * d(n) * d(b)}; }
 OpCost accumulate(int64_t n) { return cost(d(n), 3.0 * d(n)); }
 OpCost add_bias(int64_t R, int64_t C) { return cost(d(R) * d(C), 2.0 * d(R) * d(C) + d(C)); }
 OpCost zero(int64_t n, int64_t elem_bytes) { return {0.0, d(n) * d(elem_bytes)}; }

@@ -4,10 +4,10 @@
 //
 // Bytes: the minimum traffic the op's contract implies: every input view read
 // once, every output view written once, an accumulator (+=) read and written
-// once; fp32 and int32 are 4 bytes (bf16, 2 bytes, is counted as such only
-// by the ops that take an element size: zero, copy, cast). Workspace (attention scratch) is not
-// counted; what a backend chooses to save for backward (attention `saved`) is
-// an output of the call and counted at its size.
+// once; fp32 and int32 are 4 bytes, bf16 2: an op whose tensors may be bf16
+// takes their element sizes (default 4: fp32), the rest are fp32. Workspace (attention scratch) is
+// not counted; what a backend chooses to save for backward (attention `saved`) is an output of the
+// call and counted at its size.
 //
 // FLOPs (a multiply-add is 2):
 //   matmul       forward 2·R·C·OC; backward 2·R·C·OC for dinp (when asked)
@@ -62,29 +62,41 @@ struct OpCost {
 
 namespace op_cost {
 
-// out (R,OC) = inp (R,C) @ weight(OC,C)^T (+ bias).
-OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias);
-// dinp (R,C) assigned when `dinp`; dweight (OC,C) and dbias (OC, when `dbias`) accumulate.
-OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias);
+// out (R,OC) = inp (R,C) @ weight(OC,C)^T (+ bias). in_bytes: inp and
+// weight's element size; out_bytes: out's; the bias is fp32.
+OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t in_bytes = 4,
+                      int64_t out_bytes = 4);
+// dinp (R,C) assigned when `dinp`; dweight (OC,C) and dbias (OC, when `dbias`)
+// accumulate in fp32. in_bytes: dout, inp and weight's element size;
+// dinp_bytes: dinp's.
+OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias,
+                       int64_t in_bytes = 4, int64_t dinp_bytes = 4);
 
-// qkv (B,T,3·NH·hs) -> out (B,T,NH·hs) and `saved_elems` floats for backward.
-OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems);
+// qkv (B,T,3·NH·hs) -> out (B,T,NH·hs) and `saved_elems` floats for
+// backward; act_bytes: qkv, out (dout, dqkv) element size.
+OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
+                         int64_t act_bytes = 4);
 // reads dout, qkv, out, saved; writes dqkv.
-OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems);
+OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
+                          int64_t act_bytes = 4);
 // Bytes the CUDA SIMT attention backward's three kernels move beyond that one
 // pass (CudaTraffic counts them): q, k, v read twice and dout three times
 // (the rowsum D = rowsum(dout * out), dK/dV and dQ kernels), D written once
 // and read twice, the log-sum-exp read twice. What a fused backward saves.
 double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, int64_t hs,
-                                             int64_t saved_elems, int64_t scratch_elems);
+                                             int64_t saved_elems, int64_t scratch_elems,
+                                             int64_t act_bytes = 4);
 
-OpCost layernorm_forward(int64_t R, int64_t C);
-OpCost layernorm_backward(int64_t R, int64_t C);  // dinp, dweight, dbias accumulate
+// act_bytes: inp and out's element size; param_bytes: weight and bias's.
+OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes = 4, int64_t param_bytes = 4);
+// dinp, dweight, dbias accumulate (fp32); inp_bytes: inp's element size.
+OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes = 4);
 
-OpCost gelu_forward(int64_t n);
-OpCost gelu_backward(int64_t n);
+// elem_bytes: every tensor's element size (one dtype per call).
+OpCost gelu_forward(int64_t n, int64_t elem_bytes = 4);
+OpCost gelu_backward(int64_t n, int64_t elem_bytes = 4);
 
-OpCost add(int64_t n);           // out = a + b
+OpCost add(int64_t n, int64_t elem_bytes = 4);  // out = a + b
 OpCost accumulate(int64_t n);    // acc += x
 OpCost add_bias(int64_t R, int64_t C);
 OpCost zero(int64_t n, int64_t elem_bytes);

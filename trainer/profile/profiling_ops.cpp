@@ -17,6 +17,9 @@ std::string fmt(const char* format, long long a, long long b = 0, long long c = 
   return buf;
 }
 
+// A tensor's element size, for the byte formulas (bf16 activations are 2).
+int64_t bytes_of(const TensorView& t) { return static_cast<int64_t>(dtype_size(t.dtype)); }
+
 // GEMM shape as M x N x K of out (M,N) = inp (M,K) @ weight (N,K)^T.
 std::string gemm_shape(int64_t R, int64_t C, int64_t OC) {
   return fmt("M=%lld N=%lld K=%lld", R, OC, C);
@@ -113,7 +116,7 @@ class ProfilingOps final : public Ops {
     if (!p_.recording()) return inner_->layernorm_forward(out, mean, rstd, inp, weight, bias);
     const int64_t R = inp.shape[0], C = inp.shape[1];
     Record r(p_, OpClass::layernorm, "layernorm_forward", fmt("R=%lld C=%lld", R, C),
-             op_cost::layernorm_forward(R, C));
+             op_cost::layernorm_forward(R, C, bytes_of(inp), bytes_of(weight)));
     inner_->layernorm_forward(out, mean, rstd, inp, weight, bias);
   }
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
@@ -123,7 +126,7 @@ class ProfilingOps final : public Ops {
       return inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
     const int64_t R = inp.shape[0], C = inp.shape[1];
     Record r(p_, OpClass::layernorm, "layernorm_backward", fmt("R=%lld C=%lld", R, C),
-             op_cost::layernorm_backward(R, C));
+             op_cost::layernorm_backward(R, C, bytes_of(inp)));
     inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   }
 
@@ -132,7 +135,7 @@ class ProfilingOps final : public Ops {
     if (!p_.recording()) return inner_->matmul_forward(out, inp, weight, bias);
     const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
     Record r(p_, OpClass::gemm, "matmul_forward", gemm_shape(R, C, OC),
-             op_cost::matmul_forward(R, C, OC, !bias.empty()));
+             op_cost::matmul_forward(R, C, OC, !bias.empty(), bytes_of(inp), bytes_of(out)));
     inner_->matmul_forward(out, inp, weight, bias);
   }
   void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
@@ -141,7 +144,8 @@ class ProfilingOps final : public Ops {
     const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
     Record r(p_, OpClass::gemm, "matmul_backward",
              gemm_shape(R, C, OC) + (dinp.empty() ? " (dW only)" : ""),
-             op_cost::matmul_backward(R, C, OC, !dinp.empty(), !dbias.empty()));
+             op_cost::matmul_backward(R, C, OC, !dinp.empty(), !dbias.empty(), bytes_of(inp),
+                                      dinp.empty() ? 4 : bytes_of(dinp)));
     inner_->matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   }
 
@@ -165,7 +169,7 @@ class ProfilingOps final : public Ops {
     const int64_t hs = n_head > 0 ? C / n_head : 0;
     Record r(p_, OpClass::attention, "attention_forward",
              fmt("B=%lld NH=%lld T=%lld hs=%lld", B, n_head, T, hs),
-             op_cost::attention_forward(B, n_head, T, hs, saved.numel()));
+             op_cost::attention_forward(B, n_head, T, hs, saved.numel(), bytes_of(qkv)));
     inner_->attention_forward(out, saved, qkv, n_head);
   }
   void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
@@ -176,27 +180,29 @@ class ProfilingOps final : public Ops {
     const int64_t hs = n_head > 0 ? C / n_head : 0;
     Record r(p_, OpClass::attention, "attention_backward",
              fmt("B=%lld NH=%lld T=%lld hs=%lld", B, n_head, T, hs),
-             op_cost::attention_backward(B, n_head, T, hs, saved.numel()));
+             op_cost::attention_backward(B, n_head, T, hs, saved.numel(), bytes_of(qkv)));
     inner_->attention_backward(dqkv, scratch, dout, qkv, out, saved, n_head);
   }
 
   void gelu_forward(TensorView out, TensorView inp) override {
     if (!p_.recording()) return inner_->gelu_forward(out, inp);
     const int64_t n = inp.numel();
-    Record r(p_, OpClass::gelu, "gelu_forward", fmt("n=%lld", n), op_cost::gelu_forward(n));
+    Record r(p_, OpClass::gelu, "gelu_forward", fmt("n=%lld", n),
+             op_cost::gelu_forward(n, bytes_of(inp)));
     inner_->gelu_forward(out, inp);
   }
   void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override {
     if (!p_.recording()) return inner_->gelu_backward(dinp, inp, dout);
     const int64_t n = inp.numel();
-    Record r(p_, OpClass::gelu, "gelu_backward", fmt("n=%lld", n), op_cost::gelu_backward(n));
+    Record r(p_, OpClass::gelu, "gelu_backward", fmt("n=%lld", n),
+             op_cost::gelu_backward(n, bytes_of(inp)));
     inner_->gelu_backward(dinp, inp, dout);
   }
 
   void add(TensorView out, TensorView a, TensorView b) override {
     if (!p_.recording()) return inner_->add(out, a, b);
     const int64_t n = out.numel();
-    Record r(p_, OpClass::elementwise, "add", fmt("n=%lld", n), op_cost::add(n));
+    Record r(p_, OpClass::elementwise, "add", fmt("n=%lld", n), op_cost::add(n, bytes_of(out)));
     inner_->add(out, a, b);
   }
   void accumulate(TensorView acc, TensorView x) override {
