@@ -615,10 +615,6 @@ INSTANTIATE_TEST_SUITE_P(
                   {"train.max_skipped=0"},
                   "train.max_skipped",
                   "expected an integer >= 1, got 0"},
-        ValueCase{"Bf16OnCpu",
-                  {"runtime.dtype=bf16"},
-                  "runtime.dtype",
-                  "expected fp32 with runtime.device=cpu, got bf16"},
         ValueCase{"NcclOnCpu",
                   {"parallel.comm=nccl"},
                   "parallel.comm",
@@ -735,8 +731,8 @@ TEST(Config, ParallelCommResolvesPerRun) {
                   "got 'gloo'"));
 }
 
-TEST(Config, Bf16IsAcceptedOnCudaAndAuto) {
-  for (const char* device : {"cuda", "auto"}) {
+TEST(Config, Bf16IsAcceptedOnEveryDevice) {
+  for (const char* device : {"cuda", "auto", "cpu"}) {
     const Config c = parse_config(kMinimal, kSource,
                                   {"runtime.dtype=bf16", std::string("runtime.device=") + device});
     EXPECT_EQ(c.runtime.dtype, ComputeDType::bf16);

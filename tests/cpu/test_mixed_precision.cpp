@@ -1,7 +1,6 @@
-// bf16 mixed precision (runtime.dtype=bf16, trainer/model/linear_precision.hpp)
-// on the CPU backend, which computes the same function as the GPU: GEMM
-// operands rounded to bf16, fp32 accumulation, bf16 logits, everything else
-// fp32.
+// bf16 (runtime.dtype=bf16: bf16 activation storage, trainer/model/gpt.hpp
+// "Precision"; the weight copies of trainer/model/linear_precision.hpp) on the
+// CPU backend, which computes the same function as the GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -59,7 +58,7 @@ TEST(MixedPrecision, Bf16TrainsCloseToFp32ButNotIdentically) {
     EXPECT_NEAR(b.losses[i], f.losses[i], 1e-2 * f.losses[i]) << i;
     differs |= b.losses[i] != f.losses[i];
   }
-  EXPECT_TRUE(differs) << "bf16 rounding changed nothing: the casts are not on the GEMM path";
+  EXPECT_TRUE(differs) << "bf16 rounding changed nothing: the activations are not bf16";
   for (size_t i = 0; i < f.norms.size(); ++i)
     EXPECT_NEAR(b.norms[i], f.norms[i], 3e-2 * f.norms[i]) << i;
 }

@@ -82,15 +82,17 @@ TEST(PlanMemory, ActivationsMatchGptAllocateOnCpu) {
          return o;
        }()})
     for (int B : {1, 3})
-      for (int T : {5, m.block_size}) {
-        GPT model(m, *ops, B, T);
-        EXPECT_EQ(model.activation_bytes(),
-                  predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu))
-            << "n_embd=" << m.n_embd << " B=" << B << " T=" << T;
-      }
+      for (int T : {5, m.block_size})
+        for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
+          GPT model(m, *ops, B, T, Recompute::none, dtype);
+          EXPECT_EQ(
+              model.activation_bytes(),
+              predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu, Recompute::none, dtype))
+              << "n_embd=" << m.n_embd << " B=" << B << " T=" << T << " " << to_string(dtype);
+        }
 }
 
-TEST(PlanMemory, CudaKeepsRowStatisticsNotT2ProbabilitiesPlusBf16GemmCopies) {
+TEST(PlanMemory, CudaKeepsRowStatisticsNotT2Probabilities) {
   ModelConfig m = matrix_model();  // L 3, NH 4, C 32, V 256
   m.block_size = 1024;
   const int64_t cpu = predict_activation_bytes(m, 4, 1024, 1, true, PlanBackend::cpu);
@@ -99,13 +101,24 @@ TEST(PlanMemory, CudaKeepsRowStatisticsNotT2ProbabilitiesPlusBf16GemmCopies) {
   // CPU, B*NH*T (the flash kernel's row statistics) on the GPU.
   const int64_t cpu_att = (3 + 1) * int64_t(4) * 4 * 1024 * 1024 * 4;
   const int64_t gpu_att = (3 + 1) * int64_t(4) * 4 * 1024 * 4;
-  // bf16 copies: input rows R x 4C, gradient rows R x 4C (the LM head's
-  // gradient is the bf16 dlogits, not a copy), weight V x C, and attention's
-  // qkv, out, dout, dqkv (8 x R x C).
-  const int64_t R = 4 * 1024, copies = 2 * (R * 128 + R * 128 + 256 * 32) + 2 * 8 * R * 32;
-  // The logits (R x V) are bf16: half the CPU's fp32 bytes.
-  const int64_t logits_saved = R * 256 * 2;
-  EXPECT_EQ(gpu, cpu - cpu_att + gpu_att + copies - logits_saved);
+  EXPECT_EQ(gpu, cpu - cpu_att + gpu_att);
+}
+
+// bf16 storage halves what the model keeps; the fp32 accumulators, staging
+// rows and the bf16 weight copy come on top (exact per-buffer agreement with
+// GPT::allocate is PlanMemory.ActivationsMatchTheModelByteForByte).
+TEST(PlanMemory, Bf16StorageHalvesTheKeptActivations) {
+  ModelConfig m = matrix_model();  // L 3, NH 4, C 32, V 256
+  m.block_size = 1024;
+  const int64_t R = 4 * 1024, C = 32, L = 3, V = 256;
+  const int64_t fp32 = predict_activation_bytes(m, 4, 1024, 1, true, PlanBackend::cuda);
+  const int64_t bf16 = predict_activation_bytes(m, 4, 1024, 1, true, PlanBackend::cuda,
+                                                Recompute::none, ComputeDType::bf16);
+  // Kept per layer: ln1, ln2, atty (C), qkv (3C), res2, res3 (C), fch, fch_gelu (4C) = 16C.
+  const int64_t kept = L * R * 16 * C + 2 * R * C /* encoded, lnf */ + R * V /* logits */;
+  const int64_t grads = R * (C + 4 * C + 4 * C + 3 * C) + R * C /* proj_tmp */;
+  const int64_t extra = R * C * 4 /* rows_f32 */ + 2 * (R * C + V * C) /* bf16 copies */;
+  EXPECT_EQ(bf16, fp32 - 2 * (kept + grads) + extra);
 }
 
 TEST(PlanMemory, MpiTemporariesFollowTheSchedule) {
@@ -225,7 +238,7 @@ TEST(Planner, RecomputeTradesStepTimeForActivationMemory) {
     const Prediction p = predict(cfg, hardware("h100"), PlanCluster{8, 8}, l);
     ASSERT_TRUE(p.invalid.empty()) << p.invalid;
     EXPECT_EQ(p.activations, predict_activation_bytes(cfg.model, 4, cfg.train.seq_len, 1, true,
-                                                      PlanBackend::cuda, r));
+                                                      PlanBackend::cuda, r, ComputeDType::bf16));
     if (r != Recompute::none) {
       EXPECT_LT(p.activations, previous.activations) << to_string(r);
       EXPECT_GT(p.compute_ms, previous.compute_ms) << to_string(r);

@@ -296,7 +296,7 @@ TEST(LaunchChecks, MoreLocalRanksThanGpusNamesBothNumbers) {
   const auto nccl = ParallelComm::nccl, mpi = ParallelComm::mpi;
   // The device as the trainer resolves it (a CPU-only build, gpus visible).
   auto device = [](const Config& c, bool built, int gpus) {
-    return resolve_device(c.runtime.device, c.runtime.dtype, gpus, built, c.source);
+    return resolve_device(c.runtime.device, gpus, built, c.source);
   };
   check_local_devices(cpu, device(cpu, false, 0), 8, 0, mpi);  // CPU runs need no GPU
   const Config cuda = config_in(dir, {"runtime.device=cuda"});

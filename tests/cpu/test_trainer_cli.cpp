@@ -78,14 +78,21 @@ TEST_F(TrainerCli, NoFinalCheckpointMeansNoExport) {
   EXPECT_NE(out.find("checkpoint.final=false: no final checkpoint"), std::string::npos) << out;
 }
 
-// A switch that cannot reach the kernels yet says so rather than doing
-// nothing in silence.
-TEST_F(TrainerCli, AttentionTensorCoresWarnsThatItHasNoEffectYet) {
+// A switch that cannot reach the kernels in this precision says so rather
+// than doing nothing in silence; bf16 on the CPU says what it is for.
+TEST_F(TrainerCli, AttentionTensorCoresWarnsInFp32AndBf16OnCpuTrains) {
   auto [rc, out] =
       trainer("--config " + dir.file("cfg.yaml") + " runtime.attention_tensor_cores=true");
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("runtime.attention_tensor_cores=true has no effect yet"), std::string::npos)
+  EXPECT_NE(out.find("runtime.attention_tensor_cores=true has no effect with runtime.dtype=fp32"),
+            std::string::npos)
       << out;
+  auto [rc16, out16] =
+      trainer("--config " + dir.file("cfg.yaml") +
+              " runtime.dtype=bf16 runtime.device=cpu log.dir=" + dir.file("run16"));
+  ASSERT_EQ(rc16, 0) << out16;
+  EXPECT_NE(out16.find("runtime.dtype=bf16 on the CPU backend"), std::string::npos) << out16;
+  EXPECT_TRUE(fs::exists(dir.file("run16/metrics.jsonl")));
 }
 
 TEST_F(TrainerCli, MissingDataFile) {

@@ -9,9 +9,16 @@ backend's one-rank run of the same config, at the tolerances the whole-model
 GPU tests use (tests/cuda/test_cuda_training.cpp):
   * fp32: every step's loss and grad norm to 1e-4 relative, the final
     parameters to 1e-4;
-  * bf16: every layout against the emulated one-rank bf16 run to 1e-2 (the
-    bf16 test's tolerance), and that run against the CPU fp32 run to 5e-2
-    (bf16 rounding of activations and GEMM operands over a few steps).
+  * bf16 (bf16 activation storage): the emulated one-rank run against the
+    CPU backend's bf16 run, which computes the same function: losses and
+    grad norms at the layout matrix's bf16 tolerance (lm.BF16_TOL), final
+    parameters to 1e-2 (key biases left out: lm.key_bias). cuBLASLt and our
+    kernels sum in another order than OpenBLAS, which flips a bf16 rounding
+    here and there, and AdamW turns the small gradients so perturbed into
+    lr-sized steps (measured: 2.1e-3, against 8.7e-3 from the CPU fp32 run);
+    every layout against the emulated one-rank bf16 run to 1e-2; and the
+    one-rank run against the CPU fp32 run to 5e-2 (what bf16 storage costs
+    over a few steps).
 
     python3 tests/emulator/emulated_training.py --build build-emu --layout dp2
 
@@ -34,12 +41,14 @@ BF16_LAYOUT_TOL = 1e-2
 BF16_VS_FP32_TOL = 5e-2
 
 
-def compare(label, ref_dir, got_dir, tol):
+def compare(label, ref_dir, got_dir, tol, skip_key_bias=False, param_tol=None):
     """The layout matrix's comparison (losses, grad norms, final parameters)
-    at one tolerance for all three."""
+    at one tolerance for all three (param_tol: the parameters' own)."""
+    param_tol = tol if param_tol is None else param_tol
     fails, worst = lm.compare_runs(label, ref_dir, got_dir, loss_rtol=tol, norm_rtol=tol,
-                                   param_tol=tol)
-    print(f"{'FAIL' if fails else 'ok  '} {label}: max param diff {worst:.1e} (tolerance {tol})")
+                                   param_tol=param_tol, skip_key_bias=skip_key_bias)
+    print(f"{'FAIL' if fails else 'ok  '} {label}: max param diff {worst:.1e} "
+          f"(tolerance {param_tol})")
     return fails
 
 
@@ -73,6 +82,11 @@ def main():
         if args.layout == "one_rank":
             one_fp32 = cuda_run("cuda_fp32_one_rank", 1, (1, 1, 1), "fp32", "auto")
             fails += compare("one rank fp32 vs CPU", cpu_dir, one_fp32, FP32_TOL)
+            cpu16_dir, cpu16_cfg = r.config("cpu_bf16",
+                                            extra=dict(common, **{"runtime.dtype": "bf16"}))
+            r.run(1, cpu16_cfg)
+            fails += compare("one rank bf16 vs CPU bf16", cpu16_dir, one_bf16, lm.BF16_TOL,
+                             skip_key_bias=True, param_tol=BF16_LAYOUT_TOL)
             fails += compare("one rank bf16 vs CPU fp32", cpu_dir, one_bf16, BF16_VS_FP32_TOL)
         else:
             dims = LAYOUTS[args.layout]

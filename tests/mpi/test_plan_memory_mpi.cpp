@@ -56,17 +56,19 @@ TEST(PlanMemoryMpi, ActivationBytesEqualGptAllocateOnEveryLayout) {
     const DeviceMesh mesh(d, *world);
     for (const ModelConfig& m : models())
       for (bool overlap : {true, false})
-        for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block}) {
-          const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-          ShardedParameters params(layout, mesh, 3, 25.0, *ops);
-          const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
-          GPT model(m, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap},
-                    recompute);
-          EXPECT_EQ(model.activation_bytes(), predict_activation_bytes(m, B, T, d.tp, overlap,
-                                                                       PlanBackend::cpu, recompute))
-              << d.str() << " overlap " << overlap << " C=" << m.n_embd << " recompute "
-              << to_string(recompute);
-        }
+        for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block})
+          for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
+            const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+            ShardedParameters params(layout, mesh, 3, 25.0, *ops);
+            const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
+            GPT model(m, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap}, recompute,
+                      dtype);
+            EXPECT_EQ(model.activation_bytes(),
+                      predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute,
+                                               dtype))
+                << d.str() << " overlap " << overlap << " C=" << m.n_embd << " recompute "
+                << to_string(recompute) << " " << to_string(dtype);
+          }
   }
 }
 

@@ -113,9 +113,6 @@ void validate(const Config& c, const Locations& where) {
         "sequence parallelism splits a micro-batch's rows over the tp ranks");
 
   const RuntimeConfig& r = c.runtime;
-  if (r.dtype == ComputeDType::bf16 && r.device == DeviceKind::cpu)
-    bad("runtime.dtype", "bf16", "fp32 with runtime.device=cpu",
-        "the CPU backend is fp32 only; bf16 needs runtime.device=cuda");
   if (p.comm == ParallelComm::nccl && r.device == DeviceKind::cpu)
     bad("parallel.comm", "nccl", "auto or mpi with runtime.device=cpu",
         "NCCL moves device buffers; it needs runtime.device=cuda");

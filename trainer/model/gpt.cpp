@@ -50,58 +50,71 @@ void GPT::allocate(int max_rows, int max_seq) {
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
   const int NHl = cfg_.n_head / tp;
   const int64_t att = ops_.attention_saved_elems(max_rows, NHl, max_seq);
+  act_dtype_ = dtype_ == ComputeDType::bf16 ? DType::bf16 : DType::f32;
+  const bool bf16 = act_dtype_ == DType::bf16;
   auto floats = [this](int64_t n) {
     return ops_.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+  };
+  auto acts = [this](int64_t n) {  // activations, in their storage dtype
+    return ops_.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(act_dtype_));
   };
   // Slots of the per-layer activations: what recomputation drops, all blocks
   // share (trainer/plan/memory_model.cpp mirrors this).
   const int one = std::min(cfg_.n_layer, 1);
   const int attn_slots = recompute_ == Recompute::block ? one : cfg_.n_layer;
   const int mlp_slots = recompute_ == Recompute::none ? cfg_.n_layer : one;
-  auto per_layer = [&](int64_t n, int slots) { return LayerBuffer{floats(slots * n), slots}; };
+  auto per_layer = [&](int64_t n, int slots) {
+    return LayerBuffer{floats(slots * n), slots, DType::f32};
+  };
+  auto per_layer_act = [&](int64_t n, int slots) {
+    return LayerBuffer{acts(slots * n), slots, act_dtype_};
+  };
   host_losses_.assign(static_cast<size_t>(R), 0.f);
   auto& a = acts_;
   a.tokens = floats(R);
   a.targets = floats(R);
-  a.encoded = floats(Rl * C);
-  a.ln1 = per_layer(R * C, attn_slots);
+  a.encoded = acts(Rl * C);
+  a.ln1 = per_layer_act(R * C, attn_slots);
   a.ln1_mean = per_layer(Rl, attn_slots);
   a.ln1_rstd = per_layer(Rl, attn_slots);
-  a.qkv = per_layer(R * 3 * Cl, attn_slots);
-  a.atty = per_layer(R * Cl, attn_slots);
+  a.qkv = per_layer_act(R * 3 * Cl, attn_slots);
+  a.atty = per_layer_act(R * Cl, attn_slots);
   a.att = per_layer(att, attn_slots);
-  a.res2 = per_layer(Rl * C, attn_slots);
-  a.ln2 = per_layer(R * C, mlp_slots);
+  a.res2 = per_layer_act(Rl * C, attn_slots);
+  a.ln2 = per_layer_act(R * C, mlp_slots);
   a.ln2_mean = per_layer(Rl, mlp_slots);
   a.ln2_rstd = per_layer(Rl, mlp_slots);
-  a.fch = per_layer(R * 4 * Cl, mlp_slots);
-  a.fch_gelu = per_layer(R * 4 * Cl, mlp_slots);
-  a.res3 = per_layer(Rl * C, static_cast<int>(L));
-  a.lnf = floats(R * C);
+  a.fch = per_layer_act(R * 4 * Cl, mlp_slots);
+  a.fch_gelu = per_layer_act(R * 4 * Cl, mlp_slots);
+  a.res3 = per_layer_act(Rl * C, static_cast<int>(L));
+  a.lnf = acts(R * C);
   a.lnf_mean = floats(Rl);
   a.lnf_rstd = floats(Rl);
   // bf16: the LM head writes bf16 logits and the cross-entropy turns them
   // into bf16 dlogits in place, so no fp32 (R, V) tensor exists.
   a.logits = ops_.allocate(static_cast<size_t>(R * Vl) * dtype_size(logits_dtype()));
   a.losses = floats(R);
-  a.proj_tmp = floats(Rl * C);
+  a.proj_tmp = acts(Rl * C);
+  a.rows_f32 = floats(bf16 ? Rl * C : 0);
   a.ce_stats = floats(tp > 1 ? 3 * R : 0);
   auto& d = dacts_;
   d.dresidual = floats(Rl * C);
   d.dln = floats(Rl * C);
   d.dfull = floats(tp > 1 ? R * C : 0);
-  d.datty = floats(R * Cl);
-  d.dfch_gelu = floats(R * 4 * Cl);
-  d.dfch = floats(R * 4 * Cl);
-  d.dqkv = floats(R * 3 * Cl);
+  d.datty = acts(R * Cl);
+  d.dfch_gelu = acts(R * 4 * Cl);
+  d.dfch = acts(R * 4 * Cl);
+  d.dqkv = acts(R * 3 * Cl);
   d.datt = floats(ops_.attention_scratch_elems(max_rows, NHl, max_seq));
   d.rs_workspace = floats(tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_.overlap) : 0);
   // The largest GEMM operands: inputs (R,C) or (R,4C/p); output gradients
-  // (R,3C/p), (R,4C/p), (R,C) or the LM head's (R,V/p); weights (V/p,C) or (4C/p,C).
-  // The LM head's output gradient is the bf16 dlogits themselves: no copy.
-  linear_ = std::make_unique<LinearPrecision>(
-      ops_, dtype_, R * std::max(C, 4 * Cl), R * std::max(4 * Cl, C), std::max(Vl * C, 4 * Cl * C));
-  attention_ = std::make_unique<AttentionPrecision>(ops_, dtype_, R, Cl);
+  // (R,3C/p), (R,4C/p), (R,C) or the LM head's (R,V/p); weights (V/p,C) or
+  // (4C/p,C). Under bf16 storage the inputs and every output gradient but the
+  // residual stream's (R,C) are bf16 already: only that one is copied.
+  const int64_t max_input = bf16 ? 0 : R * std::max(C, 4 * Cl);
+  const int64_t max_grad = bf16 ? R * C : R * std::max(4 * Cl, C);
+  linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, max_input, max_grad,
+                                              std::max(Vl * C, 4 * Cl * C));
 }
 
 float* GPT::params() {
@@ -133,6 +146,12 @@ TensorView GPT::logits_view(int64_t rows, int64_t cols) const {
 
 TensorView GPT::view(float* p, std::initializer_list<int64_t> shape) const {
   return make_view(p, DType::f32, ops_.device(), shape);
+}
+TensorView GPT::aview(const Buffer& b, std::initializer_list<int64_t> shape) const {
+  TensorView v = make_view(b.data(), act_dtype_, ops_.device(), shape);
+  GT_CHECK(v.numel() * int64_t(dtype_size(act_dtype_)) <= int64_t(b.bytes()), "activation view ",
+           v.shape_str(), " does not fit its ", b.bytes(), "-byte buffer");
+  return v;
 }
 TensorView GPT::iview(int32_t* p, std::initializer_list<int64_t> shape) const {
   return make_view(p, DType::i32, ops_.device(), shape);
@@ -201,9 +220,14 @@ TensorView GPT::layer_act(const LayerBuffer& buf, int layer,
                           std::initializer_list<int64_t> shape) {
   GT_CHECK(layer >= 0 && layer < cfg_.n_layer && buf.slots > 0, "layer ", layer, " of ",
            cfg_.n_layer, " in a buffer of ", buf.slots, " slots");
-  const int64_t per_slot_max = static_cast<int64_t>(buf.buf.bytes() / sizeof(float)) / buf.slots;
+  const size_t elem = dtype_size(buf.dtype);
+  const int64_t per_slot_max = static_cast<int64_t>(buf.buf.bytes() / elem) / buf.slots;
   const int slot = buf.slots == 1 ? 0 : layer;
-  return view(buf.buf.f32() + slot * per_slot_max, shape);
+  TensorView v = make_view(static_cast<char*>(buf.buf.data()) + slot * per_slot_max * elem,
+                           buf.dtype, ops_.device(), shape);
+  GT_CHECK(v.numel() <= per_slot_max, "layer activation ", v.shape_str(), " exceeds its slot of ",
+           per_slot_max, " elements");
+  return v;
 }
 
 TensorView GPT::own_rows(TensorView full) {
@@ -234,8 +258,13 @@ void GPT::column_forward(TensorView out, TensorView x_full, TensorView w32, Tens
   const TensorView w = linear_->weight(w32);  // once, before the chunks
   const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
   if (tp_.size() == 1) return gemm_forward(out, x_full, w, b);
+  // The all-gather copies bits: bf16 rows travel as pairs of bf16 in each
+  // fp32 word (half the bytes), so a chunk must hold an even count.
+  const int64_t per_word = int64_t(sizeof(float) / dtype_size(x_full.dtype));
+  GT_CHECK((Rl * K) % per_word == 0, "bf16 tensor parallelism gathers (R/tp, C) = (", Rl, ", ", K,
+           ") rows as fp32 words: their count must be even");
   all_gather_then_compute(
-      *tp_.comm, x_full.f32(), Rl * K,
+      *tp_.comm, static_cast<float*>(x_full.data), Rl * K / per_word,
       [&](int c0, int n) {
         gemm_forward(rows_of(out, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl), w, b);
       },
@@ -261,14 +290,18 @@ void GPT::row_forward(TensorView out_local, TensorView x, TensorView w32, Tensor
   if (tp_.size() == 1) return gemm_forward(out_local, x, w, b);
   const int64_t R = x.shape[0], N = w.shape[0], Rl = R / tp_.size();
   const TensorView none;
+  // The partial sums are added in fp32; bf16 storage rounds the total once.
+  const bool staged = out_local.dtype != DType::f32;
+  const TensorView sum = staged ? view(acts_.rows_f32.f32(), {Rl, N}) : out_local;
   compute_then_reduce_scatter(
-      *tp_.comm, out_local.f32(), Rl * N,
+      *tp_.comm, sum.f32(), Rl * N,
       [&](int c0, int n, float* partial) {
         gemm_forward(view(partial, {n * Rl, N}), rows_of(x, c0 * Rl, n * Rl), w, none);
       },
       tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
   // The bias once, after the sum (it is replicated on every tp rank).
-  ops_.add_bias(out_local, b);
+  ops_.add_bias(sum, b);
+  if (staged) ops_.cast(out_local, sum);
 }
 
 void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
@@ -303,12 +336,13 @@ void GPT::block_attention_forward(int l, TensorView x) {
   auto atty = layer_act(a.atty, l, {R, Cl});
   auto att = layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)});
   auto res2 = layer_act(a.res2, l, {Rl, C});
-  auto proj = view(a.proj_tmp.f32(), {Rl, C});
+  auto proj = aview(a.proj_tmp, {Rl, C});
   ops_.layernorm_forward(own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
                          layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
                          p(h + "ln_1.bias"));
   column_forward(qkv, ln1, p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
-  attention_->forward(view(atty.f32(), {B, T, Cl}), att, view(qkv.f32(), {B, T, 3 * Cl}), NHl);
+  ops_.attention_forward(layer_act(a.atty, l, {B, T, Cl}), att, layer_act(a.qkv, l, {B, T, 3 * Cl}),
+                         NHl);
   row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
   ops_.add(res2, x, proj);
 }
@@ -330,7 +364,7 @@ void GPT::block_mlp_down_forward(int l) {
   const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / tp_.size(), Cl = C / tp_.size();
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
-  auto proj = view(a.proj_tmp.f32(), {Rl, C});
+  auto proj = aview(a.proj_tmp, {Rl, C});
   row_forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"),
               p(h + "mlp.c_proj.bias"));
   ops_.add(layer_act(a.res3, l, {Rl, C}), layer_act(a.res2, l, {Rl, C}), proj);
@@ -358,24 +392,26 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   store_->begin_forward(want_grad);
 
   store_->before_forward(embed);
-  auto encoded = view(a.encoded.f32(), {Rl, C});
+  auto encoded = aview(a.encoded, {Rl, C});
+  // The embedding is computed in fp32 (its tp sum too) and rounded once.
+  const TensorView emb = act_dtype_ == DType::f32 ? encoded : view(a.rows_f32.f32(), {Rl, C});
   if (tp == 1) {
-    ops_.embedding_forward(view(encoded.f32(), {B, T, C}), tok, p("wte.weight"),
-                           p("wpe.weight"));
+    ops_.embedding_forward(view(emb.f32(), {B, T, C}), tok, p("wte.weight"), p("wpe.weight"));
   } else {
     // Vocab-parallel: each rank looks up the tokens of its vocabulary rows for
     // all R rows; the sum over ranks, scattered by rows, is the embedding.
     const TensorView wte = p("wte.weight");
     const TensorView tok_flat = iview(tok.i32(), {R});
     compute_then_reduce_scatter(
-        *tp_.comm, encoded.f32(), Rl * C,
+        *tp_.comm, emb.f32(), Rl * C,
         [&](int c0, int n, float* partial) {
           ops_.token_embedding_forward(view(partial, {n * Rl, C}),
                                        iview(tok_flat.i32() + c0 * Rl, {n * Rl}), wte, vocab0);
         },
         tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
-    ops_.position_embedding_forward(encoded, p("wpe.weight"), row0, T);
+    ops_.position_embedding_forward(emb, p("wpe.weight"), row0, T);
   }
+  if (act_dtype_ != DType::f32) ops_.cast(encoded, emb);
 
   TensorView x = encoded;  // (R/p, C) residual stream entering the block
   for (int l = 0; l < cfg_.n_layer; ++l) {
@@ -388,11 +424,11 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   }
 
   store_->before_forward(head);
-  ops_.layernorm_forward(own_rows(view(a.lnf.f32(), {R, C})), view(a.lnf_mean.f32(), {Rl}),
+  ops_.layernorm_forward(own_rows(aview(a.lnf, {R, C})), view(a.lnf_mean.f32(), {Rl}),
                          view(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
   auto logits = logits_view(R, Vl);
-  column_forward(logits, view(a.lnf.f32(), {R, C}), p("wte.weight"), none);  // tied LM head
+  column_forward(logits, aview(a.lnf, {R, C}), p("wte.weight"), none);  // tied LM head
   store_->after_forward(embed);
 
   backward_ready_ = false;
@@ -441,13 +477,13 @@ void GPT::backward() {
 
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);
-  column_backward(dln, g("wte.weight"), none, logits_view(R, Vl), view(a.lnf.f32(), {R, C}),
+  column_backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
                   p("wte.weight"));
   store_->before_backward(head);
   ops_.zero(dresidual);
   const int last = cfg_.n_layer - 1;
-  TensorView x_last = cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C})
-                                       : view(a.encoded.f32(), {Rl, C});
+  TensorView x_last =
+      cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C}) : aview(a.encoded, {Rl, C});
   ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
                           p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
                           view(a.lnf_rstd.f32(), {Rl}));
@@ -456,15 +492,15 @@ void GPT::backward() {
   for (int l = last; l >= 0; --l) {
     store_->before_backward(layout_.block_unit(l));
     const std::string h = "h." + std::to_string(l) + ".";
-    auto x_in = l == 0 ? view(a.encoded.f32(), {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    auto x_in = l == 0 ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
     // What recomputation dropped, rerun into the shared slots (the block's
     // parameters are valid since before_backward).
     if (recompute_ == Recompute::block) block_attention_forward(l, x_in);
     if (recompute_ != Recompute::none) block_mlp_up_forward(l);
-    auto dfch_gelu = view(d.dfch_gelu.f32(), {R, 4 * Cl});
-    auto dfch = view(d.dfch.f32(), {R, 4 * Cl});
-    auto datty = view(d.datty.f32(), {R, Cl});
-    auto dqkv = view(d.dqkv.f32(), {R, 3 * Cl});
+    auto dfch_gelu = aview(d.dfch_gelu, {R, 4 * Cl});
+    auto dfch = aview(d.dfch, {R, 4 * Cl});
+    auto datty = aview(d.datty, {R, Cl});
+    auto dqkv = aview(d.dqkv, {R, 3 * Cl});
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
     row_backward(dfch_gelu, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual,
@@ -478,11 +514,11 @@ void GPT::backward() {
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual,
                  layer_act(a.atty, l, {R, Cl}), p(h + "attn.c_proj.weight"));
-    attention_->backward(view(dqkv.f32(), {B, T, 3 * Cl}),
-                         view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
-                         view(datty.f32(), {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
-                         layer_act(a.atty, l, {B, T, Cl}),
-                         layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
+    ops_.attention_backward(aview(d.dqkv, {B, T, 3 * Cl}),
+                            view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
+                            aview(d.datty, {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
+                            layer_act(a.atty, l, {B, T, Cl}),
+                            layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
     column_backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
                     layer_act(a.ln1, l, {R, C}), p(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
@@ -519,11 +555,11 @@ int64_t GPT::activation_bytes() const {
                                &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3})
     n += b->buf.bytes();
   for (const Buffer* b :
-       {&a.tokens, &a.targets, &a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits,
-        &a.losses, &a.proj_tmp, &a.ce_stats, &d.dresidual, &d.dln, &d.dfull, &d.datty,
-        &d.dfch_gelu, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
+       {&a.tokens, &a.targets,   &a.encoded,  &a.lnf,      &a.lnf_mean,  &a.lnf_rstd,    &a.logits,
+        &a.losses, &a.proj_tmp,  &a.rows_f32, &a.ce_stats, &d.dresidual, &d.dln,         &d.dfull,
+        &d.datty,  &d.dfch_gelu, &d.dfch,     &d.dqkv,     &d.datt,      &d.rs_workspace})
     n += b->bytes();
-  return static_cast<int64_t>(n) + linear_->bytes() + attention_->bytes();
+  return static_cast<int64_t>(n) + linear_->bytes();
 }
 
 }  // namespace gt

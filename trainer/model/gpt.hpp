@@ -55,7 +55,6 @@
 #include "parallel/collective_matmul.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/attention_precision.hpp"
 #include "trainer/model/linear_precision.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
@@ -113,7 +112,7 @@ class GPT {
   // Per-position losses (B*T) of the last forward() with targets, on the host.
   const float* losses() const { return host_losses_.data(); }
   // Bytes of every activation and activation-gradient buffer this rank
-  // allocated, with the bf16 GEMM and attention operand copies (what the planner's memory
+  // allocated, with the bf16 GEMM operand copies (what the planner's memory
   // model predicts, trainer/plan/).
   int64_t activation_bytes() const;
 
@@ -123,6 +122,7 @@ class GPT {
   struct LayerBuffer {
     Buffer buf;
     int slots = 0;
+    DType dtype = DType::f32;
   };
   struct Activations {
     Buffer tokens, targets;                 // (R) int32
@@ -139,6 +139,7 @@ class GPT {
     Buffer logits;                          // (R, V/p), bf16 in the bf16 model
     Buffer losses;                          // (R)
     Buffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
+    Buffer rows_f32;                        // (R/p, C) fp32 staging of bf16 storage (tp sums)
     Buffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
   };
   struct Gradients {  // activation gradients, reused across layers
@@ -158,6 +159,8 @@ class GPT {
   TensorView logits_view(int64_t rows, int64_t cols) const;
   // Views of the backend's memory (device views on CUDA).
   TensorView view(float* p, std::initializer_list<int64_t> shape) const;
+  // An activation view in the activations' dtype (act_dtype_).
+  TensorView aview(const Buffer& b, std::initializer_list<int64_t> shape) const;
   TensorView iview(int32_t* p, std::initializer_list<int64_t> shape) const;
   // acc += x on the backend: the tensor-parallel rings' sum of partials.
   ChunkAccumulate accumulate_fn();
@@ -201,10 +204,10 @@ class GPT {
   Recompute recompute_ = Recompute::none;
   int max_rows_, max_seq_;
   ComputeDType dtype_;
+  DType act_dtype_;  // the activations' storage: bf16 under runtime.dtype=bf16
   Activations acts_;
   Gradients dacts_;
   std::unique_ptr<LinearPrecision> linear_;  // the GEMMs' operand precision
-  std::unique_ptr<AttentionPrecision> attention_;  // attention's precision
   std::vector<float> host_losses_;  // (R) losses downloaded for the mean
   std::vector<float> host_logits_;  // logits() copy
   int B_ = 0, T_ = 0;

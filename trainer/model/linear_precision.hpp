@@ -1,20 +1,19 @@
-// LinearPrecision: the precision of the model's linear layers under
+// LinearPrecision: the precision of the model's GEMM operands under
 // runtime.dtype, in one place.
 //
 //   fp32  the GEMMs read their fp32 operands as they are.
-//   bf16  torch.autocast's rule for linear layers: the input, the weight and
-//         (in backward) the output gradient are rounded to bf16 (nearest even)
-//         and the GEMM accumulates in fp32 into fp32 outputs, fp32 input
-//         gradients and fp32 weight gradients (which still accumulate). Master
-//         weights, AdamW state, activations, LayerNorm, softmax, attention and
-//         the loss stay fp32, so bf16 changes only the GEMMs' inputs; the one
-//         exception is the LM head, whose logits and dlogits are bf16 (GPT):
-//         an operand that is already bf16 is used as it is, without a copy.
+//   bf16  the model stores its activations in bf16 (trainer/model/gpt.hpp,
+//         "Precision"), so most GEMM inputs and output gradients are bf16
+//         already and are used as they are, without a copy. What is fp32 is
+//         rounded to bf16 (nearest even) here: every weight (the fp32 master
+//         copy, cast once per linear layer call, before its chunks) and the
+//         residual stream's fp32 gradient where a row-parallel layer's
+//         backward reads it. The GEMM accumulates in fp32.
 //
 // The bf16 copies live in three buffers of this backend's memory, each reused
-// by every call: the weight (cast once per linear layer call, before its
-// chunks), the input rows and the output-gradient rows (cast per chunk, just
-// before its GEMM). A returned view is valid until the next call for the same
+// by every call: the weight, the input rows and the output-gradient rows
+// (cast per chunk, just before its GEMM); a buffer the precision never needs
+// is empty. A returned view is valid until the next call for the same
 // operand; ops run in call order, so a cast and the GEMM reading it never race.
 #pragma once
 

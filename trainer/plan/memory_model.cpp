@@ -73,12 +73,13 @@ int64_t attention_scratch_elems(PlanBackend backend, int B, int n_head, int T) {
 }
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                 bool tp_overlap, PlanBackend backend, Recompute recompute) {
-  // Mirrors GPT::allocate buffer by buffer. Activations are fp32 on every
-  // backend (a = 4; bf16 only rounds the GEMM operands, into the copies
-  // counted at the end) except the bf16 model's logits; s = 4 for
-  // statistics, ids and losses.
-  const int64_t a = 4, s = 4;
+                                 bool tp_overlap, PlanBackend backend, Recompute recompute,
+                                 ComputeDType dtype) {
+  // Mirrors GPT::allocate buffer by buffer (trainer/model/gpt.hpp,
+  // "Precision"): a = the activations' storage (2 in bf16), f = 4 for what
+  // stays fp32 (the residual stream's gradient, statistics, ids, losses).
+  const bool bf16 = dtype == ComputeDType::bf16;
+  const int64_t a = bf16 ? 2 : 4, f = 4;
   const int64_t R = static_cast<int64_t>(micro_batch) * seq_len;
   const int64_t L = m.n_layer, C = m.n_embd, V = m.padded_vocab_size();
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
@@ -92,37 +93,34 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   const int64_t La = recompute == Recompute::block ? one : L;
   const int64_t Lm = recompute == Recompute::none ? L : one;
   int64_t bytes = 0;
-  bytes += 2 * R * s;                       // tokens, targets
+  bytes += 2 * R * f;                       // tokens, targets
   bytes += Rl * C * a;                      // encoded
   bytes += (La + Lm) * R * C * a;           // ln1, ln2 (gathered rows)
-  bytes += 2 * (La + Lm) * Rl * s;          // ln1/ln2 mean, rstd
+  bytes += 2 * (La + Lm) * Rl * f;          // ln1/ln2 mean, rstd
   bytes += La * R * 3 * Cl * a;             // qkv
   bytes += La * R * Cl * a;                 // atty
-  bytes += La * att_saved * s;              // attention probabilities or row statistics
+  bytes += La * att_saved * f;              // attention probabilities or row statistics
   bytes += (La + L) * Rl * C * a;           // res2, res3 (every block's input: always L)
   bytes += 2 * Lm * R * 4 * Cl * a;         // fch, fch_gelu
   bytes += R * C * a;                       // lnf
-  bytes += 2 * Rl * s;                      // lnf mean, rstd
-  // logits (dlogits in place): bf16 in the GPU plan's bf16 model.
-  bytes += R * Vl * (backend == PlanBackend::cuda ? 2 : a);
-  bytes += R * s;                           // losses
+  bytes += 2 * Rl * f;                      // lnf mean, rstd
+  bytes += R * Vl * a;                      // logits (dlogits in place)
+  bytes += R * f;                           // losses
   bytes += Rl * C * a;                      // proj_tmp
-  bytes += (tp > 1 ? 3 * R : 0) * s;        // cross-entropy statistics
+  bytes += (bf16 ? Rl * C : 0) * f;         // rows_f32: fp32 staging of the tp sums
+  bytes += (tp > 1 ? 3 * R : 0) * f;        // cross-entropy statistics
   // Activation gradients, reused across layers.
-  bytes += 2 * Rl * C * a;                  // dresidual, dln
-  bytes += (tp > 1 ? R * C : 0) * a;        // dfull
+  bytes += 2 * Rl * C * f;                  // dresidual, dln (fp32 accumulators)
+  bytes += (tp > 1 ? R * C : 0) * f;        // dfull
   bytes += R * Cl * a;                      // datty
   bytes += 2 * R * 4 * Cl * a;              // dfch_gelu, dfch
   bytes += R * 3 * Cl * a;                  // dqkv
-  bytes += att_scratch * s;                 // attention backward scratch
-  bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * a;
-  if (backend == PlanBackend::cuda) {
-    // The GPU plan is bf16 (the hardware files' bf16 peaks): LinearPrecision's
-    // bf16 copies of the largest GEMM input, output gradient and weight, and
-    // AttentionPrecision's of one layer's attention operands.
-    // (The LM head's output gradient is the bf16 dlogits: no copy of it.)
-    bytes += 2 * (R * std::max(C, 4 * Cl) + R * std::max(4 * Cl, C) + std::max(Vl * C, 4 * Cl * C));
-    bytes += 2 * 8 * R * Cl;  // AttentionPrecision: bf16 qkv, out, dout, dqkv of one layer
+  bytes += att_scratch * f;                 // attention backward scratch
+  bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * f;
+  if (bf16) {
+    // LinearPrecision's bf16 copies: the residual stream's gradient rows
+    // (R, C) and the largest weight; the inputs are bf16 already.
+    bytes += 2 * (R * C + std::max(Vl * C, 4 * Cl * C));
   }
   return bytes;
 }

@@ -60,9 +60,11 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 
 // Bytes of GPT's activation and activation-gradient buffers for one rank
 // (the same on every tp rank), as GPT::allocate sizes them.
+// dtype: runtime.dtype (bf16 stores the activations in bf16).
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend,
-                                 Recompute recompute = Recompute::none);
+                                 Recompute recompute = Recompute::none,
+                                 ComputeDType dtype = ComputeDType::fp32);
 
 // Bytes of collective temporaries live at rank 0's peak (0 on cuda):
 //   dp, fsdp = 1   one copy of every gradient bucket: all of them are in

@@ -80,8 +80,11 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
 
   // Memory per device.
   p.state = predict_state_bytes(m, l.fsdp, l.tp, stage);
+  // The GPU plan is the bf16 model (the hardware files' peaks are bf16's).
+  const ComputeDType dtype =
+      hw.backend == PlanBackend::cuda ? ComputeDType::bf16 : ComputeDType::fp32;
   p.activations = predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
-                                           hw.backend, t.recompute);
+                                           hw.backend, t.recompute, dtype);
   p.comm_workspace = predict_comm_workspace_bytes(m, l, t.seq_len, hw.backend);
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   p.fits = static_cast<double>(p.total_bytes()) <= hw.memory_bytes();
@@ -99,7 +102,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // Activation traffic is what the step writes and reads, whatever it keeps:
   // recomputation writes the dropped tensors again (into one block's slot).
   const double traffic = static_cast<double>(predict_activation_bytes(
-      m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none));
+      m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none, dtype));
   const double mem_bytes = owned_params * 28.0 + 3.0 * A * traffic;
   p.memory_ms = mem_bytes / hw.memory_bytes_per_s(per_node) * 1e3;
 

@@ -21,8 +21,8 @@
 
 namespace gt {
 
-Device resolve_device(DeviceKind requested, ComputeDType dtype, int visible_gpus,
-                      bool cuda_built, const std::string& source) {
+Device resolve_device(DeviceKind requested, int visible_gpus, bool cuda_built,
+                      const std::string& source) {
   Device d = Device::cpu;
   switch (requested) {
     case DeviceKind::cpu: d = Device::cpu; break;
@@ -38,11 +38,6 @@ Device resolve_device(DeviceKind requested, ComputeDType dtype, int visible_gpus
       d = Device::cuda;
       break;
   }
-  if (d == Device::cpu && dtype == ComputeDType::bf16)
-    fail("runtime.dtype=bf16 (", source, "): expected a CUDA run, got runtime.device=",
-         to_string(requested), " resolving to the CPU (",
-         cuda_built ? "no visible GPU" : "a CPU-only build",
-         "); the CPU backend trains in fp32: use runtime.dtype=fp32");
   return d;
 }
 
@@ -64,8 +59,7 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
   const int gpus = visible_cuda_devices();
   // `auto` means a GPU when there is one; the emulated device is not one.
   const bool auto_skips = cfg.runtime.device == DeviceKind::auto_ && cuda_device_emulated();
-  b.device = resolve_device(cfg.runtime.device, cfg.runtime.dtype, auto_skips ? 0 : gpus,
-                            cuda_built(), cfg.source);
+  b.device = resolve_device(cfg.runtime.device, auto_skips ? 0 : gpus, cuda_built(), cfg.source);
   b.comm = resolve_run_comm(cfg, b.device, env.local_size, gpus);
   check_local_devices(cfg, b.device, env.local_size, gpus, b.comm);
   if (b.device == Device::cpu) {

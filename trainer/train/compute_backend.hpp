@@ -23,10 +23,10 @@ namespace gt {
 
 // The device `requested` resolves to, given what the machine has. Throws
 // gt::Error (naming runtime.device and `source`) when cuda is asked of a
-// CPU-only build or of a host with no visible GPU, and when bf16 is asked of
-// a run that resolves to the CPU.
-Device resolve_device(DeviceKind requested, ComputeDType dtype, int visible_gpus,
-                      bool cuda_built, const std::string& source);
+// CPU-only build or of a host with no visible GPU. Either dtype runs on
+// either device (the CPU backend computes the bf16 model's function too).
+Device resolve_device(DeviceKind requested, int visible_gpus, bool cuda_built,
+                      const std::string& source);
 // The GPU a rank with this local rank uses.
 int cuda_device_for_rank(int local_rank, int visible_gpus);
 
