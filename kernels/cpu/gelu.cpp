@@ -41,9 +41,11 @@ GT_VECTOR_CLONES void gelu_backward_span(const float* x, const float* dy, float*
     const float xi = x[i];
     const float u = kSqrt2OverPi * (xi + kCubic * xi * xi * xi);
     const float e = fast_exp(-2.f * u), s = 1.f / (1.f + e);
-    // d/dx [x s] = s + x s (1 - s) 2 du/dx, with 1 - s = e s.
+    // d/dx [x s] = s + x s (1 - s) 2 du/dx, with 1 - s = e s formed first:
+    // in the left tail e reaches ~1e38 and x * e would overflow to -inf.
     const float du = kSqrt2OverPi * (1.f + 3.f * kCubic * xi * xi);
-    dx[i] = dy[i] * (s + 2.f * xi * e * s * s * du);
+    const float one_minus_s = e * s;
+    dx[i] = dy[i] * (s + 2.f * xi * one_minus_s * s * du);
   }
 }
 }  // namespace

@@ -52,6 +52,26 @@ TEST(CpuGelu, BackwardMatchesAnalyticReferenceOnLargeInput) {
   EXPECT_TRUE(all_close(dx, to_float(ref), 1e-6f, 1e-5f));
 }
 
+// Pre-activations far in either tail (a large GEMM's sums reach +-30): the
+// derivative goes to 0 and 1, and nothing on the way may overflow.
+TEST(CpuGelu, BothTailsStayFiniteAndExact) {
+  auto ops = cpu_ops();
+  std::vector<float> x;
+  for (float v = -60.f; v <= 60.f; v += 0.37f) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy(n, 1.f), dx(n), y(n);
+  ops->gelu_forward(f32(y, {n}), f32(x, {n}));
+  ops->gelu_backward(f32(dx, {n}), f32(x, {n}), f32(dy, {n}));
+  const double s = std::sqrt(2.0 / M_PI);
+  for (int64_t i = 0; i < n; ++i) {
+    const double xi = x[i], u = s * (xi + 0.044715 * xi * xi * xi), th = std::tanh(u);
+    const double fwd = 0.5 * xi * (1 + th);
+    const double bwd = 0.5 * (1 + th) + 0.5 * xi * (1 - th * th) * s * (1 + 3 * 0.044715 * xi * xi);
+    ASSERT_NEAR(y[i], fwd, 1e-5 + 1e-6 * std::fabs(fwd)) << "x = " << xi;
+    ASSERT_NEAR(dx[i], bwd, 1e-5) << "x = " << xi;
+  }
+}
+
 TEST(CpuGelu, RejectsMismatchedShapes) {
   auto ops = cpu_ops();
   std::vector<float> x(12), y(12);
