@@ -103,6 +103,24 @@ class Ops {
   virtual void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                TensorView dout, TensorView inp, TensorView weight) = 0;
 
+  // The MLP's first linear layer with its GELU, in one op (on CUDA, the
+  // GEMM's GELU epilogue: the (R, OC) product is written once, not read back):
+  //   pre (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC)   (bias may be empty())
+  //   out (R,OC) = gelu(pre)
+  // pre is what the backward needs (GELU's input). dtypes as matmul_forward's,
+  // out and pre sharing one: in bf16 each is the fp32 value rounded once, and
+  // out is gelu of the unrounded pre.
+  virtual void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp,
+                                   TensorView weight, TensorView bias) = 0;
+  // matmul_backward of the MLP's second linear layer, whose input was
+  // gelu(pre), with GELU's backward folded into the input gradient:
+  //   dinp (R,C) = (dout @ weight) * gelu'(pre)   assigned, rounded once
+  // pre (R,C) is the first layer's `pre` (matmul_gelu_forward), dinp's dtype;
+  // dweight and dbias accumulate as in matmul_backward.
+  virtual void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias,
+                                     TensorView dout, TensorView inp, TensorView weight,
+                                     TensorView pre) = 0;
+
   // out (R,C) += bias (C) on every row.
   virtual void add_bias(TensorView out, TensorView bias) = 0;
 

@@ -128,6 +128,19 @@ class OffHostOps final : public Ops {
     inner_->matmul_backward(GT_OFFHOST_VIEW(dinp), GT_OFFHOST_VIEW(dweight), GT_OFFHOST_VIEW(dbias), GT_OFFHOST_VIEW(dout),
                             GT_OFFHOST_VIEW(inp), GT_OFFHOST_VIEW(weight));
   }
+  void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
+                           TensorView bias) override {
+    Open o(*this);
+    inner_->matmul_gelu_forward(GT_OFFHOST_VIEW(out), GT_OFFHOST_VIEW(pre), GT_OFFHOST_VIEW(inp),
+                                GT_OFFHOST_VIEW(weight), GT_OFFHOST_VIEW(bias));
+  }
+  void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                             TensorView inp, TensorView weight, TensorView pre) override {
+    Open o(*this);
+    inner_->matmul_backward_dgelu(
+        GT_OFFHOST_VIEW(dinp), GT_OFFHOST_VIEW(dweight), GT_OFFHOST_VIEW(dbias),
+        GT_OFFHOST_VIEW(dout), GT_OFFHOST_VIEW(inp), GT_OFFHOST_VIEW(weight), GT_OFFHOST_VIEW(pre));
+  }
   void add_bias(TensorView out, TensorView bias) override {
     Open o(*this);
     inner_->add_bias(GT_OFFHOST_VIEW(out), GT_OFFHOST_VIEW(bias));

@@ -50,6 +50,11 @@ void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, T
 void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias);
 void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                      TensorView inp, TensorView weight);
+// The linear layer fused with GELU (linear_gelu.cpp).
+void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
+                         TensorView bias);
+void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                           TensorView inp, TensorView weight, TensorView pre);
 
 // att and scratch: (B,NH,T,T) views (CpuOps reshapes the flat buffers).
 void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head);

@@ -163,6 +163,14 @@ class CpuOps final : public Ops {
                        TensorView inp, TensorView weight) override {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   }
+  void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
+                           TensorView bias) override {
+    cpu::matmul_gelu_forward(out, pre, inp, weight, bias);
+  }
+  void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                             TensorView inp, TensorView weight, TensorView pre) override {
+    cpu::matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, pre);
+  }
 
   // The CPU backend keeps the (B,NH,T,T) probabilities: recomputing them in
   // backward would cost another Q K^T product per head.

@@ -47,6 +47,10 @@
 
 namespace gt {
 
+namespace cuda_ops_detail {
+struct Check;  // cuda_ops_check.hpp: the argument checks of one op
+}
+
 struct CudaContextOptions {
   int device = 0;                              // CUDA device index
   size_t workspace_bytes = size_t{32} << 20;   // cuBLASLt workspace
@@ -103,6 +107,13 @@ class CudaOps final : public Ops {
                       TensorView bias) override;
   void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                        TensorView inp, TensorView weight) override;
+  // The GELU_AUX(_BIAS) / DGELU epilogues; when cuBLASLt has no kernel for a
+  // shape, the GEMM then gelu_forward / gelu_backward (a bf16 product is then
+  // rounded before GELU: the CPU twin rounds once).
+  void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
+                           TensorView bias) override;
+  void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                             TensorView inp, TensorView weight, TensorView pre) override;
   void add_bias(TensorView out, TensorView bias) override;
 
   int64_t attention_saved_elems(int B, int n_head, int T) const override;
@@ -154,6 +165,13 @@ class CudaOps final : public Ops {
   void* scratch(size_t bytes);
   // Adds `delta` bytes to the Buffers counted in use, updating the peak.
   void count_buffer_bytes(int64_t delta);
+  // The linear layers (cuda_ops_linear.cpp): matmul_forward / matmul_backward
+  // and, with `pre`, their GELU-fused forms; `c` names the public op.
+  void linear_forward(const cuda_ops_detail::Check& c, TensorView out, TensorView pre,
+                      TensorView inp, TensorView weight, TensorView bias);
+  void linear_backward(const cuda_ops_detail::Check& c, TensorView dinp, TensorView dweight,
+                       TensorView dbias, TensorView dout, TensorView inp, TensorView weight,
+                       TensorView pre);
 
   // Declaration order is teardown order reversed: the stream outlives the
   // GEMM context and the buffers used on it.

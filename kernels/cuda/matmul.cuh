@@ -2,7 +2,7 @@
 // context that runs it (GemmContext), which owns the cuBLASLt handle, the
 // workspace and the per-shape heuristic cache. CPU twin: Ops::matmul_forward /
 // matmul_backward (kernels/cpu/matmul.cpp) and, for the fused GELU epilogues,
-// Ops::gelu_forward / gelu_backward composed with them.
+// Ops::matmul_gelu_forward / matmul_backward_dgelu (kernels/cpu/linear_gelu.cpp).
 //
 // Invariants:
 //   * Row-major everywhere: D (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * D,
@@ -16,7 +16,8 @@
 //     TF32 tensor-core mode CUBLAS_COMPUTE_32F_FAST_TF32). bf16 inputs with an
 //     fp32 D are allowed (fp32 gradient accumulation of bf16 activations).
 //     The bias / bias-gradient vector and the GELU aux matrix have D's dtype
-//     (cuBLASLt's rule for non-fp8 GEMMs).
+//     (cuBLASLt's rule for non-fp8 GEMMs), except a bias read as fp32 with a
+//     bf16 D (fp32_bias: BIAS_DATA_TYPE, the bf16 model's fp32 biases).
 //   * Epilogues, in row-major terms (the cuBLASLt name in brackets):
 //       bias         D = AB + bias[j]                       bias (N), read   [BIAS]
 //       gelu         D = gelu(AB), aux = AB                 aux (M,N)        [GELU_AUX]

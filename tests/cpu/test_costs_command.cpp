@@ -83,9 +83,13 @@ TEST(CostsCommand, OpCountsAreThoseOfOneGpt2Step) {
     return n;
   };
   const int L = 2, micro = 2;
-  // Per micro-batch: 4 linear layers per block plus the LM head.
-  EXPECT_EQ(calls("matmul_forward"), micro * (4 * L + 1));
-  EXPECT_EQ(calls("matmul_backward"), micro * (4 * L + 1));
+  // Per micro-batch: 4 linear layers per block plus the LM head; c_fc's
+  // forward and c_proj's backward carry the MLP's GELU (no GELU op left).
+  EXPECT_EQ(calls("matmul_forward"), micro * (3 * L + 1));
+  EXPECT_EQ(calls("matmul_gelu_forward"), micro * L);
+  EXPECT_EQ(calls("matmul_backward_dgelu"), micro * L);
+  EXPECT_EQ(calls("matmul_backward"), micro * (4 * L + 1));  // the prefix counts _dgelu too
+  EXPECT_EQ(calls("gelu_"), 0);
   EXPECT_EQ(calls("attention_forward"), micro * L);
   EXPECT_EQ(calls("attention_backward"), micro * L);
   EXPECT_EQ(calls("layernorm_forward"), micro * (2 * L + 1));

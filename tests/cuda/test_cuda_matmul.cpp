@@ -153,6 +153,87 @@ TEST(CudaMatmul, ForwardBf16OutWithFp32BiasMatchesCpu) {
   }
 }
 
+// The GELU-fused linear layers through CudaOps (the GELU_AUX_BIAS and DGELU
+// epilogues, or their fallbacks when the emulator refuses epilogues) against
+// the CPU twin (kernels/cpu/linear_gelu.cpp), fp32 and bf16.
+TEST(CudaMatmul, LinearGeluOpsMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::CudaOps ops;
+  const cudaStream_t s = ops.stream();
+  auto cpu = gt::make_cpu_ops(1);
+  // OC = 100: no multiple of 8, so the forward's fallback runs as well.
+  for (const Case& c : {Case{37, 64, 256}, Case{16, 128, 100}, Case{130, 768, 3072}}) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(name(c) + " " + gt::dtype_name(dt));
+      const bool b16 = dt == DType::bf16;
+      auto fit = [&](std::vector<float> v) { return b16 ? gt::test::round_to_bf16(v) : v; };
+      const auto x = fit(random_vector(c.R * c.C, 31)), w = fit(random_vector(c.OC * c.C, 32));
+      const auto bias = random_vector(c.OC, 33);  // fp32 in both (the model's)
+      // CPU: the same op on host views of the same values.
+      std::vector<uint16_t> x16 = gt::test::to_bf16(x), w16 = gt::test::to_bf16(w);
+      std::vector<float> xh = x, wh = w, bh = bias;
+      auto host = [&](std::vector<float>& f, std::vector<uint16_t>& h,
+                      std::initializer_list<int64_t> shape) {
+        return b16 ? gt::make_view(h.data(), DType::bf16, gt::Device::cpu, shape)
+                   : gt::cpu_f32(f.data(), shape);
+      };
+      std::vector<float> out(c.R * c.OC), pre(c.R * c.OC);
+      std::vector<uint16_t> out16(out.size()), pre16(pre.size());
+      cpu->matmul_gelu_forward(host(out, out16, {c.R, c.OC}), host(pre, pre16, {c.R, c.OC}),
+                               host(xh, x16, {c.R, c.C}), host(wh, w16, {c.OC, c.C}),
+                               gt::cpu_f32(bh.data(), {c.OC}));
+      const auto want_out = b16 ? gt::test::from_bf16(out16) : out;
+      const auto want_pre = b16 ? gt::test::from_bf16(pre16) : pre;
+
+      DeviceArray<float> d_b(bias, s);
+      DeviceArray<float> f_x(x, s), f_w(w, s), f_out(c.R * c.OC, s), f_pre(c.R * c.OC, s);
+      DeviceArray<uint16_t> h_x(x16, s), h_w(w16, s), h_out(c.R * c.OC, s), h_pre(c.R * c.OC, s);
+      auto dv = [&](DeviceArray<float>& f, DeviceArray<uint16_t>& h,
+                    std::initializer_list<int64_t> shape) {
+        return b16 ? dev_view(h, DType::bf16, shape) : dev_view(f, DType::f32, shape);
+      };
+      auto down = [&](DeviceArray<float>& f, DeviceArray<uint16_t>& h) {
+        return b16 ? gt::test::from_bf16(h.download()) : f.download();
+      };
+      ops.matmul_gelu_forward(dv(f_out, h_out, {c.R, c.OC}), dv(f_pre, h_pre, {c.R, c.OC}),
+                              dv(f_x, h_x, {c.R, c.C}), dv(f_w, h_w, {c.OC, c.C}),
+                              dev_view(d_b, DType::f32, {c.OC}));
+      // bf16: one rounding step apart (two in a fallback, which rounds pre first).
+      const float atol = b16 ? 1e-2f : f32_atol(c.C), rtol = b16 ? 1.6e-2f : 1e-5f;
+      EXPECT_TRUE(all_close(down(f_pre, h_pre), want_pre, atol, rtol)) << "pre";
+      EXPECT_TRUE(all_close(down(f_out, h_out), want_out, atol, rtol)) << "out";
+
+      // Backward of a layer (OC -> C) whose input was gelu(pre): here the
+      // forward's out/pre serve as its (R, OC) input and pre.
+      const auto dout = fit(random_vector(c.R * c.C, 34));
+      const auto w2 = fit(random_vector(c.C * c.OC, 35));
+      std::vector<uint16_t> dout16 = gt::test::to_bf16(dout), w216 = gt::test::to_bf16(w2);
+      std::vector<float> douth = dout, w2h = w2, dx(c.R * c.OC), dw(c.C * c.OC, 0.f), db(c.C, 0.f);
+      std::vector<uint16_t> dx16(dx.size());
+      cpu->matmul_backward_dgelu(host(dx, dx16, {c.R, c.OC}), gt::cpu_f32(dw.data(), {c.C, c.OC}),
+                                 gt::cpu_f32(db.data(), {c.C}), host(douth, dout16, {c.R, c.C}),
+                                 host(out, out16, {c.R, c.OC}), host(w2h, w216, {c.C, c.OC}),
+                                 host(pre, pre16, {c.R, c.OC}));
+      const auto want_dx = b16 ? gt::test::from_bf16(dx16) : dx;
+      DeviceArray<float> f_dout(dout, s), f_w2(w2, s), f_dx(c.R * c.OC, s),
+          d_dw(std::vector<float>(c.C * c.OC, 0.f), s), d_db(std::vector<float>(c.C, 0.f), s);
+      DeviceArray<uint16_t> h_dout(dout16, s), h_w2(w216, s), h_dx(c.R * c.OC, s);
+      // The device forward's own out/pre, uploaded from the CPU's so both
+      // backwards read the same values.
+      DeviceArray<float> f_in(out, s), f_p(pre, s);
+      DeviceArray<uint16_t> h_in(out16, s), h_p(pre16, s);
+      ops.matmul_backward_dgelu(
+          dv(f_dx, h_dx, {c.R, c.OC}), dev_view(d_dw, DType::f32, {c.C, c.OC}),
+          dev_view(d_db, DType::f32, {c.C}), dv(f_dout, h_dout, {c.R, c.C}),
+          dv(f_in, h_in, {c.R, c.OC}), dv(f_w2, h_w2, {c.C, c.OC}), dv(f_p, h_p, {c.R, c.OC}));
+      const float datol = b16 ? 2e-2f : 10 * f32_atol(c.C);
+      EXPECT_TRUE(all_close(down(f_dx, h_dx), want_dx, datol, rtol)) << "dinp";
+      EXPECT_TRUE(all_close(d_dw.download(), dw, 10 * f32_atol(c.R), 1e-4f)) << "dweight";
+      EXPECT_TRUE(all_close(d_db.download(), db, 10 * f32_atol(c.R), 1e-4f)) << "dbias";
+    }
+  }
+}
+
 struct BackwardWant {
   std::vector<float> dinp, dweight, dbias;
 };

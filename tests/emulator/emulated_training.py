@@ -16,7 +16,8 @@ GPU tests use (tests/cuda/test_cuda_training.cpp):
     kernels sum in another order than OpenBLAS, which flips a bf16 rounding
     here and there, and AdamW turns the small gradients so perturbed into
     lr-sized steps (measured: 2.1e-3, against 8.7e-3 from the CPU fp32 run);
-    every layout against the emulated one-rank bf16 run to 1e-2; and the
+    every layout against the emulated one-rank bf16 run to 1e-2 (key biases
+    left out); and the
     one-rank run against the CPU fp32 run to 5e-2 (what bf16 storage costs
     over a few steps).
 
@@ -96,7 +97,7 @@ def main():
                                  FP32_TOL)
                 d = cuda_run(f"{args.layout}_bf16_{comm}", 2, dims, "bf16", comm)
                 fails += compare(f"{args.layout} bf16 comm={comm} vs emulated one rank bf16",
-                                 one_bf16, d, BF16_LAYOUT_TOL)
+                                 one_bf16, d, BF16_LAYOUT_TOL, skip_key_bias=True)
     if fails:
         print("\n".join(["", "FAIL:"] + fails))
         return 1

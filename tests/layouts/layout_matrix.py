@@ -11,10 +11,14 @@ process on the same global batch:
     comm_bytes) to the ring formula of that layout, within 1%.
 With --dtype bf16 (runtime.dtype=bf16: bf16 activation storage, fp32 math)
 each layout (with and without gradient accumulation) is
-compared with the one-rank bf16 run at BF16_TOL: a different summation order
-in fp32 can round an activation to the neighbouring bf16 value, so layouts
-agree to bf16's precision, not fp32's (and the key biases, which the loss
-does not depend on, are left out of the parameter comparison: key_bias).
+compared with the one-rank bf16 run, losses and grad norms at BF16_TOL: a
+different summation order in fp32 can round an activation to the
+neighbouring bf16 value, so layouts agree to bf16's precision, not fp32's.
+The final parameters agree to BF16_PARAM_TOL: a weight whose gradient is
+near zero takes AdamW steps of about lr whose sign that rounding can flip
+(measured: 3e-3 after 10 steps at lr 3e-3, each tensor's RMS difference
+2-3e-3 of its norm, about one bf16 step), and the key biases, which the loss
+does not depend on at all, are left out (key_bias).
 The bytes formula counts the all-gathers that move bf16 activations at 2
 bytes an element.
 Other checks, each its own --check: resharding a checkpoint between layouts,
@@ -65,7 +69,8 @@ LAYOUTS = {
 }
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
-BF16_TOL = 2e-3
+BF16_TOL = 2e-3        # losses and grad norms
+BF16_PARAM_TOL = 1e-2  # final parameters (see the module docstring)
 BYTES_RTOL = 0.01
 
 
@@ -289,8 +294,8 @@ def run_layout(runner, name):
     world, D = dp * fsdp * tp, dp * fsdp
     fails = []
     bf16 = runner.dtype == "bf16"
-    tols = (dict(loss_rtol=BF16_TOL, norm_rtol=BF16_TOL, param_tol=BF16_TOL, skip_key_bias=True)
-            if bf16 else {})
+    tols = (dict(loss_rtol=BF16_TOL, norm_rtol=BF16_TOL, param_tol=BF16_PARAM_TOL,
+                 skip_key_bias=True) if bf16 else {})
     for accum in (1, 2):
         micro = TRAIN["global_batch"] // (D * accum)
         ref_dir, ref_cfg = runner.config(f"ref_accum{accum}", micro=TRAIN["global_batch"] // accum)

@@ -102,7 +102,6 @@ void GPT::allocate(int max_rows, int max_seq) {
   d.dln = floats(Rl * C);
   d.dfull = floats(tp > 1 ? R * C : 0);
   d.datty = acts(R * Cl);
-  d.dfch_gelu = acts(R * 4 * Cl);
   d.dfch = acts(R * 4 * Cl);
   d.dqkv = acts(R * 3 * Cl);
   d.datt = floats(ops_.attention_scratch_elems(max_rows, NHl, max_seq));
@@ -245,19 +244,24 @@ float* GPT::stage_for_gather(TensorView dout_local) {
 
 // ---- The tensor-parallel linear layers --------------------------------------
 
-void GPT::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b) {
-  ops_.matmul_forward(out, linear_->input(x), w, b);
+void GPT::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,
+                       TensorView gelu_pre) {
+  if (gelu_pre.empty()) return ops_.matmul_forward(out, linear_->input(x), w, b);
+  ops_.matmul_gelu_forward(out, gelu_pre, linear_->input(x), w, b);
 }
 
-void GPT::gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout,
-                        TensorView x, TensorView w) {
-  ops_.matmul_backward(dx, dw, db, linear_->grad(dout), linear_->input(x), w);
+void GPT::gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                        TensorView w, TensorView gelu_pre) {
+  if (gelu_pre.empty())
+    return ops_.matmul_backward(dx, dw, db, linear_->grad(dout), linear_->input(x), w);
+  ops_.matmul_backward_dgelu(dx, dw, db, linear_->grad(dout), linear_->input(x), w, gelu_pre);
 }
 
-void GPT::column_forward(TensorView out, TensorView x_full, TensorView w32, TensorView b) {
+void GPT::column_forward(TensorView out, TensorView x_full, TensorView w32, TensorView b,
+                         TensorView gelu_pre) {
   const TensorView w = linear_->weight(w32);  // once, before the chunks
   const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
-  if (tp_.size() == 1) return gemm_forward(out, x_full, w, b);
+  if (tp_.size() == 1) return gemm_forward(out, x_full, w, b, gelu_pre);
   // The all-gather copies bits: bf16 rows travel as pairs of bf16 in each
   // fp32 word (half the bytes), so a chunk must hold an even count.
   const int64_t per_word = int64_t(sizeof(float) / dtype_size(x_full.dtype));
@@ -266,7 +270,8 @@ void GPT::column_forward(TensorView out, TensorView x_full, TensorView w32, Tens
   all_gather_then_compute(
       *tp_.comm, static_cast<float*>(x_full.data), Rl * K / per_word,
       [&](int c0, int n) {
-        gemm_forward(rows_of(out, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl), w, b);
+        gemm_forward(rows_of(out, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl), w, b,
+                     gelu_pre.empty() ? gelu_pre : rows_of(gelu_pre, c0 * Rl, n * Rl));
       },
       tp_.overlap);
 }
@@ -305,9 +310,9 @@ void GPT::row_forward(TensorView out_local, TensorView x, TensorView w32, Tensor
 }
 
 void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
-                       TensorView x, TensorView w32) {
+                       TensorView x, TensorView w32, TensorView gelu_pre) {
   const TensorView w = linear_->weight(w32);
-  if (tp_.size() == 1) return gemm_backward(dx, dw, db, dout_local, x, w);
+  if (tp_.size() == 1) return gemm_backward(dx, dw, db, dout_local, x, w, gelu_pre);
   const int64_t Rl = dout_local.shape[0], N = dout_local.shape[1];
   float* full = stage_for_gather(dout_local);
   // Each chunk adds its rows to dW and db: over all chunks db is the whole
@@ -316,7 +321,8 @@ void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView d
       *tp_.comm, full, Rl * N,
       [&](int c0, int n) {
         gemm_backward(rows_of(dx, c0 * Rl, n * Rl), dw, db, view(full + c0 * Rl * N, {n * Rl, N}),
-                      rows_of(x, c0 * Rl, n * Rl), w);
+                      rows_of(x, c0 * Rl, n * Rl), w,
+                      gelu_pre.empty() ? gelu_pre : rows_of(gelu_pre, c0 * Rl, n * Rl));
       },
       tp_.overlap);
 }
@@ -356,8 +362,9 @@ void GPT::block_mlp_up_forward(int l) {
   ops_.layernorm_forward(own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
                          layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
                          p(h + "ln_2.weight"), p(h + "ln_2.bias"));
-  column_forward(fch, ln2, p(h + "mlp.c_fc.weight"), p(h + "mlp.c_fc.bias"));
-  ops_.gelu_forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), fch);
+  // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward.
+  column_forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2, p(h + "mlp.c_fc.weight"),
+                 p(h + "mlp.c_fc.bias"), fch);
 }
 
 void GPT::block_mlp_down_forward(int l) {
@@ -497,15 +504,15 @@ void GPT::backward() {
     // parameters are valid since before_backward).
     if (recompute_ == Recompute::block) block_attention_forward(l, x_in);
     if (recompute_ != Recompute::none) block_mlp_up_forward(l);
-    auto dfch_gelu = aview(d.dfch_gelu, {R, 4 * Cl});
     auto dfch = aview(d.dfch, {R, 4 * Cl});
     auto datty = aview(d.datty, {R, Cl});
     auto dqkv = aview(d.dqkv, {R, 3 * Cl});
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
-    row_backward(dfch_gelu, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual,
-                 layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"));
-    ops_.gelu_backward(dfch, layer_act(a.fch, l, {R, 4 * Cl}), dfch_gelu);
+    // c_proj's input gradient through GELU's derivative in one: d fch.
+    row_backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual,
+                 layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"),
+                 layer_act(a.fch, l, {R, 4 * Cl}));
     column_backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
                     layer_act(a.ln2, l, {R, C}), p(h + "mlp.c_fc.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
@@ -554,10 +561,9 @@ int64_t GPT::activation_bytes() const {
   for (const LayerBuffer* b : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty, &a.att, &a.res2,
                                &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3})
     n += b->buf.bytes();
-  for (const Buffer* b :
-       {&a.tokens, &a.targets,   &a.encoded,  &a.lnf,      &a.lnf_mean,  &a.lnf_rstd,    &a.logits,
-        &a.losses, &a.proj_tmp,  &a.rows_f32, &a.ce_stats, &d.dresidual, &d.dln,         &d.dfull,
-        &d.datty,  &d.dfch_gelu, &d.dfch,     &d.dqkv,     &d.datt,      &d.rs_workspace})
+  for (const Buffer* b : {&a.tokens, &a.targets, &a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
+                          &a.logits, &a.losses, &a.proj_tmp, &a.rows_f32, &a.ce_stats, &d.dresidual,
+                          &d.dln, &d.dfull, &d.datty, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
     n += b->bytes();
   return static_cast<int64_t>(n) + linear_->bytes();
 }

@@ -145,7 +145,7 @@ class GPT {
   struct Gradients {  // activation gradients, reused across layers
     Buffer dresidual, dln;                  // (R/p, C) x2
     Buffer dfull;                           // (R, C): an all-gathered output gradient (tp > 1)
-    Buffer datty, dfch_gelu, dfch, dqkv;    // (R, C/p), (R, 4C/p) x2, (R, 3C/p)
+    Buffer datty, dfch, dqkv;               // (R, C/p), (R, 4C/p), (R, 3C/p)
     Buffer datt;                            // attention_scratch_elems
     Buffer rs_workspace;                    // reduce-scatter ring workspace (tp > 1)
   };
@@ -166,21 +166,28 @@ class GPT {
   ChunkAccumulate accumulate_fn();
 
   // One GEMM of a linear layer, its operands in the layer precision; w is
-  // already linear_.weight(...).
-  void gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b);
+  // already linear_.weight(...). With `gelu_pre` (not empty) the GELU is
+  // fused: forward writes the product to gelu_pre and gelu of it to out;
+  // backward multiplies dx by gelu'(gelu_pre) (Ops::matmul_gelu_forward,
+  // Ops::matmul_backward_dgelu).
+  void gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,
+                    TensorView gelu_pre = {});
   void gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
-                     TensorView w);
+                     TensorView w, TensorView gelu_pre = {});
   // The four tensor-parallel linear layers (plain matmuls at tp = 1).
-  // x_full (R,K) holds this rank's rows at its chunk; out (R,N).
-  void column_forward(TensorView out, TensorView x_full, TensorView w, TensorView b);
+  // x_full (R,K) holds this rank's rows at its chunk; out (R,N); gelu_pre
+  // (R,N) as in gemm_forward (mlp.c_fc).
+  void column_forward(TensorView out, TensorView x_full, TensorView w, TensorView b,
+                      TensorView gelu_pre = {});
   // dx_local (R/p,K) = RS(dout @ W); dW, db accumulate.
   void column_backward(TensorView dx_local, TensorView dw, TensorView db, TensorView dout,
                        TensorView x_full, TensorView w);
   // out_local (R/p,N) = RS(x @ W^T) + b.
   void row_forward(TensorView out_local, TensorView x, TensorView w, TensorView b);
-  // dout_local (R/p,N) is gathered; dx (R,K) assigned; dW, db accumulate.
+  // dout_local (R/p,N) is gathered; dx (R,K) assigned; dW, db accumulate;
+  // gelu_pre (R,K) as in gemm_backward (mlp.c_proj, whose input is gelu(fch)).
   void row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
-                    TensorView x, TensorView w);
+                    TensorView x, TensorView w, TensorView gelu_pre = {});
   // This rank's rows of a gathered (R, cols) view.
   TensorView own_rows(TensorView full);
   // dout_local copied into dfull's own chunk (tp > 1), ready to all-gather.

@@ -47,6 +47,9 @@ class DryRunOps final : public Ops {
   void matmul_forward(TensorView, TensorView, TensorView, TensorView) override {}
   void matmul_backward(TensorView, TensorView, TensorView, TensorView, TensorView,
                        TensorView) override {}
+  void matmul_gelu_forward(TensorView, TensorView, TensorView, TensorView, TensorView) override {}
+  void matmul_backward_dgelu(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
+                             TensorView) override {}
   void add_bias(TensorView, TensorView) override {}
   // CudaOps' sizes (kernels/cuda/attention.cuh): the log-sum-exp is saved,
   // and the backward's scratch holds rowsum(dout * out); B*NH*T floats each.

@@ -113,7 +113,7 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += 2 * Rl * C * f;                  // dresidual, dln (fp32 accumulators)
   bytes += (tp > 1 ? R * C : 0) * f;        // dfull
   bytes += R * Cl * a;                      // datty
-  bytes += 2 * R * 4 * Cl * a;              // dfch_gelu, dfch
+  bytes += R * 4 * Cl * a;                  // dfch (c_proj's backward applies GELU's)
   bytes += R * 3 * Cl * a;                  // dqkv
   bytes += att_scratch * f;                 // attention backward scratch
   bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * f;

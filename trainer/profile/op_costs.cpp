@@ -44,6 +44,20 @@ OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias, 
   return {dinp ? 2.0 * gemm : gemm, bytes};
 }
 
+OpCost matmul_gelu_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t in_bytes,
+                           int64_t out_bytes) {
+  OpCost c = matmul_forward(R, C, OC, bias, in_bytes, out_bytes);
+  c.bytes += d(R) * d(OC) * d(out_bytes);  // out besides pre; neither is read back
+  return c;
+}
+
+OpCost matmul_backward_dgelu(int64_t R, int64_t C, int64_t OC, bool dbias, int64_t in_bytes,
+                             int64_t dinp_bytes) {
+  OpCost c = matmul_backward(R, C, OC, true, dbias, in_bytes, dinp_bytes);
+  c.bytes += d(R) * d(C) * d(dinp_bytes);  // pre read by the epilogue
+  return c;
+}
+
 OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
                          int64_t act_bytes) {
   const double C = d(NH) * d(hs);

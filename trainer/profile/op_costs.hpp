@@ -72,6 +72,16 @@ OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t in_by
 OpCost matmul_backward(int64_t R, int64_t C, int64_t OC, bool dinp, bool dbias,
                        int64_t in_bytes = 4, int64_t dinp_bytes = 4);
 
+// The GELU-fused linear layers: FLOPs are the GEMM's (GELU's few per element
+// ride in the epilogue; the model FLOPs, 6N, count GEMMs only), bytes add
+// what the epilogue moves. matmul_forward writing pre (R,OC) and
+// out = gelu(pre) (R,OC), out_bytes each.
+OpCost matmul_gelu_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t in_bytes = 4,
+                           int64_t out_bytes = 4);
+// matmul_backward whose dinp is multiplied by gelu'(pre): pre (R,C) read at dinp_bytes.
+OpCost matmul_backward_dgelu(int64_t R, int64_t C, int64_t OC, bool dbias, int64_t in_bytes = 4,
+                             int64_t dinp_bytes = 4);
+
 // qkv (B,T,3·NH·hs) -> out (B,T,NH·hs) and `saved_elems` floats for
 // backward; act_bytes: qkv, out (dout, dqkv) element size.
 OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,

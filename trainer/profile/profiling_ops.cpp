@@ -149,6 +149,25 @@ class ProfilingOps final : public Ops {
     inner_->matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   }
 
+  void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
+                           TensorView bias) override {
+    if (!p_.recording()) return inner_->matmul_gelu_forward(out, pre, inp, weight, bias);
+    const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
+    Record r(p_, OpClass::gemm, "matmul_gelu_forward", gemm_shape(R, C, OC),
+             op_cost::matmul_gelu_forward(R, C, OC, !bias.empty(), bytes_of(inp), bytes_of(out)));
+    inner_->matmul_gelu_forward(out, pre, inp, weight, bias);
+  }
+  void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                             TensorView inp, TensorView weight, TensorView pre) override {
+    if (!p_.recording())
+      return inner_->matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, pre);
+    const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
+    Record r(
+        p_, OpClass::gemm, "matmul_backward_dgelu", gemm_shape(R, C, OC),
+        op_cost::matmul_backward_dgelu(R, C, OC, !dbias.empty(), bytes_of(inp), bytes_of(dinp)));
+    inner_->matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, pre);
+  }
+
   void add_bias(TensorView out, TensorView bias) override {
     if (!p_.recording()) return inner_->add_bias(out, bias);
     const int64_t C = bias.numel(), R = C > 0 ? out.numel() / C : 0;
