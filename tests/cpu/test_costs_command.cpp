@@ -121,6 +121,35 @@ TEST(CostsCommand, TheAttentionBackwardCarriesTheExtraItsKernelsMove) {
   ADD_FAILURE() << "no attention_backward row";
 }
 
+// runtime.attention_tensor_cores=true costs the WMMA kernels: on the tensor
+// cores, with the products they repeat (forward Q K^T twice: 6 instead of 4
+// B NH T^2 hs FLOPs; backward S and dP again in the dq kernel: 12 instead
+// of 8), the same bytes as the SIMT kernels.
+TEST(CostsCommand, TensorCoreAttentionIsCostedWithTheProductsItRepeats) {
+  const nlohmann::json simt = costs(kSmall);
+  const nlohmann::json tc = costs(std::string(kSmall) + " runtime.attention_tensor_cores=true");
+  EXPECT_EQ(simt["attention"], "simt");
+  EXPECT_EQ(tc["attention"], "tensor_cores");
+  const double B = 4, NH = 4, T = 256, hs = 32, calls = 4;
+  auto row = [](const nlohmann::json& j, const std::string& prefix) {
+    for (const auto& r : j["ops"])
+      if (!r["subtotal"] && r["name"].get<std::string>().rfind(prefix, 0) == 0) return r;
+    ADD_FAILURE() << "no " << prefix << " row";
+    return nlohmann::json{};
+  };
+  for (const char* op : {"attention_forward", "attention_backward"}) {
+    SCOPED_TRACE(op);
+    const bool bwd = std::string(op) == "attention_backward";
+    const nlohmann::json a = row(simt, op), b = row(tc, op);
+    EXPECT_EQ(a["unit"], "fma fp32");
+    EXPECT_EQ(b["unit"], "tensor bf16");
+    EXPECT_EQ(a["bytes"], b["bytes"]);
+    EXPECT_DOUBLE_EQ(a["flops"].get<double>(), calls * (bwd ? 8 : 4) * B * NH * T * T * hs);
+    EXPECT_DOUBLE_EQ(b["flops"].get<double>(), calls * (bwd ? 12 : 6) * B * NH * T * T * hs);
+  }
+  EXPECT_LT(tc["step_floor_ms"].get<double>(), simt["step_floor_ms"].get<double>());
+}
+
 TEST(CostsCommand, ErrorsNameWhatIsMissingOrUnsupported) {
   std::string out;
   EXPECT_EQ(test::run_command(kBin + " costs --config " + kSrc + "/configs/gpt2_124m.yaml", &out),

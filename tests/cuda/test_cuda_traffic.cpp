@@ -216,6 +216,28 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
         gt::op_cost::attention_backward_kernel_extra_bytes(B, NH2, T, hs, saved2, scratch2, 2),
         "as fp32, at 2 bytes an activation element");
 
+  // The tensor-core kernels (runtime.attention_tensor_cores) on the same bf16 tensors.
+  {
+    gt::CudaContextOptions tc_options;
+    tc_options.attention_tensor_cores = true;
+    gt::CudaOps tc(tc_options);
+    const cudaStream_t ts = tc.stream();
+    check("attention_forward tc", gt::op_cost::attention_forward(B, NH2, T, hs, saved2, 2),
+          count(ts, [&] {
+            tc.attention_forward(b16(att16, {B, T, Ca2}), f32(saved16, {saved2}),
+                                 b16(qkv16, {B, T, 3 * Ca2}), NH2);
+          }));  // its second pass over the keys is inside one kernel (L2 on a GPU)
+    check("attention_backward tc", gt::op_cost::attention_backward(B, NH2, T, hs, saved2, 2),
+          count(ts,
+                [&] {
+                  tc.attention_backward(b16(dqkv16, {B, T, 3 * Ca2}), f32(scratch16, {scratch2}),
+                                        b16(datt16, {B, T, Ca2}), b16(qkv16, {B, T, 3 * Ca2}),
+                                        b16(att16, {B, T, Ca2}), f32(saved16, {saved2}), NH2);
+                }),
+          gt::op_cost::attention_backward_kernel_extra_bytes(B, NH2, T, hs, saved2, scratch2, 2),
+          "the same three kernels as the SIMT backward");
+  }
+
   const int64_t Vt = 4096, Tt = 128, Bt = 2, Ce = 256;
   auto wte = rnd(Vt * Ce, 12), wpe = rnd(Tt * Ce, 13);
   std::vector<int32_t> ids(Bt * Tt);

@@ -57,12 +57,11 @@ struct CostRow {
 };
 
 // The unit an op of class `cls` runs on in the model as it is today. The
-// default attention is the SIMT kernels (fp32 math) in either dtype; the
-// tensor-core ones (runtime.attention_tensor_cores, bf16 only) are not
-// costed: their traffic is not yet held to a count (CudaTraffic).
-const char* unit_of(OpClass cls, ComputeDType dtype) {
+// default attention is the SIMT kernels (fp32 math) in either dtype;
+// `tc_attention` the tensor-core ones (runtime.attention_tensor_cores, bf16).
+const char* unit_of(OpClass cls, ComputeDType dtype, bool tc_attention) {
   if (cls == OpClass::gemm) return dtype == ComputeDType::bf16 ? "tensor bf16" : "fma fp32";
-  if (cls == OpClass::attention) return "fma fp32";
+  if (cls == OpClass::attention) return tc_attention ? "tensor bf16" : "fma fp32";
   return "memory";
 }
 
@@ -70,21 +69,31 @@ double unit_flops(const std::string& unit, const UnitPeaks& p) {
   return unit == "tensor bf16" ? p.tensor_flops : p.fma_flops;
 }
 
-// What the kernels move beyond the formula, which CudaTraffic names and
-// checks: the SIMT attention backward's (op_costs.hpp), with the CUDA
-// backend's saved and scratch sizes (B*NH*T each). The shape comes back from
-// the profiler's row name.
-double known_extra_bytes(const OpStat& s, const Ops& ops, ComputeDType dtype) {
-  if (s.name.rfind("attention_backward", 0) != 0) return 0.0;
+// What the attention kernels spend beyond the formula, per row of the
+// table: the backward's extra bytes (its three kernels; CudaTraffic holds
+// them, with the CUDA backend's saved and scratch sizes, B*NH*T each), and
+// the tensor-core kernels' repeated products (op_costs.hpp). The shape comes
+// back from the profiler's row name.
+struct KnownExtra {
+  double flops = 0, bytes = 0;
+};
+KnownExtra known_extra(const OpStat& s, const Ops& ops, ComputeDType dtype, bool tc_attention) {
+  const bool fwd = s.name.rfind("attention_forward", 0) == 0;
+  const bool bwd = s.name.rfind("attention_backward", 0) == 0;
+  if (!fwd && !bwd) return {};
   long long B = 0, NH = 0, T = 0, hs = 0;
-  if (std::sscanf(s.name.c_str(), "attention_backward B=%lld NH=%lld T=%lld hs=%lld", &B, &NH, &T,
-                  &hs) != 4)
+  const size_t prefix = std::string(fwd ? "attention_forward" : "attention_backward").size();
+  if (std::sscanf(s.name.c_str() + prefix, " B=%lld NH=%lld T=%lld hs=%lld", &B, &NH, &T, &hs) != 4)
     fail("costs: cannot read the shape of '", s.name, "'");
   const int b = static_cast<int>(B), nh = static_cast<int>(NH), t = static_cast<int>(T);
-  return op_cost::attention_backward_kernel_extra_bytes(
-             B, NH, T, hs, ops.attention_saved_elems(b, nh, t),
-             ops.attention_scratch_elems(b, nh, t), dtype == ComputeDType::bf16 ? 2 : 4) *
-         static_cast<double>(s.count);
+  const double n = static_cast<double>(s.count);
+  KnownExtra e;
+  if (tc_attention) e.flops = n * op_cost::attention_tc_kernel_extra_flops(B, NH, T, hs, bwd);
+  if (bwd)
+    e.bytes = n * op_cost::attention_backward_kernel_extra_bytes(
+                      B, NH, T, hs, ops.attention_saved_elems(b, nh, t),
+                      ops.attention_scratch_elems(b, nh, t), dtype == ComputeDType::bf16 ? 2 : 4);
+  return e;
 }
 
 std::string fixed(double v, int prec) {
@@ -106,6 +115,12 @@ int run_costs_command(const CostsArgs& a) {
          "); the table of a multi-rank layout is not implemented yet");
   const UnitPeaks peaks = unit_peaks(hw);
   const TrainConfig& tc = cfg.train;
+  // CudaOps' choice (kernels/cuda/attention.cuh, attention_tc_supported):
+  // the tensor-core kernels when asked for, in bf16, for head sizes they take.
+  const int head_size = cfg.model.n_embd / cfg.model.n_head;
+  const bool tc_attention = cfg.runtime.attention_tensor_cores &&
+                            cfg.runtime.dtype == ComputeDType::bf16 && head_size % 16 == 0 &&
+                            head_size >= 16 && head_size <= 128;
   const int B = tc.micro_batch, T = tc.seq_len, accum = cfg.grad_accum_steps();
 
   // One optimizer step of the real model on the dry-run backend, recorded.
@@ -143,10 +158,11 @@ int run_costs_command(const CostsArgs& a) {
     CostRow r;
     r.cls = op_class_name(s.cls);
     r.name = s.name;
-    r.unit = unit_of(s.cls, cfg.runtime.dtype);
+    r.unit = unit_of(s.cls, cfg.runtime.dtype, tc_attention);
     r.calls = static_cast<double>(s.count);
-    r.flops = s.flops;
-    r.bytes = s.bytes + known_extra_bytes(s, *dry, cfg.runtime.dtype);
+    const KnownExtra extra = known_extra(s, *dry, cfg.runtime.dtype, tc_attention);
+    r.flops = s.flops + extra.flops;
+    r.bytes = s.bytes + extra.bytes;
     r.floor_s = std::max(r.flops / unit_flops(r.unit, peaks), r.bytes / peaks.hbm_bytes);
     step_s += r.floor_s;
     if (s.cls == OpClass::gemm) {
@@ -189,9 +205,10 @@ int run_costs_command(const CostsArgs& a) {
        "on the emulated device (CudaTraffic); GEMM bytes at each operand's element size "
        "(cuBLASLt is not counted; they never set a GEMM's floor)\n"
     << "# floor = max(FLOPs / unit peak, bytes / HBM); step floor = the sum (one stream)\n";
-  if (cfg.runtime.attention_tensor_cores && cfg.runtime.dtype == ComputeDType::bf16)
-    o << "# attention: costed as the SIMT kernels; runtime.attention_tensor_cores=true's "
-         "kernels are not costed yet\n";
+  o << (tc_attention ? "# attention: the tensor-core (WMMA) kernels, with the Q K^T and dP "
+                       "products they compute twice\n"
+                     : "# attention: the SIMT kernels (fp32 math); "
+                       "runtime.attention_tensor_cores=true costs the tensor-core ones\n");
   char line[512];
   std::snprintf(line, sizeof line, "%-14s %-52s %6s %11s %10s %-12s %9s %6s\n", "class", "op",
                 "calls", "GFLOP", "MB", "unit", "floor ms", "step%");
@@ -221,6 +238,7 @@ int run_costs_command(const CostsArgs& a) {
   j["model_flops"] = model_flops_step;
   j["non_gemm_bytes"] = non_gemm_bytes;
   j["non_gemm_floor_ms"] = non_gemm_s * 1e3;
+  j["attention"] = tc_attention ? "tensor_cores" : "simt";
   j["ops"] = nlohmann::json::array();
   for (const CostRow& r : ordered)
     j["ops"].push_back({{"class", r.cls},

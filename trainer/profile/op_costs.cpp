@@ -83,6 +83,12 @@ double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, i
          kF * (3.0 * d(scratch_elems) + d(saved_elems));
 }
 
+double attention_tc_kernel_extra_flops(int64_t B, int64_t NH, int64_t T, int64_t hs,
+                                       bool backward) {
+  const double product = 2.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);  // one T x T x hs product
+  return backward ? 2.0 * product : product;
+}
+
 OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_bytes) {
   // reads inp, weight, bias; writes out, mean, rstd.
   return {8.0 * d(R) * d(C),
