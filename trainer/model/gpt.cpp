@@ -1,6 +1,7 @@
 #include "trainer/model/gpt.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "kernels/core/bf16.hpp"
 #include "kernels/core/error.hpp"
@@ -94,6 +95,7 @@ void GPT::allocate(int max_rows, int max_seq) {
   // into bf16 dlogits in place, so no fp32 (R, V) tensor exists.
   a.logits = ops_.allocate(static_cast<size_t>(R * Vl) * dtype_size(logits_dtype()));
   a.losses = floats(R);
+  a.loss_sum = floats(R);
   a.proj_tmp = acts(Rl * C);
   a.rows_f32 = floats(bf16 ? Rl * C : 0);
   a.ce_stats = floats(tp > 1 ? 3 * R : 0);
@@ -381,6 +383,45 @@ void GPT::block_mlp_down_forward(int l) {
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                    float grad_scale) {
+  if (!run_forward(tokens, targets, B, T, grad_scale)) return 0.f;
+  const int64_t R = int64_t(B) * T;
+  ops_.download(host_losses_.data(), view(acts_.losses.f32(), {R}));
+  double sum = 0.0;
+  for (int64_t i = 0; i < R; ++i) sum += host_losses_[static_cast<size_t>(i)];
+  return static_cast<float>(sum / static_cast<double>(R));
+}
+
+void GPT::forward_train(const int32_t* tokens, const int32_t* targets, int B, int T,
+                        float grad_scale) {
+  GT_CHECK(targets, "GPT::forward_train needs targets");
+  const int64_t R = int64_t(B) * T;
+  GT_CHECK(pending_losses_ == 0 || pending_rows_ == R, "GPT::forward_train: ", R,
+           " rows after micro-batches of ", pending_rows_, " (take_loss() in between)");
+  run_forward(tokens, targets, B, T, grad_scale);
+  const TensorView losses = view(acts_.losses.f32(), {R});
+  const TensorView sum = view(acts_.loss_sum.f32(), {R});
+  if (pending_losses_ == 0)
+    ops_.copy(sum, losses);
+  else
+    ops_.accumulate(sum, losses);
+  pending_rows_ = R;
+  ++pending_losses_;
+}
+
+double GPT::take_loss() {
+  if (pending_losses_ == 0) return std::numeric_limits<double>::quiet_NaN();
+  const int64_t R = pending_rows_;
+  std::vector<float> sums(static_cast<size_t>(R));
+  ops_.download(sums.data(), view(acts_.loss_sum.f32(), {R}));
+  double sum = 0.0;
+  for (float v : sums) sum += v;
+  const double mean = sum / (static_cast<double>(R) * pending_losses_);
+  pending_losses_ = 0;
+  return mean;
+}
+
+bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                      float grad_scale) {
   GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
   const int tp = tp_.size();
   const int64_t R = int64_t(B) * T;
@@ -439,7 +480,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
   store_->after_forward(embed);
 
   backward_ready_ = false;
-  if (!targets) return 0.f;
+  if (!targets) return false;
   auto tgt = iview(a.targets.i32(), {R});
   ops_.upload(tgt, targets);
   auto losses = view(a.losses.f32(), {R});
@@ -459,10 +500,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                                     target_logit, vocab0, vocab, grad_scale);
   }
   backward_ready_ = want_grad;
-  ops_.download(host_losses_.data(), losses);
-  double sum = 0.0;
-  for (int64_t i = 0; i < R; ++i) sum += host_losses_[static_cast<size_t>(i)];
-  return static_cast<float>(sum / static_cast<double>(R));
+  return true;
 }
 
 // ---- Backward ---------------------------------------------------------------
@@ -561,9 +599,10 @@ int64_t GPT::activation_bytes() const {
   for (const LayerBuffer* b : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty, &a.att, &a.res2,
                                &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3})
     n += b->buf.bytes();
-  for (const Buffer* b : {&a.tokens, &a.targets, &a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
-                          &a.logits, &a.losses, &a.proj_tmp, &a.rows_f32, &a.ce_stats, &d.dresidual,
-                          &d.dln, &d.dfull, &d.datty, &d.dfch, &d.dqkv, &d.datt, &d.rs_workspace})
+  for (const Buffer* b :
+       {&a.tokens, &a.targets,  &a.encoded,  &a.lnf,      &a.lnf_mean, &a.lnf_rstd,    &a.logits,
+        &a.losses, &a.loss_sum, &a.proj_tmp, &a.rows_f32, &a.ce_stats, &d.dresidual,   &d.dln,
+        &d.dfull,  &d.datty,    &d.dfch,     &d.dqkv,     &d.datt,     &d.rs_workspace})
     n += b->bytes();
   return static_cast<int64_t>(n) + linear_->bytes();
 }

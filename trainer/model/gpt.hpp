@@ -102,14 +102,24 @@ class GPT {
   // logits). Returns the mean loss over the B*T positions (0 without
   // targets), equal on every tp rank. grad_scale > 0 prepares backward():
   // dlogits = (softmax - onehot) * grad_scale.
+  // Waits for the step so far: the losses are read back.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
+  // Training's forward: the same, except that the per-position losses are
+  // added up on the device and not read back, so a micro-batch costs no wait
+  // on the host; take_loss() reads them once per optimizer step. Every
+  // micro-batch between two take_loss() calls has the same B*T rows.
+  void forward_train(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
+  // The mean loss over every position of the forward_train() calls since the
+  // last take_loss() (NaN when there were none), which it forgets.
+  double take_loss();
   void backward();
   void zero_grads();  // owned store only
 
   // (B, T, vocab_size) logits of the last forward() without a backward
   // pending (tp = 1), copied to the host without the padding columns.
   const float* logits();
-  // Per-position losses (B*T) of the last forward() with targets, on the host.
+  // Per-position losses (B*T) of the last forward() with targets, on the host
+  // (forward_train() does not read them back).
   const float* losses() const { return host_losses_.data(); }
   // Bytes of every activation and activation-gradient buffer this rank
   // allocated, with the bf16 GEMM operand copies (what the planner's memory
@@ -138,6 +148,7 @@ class GPT {
     Buffer lnf, lnf_mean, lnf_rstd;         // (R, C) gathered, (R/p) x2
     Buffer logits;                          // (R, V/p), bf16 in the bf16 model
     Buffer losses;                          // (R)
+    Buffer loss_sum;                        // (R) forward_train's running sum
     Buffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
     Buffer rows_f32;                        // (R/p, C) fp32 staging of bf16 storage (tp sums)
     Buffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
@@ -151,6 +162,9 @@ class GPT {
   };
 
   void allocate(int max_rows, int max_seq);
+  // forward() without reading the losses back; false when there were no
+  // targets (no loss computed).
+  bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
   TensorView p(const std::string& name);  // parameter through the store
   TensorView g(const std::string& name);  // its gradient
   TensorView layer_act(const LayerBuffer& buf, int layer, std::initializer_list<int64_t> shape);
@@ -218,6 +232,8 @@ class GPT {
   std::vector<float> host_losses_;  // (R) losses downloaded for the mean
   std::vector<float> host_logits_;  // logits() copy
   int B_ = 0, T_ = 0;
+  int64_t pending_rows_ = 0;  // rows of each forward_train() since take_loss()
+  int pending_losses_ = 0;    // how many
   bool backward_ready_ = false;
 };
 

@@ -105,7 +105,7 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += R * C * a;                       // lnf
   bytes += 2 * Rl * f;                      // lnf mean, rstd
   bytes += R * Vl * a;                      // logits (dlogits in place)
-  bytes += R * f;                           // losses
+  bytes += 2 * R * f;                       // losses, loss_sum
   bytes += Rl * C * a;                      // proj_tmp
   bytes += (bf16 ? Rl * C : 0) * f;         // rows_f32: fp32 staging of the tp sums
   bytes += (tp > 1 ? 3 * R : 0) * f;        // cross-entropy statistics

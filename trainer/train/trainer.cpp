@@ -385,7 +385,6 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
     run.profile->begin_step(step);
 
     params.begin_step();
-    double loss_sum = 0.0;
     for (int k = 0; k < accum; ++k) {
       params.begin_micro_batch(k + 1 == accum);
       run.train_data->fill(first_row(step * tc.global_batch, k, B, D, data_rank), B,
@@ -395,12 +394,13 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
       const float scale = run.faults.poison_gradients(job.rank(), step)
                               ? std::numeric_limits<float>::infinity()
                               : grad_scale;
-      loss_sum += model.forward(inputs.data(), targets.data(), B, T, scale);
+      model.forward_train(inputs.data(), targets.data(), B, T, scale);
       model.backward();
     }
     params.finish_gradients();
     // Every rank ends with the same loss and norm, so all take the same branch.
-    const double loss = mesh.data().all_reduce_f64(loss_sum, ReduceOp::sum) / (accum * D);
+    // The losses are read back once per step (take_loss), not per micro-batch.
+    const double loss = mesh.data().all_reduce_f64(model.take_loss(), ReduceOp::sum) / D;
     const double grad_norm = params.grad_norm();
     const double lr = learning_rate(tc, step);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
