@@ -18,8 +18,10 @@
 #       its own log and verdict (ok | FAILED | warn | skipped), a failure never
 #       stopping the ones after it:
 #         costs             trainer costs: every op of the 124M step with its
-#                           floor on the H200 (no GPU needed; the table puts
-#                           the profiled run's measured time beside each row)
+#                           floor on the H200, for the SIMT and the
+#                           tensor-core attention (no GPU needed; the table
+#                           puts the profiled run's measured time beside each
+#                           row of its own kernels' table)
 #         tests-core        the cuBLASLt matmul and attention tests (the gate
 #                           for the tensor-core attention), one process
 #         data              random GPT-2 tokens and this repository's text
@@ -416,8 +418,13 @@ shrink=()
                                    train.seq_len=64 train.micro_batch=1 train.global_batch=1)
 # The cost table needs the trainer, not a GPU: it runs in --trial too.
 if [[ -n "$exe_dir" ]]; then
-  run_stage costs 60 "$trainer" costs --config "$root/configs/gpt2_124m.yaml" \
-    --hardware "$root/configs/hardware/h200.yaml" --json "$logs/costs.json" "${shrink[@]}"
+  # Twice: the SIMT attention (costs.json) and the tensor-core one
+  # (costs_tc.json), so each profiled run has the table of its own kernels.
+  run_stage costs 60 bash -c '"$1" costs "${@:4}" --json "$2" &&
+                              "$1" costs "${@:4}" --json "$3" runtime.attention_tensor_cores=true' \
+    _ "$trainer" "$logs/costs.json" "$logs/costs_tc.json" \
+    --config "$root/configs/gpt2_124m.yaml" --hardware "$root/configs/hardware/h200.yaml" \
+    "${shrink[@]}"
 else
   wanted costs && record costs FAILED "" "" "no usable binaries (see the binaries row)"
 fi

@@ -115,14 +115,11 @@ def render_sanitizer(t, logs, stages):
 
 def render_costs(t, logs, stages):
     """`trainer costs`' floor of every op of the 124M step beside the time the
-    profiled training run measured for it (roofline.json: same op names)."""
+    profiled training run measured for it (roofline.json: same op names), the
+    table of the attention kernels that run used (costs_tc.json for the
+    tensor-core run, costs.json for the SIMT one)."""
     t("\nEvery op of the 124M step: its floor on the H200 (trainer costs) beside the measured time")
-    path = os.path.join(logs, "costs.json")
-    if not os.path.exists(path):
-        t(f"  not computed: {stage_note(stages.get('costs'))}")
-        return
-    c = read_json(path)
-    measured, source = {}, None
+    measured, source, table = {}, None, "costs.json"
     for stage, run_name, what in TRAIN_RUNS:
         roof_path = os.path.join(logs, run_name, "roofline.json")
         if os.path.exists(roof_path):
@@ -130,7 +127,15 @@ def render_costs(t, logs, stages):
             measured = {r.get("name"): r for r in roof.get("ops", []) if not r.get("subtotal")}
             source = (f"{what}, {roof.get('profiled_steps', '?')} profiled step(s) of "
                       f"{roof.get('step_ms', 0.0):.2f} ms")
+            if stage == "train-tc" and os.path.exists(os.path.join(logs, "costs_tc.json")):
+                table = "costs_tc.json"
             break
+    path = os.path.join(logs, table)
+    if not os.path.exists(path):
+        t(f"  not computed: {stage_note(stages.get('costs'))}")
+        return
+    c = read_json(path)
+    t(f"  table: {table} (attention: {c.get('attention', '?')})")
     peaks = c.get("peaks", {})
     t(f"  peaks: {peaks.get('source', '?')}; measured: "
       + (source or "none (no profiled training run: see train-tc)"))

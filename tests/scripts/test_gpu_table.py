@@ -184,6 +184,9 @@ class GpuLogs:
             jsonl(os.path.join(run, "metrics.jsonl"), train_records(scale))
         write(os.path.join(d, "train_tc", "roofline.json"), json.dumps(roofline()))
         write(os.path.join(d, "costs.json"), json.dumps(costs()))
+        tc = costs()  # the tensor-core table: another attention row, another floor
+        tc["attention"], tc["step_floor_ms"] = "tensor_cores", 12.0
+        write(os.path.join(d, "costs_tc.json"), json.dumps(tc))
         for dt in ("fp32", "bf16"):
             write(os.path.join(d, f"pytorch-{dt}.json"), json.dumps(pytorch_check(dt)))
         write(os.path.join(d, "memcheck.log"), "========= ERROR SUMMARY: 0 errors\n")
@@ -287,7 +290,9 @@ class Table(unittest.TestCase):
         self.assertRegex(out, r"gemm\s+matmul_forward M=16384 N=2304 K=768\s+12\s+1\.500\s+"
                               r"30\.000\s+20\.00")
         self.assertRegex(out, r"gelu\s+gelu_forward n=50331648\s+12\s+1\.100\s+-\s*\n")
-        self.assertIn("step floor 20.00 ms; non-GEMM traffic 30.00 GB (7.00 ms of the floor)", out)
+        # train-tc is the profiled run, so the tensor-core table is beside it.
+        self.assertIn("table: costs_tc.json (attention: tensor_cores)", out)
+        self.assertIn("step floor 12.00 ms; non-GEMM traffic 30.00 GB (7.00 ms of the floor)", out)
         self.assertIn("check lm_head_fwd bf16 16384x50304x768: 256 samples", out)
         self.assertIn("cuda bf16: GEMM 90.0 TFLOP/s, memory 2000 GB/s", out)
         self.assertRegex(out, r"dp2\s+10\s+2\.000e-06\s+7\s+1e-04\s+pass")
