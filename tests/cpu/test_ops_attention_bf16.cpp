@@ -12,18 +12,6 @@
 namespace gt::test {
 namespace {
 
-std::vector<uint16_t> bits_of(const std::vector<float>& v) {
-  std::vector<uint16_t> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_float(v[i]);
-  return b;
-}
-
-std::vector<float> values_of(const std::vector<uint16_t>& b) {
-  std::vector<float> v(b.size());
-  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
-  return v;
-}
-
 // Bit patterns, so -0 vs +0 and NaN would not slip through a float ==.
 std::vector<uint32_t> float_bits(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());
@@ -35,8 +23,8 @@ struct Shape {
   int64_t B, T, NH, hs;
 };
 // T = 131 crosses the CPU kernel's 128-row block; T = 1 is a single key.
-const Shape kShapes[] = {{1, 7, 2, 8}, {3, 37, 3, 16}, {1, 131, 2, 24}, {3, 1, 1, 8},
-                         {3, 20, 1, 24}};
+const Shape kShapes[] = {
+    {1, 7, 2, 8}, {3, 37, 3, 16}, {1, 131, 2, 24}, {3, 1, 1, 8}, {3, 20, 1, 24}};
 const int kThreadCounts[] = {1, 2};
 
 // One random case: qkv and dout as bf16 bits and as the fp32 values of those bits.
@@ -45,7 +33,10 @@ struct Bf16Case {
   std::vector<uint16_t> qkv16, dout16;
   std::vector<float> qkv, dout;
   Bf16Case(const Shape& s, uint64_t seed)
-      : B(s.B), T(s.T), NH(s.NH), C(s.NH * s.hs),
+      : B(s.B),
+        T(s.T),
+        NH(s.NH),
+        C(s.NH * s.hs),
         qkv16(bits_of(random_vector(B * T * 3 * C, seed, -2.f, 2.f))),
         dout16(bits_of(random_vector(B * T * C, seed + 1))),
         qkv(values_of(qkv16)),
@@ -91,8 +82,7 @@ TEST(CpuAttentionBf16, BackwardIsTheRoundedFp32BackwardOfTheRoundedInputs) {
 
       // fp32 reference on the bf16 values.
       std::vector<float> out(B * T * C), att(n_att), scratch(n_att, 5.f);
-      ops->attention_forward(f32(out, {B, T, C}), f32(att, {n_att}), f32(k.qkv, {B, T, 3 * C}),
-                             nh);
+      ops->attention_forward(f32(out, {B, T, C}), f32(att, {n_att}), f32(k.qkv, {B, T, 3 * C}), nh);
       std::vector<float> want_dqkv(B * T * 3 * C, 77.f);
       ops->attention_backward(f32(want_dqkv, {B, T, 3 * C}), f32(scratch, {n_att}),
                               f32(k.dout, {B, T, C}), f32(k.qkv, {B, T, 3 * C}),
@@ -164,24 +154,20 @@ TEST(CpuAttentionBf16, RejectsMixedDtypesNamingOpAndTensor) {
       [&] { ops->attention_forward(OUT16(), bf16_view(att16, {n_att}), QKV16(), nh); },
       "attention_forward: saved must be fp32");
   expect_error_containing(
-      [&] { ops->attention_forward(OUT(), ATT(), i32(qkv_i, {B, T, 3 * C}), nh); },
+      [&] {
+        ops->attention_forward(OUT(), ATT(), i32(qkv_i, {B, T, 3 * C}), nh);
+      },
       "attention_forward: qkv must be fp32 or bf16, got int32");
 
   // backward: dqkv, dout, qkv and out share qkv's dtype; saved and scratch fp32
   expect_error_containing(
-      [&] {
-        ops->attention_backward(DQKV(), SCRATCH(), DOUT16(), QKV16(), OUT16(), ATT(), nh);
-      },
+      [&] { ops->attention_backward(DQKV(), SCRATCH(), DOUT16(), QKV16(), OUT16(), ATT(), nh); },
       "attention_backward: dqkv is fp32 but qkv is bf16");
   expect_error_containing(
-      [&] {
-        ops->attention_backward(DQKV16(), SCRATCH(), DOUT(), QKV16(), OUT16(), ATT(), nh);
-      },
+      [&] { ops->attention_backward(DQKV16(), SCRATCH(), DOUT(), QKV16(), OUT16(), ATT(), nh); },
       "attention_backward: dout is fp32 but qkv is bf16");
   expect_error_containing(
-      [&] {
-        ops->attention_backward(DQKV16(), SCRATCH(), DOUT16(), QKV16(), OUT(), ATT(), nh);
-      },
+      [&] { ops->attention_backward(DQKV16(), SCRATCH(), DOUT16(), QKV16(), OUT(), ATT(), nh); },
       "attention_backward: out is fp32 but qkv is bf16");
   expect_error_containing(
       [&] { ops->attention_backward(DQKV(), SCRATCH(), DOUT(), QKV16(), OUT(), ATT(), nh); },
@@ -194,8 +180,8 @@ TEST(CpuAttentionBf16, RejectsMixedDtypesNamingOpAndTensor) {
       "attention_backward: out is bf16 but qkv is fp32");
   expect_error_containing(
       [&] {
-        ops->attention_backward(DQKV16(), bf16_view(scratch16, {n_att}), DOUT16(), QKV16(),
-                                OUT16(), ATT(), nh);
+        ops->attention_backward(DQKV16(), bf16_view(scratch16, {n_att}), DOUT16(), QKV16(), OUT16(),
+                                ATT(), nh);
       },
       "attention_backward: scratch must be fp32");
   expect_error_containing(

@@ -4,6 +4,8 @@
 // an unnamed namespace so each test file stays self-contained.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -11,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "test_util.hpp"
 
@@ -30,6 +31,18 @@ inline TensorView i32(std::vector<int32_t>& v, std::initializer_list<int64_t> sh
 // bf16 bits held in a uint16_t vector, as a bf16 view.
 inline TensorView bf16_view(std::vector<uint16_t>& v, std::initializer_list<int64_t> shape) {
   return make_view(v.data(), DType::bf16, Device::cpu, shape);
+}
+
+// bf16 bits of each value (nearest even), and the fp32 values of bf16 bits.
+inline std::vector<uint16_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_float(v[i]);
+  return b;
+}
+inline std::vector<float> values_of(const std::vector<uint16_t>& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
+  return v;
 }
 
 inline std::vector<float> to_float(const std::vector<double>& v) {

@@ -13,17 +13,6 @@ namespace {
 
 constexpr int64_t R = 9, C = 24, OC = 40;
 
-std::vector<uint16_t> bits_of(const std::vector<float>& v) {
-  std::vector<uint16_t> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_float(v[i]);
-  return b;
-}
-std::vector<float> values_of(const std::vector<uint16_t>& b) {
-  std::vector<float> v(b.size());
-  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
-  return v;
-}
-
 TEST(CpuLinearGelu, Fp32IsMatmulThenGeluBitForBit) {
   auto ops = cpu_ops();
   auto x = random_vector(R * C, 1), w = random_vector(OC * C, 2), b = random_vector(OC, 3);

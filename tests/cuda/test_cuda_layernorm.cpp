@@ -122,61 +122,6 @@ TEST(CudaLayerNorm, ForwardBf16MatchesCpu) {
   }
 }
 
-TEST(CudaLayerNorm, BackwardFp32AccumulatesLikeCpuAndIsDeterministic) {
-  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  gt::cuda::CudaStream stream;
-  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
-    SCOPED_TRACE(name(c));
-    Inputs in = make_inputs(c, 300);
-    const ForwardResult fwd = cpu_forward(c, in);
-    auto dout = random_vector(c.R * c.C, 310);
-    // Pre-filled gradients: every output accumulates, so an unwritten
-    // element keeps its old value and fails against the CPU sum.
-    const auto dinp0 = random_vector(c.R * c.C, 311);
-    const auto dw0 = random_vector(c.C, 312), db0 = random_vector(c.C, 313);
-
-    std::vector<float> want_dinp = dinp0, want_dw = dw0, want_db = db0;
-    std::vector<float> mean = fwd.mean, rstd = fwd.rstd;
-    auto cpu = gt::make_cpu_ops(1);
-    cpu->layernorm_backward(gt::cpu_f32(want_dinp.data(), {c.R, c.C}),
-                            gt::cpu_f32(want_dw.data(), {c.C}), gt::cpu_f32(want_db.data(), {c.C}),
-                            gt::cpu_f32(dout.data(), {c.R, c.C}),
-                            gt::cpu_f32(in.inp.data(), {c.R, c.C}),
-                            gt::cpu_f32(in.weight.data(), {c.C}), gt::cpu_f32(mean.data(), {c.R}),
-                            gt::cpu_f32(rstd.data(), {c.R}));
-
-    DeviceArray<float> d_dout(dout, stream.get()), d_inp(in.inp, stream.get()),
-        d_w(in.weight, stream.get()), d_mean(fwd.mean, stream.get()),
-        d_rstd(fwd.rstd, stream.get());
-    DeviceArray<float> d_dinp(dinp0, stream.get()), d_dw(dw0, stream.get()),
-        d_db(db0, stream.get());
-    DeviceArray<float> scratch(gt::cuda::layernorm_backward_scratch_floats(c.R, c.C),
-                               stream.get());
-    scratch.poison();  // the kernels must write every partial they read
-    auto run = [&] {
-      gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(),
-                                   d_inp.get(), d_w.get(), d_mean.get(), d_rstd.get(), c.R, c.C,
-                                   scratch.get(), stream.get());
-    };
-    run();
-    const auto dinp = d_dinp.download(), dw = d_dw.download(), db = d_db.download();
-    // Parameter gradients sum over R rows in a different order than the CPU.
-    const float param_atol = 1e-5f + 1e-6f * static_cast<float>(c.R);
-    EXPECT_TRUE(all_close(dinp, want_dinp, 1e-5f, 1e-5f)) << "dinp";
-    EXPECT_TRUE(all_close(dw, want_dw, param_atol, 1e-5f)) << "dweight";
-    EXPECT_TRUE(all_close(db, want_db, param_atol, 1e-5f)) << "dbias";
-
-    // Same inputs, same starting gradients -> bit-identical results.
-    d_dinp.upload(dinp0);
-    d_dw.upload(dw0);
-    d_db.upload(db0);
-    run();
-    EXPECT_TRUE(gt::test::bitwise_equal(d_dinp.download(), dinp)) << "dinp not deterministic";
-    EXPECT_TRUE(gt::test::bitwise_equal(d_dw.download(), dw)) << "dweight not deterministic";
-    EXPECT_TRUE(gt::test::bitwise_equal(d_db.download(), db)) << "dbias not deterministic";
-  }
-}
-
 // bf16 storage (kernels/ops.hpp): bf16 activations in and out, the model's
 // fp32 parameters read as they are. The CPU twin runs the fp32 op on the bf16
 // values; a bf16 output may differ from it by one rounding step.
@@ -209,45 +154,82 @@ TEST(CudaLayerNorm, ForwardBf16WithFp32ParametersMatchesCpu) {
   }
 }
 
+// The backward against the CPU twin, reading an fp32 or (bf16 storage) a
+// bf16 input; every output accumulates and is fp32.
+void check_backward(const Case& c, bool bf16_inp, cudaStream_t stream) {
+  Inputs in = make_inputs(c, bf16_inp ? 350 : 300);
+  if (bf16_inp) in.inp = gt::test::round_to_bf16(in.inp);
+  const ForwardResult fwd = cpu_forward(c, in);
+  auto dout = random_vector(c.R * c.C, 310);
+  // Pre-filled gradients: every output accumulates, so an unwritten
+  // element keeps its old value and fails against the CPU sum.
+  const auto dinp0 = random_vector(c.R * c.C, 311);
+  const auto dw0 = random_vector(c.C, 312), db0 = random_vector(c.C, 313);
+
+  // The CPU twin on the same input (its bf16 path equals its fp32 op on these
+  // values: tests/cpu/test_ops_bf16_storage.cpp).
+  std::vector<float> want_dinp = dinp0, want_dw = dw0, want_db = db0;
+  std::vector<float> mean = fwd.mean, rstd = fwd.rstd;
+  std::vector<uint16_t> inp16 = gt::test::to_bf16(in.inp);
+  const gt::TensorView cpu_inp =
+      bf16_inp ? gt::make_view(inp16.data(), gt::DType::bf16, gt::Device::cpu, {c.R, c.C})
+               : gt::cpu_f32(in.inp.data(), {c.R, c.C});
+  auto cpu = gt::make_cpu_ops(1);
+  cpu->layernorm_backward(gt::cpu_f32(want_dinp.data(), {c.R, c.C}),
+                          gt::cpu_f32(want_dw.data(), {c.C}), gt::cpu_f32(want_db.data(), {c.C}),
+                          gt::cpu_f32(dout.data(), {c.R, c.C}), cpu_inp,
+                          gt::cpu_f32(in.weight.data(), {c.C}), gt::cpu_f32(mean.data(), {c.R}),
+                          gt::cpu_f32(rstd.data(), {c.R}));
+
+  DeviceArray<float> d_dout(dout, stream), d_inp(in.inp, stream), d_w(in.weight, stream),
+      d_mean(fwd.mean, stream), d_rstd(fwd.rstd, stream);
+  DeviceArray<uint16_t> d_inp16(inp16, stream);
+  DeviceArray<float> d_dinp(dinp0, stream), d_dw(dw0, stream), d_db(db0, stream);
+  DeviceArray<float> scratch(gt::cuda::layernorm_backward_scratch_floats(c.R, c.C), stream);
+  scratch.poison();  // the kernels must write every partial they read
+  auto run = [&] {
+    if (bf16_inp)
+      gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(),
+                                   reinterpret_cast<__nv_bfloat16*>(d_inp16.get()), d_w.get(),
+                                   d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(), stream);
+    else
+      gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                                   d_w.get(), d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(),
+                                   stream);
+  };
+  run();
+  const auto dinp = d_dinp.download(), dw = d_dw.download(), db = d_db.download();
+  // Parameter gradients sum over R rows in a different order than the CPU.
+  const float param_atol = 1e-5f + 1e-6f * static_cast<float>(c.R);
+  EXPECT_TRUE(all_close(dinp, want_dinp, 1e-5f, 1e-5f)) << "dinp";
+  EXPECT_TRUE(all_close(dw, want_dw, param_atol, 1e-5f)) << "dweight";
+  EXPECT_TRUE(all_close(db, want_db, param_atol, 1e-5f)) << "dbias";
+
+  // Same inputs, same starting gradients -> bit-identical results.
+  d_dinp.upload(dinp0);
+  d_dw.upload(dw0);
+  d_db.upload(db0);
+  run();
+  EXPECT_TRUE(gt::test::bitwise_equal(d_dinp.download(), dinp)) << "dinp not deterministic";
+  EXPECT_TRUE(gt::test::bitwise_equal(d_dw.download(), dw)) << "dweight not deterministic";
+  EXPECT_TRUE(gt::test::bitwise_equal(d_db.download(), db)) << "dbias not deterministic";
+}
+
+TEST(CudaLayerNorm, BackwardFp32AccumulatesLikeCpuAndIsDeterministic) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
+    SCOPED_TRACE(name(c));
+    check_backward(c, false, stream.get());
+  }
+}
+
 TEST(CudaLayerNorm, BackwardReadingBf16InputMatchesCpu) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
   for (const Case& c : gt::test::select_cases(kCases, small_case)) {
     SCOPED_TRACE(name(c));
-    Inputs in = make_inputs(c, 350);
-    in.inp = gt::test::round_to_bf16(in.inp);
-    const ForwardResult fwd = cpu_forward(c, in);
-    auto dout = random_vector(c.R * c.C, 360);
-    const auto dinp0 = random_vector(c.R * c.C, 361);
-    const auto dw0 = random_vector(c.C, 362), db0 = random_vector(c.C, 363);
-
-    // The CPU twin on its bf16-storage path (tests/cpu/test_ops_bf16_storage.cpp
-    // shows it equals the fp32 op on these values).
-    std::vector<float> want_dinp = dinp0, want_dw = dw0, want_db = db0;
-    std::vector<float> mean = fwd.mean, rstd = fwd.rstd;
-    std::vector<uint16_t> inp16 = gt::test::to_bf16(in.inp);
-    auto cpu = gt::make_cpu_ops(1);
-    cpu->layernorm_backward(
-        gt::cpu_f32(want_dinp.data(), {c.R, c.C}), gt::cpu_f32(want_dw.data(), {c.C}),
-        gt::cpu_f32(want_db.data(), {c.C}), gt::cpu_f32(dout.data(), {c.R, c.C}),
-        gt::make_view(inp16.data(), gt::DType::bf16, gt::Device::cpu, {c.R, c.C}),
-        gt::cpu_f32(in.weight.data(), {c.C}), gt::cpu_f32(mean.data(), {c.R}),
-        gt::cpu_f32(rstd.data(), {c.R}));
-
-    DeviceArray<float> d_dout(dout, stream.get()), d_w(in.weight, stream.get()),
-        d_mean(fwd.mean, stream.get()), d_rstd(fwd.rstd, stream.get());
-    DeviceArray<uint16_t> d_inp(inp16, stream.get());
-    DeviceArray<float> d_dinp(dinp0, stream.get()), d_dw(dw0, stream.get()),
-        d_db(db0, stream.get());
-    DeviceArray<float> scratch(gt::cuda::layernorm_backward_scratch_floats(c.R, c.C), stream.get());
-    scratch.poison();
-    gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(),
-                                 reinterpret_cast<__nv_bfloat16*>(d_inp.get()), d_w.get(),
-                                 d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(), stream.get());
-    const float param_atol = 1e-5f + 1e-6f * static_cast<float>(c.R);
-    EXPECT_TRUE(all_close(d_dinp.download(), want_dinp, 1e-5f, 1e-5f)) << "dinp";
-    EXPECT_TRUE(all_close(d_dw.download(), want_dw, param_atol, 1e-5f)) << "dweight";
-    EXPECT_TRUE(all_close(d_db.download(), want_db, param_atol, 1e-5f)) << "dbias";
+    check_backward(c, true, stream.get());
   }
 }
 
