@@ -615,6 +615,12 @@ INSTANTIATE_TEST_SUITE_P(
                   {"train.max_skipped=0"},
                   "train.max_skipped",
                   "expected an integer >= 1, got 0"},
+        ValueCase{"Bf16TensorParallelOddGather",
+                  {"runtime.dtype=bf16", "parallel.tp=3", "model.n_head=3", "model.n_embd=33",
+                   "model.vocab_size=384", "train.micro_batch=1", "train.seq_len=3"},
+                  "model.n_embd",
+                  "expected an even (train.micro_batch * train.seq_len / parallel.tp) * "
+                  "model.n_embd with runtime.dtype=bf16 and parallel.tp=3, got 33"},
         ValueCase{"NcclOnCpu",
                   {"parallel.comm=nccl"},
                   "parallel.comm",

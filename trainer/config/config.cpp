@@ -113,6 +113,14 @@ void validate(const Config& c, const Locations& where) {
         "sequence parallelism splits a micro-batch's rows over the tp ranks");
 
   const RuntimeConfig& r = c.runtime;
+  // bf16 activations cross the tp all-gathers two to an fp32 word.
+  if (p.tp > 1 && r.dtype == ComputeDType::bf16 &&
+      (1LL * t.micro_batch * t.seq_len / p.tp * c.model.n_embd) % 2 != 0)
+    bad("model.n_embd", std::to_string(c.model.n_embd),
+        detail::concat("an even (train.micro_batch * train.seq_len / parallel.tp) * model.n_embd "
+                       "with runtime.dtype=bf16 and parallel.tp=",
+                       p.tp),
+        "the tensor-parallel all-gathers move bf16 activations in pairs");
   if (p.comm == ParallelComm::nccl && r.device == DeviceKind::cpu)
     bad("parallel.comm", "nccl", "auto or mpi with runtime.device=cpu",
         "NCCL moves device buffers; it needs runtime.device=cuda");
