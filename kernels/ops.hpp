@@ -83,8 +83,9 @@ class Ops {
   virtual void layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
                                  TensorView inp, TensorView weight, TensorView bias) = 0;
   // dinp (R,C) ACCUMULATES (it is the residual stream's gradient);
-  // dweight, dbias (C) accumulate. bf16 storage: inp may be bf16 (dout and
-  // every output stay fp32: they are gradients the residual stream sums).
+  // dweight, dbias (C) accumulate. bf16 storage: inp and dout may each be
+  // bf16 (every output stays fp32: they are gradients the residual stream
+  // and the optimizer sum).
   virtual void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                   TensorView dout, TensorView inp, TensorView weight,
                                   TensorView mean, TensorView rstd) = 0;

@@ -3,8 +3,8 @@
 // dinp (the residual stream) and into dweight/dbias. The parameter-gradient
 // reduction over rows runs per channel block in row order, so it is bitwise
 // deterministic for any thread count.
-// bf16 storage: inp and out may be bf16 together (forward), inp may be bf16
-// in backward; parameters, statistics, dout and dinp stay fp32
+// bf16 storage: inp and out may be bf16 together (forward), inp and dout may
+// each be bf16 in backward; parameters, statistics and dinp stay fp32
 // (fp32_access.hpp: the fp32 code on the bf16 values, outputs rounded once).
 #include <algorithm>
 #include <cmath>
@@ -67,7 +67,7 @@ void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, T
   const int64_t R = inp.shape[0], C = inp.shape[1];
   expect_f32_or_bf16(inp, {R, C}, "layernorm inp");
   expect_f32(dinp, {R, C}, "layernorm dinp");
-  expect_f32(dout, {R, C}, "layernorm dout");
+  expect_f32_or_bf16(dout, {R, C}, "layernorm dout");
   expect_f32(dweight, {C}, "layernorm dweight");
   expect_f32(dbias, {C}, "layernorm dbias");
   expect_f32(weight, {C}, "layernorm weight");
@@ -76,7 +76,8 @@ void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, T
 
   const Fp32In x_in(inp);
   const float* x = x_in.get();
-  const float* dy = dout.f32();
+  const Fp32In dy_in(dout);
+  const float* dy = dy_in.get();
   const float* w = weight.f32();
   const float* mu = mean.f32();
   const float* rs = rstd.f32();

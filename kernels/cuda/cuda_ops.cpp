@@ -202,7 +202,7 @@ void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView
   const int64_t R = inp.shape[0], C = inp.shape[1];
   c.tensor(inp, "inp", kF32Bf16, {R, C});  // bf16 storage: the residual stream
   c.tensor(dinp, "dinp", kF32, {R, C});
-  c.tensor(dout, "dout", kF32, {R, C});
+  c.tensor(dout, "dout", kF32Bf16, {R, C});  // bf16 storage: a GEMM's dinp
   c.tensor(dweight, "dweight", kF32, {C});
   c.tensor(dbias, "dbias", kF32, {C});
   c.tensor(weight, "weight", kF32, {C});
@@ -211,12 +211,19 @@ void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView
   const int Ci = c.to_int(C, "C");
   float* tmp = static_cast<float*>(
       scratch(sizeof(float) * static_cast<size_t>(cuda::layernorm_backward_scratch_floats(R, Ci))));
-  if (inp.dtype == DType::f32)
-    cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
-                             weight.f32(), mean.f32(), rstd.f32(), R, Ci, tmp, stream());
+  auto run = [&](const auto* g, const auto* x) {
+    cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), g, x, weight.f32(), mean.f32(),
+                             rstd.f32(), R, Ci, tmp, stream());
+  };
+  const bool g16 = dout.dtype == DType::bf16, x16 = inp.dtype == DType::bf16;
+  if (g16 && x16)
+    run(ptr<bf16>(dout), ptr<bf16>(inp));
+  else if (g16)
+    run(ptr<bf16>(dout), inp.f32());
+  else if (x16)
+    run(dout.f32(), ptr<bf16>(inp));
   else
-    cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), ptr<bf16>(inp),
-                             weight.f32(), mean.f32(), rstd.f32(), R, Ci, tmp, stream());
+    run(dout.f32(), inp.f32());
 }
 
 // ---- attention ------------------------------------------------------------------

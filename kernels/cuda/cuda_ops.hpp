@@ -23,7 +23,7 @@
 // dtypes: fp32 everywhere; bf16 views are accepted by matmul_forward/backward
 // (bf16 inp/weight/dout/dinp; out bf16 or fp32; dweight bf16 or fp32; dbias
 // fp32), attention_forward/backward, gelu_*, layernorm_forward (weight and
-// bias bf16, or fp32 for bf16 storage), layernorm_backward's inp, add,
+// bias bf16, or fp32 for bf16 storage), layernorm_backward's inp and dout, add,
 // accumulate, add_bias, zero, copy, cast, and as the logits/dlogits of the
 // cross-entropy ops; the others throw gt::Error naming the op.
 //

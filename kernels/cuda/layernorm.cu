@@ -126,8 +126,8 @@ Chunking chunking(int64_t R) {
 }
 
 // scratch layout: [n_chunks][C] dweight partials, then [n_chunks][C] dbias partials.
-template <typename X>
-__global__ void layernorm_param_partials_kernel(float* scratch, const float* dout, const X* inp,
+template <typename X, typename G>
+__global__ void layernorm_param_partials_kernel(float* scratch, const G* dout, const X* inp,
                                                 const float* mean, const float* rstd, int64_t R,
                                                 int C, int64_t rows_per_chunk, int64_t n_chunks) {
   __shared__ float s_dw[kRowLanes][kColTile];
@@ -139,7 +139,7 @@ __global__ void layernorm_param_partials_kernel(float* scratch, const float* dou
   float dw = 0.f, db = 0.f;
   if (c < C) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      const float g = dout[r * C + c];
+      const float g = dev::to_float(dout[r * C + c]);
       const float xhat = (dev::to_float(inp[r * C + c]) - mean[r]) * rstd[r];
       dw += g * xhat;
       db += g;
@@ -173,19 +173,52 @@ __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, cons
   dbias[c] += sb;
 }
 
+// Calls f(value, i) for this lane's elements of a row in the fp32 pack order
+// (vec: 4-element packs; else one at a time) whatever the row's type, so a
+// lane owns the same columns for fp32 and bf16 rows.
+template <typename G, typename F>
+__device__ __forceinline__ void for_lane_f32_order(const G* row, int C, bool vec, int lane, F&& f) {
+  if constexpr (std::is_same_v<G, float>) {
+    for_lane(row, C, vec, lane, f);
+  } else {
+    constexpr int N = dev::Pack<float>::N;
+    if (vec) {
+      for (int i = lane * N; i < C; i += dev::kWarpSize * N)
+#pragma unroll
+        for (int k = 0; k < N; ++k) f(dev::to_float(row[i + k]), i + k);
+    } else {
+      for (int i = lane; i < C; i += dev::kWarpSize) f(dev::to_float(row[i]), i);
+    }
+  }
+}
+
+// Four elements of a row from column i as fp32 (one 16-byte load when fp32).
+template <typename T>
+__device__ __forceinline__ void load4(float (&v)[4], const T* row, int i) {
+  if constexpr (std::is_same_v<T, float>) {
+    const dev::Pack<float> p = dev::load_pack(row + i);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = p.v[k];
+  } else {  // bf16: 4 elements are 8 bytes, loaded as they come
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = dev::to_float(row[i + k]);
+  }
+}
+
 // One warp's two passes over a row of C:
 //   dx += (w*g - mean(w*g) - xhat * mean(w*g*xhat)) * rstd,  xhat = (x - m) * rstd.
 // visit(g, xhat, i) sees each of this lane's elements in the first pass (the
 // fused backward adds its dweight/dbias terms there); a lane sees the same
 // columns in every row. The second pass reads g[i] before writing dx[i] in
-// the same lane, so dx may alias g.
-template <typename X, typename F>
-__device__ __forceinline__ void add_row_input_grad(float* dx, const float* g, const X* x,
+// the same lane, so dx may alias g (fp32 g).
+template <typename X, typename G, typename F>
+__device__ __forceinline__ void add_row_input_grad(float* dx, const G* g, const X* x,
                                                    const float* weight, float m, float rs, int C,
                                                    bool vec, int lane, F&& visit) {
   constexpr int N = dev::Pack<float>::N;
+  static_assert(N == 4, "load4 reads fp32 packs of 4");
   float s1 = 0.f, s2 = 0.f;
-  for_lane(g, C, vec, lane, [&](float gv, int i) {
+  for_lane_f32_order(g, C, vec, lane, [&](float gv, int i) {
     const float xhat = (dev::to_float(x[i]) - m) * rs;
     const float wg = weight[i] * gv;
     s1 += wg;
@@ -196,29 +229,22 @@ __device__ __forceinline__ void add_row_input_grad(float* dx, const float* g, co
   const float mean2 = dev::warp_sum(s2) / static_cast<float>(C);
   if (vec) {
     for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
-      const dev::Pack<float> gv = dev::load_pack(g + i);
       const dev::Pack<float> wv = dev::load_pack(weight + i);
       dev::Pack<float> d = dev::load_pack(dx + i);
-      float xf[N];
-      if constexpr (std::is_same_v<X, float>) {
-        const dev::Pack<float> xv = dev::load_pack(x + i);
-#pragma unroll
-        for (int k = 0; k < N; ++k) xf[k] = xv.v[k];
-      } else {  // bf16: 4 elements are 8 bytes, loaded as they come
-#pragma unroll
-        for (int k = 0; k < N; ++k) xf[k] = dev::to_float(x[i + k]);
-      }
+      float gf[N], xf[N];
+      load4(gf, g, i);
+      load4(xf, x, i);
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float xhat = (xf[k] - m) * rs;
-        d.v[k] += (wv.v[k] * gv.v[k] - mean1 - xhat * mean2) * rs;
+        d.v[k] += (wv.v[k] * gf[k] - mean1 - xhat * mean2) * rs;
       }
       dev::store_pack(dx + i, d);
     }
   } else {
     for (int i = lane; i < C; i += dev::kWarpSize) {
       const float xhat = (dev::to_float(x[i]) - m) * rs;
-      dx[i] += (weight[i] * g[i] - mean1 - xhat * mean2) * rs;
+      dx[i] += (weight[i] * dev::to_float(g[i]) - mean1 - xhat * mean2) * rs;
     }
   }
 }
@@ -233,9 +259,9 @@ constexpr size_t kMaxSmemOptin = 232448;  // 227 KiB per block on sm_90
 
 // dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd, and
 // scratch[chunk] = this chunk's sums of dout*xhat and dout per column.
-template <typename X>
+template <typename X, typename G>
 __global__ void __launch_bounds__(kBwdThreads)
-    layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const X* inp,
+    layernorm_backward_kernel(float* dinp, float* scratch, const G* dout, const X* inp,
                               const float* weight, const float* mean, const float* rstd, int64_t R,
                               int C, int64_t rows_per_chunk, int64_t n_chunks, bool vec) {
   float* acc = dev::dynamic_shared_memory<float>();  // [kBwdWarps][dweight C | dbias C]
@@ -269,10 +295,10 @@ __global__ void __launch_bounds__(kBwdThreads)
 }
 
 // dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd
-template <typename X>
-__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const X* inp,
-                                      const float* weight, const float* mean, const float* rstd,
-                                      int64_t R, int C, bool vec) {
+template <typename X, typename G>
+__global__ void layernorm_dinp_kernel(float* dinp, const G* dout, const X* inp, const float* weight,
+                                      const float* mean, const float* rstd, int64_t R, int C,
+                                      bool vec) {
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
                       threadIdx.x / dev::kWarpSize;
@@ -321,8 +347,8 @@ int64_t layernorm_backward_scratch_floats(int64_t R, int C) {
 }
 
 namespace {
-template <typename X>
-void launch_backward(float* dinp, float* dweight, float* dbias, const float* dout, const X* inp,
+template <typename X, typename G>
+void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, const X* inp,
                      const float* weight, const float* mean, const float* rstd, int64_t R, int C,
                      float* scratch, cudaStream_t stream) {
   GT_CHECK(R >= 0 && C > 0, "layernorm_backward: R = ", R, ", C = ", C);
@@ -332,17 +358,19 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const float* dou
   GT_CHECK(ch.n_chunks <= 65535, "layernorm_backward: too many row chunks");
 
   constexpr int N = dev::Pack<float>::N;
-  const bool vec = C % N == 0 && dev::aligned16(dinp) && dev::aligned16(dout) &&
+  // 16-byte loads of the fp32 rows (a bf16 row's 4 elements are loaded apart).
+  const bool vec = C % N == 0 && dev::aligned16(dinp) &&
+                   (!std::is_same_v<G, float> || dev::aligned16(dout)) &&
                    (!std::is_same_v<X, float> || dev::aligned16(inp)) && dev::aligned16(weight);
   constexpr int kReduceThreads = 256;
   const unsigned reduce_blocks = static_cast<unsigned>((C + kReduceThreads - 1) / kReduceThreads);
   const size_t smem = fused_backward_smem_bytes(C);
   if (smem <= kMaxSmemOptin) {
     if (smem > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<X>,
+      CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<X, G>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
-    dev::launch(layernorm_backward_kernel<X>,
+    dev::launch(layernorm_backward_kernel<X, G>,
                 {static_cast<unsigned>(ch.n_chunks), kBwdThreads, smem, stream}, dinp, scratch,
                 dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks, vec);
     CUDA_CHECK_LAUNCH();
@@ -354,7 +382,7 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
   const dim3 pgrid(static_cast<unsigned>((C + kColTile - 1) / kColTile),
                    static_cast<unsigned>(ch.n_chunks));
-  dev::launch(layernorm_param_partials_kernel<X>, {pgrid, dim3(kColTile, kRowLanes), 0, stream},
+  dev::launch(layernorm_param_partials_kernel<X, G>, {pgrid, dim3(kColTile, kRowLanes), 0, stream},
               scratch, dout, inp, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
@@ -363,7 +391,7 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const float* dou
   CUDA_CHECK_LAUNCH();
 
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
-  dev::launch(layernorm_dinp_kernel<X>, {grid, kRowThreads, 0, stream}, dinp, dout, inp, weight,
+  dev::launch(layernorm_dinp_kernel<X, G>, {grid, kRowThreads, 0, stream}, dinp, dout, inp, weight,
               mean, rstd, R, C, vec);
   CUDA_CHECK_LAUNCH();
 }
@@ -376,6 +404,18 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const __nv_bfloat16* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t R, int C, float* scratch, cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream) {
   launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);

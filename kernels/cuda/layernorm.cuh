@@ -13,7 +13,8 @@
 //     chunks); no atomics. The chunking depends on (R, C) only.
 //   * bf16 forward: out, inp bf16; weight, bias bf16 or fp32 (bf16 storage:
 //     the model's fp32 parameters); mean, rstd fp32; math fp32.
-//   * bf16 backward: inp bf16 (bf16 storage); everything else fp32.
+//   * bf16 backward: inp and dout each fp32 or bf16 (bf16 storage); the
+//     outputs and the rest fp32.
 // One warp per row for the row passes; 16-byte loads when C is a multiple of
 // the pack width and the pointers are aligned, else scalar.
 //
@@ -49,6 +50,12 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* rstd, int64_t R, int C, float* scratch,
                         cudaStream_t stream);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const __nv_bfloat16* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t R, int C, float* scratch, cudaStream_t stream);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream);
 

@@ -73,6 +73,20 @@ TEST(CpuBf16Storage, LayerNormBackwardReadsBf16InputAndAccumulatesFp32) {
   EXPECT_EQ(dx16, dx);
   EXPECT_EQ(dw16, dw);
   EXPECT_EQ(db16, db);
+
+  // A bf16 output gradient too (a GEMM's bf16 dinp: the model's dln at tp = 1).
+  Bf16Tensor g(kR * kC, 15);
+  std::vector<float> want_dx(kR * kC, 0.25f), want_dw(kC, 1.f), want_db(kC, -1.f);
+  std::vector<float> got_dx(want_dx), got_dw(want_dw), got_db(want_db);
+  ops->layernorm_backward(f32(want_dx, {kR, kC}), f32(want_dw, {kC}), f32(want_db, {kC}),
+                          f32(g.values, {kR, kC}), f32(x.values, {kR, kC}), f32(w, {kC}),
+                          f32(mean, {kR}), f32(rstd, {kR}));
+  ops->layernorm_backward(f32(got_dx, {kR, kC}), f32(got_dw, {kC}), f32(got_db, {kC}),
+                          bf16_view(g.bits, {kR, kC}), bf16_view(x.bits, {kR, kC}), f32(w, {kC}),
+                          f32(mean, {kR}), f32(rstd, {kR}));
+  EXPECT_EQ(got_dx, want_dx);
+  EXPECT_EQ(got_dw, want_dw);
+  EXPECT_EQ(got_db, want_db);
 }
 
 TEST(CpuBf16Storage, GeluForwardAndBackwardAreTheFp32OpsRounded) {
@@ -122,10 +136,10 @@ TEST(CpuBf16Storage, RejectsMixedActivationDtypes) {
       "layernorm weight must be fp32, got bf16");
   expect_error_containing(
       [&] {
-        ops->layernorm_backward(f32(x, {R, C}), f32(w, {C}), f32(b, {C}), bf16_view(y16, {R, C}),
+        ops->layernorm_backward(bf16_view(y16, {R, C}), f32(w, {C}), f32(b, {C}), f32(x, {R, C}),
                                 f32(z, {R, C}), f32(w, {C}), f32(mean, {R}), f32(rstd, {R}));
       },
-      "layernorm dout must be fp32, got bf16");
+      "layernorm dinp must be fp32, got bf16");
   expect_error_containing([&] { ops->gelu_forward(f32(y, {n}), bf16_view(x16, {n})); },
                           "gelu out (inp's dtype) must be bf16, got fp32");
   expect_error_containing(

@@ -1,6 +1,6 @@
 // layernorm_forward / layernorm_backward (kernels/cuda/layernorm.cu) against
 // the CPU twin: fp32 forward and backward, bf16 forward (bf16 or fp32
-// parameters), backward reading a bf16 input (bf16 storage), odd C (scalar
+// parameters), backward reading a bf16 input and gradient (bf16 storage), odd C (scalar
 // path) and C % 4 == 0 (vector path), row counts that exercise the chunked
 // parameter reduction, both forms of the backward (fused, and three kernels
 // for very wide rows), accumulation into pre-filled gradients, and bitwise
@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.hpp"
@@ -155,12 +156,14 @@ TEST(CudaLayerNorm, ForwardBf16WithFp32ParametersMatchesCpu) {
 }
 
 // The backward against the CPU twin, reading an fp32 or (bf16 storage) a
-// bf16 input; every output accumulates and is fp32.
-void check_backward(const Case& c, bool bf16_inp, cudaStream_t stream) {
+// bf16 input and output gradient; every output accumulates and is fp32.
+void check_backward(const Case& c, bool bf16_inp, bool bf16_dout, cudaStream_t stream) {
   Inputs in = make_inputs(c, bf16_inp ? 350 : 300);
   if (bf16_inp) in.inp = gt::test::round_to_bf16(in.inp);
   const ForwardResult fwd = cpu_forward(c, in);
   auto dout = random_vector(c.R * c.C, 310);
+  if (bf16_dout) dout = gt::test::round_to_bf16(dout);
+  std::vector<uint16_t> dout16 = gt::test::to_bf16(dout);
   // Pre-filled gradients: every output accumulates, so an unwritten
   // element keeps its old value and fails against the CPU sum.
   const auto dinp0 = random_vector(c.R * c.C, 311);
@@ -175,27 +178,35 @@ void check_backward(const Case& c, bool bf16_inp, cudaStream_t stream) {
       bf16_inp ? gt::make_view(inp16.data(), gt::DType::bf16, gt::Device::cpu, {c.R, c.C})
                : gt::cpu_f32(in.inp.data(), {c.R, c.C});
   auto cpu = gt::make_cpu_ops(1);
+  const gt::TensorView cpu_dout =
+      bf16_dout ? gt::make_view(dout16.data(), gt::DType::bf16, gt::Device::cpu, {c.R, c.C})
+                : gt::cpu_f32(dout.data(), {c.R, c.C});
   cpu->layernorm_backward(gt::cpu_f32(want_dinp.data(), {c.R, c.C}),
                           gt::cpu_f32(want_dw.data(), {c.C}), gt::cpu_f32(want_db.data(), {c.C}),
-                          gt::cpu_f32(dout.data(), {c.R, c.C}), cpu_inp,
-                          gt::cpu_f32(in.weight.data(), {c.C}), gt::cpu_f32(mean.data(), {c.R}),
-                          gt::cpu_f32(rstd.data(), {c.R}));
+                          cpu_dout, cpu_inp, gt::cpu_f32(in.weight.data(), {c.C}),
+                          gt::cpu_f32(mean.data(), {c.R}), gt::cpu_f32(rstd.data(), {c.R}));
 
   DeviceArray<float> d_dout(dout, stream), d_inp(in.inp, stream), d_w(in.weight, stream),
       d_mean(fwd.mean, stream), d_rstd(fwd.rstd, stream);
-  DeviceArray<uint16_t> d_inp16(inp16, stream);
+  DeviceArray<uint16_t> d_inp16(inp16, stream), d_dout16(dout16, stream);
   DeviceArray<float> d_dinp(dinp0, stream), d_dw(dw0, stream), d_db(db0, stream);
   DeviceArray<float> scratch(gt::cuda::layernorm_backward_scratch_floats(c.R, c.C), stream);
   scratch.poison();  // the kernels must write every partial they read
+  auto with = [&](const auto* g, const auto* x) {
+    gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), g, x, d_w.get(),
+                                 d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(), stream);
+  };
+  const auto* g16 = reinterpret_cast<const __nv_bfloat16*>(d_dout16.get());
+  const auto* x16 = reinterpret_cast<const __nv_bfloat16*>(d_inp16.get());
   auto run = [&] {
-    if (bf16_inp)
-      gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(),
-                                   reinterpret_cast<__nv_bfloat16*>(d_inp16.get()), d_w.get(),
-                                   d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(), stream);
+    if (bf16_dout && bf16_inp)
+      with(g16, x16);
+    else if (bf16_dout)
+      with(g16, d_inp.get());
+    else if (bf16_inp)
+      with(d_dout.get(), x16);
     else
-      gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
-                                   d_w.get(), d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(),
-                                   stream);
+      with(d_dout.get(), d_inp.get());
   };
   run();
   const auto dinp = d_dinp.download(), dw = d_dw.download(), db = d_db.download();
@@ -220,16 +231,19 @@ TEST(CudaLayerNorm, BackwardFp32AccumulatesLikeCpuAndIsDeterministic) {
   gt::cuda::CudaStream stream;
   for (const Case& c : gt::test::select_cases(kCases, small_case)) {
     SCOPED_TRACE(name(c));
-    check_backward(c, false, stream.get());
+    check_backward(c, false, false, stream.get());
   }
 }
 
-TEST(CudaLayerNorm, BackwardReadingBf16InputMatchesCpu) {
+TEST(CudaLayerNorm, BackwardReadingBf16InputOrGradientMatchesCpu) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   gt::cuda::CudaStream stream;
   for (const Case& c : gt::test::select_cases(kCases, small_case)) {
-    SCOPED_TRACE(name(c));
-    check_backward(c, true, stream.get());
+    for (auto [x16, g16] :
+         {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      SCOPED_TRACE(name(c) + (x16 ? " bf16 inp" : "") + (g16 ? " bf16 dout" : ""));
+      check_backward(c, x16, g16, stream.get());
+    }
   }
 }
 

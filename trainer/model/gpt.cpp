@@ -101,7 +101,9 @@ void GPT::allocate(int max_rows, int max_seq) {
   a.ce_stats = floats(tp > 1 ? 3 * R : 0);
   auto& d = dacts_;
   d.dresidual = floats(Rl * C);
-  d.dln = floats(Rl * C);
+  // dln is the LN's output gradient: bf16 when a GEMM writes it whole (tp =
+  // 1), fp32 when it is the reduce-scatter of fp32 partials (tp > 1).
+  d.dln = tp > 1 ? floats(Rl * C) : acts(Rl * C);
   d.dfull = floats(tp > 1 ? R * C : 0);
   d.datty = acts(R * Cl);
   d.dfch = acts(R * 4 * Cl);
@@ -518,7 +520,7 @@ void GPT::backward() {
   auto& d = dacts_;
   const TensorView none;
   auto dresidual = view(d.dresidual.f32(), {Rl, C});
-  auto dln = view(d.dln.f32(), {Rl, C});
+  auto dln = tp > 1 ? view(d.dln.f32(), {Rl, C}) : aview(d.dln, {Rl, C});
 
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);

@@ -43,6 +43,29 @@
 // gradients and parameters are bit for bit those of none. It runs inside the
 // block's backward, between before_backward(l) (which makes its parameters
 // valid) and the gradients; it calls no store hook of its own.
+//
+// Precision (runtime.dtype, the `dtype` argument). fp32: everything fp32.
+// bf16 (bf16 storage, kernels/ops.hpp): every activation the model keeps or
+// passes between ops is bf16 (the embedding's output, the residual stream
+// res2/res3, LayerNorm outputs, qkv, attention's output, fch and its GELU,
+// the logits), and so are the activation gradients that feed a GEMM or
+// attention (datty, dfch, dqkv, dlogits). Math stays fp32 in every op; each
+// bf16 output is the fp32 result rounded once. What stays fp32, and why:
+//   * master weights, their gradients, AdamW state: updates far smaller than
+//     a bf16 step of the weight must not vanish; the GEMMs read bf16 copies
+//     of the weights (LinearPrecision);
+//   * LayerNorm mean/rstd, attention's saved row statistics, the losses;
+//   * dresidual, the residual stream's gradient: every block ADDS its two
+//     branch gradients into it (LayerNorm backward accumulates), and a bf16
+//     accumulator would drop the small terms; being (R/p, C) it is a
+//     twentieth of the activations, so it costs little to keep. The GEMMs
+//     that read it (the row-parallel layers' backward) get a bf16 copy.
+//     dln, a LayerNorm's output gradient, is bf16 at tp = 1 (one GEMM writes
+//     it whole) and fp32 under tp (the reduce-scatter's fp32 sum);
+//   * fp32 staging rows for the sums across tp ranks (the vocab-parallel
+//     embedding, the row-parallel reduce-scatter): partial sums are added in
+//     fp32 and rounded to bf16 once.
+// Tensor-parallel all-gathers of bf16 activations move bf16 (two to a word).
 #pragma once
 
 #include <cstdint>
@@ -154,7 +177,7 @@ class GPT {
     Buffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
   };
   struct Gradients {  // activation gradients, reused across layers
-    Buffer dresidual, dln;                  // (R/p, C) x2
+    Buffer dresidual, dln;                  // (R/p, C) x2 (dln bf16 at tp = 1 in bf16)
     Buffer dfull;                           // (R, C): an all-gathered output gradient (tp > 1)
     Buffer datty, dfch, dqkv;               // (R, C/p), (R, 4C/p), (R, 3C/p)
     Buffer datt;                            // attention_scratch_elems

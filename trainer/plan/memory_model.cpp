@@ -110,7 +110,8 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += (bf16 ? Rl * C : 0) * f;         // rows_f32: fp32 staging of the tp sums
   bytes += (tp > 1 ? 3 * R : 0) * f;        // cross-entropy statistics
   // Activation gradients, reused across layers.
-  bytes += 2 * Rl * C * f;                  // dresidual, dln (fp32 accumulators)
+  bytes += Rl * C * f;                      // dresidual (fp32: an accumulator)
+  bytes += Rl * C * (tp > 1 ? f : a);       // dln (a GEMM's output at tp = 1, an fp32 sum else)
   bytes += (tp > 1 ? R * C : 0) * f;        // dfull
   bytes += R * Cl * a;                      // datty
   bytes += R * 4 * Cl * a;                  // dfch (c_proj's backward applies GELU's)

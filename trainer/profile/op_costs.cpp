@@ -95,10 +95,10 @@ OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_
           2.0 * d(R) * d(C) * d(act_bytes) + 2.0 * d(C) * d(param_bytes) + kF * 2.0 * d(R)};
 }
 
-OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes) {
+OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes, int64_t dout_bytes) {
   // reads dout, inp, weight, mean, rstd; dinp, dweight, dbias read + written.
-  return {19.0 * d(R) * d(C), d(R) * d(C) * d(inp_bytes) + kF * (d(R) * d(C) + d(C) + 2.0 * d(R) +
-                                                                 2.0 * d(R) * d(C) + 4.0 * d(C))};
+  return {19.0 * d(R) * d(C), d(R) * d(C) * d(inp_bytes + dout_bytes) +
+                                  kF * (d(C) + 2.0 * d(R) + 2.0 * d(R) * d(C) + 4.0 * d(C))};
 }
 
 OpCost gelu_forward(int64_t n, int64_t b) { return {9.0 * d(n), 2.0 * d(n) * d(b)}; }

@@ -126,7 +126,7 @@ class ProfilingOps final : public Ops {
       return inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
     const int64_t R = inp.shape[0], C = inp.shape[1];
     Record r(p_, OpClass::layernorm, "layernorm_backward", fmt("R=%lld C=%lld", R, C),
-             op_cost::layernorm_backward(R, C, bytes_of(inp)));
+             op_cost::layernorm_backward(R, C, bytes_of(inp), bytes_of(dout)));
     inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   }
 
