@@ -37,10 +37,10 @@ struct Bf16Case {
         T(s.T),
         NH(s.NH),
         C(s.NH * s.hs),
-        qkv16(bits_of(random_vector(B * T * 3 * C, seed, -2.f, 2.f))),
-        dout16(bits_of(random_vector(B * T * C, seed + 1))),
-        qkv(values_of(qkv16)),
-        dout(values_of(dout16)) {}
+        qkv16(to_bf16(random_vector(B * T * 3 * C, seed, -2.f, 2.f))),
+        dout16(to_bf16(random_vector(B * T * C, seed + 1))),
+        qkv(from_bf16(qkv16)),
+        dout(from_bf16(dout16)) {}
   int64_t att_elems() const { return B * NH * T * T; }
 };
 
@@ -65,7 +65,7 @@ TEST(CpuAttentionBf16, ForwardIsTheRoundedFp32ForwardOfTheRoundedQkv) {
       std::vector<float> att(k.att_elems(), -42.f);
       ops->attention_forward(bf16_view(out16, {B, T, C}), f32(att, {k.att_elems()}),
                              bf16_view(k.qkv16, {B, T, 3 * C}), static_cast<int>(nh));
-      EXPECT_EQ(out16, bits_of(want_out)) << "out";
+      EXPECT_EQ(out16, to_bf16(want_out)) << "out";
       EXPECT_EQ(float_bits(att), float_bits(want_att)) << "saved probabilities";
     }
   cpu_ops();
@@ -97,7 +97,7 @@ TEST(CpuAttentionBf16, BackwardIsTheRoundedFp32BackwardOfTheRoundedInputs) {
       ops->attention_backward(bf16_view(dqkv16, {B, T, 3 * C}), f32(scratch16, {n_att}),
                               bf16_view(k.dout16, {B, T, C}), bf16_view(k.qkv16, {B, T, 3 * C}),
                               bf16_view(out16, {B, T, C}), f32(att16, {n_att}), nh);
-      EXPECT_EQ(dqkv16, bits_of(want_dqkv)) << "dqkv";
+      EXPECT_EQ(dqkv16, to_bf16(want_dqkv)) << "dqkv";
     }
   cpu_ops();
 }
@@ -121,8 +121,8 @@ TEST(CpuAttentionBf16, Bf16ResultsAreCloseToTheFp32OnesOnTheSameInputs) {
   ops->attention_backward(bf16_view(dqkv16, {B, T, 3 * C}), f32(scratch, {n_att}),
                           bf16_view(k.dout16, {B, T, C}), bf16_view(k.qkv16, {B, T, 3 * C}),
                           bf16_view(out16, {B, T, C}), f32(att, {n_att}), nh);
-  EXPECT_TRUE(all_close(values_of(out16), out, 0.f, 1.f / 256)) << "out";
-  EXPECT_TRUE(all_close(values_of(dqkv16), dqkv, 0.f, 1.f / 256)) << "dqkv";
+  EXPECT_TRUE(all_close(from_bf16(out16), out, 0.f, 1.f / 256)) << "out";
+  EXPECT_TRUE(all_close(from_bf16(dqkv16), dqkv, 0.f, 1.f / 256)) << "dqkv";
 }
 
 TEST(CpuAttentionBf16, RejectsMixedDtypesNamingOpAndTensor) {

@@ -33,18 +33,6 @@ inline TensorView bf16_view(std::vector<uint16_t>& v, std::initializer_list<int6
   return make_view(v.data(), DType::bf16, Device::cpu, shape);
 }
 
-// bf16 bits of each value (nearest even), and the fp32 values of bf16 bits.
-inline std::vector<uint16_t> bits_of(const std::vector<float>& v) {
-  std::vector<uint16_t> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_float(v[i]);
-  return b;
-}
-inline std::vector<float> values_of(const std::vector<uint16_t>& b) {
-  std::vector<float> v(b.size());
-  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
-  return v;
-}
-
 inline std::vector<float> to_float(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
 }

@@ -50,31 +50,31 @@ TEST(CpuLinearGelu, Fp32BackwardIsMatmulBackwardThenGeluBackwardBitForBit) {
 
 TEST(CpuLinearGelu, Bf16RoundsEachOutputOnceFromTheFp32Product) {
   auto ops = cpu_ops();
-  const auto x16 = bits_of(random_vector(R * C, 21)), w16 = bits_of(random_vector(OC * C, 22));
-  auto x = values_of(x16), w = values_of(w16), b = random_vector(OC, 23);
+  const auto x16 = to_bf16(random_vector(R * C, 21)), w16 = to_bf16(random_vector(OC * C, 22));
+  auto x = from_bf16(x16), w = from_bf16(w16), b = random_vector(OC, 23);
   std::vector<uint16_t> xb = x16, wb = w16, pre16(R * OC), out16(R * OC);
   ops->matmul_gelu_forward(bf16_view(out16, {R, OC}), bf16_view(pre16, {R, OC}),
                            bf16_view(xb, {R, C}), bf16_view(wb, {OC, C}), f32(b, {OC}));
   std::vector<float> pre32(R * OC), out32(R * OC);
   ops->matmul_forward(f32(pre32, {R, OC}), f32(x, {R, C}), f32(w, {OC, C}), f32(b, {OC}));
   ops->gelu_forward(f32(out32, {R, OC}), f32(pre32, {R, OC}));  // gelu of the unrounded pre
-  EXPECT_EQ(pre16, bits_of(pre32));
-  EXPECT_EQ(out16, bits_of(out32));
+  EXPECT_EQ(pre16, to_bf16(pre32));
+  EXPECT_EQ(out16, to_bf16(out32));
 
   // Backward: dinp = round((dout @ W) * gelu'(pre)) with pre the stored bf16.
-  auto dout16 = bits_of(random_vector(R * OC, 24));
-  auto pre_in16 = bits_of(random_vector(R * C, 25, -3.f, 3.f));
-  std::vector<uint16_t> dx16(R * C), inp16 = x16, w2 = bits_of(random_vector(OC * C, 26));
+  auto dout16 = to_bf16(random_vector(R * OC, 24));
+  auto pre_in16 = to_bf16(random_vector(R * C, 25, -3.f, 3.f));
+  std::vector<uint16_t> dx16(R * C), inp16 = x16, w2 = to_bf16(random_vector(OC * C, 26));
   std::vector<float> dw(OC * C, 0.f), db(OC, 0.f), want_dw(dw), want_db(db);
   ops->matmul_backward_dgelu(bf16_view(dx16, {R, C}), f32(dw, {OC, C}), f32(db, {OC}),
                              bf16_view(dout16, {R, OC}), bf16_view(inp16, {R, C}),
                              bf16_view(w2, {OC, C}), bf16_view(pre_in16, {R, C}));
-  std::vector<float> g(R * C), want(R * C), pre_in = values_of(pre_in16);
+  std::vector<float> g(R * C), want(R * C), pre_in = from_bf16(pre_in16);
   ops->matmul_backward(f32(g, {R, C}), f32(want_dw, {OC, C}), f32(want_db, {OC}),
                        bf16_view(dout16, {R, OC}), bf16_view(inp16, {R, C}),
                        bf16_view(w2, {OC, C}));
   ops->gelu_backward(f32(want, {R, C}), f32(pre_in, {R, C}), f32(g, {R, C}));
-  EXPECT_EQ(dx16, bits_of(want));
+  EXPECT_EQ(dx16, to_bf16(want));
   EXPECT_EQ(dw, want_dw);
   EXPECT_EQ(db, want_db);
 }

@@ -59,28 +59,6 @@ class DeviceArray {
   cudaStream_t stream_;
 };
 
-// The host rule of kernels/core/bf16.hpp (what CpuOps::cast computes).
-inline uint16_t bf16_bits(float f) { return bf16_from_float(f); }
-inline float bf16_value(uint16_t b) { return bf16_to_float(b); }
-
-inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_bits(v[i]);
-  return out;
-}
-
-inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_value(v[i]);
-  return out;
-}
-
-// Values exactly representable in bf16, so the CPU twin and the bf16 kernel
-// see the same inputs.
-inline std::vector<float> round_to_bf16(const std::vector<float>& v) {
-  return from_bf16(to_bf16(v));
-}
-
 // A device TensorView over a DeviceArray (bf16 arrays are DeviceArray<uint16_t>).
 template <typename T>
 TensorView dev_view(const DeviceArray<T>& a, DType dtype, std::initializer_list<int64_t> shape) {
