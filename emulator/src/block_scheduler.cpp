@@ -71,6 +71,10 @@ const char* op_name(detail::WarpOp op) {
     case detail::WarpOp::all: return "__all_sync";
     case detail::WarpOp::syncwarp: return "__syncwarp";
     case detail::WarpOp::mma: return "wmma::mma_sync";
+    case detail::WarpOp::ptx_mma:
+      return "mma.sync.m16n8k16";
+    case detail::WarpOp::ldmatrix:
+      return "ldmatrix.sync";
   }
   return "?";
 }
@@ -374,19 +378,23 @@ uint64_t BlockRunner::warp_collective(detail::WarpOp op, unsigned mask, uint64_t
   t.value = value;
   t.arg = arg;
   t.width = width;
-  t.mma = nullptr;
+  t.payload = nullptr;
   join_group(t, site);
   return t.result;
 }
 
 void BlockRunner::warp_mma(const detail::MmaLane& lane, Site site) {
+  warp_exchange(detail::WarpOp::mma, &lane, site);
+}
+
+void BlockRunner::warp_exchange(detail::WarpOp op, const void* payload, Site site) {
   Thread& t = current();
-  t.op = detail::WarpOp::mma;
+  t.op = op;
   t.mask = ~0u;
   t.value = 0;
   t.arg = 0;
   t.width = kWarp;
-  t.mma = &lane;
+  t.payload = payload;
   join_group(t, site);
 }
 
@@ -442,6 +450,8 @@ void BlockRunner::complete_group(int w, size_t gi) {
   warp.groups.erase(warp.groups.begin() + static_cast<long>(gi));
   auto lane_thread = [&](int l) -> Thread& { return threads_[static_cast<size_t>(w * kWarp + l)]; };
   if (g.op == detail::WarpOp::mma) compute_mma(w, g.mask);
+  if (g.op == detail::WarpOp::ptx_mma) compute_ptx_mma(w);
+  if (g.op == detail::WarpOp::ldmatrix) compute_ldmatrix(w);
   uint64_t votes = 0;
   for (int l = 0; l < kWarp; ++l)
     if ((g.mask >> l & 1u) && lane_thread(l).value != 0) votes |= uint64_t{1} << l;
@@ -453,7 +463,11 @@ void BlockRunner::complete_group(int w, size_t gi) {
       case detail::WarpOp::any: t.result = votes != 0; break;
       case detail::WarpOp::all: t.result = votes == g.mask; break;
       case detail::WarpOp::syncwarp:
-      case detail::WarpOp::mma: t.result = 0; break;
+      case detail::WarpOp::mma:
+      case detail::WarpOp::ptx_mma:
+      case detail::WarpOp::ldmatrix:
+        t.result = 0;
+        break;
       default: {
         const int j = source_lane(g.op, l, t.arg, g.width);
         t.result = (g.mask >> j & 1u) ? lane_thread(j).value : kPoison;
@@ -494,5 +508,12 @@ std::string BlockRunner::deadlock_report() const {
 }
 
 unsigned char* BlockRunner::dynamic_shared() { return smem_; }
+
+bool BlockRunner::in_shared_memory(const void* p, size_t bytes) const {
+  const auto* b = static_cast<const unsigned char*>(p);
+  const size_t dyn = launch_ ? launch_->dynamic_smem : 0;
+  if (smem_ && b >= smem_ && b + bytes <= smem_ + dyn) return true;
+  return __start_gt_emu_shared && b >= __start_gt_emu_shared && b + bytes <= __stop_gt_emu_shared;
+}
 
 }  // namespace gt::emu

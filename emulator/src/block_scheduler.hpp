@@ -27,6 +27,7 @@
 
 #include "fiber.hpp"
 #include "gt_emu/device.hpp"
+#include "gt_emu/ptx.hpp"
 #include "gt_emu/wmma.hpp"
 
 namespace gt::emu {
@@ -52,6 +53,9 @@ class BlockRunner {
   uint64_t warp_collective(detail::WarpOp op, unsigned mask, uint64_t value, int arg, int width,
                            Site site);
   void warp_mma(const detail::MmaLane& lane, Site site);
+  // The PTX warp instructions (gt_emu/ptx.hpp): `payload` is the lane's
+  // PtxMmaLane or LdMatrixLane, read by whichever lane completes the group.
+  void warp_exchange(detail::WarpOp op, const void* payload, Site site);
   unsigned char* dynamic_shared();
   // Records the fault and unwinds the running CUDA thread (an exception
   // caught in thread_main); only ever called from a fiber.
@@ -74,7 +78,7 @@ class BlockRunner {
     unsigned mask = 0;
     uint64_t value = 0, result = 0;
     int arg = 0, width = 32;
-    const detail::MmaLane* mma = nullptr;
+    const void* payload = nullptr;  // wmma / PTX warp instructions: the lane's operands
   };
   struct WarpGroup {
     detail::WarpOp op;
@@ -102,6 +106,11 @@ class BlockRunner {
   void join_group(Thread& t, Site site);
   void complete_group(int warp, size_t group_index);
   void compute_mma(int warp, unsigned mask);
+  void compute_ptx_mma(int warp);   // ptx.cpp
+  void compute_ldmatrix(int warp);  // ptx.cpp
+  // Whether [p, p + bytes) lies in this block's shared memory (the dynamic
+  // region or the __shared__ statics' section).
+  bool in_shared_memory(const void* p, size_t bytes) const;
   Thread& current() { return threads_[static_cast<size_t>(current_)]; }
   std::string thread_name(const Thread& t) const;
   std::string block_name() const;

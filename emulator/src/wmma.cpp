@@ -79,7 +79,8 @@ void warp_mma(const MmaLane& lane, Site site) { block_runner().warp_mma(lane, si
 // (by each fragment type's permutation), multiply in fp32 in k order, scatter D.
 void BlockRunner::compute_mma(int w, unsigned mask) {
   using detail::FragUse;
-  const detail::MmaLane& first = *threads_[static_cast<size_t>(w * 32)].mma;
+  const auto& first =
+      *static_cast<const detail::MmaLane*>(threads_[static_cast<size_t>(w * 32)].payload);
   const int m = first.m, n = first.n, k = first.k;
   const uint16_t* pa = detail::wmma_permutation(FragUse::a, m, n, k, first.a_col_major);
   const uint16_t* pb = detail::wmma_permutation(FragUse::b, m, n, k, first.b_col_major);
@@ -88,7 +89,8 @@ void BlockRunner::compute_mma(int w, unsigned mask) {
   std::vector<float> A(static_cast<size_t>(m * k)), B(static_cast<size_t>(k * n)),
       C(static_cast<size_t>(m * n));
   for (int l = 0; l < 32; ++l) {
-    const detail::MmaLane& x = *threads_[static_cast<size_t>(w * 32 + l)].mma;
+    const auto& x =
+        *static_cast<const detail::MmaLane*>(threads_[static_cast<size_t>(w * 32 + l)].payload);
     if (x.m != m || x.n != n || x.k != k || x.a_col_major != first.a_col_major ||
         x.b_col_major != first.b_col_major)
       fault(cudaErrorLaunchFailure, "wmma::mma_sync: the lanes of warp " + std::to_string(w) +
@@ -106,7 +108,8 @@ void BlockRunner::compute_mma(int w, unsigned mask) {
       D[static_cast<size_t>(r * n + c)] = acc;
     }
   for (int l = 0; l < 32; ++l) {
-    const detail::MmaLane& x = *threads_[static_cast<size_t>(w * 32 + l)].mma;
+    const auto& x =
+        *static_cast<const detail::MmaLane*>(threads_[static_cast<size_t>(w * 32 + l)].payload);
     for (int i = 0; i < nc; ++i) x.d[i] = D[pc[l * nc + i]];
   }
   (void)mask;

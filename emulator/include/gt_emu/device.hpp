@@ -85,7 +85,19 @@ struct BuiltinDim3 {
   operator dim3() const { return dim3(x, y, z); }
 };
 
-enum class WarpOp { shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, syncwarp, mma };
+enum class WarpOp {
+  shfl_idx,
+  shfl_up,
+  shfl_down,
+  shfl_xor,
+  ballot,
+  any,
+  all,
+  syncwarp,
+  mma,      // wmma::mma_sync (gt_emu/wmma.hpp)
+  ptx_mma,  // mma.sync.m16n8k16 (gt_emu/ptx.hpp)
+  ldmatrix  // ldmatrix.sync.m8n8 (gt_emu/ptx.hpp)
+};
 
 // Block the calling CUDA thread until its block (or the lanes of `mask`)
 // arrive; implemented in emulator/src/block_scheduler.cpp.
