@@ -56,6 +56,8 @@ class BlockRunner {
   // The PTX warp instructions (gt_emu/ptx.hpp): `payload` is the lane's
   // PtxMmaLane or LdMatrixLane, read by whichever lane completes the group.
   void warp_exchange(detail::WarpOp op, const void* payload, Site site);
+  // ldmatrix's rules on one lane's row address (ptx.cpp): faults when broken.
+  void check_ldmatrix_row(const void* row, Site site);
   unsigned char* dynamic_shared();
   // Records the fault and unwinds the running CUDA thread (an exception
   // caught in thread_main); only ever called from a fiber.

@@ -17,6 +17,9 @@ void warp_mma_m16n8k16_bf16(const PtxMmaLane& lane, Site site) {
 void warp_ldmatrix(const LdMatrixLane& lane, Site site) {
   block_runner().warp_exchange(WarpOp::ldmatrix, &lane, site);
 }
+void check_ldmatrix_row(const void* row, Site site) {
+  block_runner().check_ldmatrix_row(row, site);
+}
 
 }  // namespace detail
 
@@ -67,8 +70,27 @@ void BlockRunner::compute_ptx_mma(int w) {
   }
 }
 
+void BlockRunner::check_ldmatrix_row(const void* row, Site site) {
+  char buf[320];
+  const int lane = current().linear % 32;
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::snprintf(buf, sizeof buf,
+                  "ldmatrix: lane %d's row address %p is not 16-byte aligned, which PTX requires, "
+                  "at %s:%d",
+                  lane, row, site.file, site.line);
+    fault(cudaErrorMisalignedAddress, buf);
+  }
+  if (!in_shared_memory(row, 16)) {
+    std::snprintf(buf, sizeof buf,
+                  "ldmatrix: lane %d's row address %p is not in the block's shared memory "
+                  "(ldmatrix reads .shared only), at %s:%d",
+                  lane, row, site.file, site.line);
+    fault(cudaErrorIllegalAddress, buf);
+  }
+}
+
 // Every lane's registers from up to four 8 x 8 b16 matrices whose rows the
-// lanes address.
+// lanes read.
 void BlockRunner::compute_ldmatrix(int w) {
   auto lane_of = [&](int l) -> const detail::LdMatrixLane& {
     return *static_cast<const detail::LdMatrixLane*>(
@@ -85,22 +107,7 @@ void BlockRunner::compute_ldmatrix(int w) {
     if (x.count != count || x.trans != first.trans)
       fault(cudaErrorLaunchFailure, "ldmatrix: the lanes of warp " + std::to_string(w) +
                                         " disagree on the matrix count or .trans");
-    if (l >= 8 * count) continue;
-    char buf[256];
-    if (reinterpret_cast<uintptr_t>(x.row) % 16 != 0) {
-      std::snprintf(buf, sizeof buf,
-                    "ldmatrix: lane %d's row address %p is not 16-byte aligned, which PTX requires",
-                    l, x.row);
-      fault(cudaErrorMisalignedAddress, buf);
-    }
-    if (!in_shared_memory(x.row, 16)) {
-      std::snprintf(buf, sizeof buf,
-                    "ldmatrix: lane %d's row address %p is not in the block's shared memory "
-                    "(ldmatrix reads .shared only)",
-                    l, x.row);
-      fault(cudaErrorIllegalAddress, buf);
-    }
-    std::memcpy(m[l / 8][l % 8], x.row, 16);
+    if (l < 8 * count) std::memcpy(m[l / 8][l % 8], x.row, 16);
   }
   for (int l = 0; l < 32; ++l) {
     const detail::LdMatrixLane& x = lane_of(l);

@@ -63,13 +63,18 @@ void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_b
                                int B, int T, int NH, int hs, cudaStream_t stream);
 
 // ---- tensor-core variant (attention_tc.cu): bf16 only, hs % 16 == 0, hs <= 128 ----
-// Same contract as above (outputs, saved lse, scratch); the products run on
-// WMMA bf16 tensor cores with fp32 accumulation, and P and dS are rounded to
-// bf16 before their products (FlashAttention-2's precision), so results
-// differ from the fp32-math kernels above by bf16 rounding (~1e-2 relative).
-// The forward makes two passes over the keys (statistics, then output) so no
-// accumulator is ever rescaled. Not yet run on a GPU: CudaOps uses it only
-// when CudaContextOptions::attention_tensor_cores is set.
+// Same contract as above (outputs, saved lse, scratch); FlashAttention-2's
+// structure: the products run on mma.sync bf16 tensor cores with fp32
+// accumulation, one pass over the keys with an online softmax, S and P in
+// registers (P's accumulators reused as the next product's A operand), causal
+// tiles skipped, and the backward as two deterministic kernels (dK/dV per key
+// tile, dQ per query tile). P and dS are rounded to bf16 before their
+// products, so results differ from the fp32-math kernels above by bf16
+// rounding (~1e-2 relative). The forward's P is exp(S - running max), not yet
+// normalised: O is divided by the row sum at the end. CudaOps uses it for
+// bf16 when CudaContextOptions::attention_tensor_cores is set (the trainer's
+// runtime.attention, on by default). Registers and occupancy: README
+// ("The kernels' resources").
 bool attention_tc_supported(int hs);
 void attention_forward_tc(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
                           int NH, int hs, cudaStream_t stream);

@@ -1,65 +1,68 @@
-// Tensor-core (WMMA, bf16 in, fp32 accumulate) variant of the flash-style
-// causal attention in attention.cu, for bf16 tensors with hs % 16 == 0. Same
-// layouts, same saved log-sum-exp, same D scratch, same assigned outputs; see
-// attention.cuh for the contract (the *_tc launchers there).
+// Tensor-core causal attention for bf16 tensors with hs % 16 == 0, in
+// FlashAttention-2's shape: one pass over the keys with an online softmax, S
+// and P never leave registers, and P's accumulator fragments are reused as
+// the A operand of P V. Same layouts, saved log-sum-exp, D scratch and
+// assigned outputs as the SIMT kernels in attention.cu; see attention.cuh for
+// the contract (the *_tc launchers).
 //
-// Structure: a block of 4 warps owns 64 rows (queries in the forward and dq
-// kernels, keys in the dkdv kernel); warp w owns rows [16w, 16w + 16). Each
-// product is WMMA 16x16x16 on bf16 tiles in shared memory. Everything
-// elementwise (mask, exp, the softmax statistics, dS) is done in fp32 on a
-// copy of the warp's accumulators stored to shared memory in row-major order,
-// so no assumption is made about the (unspecified) fragment layout: two lanes
-// per row, 32 columns each.
-//   forward, two passes over the key tiles (no rescaling of accumulators):
-//     1. S = Q K^T -> running row max m and sum l   => lse = m + log l
-//     2. S again, P = exp(S - lse) (final, normalised) as bf16, O += P V.
-//   dkdv: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - D) * scale;
-//         dV += P^T dO, dK += dS^T Q, accumulated in fragments over query tiles.
-//   dq:   S, P, dP = dO V^T, dS * scale; dQ += dS K over key tiles.
-// P and dS are rounded to bf16 for the tensor-core products (as in
-// FlashAttention-2); accumulation and statistics stay fp32. Deterministic: no
-// atomics, a fixed order of tiles and products.
-#include <mma.h>
-
+// Products are mma.sync.m16n8k16 (bf16 in, fp32 accumulate) on fragments
+// loaded from shared memory with ldmatrix (kernels/cuda/mma_sm80.cuh, which
+// lists the fragment layouts this file relies on). A block of 4 warps owns 64
+// rows (queries in the forward and dq kernels, keys in the dkdv kernel); warp
+// w owns rows [16w, 16w + 16), so every softmax statistic lives in one warp:
+// lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 of its warp's 16,
+// columns 2t, 2t + 1 of every 8-column tile, and a row's reductions are two
+// shuffles across the 4 lanes of a quad.
+//   forward: for each key tile (causal: tiles 0..qt only, the mask applied on
+//            the diagonal tile alone): S = Q K^T, running max m and sum l in
+//            the log2 domain, O rescaled by exp2(m_old - m_new), P = exp2(S -
+//            m) rounded to bf16 as A fragments, O += P V. At the end O /= l
+//            and lse = (m + log2 l) ln 2.
+//   dkdv:    per key tile, over query tiles kt..last: S^T = K Q^T, P^T =
+//            exp(S^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T -
+//            D) scale, dK += dS^T Q; dK, dV accumulated in registers.
+//   dq:      per query tile, over key tiles 0..qt: S, P, dP = dO V^T, dS, dQ += dS K.
+// P and dS are rounded to bf16 for their products (FlashAttention-2's
+// precision); statistics, accumulators and softmax math are fp32.
+// Deterministic: no atomics, a fixed order of tiles and products.
+//
+// Shared memory: bf16 tiles of 64 rows with a row stride of HSP + 8 elements
+// (HSP = hs rounded up to 64 or 128), so the 8 row addresses of an ldmatrix
+// fall in distinct bank groups and the fragment stores are conflict-free.
 #include <cmath>
 
+#include "kernels/core/attention_kernels.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/mma_sm80.cuh"
 
 namespace gt::cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
 
 constexpr int kTile = 64;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * dev::kWarpSize;  // 128
-constexpr int kLdF = kTile + 4;                     // fp32 (64 x 64) staging row stride
-constexpr int kLdP = kTile + 8;                     // bf16 (64 x 64) P / dS row stride
+constexpr int kKeyNTiles = kTile / 8;              // 8-column score tiles per 64 keys
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 template <int HSP>
-constexpr int ld_bf() { return HSP + 8; }  // bf16 (64 x HSP) tile row stride (16-byte rows)
-template <int HSP>
-constexpr int ld_out() { return HSP + 4; }  // fp32 (64 x HSP) output staging row stride
-
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+constexpr int kLd = HSP + 8;  // bf16 elements per shared row (a 16-byte multiple)
 
 struct Dims {
   int T, NH, hs, C;
   float scale;
-  bool vec;  // 16-byte loads legal (base pointers aligned; C, hs multiples of 8)
+  bool vec;  // 16-byte global accesses legal (base pointers aligned; C, hs multiples of 8)
 };
 
 // Rows [0, rows) x columns [0, hs) of a strided bf16 slice into a (64 x HSP)
-// bf16 shared tile; the rest of the tile (columns < HSP) is zero.
+// shared tile; the rest of the tile (rows < 64, columns < HSP) is zero.
 template <int HSP>
 __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t row_stride, int rows,
                                           int hs, bool vec) {
-  constexpr int LD = ld_bf<HSP>();
+  constexpr int LD = kLd<HSP>;
   if (vec) {
     constexpr int kPerRow = HSP / 8;
     for (int e = threadIdx.x; e < kTile * kPerRow; e += kThreads) {
@@ -76,333 +79,374 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t ro
   }
 }
 
-// acc[j] (16 x 16 block j of the warp's 16 x 64 result) = A (16 x HSP, rows of
-// `a`) times B^T where B is (64 x HSP) row-major: S = Q K^T and friends.
+// ---- fragment loads (ldmatrix address patterns) ----------------------------------
+// A fragment of rows [r0, r0 + 16) x columns [c0, c0 + 16) of a row-major tile.
 template <int HSP>
-__device__ __forceinline__ void warp_abt(FragC (&acc)[kTile / 16], const bf16* a, const bf16* b) {
-  constexpr int LD = ld_bf<HSP>();
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int r0, int c0) {
+  const int lane = threadIdx.x % dev::kWarpSize;
+  dev::ldmatrix_x4<false>(a, tile + (r0 + lane % 16) * kLd<HSP> + c0 + (lane / 16) * 8);
+}
+// B fragments of two 8-column tiles for X Y^T, Y row-major with its rows
+// [n0, n0 + 16) as the product's columns and its columns [k0, k0 + 16) as k:
+// b[0..1] for columns n0..n0+7, b[2..3] for n0+8..n0+15.
+template <int HSP>
+__device__ __forceinline__ void load_b_t(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
+  const int lane = threadIdx.x % dev::kWarpSize;
+  dev::ldmatrix_x4<false>(
+      b, tile + (n0 + lane % 8 + (lane / 16) * 8) * kLd<HSP> + k0 + ((lane / 8) % 2) * 8);
+}
+// B fragments of two 8-column tiles for X Y, Y row-major with its rows
+// [k0, k0 + 16) as k and its columns [n0, n0 + 16) as the product's columns.
+template <int HSP>
+__device__ __forceinline__ void load_b(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
+  const int lane = threadIdx.x % dev::kWarpSize;
+  dev::ldmatrix_x4<true>(
+      b, tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * kLd<HSP> + n0 + (lane / 16) * 8);
+}
+
+__device__ __forceinline__ void mma2(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                     const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+  dev::mma_bf16_16816(d0, a, b0);
+  dev::mma_bf16_16816(d1, a, b1);
+}
+
+// acc (the warp's 16 x 64 scores) = rows [r0, r0 + 16) of `x` times the 64
+// rows of `y` transposed, over the HSP columns of both: S = Q K^T and kin.
+template <int HSP>
+__device__ __forceinline__ void scores(float (&acc)[kKeyNTiles][4], const bf16* x, int r0,
+                                       const bf16* y) {
 #pragma unroll
-  for (int j = 0; j < kTile / 16; ++j) wmma::fill_fragment(acc[j], 0.f);
+  for (int j = 0; j < kKeyNTiles; ++j)
 #pragma unroll
-  for (int k = 0; k < HSP / 16; ++k) {
-    FragA fa;
-    wmma::load_matrix_sync(fa, a + k * 16, LD);
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 #pragma unroll
-    for (int j = 0; j < kTile / 16; ++j) {
-      FragBt fb;  // B^T (d x key) is B (key x d) read column-major
-      wmma::load_matrix_sync(fb, b + j * 16 * LD + k * 16, LD);
-      wmma::mma_sync(acc[j], fa, fb, acc[j]);
+  for (int kd = 0; kd < HSP / 16; ++kd) {
+    uint32_t a[4];
+    load_a<HSP>(a, x, r0, kd * 16);
+#pragma unroll
+    for (int np = 0; np < kKeyNTiles / 2; ++np) {
+      uint32_t b[4];
+      load_b_t<HSP>(b, y, np * 16, kd * 16);
+      mma2(acc[2 * np], acc[2 * np + 1], a, b);
     }
   }
 }
 
-// acc[j] += P (16 x 64, rows of `p`, stride kLdP) times V (64 x HSP row-major).
+// acc (16 x HSP) += P (the warp's 16 x 64, as fp32 accumulators, rounded to
+// bf16 here) times the (64 x HSP) row-major tile `y`: O += P V and kin.
 template <int HSP>
-__device__ __forceinline__ void warp_ab(FragC (&acc)[HSP / 16], const bf16* p, const bf16* v) {
-  constexpr int LD = ld_bf<HSP>();
+__device__ __forceinline__ void accumulate_pv(float (&acc)[HSP / 8][4],
+                                              const float (&p)[kKeyNTiles][4], const bf16* y) {
 #pragma unroll
-  for (int k = 0; k < kTile / 16; ++k) {
-    FragA fa;
-    wmma::load_matrix_sync(fa, p + k * 16, kLdP);
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    const uint32_t a[4] = {dev::pack_bf16(p[2 * kk][0], p[2 * kk][1]),
+                           dev::pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                           dev::pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           dev::pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
-    for (int j = 0; j < HSP / 16; ++j) {
-      FragB fb;
-      wmma::load_matrix_sync(fb, v + k * 16 * LD + j * 16, LD);
-      wmma::mma_sync(acc[j], fa, fb, acc[j]);
+    for (int dp = 0; dp < HSP / 16; ++dp) {
+      uint32_t b[4];
+      load_b<HSP>(b, y, kk * 16, dp * 16);
+      mma2(acc[2 * dp], acc[2 * dp + 1], a, b);
     }
   }
 }
 
-__device__ __forceinline__ void store_scores(float* s_warp, FragC (&acc)[kTile / 16]) {
+template <int NT>
+__device__ __forceinline__ void zero(float (&acc)[NT][4]) {
 #pragma unroll
-  for (int j = 0; j < kTile / 16; ++j)
-    wmma::store_matrix_sync(s_warp + j * 16, acc[j], kLdF, wmma::mem_row_major);
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 }
 
-// Writes the warp's (16 x HSP) fragments to fp32 staging, then rows [row0 +
-// 16w, ...) columns < hs to global memory as bf16 (times `mult`).
+// Writes the warp's (16 x HSP) accumulators times a per-row factor (rows g,
+// g + 8 of the lane: mult[0], mult[1]) as bf16 into its 16 rows of the shared
+// tile `stage`, then copies rows < valid_rows, columns < hs, to `dst` (row
+// stride `row_stride`). The warp must own those stage rows (no other warp
+// reads or writes them from here on).
 template <int HSP>
 __device__ __forceinline__ void write_rows(bf16* dst, int64_t row_stride, int valid_rows,
-                                           float* stage_warp, FragC (&acc)[HSP / 16], int hs,
-                                           float mult) {
-  constexpr int LDO = ld_out<HSP>();
-  const int lane = threadIdx.x % dev::kWarpSize;
+                                           bf16* stage, const float (&acc)[HSP / 8][4],
+                                           const float (&mult)[2], int hs, bool vec) {
+  constexpr int LD = kLd<HSP>;
+  const int lane = threadIdx.x % dev::kWarpSize, g = lane / 4, t = lane % 4;
+  __syncwarp();  // other lanes' ldmatrix reads of these rows come before our writes
 #pragma unroll
-  for (int j = 0; j < HSP / 16; ++j)
-    wmma::store_matrix_sync(stage_warp + j * 16, acc[j], LDO, wmma::mem_row_major);
+  for (int j = 0; j < HSP / 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      *reinterpret_cast<uint32_t*>(stage + (g + 8 * half) * LD + j * 8 + 2 * t) =
+          dev::pack_bf16(acc[j][2 * half] * mult[half], acc[j][2 * half + 1] * mult[half]);
   __syncwarp();
-  for (int e = lane; e < 16 * hs; e += dev::kWarpSize) {
-    const int r = e / hs, d = e % hs;
-    if (r < valid_rows) dst[r * row_stride + d] = __float2bfloat16_rn(stage_warp[r * LDO + d] * mult);
+  if (vec) {
+    constexpr int kPerRow = HSP / 8;
+    for (int e = lane; e < 16 * kPerRow; e += dev::kWarpSize) {
+      const int r = e / kPerRow, d0 = (e % kPerRow) * 8;
+      if (r < valid_rows && d0 < hs)
+        *reinterpret_cast<uint4*>(dst + r * row_stride + d0) =
+            *reinterpret_cast<const uint4*>(stage + r * LD + d0);
+    }
+  } else {
+    for (int e = lane; e < 16 * hs; e += dev::kWarpSize) {
+      const int r = e / hs, d = e % hs;
+      if (r < valid_rows) dst[r * row_stride + d] = stage[r * LD + d];
+    }
   }
   __syncwarp();
-}
-
-template <int HSP>
-constexpr size_t forward_smem_bytes() {
-  return 3 * kTile * ld_bf<HSP>() * sizeof(bf16)  // q, k, v
-         + kTile * kLdF * sizeof(float)           // scores
-         + kTile * kLdP * sizeof(bf16)            // P
-         + kTile * sizeof(float);                 // lse
 }
 
 // ---- forward --------------------------------------------------------------------
 template <int HSP>
+constexpr size_t forward_smem_bytes() {
+  return 3 * kTile * kLd<HSP> * sizeof(bf16);  // q, k, v
+}
+
+template <int HSP>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_tc_kernel(bf16* out, float* lse, const bf16* qkv, Dims dm) {
-  constexpr int LD = ld_bf<HSP>();
-  unsigned char* smem_raw = dev::dynamic_shared_memory<unsigned char>();
-  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
+  constexpr int LD = kLd<HSP>;
+  bf16* q_s = dev::dynamic_shared_memory<bf16>();
   bf16* k_s = q_s + kTile * LD;
   bf16* v_s = k_s + kTile * LD;
-  float* s_s = reinterpret_cast<float*>(v_s + kTile * LD);
-  bf16* p_s = reinterpret_cast<bf16*>(s_s + kTile * kLdF);
-  float* lse_s = reinterpret_cast<float*>(p_s + kTile * kLdP);
-  float* stage = reinterpret_cast<float*>(k_s);  // output staging, after the last tile
 
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);  // longest rows first
   const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
   const int C3 = 3 * dm.C;
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
+  const int g = lane / 4, t = lane % 4;
   const int q0 = qt * kTile;
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const bf16* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
-  load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, min(kTile, dm.T - q0), dm.hs, dm.vec);
+  load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, min(kTile, dm.T - q0), dm.hs,
+                 dm.vec);
 
-  // This lane's row of the warp's 16, and which half of the 64 columns.
-  const int r = warp * 16 + lane / 2, qr = q0 + r, c0 = (lane % 2) * 32;
-  float* s_row = s_s + r * kLdF;
-  FragC acc[kTile / 16];
-
-  // Pass 1: the row statistics.
-  float m = -INFINITY, l = 0.f;
+  const float sl2 = dm.scale * kLog2e;  // scores go straight to the log2 domain
+  float o[HSP / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float s[kKeyNTiles][4];
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
-    __syncthreads();
+    __syncthreads();  // everyone is done with the previous k_s / v_s
     load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, min(kTile, dm.T - k0),
                    dm.hs, dm.vec);
+    load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, min(kTile, dm.T - k0),
+                   dm.hs, dm.vec);
     __syncthreads();
-    warp_abt<HSP>(acc, q_s + warp * 16 * LD, k_s);
-    store_scores(s_s + warp * 16 * kLdF, acc);
-    __syncwarp();
-    float mx = -INFINITY;
-    for (int c = c0; c < c0 + 32; ++c) {
-      const int kc = k0 + c;
-      if (kc <= qr && kc < dm.T) mx = fmaxf(mx, s_row[c] * dm.scale);
+    scores<HSP>(s, q_s, warp * 16, k_s);
+
+    // Scale into the log2 domain; mask keys after the row (the diagonal tile)
+    // and past T (the last tile) only where they can occur.
+    const bool masked = kt == qt || k0 + kTile > dm.T;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + j * 8 + 2 * t + (i & 1);
+        float x = s[j][i] * sl2;
+        if (masked && (key > row[i >> 1] || key >= dm.T)) x = -INFINITY;
+        s[j][i] = x;
+        mx[i >> 1] = fmaxf(mx[i >> 1], x);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFullMask, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFullMask, mx[r], 2));
+      // Finite for every row: key k0 <= row is in every tile this row visits.
+      const float m_new = fmaxf(m[r], mx[r]);
+      alpha[r] = exp2f(m[r] - m_new);  // 0 on the first tile (m = -inf)
+      m[r] = m_new;
+      l[r] *= alpha[r];
     }
-    mx = fmaxf(mx, __shfl_xor_sync(dev::kFullMask, mx, 1));
-    const float m_new = fmaxf(m, mx);  // finite: key k0 <= qr is in every tile
-    float sum = 0.f;
-    for (int c = c0; c < c0 + 32; ++c) {
-      const int kc = k0 + c;
-      if (kc <= qr && kc < dm.T) sum += expf(s_row[c] * dm.scale - m_new);
-    }
-    sum += __shfl_xor_sync(dev::kFullMask, sum, 1);
-    l = l * expf(m - m_new) + sum;
-    m = m_new;
-    __syncwarp();  // s_s is rewritten by the next tile
-  }
-  const float row_lse = m + logf(l);
-  if (lane % 2 == 0) {
-    lse_s[r] = row_lse;
-    if (qr < dm.T) lse[static_cast<int64_t>(bh) * dm.T + qr] = row_lse;
+#pragma unroll
+    for (int j = 0; j < HSP / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[j][i] *= alpha[i >> 1];
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2f(s[j][i] - m[i >> 1]);
+        s[j][i] = p;
+        l[i >> 1] += p;
+      }
+    accumulate_pv<HSP>(o, s, v_s);
   }
 
-  // Pass 2: O = sum over tiles of exp(S - lse) V.
-  FragC o[HSP / 16];
+  float inv[2];
 #pragma unroll
-  for (int j = 0; j < HSP / 16; ++j) wmma::fill_fragment(o[j], 0.f);
-  for (int kt = 0; kt <= qt; ++kt) {
-    const int k0 = kt * kTile;
-    __syncthreads();
-    const bf16* kv = base + static_cast<int64_t>(k0) * C3;
-    load_tile<HSP>(k_s, kv + dm.C, C3, min(kTile, dm.T - k0), dm.hs, dm.vec);
-    load_tile<HSP>(v_s, kv + 2 * dm.C, C3, min(kTile, dm.T - k0), dm.hs, dm.vec);
-    __syncthreads();
-    warp_abt<HSP>(acc, q_s + warp * 16 * LD, k_s);
-    store_scores(s_s + warp * 16 * kLdF, acc);
-    __syncwarp();
-    for (int c = c0; c < c0 + 32; ++c) {
-      const int kc = k0 + c;
-      const float p = (kc <= qr && kc < dm.T) ? expf(s_row[c] * dm.scale - row_lse) : 0.f;
-      p_s[r * kLdP + c] = __float2bfloat16_rn(p);
-    }
-    __syncwarp();
-    warp_ab<HSP>(o, p_s + warp * 16 * kLdP, v_s);
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(dev::kFullMask, l[r], 1);
+    l[r] += __shfl_xor_sync(dev::kFullMask, l[r], 2);
+    inv[r] = 1.f / l[r];
+    if (t == 0 && row[r] < dm.T)
+      lse[static_cast<int64_t>(bh) * dm.T + row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
-  __syncthreads();  // every warp is done with k_s / v_s: the staging reuses them
+  // q_s's rows of this warp were read by this warp only (its Q fragments).
   bf16* out_rows = out + (static_cast<int64_t>(b) * dm.T + q0 + warp * 16) * dm.C + h * dm.hs;
-  write_rows<HSP>(out_rows, dm.C, dm.T - q0 - warp * 16, stage + warp * 16 * ld_out<HSP>(), o,
-                  dm.hs, 1.f);
+  write_rows<HSP>(out_rows, dm.C, dm.T - q0 - warp * 16, q_s + warp * 16 * LD, o, inv, dm.hs,
+                  dm.vec);
 }
 
-// ---- backward: dK, dV ------------------------------------------------------------
+// ---- backward: dK, dV -----------------------------------------------------------
 template <int HSP>
 constexpr size_t dkdv_smem_bytes() {
-  return 4 * kTile * ld_bf<HSP>() * sizeof(bf16)  // k, v, q, dout
-         + kTile * kLdF * sizeof(float)           // S^T, then dP^T
-         + 2 * kTile * kLdP * sizeof(bf16)        // P^T, dS^T
-         + 2 * kTile * sizeof(float);             // lse, D
+  return 4 * kTile * kLd<HSP> * sizeof(bf16)  // k, v, q, dout
+         + 2 * kTile * sizeof(float);         // lse (log2 domain), D
 }
 
+// ptxas gives it 168 registers at HSP = 64 unasked (3 blocks per SM), with a
+// few bytes spilled; asking for 3 blocks explicitly spills more.
 template <int HSP>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_tc_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                              const float* D, Dims dm) {
-  constexpr int LD = ld_bf<HSP>();
-  unsigned char* smem_raw = dev::dynamic_shared_memory<unsigned char>();
-  bf16* k_s = reinterpret_cast<bf16*>(smem_raw);
+  constexpr int LD = kLd<HSP>;
+  bf16* k_s = dev::dynamic_shared_memory<bf16>();
   bf16* v_s = k_s + kTile * LD;
   bf16* q_s = v_s + kTile * LD;
   bf16* do_s = q_s + kTile * LD;
-  float* s_s = reinterpret_cast<float*>(do_s + kTile * LD);
-  bf16* pt_s = reinterpret_cast<bf16*>(s_s + kTile * kLdF);
-  bf16* dst_s = pt_s + kTile * kLdP;
-  float* lse_s = reinterpret_cast<float*>(dst_s + kTile * kLdP);
+  float* lse_s = reinterpret_cast<float*>(do_s + kTile * LD);
   float* d_s = lse_s + kTile;
-  float* stage = reinterpret_cast<float*>(q_s);  // output staging, after the last tile
 
   const int n_tiles = (dm.T + kTile - 1) / kTile;
-  const int kt = blockIdx.y;  // key tile 0 sees every query tile: the longest first
+  const int kt = blockIdx.y;  // the first key tiles see the most queries: they run first
   const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
   const int C3 = 3 * dm.C;
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
+  const int g = lane / 4, t = lane % 4;
   const int k0 = kt * kTile;
+  const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   const bf16* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
   const bf16* dout_base = dout + static_cast<int64_t>(b) * dm.T * dm.C + h * dm.hs;
-  load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, min(kTile, dm.T - k0),
-                 dm.hs, dm.vec);
-  load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, min(kTile, dm.T - k0),
-                 dm.hs, dm.vec);
+  const int key_rows = min(kTile, dm.T - k0);
+  load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, key_rows, dm.hs, dm.vec);
+  load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, key_rows, dm.hs, dm.vec);
 
-  // This lane's key row of the warp's 16, and which half of the 64 query columns.
-  const int c = warp * 16 + lane / 2, kc = k0 + c, r0 = (lane % 2) * 32;
-  float* s_row = s_s + c * kLdF;
-  FragC acc[kTile / 16], dk[HSP / 16], dv[HSP / 16];
-#pragma unroll
-  for (int j = 0; j < HSP / 16; ++j) {
-    wmma::fill_fragment(dk[j], 0.f);
-    wmma::fill_fragment(dv[j], 0.f);
-  }
+  const float sl2 = dm.scale * kLog2e;
+  float dk[HSP / 8][4], dv[HSP / 8][4];
+  zero(dk);
+  zero(dv);
+  float p[kKeyNTiles][4], dp[kKeyNTiles][4];  // (16 keys x 64 queries): P^T, dP^T
   for (int qt = kt; qt < n_tiles; ++qt) {
-    const int q0 = qt * kTile, rows = min(kTile, dm.T - q0);
-    __syncthreads();
-    load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, rows, dm.hs, dm.vec);
-    load_tile<HSP>(do_s, dout_base + static_cast<int64_t>(q0) * dm.C, dm.C, rows, dm.hs, dm.vec);
+    const int q0 = qt * kTile, q_rows = min(kTile, dm.T - q0);
+    __syncthreads();  // everyone is done with the previous q_s / do_s / lse_s / d_s
+    load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, q_rows, dm.hs, dm.vec);
+    load_tile<HSP>(do_s, dout_base + static_cast<int64_t>(q0) * dm.C, dm.C, q_rows, dm.hs, dm.vec);
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
-      lse_s[i] = i < rows ? lse[static_cast<int64_t>(bh) * dm.T + q0 + i] : 0.f;
-      d_s[i] = i < rows ? D[static_cast<int64_t>(bh) * dm.T + q0 + i] : 0.f;
+      const int64_t at = static_cast<int64_t>(bh) * dm.T + q0 + i;
+      lse_s[i] = i < q_rows ? lse[at] * kLog2e : 0.f;
+      d_s[i] = i < q_rows ? D[at] : 0.f;
     }
     __syncthreads();
 
-    warp_abt<HSP>(acc, k_s + warp * 16 * LD, q_s);  // S^T (keys x queries)
-    store_scores(s_s + warp * 16 * kLdF, acc);
-    __syncwarp();
-    float p[32];
+    scores<HSP>(p, k_s, warp * 16, q_s);  // S^T = K Q^T
+    const bool masked = qt == kt || q0 + kTile > dm.T;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int r = r0 + i, qr = q0 + r;
-      p[i] = (kc <= qr && qr < dm.T && kc < dm.T) ? expf(s_row[r] * dm.scale - lse_s[r]) : 0.f;
-      pt_s[c * kLdP + r] = __float2bfloat16_rn(p[i]);
-    }
-    __syncwarp();
-    warp_abt<HSP>(acc, v_s + warp * 16 * LD, do_s);  // dP^T (keys x queries)
-    store_scores(s_s + warp * 16 * kLdF, acc);
-    __syncwarp();
+    for (int j = 0; j < kKeyNTiles; ++j)
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int r = r0 + i;
-      dst_s[c * kLdP + r] = __float2bfloat16_rn(p[i] * (s_row[r] - d_s[r]) * dm.scale);
-    }
-    __syncwarp();
-    warp_ab<HSP>(dv, pt_s + warp * 16 * kLdP, do_s);  // dV += P^T dO
-    warp_ab<HSP>(dk, dst_s + warp * 16 * kLdP, q_s);  // dK += (scale dS^T) Q
+      for (int i = 0; i < 4; ++i) {
+        const int qc = j * 8 + 2 * t + (i & 1), q = q0 + qc;
+        const bool live = !masked || (key[i >> 1] <= q && q < dm.T);
+        p[j][i] = live ? exp2f(p[j][i] * sl2 - lse_s[qc]) : 0.f;
+      }
+    accumulate_pv<HSP>(dv, p, do_s);  // dV += P^T dO
+
+    scores<HSP>(dp, v_s, warp * 16, do_s);  // dP^T = V dO^T
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int qc = j * 8 + 2 * t + (i & 1);
+        dp[j][i] = p[j][i] * (dp[j][i] - d_s[qc]) * dm.scale;  // dS^T, scaled
+      }
+    accumulate_pv<HSP>(dk, dp, q_s);  // dK += dS^T Q
   }
-  __syncthreads();  // every warp is done with q_s / do_s: the staging reuses them
-  bf16* dk_rows = dqkv + (static_cast<int64_t>(b) * dm.T + k0 + warp * 16) * C3 + dm.C + h * dm.hs;
-  float* stage_warp = stage + warp * 16 * ld_out<HSP>();
+
+  __syncthreads();  // every warp is done with q_s / do_s: they stage the results
+  const float one[2] = {1.f, 1.f};
   const int valid = dm.T - k0 - warp * 16;
-  write_rows<HSP>(dk_rows, C3, valid, stage_warp, dk, dm.hs, 1.f);
-  write_rows<HSP>(dk_rows + dm.C, C3, valid, stage_warp, dv, dm.hs, 1.f);
+  bf16* rows = dqkv + (static_cast<int64_t>(b) * dm.T + k0 + warp * 16) * C3 + h * dm.hs;
+  write_rows<HSP>(rows + dm.C, C3, valid, q_s + warp * 16 * LD, dk, one, dm.hs, dm.vec);
+  write_rows<HSP>(rows + 2 * dm.C, C3, valid, do_s + warp * 16 * LD, dv, one, dm.hs, dm.vec);
+  (void)key;
 }
 
-// ---- backward: dQ ----------------------------------------------------------------
+// ---- backward: dQ ---------------------------------------------------------------
 template <int HSP>
 constexpr size_t dq_smem_bytes() {
-  return 4 * kTile * ld_bf<HSP>() * sizeof(bf16)  // q, dout, k, v
-         + kTile * kLdF * sizeof(float)           // S, then dP
-         + kTile * kLdP * sizeof(bf16)            // dS
-         + 2 * kTile * sizeof(float);             // lse, D
+  return 4 * kTile * kLd<HSP> * sizeof(bf16);  // q, dout, k, v
 }
 
 template <int HSP>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_tc_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                            const float* D, Dims dm) {
-  constexpr int LD = ld_bf<HSP>();
-  unsigned char* smem_raw = dev::dynamic_shared_memory<unsigned char>();
-  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
+  constexpr int LD = kLd<HSP>;
+  bf16* q_s = dev::dynamic_shared_memory<bf16>();
   bf16* do_s = q_s + kTile * LD;
   bf16* k_s = do_s + kTile * LD;
   bf16* v_s = k_s + kTile * LD;
-  float* s_s = reinterpret_cast<float*>(v_s + kTile * LD);
-  bf16* ds_s = reinterpret_cast<bf16*>(s_s + kTile * kLdF);
-  float* lse_s = reinterpret_cast<float*>(ds_s + kTile * kLdP);
-  float* d_s = lse_s + kTile;
-  float* stage = reinterpret_cast<float*>(k_s);  // output staging, after the last tile
 
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);  // longest rows first
   const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
   const int C3 = 3 * dm.C;
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
-  const int q0 = qt * kTile, rows = min(kTile, dm.T - q0);
+  const int g = lane / 4, t = lane % 4;
+  const int q0 = qt * kTile, q_rows = min(kTile, dm.T - q0);
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const bf16* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
-  load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, rows, dm.hs, dm.vec);
-  load_tile<HSP>(do_s, dout + (static_cast<int64_t>(b) * dm.T + q0) * dm.C + h * dm.hs, dm.C, rows,
-                 dm.hs, dm.vec);
-  for (int i = threadIdx.x; i < kTile; i += kThreads) {
-    lse_s[i] = i < rows ? lse[static_cast<int64_t>(bh) * dm.T + q0 + i] : 0.f;
-    d_s[i] = i < rows ? D[static_cast<int64_t>(bh) * dm.T + q0 + i] : 0.f;
+  load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, q_rows, dm.hs, dm.vec);
+  load_tile<HSP>(do_s, dout + (static_cast<int64_t>(b) * dm.T + q0) * dm.C + h * dm.hs, dm.C,
+                 q_rows, dm.hs, dm.vec);
+  float row_lse[2], row_d[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool in = row[r] < dm.T;
+    row_lse[r] = in ? lse[static_cast<int64_t>(bh) * dm.T + row[r]] * kLog2e : 0.f;
+    row_d[r] = in ? D[static_cast<int64_t>(bh) * dm.T + row[r]] : 0.f;
   }
 
-  const int r = warp * 16 + lane / 2, qr = q0 + r, c0 = (lane % 2) * 32;
-  float* s_row = s_s + r * kLdF;
-  FragC acc[kTile / 16], dq[HSP / 16];
-#pragma unroll
-  for (int j = 0; j < HSP / 16; ++j) wmma::fill_fragment(dq[j], 0.f);
+  const float sl2 = dm.scale * kLog2e;
+  float dq[HSP / 8][4];
+  zero(dq);
+  float p[kKeyNTiles][4], dp[kKeyNTiles][4];  // (16 queries x 64 keys): P, dP
   for (int kt = 0; kt <= qt; ++kt) {
-    const int k0 = kt * kTile;
-    __syncthreads();  // (also orders the loads above before the first use)
-    const bf16* kv = base + static_cast<int64_t>(k0) * C3;
-    load_tile<HSP>(k_s, kv + dm.C, C3, min(kTile, dm.T - k0), dm.hs, dm.vec);
-    load_tile<HSP>(v_s, kv + 2 * dm.C, C3, min(kTile, dm.T - k0), dm.hs, dm.vec);
+    const int k0 = kt * kTile, key_rows = min(kTile, dm.T - k0);
+    __syncthreads();  // everyone is done with the previous k_s / v_s
+    load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, key_rows, dm.hs, dm.vec);
+    load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, key_rows, dm.hs,
+                   dm.vec);
     __syncthreads();
 
-    warp_abt<HSP>(acc, q_s + warp * 16 * LD, k_s);  // S
-    store_scores(s_s + warp * 16 * kLdF, acc);
-    __syncwarp();
-    float p[32];
-    const float row_lse = lse_s[r], row_d = d_s[r];
+    scores<HSP>(p, q_s, warp * 16, k_s);  // S = Q K^T
+    const bool masked = kt == qt || k0 + kTile > dm.T;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int kc = k0 + c0 + i;
-      p[i] = (kc <= qr && kc < dm.T && qr < dm.T) ? expf(s_row[c0 + i] * dm.scale - row_lse) : 0.f;
-    }
-    __syncwarp();
-    warp_abt<HSP>(acc, do_s + warp * 16 * LD, v_s);  // dP
-    store_scores(s_s + warp * 16 * kLdF, acc);
-    __syncwarp();
+    for (int j = 0; j < kKeyNTiles; ++j)
 #pragma unroll
-    for (int i = 0; i < 32; ++i)
-      ds_s[r * kLdP + c0 + i] = __float2bfloat16_rn(p[i] * (s_row[c0 + i] - row_d) * dm.scale);
-    __syncwarp();
-    warp_ab<HSP>(dq, ds_s + warp * 16 * kLdP, k_s);  // dQ += (scale dS) K
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + j * 8 + 2 * t + (i & 1);
+        const bool live = !masked || (key <= row[i >> 1] && key < dm.T);
+        p[j][i] = live ? exp2f(p[j][i] * sl2 - row_lse[i >> 1]) : 0.f;
+      }
+    scores<HSP>(dp, do_s, warp * 16, v_s);  // dP = dO V^T
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dp[j][i] = p[j][i] * (dp[j][i] - row_d[i >> 1]) * dm.scale;
+    accumulate_pv<HSP>(dq, dp, k_s);  // dQ += dS K
   }
-  __syncthreads();  // every warp is done with k_s / v_s: the staging reuses them
-  bf16* dq_rows = dqkv + (static_cast<int64_t>(b) * dm.T + q0 + warp * 16) * C3 + h * dm.hs;
-  write_rows<HSP>(dq_rows, C3, dm.T - q0 - warp * 16, stage + warp * 16 * ld_out<HSP>(), dq,
-                  dm.hs, 1.f);
+
+  // q_s's rows of this warp were read by this warp only.
+  const float one[2] = {1.f, 1.f};
+  bf16* rows = dqkv + (static_cast<int64_t>(b) * dm.T + q0 + warp * 16) * C3 + h * dm.hs;
+  write_rows<HSP>(rows, C3, dm.T - q0 - warp * 16, q_s + warp * 16 * LD, dq, one, dm.hs, dm.vec);
 }
 
 // ---- launchers ------------------------------------------------------------------
@@ -415,8 +459,8 @@ Dims make_dims(int T, int NH, int hs, std::initializer_list<const void*> ptrs) {
 void check_shape(const char* what, int B, int T, int NH, int hs) {
   GT_CHECK(B >= 0 && T >= 1 && NH >= 1, what, ": B = ", B, ", T = ", T, ", NH = ", NH);
   if (!attention_tc_supported(hs))
-    fail(what, ": the tensor-core kernel needs a head size that is a multiple of 16 up to 128, got ",
-         hs);
+    fail(what,
+         ": the tensor-core kernel needs a head size that is a multiple of 16 up to 128, got ", hs);
   GT_CHECK((T + kTile - 1) / kTile <= 65535, what, ": T = ", T, " exceeds the grid");
 }
 
@@ -449,16 +493,18 @@ void backward_hsp(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* ls
 
 }  // namespace
 
-bool attention_tc_supported(int hs) { return hs >= 16 && hs <= 128 && hs % 16 == 0; }
+bool attention_tc_supported(int hs) { return tensor_core_attention_supported(hs); }
 
 void attention_forward_tc(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int hs,
                           cudaStream_t stream) {
   check_shape("attention_forward_tc", B, T, NH, hs);
   if (B == 0) return;
   dev::NvtxRange range("attention_forward_tc");
-  const Dims d = make_dims(T, NH, hs, {qkv});
-  if (hs <= 64) forward_hsp<64>(out, lse, qkv, B, d, stream);
-  else forward_hsp<128>(out, lse, qkv, B, d, stream);
+  const Dims d = make_dims(T, NH, hs, {qkv, out});
+  if (hs <= 64)
+    forward_hsp<64>(out, lse, qkv, B, d, stream);
+  else
+    forward_hsp<128>(out, lse, qkv, B, d, stream);
 }
 
 void attention_backward_tc(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv,
@@ -468,9 +514,11 @@ void attention_backward_tc(bf16* dqkv, float* scratch, const bf16* dout, const b
   if (B == 0) return;
   dev::NvtxRange range("attention_backward_tc");
   attention_backward_rowdot(scratch, dout, out, B, T, NH, hs, stream);
-  const Dims d = make_dims(T, NH, hs, {qkv, dout});
-  if (hs <= 64) backward_hsp<64>(dqkv, dout, qkv, lse, scratch, B, d, stream);
-  else backward_hsp<128>(dqkv, dout, qkv, lse, scratch, B, d, stream);
+  const Dims d = make_dims(T, NH, hs, {qkv, dout, dqkv});
+  if (hs <= 64)
+    backward_hsp<64>(dqkv, dout, qkv, lse, scratch, B, d, stream);
+  else
+    backward_hsp<128>(dqkv, dout, qkv, lse, scratch, B, d, stream);
 }
 
 }  // namespace gt::cuda

@@ -175,7 +175,7 @@ __nv_bfloat16* bf(const DeviceArray<uint16_t>& a) {
 }
 
 // The two bf16 paths: the SIMT kernels (fp32 math on bf16 storage) and the
-// WMMA kernels (attention_tc.cu), whose P and dS are rounded to bf16 before
+// tensor-core kernels (attention_tc.cu), whose P and dS are rounded to bf16 before
 // their products, hence looser tolerances; and whose S sums exact bf16
 // products in the tensor cores' fp32 accumulators (not IEEE's rounding to the
 // last bit), hence near-fp32 statistics rather than fp32-accurate ones.

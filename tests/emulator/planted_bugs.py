@@ -10,8 +10,8 @@ GT_EMU_PLANTED_PARALLEL: the copy's objects take the original's place), then
 the tests of that kernel run. The sources in the repository are never
 touched. A bug counts as caught when one of these says so:
   * the CPU twin comparison (a gtest failure in the kernel's test),
-  * the emulator's own rules (a "gt-emu:" report: launch limits, wmma
-    alignment, barrier divergence, deadlock),
+  * the emulator's own rules (a "gt-emu:" report: launch limits, wmma and
+    ldmatrix alignment, barrier divergence, deadlock),
   * AddressSanitizer / UBSan (the ASan build),
   * ThreadSanitizer, with its fiber and barrier annotations (the TSan build),
   * a stream order that runs the consumer first (GT_EMU_STREAM_ORDER=reverse).
@@ -58,10 +58,15 @@ BUGS = [
          find="  launch_with_smem(attention_forward_kernel<T, HSP>, sizeof(float) * forward_smem_floats<HSP>(),",
          repl="  launch_with_smem(attention_forward_kernel<T, HSP>, sizeof(float) * (forward_smem_floats<HSP>() - kTile),",
          build="asan", tests="CudaAttention.Fp32ForwardAndBackwardMatchCpu"),
-    dict(name="wmma leading dimension off the 16-byte rule",
+    dict(name="ldmatrix row address off the 16-byte rule",
          file="kernels/cuda/attention_tc.cu",
-         find="constexpr int kLdP = kTile + 8;",
-         repl="constexpr int kLdP = kTile + 4;",
+         find="  dev::ldmatrix_x4<false>(a, tile + (r0 + lane % 16) * kLd<HSP> + c0 + (lane / 16) * 8);",
+         repl="  dev::ldmatrix_x4<false>(a, tile + (r0 + lane % 16) * kLd<HSP> + c0 + (lane / 16) * 4);",
+         build="asan", tests="CudaAttention.Bf16TensorCore*"),
+    dict(name="ldmatrix without .trans for a (k x n) operand",
+         file="kernels/cuda/attention_tc.cu",
+         find="  dev::ldmatrix_x4<true>(",
+         repl="  dev::ldmatrix_x4<false>(",
          build="asan", tests="CudaAttention.Bf16TensorCore*"),
     dict(name="missing cudaFuncSetAttribute",
          file="kernels/cuda/attention.cu",
@@ -74,22 +79,24 @@ BUGS = [
          find="  for (int o = kLanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(dev::kFullMask, v, o));",
          repl="  for (int o = kLanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(dev::kFullMask, v, o, 8));",
          build="asan", tests="CudaAttention.Fp32ForwardAndBackwardMatchCpu"),
-    dict(name="missing __syncwarp after a wmma store",
+    dict(name="WAR: barrier removed before the next key tile",
          file="kernels/cuda/attention_tc.cu",
-         find="    store_scores(s_s + warp * 16 * kLdF, acc);\n    __syncwarp();\n    float mx = -INFINITY;",
-         repl="    store_scores(s_s + warp * 16 * kLdF, acc);\n    float mx = -INFINITY;",
+         find="    __syncthreads();  // everyone is done with the previous k_s / v_s\n"
+              "    load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, min(kTile, dm.T - k0),\n",
+         repl="    load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, min(kTile, dm.T - k0),\n",
          build="tsan", tests="CudaAttention.Bf16TensorCore*"),
     dict(name="removed cudaStreamWaitEvent before a collective",
          file="parallel/nccl_communicator.cpp",
          find="  ready_.record(compute_);\n  stream_.wait(ready_.get());\n}\n\nCommHandle NcclCommunicator::finish",
          repl="  ready_.record(compute_);\n}\n\nCommHandle NcclCommunicator::finish",
          build="emu", tests="NcclCommunicator.CollectivesSeeTheComputeStreamsEarlierWork"),
-    # The control: the loop's next __syncthreads already orders this, so
-    # nothing may report it.
+    # The control: every caller of write_rows either exits after it or next
+    # writes other rows, so its trailing __syncwarp orders nothing and
+    # nothing may report its removal.
     dict(name="control: a redundant __syncwarp removed",
          file="kernels/cuda/attention_tc.cu",
-         find="    m = m_new;\n    __syncwarp();  // s_s is rewritten by the next tile\n",
-         repl="    m = m_new;\n",
+         find="      if (r < valid_rows) dst[r * row_stride + d] = stage[r * LD + d];\n    }\n  }\n  __syncwarp();\n}",
+         repl="      if (r < valid_rows) dst[r * row_stride + d] = stage[r * LD + d];\n    }\n  }\n}",
          build="tsan", tests="CudaAttention.Bf16TensorCore*", control=True),
 ]
 

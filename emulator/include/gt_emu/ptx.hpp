@@ -24,10 +24,14 @@
 // Both are warp collectives, as on a GPU (.sync.aligned): all 32 lanes must
 // arrive at the same call site. The product sums exact bf16 products in fp32
 // in k order. ldmatrix checks the PTX rules: every row address 16-byte
-// aligned and inside the block's shared memory.
+// aligned and inside the block's shared memory. Each addressing lane reads
+// its own row here, in the kernel's (sanitized) code, before the exchange:
+// ThreadSanitizer and AddressSanitizer see the shared-memory read at the
+// ldmatrix call, as they see any other load.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "gt_emu/device.hpp"
 
@@ -42,12 +46,15 @@ struct PtxMmaLane {
 void warp_mma_m16n8k16_bf16(const PtxMmaLane& lane, Site site);
 
 struct LdMatrixLane {
-  const void* row;  // this lane's row address (ignored for lanes >= 8 * count)
+  uint16_t row[8];  // the 8 b16 this lane addressed (lanes < 8 * count)
   uint32_t* out;    // `count` registers
   int count;        // 1, 2 or 4 matrices
   bool trans;
 };
 void warp_ldmatrix(const LdMatrixLane& lane, Site site);
+// The PTX rules on one lane's row address (faults when broken).
+void check_ldmatrix_row(const void* row, Site site);
+int lane_id();  // this CUDA thread's lane (wmma.cpp)
 
 }  // namespace gt::emu::detail
 
@@ -61,7 +68,12 @@ inline void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b, co
 
 inline void ldmatrix(uint32_t* out, int count, bool trans, const void* row,
                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  detail::warp_ldmatrix({row, out, count, trans}, {file, line});
+  detail::LdMatrixLane lane{{}, out, count, trans};
+  if (detail::lane_id() < 8 * count) {
+    detail::check_ldmatrix_row(row, {file, line});
+    std::memcpy(lane.row, row, sizeof lane.row);
+  }
+  detail::warp_ldmatrix(lane, {file, line});
 }
 
 }  // namespace gt::emu

@@ -5,7 +5,7 @@
 // section: peak (square bf16 GEMMs through GemmContext), gemm (CudaOps::
 // matmul_forward / matmul_backward, bias fused, dbias included in bwd), or
 // attention (CudaOps::attention_forward / attention_backward; M = B*NH,
-// N = T, K = head size; *_tc rows: the WMMA tensor-core kernels). FLOPs are model FLOPs: a GEMM
+// N = T, K = head size; *_tc rows: the tensor-core kernels). FLOPs are model FLOPs: a GEMM
 // 2MNK (bwd: two GEMMs, 4MNK); causal attention fwd 2 * 2 B NH T^2 hs / 2, bwd 2.5x fwd (the
 // flash-attention convention: our backward recomputes more than that).
 // section memory: the bandwidth-bound kernels of a step (LayerNorm, GELU,
@@ -216,7 +216,7 @@ int run(int argc, char** argv) {
                              static_cast<int>(NH));
     });
     row("attention", "attn_bwd", dt, B * NH, T, hs, 2.5 * flop_fwd, bwd);
-    if (dt == DType::bf16) {  // the WMMA tensor-core kernels (attention_tc.cu)
+    if (dt == DType::bf16) {  // the tensor-core kernels (attention_tc.cu)
       gt::CudaContextOptions o;
       o.attention_tensor_cores = true;
       gt::CudaOps tc(o);
