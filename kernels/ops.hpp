@@ -138,8 +138,8 @@ class Ops {
   // exactly, the math is fp32, and bf16 outputs are the fp32 results rounded
   // to nearest even. The CPU backend is bit for bit its fp32 attention of the
   // bf16 values, then rounded (the reference CudaOps is tested against); the
-  // opt-in CUDA tensor-core variant (CudaContextOptions::attention_tensor_cores)
-  // also rounds P and dS to bf16 before their products.
+  // CUDA tensor-core variant (runtime.attention, the default in bf16) also
+  // rounds P and dS to bf16 before their products.
   virtual int64_t attention_saved_elems(int B, int n_head, int T) const = 0;
   virtual void attention_forward(TensorView out, TensorView saved, TensorView qkv,
                                  int n_head) = 0;

@@ -420,8 +420,8 @@ shrink=()
 if [[ -n "$exe_dir" ]]; then
   # Twice: the SIMT attention (costs.json) and the tensor-core one
   # (costs_tc.json), so each profiled run has the table of its own kernels.
-  run_stage costs 60 bash -c '"$1" costs "${@:4}" --json "$2" &&
-                              "$1" costs "${@:4}" --json "$3" runtime.attention_tensor_cores=true' \
+  run_stage costs 60 bash -c '"$1" costs "${@:4}" --json "$2" runtime.attention=simt &&
+                              "$1" costs "${@:4}" --json "$3" runtime.attention=tensor_cores' \
     _ "$trainer" "$logs/costs.json" "$logs/costs_tc.json" \
     --config "$root/configs/gpt2_124m.yaml" --hardware "$root/configs/hardware/h200.yaml" \
     "${shrink[@]}"
@@ -486,12 +486,12 @@ PY
          checkpoint.final=false "profile.hardware=$root/configs/hardware/h200.yaml" "${shrink[@]}")
   if ! wanted train-tc; then :
   elif gate_passed; then
-    run_stage train-tc 150 "${train[@]}" "log.dir=$logs/train_tc" runtime.attention_tensor_cores=true \
+    run_stage train-tc 150 "${train[@]}" "log.dir=$logs/train_tc" runtime.attention=tensor_cores \
       profile.every=12 profile.steps=2
   else
     record train-tc skipped "" "" "the tensor-core attention's gate test (CudaAttention.Bf16TensorCoreForwardAndBackwardMatchCpu) did not pass in tests-core"
   fi
-  run_stage train-simt 150 "${train[@]}" "log.dir=$logs/train_simt" runtime.attention_tensor_cores=false \
+  run_stage train-simt 150 "${train[@]}" "log.dir=$logs/train_simt" runtime.attention=simt \
     profile.every=0
 
   for dt in fp32 bf16; do

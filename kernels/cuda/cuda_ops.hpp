@@ -57,9 +57,9 @@ struct CudaContextOptions {
   bool allow_tf32 = false;                     // fp32 GEMMs on TF32 tensor cores (~1e-3 rel.)
   size_t scratch_bytes = 0;                    // scratch arena allocated up front
   bool fuse_bias_grad = true;                  // dbias by cuBLASLt's BGRADB epilogue when it can
-  // bf16 attention with hs % 16 == 0 on the WMMA tensor-core kernels
-  // (attention_tc.cu) instead of the fp32-math SIMT ones. Off until
-  // CudaAttention.Bf16TensorCoreForwardAndBackwardMatchCpu has passed on a GPU.
+  // bf16 attention with hs % 16 == 0 on the tensor-core (FlashAttention-2
+  // style) kernels (attention_tc.cu) instead of the fp32-math SIMT ones. The
+  // trainer sets it from runtime.attention (on by default in bf16).
   bool attention_tensor_cores = false;
 };
 

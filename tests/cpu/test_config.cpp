@@ -66,6 +66,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(s.recompute, t.recompute);
   EXPECT_EQ(a.runtime.device, b.runtime.device);
   EXPECT_EQ(a.runtime.dtype, b.runtime.dtype);
+  EXPECT_EQ(a.runtime.attention, b.runtime.attention);
   EXPECT_EQ(a.runtime.threads, b.runtime.threads);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
   EXPECT_EQ(a.parallel.fsdp, b.parallel.fsdp);
@@ -125,7 +126,7 @@ train:
   eval_batches: 1
   max_skipped: 1
   recompute: block
-runtime: {device: auto, dtype: bf16, threads: 3, collective_timeout_s: 12.5}
+runtime: {device: auto, dtype: bf16, threads: 3, collective_timeout_s: 12.5, attention: simt}
 parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1, tp_overlap: false, bucket_mb: 0.5, comm: mpi}
 log: {dir: runs/r1, every: 10}
 checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
@@ -162,6 +163,7 @@ checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
   EXPECT_EQ(c.runtime.dtype, ComputeDType::bf16);
   EXPECT_EQ(c.runtime.threads, 3);
   EXPECT_EQ(c.runtime.collective_timeout_s, 12.5);
+  EXPECT_EQ(c.runtime.attention, AttentionKernel::simt);
   EXPECT_EQ(c.parallel.dp, 2);
   EXPECT_EQ(c.parallel.fsdp, 2);
   EXPECT_EQ(c.parallel.tp, 4);
@@ -249,6 +251,7 @@ TEST(Config, ToYamlRoundTripsExactly) {
   c.train.recompute = Recompute::mlp;
   c.runtime.device = DeviceKind::cuda;
   c.runtime.dtype = ComputeDType::bf16;
+  c.runtime.attention = AttentionKernel::tensor_cores;
   c.parallel.comm = ParallelComm::nccl;
   c.log.dir = "runs/trip";
   c.checkpoint.dir = "";
@@ -481,23 +484,26 @@ INSTANTIATE_TEST_SUITE_P(
                  "log.every: expected an integer, got nothing (null)"},
         TypeCase{"SeedNegative", "train:\n  seed: -1\n",
                  "train.seed: expected a non-negative integer, got '-1'"},
-        TypeCase{"NumberFromWord", "train:\n  lr: fast\n", "train.lr: expected a number, got 'fast'"},
+        TypeCase{"NumberFromWord", "train:\n  lr: fast\n",
+                 "train.lr: expected a number, got 'fast'"},
         TypeCase{"NumberInfinite", "train:\n  lr: 1e999\n", "train.lr: expected a finite number"},
         TypeCase{"NumberNan", "train:\n  eps: nan\n", "train.eps: expected a finite number"},
-        TypeCase{"BoolYes", "  shuffle: yes\n",
-                 "data.shuffle: expected true or false, got 'yes'"},
-        TypeCase{"BoolNumber", "  shuffle: 1\n",
-                 "data.shuffle: expected true or false, got '1'"},
+        TypeCase{"BoolYes", "  shuffle: yes\n", "data.shuffle: expected true or false, got 'yes'"},
+        TypeCase{"BoolNumber", "  shuffle: 1\n", "data.shuffle: expected true or false, got '1'"},
         TypeCase{"DeviceEnum", "runtime:\n  device: gpu\n",
                  "runtime.device: expected one of cpu|cuda|auto, got 'gpu'"},
         TypeCase{"DTypeEnum", "runtime:\n  dtype: fp16\n",
                  "runtime.dtype: expected one of fp32|bf16, got 'fp16'"},
+        TypeCase{"AttentionEnum", "runtime:\n  attention: wmma\n",
+                 "runtime.attention: expected one of auto|tensor_cores|simt, got 'wmma'"},
         TypeCase{"ScheduleEnum", "train:\n  lr_schedule: linear\n",
                  "train.lr_schedule: expected one of constant|cosine, got 'linear'"},
         TypeCase{"RecomputeEnum", "train:\n  recompute: attention\n",
                  "train.recompute: expected one of none|mlp|block, got 'attention'"},
         TypeCase{"StringFromMap", "log:\n  dir: {a: 1}\n", "log.dir: expected a string, got a map"},
-        TypeCase{"PathsFromMap", "model:\n  n_layer: 1\n" "checkpoint:\n  resume: [a]\n",
+        TypeCase{"PathsFromMap",
+                 "model:\n  n_layer: 1\n"
+                 "checkpoint:\n  resume: [a]\n",
                  "checkpoint.resume: expected a string, got a list"},
         TypeCase{"PathListItemMap", "  val: [a.bin, {b: 1}]\n",
                  "data.val[1]: expected a non-empty string, got a map"}),
@@ -626,6 +632,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "parallel.comm",
                   "expected auto or mpi with runtime.device=cpu, got nccl; NCCL moves device "
                   "buffers; it needs runtime.device=cuda"},
+        ValueCase{"TensorCoreAttentionInFp32",
+                  {"runtime.attention=tensor_cores"},
+                  "runtime.attention",
+                  "expected auto or simt with runtime.dtype=fp32, got tensor_cores"},
+        ValueCase{"TensorCoreAttentionHeadSize",
+                  {"runtime.attention=tensor_cores", "runtime.dtype=bf16", "model.n_embd=132"},
+                  "runtime.attention",
+                  "expected auto or simt with a head size of 33 (model.n_embd / model.n_head), "
+                  "got tensor_cores"},
         ValueCase{"Threads",
                   {"runtime.threads=-1"},
                   "runtime.threads",

@@ -34,8 +34,9 @@ const char* kSmall =
     "model.n_layer=2 model.n_head=4 model.n_embd=128 model.vocab_size=1000 "
     "model.block_size=256 train.seq_len=256 train.micro_batch=4 train.global_batch=8";
 
+// On the SIMT attention kernels, which compute exactly the formula's products.
 TEST(CostsCommand, FlopsAgreeWithTheModelFormulaAndFloorsAddUp) {
-  const nlohmann::json j = costs(kSmall);
+  const nlohmann::json j = costs(std::string(kSmall) + " runtime.attention=simt");
   double gemm_attention = 0, floors = 0, non_gemm_bytes = 0;
   const double tensor = j["peaks"]["tensor_bf16_flops"], fma = j["peaks"]["fma_fp32_flops"],
                hbm = j["peaks"]["hbm_bytes_per_s"];
@@ -121,15 +122,17 @@ TEST(CostsCommand, TheAttentionBackwardCarriesTheExtraItsKernelsMove) {
   ADD_FAILURE() << "no attention_backward row";
 }
 
-// runtime.attention_tensor_cores=true costs the WMMA kernels: on the tensor
-// cores, with the products they repeat (forward Q K^T twice: 6 instead of 4
-// B NH T^2 hs FLOPs; backward S and dP again in the dq kernel: 12 instead
-// of 8), the same bytes as the SIMT kernels.
+// bf16 with a head size of 32 runs the tensor-core attention kernels by
+// default (runtime.attention=auto), costed on the tensor cores with the
+// products they repeat (none in the one-pass forward: 4 B NH T^2 hs FLOPs;
+// the backward's S and dP again in the dq kernel: 12 instead of 8) and the
+// same bytes as the SIMT kernels, which runtime.attention=simt costs.
 TEST(CostsCommand, TensorCoreAttentionIsCostedWithTheProductsItRepeats) {
-  const nlohmann::json simt = costs(kSmall);
-  const nlohmann::json tc = costs(std::string(kSmall) + " runtime.attention_tensor_cores=true");
+  const nlohmann::json simt = costs(std::string(kSmall) + " runtime.attention=simt");
+  const nlohmann::json tc = costs(kSmall);
   EXPECT_EQ(simt["attention"], "simt");
   EXPECT_EQ(tc["attention"], "tensor_cores");
+  EXPECT_EQ(costs(std::string(kSmall) + " runtime.attention=tensor_cores"), tc);
   const double B = 4, NH = 4, T = 256, hs = 32, calls = 4;
   auto row = [](const nlohmann::json& j, const std::string& prefix) {
     for (const auto& r : j["ops"])
@@ -145,7 +148,7 @@ TEST(CostsCommand, TensorCoreAttentionIsCostedWithTheProductsItRepeats) {
     EXPECT_EQ(b["unit"], "tensor bf16");
     EXPECT_EQ(a["bytes"], b["bytes"]);
     EXPECT_DOUBLE_EQ(a["flops"].get<double>(), calls * (bwd ? 8 : 4) * B * NH * T * T * hs);
-    EXPECT_DOUBLE_EQ(b["flops"].get<double>(), calls * (bwd ? 12 : 6) * B * NH * T * T * hs);
+    EXPECT_DOUBLE_EQ(b["flops"].get<double>(), calls * (bwd ? 12 : 4) * B * NH * T * T * hs);
   }
   EXPECT_LT(tc["step_floor_ms"].get<double>(), simt["step_floor_ms"].get<double>());
 }

@@ -78,15 +78,13 @@ TEST_F(TrainerCli, NoFinalCheckpointMeansNoExport) {
   EXPECT_NE(out.find("checkpoint.final=false: no final checkpoint"), std::string::npos) << out;
 }
 
-// A switch that cannot reach the kernels in this precision says so rather
-// than doing nothing in silence; bf16 on the CPU says what it is for.
-TEST_F(TrainerCli, AttentionTensorCoresWarnsInFp32AndBf16OnCpuTrains) {
-  auto [rc, out] =
-      trainer("--config " + dir.file("cfg.yaml") + " runtime.attention_tensor_cores=true");
-  ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("runtime.attention_tensor_cores=true has no effect with runtime.dtype=fp32"),
-            std::string::npos)
-      << out;
+// Asking for kernels that cannot run in this precision is an error naming
+// the key, not a silent fallback; bf16 on the CPU says what it is for.
+TEST_F(TrainerCli, TensorCoreAttentionInFp32IsAnErrorAndBf16OnCpuTrains) {
+  auto [rc, out] = trainer("--config " + dir.file("cfg.yaml") + " runtime.attention=tensor_cores");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("runtime.attention"), std::string::npos) << out;
+  EXPECT_NE(out.find("runtime.dtype=bf16"), std::string::npos) << out;
   auto [rc16, out16] =
       trainer("--config " + dir.file("cfg.yaml") +
               " runtime.dtype=bf16 runtime.device=cpu log.dir=" + dir.file("run16"));

@@ -20,6 +20,9 @@ GPU tests use (tests/cuda/test_cuda_training.cpp):
     left out); and the
     one-rank run against the CPU fp32 run to 5e-2 (what bf16 storage costs
     over a few steps).
+The model has two heads of 16, so the bf16 runs take the tensor-core
+attention kernels (runtime.attention=auto, the default); the one-rank check
+also runs the SIMT ones (runtime.attention=simt) against the CPU bf16 run.
 
     python3 tests/emulator/emulated_training.py --build build-emu --layout dp2
 
@@ -62,6 +65,9 @@ def main():
     if "TRAINER_CUDA_EMULATOR:BOOL=ON" not in cache:
         sys.exit(f"error: {args.build} is not an emulator build (-DTRAINER_CUDA_EMULATOR=ON)")
     lm.TRAIN["steps"] = STEPS
+    # Two heads of 16: a head size the tensor-core attention kernels take, so
+    # the bf16 runs train on them (runtime.attention=auto), as on a GPU.
+    lm.MODEL["n_head"] = 2
     fails = []
     with tempfile.TemporaryDirectory(prefix="emulated_training_") as work:
         r = lm.Runner(args.build, work)
@@ -89,6 +95,13 @@ def main():
             fails += compare("one rank bf16 vs CPU bf16", cpu16_dir, one_bf16, lm.BF16_TOL,
                              skip_key_bias=True, param_tol=BF16_LAYOUT_TOL)
             fails += compare("one rank bf16 vs CPU fp32", cpu_dir, one_bf16, BF16_VS_FP32_TOL)
+            simt = dict(common, **{"runtime.device": "cuda", "runtime.dtype": "bf16",
+                                   "runtime.attention": "simt"})
+            simt_dir, simt_cfg = r.config("cuda_bf16_simt_one_rank", extra=simt)
+            _, took = r.run(1, simt_cfg, timeout=900)
+            print(f"     cuda_bf16_simt_one_rank: 1 rank(s) on the emulated device, {took:.1f} s")
+            fails += compare("one rank bf16 SIMT attention vs CPU bf16", cpu16_dir, simt_dir,
+                             lm.BF16_TOL, skip_key_bias=True, param_tol=BF16_LAYOUT_TOL)
         else:
             dims = LAYOUTS[args.layout]
             for comm in ("mpi", "nccl"):

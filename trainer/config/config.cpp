@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/attention_kernels.hpp"
 #include "kernels/core/error.hpp"
 #include "trainer/config/config_internal.hpp"
 
@@ -124,6 +125,16 @@ void validate(const Config& c, const Locations& where) {
   if (p.comm == ParallelComm::nccl && r.device == DeviceKind::cpu)
     bad("parallel.comm", "nccl", "auto or mpi with runtime.device=cpu",
         "NCCL moves device buffers; it needs runtime.device=cuda");
+  if (r.attention == AttentionKernel::tensor_cores) {
+    if (r.dtype != ComputeDType::bf16)
+      bad("runtime.attention", "tensor_cores", "auto or simt with runtime.dtype=fp32",
+          "the tensor-core attention kernels take bf16 activations (runtime.dtype=bf16)");
+    const int hs = c.model.n_head > 0 ? c.model.n_embd / c.model.n_head : 0;
+    if (!tensor_core_attention_supported(hs))
+      bad("runtime.attention", "tensor_cores",
+          detail::concat("auto or simt with a head size of ", hs, " (model.n_embd / model.n_head)"),
+          "the tensor-core attention kernels take head sizes that are multiples of 16 up to 128");
+  }
   at_least("runtime.threads", r.threads, 0);
   if (!(r.collective_timeout_s >= 0))
     bad("runtime.collective_timeout_s", num(r.collective_timeout_s), "seconds >= 0",
@@ -276,6 +287,24 @@ const char* to_string(ComputeDType d) {
     case ComputeDType::bf16: return "bf16";
   }
   return "?";
+}
+
+const char* to_string(AttentionKernel a) {
+  switch (a) {
+    case AttentionKernel::auto_:
+      return "auto";
+    case AttentionKernel::tensor_cores:
+      return "tensor_cores";
+    case AttentionKernel::simt:
+      return "simt";
+  }
+  return "?";
+}
+
+bool uses_tensor_core_attention(const Config& c) {
+  if (c.runtime.attention == AttentionKernel::simt || c.runtime.dtype != ComputeDType::bf16)
+    return false;
+  return tensor_core_attention_supported(c.model.n_embd / c.model.n_head);
 }
 
 const char* to_string(Recompute r) {

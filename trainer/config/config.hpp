@@ -15,6 +15,11 @@ namespace gt {
 enum class LrSchedule { constant, cosine };
 enum class DeviceKind { cpu, cuda, auto_ };
 enum class ComputeDType { fp32, bf16 };
+// runtime.attention: which CUDA attention kernels. auto = the tensor-core
+// (FlashAttention-2 style) ones in bf16 when the head size fits, the SIMT
+// (fp32 math) ones otherwise; tensor_cores insists (an error where they do
+// not apply); simt always takes the SIMT ones. No effect on the CPU backend.
+enum class AttentionKernel { auto_, tensor_cores, simt };
 // parallel.comm: how collectives move data. auto = nccl on CUDA, mpi otherwise.
 enum class ParallelComm { auto_, nccl, mpi };
 // Activation recomputation (GPT, README "train.recompute"): which forward
@@ -75,11 +80,7 @@ struct RuntimeConfig {
   ComputeDType dtype = ComputeDType::fp32;
   int threads = 0;  // CPU threads for BLAS/OpenMP; 0 = this rank's share of the host's cores
   double collective_timeout_s = 300.0;  // a collective not done by then aborts the job; 0 = never
-  // CUDA, bf16, head size a multiple of 16: attention on the WMMA tensor-core
-  // kernels instead of the fp32-math ones. Off until its GPU test has passed.
-  // No effect in training yet (the trainer warns): they take bf16 q, k, v and
-  // the model's activations are fp32 until bf16 activation storage lands.
-  bool attention_tensor_cores = false;
+  AttentionKernel attention = AttentionKernel::auto_;
 };
 
 struct ParallelConfig {
@@ -156,6 +157,7 @@ std::string model_signature(const ModelConfig& m);
 const char* to_string(LrSchedule s);
 const char* to_string(DeviceKind d);
 const char* to_string(ComputeDType d);
+const char* to_string(AttentionKernel a);
 const char* to_string(ParallelComm c);
 
 // parallel.comm for a run whose device is now known: nccl or mpi, never auto.
@@ -165,6 +167,11 @@ const char* to_string(ParallelComm c);
 // CommBackend::nccl; mpi -> CommBackend::mpi_staged on CUDA, CommBackend::mpi
 // on CPU.
 ParallelComm resolve_comm(const Config& c, bool on_cuda, bool nccl_built);
+
+// runtime.attention resolved for a CUDA run: whether attention runs on the
+// tensor-core kernels (bf16, a head size they take; see AttentionKernel).
+// validate() has already rejected tensor_cores where they cannot run.
+bool uses_tensor_core_attention(const Config& c);
 const char* to_string(Recompute r);
 
 }  // namespace gt

@@ -192,6 +192,8 @@ struct EnumCodec {
 constexpr LrSchedule kLrSchedules[] = {LrSchedule::constant, LrSchedule::cosine};
 constexpr DeviceKind kDevices[] = {DeviceKind::cpu, DeviceKind::cuda, DeviceKind::auto_};
 constexpr ComputeDType kDTypes[] = {ComputeDType::fp32, ComputeDType::bf16};
+constexpr AttentionKernel kAttentionKernels[] = {
+    AttentionKernel::auto_, AttentionKernel::tensor_cores, AttentionKernel::simt};
 constexpr ParallelComm kComms[] = {ParallelComm::auto_, ParallelComm::nccl, ParallelComm::mpi};
 constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::mlp, Recompute::block};
 
@@ -215,6 +217,13 @@ struct Codec<ComputeDType> {
     return EnumCodec<ComputeDType, 2>::read(n, w, k, kDTypes);
   }
   static std::string write(ComputeDType v) { return to_string(v); }
+};
+template <>
+struct Codec<AttentionKernel> {
+  static AttentionKernel read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<AttentionKernel, 3>::read(n, w, k, kAttentionKernels);
+  }
+  static std::string write(AttentionKernel v) { return to_string(v); }
 };
 template <>
 struct Codec<ParallelComm> {
@@ -285,8 +294,7 @@ std::vector<Field> make_fields() {
       bind<&C::runtime, &RuntimeConfig::dtype>("runtime", "dtype"),
       bind<&C::runtime, &RuntimeConfig::threads>("runtime", "threads"),
       bind<&C::runtime, &RuntimeConfig::collective_timeout_s>("runtime", "collective_timeout_s"),
-      bind<&C::runtime, &RuntimeConfig::attention_tensor_cores>("runtime",
-                                                                "attention_tensor_cores"),
+      bind<&C::runtime, &RuntimeConfig::attention>("runtime", "attention"),
 
       bind<&C::parallel, &ParallelConfig::dp>("parallel", "dp"),
       bind<&C::parallel, &ParallelConfig::fsdp>("parallel", "fsdp"),

@@ -58,7 +58,7 @@ struct CostRow {
 
 // The unit an op of class `cls` runs on in the model as it is today. The
 // default attention is the SIMT kernels (fp32 math) in either dtype;
-// `tc_attention` the tensor-core ones (runtime.attention_tensor_cores, bf16).
+// `tc_attention` the tensor-core ones (runtime.attention, bf16).
 const char* unit_of(OpClass cls, ComputeDType dtype, bool tc_attention) {
   if (cls == OpClass::gemm) return dtype == ComputeDType::bf16 ? "tensor bf16" : "fma fp32";
   if (cls == OpClass::attention) return tc_attention ? "tensor bf16" : "fma fp32";
@@ -115,12 +115,8 @@ int run_costs_command(const CostsArgs& a) {
          "); the table of a multi-rank layout is not implemented yet");
   const UnitPeaks peaks = unit_peaks(hw);
   const TrainConfig& tc = cfg.train;
-  // CudaOps' choice (kernels/cuda/attention.cuh, attention_tc_supported):
-  // the tensor-core kernels when asked for, in bf16, for head sizes they take.
-  const int head_size = cfg.model.n_embd / cfg.model.n_head;
-  const bool tc_attention = cfg.runtime.attention_tensor_cores &&
-                            cfg.runtime.dtype == ComputeDType::bf16 && head_size % 16 == 0 &&
-                            head_size >= 16 && head_size <= 128;
+  // The trainer's choice of attention kernels (runtime.attention).
+  const bool tc_attention = uses_tensor_core_attention(cfg);
   const int B = tc.micro_batch, T = tc.seq_len, accum = cfg.grad_accum_steps();
 
   // One optimizer step of the real model on the dry-run backend, recorded.
@@ -205,10 +201,10 @@ int run_costs_command(const CostsArgs& a) {
        "on the emulated device (CudaTraffic); GEMM bytes at each operand's element size "
        "(cuBLASLt is not counted; they never set a GEMM's floor)\n"
     << "# floor = max(FLOPs / unit peak, bytes / HBM); step floor = the sum (one stream)\n";
-  o << (tc_attention ? "# attention: the tensor-core (WMMA) kernels, with the Q K^T and dP "
-                       "products they compute twice\n"
-                     : "# attention: the SIMT kernels (fp32 math); "
-                       "runtime.attention_tensor_cores=true costs the tensor-core ones\n");
+  o << (tc_attention ? "# attention: the tensor-core kernels (runtime.attention), with the "
+                       "backward's S and dP products computed twice\n"
+                     : "# attention: the SIMT kernels (fp32 math; runtime.attention=simt, or "
+                       "fp32, or a head size the tensor-core ones do not take)\n");
   char line[512];
   std::snprintf(line, sizeof line, "%-14s %-52s %6s %11s %10s %-12s %9s %6s\n", "class", "op",
                 "calls", "GFLOP", "MB", "unit", "floor ms", "step%");

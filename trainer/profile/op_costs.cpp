@@ -86,7 +86,7 @@ double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, i
 double attention_tc_kernel_extra_flops(int64_t B, int64_t NH, int64_t T, int64_t hs,
                                        bool backward) {
   const double product = 2.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);  // one T x T x hs product
-  return backward ? 2.0 * product : product;
+  return backward ? 2.0 * product : 0.0;
 }
 
 OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_bytes) {

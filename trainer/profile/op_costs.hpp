@@ -97,12 +97,11 @@ double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, i
                                              int64_t saved_elems, int64_t scratch_elems,
                                              int64_t act_bytes = 4);
 
-// The tensor-core (WMMA) attention kernels move what the SIMT ones do
-// (CudaTraffic: the forward's second pass over the keys stays inside one
-// kernel, served by L2; the backward is the same three kernels, so
-// attention_backward_kernel_extra_bytes). FLOPs they spend beyond the formula's products: the
-// forward computes Q K^T twice (statistics, then P), the backward's dq kernel recomputes S and dP
-// after the dkdv kernel.
+// The tensor-core (FlashAttention-2 style) attention kernels move what the
+// SIMT ones do (CudaTraffic; the backward is the same three kernels, so
+// attention_backward_kernel_extra_bytes). FLOPs they spend beyond the
+// formula's products: none in the one-pass forward; the backward's dq kernel
+// recomputes S and dP after the dkdv kernel (two T x T x hs products).
 double attention_tc_kernel_extra_flops(int64_t B, int64_t NH, int64_t T, int64_t hs, bool backward);
 
 // act_bytes: inp and out's element size; param_bytes: weight and bias's.

@@ -71,14 +71,15 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
   CudaContextOptions o;
   o.device = cuda_device_for_rank(env.local_rank, gpus);
-  o.attention_tensor_cores = cfg.runtime.attention_tensor_cores;
+  o.attention_tensor_cores = uses_tensor_core_attention(cfg);
   auto ops = std::make_unique<CudaOps>(o);
   b.cuda_device = o.device;
   b.cuda_stream = ops->stream();
   cudaDeviceProp prop{};
   const bool named = cudaGetDeviceProperties(&prop, o.device) == cudaSuccess;
   b.describe = detail::concat("cuda:", o.device, " (", named ? prop.name : "?", ", ",
-                              to_string(cfg.runtime.dtype), ")");
+                              to_string(cfg.runtime.dtype), ", ",
+                              o.attention_tensor_cores ? "tensor-core" : "SIMT", " attention)");
   b.ops = std::move(ops);
   return b;
 #else

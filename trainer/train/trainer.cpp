@@ -301,11 +301,6 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
     spdlog::info("model: {} parameters ({} layers, {} heads, {} embd, vocab {}, block {})",
                  human_count(static_cast<double>(model.num_parameters())), cfg.model.n_layer,
                  cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
-    // The tensor-core kernels take bf16 q, k, v: only the bf16 model has them.
-    if (cfg.runtime.attention_tensor_cores && cfg.runtime.dtype != ComputeDType::bf16)
-      spdlog::warn(
-          "runtime.attention_tensor_cores=true has no effect with runtime.dtype=fp32: "
-          "the tensor-core attention kernels take bf16 activations");
     if (run.backend.device == Device::cpu && cfg.runtime.dtype == ComputeDType::bf16)
       spdlog::info(
           "runtime.dtype=bf16 on the CPU backend: the bf16 model's function (bf16 "
