@@ -39,7 +39,9 @@ class Ops {
   // zero-filled. For setup only: a training step never allocates.
   virtual Buffer allocate(size_t bytes) = 0;
   // dst (this backend's memory, contiguous) = dst.numel() elements from
-  // `host`; `host` may be reused once it returns.
+  // `host`; `host` may be reused once it returns. Ordered like an op: it
+  // need not wait for the ops before it (CUDA stages small uploads through
+  // pinned memory and queues the copy).
   virtual void upload(TensorView dst, const void* host) = 0;
   // host = src (contiguous), after every op enqueued before that writes src.
   virtual void download(void* host, TensorView src) = 0;

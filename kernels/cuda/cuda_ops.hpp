@@ -43,6 +43,7 @@
 
 #include "kernels/cuda/cuda_resources.hpp"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/upload_staging.hpp"
 #include "kernels/ops.hpp"
 
 namespace gt {
@@ -180,6 +181,7 @@ class CudaOps final : public Ops {
   cuda::GemmContext gemm_;
   cuda::DeviceBuffer scratch_;
   cuda::PinnedBuffer host_result_;  // one double for sum_squares
+  cuda::UploadStaging uploads_;     // pinned staging: upload() never waits for the GPU
   int64_t buffer_bytes_ = 0;        // live Buffers from allocate()
   int64_t peak_bytes_ = 0;          // of device_bytes_in_use()
 };

@@ -49,8 +49,11 @@ Buffer CudaOps::allocate(size_t bytes) {
 void CudaOps::upload(TensorView dst, const void* host) {
   check_transfer(dst, "upload");
   const size_t bytes = static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype);
+  // Small uploads (a micro-batch's tokens and targets) go through pinned
+  // staging and return at once; large ones (setup) from pageable memory,
+  // waiting for the copy so the caller may reuse `host` when we return.
+  if (uploads_.copy(dst.data, host, bytes, stream())) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data, host, bytes, cudaMemcpyHostToDevice, stream()));
-  // Pageable host memory: the caller may reuse `host` as soon as we return.
   stream_.synchronize();
 }
 

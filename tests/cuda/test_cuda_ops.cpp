@@ -337,6 +337,60 @@ void compare_block(const BlockDims& d, int cpu_threads, Tol tol) {
   }
 }
 
+// upload(): the host buffer is reusable the moment it returns, uploads queue
+// without waiting for the GPU (pinned staging, a ring of slots reused more
+// than once here), and an upload too large to stage is still correct.
+TEST(CudaOps, UploadsQueueWithoutWaitingAndLetTheHostReuseItsMemory) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::CudaOps ops;
+  const cudaStream_t s = ops.stream();
+  const int64_t n = 3000;  // 12 KB: staged
+  const int kUploads = 3 * gt::cuda::UploadStaging::kSlots;
+  std::vector<gt::test::DeviceArray<int32_t>> dst;
+  for (int i = 0; i < kUploads; ++i) dst.emplace_back(n, s);
+#if defined(TRAINER_CUDA_EMULATOR)
+  // Kernels queued before an upload have not run when it returns: the
+  // emulated device runs queued work only when the host waits for it.
+  gt::test::DeviceArray<float> d_x(n, s);
+  gt::test::DeviceArray<uint16_t> d_b(n, s);
+  gt::emu::set_traffic_counting(true);
+  (void)gt::emu::take_traffic();
+  ops.cast(gt::test::dev_view(d_b, gt::DType::bf16, {n}),
+           gt::test::dev_view(d_x, gt::DType::f32, {n}));
+#endif
+  std::vector<int32_t> host(n);
+  for (int i = 0; i < kUploads; ++i) {
+    for (int64_t j = 0; j < n; ++j) host[j] = static_cast<int32_t>(i * 100000 + j);
+    ops.upload(gt::test::dev_view(dst[i], gt::DType::i32, {n}), host.data());
+#if defined(TRAINER_CUDA_EMULATOR)
+    // The first kSlots uploads take fresh slots; the next one waits for the
+    // copy that read its slot, which ran after the cast.
+    if (i == gt::cuda::UploadStaging::kSlots - 1) {
+      EXPECT_TRUE(gt::emu::take_traffic().empty())
+          << "an upload waited for the work queued before it";
+    }
+    if (i == gt::cuda::UploadStaging::kSlots) EXPECT_FALSE(gt::emu::take_traffic().empty());
+#endif
+  }
+#if defined(TRAINER_CUDA_EMULATOR)
+  gt::emu::set_traffic_counting(false);
+#endif
+  for (int i = 0; i < kUploads; ++i) {
+    const auto got = dst[i].download();
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(got[j], i * 100000 + j) << "upload " << i << " element " << j;
+  }
+  // Past the staging limit: the synchronous path.
+  const int64_t big = static_cast<int64_t>(gt::cuda::UploadStaging::kMaxStagedBytes / 4) + 1;
+  std::vector<int32_t> hbig(big);
+  for (int64_t j = 0; j < big; ++j) hbig[j] = static_cast<int32_t>(7 * j);
+  gt::test::DeviceArray<int32_t> dbig(big, s);
+  ops.upload(gt::test::dev_view(dbig, gt::DType::i32, {big}), hbig.data());
+  std::fill(hbig.begin(), hbig.end(), -1);  // reused at once
+  const auto got = dbig.download();
+  for (int64_t j = 0; j < big; ++j) ASSERT_EQ(got[j], 7 * j) << "element " << j;
+}
+
 TEST(CudaOps, TransformerBlockForwardBackwardMatchesCpuTo1e4) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   compare_block(BlockDims{}, 1, [](const std::string&) { return std::pair{1e-4f, 1e-4f}; });
