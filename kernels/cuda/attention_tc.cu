@@ -111,8 +111,28 @@ __device__ __forceinline__ void mma2(float (&d0)[4], float (&d1)[4], const uint3
   dev::mma_bf16_16816(d1, a, b1);
 }
 
-// acc (the warp's 16 x 64 scores) = rows [r0, r0 + 16) of `x` times the 64
-// rows of `y` transposed, over the HSP columns of both: S = Q K^T and kin.
+// acc (the warp's 16 x 64 scores) = A (16 x HSP, as fragments `a`, one per
+// 16 columns) times the 64 rows of `y` transposed: S = Q K^T and kin.
+template <int HSP>
+__device__ __forceinline__ void scores(float (&acc)[kKeyNTiles][4],
+                                       const uint32_t (&a)[HSP / 16][4], const bf16* y) {
+#pragma unroll
+  for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+#pragma unroll
+  for (int kd = 0; kd < HSP / 16; ++kd) {
+#pragma unroll
+    for (int np = 0; np < kKeyNTiles / 2; ++np) {
+      uint32_t b[4];
+      load_b_t<HSP>(b, y, np * 16, kd * 16);
+      mma2(acc[2 * np], acc[2 * np + 1], a[kd], b);
+    }
+  }
+}
+
+// The same with A as rows [r0, r0 + 16) of the shared tile `x`, one
+// fragment at a time (the backward kernels have no registers to spare).
 template <int HSP>
 __device__ __forceinline__ void scores(float (&acc)[kKeyNTiles][4], const bf16* x, int r0,
                                        const bf16* y) {
@@ -223,6 +243,12 @@ __global__ void __launch_bounds__(kThreads)
   load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, min(kTile, dm.T - q0), dm.hs,
                  dm.vec);
 
+  __syncthreads();
+  // The warp's Q rows as A fragments, in registers for the whole key loop.
+  uint32_t qf[HSP / 16][4];
+#pragma unroll
+  for (int kd = 0; kd < HSP / 16; ++kd) load_a<HSP>(qf[kd], q_s, warp * 16, kd * 16);
+
   const float sl2 = dm.scale * kLog2e;  // scores go straight to the log2 domain
   float o[HSP / 8][4];
   zero(o);
@@ -236,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, min(kTile, dm.T - k0),
                    dm.hs, dm.vec);
     __syncthreads();
-    scores<HSP>(s, q_s, warp * 16, k_s);
+    scores<HSP>(s, qf, k_s);
 
     // Scale into the log2 domain; mask keys after the row (the diagonal tile)
     // and past T (the last tile) only where they can occur.
