@@ -356,6 +356,18 @@ TEST(Config, OverrideUnknownKey) {
                   "did you mean 'train.lr_schedule'?"));
 }
 
+// A key that was renamed says what replaced it, in a file and as an override.
+TEST(Config, RenamedKeyNamesItsReplacement) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"runtime.attention_tensor_cores=true"}),
+                  "unknown key 'runtime.attention_tensor_cores' (override "
+                  "'runtime.attention_tensor_cores=true'); it is now runtime.attention "
+                  "(auto|tensor_cores|simt; true was tensor_cores, false simt)"));
+  const std::string msg =
+      error_of(std::string(kMinimal) + "runtime:\n  attention_tensor_cores: false\n", {});
+  EXPECT_TRUE(has(msg, "unknown key 'runtime.attention_tensor_cores'")) << msg;
+  EXPECT_TRUE(has(msg, "it is now runtime.attention")) << msg;
+}
+
 TEST(Config, OverrideUnknownSection) {
   EXPECT_TRUE(has(error_of(kMinimal, {"trian.steps=3"}),
                   "unknown key 'trian.steps' (override 'trian.steps=3'); did you mean "

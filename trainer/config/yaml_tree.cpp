@@ -102,7 +102,15 @@ void check_map(const YAML::Node& map, const std::string& section, const std::str
 
 }  // namespace
 
+// Keys that existed once, and what replaced them.
+const char* replacement_of(const std::string& dotted) {
+  if (dotted == "runtime.attention_tensor_cores")
+    return "runtime.attention (auto|tensor_cores|simt; true was tensor_cores, false simt)";
+  return nullptr;
+}
+
 std::string suggestion(const std::string& section, const std::string& key) {
+  if (const char* r = replacement_of(section + "." + key)) return std::string("; it is now ") + r;
   if (section.empty()) {  // a top-level key: a section name, or a key put at the top level
     const std::string d = section_holding(key);  // exact key first: "lr" is train.lr, not log
     if (!d.empty()) return "; did you mean '" + d + "' (keys live under their section)?";
