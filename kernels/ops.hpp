@@ -87,10 +87,12 @@ class Ops {
   // dinp (R,C) ACCUMULATES (it is the residual stream's gradient);
   // dweight, dbias (C) accumulate. bf16 storage: inp and dout may each be
   // bf16 (every output stays fp32: they are gradients the residual stream
-  // and the optimizer sum).
+  // and the optimizer sum). dinp_bf16, unless empty: (R,C) bf16, ASSIGNED
+  // the accumulated dinp rounded to nearest even, in the same pass (the next
+  // GEMM's operand, so that nobody casts dinp again).
   virtual void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                   TensorView dout, TensorView inp, TensorView weight,
-                                  TensorView mean, TensorView rstd) = 0;
+                                  TensorView mean, TensorView rstd, TensorView dinp_bf16) = 0;
 
   // Mixed precision: inp, weight (and dout in backward) may all be bf16
   // together; bias, dweight, dbias stay fp32 and the products accumulate in

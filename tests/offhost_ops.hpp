@@ -113,10 +113,13 @@ class OffHostOps final : public Ops {
                               GT_OFFHOST_VIEW(weight), GT_OFFHOST_VIEW(bias));
   }
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd) override {
+                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                          TensorView dinp_bf16) override {
     Open o(*this);
-    inner_->layernorm_backward(GT_OFFHOST_VIEW(dinp), GT_OFFHOST_VIEW(dweight), GT_OFFHOST_VIEW(dbias), GT_OFFHOST_VIEW(dout),
-                               GT_OFFHOST_VIEW(inp), GT_OFFHOST_VIEW(weight), GT_OFFHOST_VIEW(mean), GT_OFFHOST_VIEW(rstd));
+    inner_->layernorm_backward(GT_OFFHOST_VIEW(dinp), GT_OFFHOST_VIEW(dweight),
+                               GT_OFFHOST_VIEW(dbias), GT_OFFHOST_VIEW(dout), GT_OFFHOST_VIEW(inp),
+                               GT_OFFHOST_VIEW(weight), GT_OFFHOST_VIEW(mean),
+                               GT_OFFHOST_VIEW(rstd), GT_OFFHOST_VIEW(dinp_bf16));
   }
   void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias) override {
     Open o(*this);

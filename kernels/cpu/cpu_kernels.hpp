@@ -44,8 +44,10 @@ void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first
 
 void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
                        TensorView weight, TensorView bias);
+// dinp_bf16 may be empty (see Ops::layernorm_backward).
 void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                        TensorView inp, TensorView weight, TensorView mean, TensorView rstd);
+                        TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                        TensorView dinp_bf16);
 
 void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias);
 void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,

@@ -149,10 +149,10 @@ class CpuOps final : public Ops {
                          TensorView weight, TensorView bias) override {
     cpu::layernorm_forward(out, mean, rstd, inp, weight, bias);
   }
-  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
-                          TensorView dout, TensorView inp, TensorView weight, TensorView mean,
-                          TensorView rstd) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                          TensorView dinp_bf16) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dinp_bf16);
   }
 
   void matmul_forward(TensorView out, TensorView inp, TensorView weight,

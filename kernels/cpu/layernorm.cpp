@@ -62,9 +62,14 @@ void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorV
 }
 
 void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                        TensorView inp, TensorView weight, TensorView mean, TensorView rstd) {
+                        TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                        TensorView dinp_bf16) {
   GT_CHECK(inp.ndim == 2, "layernorm inp must be (R, C), got ", inp.shape_str());
   const int64_t R = inp.shape[0], C = inp.shape[1];
+  if (!dinp_bf16.empty()) {
+    expect_f32_or_bf16(dinp_bf16, {R, C}, "layernorm dinp_bf16");
+    GT_CHECK(dinp_bf16.dtype == DType::bf16, "layernorm dinp_bf16: expected bf16, got fp32");
+  }
   expect_f32_or_bf16(inp, {R, C}, "layernorm inp");
   expect_f32(dinp, {R, C}, "layernorm dinp");
   expect_f32_or_bf16(dout, {R, C}, "layernorm dout");
@@ -128,6 +133,7 @@ void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, T
       db[c] += acc_b[c - c0];
     }
   }
+  if (!dinp_bf16.empty()) cast(dinp_bf16, dinp);  // the accumulated rows, rounded
 }
 
 }  // namespace gt::cpu

@@ -195,7 +195,7 @@ void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd
 
 void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                  TensorView dout, TensorView inp, TensorView weight,
-                                 TensorView mean, TensorView rstd) {
+                                 TensorView mean, TensorView rstd, TensorView dinp_bf16) {
   cuda::NvtxRange range("layernorm_backward");
   const Check c{"layernorm_backward"};
   c.ndim(inp, "inp", 2, "(R, C)");
@@ -208,12 +208,14 @@ void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView
   c.tensor(weight, "weight", kF32, {C});
   c.tensor(mean, "mean", kF32, {R});
   c.tensor(rstd, "rstd", kF32, {R});
+  if (!dinp_bf16.empty()) c.tensor(dinp_bf16, "dinp_bf16", {DType::bf16}, {R, C});
+  bf16* d16 = dinp_bf16.empty() ? nullptr : ptr<bf16>(dinp_bf16);
   const int Ci = c.to_int(C, "C");
   float* tmp = static_cast<float*>(
       scratch(sizeof(float) * static_cast<size_t>(cuda::layernorm_backward_scratch_floats(R, Ci))));
   auto run = [&](const auto* g, const auto* x) {
     cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), g, x, weight.f32(), mean.f32(),
-                             rstd.f32(), R, Ci, tmp, stream());
+                             rstd.f32(), R, Ci, tmp, d16, stream());
   };
   const bool g16 = dout.dtype == DType::bf16, x16 = inp.dtype == DType::bf16;
   if (g16 && x16)

@@ -101,8 +101,8 @@ class CudaOps final : public Ops {
   void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
                          TensorView weight, TensorView bias) override;
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                          TensorView inp, TensorView weight, TensorView mean,
-                          TensorView rstd) override;
+                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                          TensorView dinp_bf16) override;
 
   void matmul_forward(TensorView out, TensorView inp, TensorView weight,
                       TensorView bias) override;

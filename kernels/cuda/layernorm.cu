@@ -210,11 +210,12 @@ __device__ __forceinline__ void load4(float (&v)[4], const T* row, int i) {
 // visit(g, xhat, i) sees each of this lane's elements in the first pass (the
 // fused backward adds its dweight/dbias terms there); a lane sees the same
 // columns in every row. The second pass reads g[i] before writing dx[i] in
-// the same lane, so dx may alias g (fp32 g).
+// the same lane, so dx may alias g (fp32 g). dx16, unless null, gets the
+// updated dx rounded to bf16 (8-byte stores of 4 when vec).
 template <typename X, typename G, typename F>
-__device__ __forceinline__ void add_row_input_grad(float* dx, const G* g, const X* x,
-                                                   const float* weight, float m, float rs, int C,
-                                                   bool vec, int lane, F&& visit) {
+__device__ __forceinline__ void add_row_input_grad(float* dx, __nv_bfloat16* dx16, const G* g,
+                                                   const X* x, const float* weight, float m,
+                                                   float rs, int C, bool vec, int lane, F&& visit) {
   constexpr int N = dev::Pack<float>::N;
   static_assert(N == 4, "load4 reads fp32 packs of 4");
   float s1 = 0.f, s2 = 0.f;
@@ -240,11 +241,17 @@ __device__ __forceinline__ void add_row_input_grad(float* dx, const G* g, const 
         d.v[k] += (wv.v[k] * gf[k] - mean1 - xhat * mean2) * rs;
       }
       dev::store_pack(dx + i, d);
+      if (dx16) {
+        __nv_bfloat162 h[2] = {__floats2bfloat162_rn(d.v[0], d.v[1]),
+                               __floats2bfloat162_rn(d.v[2], d.v[3])};
+        *reinterpret_cast<uint2*>(dx16 + i) = *reinterpret_cast<const uint2*>(h);
+      }
     }
   } else {
     for (int i = lane; i < C; i += dev::kWarpSize) {
       const float xhat = (dev::to_float(x[i]) - m) * rs;
       dx[i] += (weight[i] * dev::to_float(g[i]) - mean1 - xhat * mean2) * rs;
+      if (dx16) dx16[i] = __float2bfloat16_rn(dx[i]);
     }
   }
 }
@@ -261,9 +268,10 @@ constexpr size_t kMaxSmemOptin = 232448;  // 227 KiB per block on sm_90
 // scratch[chunk] = this chunk's sums of dout*xhat and dout per column.
 template <typename X, typename G>
 __global__ void __launch_bounds__(kBwdThreads)
-    layernorm_backward_kernel(float* dinp, float* scratch, const G* dout, const X* inp,
-                              const float* weight, const float* mean, const float* rstd, int64_t R,
-                              int C, int64_t rows_per_chunk, int64_t n_chunks, bool vec) {
+    layernorm_backward_kernel(float* dinp, __nv_bfloat16* dinp_bf16, float* scratch, const G* dout,
+                              const X* inp, const float* weight, const float* mean,
+                              const float* rstd, int64_t R, int C, int64_t rows_per_chunk,
+                              int64_t n_chunks, bool vec) {
   float* acc = dev::dynamic_shared_memory<float>();  // [kBwdWarps][dweight C | dbias C]
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
   float* dw_acc = acc + static_cast<size_t>(warp) * 2 * C;
@@ -276,8 +284,9 @@ __global__ void __launch_bounds__(kBwdThreads)
   const int64_t chunk = blockIdx.x;
   const int64_t r1 = std::min<int64_t>(R, (chunk + 1) * rows_per_chunk);
   for (int64_t row = chunk * rows_per_chunk + warp; row < r1; row += kBwdWarps) {
-    add_row_input_grad(dinp + row * C, dout + row * C, inp + row * C, weight, mean[row], rstd[row],
-                       C, vec, lane, [&](float gv, float xhat, int i) {
+    add_row_input_grad(dinp + row * C, dinp_bf16 ? dinp_bf16 + row * C : nullptr, dout + row * C,
+                       inp + row * C, weight, mean[row], rstd[row], C, vec, lane,
+                       [&](float gv, float xhat, int i) {
                          dw_acc[i] += gv * xhat;  // column i is this lane's in every row
                          db_acc[i] += gv;
                        });
@@ -296,15 +305,16 @@ __global__ void __launch_bounds__(kBwdThreads)
 
 // dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd
 template <typename X, typename G>
-__global__ void layernorm_dinp_kernel(float* dinp, const G* dout, const X* inp, const float* weight,
-                                      const float* mean, const float* rstd, int64_t R, int C,
-                                      bool vec) {
+__global__ void layernorm_dinp_kernel(float* dinp, __nv_bfloat16* dinp_bf16, const G* dout,
+                                      const X* inp, const float* weight, const float* mean,
+                                      const float* rstd, int64_t R, int C, bool vec) {
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
                       threadIdx.x / dev::kWarpSize;
   if (row >= R) return;
-  add_row_input_grad(dinp + row * C, dout + row * C, inp + row * C, weight, mean[row], rstd[row], C,
-                     vec, lane, [](float, float, int) {});
+  add_row_input_grad(dinp + row * C, dinp_bf16 ? dinp_bf16 + row * C : nullptr, dout + row * C,
+                     inp + row * C, weight, mean[row], rstd[row], C, vec, lane,
+                     [](float, float, int) {});
 }
 
 template <typename T, typename W>
@@ -350,7 +360,7 @@ namespace {
 template <typename X, typename G>
 void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, const X* inp,
                      const float* weight, const float* mean, const float* rstd, int64_t R, int C,
-                     float* scratch, cudaStream_t stream) {
+                     float* scratch, __nv_bfloat16* dinp_bf16, cudaStream_t stream) {
   GT_CHECK(R >= 0 && C > 0, "layernorm_backward: R = ", R, ", C = ", C);
   if (R == 0) return;
   dev::NvtxRange range("layernorm_backward");
@@ -361,7 +371,8 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
   // 16-byte loads of the fp32 rows (a bf16 row's 4 elements are loaded apart).
   const bool vec = C % N == 0 && dev::aligned16(dinp) &&
                    (!std::is_same_v<G, float> || dev::aligned16(dout)) &&
-                   (!std::is_same_v<X, float> || dev::aligned16(inp)) && dev::aligned16(weight);
+                   (!std::is_same_v<X, float> || dev::aligned16(inp)) && dev::aligned16(weight) &&
+                   reinterpret_cast<uintptr_t>(dinp_bf16) % 8 == 0;
   constexpr int kReduceThreads = 256;
   const unsigned reduce_blocks = static_cast<unsigned>((C + kReduceThreads - 1) / kReduceThreads);
   const size_t smem = fused_backward_smem_bytes(C);
@@ -371,8 +382,8 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
     dev::launch(layernorm_backward_kernel<X, G>,
-                {static_cast<unsigned>(ch.n_chunks), kBwdThreads, smem, stream}, dinp, scratch,
-                dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks, vec);
+                {static_cast<unsigned>(ch.n_chunks), kBwdThreads, smem, stream}, dinp, dinp_bf16,
+                scratch, dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks, vec);
     CUDA_CHECK_LAUNCH();
     dev::launch(layernorm_param_reduce_kernel, {reduce_blocks, kReduceThreads, 0, stream}, dweight,
                 dbias, scratch, C, ch.n_chunks);
@@ -391,34 +402,42 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
   CUDA_CHECK_LAUNCH();
 
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
-  dev::launch(layernorm_dinp_kernel<X, G>, {grid, kRowThreads, 0, stream}, dinp, dout, inp, weight,
-              mean, rstd, R, C, vec);
+  dev::launch(layernorm_dinp_kernel<X, G>, {grid, kRowThreads, 0, stream}, dinp, dinp_bf16, dout,
+              inp, weight, mean, rstd, R, C, vec);
   CUDA_CHECK_LAUNCH();
 }
 }  // namespace
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t R, int C, float* scratch, cudaStream_t stream) {
-  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
+                        int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
+                        cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
+                  stream);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream) {
-  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
+                        const float* rstd, int64_t R, int C, float* scratch,
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
+                  stream);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t R, int C, float* scratch, cudaStream_t stream) {
-  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
+                        int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
+                        cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
+                  stream);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream) {
-  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, stream);
+                        const float* rstd, int64_t R, int C, float* scratch,
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream) {
+  launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
+                  stream);
 }
 
 }  // namespace gt::cuda

@@ -45,18 +45,22 @@ int64_t layernorm_backward_scratch_floats(int64_t R, int C);
 // dinp (R,C) += ..., dweight (C) += ..., dbias (C) += ...
 // from dout (R,C), inp (R,C), weight (C), mean (R), rstd (R) saved by forward.
 // scratch: at least layernorm_backward_scratch_floats(R, C) floats, clobbered.
+// dinp_bf16: null, or (R,C) ASSIGNED the accumulated dinp rounded to bf16.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t R, int C, float* scratch,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
                         cudaStream_t stream);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream);
+                        const float* rstd, int64_t R, int C, float* scratch,
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t R, int C, float* scratch, cudaStream_t stream);
+                        int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
+                        cudaStream_t stream);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t R, int C, float* scratch, cudaStream_t stream);
+                        const float* rstd, int64_t R, int C, float* scratch,
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream);
 
 }  // namespace gt::cuda

@@ -66,10 +66,11 @@ TEST(CpuBf16Storage, LayerNormBackwardReadsBf16InputAndAccumulatesFp32) {
   std::vector<float> dx(kR * kC, 0.25f), dw(kC, 1.f), db(kC, -1.f);
   std::vector<float> dx16(dx), dw16(dw), db16(db);
   ops->layernorm_backward(f32(dx, {kR, kC}), f32(dw, {kC}), f32(db, {kC}), f32(dy, {kR, kC}),
-                          f32(x.values, {kR, kC}), f32(w, {kC}), f32(mean, {kR}), f32(rstd, {kR}));
+                          f32(x.values, {kR, kC}), f32(w, {kC}), f32(mean, {kR}), f32(rstd, {kR}),
+                          {});
   ops->layernorm_backward(f32(dx16, {kR, kC}), f32(dw16, {kC}), f32(db16, {kC}), f32(dy, {kR, kC}),
                           bf16_view(x.bits, {kR, kC}), f32(w, {kC}), f32(mean, {kR}),
-                          f32(rstd, {kR}));
+                          f32(rstd, {kR}), {});
   EXPECT_EQ(dx16, dx);
   EXPECT_EQ(dw16, dw);
   EXPECT_EQ(db16, db);
@@ -80,13 +81,31 @@ TEST(CpuBf16Storage, LayerNormBackwardReadsBf16InputAndAccumulatesFp32) {
   std::vector<float> got_dx(want_dx), got_dw(want_dw), got_db(want_db);
   ops->layernorm_backward(f32(want_dx, {kR, kC}), f32(want_dw, {kC}), f32(want_db, {kC}),
                           f32(g.values, {kR, kC}), f32(x.values, {kR, kC}), f32(w, {kC}),
-                          f32(mean, {kR}), f32(rstd, {kR}));
+                          f32(mean, {kR}), f32(rstd, {kR}), {});
   ops->layernorm_backward(f32(got_dx, {kR, kC}), f32(got_dw, {kC}), f32(got_db, {kC}),
                           bf16_view(g.bits, {kR, kC}), bf16_view(x.bits, {kR, kC}), f32(w, {kC}),
-                          f32(mean, {kR}), f32(rstd, {kR}));
+                          f32(mean, {kR}), f32(rstd, {kR}), {});
   EXPECT_EQ(got_dx, want_dx);
   EXPECT_EQ(got_dw, want_dw);
   EXPECT_EQ(got_db, want_db);
+
+  // The rounded copy of the accumulated dinp, written in the same call
+  // (the next GEMM's bf16 operand); the fp32 results do not change.
+  std::vector<float> copy_dx(kR * kC, 0.25f), copy_dw(kC, 1.f), copy_db(kC, -1.f);
+  std::vector<uint16_t> copy16(kR * kC, 0xFFFF);
+  ops->layernorm_backward(f32(copy_dx, {kR, kC}), f32(copy_dw, {kC}), f32(copy_db, {kC}),
+                          bf16_view(g.bits, {kR, kC}), bf16_view(x.bits, {kR, kC}), f32(w, {kC}),
+                          f32(mean, {kR}), f32(rstd, {kR}), bf16_view(copy16, {kR, kC}));
+  EXPECT_EQ(copy_dx, want_dx);
+  EXPECT_EQ(copy16, to_bf16(want_dx));
+  std::vector<float> wrong(kR * kC);
+  EXPECT_NE(error_message([&] {
+              ops->layernorm_backward(f32(copy_dx, {kR, kC}), f32(copy_dw, {kC}),
+                                      f32(copy_db, {kC}), f32(dy, {kR, kC}),
+                                      f32(x.values, {kR, kC}), f32(w, {kC}), f32(mean, {kR}),
+                                      f32(rstd, {kR}), f32(wrong, {kR, kC}));
+            }).find("layernorm dinp_bf16: expected bf16"),
+            std::string::npos);
 }
 
 TEST(CpuBf16Storage, GeluForwardAndBackwardAreTheFp32OpsRounded) {
@@ -137,7 +156,7 @@ TEST(CpuBf16Storage, RejectsMixedActivationDtypes) {
   expect_error_containing(
       [&] {
         ops->layernorm_backward(bf16_view(y16, {R, C}), f32(w, {C}), f32(b, {C}), f32(x, {R, C}),
-                                f32(z, {R, C}), f32(w, {C}), f32(mean, {R}), f32(rstd, {R}));
+                                f32(z, {R, C}), f32(w, {C}), f32(mean, {R}), f32(rstd, {R}), {});
       },
       "layernorm dinp must be fp32, got bf16");
   expect_error_containing([&] { ops->gelu_forward(f32(y, {n}), bf16_view(x16, {n})); },

@@ -184,7 +184,7 @@ void check_backward(const Case& c, bool bf16_inp, bool bf16_dout, cudaStream_t s
   cpu->layernorm_backward(gt::cpu_f32(want_dinp.data(), {c.R, c.C}),
                           gt::cpu_f32(want_dw.data(), {c.C}), gt::cpu_f32(want_db.data(), {c.C}),
                           cpu_dout, cpu_inp, gt::cpu_f32(in.weight.data(), {c.C}),
-                          gt::cpu_f32(mean.data(), {c.R}), gt::cpu_f32(rstd.data(), {c.R}));
+                          gt::cpu_f32(mean.data(), {c.R}), gt::cpu_f32(rstd.data(), {c.R}), {});
 
   DeviceArray<float> d_dout(dout, stream), d_inp(in.inp, stream), d_w(in.weight, stream),
       d_mean(fwd.mean, stream), d_rstd(fwd.rstd, stream);
@@ -192,9 +192,10 @@ void check_backward(const Case& c, bool bf16_inp, bool bf16_dout, cudaStream_t s
   DeviceArray<float> d_dinp(dinp0, stream), d_dw(dw0, stream), d_db(db0, stream);
   DeviceArray<float> scratch(gt::cuda::layernorm_backward_scratch_floats(c.R, c.C), stream);
   scratch.poison();  // the kernels must write every partial they read
+  __nv_bfloat16* copy = nullptr;  // the rounded copy of dinp, from the second run on
   auto with = [&](const auto* g, const auto* x) {
     gt::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), g, x, d_w.get(),
-                                 d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(), stream);
+                                 d_mean.get(), d_rstd.get(), c.R, c.C, scratch.get(), copy, stream);
   };
   const auto* g16 = reinterpret_cast<const __nv_bfloat16*>(d_dout16.get());
   const auto* x16 = reinterpret_cast<const __nv_bfloat16*>(d_inp16.get());
@@ -216,12 +217,17 @@ void check_backward(const Case& c, bool bf16_inp, bool bf16_dout, cudaStream_t s
   EXPECT_TRUE(all_close(dw, want_dw, param_atol, 1e-5f)) << "dweight";
   EXPECT_TRUE(all_close(db, want_db, param_atol, 1e-5f)) << "dbias";
 
-  // Same inputs, same starting gradients -> bit-identical results.
+  // Same inputs, same starting gradients -> bit-identical results; writing
+  // the bf16 copy of dinp changes none of them, and the copy is dinp rounded.
   d_dinp.upload(dinp0);
   d_dw.upload(dw0);
   d_db.upload(db0);
+  DeviceArray<uint16_t> d_copy(c.R * c.C, stream);
+  d_copy.poison();
+  copy = reinterpret_cast<__nv_bfloat16*>(d_copy.get());
   run();
   EXPECT_TRUE(gt::test::bitwise_equal(d_dinp.download(), dinp)) << "dinp not deterministic";
+  EXPECT_TRUE(d_copy.download() == gt::test::to_bf16(dinp)) << "the bf16 copy of dinp";
   EXPECT_TRUE(gt::test::bitwise_equal(d_dw.download(), dw)) << "dweight not deterministic";
   EXPECT_TRUE(gt::test::bitwise_equal(d_db.download(), db)) << "dbias not deterministic";
 }

@@ -71,7 +71,7 @@ TEST(CudaOps, ArgumentErrorsNameTheOpAndTheTensor) {
   const TensorView x16 = gt::test::dev_view(b16, gt::DType::bf16, {4, 8});
   msg = gt::test::error_message([&] {
     ops.layernorm_backward(x16, d.f32("dw", {8}), d.f32("db", {8}), x16, x16, d.f32("lw", {8}),
-                           d.f32("mu", {4}), d.f32("rs", {4}));
+                           d.f32("mu", {4}), d.f32("rs", {4}), {});
   });
   // inp may be bf16 (bf16 storage); the gradient it accumulates into may not.
   EXPECT_NE(msg.find("CudaOps::layernorm_backward: dinp must be fp32, got bf16"), std::string::npos)
@@ -134,7 +134,7 @@ TEST(CudaOps, LayerNormGeluAndElementwiseMatchCpu) {
                           t.f32("w", {C}, 0.5f, 1.5f), t.f32("b", {C}));
     ops.layernorm_backward(t.f32("dx", {R, C}), t.f32("dw", {C}), t.f32("db", {C}),
                            t.f32("dy", {R, C}), t.f32("x", {R, C}), t.f32("w", {C}),
-                           t.f32("mean", {R}), t.f32("rstd", {R}));
+                           t.f32("mean", {R}), t.f32("rstd", {R}), {});
     ops.gelu_forward(t.f32("g", {R, C}, Init::poison), t.f32("x", {R, C}));
     ops.gelu_backward(t.f32("dg", {R, C}, Init::poison), t.f32("x", {R, C}), t.f32("dy", {R, C}));
     ops.add(t.f32("sum", {R, C}, Init::poison), t.f32("x", {R, C}), t.f32("dy", {R, C}));
@@ -277,7 +277,7 @@ void run_block(Ops& ops, NamedTensors& t, const BlockDims& d) {
   ops.zero(t.f32("d_x3", {R, C}, P));  // layernorm_backward accumulates into dinp
   ops.layernorm_backward(t.f32("d_x3", {R, C}), t.f32("d_lnf_w", {C}), t.f32("d_lnf_b", {C}),
                          t.f32("d_lnf", {R, C}), t.f32("x3", {R, C}), t.f32("lnf_w", {C}),
-                         t.f32("meanf", {R}), t.f32("rstdf", {R}));
+                         t.f32("meanf", {R}), t.f32("rstdf", {R}), {});
   ops.matmul_backward(t.f32("d_h", {R, 4 * C}, P), t.f32("d_fcp_w", {C, 4 * C}),
                       t.f32("d_fcp_b", {C}), t.f32("d_x3", {R, C}), t.f32("h", {R, 4 * C}),
                       t.f32("fcp_w", {C, 4 * C}));
@@ -288,7 +288,7 @@ void run_block(Ops& ops, NamedTensors& t, const BlockDims& d) {
   ops.copy(t.f32("d_x2", {R, C}, P), t.f32("d_x3", {R, C}));  // residual: x3 = x2 + fcp
   ops.layernorm_backward(t.f32("d_x2", {R, C}), t.f32("d_ln2_w", {C}), t.f32("d_ln2_b", {C}),
                          t.f32("d_ln2", {R, C}), t.f32("x2", {R, C}), t.f32("ln2_w", {C}),
-                         t.f32("mean2", {R}), t.f32("rstd2", {R}));
+                         t.f32("mean2", {R}), t.f32("rstd2", {R}), {});
   ops.matmul_backward(t.f32("d_att", {R, C}, P), t.f32("d_proj_w", {C, C}), t.f32("d_proj_b", {C}),
                       t.f32("d_x2", {R, C}), t.f32("att", {R, C}), t.f32("proj_w", {C, C}));
   ops.attention_backward(t.f32("d_qkv", {B, T, 3 * C}, P), t.f32("att_scratch", {scratch_n}, P),
@@ -300,7 +300,7 @@ void run_block(Ops& ops, NamedTensors& t, const BlockDims& d) {
   ops.copy(t.f32("d_x", {R, C}, P), t.f32("d_x2", {R, C}));  // residual: x2 = x + proj
   ops.layernorm_backward(t.f32("d_x", {R, C}), t.f32("d_ln1_w", {C}), t.f32("d_ln1_b", {C}),
                          t.f32("d_ln1", {R, C}), t.f32("x", {R, C}), t.f32("ln1_w", {C}),
-                         t.f32("mean1", {R}), t.f32("rstd1", {R}));
+                         t.f32("mean1", {R}), t.f32("rstd1", {R}), {});
   ops.embedding_backward(t.f32("d_wte", {V, C}), t.f32("d_wpe", {d.maxT, C}),
                          t.f32("d_x", {B, T, C}), tok);
 

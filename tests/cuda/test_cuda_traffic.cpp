@@ -112,7 +112,8 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
         count(s,
               [&] {
                 ops.layernorm_backward(f32(dx, {R, C}), f32(dw, {C}), f32(db, {C}), f32(y, {R, C}),
-                                       f32(x, {R, C}), f32(w, {C}), f32(mean, {R}), f32(rstd, {R}));
+                                       f32(x, {R, C}), f32(w, {C}), f32(mean, {R}), f32(rstd, {R}),
+                                       {});
               }),
         ln_scratch, ln_scratch_why);
   check("gelu_forward", gt::op_cost::gelu_forward(n),
@@ -196,7 +197,7 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
               [&] {
                 ops.layernorm_backward(f32(dx, {R, C}), f32(dw, {C}), f32(db, {C}), f32(y, {R, C}),
                                        b16(x16, {R, C}), f32(w, {C}), f32(mean, {R}),
-                                       f32(rstd, {R}));
+                                       f32(rstd, {R}), {});
               }),
         ln_scratch, ln_scratch_why);
   check("layernorm_backward bf16 dout", gt::op_cost::layernorm_backward(R, C, 2, 2),
@@ -204,7 +205,16 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
               [&] {
                 ops.layernorm_backward(f32(dx, {R, C}), f32(dw, {C}), f32(db, {C}),
                                        b16(y16, {R, C}), b16(x16, {R, C}), f32(w, {C}),
-                                       f32(mean, {R}), f32(rstd, {R}));
+                                       f32(mean, {R}), f32(rstd, {R}), {});
+              }),
+        ln_scratch, ln_scratch_why);
+  check("layernorm_backward bf16 dout, dinp's bf16 copy",
+        gt::op_cost::layernorm_backward(R, C, 2, 2, 2),
+        count(s,
+              [&] {
+                ops.layernorm_backward(f32(dx, {R, C}), f32(dw, {C}), f32(db, {C}),
+                                       b16(y16, {R, C}), b16(x16, {R, C}), f32(w, {C}),
+                                       f32(mean, {R}), f32(rstd, {R}), b16(out16, {R, C}));
               }),
         ln_scratch, ln_scratch_why);
   check("gelu_forward bf16", gt::op_cost::gelu_forward(n, 2),

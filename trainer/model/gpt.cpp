@@ -101,6 +101,7 @@ void GPT::allocate(int max_rows, int max_seq) {
   a.ce_stats = floats(tp > 1 ? 3 * R : 0);
   auto& d = dacts_;
   d.dresidual = floats(Rl * C);
+  d.dresidual_bf16 = acts(bf16 && tp == 1 ? Rl * C : 0);
   // dln is the LN's output gradient: bf16 when a GEMM writes it whole (tp =
   // 1), fp32 when it is the reduce-scatter of fp32 partials (tp > 1).
   d.dln = tp > 1 ? floats(Rl * C) : acts(Rl * C);
@@ -113,9 +114,11 @@ void GPT::allocate(int max_rows, int max_seq) {
   // The largest GEMM operands: inputs (R,C) or (R,4C/p); output gradients
   // (R,3C/p), (R,4C/p), (R,C) or the LM head's (R,V/p); weights (V/p,C) or
   // (4C/p,C). Under bf16 storage the inputs and every output gradient but the
-  // residual stream's (R,C) are bf16 already: only that one is copied.
+  // residual stream's (R,C) are bf16 already, and at tp = 1 that one comes
+  // rounded from the LayerNorm backward (dresidual_bf16): only the gathered
+  // rows under tp are copied.
   const int64_t max_input = bf16 ? 0 : R * std::max(C, 4 * Cl);
-  const int64_t max_grad = bf16 ? R * C : R * std::max(4 * Cl, C);
+  const int64_t max_grad = bf16 ? (tp > 1 ? R * C : 0) : R * std::max(4 * Cl, C);
   linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, max_input, max_grad,
                                               std::max(Vl * C, 4 * Cl * C));
 }
@@ -521,6 +524,12 @@ void GPT::backward() {
   const TensorView none;
   auto dresidual = view(d.dresidual.f32(), {Rl, C});
   auto dln = tp > 1 ? view(d.dln.f32(), {Rl, C}) : aview(d.dln, {Rl, C});
+  // At tp = 1 in bf16 every LayerNorm backward also writes dresidual rounded
+  // to bf16, the operand of the row-parallel backward that reads it next;
+  // the last one (block 0's ln_1) feeds the embedding, which reads fp32.
+  const bool residual_copy = d.dresidual_bf16.bytes() > 0;
+  const TensorView dresidual16 = residual_copy ? aview(d.dresidual_bf16, {Rl, C}) : none;
+  const TensorView dresidual_gemm = residual_copy ? dresidual16 : dresidual;
 
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);
@@ -533,7 +542,7 @@ void GPT::backward() {
       cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C}) : aview(a.encoded, {Rl, C});
   ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
                           p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
-                          view(a.lnf_rstd.f32(), {Rl}));
+                          view(a.lnf_rstd.f32(), {Rl}), cfg_.n_layer > 0 ? dresidual16 : none);
   store_->after_backward(head);
 
   for (int l = last; l >= 0; --l) {
@@ -550,16 +559,17 @@ void GPT::backward() {
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
     // c_proj's input gradient through GELU's derivative in one: d fch.
-    row_backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual,
+    row_backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual_gemm,
                  layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"),
                  layer_act(a.fch, l, {R, 4 * Cl}));
     column_backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
                     layer_act(a.ln2, l, {R, C}), p(h + "mlp.c_fc.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
                             layer_act(a.res2, l, {Rl, C}), p(h + "ln_2.weight"),
-                            layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}));
+                            layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}),
+                            dresidual16);
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
-    row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual,
+    row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual_gemm,
                  layer_act(a.atty, l, {R, Cl}), p(h + "attn.c_proj.weight"));
     ops_.attention_backward(aview(d.dqkv, {B, T, 3 * Cl}),
                             view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
@@ -570,7 +580,7 @@ void GPT::backward() {
                     layer_act(a.ln1, l, {R, C}), p(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
                             p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
-                            layer_act(a.ln1_rstd, l, {Rl}));
+                            layer_act(a.ln1_rstd, l, {Rl}), l > 0 ? dresidual16 : none);
     store_->after_backward(layout_.block_unit(l));
   }
 
@@ -602,9 +612,10 @@ int64_t GPT::activation_bytes() const {
                                &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3})
     n += b->buf.bytes();
   for (const Buffer* b :
-       {&a.tokens, &a.targets,  &a.encoded,  &a.lnf,      &a.lnf_mean, &a.lnf_rstd,    &a.logits,
-        &a.losses, &a.loss_sum, &a.proj_tmp, &a.rows_f32, &a.ce_stats, &d.dresidual,   &d.dln,
-        &d.dfull,  &d.datty,    &d.dfch,     &d.dqkv,     &d.datt,     &d.rs_workspace})
+       {&a.tokens,    &a.targets, &a.encoded,        &a.lnf,      &a.lnf_mean, &a.lnf_rstd,
+        &a.logits,    &a.losses,  &a.loss_sum,       &a.proj_tmp, &a.rows_f32, &a.ce_stats,
+        &d.dresidual, &d.dln,     &d.dresidual_bf16, &d.dfull,    &d.datty,    &d.dfch,
+        &d.dqkv,      &d.datt,    &d.rs_workspace})
     n += b->bytes();
   return static_cast<int64_t>(n) + linear_->bytes();
 }

@@ -59,7 +59,10 @@
 //     branch gradients into it (LayerNorm backward accumulates), and a bf16
 //     accumulator would drop the small terms; being (R/p, C) it is a
 //     twentieth of the activations, so it costs little to keep. The GEMMs
-//     that read it (the row-parallel layers' backward) get a bf16 copy.
+//     that read it (the row-parallel layers' backward) get a bf16 copy: at
+//     tp = 1 the LayerNorm backward that last updated it writes that copy in
+//     the same pass (dresidual_bf16); under tp, LinearPrecision rounds the
+//     gathered rows.
 //     dln, a LayerNorm's output gradient, is bf16 at tp = 1 (one GEMM writes
 //     it whole) and fp32 under tp (the reduce-scatter's fp32 sum);
 //   * fp32 staging rows for the sums across tp ranks (the vocab-parallel
@@ -178,6 +181,7 @@ class GPT {
   };
   struct Gradients {  // activation gradients, reused across layers
     Buffer dresidual, dln;                  // (R/p, C) x2 (dln bf16 at tp = 1 in bf16)
+    Buffer dresidual_bf16;                  // (R, C) bf16 copy of dresidual (bf16, tp = 1)
     Buffer dfull;                           // (R, C): an all-gathered output gradient (tp > 1)
     Buffer datty, dfch, dqkv;               // (R, C/p), (R, 4C/p), (R, 3C/p)
     Buffer datt;                            // attention_scratch_elems

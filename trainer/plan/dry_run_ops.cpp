@@ -43,7 +43,7 @@ class DryRunOps final : public Ops {
   void layernorm_forward(TensorView, TensorView, TensorView, TensorView, TensorView,
                          TensorView) override {}
   void layernorm_backward(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
-                          TensorView, TensorView) override {}
+                          TensorView, TensorView, TensorView) override {}
   void matmul_forward(TensorView, TensorView, TensorView, TensorView) override {}
   void matmul_backward(TensorView, TensorView, TensorView, TensorView, TensorView,
                        TensorView) override {}

@@ -111,6 +111,7 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += (tp > 1 ? 3 * R : 0) * f;        // cross-entropy statistics
   // Activation gradients, reused across layers.
   bytes += Rl * C * f;                      // dresidual (fp32: an accumulator)
+  bytes += (bf16 && tp == 1 ? Rl * C : 0) * a;  // its bf16 copy, from the LayerNorm backward
   bytes += Rl * C * (tp > 1 ? f : a);       // dln (a GEMM's output at tp = 1, an fp32 sum else)
   bytes += (tp > 1 ? R * C : 0) * f;        // dfull
   bytes += R * Cl * a;                      // datty
@@ -119,9 +120,9 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += att_scratch * f;                 // attention backward scratch
   bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * f;
   if (bf16) {
-    // LinearPrecision's bf16 copies: the residual stream's gradient rows
-    // (R, C) and the largest weight; the inputs are bf16 already.
-    bytes += 2 * (R * C + std::max(Vl * C, 4 * Cl * C));
+    // LinearPrecision's bf16 copies: the residual stream's gathered gradient
+    // rows (R, C) under tp, and the largest weight; the inputs are bf16 already.
+    bytes += 2 * ((tp > 1 ? R * C : 0) + std::max(Vl * C, 4 * Cl * C));
   }
   return bytes;
 }

@@ -95,9 +95,11 @@ OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_
           2.0 * d(R) * d(C) * d(act_bytes) + 2.0 * d(C) * d(param_bytes) + kF * 2.0 * d(R)};
 }
 
-OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes, int64_t dout_bytes) {
-  // reads dout, inp, weight, mean, rstd; dinp, dweight, dbias read + written.
-  return {19.0 * d(R) * d(C), d(R) * d(C) * d(inp_bytes + dout_bytes) +
+OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes, int64_t dout_bytes,
+                          int64_t copy_bytes) {
+  // reads dout, inp, weight, mean, rstd; dinp, dweight, dbias read + written;
+  // the rounded copy of dinp written.
+  return {19.0 * d(R) * d(C), d(R) * d(C) * d(inp_bytes + dout_bytes + copy_bytes) +
                                   kF * (d(C) + 2.0 * d(R) + 2.0 * d(R) * d(C) + 4.0 * d(C))};
 }
 

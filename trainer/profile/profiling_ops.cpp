@@ -119,15 +119,17 @@ class ProfilingOps final : public Ops {
              op_cost::layernorm_forward(R, C, bytes_of(inp), bytes_of(weight)));
     inner_->layernorm_forward(out, mean, rstd, inp, weight, bias);
   }
-  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
-                          TensorView dout, TensorView inp, TensorView weight, TensorView mean,
-                          TensorView rstd) override {
+  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                          TensorView dinp_bf16) override {
     if (!p_.recording())
-      return inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+      return inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                        dinp_bf16);
     const int64_t R = inp.shape[0], C = inp.shape[1];
     Record r(p_, OpClass::layernorm, "layernorm_backward", fmt("R=%lld C=%lld", R, C),
-             op_cost::layernorm_backward(R, C, bytes_of(inp), bytes_of(dout)));
-    inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+             op_cost::layernorm_backward(R, C, bytes_of(inp), bytes_of(dout),
+                                         dinp_bf16.empty() ? 0 : bytes_of(dinp_bf16)));
+    inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dinp_bf16);
   }
 
   void matmul_forward(TensorView out, TensorView inp, TensorView weight,

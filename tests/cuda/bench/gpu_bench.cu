@@ -254,7 +254,8 @@ int run(int argc, char** argv) {
         w(DType::f32, {C}, 43, s), dw(DType::f32, {C}, 44, s), db(DType::f32, {C}, 45, s),
         mean(DType::f32, {R}, 46, s), rstd(DType::f32, {R}, 47, s);
     const double lb = timer.time([&] {
-      ops.layernorm_backward(dx.view, dw.view, db.view, dy.view, x.view, w.view, mean.view, rstd.view);
+      ops.layernorm_backward(dx.view, dw.view, db.view, dy.view, x.view, w.view, mean.view,
+                             rstd.view, {});
     });
     row("memory", "layernorm_bwd", DType::f32, R, C, 0, 0.0, lb, 4.0 * R * C * 4);
     Tensor logits(DType::f32, {R, V}, 48, s, 4.f), losses(DType::f32, {R}, 49, s);
