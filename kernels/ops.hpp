@@ -84,6 +84,13 @@ class Ops {
   // bf16 storage: inp and out bf16 together (weight, bias, mean, rstd fp32).
   virtual void layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
                                  TensorView inp, TensorView weight, TensorView bias) = 0;
+  // The residual add fused in front: res (R,C) = a + b (rounded to the
+  // storage dtype, as add), then out, mean, rstd = layernorm_forward of res.
+  // The same function as add then layernorm_forward; a, b, res and out are
+  // all fp32 or all bf16.
+  virtual void add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
+                                     TensorView rstd, TensorView a, TensorView b, TensorView weight,
+                                     TensorView bias) = 0;
   // dinp (R,C) ACCUMULATES (it is the residual stream's gradient);
   // dweight, dbias (C) accumulate. bf16 storage: inp and dout may each be
   // bf16 (every output stays fp32: they are gradients the residual stream

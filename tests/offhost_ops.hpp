@@ -112,6 +112,14 @@ class OffHostOps final : public Ops {
     inner_->layernorm_forward(GT_OFFHOST_VIEW(out), GT_OFFHOST_VIEW(mean), GT_OFFHOST_VIEW(rstd), GT_OFFHOST_VIEW(inp),
                               GT_OFFHOST_VIEW(weight), GT_OFFHOST_VIEW(bias));
   }
+  void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
+                             TensorView a, TensorView b, TensorView weight,
+                             TensorView bias) override {
+    Open o(*this);
+    inner_->add_layernorm_forward(GT_OFFHOST_VIEW(res), GT_OFFHOST_VIEW(out), GT_OFFHOST_VIEW(mean),
+                                  GT_OFFHOST_VIEW(rstd), GT_OFFHOST_VIEW(a), GT_OFFHOST_VIEW(b),
+                                  GT_OFFHOST_VIEW(weight), GT_OFFHOST_VIEW(bias));
+  }
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                           TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
                           TensorView dinp_bf16) override {

@@ -149,6 +149,12 @@ class CpuOps final : public Ops {
                          TensorView weight, TensorView bias) override {
     cpu::layernorm_forward(out, mean, rstd, inp, weight, bias);
   }
+  void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
+                             TensorView a, TensorView b, TensorView weight,
+                             TensorView bias) override {
+    cpu::add(res, a, b);
+    cpu::layernorm_forward(out, mean, rstd, res, weight, bias);
+  }
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                           TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
                           TensorView dinp_bf16) override {

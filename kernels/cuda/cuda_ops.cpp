@@ -193,6 +193,35 @@ void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd
                             ptr<bf16>(bias), R, c.to_int(C, "C"), stream());
 }
 
+void CudaOps::add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
+                                    TensorView rstd, TensorView a, TensorView b, TensorView weight,
+                                    TensorView bias) {
+  cuda::NvtxRange range("add_layernorm_forward");
+  const Check c{"add_layernorm_forward"};
+  c.ndim(a, "a", 2, "(R, C)");
+  const int64_t R = a.shape[0], C = a.shape[1];
+  c.tensor(a, "a", kF32Bf16, {R, C});
+  c.tensor(b, "b", {a.dtype}, {R, C});
+  c.tensor(res, "res", {a.dtype}, {R, C});
+  c.tensor(out, "out", {a.dtype}, {R, C});
+  c.tensor(weight, "weight", a.dtype == DType::f32 ? kF32 : kF32Bf16, {C});
+  c.tensor(bias, "bias", {weight.dtype}, {C});
+  c.tensor(mean, "mean", kF32, {R});
+  c.tensor(rstd, "rstd", kF32, {R});
+  const int Ci = c.to_int(C, "C");
+  if (a.dtype == DType::f32)
+    cuda::add_layernorm_forward(res.f32(), out.f32(), mean.f32(), rstd.f32(), a.f32(), b.f32(),
+                                weight.f32(), bias.f32(), R, Ci, stream());
+  else if (weight.dtype == DType::f32)
+    cuda::add_layernorm_forward(ptr<bf16>(res), ptr<bf16>(out), mean.f32(), rstd.f32(),
+                                ptr<bf16>(a), ptr<bf16>(b), weight.f32(), bias.f32(), R, Ci,
+                                stream());
+  else
+    cuda::add_layernorm_forward(ptr<bf16>(res), ptr<bf16>(out), mean.f32(), rstd.f32(),
+                                ptr<bf16>(a), ptr<bf16>(b), ptr<bf16>(weight), ptr<bf16>(bias), R,
+                                Ci, stream());
+}
+
 void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                  TensorView dout, TensorView inp, TensorView weight,
                                  TensorView mean, TensorView rstd, TensorView dinp_bf16) {

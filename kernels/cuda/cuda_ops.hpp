@@ -100,6 +100,9 @@ class CudaOps final : public Ops {
 
   void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
                          TensorView weight, TensorView bias) override;
+  void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
+                             TensorView a, TensorView b, TensorView weight,
+                             TensorView bias) override;
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                           TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
                           TensorView dinp_bf16) override;

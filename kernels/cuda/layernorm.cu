@@ -43,17 +43,38 @@ __device__ __forceinline__ void for_lane(const T* row, int C, bool vec, int lane
 
 // T: the activations' storage; W: the parameters' (T, or fp32 under bf16
 // storage: the model's fp32 master weights read directly).
+// With `res` (the fused residual add): inp is ignored, res = a + b (rounded
+// to T) is written first and normalised; each lane re-reads only the
+// elements it wrote itself (the same columns in every pass), from L1.
 template <typename T, typename W>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const W* weight, const W* bias, int64_t R, int C,
-                                         bool vec) {
+                                         const W* weight, const W* bias, int64_t R, int C, bool vec,
+                                         T* res, const T* add_a, const T* add_b) {
   constexpr int N = dev::Pack<T>::N;
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
                       threadIdx.x / dev::kWarpSize;
   if (row >= R) return;  // whole warp leaves together; no block sync below
-  const T* x = inp + row * C;
   T* y = out + row * C;
+  const T* x = res ? res + row * C : inp + row * C;
+  if (res) {
+    T* r = res + row * C;
+    const T* pa = add_a + row * C;
+    const T* pb = add_b + row * C;
+    if (vec) {
+      for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
+        const dev::Pack<T> av = dev::load_pack(pa + i), bv = dev::load_pack(pb + i);
+        dev::Pack<T> o;
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          o.v[k] = dev::from_float<T>(dev::to_float(av.v[k]) + dev::to_float(bv.v[k]));
+        dev::store_pack(r + i, o);
+      }
+    } else {
+      for (int i = lane; i < C; i += dev::kWarpSize)
+        r[i] = dev::from_float<T>(dev::to_float(pa[i]) + dev::to_float(pb[i]));
+    }
+  }
 
   float sum = 0.f;
   for_lane(x, C, vec, lane, [&](float v, int) { sum += v; });
@@ -317,18 +338,23 @@ __global__ void layernorm_dinp_kernel(float* dinp, __nv_bfloat16* dinp_bf16, con
                      [](float, float, int) {});
 }
 
+// res == nullptr: out = LN(inp). Else the fused residual add: res = a + b,
+// out = LN(res) (inp unused).
 template <typename T, typename W>
 void launch_forward(T* out, float* mean, float* rstd, const T* inp, const W* weight, const W* bias,
-                    int64_t R, int C, cudaStream_t stream) {
+                    int64_t R, int C, cudaStream_t stream, T* res = nullptr,
+                    const T* add_a = nullptr, const T* add_b = nullptr) {
   GT_CHECK(R >= 0 && C > 0, "layernorm_forward: R = ", R, ", C = ", C);
   if (R == 0) return;
-  dev::NvtxRange range("layernorm_forward");
+  dev::NvtxRange range(res ? "add_layernorm_forward" : "layernorm_forward");
   constexpr int N = dev::Pack<T>::N;
-  const bool vec = C % N == 0 && dev::aligned16(out) && dev::aligned16(inp) &&
-                   dev::aligned16(weight) && dev::aligned16(bias);
+  const bool vec = C % N == 0 && dev::aligned16(out) && dev::aligned16(weight) &&
+                   dev::aligned16(bias) &&
+                   (res ? dev::aligned16(res) && dev::aligned16(add_a) && dev::aligned16(add_b)
+                        : dev::aligned16(inp));
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
   dev::launch(layernorm_forward_kernel<T, W>, {grid, kRowThreads, 0, stream}, out, mean, rstd, inp,
-              weight, bias, R, C, vec);
+              weight, bias, R, C, vec, res, add_a, add_b);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -350,6 +376,28 @@ void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_
                        const float* weight, const float* bias, int64_t R, int C,
                        cudaStream_t stream) {
   launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
+}
+
+void add_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
+                           const float* b, const float* weight, const float* bias, int64_t R, int C,
+                           cudaStream_t stream) {
+  launch_forward(out, mean, rstd, static_cast<const float*>(nullptr), weight, bias, R, C, stream,
+                 res, a, b);
+}
+
+void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
+                           const __nv_bfloat16* a, const __nv_bfloat16* b,
+                           const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
+                           cudaStream_t stream) {
+  launch_forward(out, mean, rstd, static_cast<const __nv_bfloat16*>(nullptr), weight, bias, R, C,
+                 stream, res, a, b);
+}
+
+void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
+                           const __nv_bfloat16* a, const __nv_bfloat16* b, const float* weight,
+                           const float* bias, int64_t R, int C, cudaStream_t stream) {
+  launch_forward(out, mean, rstd, static_cast<const __nv_bfloat16*>(nullptr), weight, bias, R, C,
+                 stream, res, a, b);
 }
 
 int64_t layernorm_backward_scratch_floats(int64_t R, int C) {

@@ -39,6 +39,20 @@ void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_
                        const float* weight, const float* bias, int64_t R, int C,
                        cudaStream_t stream);
 
+// The residual add fused in: res (R,C) = a + b (rounded to the storage type),
+// then out, mean, rstd <- LayerNorm(res) as above; one pass over a and b
+// instead of the add's write and the LayerNorm's read of res.
+void add_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
+                           const float* b, const float* weight, const float* bias, int64_t R, int C,
+                           cudaStream_t stream);
+void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
+                           const __nv_bfloat16* a, const __nv_bfloat16* b,
+                           const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
+                           cudaStream_t stream);
+void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
+                           const __nv_bfloat16* a, const __nv_bfloat16* b, const float* weight,
+                           const float* bias, int64_t R, int C, cudaStream_t stream);
+
 // Floats of device scratch layernorm_backward needs for this shape.
 int64_t layernorm_backward_scratch_floats(int64_t R, int C);
 

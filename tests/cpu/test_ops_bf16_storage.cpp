@@ -108,6 +108,36 @@ TEST(CpuBf16Storage, LayerNormBackwardReadsBf16InputAndAccumulatesFp32) {
             std::string::npos);
 }
 
+// The fused residual add + LayerNorm is, bit for bit, add then
+// layernorm_forward, in fp32 and in bf16 storage.
+TEST(CpuBf16Storage, AddLayerNormForwardIsAddThenLayerNorm) {
+  auto ops = cpu_ops();
+  Bf16Tensor a(kR * kC, 41, 2.f), b(kR * kC, 42);
+  auto w = random_vector(kC, 43), bias = random_vector(kC, 44);
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    std::vector<float> res(kR * kC), out(kR * kC), mean(kR), rstd(kR);
+    std::vector<float> res2(res), out2(out), mean2(mean), rstd2(rstd);
+    std::vector<uint16_t> r16(kR * kC), o16(kR * kC), r16b(r16), o16b(o16);
+    auto act = [&](std::vector<float>& f, std::vector<uint16_t>& h) {
+      return bf16 ? bf16_view(h, {kR, kC}) : f32(f, {kR, kC});
+    };
+    std::vector<float> af = a.values, bf = b.values;
+    std::vector<uint16_t> ah = a.bits, bh = b.bits;
+    ops->add(act(res, r16), act(af, ah), act(bf, bh));
+    ops->layernorm_forward(act(out, o16), f32(mean, {kR}), f32(rstd, {kR}), act(res, r16),
+                           f32(w, {kC}), f32(bias, {kC}));
+    ops->add_layernorm_forward(act(res2, r16b), act(out2, o16b), f32(mean2, {kR}), f32(rstd2, {kR}),
+                               act(af, ah), act(bf, bh), f32(w, {kC}), f32(bias, {kC}));
+    EXPECT_EQ(res2, res);
+    EXPECT_EQ(out2, out);
+    EXPECT_EQ(r16b, r16);
+    EXPECT_EQ(o16b, o16);
+    EXPECT_EQ(mean2, mean);
+    EXPECT_EQ(rstd2, rstd);
+  }
+}
+
 TEST(CpuBf16Storage, GeluForwardAndBackwardAreTheFp32OpsRounded) {
   auto ops = cpu_ops();
   const int64_t n = 3 * 16384 + 5;  // several OpenMP chunks and a tail

@@ -155,6 +155,64 @@ TEST(CudaLayerNorm, ForwardBf16WithFp32ParametersMatchesCpu) {
   }
 }
 
+// The residual add fused in front: res = a + b exactly as the add op rounds
+// it, then the LayerNorm of res; fp32, and bf16 storage with fp32 parameters.
+TEST(CudaLayerNorm, AddLayerNormForwardIsTheAddThenTheLayerNorm) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  const cudaStream_t s = stream.get();
+  auto bf = [](const DeviceArray<uint16_t>& a) {
+    return reinterpret_cast<__nv_bfloat16*>(a.get());
+  };
+  for (const Case& c : gt::test::select_cases(kCases, small_case)) {
+    SCOPED_TRACE(name(c));
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+      Inputs in = make_inputs(c, 260);
+      auto a = random_vector(c.R * c.C, 270, -2.f, 3.f), b = random_vector(c.R * c.C, 271);
+      if (bf16) {
+        a = gt::test::round_to_bf16(a);
+        b = gt::test::round_to_bf16(b);
+      }
+      std::vector<float> res(c.R * c.C);
+      for (size_t i = 0; i < res.size(); ++i) res[i] = a[i] + b[i];
+      if (bf16) res = gt::test::round_to_bf16(res);
+      in.inp = res;
+      const ForwardResult want = cpu_forward(c, in);
+
+      DeviceArray<float> w(in.weight, s), bias(in.bias, s), mean(c.R, s), rstd(c.R, s);
+      mean.poison();
+      rstd.poison();
+      std::vector<float> got_res, got_out;
+      if (bf16) {
+        DeviceArray<uint16_t> da(gt::test::to_bf16(a), s), db(gt::test::to_bf16(b), s),
+            dres(c.R * c.C, s), dout(c.R * c.C, s);
+        dres.poison();
+        dout.poison();
+        gt::cuda::add_layernorm_forward(bf(dres), bf(dout), mean.get(), rstd.get(), bf(da), bf(db),
+                                        w.get(), bias.get(), c.R, c.C, s);
+        got_res = gt::test::from_bf16(dres.download());
+        got_out = gt::test::from_bf16(dout.download());
+      } else {
+        DeviceArray<float> da(a, s), db(b, s), dres(c.R * c.C, s), dout(c.R * c.C, s);
+        dres.poison();
+        dout.poison();
+        gt::cuda::add_layernorm_forward(dres.get(), dout.get(), mean.get(), rstd.get(), da.get(),
+                                        db.get(), w.get(), bias.get(), c.R, c.C, s);
+        got_res = dres.download();
+        got_out = dout.download();
+      }
+      EXPECT_TRUE(gt::test::bitwise_equal(got_res, res)) << "res";
+      if (bf16)
+        EXPECT_TRUE(all_close(got_out, gt::test::round_to_bf16(want.out), 1e-2f, 8e-3f)) << "out";
+      else
+        EXPECT_TRUE(all_close(got_out, want.out, 1e-5f, 1e-5f)) << "out";
+      EXPECT_TRUE(all_close(mean.download(), want.mean, 1e-6f, 1e-5f)) << "mean";
+      EXPECT_TRUE(all_close(rstd.download(), want.rstd, 1e-6f, 1e-5f)) << "rstd";
+    }
+  }
+}
+
 // The backward against the CPU twin, reading an fp32 or (bf16 storage) a
 // bf16 input and output gradient; every output accumulates and is fp32.
 void check_backward(const Case& c, bool bf16_inp, bool bf16_dout, cudaStream_t stream) {

@@ -102,6 +102,11 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
           ops.layernorm_forward(f32(out, {R, C}), f32(mean, {R}), f32(rstd, {R}), f32(x, {R, C}),
                                 f32(w, {C}), f32(b, {C}));
         }));
+  check("add_layernorm_forward", gt::op_cost::add_layernorm_forward(R, C), count(s, [&] {
+          ops.add_layernorm_forward(f32(dx, {R, C}), f32(out, {R, C}), f32(mean, {R}),
+                                    f32(rstd, {R}), f32(x, {R, C}), f32(y, {R, C}), f32(w, {C}),
+                                    f32(b, {C}));
+        }));
   // The backward's per-chunk dweight/dbias partials go through scratch:
   // written by the row pass, read by the reduction (1.6% of the bytes here,
   // 1.8% at 124M's shape).
@@ -217,6 +222,12 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
                                        f32(mean, {R}), f32(rstd, {R}), b16(out16, {R, C}));
               }),
         ln_scratch, ln_scratch_why);
+  auto res16 = bf16_copy(x, n);
+  check("add_layernorm_forward bf16", gt::op_cost::add_layernorm_forward(R, C, 2, 4), count(s, [&] {
+          ops.add_layernorm_forward(b16(res16, {R, C}), b16(out16, {R, C}), f32(mean, {R}),
+                                    f32(rstd, {R}), b16(x16, {R, C}), b16(y16, {R, C}), f32(w, {C}),
+                                    f32(b, {C}));
+        }));
   check("gelu_forward bf16", gt::op_cost::gelu_forward(n, 2),
         count(s, [&] { ops.gelu_forward(b16(out16, {n}), b16(x16, {n})); }));
   check("gelu_backward bf16", gt::op_cost::gelu_backward(n, 2),

@@ -338,7 +338,7 @@ void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView d
 // Activations land in layer l's slots (the shared slot for what recompute
 // drops), so backward() can rerun a part into the same places.
 
-void GPT::block_attention_forward(int l, TensorView x) {
+void GPT::block_attention_forward(int l, TensorView x, bool with_ln2) {
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / tp_.size(), Cl = C / tp_.size();
   const int NHl = cfg_.n_head / tp_.size();
@@ -357,18 +357,23 @@ void GPT::block_attention_forward(int l, TensorView x) {
   ops_.attention_forward(layer_act(a.atty, l, {B, T, Cl}), att, layer_act(a.qkv, l, {B, T, 3 * Cl}),
                          NHl);
   row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
-  ops_.add(res2, x, proj);
+  if (!with_ln2) return ops_.add(res2, x, proj);
+  // The residual add and ln_2 in one pass (res2 is not read back from memory).
+  ops_.add_layernorm_forward(res2, own_rows(layer_act(a.ln2, l, {R, C})),
+                             layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}), x,
+                             proj, p(h + "ln_2.weight"), p(h + "ln_2.bias"));
 }
 
-void GPT::block_mlp_up_forward(int l) {
+void GPT::block_mlp_up_forward(int l, bool ln2_done) {
   const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / tp_.size(), Cl = C / tp_.size();
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
   auto ln2 = layer_act(a.ln2, l, {R, C});
   auto fch = layer_act(a.fch, l, {R, 4 * Cl});
-  ops_.layernorm_forward(own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
-                         layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
-                         p(h + "ln_2.weight"), p(h + "ln_2.bias"));
+  if (!ln2_done)
+    ops_.layernorm_forward(own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
+                           layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
+                           p(h + "ln_2.weight"), p(h + "ln_2.bias"));
   // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward.
   column_forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2, p(h + "mlp.c_fc.weight"),
                  p(h + "mlp.c_fc.bias"), fch);
@@ -469,8 +474,8 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   TensorView x = encoded;  // (R/p, C) residual stream entering the block
   for (int l = 0; l < cfg_.n_layer; ++l) {
     store_->before_forward(layout_.block_unit(l));
-    block_attention_forward(l, x);
-    block_mlp_up_forward(l);
+    block_attention_forward(l, x, /*with_ln2=*/true);
+    block_mlp_up_forward(l, /*ln2_done=*/true);
     block_mlp_down_forward(l);
     x = layer_act(a.res3, l, {Rl, C});
     store_->after_forward(layout_.block_unit(l));
@@ -551,8 +556,8 @@ void GPT::backward() {
     auto x_in = l == 0 ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
     // What recomputation dropped, rerun into the shared slots (the block's
     // parameters are valid since before_backward).
-    if (recompute_ == Recompute::block) block_attention_forward(l, x_in);
-    if (recompute_ != Recompute::none) block_mlp_up_forward(l);
+    if (recompute_ == Recompute::block) block_attention_forward(l, x_in, /*with_ln2=*/false);
+    if (recompute_ != Recompute::none) block_mlp_up_forward(l, /*ln2_done=*/false);
     auto dfch = aview(d.dfch, {R, 4 * Cl});
     auto datty = aview(d.datty, {R, Cl});
     auto dqkv = aview(d.dqkv, {R, 3 * Cl});

@@ -236,10 +236,13 @@ class GPT {
 
   // Block l's forward in three parts, run by forward() in turn and again by
   // backward() for what recomputation dropped. x: (R/p, C) the block's input.
-  // ln_1, c_attn, attention, attn.c_proj and the residual add into res2.
-  void block_attention_forward(int l, TensorView x);
-  // ln_2, c_fc and GELU: the MLP's activations up to mlp.c_proj's input.
-  void block_mlp_up_forward(int l);
+  // ln_1, c_attn, attention, attn.c_proj and the residual add into res2;
+  // with_ln2: ln_2 too, fused with the add (forward() does; recomputation,
+  // which reruns the parts separately, does not).
+  void block_attention_forward(int l, TensorView x, bool with_ln2);
+  // ln_2 (unless ln2_done), c_fc and GELU: the MLP's activations up to
+  // mlp.c_proj's input.
+  void block_mlp_up_forward(int l, bool ln2_done);
   // mlp.c_proj and the residual add into res3.
   void block_mlp_down_forward(int l);
 

@@ -42,6 +42,8 @@ class DryRunOps final : public Ops {
   void position_embedding_backward(TensorView, TensorView, int64_t, int) override {}
   void layernorm_forward(TensorView, TensorView, TensorView, TensorView, TensorView,
                          TensorView) override {}
+  void add_layernorm_forward(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
+                             TensorView, TensorView) override {}
   void layernorm_backward(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
                           TensorView, TensorView, TensorView) override {}
   void matmul_forward(TensorView, TensorView, TensorView, TensorView) override {}

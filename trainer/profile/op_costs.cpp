@@ -95,6 +95,12 @@ OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_
           2.0 * d(R) * d(C) * d(act_bytes) + 2.0 * d(C) * d(param_bytes) + kF * 2.0 * d(R)};
 }
 
+OpCost add_layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_bytes) {
+  // the add (1/element) and the LayerNorm's 8; a, b read, res and out written.
+  return {9.0 * d(R) * d(C),
+          4.0 * d(R) * d(C) * d(act_bytes) + 2.0 * d(C) * d(param_bytes) + kF * 2.0 * d(R)};
+}
+
 OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes, int64_t dout_bytes,
                           int64_t copy_bytes) {
   // reads dout, inp, weight, mean, rstd; dinp, dweight, dbias read + written;

@@ -107,6 +107,9 @@ double attention_tc_kernel_extra_flops(int64_t B, int64_t NH, int64_t T, int64_t
 // act_bytes: inp and out's element size; param_bytes: weight and bias's.
 OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes = 4, int64_t param_bytes = 4);
 // dinp, dweight, dbias accumulate (fp32); inp_bytes, dout_bytes: their element sizes.
+// The residual add fused in front of layernorm_forward: reads a, b; writes
+// res, out (act_bytes each), mean, rstd; reads weight, bias.
+OpCost add_layernorm_forward(int64_t R, int64_t C, int64_t act_bytes = 4, int64_t param_bytes = 4);
 // copy_bytes: the element size of the rounded copy of dinp it also writes (0: none).
 OpCost layernorm_backward(int64_t R, int64_t C, int64_t inp_bytes = 4, int64_t dout_bytes = 4,
                           int64_t copy_bytes = 0);

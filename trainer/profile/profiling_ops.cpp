@@ -119,6 +119,16 @@ class ProfilingOps final : public Ops {
              op_cost::layernorm_forward(R, C, bytes_of(inp), bytes_of(weight)));
     inner_->layernorm_forward(out, mean, rstd, inp, weight, bias);
   }
+  void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
+                             TensorView a, TensorView b, TensorView weight,
+                             TensorView bias) override {
+    if (!p_.recording())
+      return inner_->add_layernorm_forward(res, out, mean, rstd, a, b, weight, bias);
+    const int64_t R = a.shape[0], C = a.shape[1];
+    Record r(p_, OpClass::layernorm, "add_layernorm_forward", fmt("R=%lld C=%lld", R, C),
+             op_cost::add_layernorm_forward(R, C, bytes_of(a), bytes_of(weight)));
+    inner_->add_layernorm_forward(res, out, mean, rstd, a, b, weight, bias);
+  }
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                           TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
                           TensorView dinp_bf16) override {
