@@ -111,24 +111,35 @@ __device__ __forceinline__ void mma2(float (&d0)[4], float (&d1)[4], const uint3
   dev::mma_bf16_16816(d1, a, b1);
 }
 
-// acc (the warp's 16 x 64 scores) = A (16 x HSP, as fragments `a`, one per
-// 16 columns) times the 64 rows of `y` transposed: S = Q K^T and kin.
+template <int NT>
+__device__ __forceinline__ void zero(float (&acc)[NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+}
+
+// acc (the warp's 16 x 64 scores) += A's columns [16 kd, 16 kd + 16) (one
+// fragment) times the same columns of the 64 rows of `y`, transposed.
+template <int HSP>
+__device__ __forceinline__ void scores_step(float (&acc)[kKeyNTiles][4], const uint32_t (&a)[4],
+                                            const bf16* y, int kd) {
+#pragma unroll
+  for (int np = 0; np < kKeyNTiles / 2; ++np) {
+    uint32_t b[4];
+    load_b_t<HSP>(b, y, np * 16, kd * 16);
+    mma2(acc[2 * np], acc[2 * np + 1], a, b);
+  }
+}
+
+// acc = A (16 x HSP, as fragments `a`, one per 16 columns) times the 64 rows
+// of `y` transposed: S = Q K^T and kin.
 template <int HSP>
 __device__ __forceinline__ void scores(float (&acc)[kKeyNTiles][4],
                                        const uint32_t (&a)[HSP / 16][4], const bf16* y) {
+  zero(acc);
 #pragma unroll
-  for (int j = 0; j < kKeyNTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
-#pragma unroll
-  for (int kd = 0; kd < HSP / 16; ++kd) {
-#pragma unroll
-    for (int np = 0; np < kKeyNTiles / 2; ++np) {
-      uint32_t b[4];
-      load_b_t<HSP>(b, y, np * 16, kd * 16);
-      mma2(acc[2 * np], acc[2 * np + 1], a[kd], b);
-    }
-  }
+  for (int kd = 0; kd < HSP / 16; ++kd) scores_step<HSP>(acc, a[kd], y, kd);
 }
 
 // The same with A as rows [r0, r0 + 16) of the shared tile `x`, one
@@ -136,20 +147,12 @@ __device__ __forceinline__ void scores(float (&acc)[kKeyNTiles][4],
 template <int HSP>
 __device__ __forceinline__ void scores(float (&acc)[kKeyNTiles][4], const bf16* x, int r0,
                                        const bf16* y) {
-#pragma unroll
-  for (int j = 0; j < kKeyNTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+  zero(acc);
 #pragma unroll
   for (int kd = 0; kd < HSP / 16; ++kd) {
     uint32_t a[4];
     load_a<HSP>(a, x, r0, kd * 16);
-#pragma unroll
-    for (int np = 0; np < kKeyNTiles / 2; ++np) {
-      uint32_t b[4];
-      load_b_t<HSP>(b, y, np * 16, kd * 16);
-      mma2(acc[2 * np], acc[2 * np + 1], a, b);
-    }
+    scores_step<HSP>(acc, a, y, kd);
   }
 }
 
@@ -171,14 +174,6 @@ __device__ __forceinline__ void accumulate_pv(float (&acc)[HSP / 8][4],
       mma2(acc[2 * dp], acc[2 * dp + 1], a, b);
     }
   }
-}
-
-template <int NT>
-__device__ __forceinline__ void zero(float (&acc)[NT][4]) {
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 }
 
 // Writes the warp's (16 x HSP) accumulators times a per-row factor (rows g,
