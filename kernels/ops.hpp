@@ -23,7 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "kernels/core/adamw_runs.hpp"
 #include "kernels/core/buffer.hpp"
 #include "kernels/core/tensor.hpp"
 
@@ -241,8 +243,24 @@ class Ops {
     float lr, beta1, beta2, eps, weight_decay, grad_scale;
     int64_t t;
   };
-  virtual void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                            const AdamWParams& p) = 0;
+  // A run of elements (kernels/core/adamw_runs.hpp): `param` and `state`
+  // offsets differ when the parameters are whole and the optimizer state a
+  // shard (ZeRO-1/2).
+  using AdamWRun = gt::AdamWRun;
+  // The step above over every run of the flat 1-D buffers param and
+  // grad/m/v, as one launch on a device (torch's multi-tensor AdamW); what
+  // no run covers is untouched and runs must not overlap. When param_bf16
+  // (bf16, param's length) is not empty it receives every updated parameter
+  // rounded to nearest even: the copy the bf16 GEMMs read, bit for bit what
+  // cast() would give, without a pass of its own.
+  virtual void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                                 TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                                 const AdamWParams& p) = 0;
+  // One segment, decayed: all of param/grad/m/v.
+  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
+                    const AdamWParams& p) {
+    adamw_update_runs(param, grad, m, v, TensorView{}, {{0, 0, param.numel(), true}}, p);
+  }
 };
 
 }  // namespace gt

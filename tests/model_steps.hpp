@@ -36,6 +36,9 @@ struct StepOptions {
   bool tp_overlap = true;
   Recompute recompute = Recompute::none;
   ComputeDType dtype = ComputeDType::fp32;
+  // bf16 runs: ask the store for the parameters' bf16 copy, as the trainer
+  // does (false: the model casts each weight per GEMM instead).
+  bool bf16_params = true;
   int steps = 3;
   int B = 2, T = 8;
   int second_micro_T = 0;  // > 0: the second micro-batch is this short (smaller views)
@@ -62,7 +65,8 @@ inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
   const ModelConfig& m = o.model;
   const ParallelDims& d = mesh.dims();
   const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-  ShardedParameters params(layout, mesh, o.fsdp_stage, o.bucket_mb, ops);
+  ShardedParameters params(layout, mesh, o.fsdp_stage, o.bucket_mb, ops,
+                           o.bf16_params && o.dtype == ComputeDType::bf16);
   for_each_initial_parameter(m, o.init_seed, [&](const ParamSpec& s, const float* data) {
     params.load_global(s.name, data);
   });

@@ -235,10 +235,12 @@ class OffHostOps final : public Ops {
     Open o(*this);
     return inner_->sum_squares(GT_OFFHOST_VIEW(t));
   }
-  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                    const AdamWParams& p) override {
+  void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         const AdamWParams& p) override {
     Open o(*this);
-    inner_->adamw_update(GT_OFFHOST_VIEW(param), GT_OFFHOST_VIEW(grad), GT_OFFHOST_VIEW(m), GT_OFFHOST_VIEW(v), p);
+    inner_->adamw_update_runs(GT_OFFHOST_VIEW(param), GT_OFFHOST_VIEW(grad), GT_OFFHOST_VIEW(m),
+                              GT_OFFHOST_VIEW(v), GT_OFFHOST_VIEW(param_bf16), runs, p);
   }
 #undef GT_OFFHOST_VIEW
 

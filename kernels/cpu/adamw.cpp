@@ -1,5 +1,5 @@
 // The optimizer-side reductions and updates: sum_squares (for the global
-// gradient norm) and one torch.optim.AdamW step on a flat segment.
+// gradient norm) and one torch.optim.AdamW step over runs of flat buffers.
 // Invariants: sum_squares accumulates in double over fixed-size chunks summed
 // in chunk order, so the norm is bitwise identical for any thread count.
 // adamw_update follows torch.optim.AdamW (non-amsgrad, non-foreach):
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 
 namespace gt::cpu {
@@ -34,37 +35,51 @@ double sum_squares(TensorView t) {
   return total;
 }
 
-void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                  const Ops::AdamWParams& p) {
+void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                       TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                       const Ops::AdamWParams& p) {
   expect_f32_any(param, "adamw param");
-  const int64_t n = param.numel();
   GT_CHECK(param.ndim == 1, "adamw param must be 1-D, got ", param.shape_str());
-  expect_f32(grad, {n}, "adamw grad");
-  expect_f32(m, {n}, "adamw m");
-  expect_f32(v, {n}, "adamw v");
+  expect_f32_any(grad, "adamw grad");
+  GT_CHECK(grad.ndim == 1, "adamw grad must be 1-D, got ", grad.shape_str());
+  const int64_t n_state = grad.numel();
+  expect_f32(m, {n_state}, "adamw m");
+  expect_f32(v, {n_state}, "adamw v");
+  if (!param_bf16.empty()) {
+    expect_storage_any(param_bf16, DType::bf16, "adamw param_bf16");
+    expect_same_shape(param_bf16, param, "adamw param_bf16", "param");
+  }
   GT_CHECK(p.t >= 1, "adamw step t counts from 1, got ", p.t);
+  check_adamw_runs("adamw_update_runs", runs, param.numel(), n_state);
 
   // torch computes the bias corrections in Python floats (double).
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.t));
   const float step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.f - p.lr * p.weight_decay;
   const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, gs = p.grad_scale;
 
-  float* w = param.f32();
-  const float* g = grad.f32();
-  float* mm = m.f32();
-  float* vv = v.f32();
+  for (const auto& r : runs) {
+    const float decay = 1.f - p.lr * (r.decay ? p.weight_decay : 0.f);
+    float* w = param.f32() + r.param;
+    uint16_t* w16 =
+        param_bf16.empty() ? nullptr : static_cast<uint16_t*>(param_bf16.data) + r.param;
+    const float* g = grad.f32() + r.state;
+    float* mm = m.f32() + r.state;
+    float* vv = v.f32() + r.state;
+    const int64_t n = r.n;
 #pragma omp parallel for simd if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gs;
-    const float mi = b1 * mm[i] + (1.f - b1) * gi;
-    const float vi = b2 * vv[i] + (1.f - b2) * gi * gi;
-    mm[i] = mi;
-    vv[i] = vi;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    w[i] = w[i] * decay - step_size * (mi / denom);
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i] * gs;
+      const float mi = b1 * mm[i] + (1.f - b1) * gi;
+      const float vi = b2 * vv[i] + (1.f - b2) * gi * gi;
+      mm[i] = mi;
+      vv[i] = vi;
+      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+      w[i] = w[i] * decay - step_size * (mi / denom);
+    }
+    if (w16)
+      for (int64_t i = 0; i < n; ++i) w16[i] = bf16_from_float(w[i]);
   }
 }
 

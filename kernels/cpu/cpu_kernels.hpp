@@ -92,8 +92,9 @@ void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorVie
                                 float grad_scale);
 
 double sum_squares(TensorView t);
-void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                  const Ops::AdamWParams& p);
+void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                       TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                       const Ops::AdamWParams& p);
 
 // Sets the BLAS library's thread count (no-op without OpenBLAS).
 void set_blas_threads(int n);

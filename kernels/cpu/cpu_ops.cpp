@@ -234,9 +234,10 @@ class CpuOps final : public Ops {
 
   double sum_squares(TensorView t) override { return cpu::sum_squares(t); }
 
-  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                    const AdamWParams& p) override {
-    cpu::adamw_update(param, grad, m, v, p);
+  void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         const AdamWParams& p) override {
+    cpu::adamw_update_runs(param, grad, m, v, param_bf16, runs, p);
   }
 };
 

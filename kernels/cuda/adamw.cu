@@ -1,33 +1,42 @@
-// Fused AdamW kernel and launcher (see adamw.cuh). The bias corrections are
-// computed once on the host in double and passed in, as torch does.
-#include "kernels/cuda/adamw.cuh"
-
+// Fused multi-tensor AdamW kernel and launcher (see adamw.cuh). The bias
+// corrections are computed once on the host in double and passed in, as
+// torch does.
+#include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/device_common.cuh"
 
 namespace gt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int64_t kChunk = kThreads * 16;  // elements per chunk: 4 packs of 4 per thread
+constexpr int64_t kMaxBlocks = 132 * 16;   // enough to fill an H100/H200; the rest loop
 
 // Evaluated in torch.optim.AdamW's (single-tensor) form, which is the
 // formula in adamw.cuh rearranged: bias corrections in double on the host,
 //   param = param * (1 - lr*wd) - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps).
 struct Coeffs {
   float beta1, beta2, eps, grad_scale;
-  float decay;      // 1 - lr * weight_decay
   float step_size;  // lr / (1 - beta1^t)
   float bc2_sqrt;   // sqrt(1 - beta2^t)
 };
 
-__device__ __forceinline__ float step(float& param, float grad, float& m, float& v,
+// One run as the kernel reads it. first_chunk: chunks of the runs before it.
+struct DeviceRun {
+  int64_t param, state, n, first_chunk;
+  float decay;  // 1 - lr * weight_decay, or 1 where the run is not decayed
+  int pad_;
+};
+
+__device__ __forceinline__ float step(float& param, float grad, float& m, float& v, float decay,
                                       const Coeffs& c) {
   const float g = grad * c.grad_scale;
   m = c.beta1 * m + (1.f - c.beta1) * g;
   v = c.beta2 * v + (1.f - c.beta2) * g * g;
   const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
-  param = param * c.decay - c.step_size * (m / denom);
+  param = param * decay - c.step_size * (m / denom);
   return param;
 }
 
@@ -35,41 +44,86 @@ struct alignas(8) Bf16x4 {
   __nv_bfloat16 v[4];
 };
 
-__global__ void adamw_kernel(float* param, __nv_bfloat16* param_bf16, const float* grad,
-                             float* m, float* v, int64_t n, int64_t n_packs, Coeffs c) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t i = tid; i < n_packs; i += stride) {
-    dev::Pack<float> p = dev::load_pack(param + 4 * i);
-    const dev::Pack<float> g = dev::load_pack(grad + 4 * i);
-    dev::Pack<float> mm = dev::load_pack(m + 4 * i);
-    dev::Pack<float> vv = dev::load_pack(v + 4 * i);
-    Bf16x4 b;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) b.v[k] = __float2bfloat16_rn(step(p.v[k], g.v[k], mm.v[k], vv.v[k], c));
-    dev::store_pack(param + 4 * i, p);
-    dev::store_pack(m + 4 * i, mm);
-    dev::store_pack(v + 4 * i, vv);
-    if (param_bf16) *reinterpret_cast<Bf16x4*>(param_bf16 + 4 * i) = b;
+// The run holding chunk c: the last one whose first_chunk <= c (runs are in
+// first_chunk order and the first starts at 0).
+__device__ __forceinline__ int find_run(const DeviceRun* runs, int n_runs, int64_t c) {
+  int lo = 0, hi = n_runs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (runs[mid].first_chunk <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
-  for (int64_t i = 4 * n_packs + tid; i < n; i += stride) {
-    float p = param[i], mm = m[i], vv = v[i];
-    const float out = step(p, grad[i], mm, vv, c);
-    param[i] = p;
-    m[i] = mm;
-    v[i] = vv;
-    if (param_bf16) param_bf16[i] = __float2bfloat16_rn(out);
+  return lo;
+}
+
+__global__ void adamw_runs_kernel(float* param, __nv_bfloat16* param_bf16, const float* grad,
+                                  float* m, float* v, const DeviceRun* runs, int n_runs,
+                                  int64_t n_chunks, Coeffs c) {
+  for (int64_t chunk = blockIdx.x; chunk < n_chunks; chunk += gridDim.x) {
+    const DeviceRun r = runs[find_run(runs, n_runs, chunk)];
+    const int64_t off = (chunk - r.first_chunk) * kChunk;
+    const int64_t len = r.n - off < kChunk ? r.n - off : kChunk;
+    float* w = param + r.param + off;
+    __nv_bfloat16* w16 = param_bf16 ? param_bf16 + r.param + off : nullptr;
+    const float* g = grad + r.state + off;
+    float* mm = m + r.state + off;
+    float* vv = v + r.state + off;
+    const bool vec = dev::aligned16(w) && dev::aligned16(g) && dev::aligned16(mm) &&
+                     dev::aligned16(vv) && reinterpret_cast<uintptr_t>(w16) % 8 == 0;
+    const int64_t packs = vec ? len / 4 : 0;
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      dev::Pack<float> p = dev::load_pack(w + 4 * i);
+      const dev::Pack<float> gp = dev::load_pack(g + 4 * i);
+      dev::Pack<float> mp = dev::load_pack(mm + 4 * i);
+      dev::Pack<float> vp = dev::load_pack(vv + 4 * i);
+      Bf16x4 b;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        b.v[k] = __float2bfloat16_rn(step(p.v[k], gp.v[k], mp.v[k], vp.v[k], r.decay, c));
+      dev::store_pack(w + 4 * i, p);
+      dev::store_pack(mm + 4 * i, mp);
+      dev::store_pack(vv + 4 * i, vp);
+      if (w16) *reinterpret_cast<Bf16x4*>(w16 + 4 * i) = b;
+    }
+    for (int64_t i = 4 * packs + threadIdx.x; i < len; i += blockDim.x) {
+      float p = w[i], mi = mm[i], vi = vv[i];
+      const float out = step(p, g[i], mi, vi, r.decay, c);
+      w[i] = p;
+      mm[i] = mi;
+      vv[i] = vi;
+      if (w16) w16[i] = __float2bfloat16_rn(out);
+    }
   }
 }
 
 }  // namespace
 
-void adamw_update(float* param, __nv_bfloat16* param_bf16, const float* grad, float* m, float* v,
-                  int64_t n, const Ops::AdamWParams& p, cudaStream_t stream) {
-  GT_CHECK(n >= 0, "adamw_update: n = ", n);
-  GT_CHECK(p.t >= 1, "adamw_update: step t = ", p.t, " (counts from 1)");
-  if (n == 0) return;
+size_t adamw_runs_table_bytes(size_t n_runs) { return n_runs * sizeof(DeviceRun); }
+
+void adamw_update_runs(float* param, __nv_bfloat16* param_bf16, const float* grad, float* m,
+                       float* v, const std::vector<AdamWRun>& runs, void* table,
+                       UploadStaging& uploads, const Ops::AdamWParams& p, cudaStream_t stream) {
+  GT_CHECK(p.t >= 1, "adamw_update_runs: step t = ", p.t, " (counts from 1)");
   dev::NvtxRange range("adamw_update");
+  // The table: non-empty runs in order, each knowing the chunks before it.
+  std::vector<DeviceRun> host;
+  host.reserve(runs.size());
+  int64_t n_chunks = 0;
+  for (const auto& r : runs) {
+    if (r.n == 0) continue;
+    // The same float expression as the CPU twin, so both decay alike.
+    const float decay = 1.f - p.lr * (r.decay ? p.weight_decay : 0.f);
+    host.push_back({r.param, r.state, r.n, n_chunks, decay, 0});
+    n_chunks += (r.n + kChunk - 1) / kChunk;
+  }
+  if (n_chunks == 0) return;
+  const size_t bytes = adamw_runs_table_bytes(host.size());
+  if (!uploads.copy(table, host.data(), bytes, stream)) {  // > 16 MiB of runs: setup-sized
+    CUDA_CHECK(cudaMemcpyAsync(table, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` dies when we return
+  }
   const double t = static_cast<double>(p.t);
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
@@ -78,15 +132,11 @@ void adamw_update(float* param, __nv_bfloat16* param_bf16, const float* grad, fl
   c.beta2 = p.beta2;
   c.eps = p.eps;
   c.grad_scale = p.grad_scale;
-  c.decay = 1.f - p.lr * p.weight_decay;
   c.step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
   c.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const bool vec = dev::aligned16(param) && dev::aligned16(grad) && dev::aligned16(m) &&
-                   dev::aligned16(v) && reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
-  const int64_t n_packs = vec ? n / 4 : 0;
-  const int64_t work = n_packs + (n - 4 * n_packs);
-  dev::launch(adamw_kernel, {dev::grid_for(work, kThreads), kThreads, 0, stream}, param, param_bf16,
-              grad, m, v, n, n_packs, c);
+  const unsigned blocks = static_cast<unsigned>(std::min(n_chunks, kMaxBlocks));
+  dev::launch(adamw_runs_kernel, {blocks, kThreads, 0, stream}, param, param_bf16, grad, m, v,
+              static_cast<const DeviceRun*>(table), static_cast<int>(host.size()), n_chunks, c);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -149,13 +149,11 @@ class CudaOps final : public Ops {
                                   float grad_scale) override;
 
   double sum_squares(TensorView t) override;
-  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                    const AdamWParams& p) override;
+  void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         const AdamWParams& p) override;
 
   // ---- CUDA-only extras ----------------------------------------------------
-  // AdamW that also writes the bf16 copy of the updated fp32 params (ASSIGNED).
-  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                    const AdamWParams& p, TensorView param_bf16);
 
   cudaStream_t stream() const { return stream_.get(); }
   cuda::GemmContext& gemm() { return gemm_; }

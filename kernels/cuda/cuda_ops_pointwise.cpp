@@ -216,25 +216,24 @@ double CudaOps::sum_squares(TensorView t) {
   return *host_result_.as<double>();
 }
 
-void CudaOps::adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                           const AdamWParams& p) {
-  adamw_update(param, grad, m, v, p, TensorView{});
-}
-
-void CudaOps::adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                           const AdamWParams& p, TensorView param_bf16) {
+void CudaOps::adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                                TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                                const AdamWParams& p) {
   cuda::NvtxRange range("adamw_update");
-  const Check c{"adamw_update"};
+  const Check c{"adamw_update_runs"};
   c.ndim(param, "param", 1, "1-D");
-  const int64_t n = param.shape[0];
+  c.ndim(grad, "grad", 1, "1-D");
+  const int64_t n = param.shape[0], n_state = grad.shape[0];
   c.tensor(param, "param", kF32, {n});
-  c.tensor(grad, "grad", kF32, {n});
-  c.tensor(m, "m", kF32, {n});
-  c.tensor(v, "v", kF32, {n});
+  c.tensor(grad, "grad", kF32, {n_state});
+  c.tensor(m, "m", kF32, {n_state});
+  c.tensor(v, "v", kF32, {n_state});
   if (!param_bf16.empty()) c.tensor(param_bf16, "param_bf16", {DType::bf16}, {n});
-  if (p.t < 1) fail("CudaOps::adamw_update: step t counts from 1, got ", p.t);
-  cuda::adamw_update(param.f32(), param_bf16.empty() ? nullptr : ptr<bf16>(param_bf16),
-                     grad.f32(), m.f32(), v.f32(), n, p, stream());
+  if (p.t < 1) fail("CudaOps::adamw_update_runs: step t counts from 1, got ", p.t);
+  check_adamw_runs("CudaOps::adamw_update_runs", runs, n, n_state);
+  void* table = scratch(std::max<size_t>(1, cuda::adamw_runs_table_bytes(runs.size())));
+  cuda::adamw_update_runs(param.f32(), param_bf16.empty() ? nullptr : ptr<bf16>(param_bf16),
+                          grad.f32(), m.f32(), v.f32(), runs, table, uploads_, p, stream());
 }
 
 }  // namespace gt

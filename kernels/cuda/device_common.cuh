@@ -99,7 +99,9 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
   *reinterpret_cast<Pack<T>*>(p) = x;
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Splits a row of n elements of size `elem` at p into [0, head) scalar,
 // [head, body_end) whole 16-byte packs, [body_end, n) scalar tail, so that a

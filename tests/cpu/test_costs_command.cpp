@@ -98,14 +98,9 @@ TEST(CostsCommand, OpCountsAreThoseOfOneGpt2Step) {
   EXPECT_EQ(calls("add_layernorm_forward"), micro * L);
 
   EXPECT_EQ(calls("softmax_cross_entropy"), micro);
-  // One AdamW update per parameter tensor, once per optimizer step.
-  ModelConfig m;
-  m.n_layer = L;
-  m.n_head = 4;
-  m.n_embd = 128;
-  m.vocab_size = 1000;
-  m.block_size = 256;
-  EXPECT_EQ(calls("adamw_update"), static_cast<double>(ParameterLayout(m).specs().size()));
+  // One multi-tensor AdamW launch per optimizer step, whatever the count of
+  // parameter tensors.
+  EXPECT_EQ(calls("adamw_update"), 1);
 }
 
 TEST(CostsCommand, TheAttentionBackwardCarriesTheExtraItsKernelsMove) {

@@ -12,6 +12,7 @@
 #include "offhost_ops.hpp"
 #include "test_util.hpp"
 #include "trainer/model/linear_precision.hpp"
+#include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {
 namespace {
@@ -72,6 +73,65 @@ TEST(MixedPrecision, Bf16OnDeviceStyleMemoryMatchesTheCpuBitForBit) {
   EXPECT_EQ(got.losses, want.losses);
   EXPECT_EQ(got.norms, want.norms);
   EXPECT_EQ(got.pieces, want.pieces);
+}
+
+// The store's bf16 weight copy (written by AdamW, refreshed after loading)
+// is exactly the per-GEMM cast it replaces: the same run, bit for bit.
+TEST(MixedPrecision, TheStoresBf16WeightCopyTrainsExactlyLikeCastingPerGemm) {
+  auto ops = make_cpu_ops(1);
+  test::StepOptions o;
+  o.dtype = ComputeDType::bf16;
+  o.steps = 3;
+  const test::StepTrace kept = test::train_steps(*ops, o);
+  o.bf16_params = false;
+  const test::StepTrace cast = test::train_steps(*ops, o);
+  EXPECT_EQ(kept.losses, cast.losses);
+  EXPECT_EQ(kept.norms, cast.norms);
+  EXPECT_EQ(kept.pieces, cast.pieces);
+}
+
+// The copy is the rounded parameter after loading (once begin_forward has
+// refreshed it; reading it before is an error, not stale weights) and after
+// each AdamW step (written by AdamW itself, no refresh).
+TEST(MixedPrecision, TheBf16WeightCopyFollowsLoadingAndEveryStep) {
+  auto ops = make_cpu_ops(1);
+  const ModelConfig m = test::tiny_gpt();
+  const DeviceMesh mesh = DeviceMesh::in_process();
+  const ParameterLayout layout(m, 1, 0, 1);
+  ShardedParameters params(layout, mesh, 3, 25.0, *ops, true);
+  ASSERT_TRUE(params.keeps_bf16_params());
+  for_each_initial_parameter(
+      m, 5, [&](const ParamSpec& s, const float* data) { params.load_global(s.name, data); });
+  auto expect_copy_is_rounded = [&](const char* when) {
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+      const int unit = static_cast<int>(u);
+      const float* p = params.unit_params(unit);
+      const uint16_t* c = params.unit_params_bf16(unit);
+      for (int64_t i = 0; i < layout.units()[u].size(); ++i)
+        ASSERT_EQ(c[i], bf16_from_float(p[i])) << when << ": unit " << u << " element " << i;
+    }
+  };
+  EXPECT_NE(test::error_message([&] { params.unit_params_bf16(0); }).find("before begin_forward"),
+            std::string::npos);
+  params.begin_forward(false);
+  expect_copy_is_rounded("after loading");
+  GPT model(m, *ops, 2, 8, layout, params, TensorParallel{&mesh.tp(), true}, Recompute::none,
+            ComputeDType::bf16);
+  std::vector<int32_t> tokens(16), targets(16);
+  for (int i = 0; i < 16; ++i) {
+    tokens[i] = (3 * i + 1) % m.vocab_size;
+    targets[i] = (5 * i + 2) % m.vocab_size;
+  }
+  TrainConfig tc;
+  for (int step = 1; step <= 2; ++step) {
+    params.begin_step();
+    params.begin_micro_batch(true);
+    model.forward(tokens.data(), targets.data(), 2, 8, 1.f / 16);
+    model.backward();
+    params.finish_gradients();
+    params.adamw_step(tc, 1e-2, 1.f, step);
+    expect_copy_is_rounded(step == 1 ? "after step 1" : "after step 2");
+  }
 }
 
 // GPT::logits() hands out the true vocabulary's columns (the padding dropped,

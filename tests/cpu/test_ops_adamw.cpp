@@ -1,10 +1,11 @@
 // CPU adamw_update against torch.optim.AdamW for three steps (a hand-worked
 // two-element case and a double-precision replay of torch's update on a
-// large segment), and sum_squares against a double sum, bitwise stable
-// across thread counts.
+// large segment), the multi-run form against one call per run, and sum_squares against a double
+// sum, bitwise stable across thread counts.
 #include <cmath>
 #include <cstring>
 
+#include "kernels/core/bf16.hpp"
 #include "test_ops_common.hpp"
 
 namespace gt::test {
@@ -80,6 +81,64 @@ TEST(CpuAdamW, RejectsMismatchedSegmentsAndStepZero) {
   std::vector<float> v8(8);
   EXPECT_THROW(ops->adamw_update(f32(p, {8}), f32(g, {8}), f32(m, {8}), f32(v8, {8}), hparams(0)),
                Error);
+}
+
+TEST(CpuAdamW, RunsInOneCallEqualOneCallPerRunBitForBit) {
+  // Whole parameters (P) against shard-like state (S): the offsets differ,
+  // decay differs per run, gaps stay untouched, and the bf16 copy is the
+  // rounded parameter wherever a run wrote one.
+  auto ops = cpu_ops();
+  const int64_t P = 50000, S = 45000;
+  const std::vector<AdamWRun> runs = {{5, 0, 20000, true},
+                                      {20010, 20001, 17000, false},
+                                      {40000, 37001, 1, true},
+                                      {45000, 37010, 4990, false}};
+  const std::vector<float> p0 = random_vector(P, 820), g = random_vector(S, 821, -2.f, 2.f),
+                           m0 = random_vector(S, 822, -0.1f, 0.1f),
+                           v0 = random_vector(S, 823, 0.f, 0.01f);
+  std::vector<float> p = p0, m = m0, v = v0, gg = g;
+  std::vector<uint16_t> p16(P, 0xFFFF);
+  ops->adamw_update_runs(f32(p, {P}), f32(gg, {S}), f32(m, {S}), f32(v, {S}),
+                         make_view(p16.data(), DType::bf16, Device::cpu, {P}), runs, hparams(2));
+  std::vector<float> want_p = p0, want_m = m0, want_v = v0;
+  std::vector<bool> covered(P, false);
+  for (const auto& r : runs) {
+    Ops::AdamWParams hp = hparams(2);
+    if (!r.decay) hp.weight_decay = 0.f;
+    std::vector<float> rp(want_p.begin() + r.param, want_p.begin() + r.param + r.n),
+        rg(g.begin() + r.state, g.begin() + r.state + r.n),
+        rm(want_m.begin() + r.state, want_m.begin() + r.state + r.n),
+        rv(want_v.begin() + r.state, want_v.begin() + r.state + r.n);
+    ops->adamw_update(f32(rp, {r.n}), f32(rg, {r.n}), f32(rm, {r.n}), f32(rv, {r.n}), hp);
+    std::copy(rp.begin(), rp.end(), want_p.begin() + r.param);
+    std::copy(rm.begin(), rm.end(), want_m.begin() + r.state);
+    std::copy(rv.begin(), rv.end(), want_v.begin() + r.state);
+    for (int64_t i = 0; i < r.n; ++i) covered[static_cast<size_t>(r.param + i)] = true;
+  }
+  EXPECT_TRUE(p == want_p && m == want_m && v == want_v) << "runs differ from per-run calls";
+  for (int64_t i = 0; i < P; ++i)
+    ASSERT_EQ(p16[static_cast<size_t>(i)], covered[static_cast<size_t>(i)]
+                                               ? bf16_from_float(p[static_cast<size_t>(i)])
+                                               : uint16_t{0xFFFF})
+        << "bf16 copy at " << i;
+}
+
+TEST(CpuAdamW, RejectsOverlappingAndOutOfRangeRuns) {
+  auto ops = cpu_ops();
+  std::vector<float> p(64), g(64), m(64), v(64);
+  auto call = [&](std::vector<AdamWRun> runs) {
+    return error_message([&] {
+      ops->adamw_update_runs(f32(p, {64}), f32(g, {64}), f32(m, {64}), f32(v, {64}), TensorView{},
+                             runs, hparams(1));
+    });
+  };
+  EXPECT_NE(call({{0, 0, 10, true}, {9, 20, 5, true}}).find("overlap in the parameter buffer"),
+            std::string::npos);
+  EXPECT_NE(call({{0, 0, 10, true}, {20, 5, 5, true}}).find("overlap in the gradient/moment"),
+            std::string::npos);
+  EXPECT_NE(call({{60, 0, 10, true}}).find("ends past the parameter buffer's 64"),
+            std::string::npos);
+  EXPECT_NE(call({{0, 0, -1, true}}).find("none may be negative"), std::string::npos);
 }
 
 TEST(CpuSumSquares, MatchesDoubleSum) {

@@ -140,6 +140,16 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
           ops.adamw_update(f32(out, {n}), f32(x, {n}), f32(m, {n}), f32(v, {n}),
                            {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 3});
         }));
+  // The step as ShardedParameters runs it: runs with gaps between them, the
+  // bf16 copy written alongside (the run table it reads is 40 bytes a run).
+  const std::vector<gt::AdamWRun> runs = {{0, 0, n / 4, true},
+                                          {n / 4 + 8, n / 4 + 8, n / 4, false},
+                                          {n / 2 + 64, n / 2 + 64, n / 2 - 64, true}};
+  check("adamw runs +bf16", gt::op_cost::adamw(gt::adamw_runs_elems(runs), true), count(s, [&] {
+          ops.adamw_update_runs(f32(out, {n}), f32(x, {n}), f32(m, {n}), f32(v, {n}),
+                                gt::test::dev_view(half, DType::bf16, {n}), runs,
+                                {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 3});
+        }));
 
   // The LM head's cross-entropy at a padded vocabulary, fp32 and bf16 logits.
   const int64_t Rl = 64, V = 4096, vocab = 4000;

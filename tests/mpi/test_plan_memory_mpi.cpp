@@ -37,15 +37,19 @@ TEST(PlanMemoryMpi, StateBytesEqualShardedParametersOnEveryLayout) {
   for (const ParallelDims& d : layouts_for(world->size())) {
     const DeviceMesh mesh(d, *world);
     for (const ModelConfig& m : models())
-      for (int stage = 1; stage <= 3; ++stage) {
-        const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-        const ShardedParameters params(layout, mesh, stage, 25.0, *ops);
-        const MemoryFigures got = params.memory();
-        const StateBytes want = predict_state_bytes(m, d.fsdp, d.tp, stage);
-        EXPECT_EQ(got.params, want.params) << d.str() << " stage " << stage << " C=" << m.n_embd;
-        EXPECT_EQ(got.grads, want.grads) << d.str() << " stage " << stage << " C=" << m.n_embd;
-        EXPECT_EQ(got.optimizer, want.optimizer) << d.str() << " stage " << stage << " C=" << m.n_embd;
-      }
+      for (int stage = 1; stage <= 3; ++stage)
+        for (bool bf16 : {false, true}) {  // bf16: the parameters' bf16 copy where whole
+          const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+          const ShardedParameters params(layout, mesh, stage, 25.0, *ops, bf16);
+          EXPECT_EQ(params.keeps_bf16_params(), keeps_bf16_params(d.fsdp, stage, bf16));
+          const MemoryFigures got = params.memory();
+          const StateBytes want = predict_state_bytes(m, d.fsdp, d.tp, stage, bf16);
+          const std::string at = d.str() + " stage " + std::to_string(stage) +
+                                 " C=" + std::to_string(m.n_embd) + (bf16 ? " bf16" : "");
+          EXPECT_EQ(got.params, want.params) << at;
+          EXPECT_EQ(got.grads, want.grads) << at;
+          EXPECT_EQ(got.optimizer, want.optimizer) << at;
+        }
   }
 }
 
@@ -59,13 +63,16 @@ TEST(PlanMemoryMpi, ActivationBytesEqualGptAllocateOnEveryLayout) {
         for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block})
           for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
             const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-            ShardedParameters params(layout, mesh, 3, 25.0, *ops);
+            // As the trainer builds it: the bf16 copy asked for in bf16 runs
+            // (kept at fsdp = 1; stage 3 with fsdp > 1 casts per GEMM).
+            const bool bf16 = dtype == ComputeDType::bf16;
+            ShardedParameters params(layout, mesh, 3, 25.0, *ops, bf16);
             const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
             GPT model(m, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap}, recompute,
                       dtype);
             EXPECT_EQ(model.activation_bytes(),
                       predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute,
-                                               dtype))
+                                               dtype, keeps_bf16_params(d.fsdp, 3, bf16)))
                 << d.str() << " overlap " << overlap << " C=" << m.n_embd << " recompute "
                 << to_string(recompute) << " " << to_string(dtype);
           }

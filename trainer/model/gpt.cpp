@@ -119,8 +119,9 @@ void GPT::allocate(int max_rows, int max_seq) {
   // rows under tp are copied.
   const int64_t max_input = bf16 ? 0 : R * std::max(C, 4 * Cl);
   const int64_t max_grad = bf16 ? (tp > 1 ? R * C : 0) : R * std::max(4 * Cl, C);
-  linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, max_input, max_grad,
-                                              std::max(Vl * C, 4 * Cl * C));
+  // Weights: cast per call unless the store keeps their bf16 copy.
+  const int64_t max_weight = store_->keeps_bf16_params() ? 0 : std::max(Vl * C, 4 * Cl * C);
+  linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, max_input, max_grad, max_weight);
 }
 
 float* GPT::params() {
@@ -211,6 +212,20 @@ TensorView GPT::p(const std::string& name) {
   const ParamSpec& s = layout_.at(name);
   const ParamUnit& u = layout_.units()[static_cast<size_t>(s.unit)];
   return shaped(store_->unit_params(s.unit) + (s.offset - u.begin), ops_.device(), s);
+}
+
+TensorView GPT::gemm_weight(const std::string& name) {
+  // bf16 runs read the store's bf16 copy when it keeps one (kept current by
+  // the optimizer); otherwise LinearPrecision casts the fp32 weight per call.
+  const uint16_t* copy = nullptr;
+  const ParamSpec& s = layout_.at(name);
+  if (dtype_ == ComputeDType::bf16) copy = store_->unit_params_bf16(s.unit);
+  if (!copy) return p(name);
+  const ParamUnit& u = layout_.units()[static_cast<size_t>(s.unit)];
+  TensorView t = shaped(nullptr, ops_.device(), s);
+  t.data = const_cast<uint16_t*>(copy) + (s.offset - u.begin);
+  t.dtype = DType::bf16;
+  return t;
 }
 
 TensorView GPT::g(const std::string& name) {
@@ -353,10 +368,10 @@ void GPT::block_attention_forward(int l, TensorView x, bool with_ln2) {
   ops_.layernorm_forward(own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
                          layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
                          p(h + "ln_1.bias"));
-  column_forward(qkv, ln1, p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
+  column_forward(qkv, ln1, gemm_weight(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
   ops_.attention_forward(layer_act(a.atty, l, {B, T, Cl}), att, layer_act(a.qkv, l, {B, T, 3 * Cl}),
                          NHl);
-  row_forward(proj, atty, p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
+  row_forward(proj, atty, gemm_weight(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
   if (!with_ln2) return ops_.add(res2, x, proj);
   // The residual add and ln_2 in one pass (res2 is not read back from memory).
   ops_.add_layernorm_forward(res2, own_rows(layer_act(a.ln2, l, {R, C})),
@@ -375,7 +390,7 @@ void GPT::block_mlp_up_forward(int l, bool ln2_done) {
                            layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
                            p(h + "ln_2.weight"), p(h + "ln_2.bias"));
   // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward.
-  column_forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2, p(h + "mlp.c_fc.weight"),
+  column_forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2, gemm_weight(h + "mlp.c_fc.weight"),
                  p(h + "mlp.c_fc.bias"), fch);
 }
 
@@ -384,7 +399,7 @@ void GPT::block_mlp_down_forward(int l) {
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
   auto proj = aview(a.proj_tmp, {Rl, C});
-  row_forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"),
+  row_forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}), gemm_weight(h + "mlp.c_proj.weight"),
               p(h + "mlp.c_proj.bias"));
   ops_.add(layer_act(a.res3, l, {Rl, C}), layer_act(a.res2, l, {Rl, C}), proj);
 }
@@ -486,7 +501,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
                          view(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
   auto logits = logits_view(R, Vl);
-  column_forward(logits, aview(a.lnf, {R, C}), p("wte.weight"), none);  // tied LM head
+  column_forward(logits, aview(a.lnf, {R, C}), gemm_weight("wte.weight"), none);  // tied LM head
   store_->after_forward(embed);
 
   backward_ready_ = false;
@@ -539,7 +554,7 @@ void GPT::backward() {
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);
   column_backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
-                  p("wte.weight"));
+                  gemm_weight("wte.weight"));
   store_->before_backward(head);
   ops_.zero(dresidual);
   const int last = cfg_.n_layer - 1;
@@ -565,24 +580,24 @@ void GPT::backward() {
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
     // c_proj's input gradient through GELU's derivative in one: d fch.
     row_backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual_gemm,
-                 layer_act(a.fch_gelu, l, {R, 4 * Cl}), p(h + "mlp.c_proj.weight"),
+                 layer_act(a.fch_gelu, l, {R, 4 * Cl}), gemm_weight(h + "mlp.c_proj.weight"),
                  layer_act(a.fch, l, {R, 4 * Cl}));
     column_backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
-                    layer_act(a.ln2, l, {R, C}), p(h + "mlp.c_fc.weight"));
+                    layer_act(a.ln2, l, {R, C}), gemm_weight(h + "mlp.c_fc.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
                             layer_act(a.res2, l, {Rl, C}), p(h + "ln_2.weight"),
                             layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}),
                             dresidual16);
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual_gemm,
-                 layer_act(a.atty, l, {R, Cl}), p(h + "attn.c_proj.weight"));
+                 layer_act(a.atty, l, {R, Cl}), gemm_weight(h + "attn.c_proj.weight"));
     ops_.attention_backward(aview(d.dqkv, {B, T, 3 * Cl}),
                             view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
                             aview(d.datty, {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
                             layer_act(a.atty, l, {B, T, Cl}),
                             layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
     column_backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
-                    layer_act(a.ln1, l, {R, C}), p(h + "attn.c_attn.weight"));
+                    layer_act(a.ln1, l, {R, C}), gemm_weight(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
                             p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
                             layer_act(a.ln1_rstd, l, {Rl}), l > 0 ? dresidual16 : none);

@@ -193,6 +193,9 @@ class GPT {
   // targets (no loss computed).
   bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
   TensorView p(const std::string& name);  // parameter through the store
+  // A linear layer's weight as its GEMMs take it: the store's bf16 copy in a
+  // bf16 run where the store keeps one, else p(name).
+  TensorView gemm_weight(const std::string& name);
   TensorView g(const std::string& name);  // its gradient
   TensorView layer_act(const LayerBuffer& buf, int layer, std::initializer_list<int64_t> shape);
   // The logits' storage (bf16 in the bf16 model) and a (rows, cols) view of them.

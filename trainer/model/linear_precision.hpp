@@ -5,8 +5,11 @@
 //   bf16  the model stores its activations in bf16 (trainer/model/gpt.hpp,
 //         "Precision"), so most GEMM inputs and output gradients are bf16
 //         already and are used as they are, without a copy. What is fp32 is
-//         rounded to bf16 (nearest even) here: every weight (the fp32 master
-//         copy, cast once per linear layer call, before its chunks) and the
+//         rounded to bf16 (nearest even) here: the weights, unless the
+//         parameter store keeps their bf16 copy (ParameterStore::
+//         keeps_bf16_params: whole parameters, where AdamW writes it; then
+//         weight() passes that copy through) — otherwise the fp32 master copy
+//         is cast once per linear layer call, before its chunks — and the
 //         residual stream's fp32 gradient where a row-parallel layer's
 //         backward reads it. The GEMM accumulates in fp32.
 //

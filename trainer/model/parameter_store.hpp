@@ -20,6 +20,13 @@
 // Parameter `s` of unit u lives at unit_params(u) + (s.offset - units[u].begin),
 // its gradient likewise in unit_grads(u); both are valid between the unit's
 // before_* and after_* calls. Gradients ACCUMULATE (the model never zeroes them).
+//
+// A store may also keep a bf16 copy of the parameters for bf16 GEMMs
+// (keeps_bf16_params()): unit_params_bf16(u) has the same layout as
+// unit_params(u), every element the parameter rounded to nearest even, and
+// is current whenever unit_params(u) may be read (the store refreshes it in
+// begin_forward after anything wrote the parameters). The model then casts
+// no weight; a store without one returns nullptr.
 #pragma once
 
 #include "kernels/core/tensor.hpp"
@@ -33,6 +40,8 @@ class ParameterStore {
   virtual ~ParameterStore() = default;
   virtual float* unit_params(int unit) = 0;
   virtual float* unit_grads(int unit) = 0;
+  virtual bool keeps_bf16_params() const { return false; }
+  virtual const uint16_t* unit_params_bf16(int /*unit*/) { return nullptr; }
   virtual void begin_forward(bool /*backward_follows*/) {}
   virtual void before_forward(int /*unit*/) {}
   virtual void after_forward(int /*unit*/) {}

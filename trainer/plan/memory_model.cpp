@@ -16,7 +16,8 @@ std::string PlanLayout::str() const {
   return os.str();
 }
 
-StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage) {
+StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage,
+                               bool bf16_params) {
   // The same layout ShardedParameters gets (every tp rank's is the same size).
   const ParameterLayout layout(m, tp, 0, fsdp);
   const auto& units = layout.units();
@@ -36,7 +37,8 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
   if (!full_grads)  // four reduce-scatter inputs and their one-shard outputs
     grads += embed + head + 2 * block + embed / fsdp + head / fsdp + 2 * (block / fsdp);
   const int64_t f = sizeof(float);
-  return StateBytes{params * f, grads * f, moments * f};
+  const int64_t copy = keeps_bf16_params(fsdp, stage, bf16_params) ? 2 * T : 0;  // bf16
+  return StateBytes{params * f + copy, grads * f, moments * f};
 }
 
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
@@ -74,7 +76,7 @@ int64_t attention_scratch_elems(PlanBackend backend, int B, int n_head, int T) {
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend, Recompute recompute,
-                                 ComputeDType dtype) {
+                                 ComputeDType dtype, bool store_keeps_bf16_params) {
   // Mirrors GPT::allocate buffer by buffer (trainer/model/gpt.hpp,
   // "Precision"): a = the activations' storage (2 in bf16), f = 4 for what
   // stays fp32 (the residual stream's gradient, statistics, ids, losses).
@@ -121,8 +123,10 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * f;
   if (bf16) {
     // LinearPrecision's bf16 copies: the residual stream's gathered gradient
-    // rows (R, C) under tp, and the largest weight; the inputs are bf16 already.
-    bytes += 2 * ((tp > 1 ? R * C : 0) + std::max(Vl * C, 4 * Cl * C));
+    // rows (R, C) under tp, and the largest weight unless the parameter store
+    // keeps every weight's copy; the inputs are bf16 already.
+    const int64_t weight = store_keeps_bf16_params ? 0 : std::max(Vl * C, 4 * Cl * C);
+    bytes += 2 * ((tp > 1 ? R * C : 0) + weight);
   }
   return bytes;
 }

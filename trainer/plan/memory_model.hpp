@@ -56,15 +56,24 @@ struct StateBytes {
 
 // Bytes one rank holds for parameters, gradients and AdamW moments. Throws
 // gt::Error when tp does not divide the heads, channels or vocabulary.
-StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage);
+// bf16_params: ShardedParameters was asked for the parameters' bf16 copy (a
+// bf16 run); it keeps one where the parameters are whole (fsdp = 1, stage < 3).
+StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage,
+                               bool bf16_params = false);
+// Whether that copy exists, so the model casts no weight per GEMM.
+inline bool keeps_bf16_params(int fsdp, int stage, bool bf16_params) {
+  return bf16_params && (fsdp == 1 || stage < 3);
+}
 
 // Bytes of GPT's activation and activation-gradient buffers for one rank
 // (the same on every tp rank), as GPT::allocate sizes them.
 // dtype: runtime.dtype (bf16 stores the activations in bf16).
+// store_keeps_bf16_params: keeps_bf16_params() above (no weight copy buffer).
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend,
                                  Recompute recompute = Recompute::none,
-                                 ComputeDType dtype = ComputeDType::fp32);
+                                 ComputeDType dtype = ComputeDType::fp32,
+                                 bool store_keeps_bf16_params = false);
 
 // Bytes of collective temporaries live at rank 0's peak (0 on cuda):
 //   dp, fsdp = 1   one copy of every gradient bucket: all of them are in

@@ -79,12 +79,14 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   const double A = p.accum;
 
   // Memory per device.
-  p.state = predict_state_bytes(m, l.fsdp, l.tp, stage);
   // The GPU plan is the bf16 model (the hardware files' peaks are bf16's).
   const ComputeDType dtype =
       hw.backend == PlanBackend::cuda ? ComputeDType::bf16 : ComputeDType::fp32;
-  p.activations = predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
-                                           hw.backend, t.recompute, dtype);
+  const bool bf16 = dtype == ComputeDType::bf16;
+  p.state = predict_state_bytes(m, l.fsdp, l.tp, stage, bf16);
+  p.activations =
+      predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend,
+                               t.recompute, dtype, keeps_bf16_params(l.fsdp, stage, bf16));
   p.comm_workspace = predict_comm_workspace_bytes(m, l, t.seq_len, hw.backend);
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   p.fits = static_cast<double>(p.total_bytes()) <= hw.memory_bytes();

@@ -319,12 +319,17 @@ class ProfilingOps final : public Ops {
     return inner_->sum_squares(t);
   }
 
-  void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
-                    const AdamWParams& ap) override {
-    if (!p_.recording()) return inner_->adamw_update(param, grad, m, v, ap);
-    const int64_t n = param.numel();
-    Record r(p_, OpClass::optimizer, "adamw_update", fmt("n=%lld", n), op_cost::adamw(n));
-    inner_->adamw_update(param, grad, m, v, ap);
+  void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         const AdamWParams& ap) override {
+    if (!p_.recording()) return inner_->adamw_update_runs(param, grad, m, v, param_bf16, runs, ap);
+    const int64_t n = adamw_runs_elems(runs);
+    const bool bf16 = !param_bf16.empty();
+    Record r(
+        p_, OpClass::optimizer, "adamw_update",
+        fmt("n=%lld runs=%lld", n, static_cast<long long>(runs.size())) + (bf16 ? " +bf16" : ""),
+        op_cost::adamw(n, bf16));
+    inner_->adamw_update_runs(param, grad, m, v, param_bf16, runs, ap);
   }
 
  private:

@@ -21,7 +21,7 @@ int64_t max_block_size(const ParameterLayout& layout) {
 }  // namespace
 
 ShardedParameters::ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh,
-                                     int fsdp_stage, double bucket_mb, Ops& ops)
+                                     int fsdp_stage, double bucket_mb, Ops& ops, bool bf16_params)
     : layout_(layout),
       geom_(layout, mesh.dims().fsdp, mesh.coord().fsdp),
       ops_(ops),
@@ -41,6 +41,18 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
     return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
   };
   params_ = zeroed(full_params() ? T : S);
+  if (bf16_params && full_params())
+    params_bf16_ = ops.allocate(static_cast<size_t>(T) * dtype_size(DType::bf16));
+  for (const auto& seg : geom_.owned()) {
+    const AdamWRun r{full_params() ? seg.flat : seg.storage,
+                     geom_.fsdp() == 1 ? seg.flat : seg.storage, seg.size(), seg.spec->decay};
+    AdamWRun* last = adamw_runs_.empty() ? nullptr : &adamw_runs_.back();
+    if (last && last->decay == r.decay && last->param + last->n == r.param &&
+        last->state + last->n == r.state)
+      last->n += r.n;
+    else
+      adamw_runs_.push_back(r);
+  }
   if (full_grads()) grads_ = zeroed(T);
   if (geom_.fsdp() > 1) shard_grads_ = zeroed(S);
   m_ = zeroed(geom_.fsdp() > 1 ? S : T);
@@ -137,8 +149,25 @@ void ShardedParameters::progress() {
   for (auto& b : buckets_) b.h.test();
 }
 
+const uint16_t* ShardedParameters::unit_params_bf16(int unit) {
+  if (!keeps_bf16_params()) return nullptr;
+  GT_CHECK(!params_bf16_stale_,
+           "the bf16 copy of the parameters was read before begin_forward "
+           "refreshed it");
+  return static_cast<const uint16_t*>(params_bf16_.data()) +
+         layout_.units()[static_cast<size_t>(unit)].begin;
+}
+
+void ShardedParameters::refresh_bf16_params() {
+  const int64_t T = layout_.total();
+  ops_.cast(make_view(params_bf16_.data(), DType::bf16, ops_.device(), {T}),
+            view(params_.f32(), {T}));
+  params_bf16_stale_ = false;
+}
+
 void ShardedParameters::begin_forward(bool backward_follows) {
   backward_follows_ = backward_follows;
+  if (keeps_bf16_params() && params_bf16_stale_) refresh_bf16_params();
   if (!full_params())  // each micro-batch gathers afresh (parameters may have changed)
     for (auto& s : param_slots_) {
       s.pending.wait();
@@ -330,18 +359,25 @@ double ShardedParameters::grad_norm() {
 }
 
 void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t) {
-  for (const auto& s : geom_.owned()) {
-    const Ops::AdamWParams p{static_cast<float>(lr),
-                             static_cast<float>(tc.beta1),
-                             static_cast<float>(tc.beta2),
-                             static_cast<float>(tc.eps),
-                             s.spec->decay ? static_cast<float>(tc.weight_decay) : 0.f,
-                             clip,
-                             t};
-    const int64_t at = geom_.fsdp() == 1 ? s.flat : s.storage;
-    ops_.adamw_update(view(owned_params(s), {s.size()}), view(owned_grads(s), {s.size()}),
-                      view(m_.f32() + at, {s.size()}), view(v_.f32() + at, {s.size()}), p);
-  }
+  const Ops::AdamWParams p{static_cast<float>(lr),
+                           static_cast<float>(tc.beta1),
+                           static_cast<float>(tc.beta2),
+                           static_cast<float>(tc.eps),
+                           static_cast<float>(tc.weight_decay),
+                           clip,
+                           t};
+  const Buffer& grads = geom_.fsdp() == 1 ? grads_ : shard_grads_;
+  auto flat = [this](const Buffer& b) {
+    return view(b.f32(), {static_cast<int64_t>(b.bytes() / sizeof(float))});
+  };
+  // fsdp = 1: the runs cover the whole parameters, so AdamW writes the bf16
+  // copy too. Stages 1-2 update a shard and gather: the copy is cast after.
+  const bool copy_here = keeps_bf16_params() && geom_.fsdp() == 1;
+  const TensorView bf16 =
+      copy_here ? make_view(params_bf16_.data(), DType::bf16, ops_.device(), {layout_.total()})
+                : TensorView{};
+  ops_.adamw_update_runs(flat(params_), flat(grads), flat(m_), flat(v_), bf16, adamw_runs_, p);
+  params_bf16_stale_ = !copy_here;
   if (geom_.fsdp() > 1 && full_params()) {  // stage 1/2: everyone gets the updated shards
     std::vector<CommHandle> gathers;
     for (size_t u = 0; u < layout_.units().size(); ++u) {
@@ -352,6 +388,7 @@ void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip,
     }
     for (auto& h : gathers) h.wait();
   }
+  if (keeps_bf16_params() && params_bf16_stale_) refresh_bf16_params();
 }
 
 // ---- Initial values and checkpoints ------------------------------------------------
@@ -375,6 +412,7 @@ void ShardedParameters::load_global(const std::string& name, const float* data) 
       ops_.upload(view(dst + b.offset, {b.rows * b.cols}), box_data.data());
     }
   }
+  params_bf16_stale_ = true;
 }
 
 std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegment>& segs,
@@ -433,6 +471,7 @@ std::vector<TensorPiece> ShardedParameters::pieces_to_load() {
 }
 
 void ShardedParameters::finish_load() {
+  params_bf16_stale_ = true;  // the parameters were just read in
   for (const auto& s : staged_) ops_.upload(view(s.device, {s.n}), s.host);
   staged_.clear();
   host_stage_ = {};
@@ -441,7 +480,7 @@ void ShardedParameters::finish_load() {
 MemoryFigures ShardedParameters::memory() const {
   auto bytes = [](const Buffer& b) { return static_cast<int64_t>(b.bytes()); };
   MemoryFigures f;
-  f.params = bytes(params_);
+  f.params = bytes(params_) + bytes(params_bf16_);
   f.grads = bytes(grads_) + bytes(shard_grads_);
   for (const auto& s : param_slots_) f.params += bytes(s.buf);
   for (const auto& s : grad_slots_) f.grads += bytes(s.buf) + bytes(s.out);

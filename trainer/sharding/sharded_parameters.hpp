@@ -23,6 +23,8 @@
 //                   backward re-gathers all but the last two. embed and head
 //                   stay gathered from their forward to their backward.
 //   dp > 1 with fsdp > 1 (HSDP): the reduced shards are all-reduced over dp.
+//   bf16 runs with whole parameters add their bf16 copy (T/2 in fp32 terms),
+//   written by AdamW in the same pass, and the model casts no weight.
 // Under tensor parallelism the gradients of parameters marked tp_partial_grad
 // (LayerNorms, wpe) are all-reduced over tp before the data-axis reduction.
 //
@@ -55,8 +57,11 @@ struct MemoryFigures {
 
 class ShardedParameters final : public ParameterStore {
  public:
+  // bf16_params: keep the parameters' bf16 copy for bf16 GEMMs
+  // (ParameterStore::keeps_bf16_params) where the parameters are whole
+  // (fsdp = 1 or stages 1-2); stage 3 gathers units and the model casts.
   ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh, int fsdp_stage,
-                    double bucket_mb, Ops& ops);
+                    double bucket_mb, Ops& ops, bool bf16_params = false);
   ~ShardedParameters() override;
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
@@ -64,6 +69,8 @@ class ShardedParameters final : public ParameterStore {
   // ParameterStore.
   float* unit_params(int unit) override;
   float* unit_grads(int unit) override;
+  bool keeps_bf16_params() const override { return params_bf16_.bytes() > 0; }
+  const uint16_t* unit_params_bf16(int unit) override;
   void begin_forward(bool backward_follows) override;
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -138,6 +145,15 @@ class ShardedParameters final : public ParameterStore {
   int stage_;
 
   Buffer params_;       // full (T) or shard storage
+  // bf16 copy of params_ (full only). Fresh after AdamW wrote it (fsdp = 1)
+  // or the post-step gather's cast (stages 1-2); any other write to params_
+  // (loading) marks it stale and begin_forward casts it again.
+  Buffer params_bf16_;
+  bool params_bf16_stale_ = true;
+  // The optimizer step as runs of owned elements (param, state offsets),
+  // adjacent segments of equal decay merged: one launch per step.
+  std::vector<AdamWRun> adamw_runs_;
+  void refresh_bf16_params();
   Buffer grads_;        // full (T) when full_grads()
   Buffer shard_grads_;  // shard storage (fsdp > 1)
   Buffer m_, v_;        // owned: T (fsdp = 1) or shard storage

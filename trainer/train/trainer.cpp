@@ -154,9 +154,9 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
 
   const MeshCoord& me = run.mesh->coord();
   run.layout = std::make_unique<ParameterLayout>(cfg.model, run.dims.tp, me.tp, run.dims.fsdp);
-  run.params = std::make_unique<ShardedParameters>(*run.layout, *run.mesh,
-                                                   cfg.parallel.fsdp_stage,
-                                                   cfg.parallel.bucket_mb, *run.ops);
+  run.params = std::make_unique<ShardedParameters>(*run.layout, *run.mesh, cfg.parallel.fsdp_stage,
+                                                   cfg.parallel.bucket_mb, *run.ops,
+                                                   cfg.runtime.dtype == ComputeDType::bf16);
   run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len,
                                     *run.layout, *run.params,
                                     TensorParallel{&run.mesh->tp(), cfg.parallel.tp_overlap},
