@@ -232,6 +232,19 @@ class Ops {
 
   // Sum of squares of all elements, accumulated in double (for the global norm).
   virtual double sum_squares(TensorView t) = 0;
+  // The same without a host round trip: out (fp32 {1}) = the sum over `runs`
+  // of x[r.state + i]^2 (x fp32 1-D; r.param and r.decay are not used),
+  // accumulated in double in a fixed order (deterministic) and rounded once;
+  // 0 when there are no runs.
+  virtual void sum_squares_runs(TensorView out, TensorView x,
+                                const std::vector<AdamWRun>& runs) = 0;
+  // torch.nn.utils.clip_grad_norm_'s factor, on the device. stats (fp32 {2}):
+  // the global sum of squared gradients, and a value that is finite iff every
+  // loss of the step is. scale (fp32 {1}) =
+  //   min(1, max_norm / (sqrt(stats[0]) + 1e-6))   (1 when max_norm <= 0)
+  // when both are finite, else NaN: the step is to be skipped, and
+  // adamw_update_runs given that scale changes nothing.
+  virtual void clip_scale(TensorView scale, TensorView stats, float max_norm) = 0;
 
   // One torch.optim.AdamW step on a flat segment (all 1-D views of equal n):
   //   g = grad * grad_scale            (grad_scale folds clip_grad_norm_)
@@ -252,14 +265,18 @@ class Ops {
   // no run covers is untouched and runs must not overlap. When param_bf16
   // (bf16, param's length) is not empty it receives every updated parameter
   // rounded to nearest even: the copy the bf16 GEMMs read, bit for bit what
-  // cast() would give, without a pass of its own.
+  // cast() would give, without a pass of its own. When scale (fp32 {1}, this
+  // backend's memory: clip_scale's output) is not empty the gradient is also
+  // multiplied by scale[0], and a non-finite scale[0] leaves every buffer
+  // untouched (the skipped step), decided on the device.
   virtual void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                                 TensorView param_bf16, const std::vector<AdamWRun>& runs,
-                                 const AdamWParams& p) = 0;
+                                 TensorView param_bf16, TensorView scale,
+                                 const std::vector<AdamWRun>& runs, const AdamWParams& p) = 0;
   // One segment, decayed: all of param/grad/m/v.
   void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
                     const AdamWParams& p) {
-    adamw_update_runs(param, grad, m, v, TensorView{}, {{0, 0, param.numel(), true}}, p);
+    adamw_update_runs(param, grad, m, v, TensorView{}, TensorView{}, {{0, 0, param.numel(), true}},
+                      p);
   }
 };
 

@@ -235,12 +235,21 @@ class OffHostOps final : public Ops {
     Open o(*this);
     return inner_->sum_squares(GT_OFFHOST_VIEW(t));
   }
+  void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) override {
+    Open o(*this);
+    inner_->sum_squares_runs(GT_OFFHOST_VIEW(out), GT_OFFHOST_VIEW(x), runs);
+  }
+  void clip_scale(TensorView scale, TensorView stats, float max_norm) override {
+    Open o(*this);
+    inner_->clip_scale(GT_OFFHOST_VIEW(scale), GT_OFFHOST_VIEW(stats), max_norm);
+  }
   void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
                          const AdamWParams& p) override {
     Open o(*this);
     inner_->adamw_update_runs(GT_OFFHOST_VIEW(param), GT_OFFHOST_VIEW(grad), GT_OFFHOST_VIEW(m),
-                              GT_OFFHOST_VIEW(v), GT_OFFHOST_VIEW(param_bf16), runs, p);
+                              GT_OFFHOST_VIEW(v), GT_OFFHOST_VIEW(param_bf16),
+                              GT_OFFHOST_VIEW(scale), runs, p);
   }
 #undef GT_OFFHOST_VIEW
 

@@ -39,6 +39,16 @@ void check_adamw_runs(const char* op, const std::vector<AdamWRun>& runs, int64_t
   check_disjoint(op, runs, &AdamWRun::state, "gradient/moment");
 }
 
+void check_state_runs(const char* op, const std::vector<AdamWRun>& runs, int64_t state_len) {
+  for (const auto& r : runs) {
+    GT_CHECK(r.n >= 0 && r.state >= 0, op, ": a run has state ", r.state, ", n ", r.n,
+             " (none may be negative)");
+    GT_CHECK(r.state + r.n <= state_len, op, ": run [", r.state, ", ", r.state + r.n,
+             ") ends past the buffer's ", state_len, " elements");
+  }
+  check_disjoint(op, runs, &AdamWRun::state, "summed");
+}
+
 int64_t adamw_runs_elems(const std::vector<AdamWRun>& runs) {
   int64_t n = 0;
   for (const auto& r : runs) n += r.n;

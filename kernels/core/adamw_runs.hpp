@@ -1,5 +1,6 @@
-// The runs of one multi-tensor AdamW step (Ops::adamw_update_runs) and the
-// contract every backend checks before touching memory.
+// The runs of one multi-tensor AdamW step (Ops::adamw_update_runs) or of a
+// gradient norm (Ops::sum_squares_runs), and the contract every backend
+// checks before touching memory.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,9 @@ struct AdamWRun {
 // (an element updated twice would take two steps).
 void check_adamw_runs(const char* op, const std::vector<AdamWRun>& runs, int64_t param_len,
                       int64_t state_len);
+
+// The same for sum_squares_runs, which reads only the state offsets.
+void check_state_runs(const char* op, const std::vector<AdamWRun>& runs, int64_t state_len);
 
 // Elements the runs cover in all (the work of one step).
 int64_t adamw_runs_elems(const std::vector<AdamWRun>& runs);

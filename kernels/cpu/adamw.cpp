@@ -6,6 +6,7 @@
 // decoupled decay of the parameter first, then the bias-corrected step.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/core/bf16.hpp"
@@ -35,8 +36,31 @@ double sum_squares(TensorView t) {
   return total;
 }
 
+void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) {
+  expect_f32(out, {1}, "sum_squares_runs out");
+  expect_f32_any(x, "sum_squares_runs x");
+  GT_CHECK(x.ndim == 1, "sum_squares_runs x must be 1-D, got ", x.shape_str());
+  check_state_runs("sum_squares_runs", runs, x.numel());
+  // Each run in chunks of kSumChunk summed in chunk order (sum_squares's
+  // order), the runs in their order: the same total for any thread count.
+  double total = 0.0;
+  for (const auto& r : runs)
+    if (r.n > 0) total += sum_squares(make_view(x.f32() + r.state, DType::f32, Device::cpu, {r.n}));
+  out.f32()[0] = static_cast<float>(total);
+}
+
+void clip_scale(TensorView scale, TensorView stats, float max_norm) {
+  expect_f32(scale, {1}, "clip_scale scale");
+  expect_f32(stats, {2}, "clip_scale stats");
+  const float sq = stats.f32()[0], loss_check = stats.f32()[1];
+  float s = std::numeric_limits<float>::quiet_NaN();
+  if (std::isfinite(sq) && std::isfinite(loss_check))
+    s = max_norm > 0.f ? std::min(1.f, max_norm / (std::sqrt(sq) + 1e-6f)) : 1.f;
+  scale.f32()[0] = s;
+}
+
 void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                       TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                       TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
                        const Ops::AdamWParams& p) {
   expect_f32_any(param, "adamw param");
   GT_CHECK(param.ndim == 1, "adamw param must be 1-D, got ", param.shape_str());
@@ -51,13 +75,18 @@ void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorVi
   }
   GT_CHECK(p.t >= 1, "adamw step t counts from 1, got ", p.t);
   check_adamw_runs("adamw_update_runs", runs, param.numel(), n_state);
+  if (!scale.empty()) expect_f32(scale, {1}, "adamw scale");
+  const float device_scale = scale.empty() ? 1.f : scale.f32()[0];
+  if (!std::isfinite(device_scale)) return;  // clip_scale's verdict: skip the step
 
   // torch computes the bias corrections in Python floats (double).
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.t));
   const float step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, gs = p.grad_scale;
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
+  // The two factors multiply the gradient one after the other, as on the device.
+  const float gs = p.grad_scale, ds = device_scale;
 
   for (const auto& r : runs) {
     const float decay = 1.f - p.lr * (r.decay ? p.weight_decay : 0.f);
@@ -70,7 +99,7 @@ void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorVi
     const int64_t n = r.n;
 #pragma omp parallel for simd if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      const float gi = g[i] * gs;
+      const float gi = g[i] * gs * ds;
       const float mi = b1 * mm[i] + (1.f - b1) * gi;
       const float vi = b2 * vv[i] + (1.f - b2) * gi * gi;
       mm[i] = mi;

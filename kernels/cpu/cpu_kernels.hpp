@@ -92,8 +92,10 @@ void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorVie
                                 float grad_scale);
 
 double sum_squares(TensorView t);
+void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs);
+void clip_scale(TensorView scale, TensorView stats, float max_norm);
 void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                       TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                       TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
                        const Ops::AdamWParams& p);
 
 // Sets the BLAS library's thread count (no-op without OpenBLAS).

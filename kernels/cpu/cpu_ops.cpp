@@ -234,10 +234,16 @@ class CpuOps final : public Ops {
 
   double sum_squares(TensorView t) override { return cpu::sum_squares(t); }
 
+  void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) override {
+    cpu::sum_squares_runs(out, x, runs);
+  }
+  void clip_scale(TensorView scale, TensorView stats, float max_norm) override {
+    cpu::clip_scale(scale, stats, max_norm);
+  }
   void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
                          const AdamWParams& p) override {
-    cpu::adamw_update_runs(param, grad, m, v, param_bf16, runs, p);
+    cpu::adamw_update_runs(param, grad, m, v, param_bf16, scale, runs, p);
   }
 };
 

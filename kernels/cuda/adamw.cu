@@ -19,6 +19,7 @@ constexpr int64_t kMaxBlocks = 132 * 16;   // enough to fill an H100/H200; the r
 //   param = param * (1 - lr*wd) - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps).
 struct Coeffs {
   float beta1, beta2, eps, grad_scale;
+  const float* scale;  // device: clip_scale's factor (non-finite: skip), or null
   float step_size;  // lr / (1 - beta1^t)
   float bc2_sqrt;   // sqrt(1 - beta2^t)
 };
@@ -31,8 +32,8 @@ struct DeviceRun {
 };
 
 __device__ __forceinline__ float step(float& param, float grad, float& m, float& v, float decay,
-                                      const Coeffs& c) {
-  const float g = grad * c.grad_scale;
+                                      float scale, const Coeffs& c) {
+  const float g = grad * c.grad_scale * scale;
   m = c.beta1 * m + (1.f - c.beta1) * g;
   v = c.beta2 * v + (1.f - c.beta2) * g * g;
   const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
@@ -44,25 +45,13 @@ struct alignas(8) Bf16x4 {
   __nv_bfloat16 v[4];
 };
 
-// The run holding chunk c: the last one whose first_chunk <= c (runs are in
-// first_chunk order and the first starts at 0).
-__device__ __forceinline__ int find_run(const DeviceRun* runs, int n_runs, int64_t c) {
-  int lo = 0, hi = n_runs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (runs[mid].first_chunk <= c)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 __global__ void adamw_runs_kernel(float* param, __nv_bfloat16* param_bf16, const float* grad,
                                   float* m, float* v, const DeviceRun* runs, int n_runs,
                                   int64_t n_chunks, Coeffs c) {
+  const float scale = c.scale ? *c.scale : 1.f;
+  if (!isfinite(scale)) return;  // the skipped step: nothing changes
   for (int64_t chunk = blockIdx.x; chunk < n_chunks; chunk += gridDim.x) {
-    const DeviceRun r = runs[find_run(runs, n_runs, chunk)];
+    const DeviceRun r = runs[dev::find_chunk_run(runs, n_runs, chunk)];
     const int64_t off = (chunk - r.first_chunk) * kChunk;
     const int64_t len = r.n - off < kChunk ? r.n - off : kChunk;
     float* w = param + r.param + off;
@@ -81,7 +70,7 @@ __global__ void adamw_runs_kernel(float* param, __nv_bfloat16* param_bf16, const
       Bf16x4 b;
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        b.v[k] = __float2bfloat16_rn(step(p.v[k], gp.v[k], mp.v[k], vp.v[k], r.decay, c));
+        b.v[k] = __float2bfloat16_rn(step(p.v[k], gp.v[k], mp.v[k], vp.v[k], r.decay, scale, c));
       dev::store_pack(w + 4 * i, p);
       dev::store_pack(mm + 4 * i, mp);
       dev::store_pack(vv + 4 * i, vp);
@@ -89,7 +78,7 @@ __global__ void adamw_runs_kernel(float* param, __nv_bfloat16* param_bf16, const
     }
     for (int64_t i = 4 * packs + threadIdx.x; i < len; i += blockDim.x) {
       float p = w[i], mi = mm[i], vi = vv[i];
-      const float out = step(p, g[i], mi, vi, r.decay, c);
+      const float out = step(p, g[i], mi, vi, r.decay, scale, c);
       w[i] = p;
       mm[i] = mi;
       vv[i] = vi;
@@ -103,7 +92,7 @@ __global__ void adamw_runs_kernel(float* param, __nv_bfloat16* param_bf16, const
 size_t adamw_runs_table_bytes(size_t n_runs) { return n_runs * sizeof(DeviceRun); }
 
 void adamw_update_runs(float* param, __nv_bfloat16* param_bf16, const float* grad, float* m,
-                       float* v, const std::vector<AdamWRun>& runs, void* table,
+                       float* v, const float* scale, const std::vector<AdamWRun>& runs, void* table,
                        UploadStaging& uploads, const Ops::AdamWParams& p, cudaStream_t stream) {
   GT_CHECK(p.t >= 1, "adamw_update_runs: step t = ", p.t, " (counts from 1)");
   dev::NvtxRange range("adamw_update");
@@ -132,6 +121,7 @@ void adamw_update_runs(float* param, __nv_bfloat16* param_bf16, const float* gra
   c.beta2 = p.beta2;
   c.eps = p.eps;
   c.grad_scale = p.grad_scale;
+  c.scale = scale;
   c.step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
   c.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const unsigned blocks = static_cast<unsigned>(std::min(n_chunks, kMaxBlocks));

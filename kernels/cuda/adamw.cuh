@@ -5,7 +5,8 @@
 //
 // Invariants (as kernels/ops.hpp, torch.optim.AdamW), for each run r and
 // element i of it, p = param[r.param + i], s = r.state + i:
-//   g = grad[s] * grad_scale
+//   g = grad[s] * grad_scale * scale[0]   (scale: device, optional; a non-finite
+//                                          scale[0] returns before any write)
 //   m[s] = beta1*m[s] + (1-beta1)*g ;  v[s] = beta2*v[s] + (1-beta2)*g^2
 //   p -= lr * weight_decay * p          (decoupled, before the step; only where r.decay)
 //   p -= lr * (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps)  (t counts from 1)
@@ -38,7 +39,7 @@ size_t adamw_runs_table_bytes(size_t n_runs);
 // `table`: device memory of adamw_runs_table_bytes(runs.size()), free until
 // the launch has run (it is written by a copy queued on `stream`).
 void adamw_update_runs(float* param, __nv_bfloat16* param_bf16, const float* grad, float* m,
-                       float* v, const std::vector<AdamWRun>& runs, void* table,
+                       float* v, const float* scale, const std::vector<AdamWRun>& runs, void* table,
                        UploadStaging& uploads, const Ops::AdamWParams& p, cudaStream_t stream);
 
 }  // namespace gt::cuda

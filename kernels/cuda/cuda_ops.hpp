@@ -149,8 +149,10 @@ class CudaOps final : public Ops {
                                   float grad_scale) override;
 
   double sum_squares(TensorView t) override;
+  void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) override;
+  void clip_scale(TensorView scale, TensorView stats, float max_norm) override;
   void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
                          const AdamWParams& p) override;
 
   // ---- CUDA-only extras ----------------------------------------------------

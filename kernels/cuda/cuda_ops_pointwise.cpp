@@ -216,9 +216,28 @@ double CudaOps::sum_squares(TensorView t) {
   return *host_result_.as<double>();
 }
 
+void CudaOps::sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) {
+  cuda::NvtxRange range("sum_squares_runs");
+  const Check c{"sum_squares_runs"};
+  c.tensor(out, "out", kF32, {1});
+  c.ndim(x, "x", 1, "1-D");
+  c.tensor(x, "x", kF32, {x.shape[0]});
+  check_state_runs("CudaOps::sum_squares_runs", runs, x.shape[0]);
+  void* s = scratch(cuda::sum_squares_runs_scratch_bytes(runs));
+  cuda::sum_squares_runs(out.f32(), x.f32(), runs, s, uploads_, stream());
+}
+
+void CudaOps::clip_scale(TensorView scale, TensorView stats, float max_norm) {
+  cuda::NvtxRange range("clip_scale");
+  const Check c{"clip_scale"};
+  c.tensor(scale, "scale", kF32, {1});
+  c.tensor(stats, "stats", kF32, {2});
+  cuda::clip_scale(scale.f32(), stats.f32(), max_norm, stream());
+}
+
 void CudaOps::adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                                TensorView param_bf16, const std::vector<AdamWRun>& runs,
-                                const AdamWParams& p) {
+                                TensorView param_bf16, TensorView scale,
+                                const std::vector<AdamWRun>& runs, const AdamWParams& p) {
   cuda::NvtxRange range("adamw_update");
   const Check c{"adamw_update_runs"};
   c.ndim(param, "param", 1, "1-D");
@@ -229,11 +248,13 @@ void CudaOps::adamw_update_runs(TensorView param, TensorView grad, TensorView m,
   c.tensor(m, "m", kF32, {n_state});
   c.tensor(v, "v", kF32, {n_state});
   if (!param_bf16.empty()) c.tensor(param_bf16, "param_bf16", {DType::bf16}, {n});
+  if (!scale.empty()) c.tensor(scale, "scale", kF32, {1});
   if (p.t < 1) fail("CudaOps::adamw_update_runs: step t counts from 1, got ", p.t);
   check_adamw_runs("CudaOps::adamw_update_runs", runs, n, n_state);
   void* table = scratch(std::max<size_t>(1, cuda::adamw_runs_table_bytes(runs.size())));
   cuda::adamw_update_runs(param.f32(), param_bf16.empty() ? nullptr : ptr<bf16>(param_bf16),
-                          grad.f32(), m.f32(), v.f32(), runs, table, uploads_, p, stream());
+                          grad.f32(), m.f32(), v.f32(), scale.empty() ? nullptr : scale.f32(), runs,
+                          table, uploads_, p, stream());
 }
 
 }  // namespace gt

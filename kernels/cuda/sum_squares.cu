@@ -42,7 +42,104 @@ __global__ void sum_squares_final_kernel(double* out, const double* partial, int
   if (threadIdx.x == 0) out[0] = acc;
 }
 
+// ---- over runs (the gradient norm of a multi-tensor step) --------------------
+
+constexpr int64_t kRunChunk = kThreads * kElemsPerThread;
+
+struct NormRun {
+  int64_t offset, n, first_chunk;
+};
+
+__global__ void sum_squares_runs_partial_kernel(double* partial, const float* x,
+                                                const NormRun* runs, int n_runs, int64_t n_chunks) {
+  double acc = 0.0;
+  for (int64_t chunk = blockIdx.x; chunk < n_chunks; chunk += gridDim.x) {
+    const NormRun r = runs[dev::find_chunk_run(runs, n_runs, chunk)];
+    const int64_t off = (chunk - r.first_chunk) * kRunChunk;
+    const int64_t len = r.n - off < kRunChunk ? r.n - off : kRunChunk;
+    const float* p = x + r.offset + off;
+    const int64_t packs = dev::aligned16(p) ? len / 4 : 0;
+    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+      const float4 v = *reinterpret_cast<const float4*>(p + 4 * i);
+      acc += static_cast<double>(v.x) * v.x;
+      acc += static_cast<double>(v.y) * v.y;
+      acc += static_cast<double>(v.z) * v.z;
+      acc += static_cast<double>(v.w) * v.w;
+    }
+    for (int64_t i = 4 * packs + threadIdx.x; i < len; i += blockDim.x) {
+      const double v = p[i];
+      acc += v * v;
+    }
+  }
+  acc = dev::block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_partials_to_float_kernel(float* out, const double* partial, int64_t n_partial) {
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n_partial; i += blockDim.x) acc += partial[i];
+  acc = dev::block_sum(acc);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(acc);
+}
+
+__global__ void clip_scale_kernel(float* scale, const float* stats, float max_norm) {
+  const float sq = stats[0], loss_check = stats[1];
+  float s = __int_as_float(0x7fc00000);  // NaN: skip the step
+  if (isfinite(sq) && isfinite(loss_check))
+    s = max_norm > 0.f ? fminf(1.f, max_norm / (sqrtf(sq) + 1e-6f)) : 1.f;
+  scale[0] = s;
+}
+
+// The table's bytes rounded up so the partials that follow stay 256-aligned.
+size_t table_bytes(size_t n_runs) { return (n_runs * sizeof(NormRun) + 255) / 256 * 256; }
+
+int64_t count_chunks(const std::vector<AdamWRun>& runs) {
+  int64_t chunks = 0;
+  for (const auto& r : runs) chunks += (r.n + kRunChunk - 1) / kRunChunk;
+  return chunks;
+}
+
 }  // namespace
+
+size_t sum_squares_runs_scratch_bytes(const std::vector<AdamWRun>& runs) {
+  const int64_t blocks = std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, count_chunks(runs)));
+  return table_bytes(runs.size()) + sizeof(double) * static_cast<size_t>(blocks);
+}
+
+void sum_squares_runs(float* out, const float* x, const std::vector<AdamWRun>& runs, void* scratch,
+                      UploadStaging& uploads, cudaStream_t stream) {
+  dev::NvtxRange range("sum_squares_runs");
+  std::vector<NormRun> host;
+  host.reserve(runs.size());
+  int64_t n_chunks = 0;
+  for (const auto& r : runs) {
+    if (r.n == 0) continue;
+    host.push_back({r.state, r.n, n_chunks});
+    n_chunks += (r.n + kRunChunk - 1) / kRunChunk;
+  }
+  char* base = static_cast<char*>(scratch);
+  double* partial = reinterpret_cast<double*>(base + table_bytes(runs.size()));
+  const int64_t blocks = std::min<int64_t>(kMaxBlocks, n_chunks);
+  if (n_chunks > 0) {
+    const size_t bytes = host.size() * sizeof(NormRun);
+    if (!uploads.copy(base, host.data(), bytes, stream)) {  // > 16 MiB of runs
+      CUDA_CHECK(cudaMemcpyAsync(base, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` dies when we return
+    }
+    dev::launch(sum_squares_runs_partial_kernel,
+                {static_cast<unsigned>(blocks), kThreads, 0, stream}, partial, x,
+                reinterpret_cast<const NormRun*>(base), static_cast<int>(host.size()), n_chunks);
+    CUDA_CHECK_LAUNCH();
+  }
+  dev::launch(sum_partials_to_float_kernel, {1, kThreads, 0, stream}, out, partial, blocks);
+  CUDA_CHECK_LAUNCH();
+}
+
+void clip_scale(float* scale, const float* stats, float max_norm, cudaStream_t stream) {
+  dev::NvtxRange range("clip_scale");
+  dev::launch(clip_scale_kernel, {1, 1, 0, stream}, scale, stats, max_norm);
+  CUDA_CHECK_LAUNCH();
+}
 
 int64_t sum_squares_scratch_doubles(int64_t n) { return n_blocks(n); }
 

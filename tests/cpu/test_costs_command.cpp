@@ -101,6 +101,9 @@ TEST(CostsCommand, OpCountsAreThoseOfOneGpt2Step) {
   // One multi-tensor AdamW launch per optimizer step, whatever the count of
   // parameter tensors.
   EXPECT_EQ(calls("adamw_update"), 1);
+  // The norm's squares and the losses' finiteness check, then the clip factor.
+  EXPECT_EQ(calls("sum_squares_runs"), 2);
+  EXPECT_EQ(calls("clip_scale"), 1);
 }
 
 TEST(CostsCommand, TheAttentionBackwardCarriesTheExtraItsKernelsMove) {

@@ -2,8 +2,10 @@
 // two-element case and a double-precision replay of torch's update on a
 // large segment), the multi-run form against one call per run, and sum_squares against a double
 // sum, bitwise stable across thread counts.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/core/bf16.hpp"
 #include "test_ops_common.hpp"
@@ -99,7 +101,8 @@ TEST(CpuAdamW, RunsInOneCallEqualOneCallPerRunBitForBit) {
   std::vector<float> p = p0, m = m0, v = v0, gg = g;
   std::vector<uint16_t> p16(P, 0xFFFF);
   ops->adamw_update_runs(f32(p, {P}), f32(gg, {S}), f32(m, {S}), f32(v, {S}),
-                         make_view(p16.data(), DType::bf16, Device::cpu, {P}), runs, hparams(2));
+                         make_view(p16.data(), DType::bf16, Device::cpu, {P}), TensorView{}, runs,
+                         hparams(2));
   std::vector<float> want_p = p0, want_m = m0, want_v = v0;
   std::vector<bool> covered(P, false);
   for (const auto& r : runs) {
@@ -129,7 +132,7 @@ TEST(CpuAdamW, RejectsOverlappingAndOutOfRangeRuns) {
   auto call = [&](std::vector<AdamWRun> runs) {
     return error_message([&] {
       ops->adamw_update_runs(f32(p, {64}), f32(g, {64}), f32(m, {64}), f32(v, {64}), TensorView{},
-                             runs, hparams(1));
+                             TensorView{}, runs, hparams(1));
     });
   };
   EXPECT_NE(call({{0, 0, 10, true}, {9, 20, 5, true}}).find("overlap in the parameter buffer"),
@@ -139,6 +142,73 @@ TEST(CpuAdamW, RejectsOverlappingAndOutOfRangeRuns) {
   EXPECT_NE(call({{60, 0, 10, true}}).find("ends past the parameter buffer's 64"),
             std::string::npos);
   EXPECT_NE(call({{0, 0, -1, true}}).find("none may be negative"), std::string::npos);
+}
+
+TEST(CpuAdamW, ADeviceScaleMultipliesTheGradientAndANonFiniteOneSkips) {
+  auto ops = cpu_ops();
+  const int64_t n = 1000;
+  const std::vector<float> p0 = random_vector(n, 830), g = random_vector(n, 831),
+                           m0 = random_vector(n, 832, -0.1f, 0.1f),
+                           v0 = random_vector(n, 833, 0.f, 0.01f);
+  // scale 0.5 through the tensor == grad_scale 0.5 (x 1 is exact).
+  std::vector<float> pa = p0, ma = m0, va = v0, ga = g, half{0.5f};
+  ops->adamw_update_runs(f32(pa, {n}), f32(ga, {n}), f32(ma, {n}), f32(va, {n}), TensorView{},
+                         f32(half, {1}), {{0, 0, n, true}}, hparams(3));
+  std::vector<float> pb = p0, mb = m0, vb = v0, gb = g;
+  Ops::AdamWParams hp = hparams(3);
+  hp.grad_scale = 0.5f * hp.grad_scale;  // hparams' own 0.5 times the tensor's
+  ops->adamw_update(f32(pb, {n}), f32(gb, {n}), f32(mb, {n}), f32(vb, {n}), hp);
+  EXPECT_TRUE(all_close(pa, pb, 0.f, 1e-6f) && all_close(ma, mb, 0.f, 1e-6f));
+  EXPECT_NE(pa, p0);
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> p = p0, m = m0, v = v0, gg = g, scale{bad};
+    std::vector<uint16_t> p16(n, 0xFFFF);
+    ops->adamw_update_runs(f32(p, {n}), f32(gg, {n}), f32(m, {n}), f32(v, {n}),
+                           make_view(p16.data(), DType::bf16, Device::cpu, {n}), f32(scale, {1}),
+                           {{0, 0, n, true}}, hparams(3));
+    EXPECT_TRUE(p == p0 && m == m0 && v == v0) << "scale " << bad << " must skip the step";
+    EXPECT_TRUE(std::all_of(p16.begin(), p16.end(), [](uint16_t b) { return b == 0xFFFF; }));
+  }
+}
+
+TEST(CpuSumSquaresRuns, SumsTheRunsInDoubleAndRoundsOnce) {
+  auto ops = cpu_ops();
+  const int64_t n = 100003;
+  std::vector<float> x = random_vector(n, 840, -3.f, 3.f), out{-1.f};
+  const std::vector<AdamWRun> runs = {
+      {0, 5, 40000, true}, {0, 40010, 1, false}, {0, 50000, 50003, true}, {0, 99999, 0, true}};
+  double want = 0.0;
+  for (const auto& r : runs)
+    for (int64_t i = 0; i < r.n; ++i) want += double(x[r.state + i]) * x[r.state + i];
+  ops->sum_squares_runs(f32(out, {1}), f32(x, {n}), runs);
+  EXPECT_NEAR(out[0], want, 1e-7 * want);
+  ops->sum_squares_runs(f32(out, {1}), f32(x, {n}), {});
+  EXPECT_EQ(out[0], 0.f) << "no runs: nothing counted";
+  EXPECT_NE(
+      error_message([&] {
+        ops->sum_squares_runs(f32(out, {1}), f32(x, {n}), {{0, 0, 10, true}, {0, 5, 10, true}});
+      }).find("overlap in the summed buffer"),
+      std::string::npos);
+}
+
+TEST(CpuClipScale, IsClipGradNormsFactorOrNaNWhenAnythingIsNotFinite) {
+  auto ops = cpu_ops();
+  std::vector<float> scale{0.f};
+  auto clip = [&](float sq, float loss_check, float max_norm) {
+    std::vector<float> stats{sq, loss_check};
+    ops->clip_scale(f32(scale, {1}), f32(stats, {2}), max_norm);
+    return scale[0];
+  };
+  // norm 4 > max 1: 1 / (4 + 1e-6); norm 0.5 < 1: 1 (clamped); max_norm 0: no clipping.
+  EXPECT_EQ(clip(16.f, 3.f, 1.f), 1.f / (4.f + 1e-6f));
+  EXPECT_EQ(clip(0.25f, 3.f, 1.f), 1.f);
+  EXPECT_EQ(clip(1e6f, 3.f, 0.f), 1.f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  EXPECT_TRUE(std::isnan(clip(inf, 3.f, 1.f)));
+  EXPECT_TRUE(std::isnan(clip(nan, 3.f, 1.f)));
+  EXPECT_TRUE(std::isnan(clip(16.f, inf, 1.f))) << "a non-finite loss skips the step too";
+  EXPECT_TRUE(std::isnan(clip(16.f, nan, 0.f)));
 }
 
 TEST(CpuSumSquares, MatchesDoubleSum) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,9 @@ gt::Ops::AdamWParams hparams(int64_t t) {
 
 // Runs `runs` over random buffers of param_len / state_len on the CPU twin
 // and on CudaOps, and compares every element of every buffer.
+// scale: the device factor (clip_scale's output); 0 passes none.
 void expect_matches_cpu(int64_t param_len, int64_t state_len, const std::vector<AdamWRun>& runs,
-                        int64_t t, bool bf16_copy) {
+                        int64_t t, bool bf16_copy, float scale = 0.f) {
   gt::CudaOps ops;
   const cudaStream_t s = ops.stream();
   auto cpu = gt::make_cpu_ops(1);
@@ -49,20 +51,27 @@ void expect_matches_cpu(int64_t param_len, int64_t state_len, const std::vector<
   const auto v0 = random_vector(state_len, 4, 0.f, 0.01f);
   std::vector<float> want_p = param0, want_m = m0, want_v = v0, g = grad;
   std::vector<uint16_t> want16(static_cast<size_t>(param_len), 0xFFFF);
+  std::vector<float> scale_host{scale};
   cpu->adamw_update_runs(
       gt::cpu_f32(want_p.data(), {param_len}), gt::cpu_f32(g.data(), {state_len}),
       gt::cpu_f32(want_m.data(), {state_len}), gt::cpu_f32(want_v.data(), {state_len}),
       bf16_copy ? gt::make_view(want16.data(), DType::bf16, gt::Device::cpu, {param_len})
                 : gt::TensorView{},
-      runs, hparams(t));
+      scale != 0.f ? gt::cpu_f32(scale_host.data(), {1}) : gt::TensorView{}, runs, hparams(t));
 
   DeviceArray<float> d_p(param0, s), d_g(grad, s), d_m(m0, s), d_v(v0, s);
   DeviceArray<uint16_t> d_p16(param_len, s);
+  DeviceArray<float> d_scale(scale_host, s);
   d_p16.poison();
   ops.adamw_update_runs(
       dev_view(d_p, DType::f32, {param_len}), dev_view(d_g, DType::f32, {state_len}),
       dev_view(d_m, DType::f32, {state_len}), dev_view(d_v, DType::f32, {state_len}),
-      bf16_copy ? dev_view(d_p16, DType::bf16, {param_len}) : gt::TensorView{}, runs, hparams(t));
+      bf16_copy ? dev_view(d_p16, DType::bf16, {param_len}) : gt::TensorView{},
+      scale != 0.f ? dev_view(d_scale, DType::f32, {1}) : gt::TensorView{}, runs, hparams(t));
+  if (std::isnan(scale)) {  // a skipped step: nothing may change
+    EXPECT_TRUE(d_p.download() == param0 && d_m.download() == m0 && d_v.download() == v0)
+        << "a NaN scale must leave every buffer untouched";
+  }
   const auto got_p = d_p.download();
   EXPECT_TRUE(all_close(got_p, want_p, 1e-6f, 1e-5f)) << "param";
   EXPECT_TRUE(all_close(d_m.download(), want_m, 1e-7f, 1e-5f)) << "m";
@@ -75,7 +84,7 @@ void expect_matches_cpu(int64_t param_len, int64_t state_len, const std::vector<
   for (const auto& r : runs)
     for (int64_t i = 0; i < r.n; ++i) covered[static_cast<size_t>(r.param + i)] = true;
   for (int64_t i = 0; i < param_len; ++i) {
-    const uint16_t want = bf16_copy && covered[static_cast<size_t>(i)]
+    const uint16_t want = bf16_copy && !std::isnan(scale) && covered[static_cast<size_t>(i)]
                               ? gt::test::to_bf16({got_p[static_cast<size_t>(i)]})[0]
                               : uint16_t{0xFFFF};
     ASSERT_EQ(got16[static_cast<size_t>(i)], want)
@@ -111,6 +120,10 @@ TEST(CudaAdamW, ManyRunsInOneLaunchMatchCpu) {
     SCOPED_TRACE(bf16 ? "+bf16" : "fp32 only");
     expect_matches_cpu(20000, 15000, runs, 4, bf16);
   }
+  SCOPED_TRACE("a device clip factor");
+  expect_matches_cpu(20000, 15000, runs, 4, true, 0.37f);
+  SCOPED_TRACE("a NaN device factor: the skipped step");
+  expect_matches_cpu(20000, 15000, runs, 4, true, std::numeric_limits<float>::quiet_NaN());
 }
 
 TEST(CudaAdamW, RejectsOverlappingOrOutOfRangeRuns) {
@@ -122,7 +135,7 @@ TEST(CudaAdamW, RejectsOverlappingOrOutOfRangeRuns) {
     return gt::test::error_message([&] {
       ops.adamw_update_runs(dev_view(a, DType::f32, {64}), dev_view(b, DType::f32, {64}),
                             dev_view(c, DType::f32, {64}), dev_view(d, DType::f32, {64}),
-                            gt::TensorView{}, runs, hparams(1));
+                            gt::TensorView{}, gt::TensorView{}, runs, hparams(1));
     });
   };
   EXPECT_NE(call({{0, 0, 10, true}, {9, 20, 5, true}}).find("overlap in the parameter buffer"),

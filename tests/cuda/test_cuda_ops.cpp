@@ -210,7 +210,7 @@ TEST(CudaOps, CastAndAdamWWithTheBf16CopyThroughTheInterface) {
   ops.adamw_update_runs(
       gt::test::dev_view(d_p, gt::DType::f32, {n}), gt::test::dev_view(d_g, gt::DType::f32, {n}),
       gt::test::dev_view(d_m, gt::DType::f32, {n}), gt::test::dev_view(d_v, gt::DType::f32, {n}),
-      gt::test::dev_view(d_b, gt::DType::bf16, {n}), {{0, 0, n, true}}, hp);
+      gt::test::dev_view(d_b, gt::DType::bf16, {n}), gt::TensorView{}, {{0, 0, n, true}}, hp);
   const auto got = d_p.download();
   EXPECT_TRUE(all_close(got, want, 1e-6f, 1e-5f)) << "param";
   EXPECT_TRUE(d_b.download() == gt::test::to_bf16(got)) << "the bf16 copy is the rounded param";

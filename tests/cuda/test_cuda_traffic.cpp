@@ -136,10 +136,19 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
   check("cast fp32->bf16", gt::op_cost::cast(n, 4, 2),
         count(s, [&] { ops.cast(gt::test::dev_view(half, DType::bf16, {n}), f32(x, {n})); }));
   auto m = rnd(n, 6, -0.01f, 0.01f), v = rnd(n, 7, 0.f, 0.01f);
+  // The gradient norm's runs, with a gap, as ShardedParameters counts them.
+  // The gap is a page, so the count skips it.
+  const std::vector<gt::AdamWRun> runs0 = {{0, 0, n / 2, true},
+                                           {0, n / 2 + 1024, n / 2 - 1024, true}};
   check("adamw", gt::op_cost::adamw(n), count(s, [&] {
           ops.adamw_update(f32(out, {n}), f32(x, {n}), f32(m, {n}), f32(v, {n}),
                            {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 3});
         }));
+  DeviceArray<float> sq(1, s);
+  check("sum_squares_runs", gt::op_cost::sum_squares(gt::adamw_runs_elems(runs0)),
+        count(s, [&] { ops.sum_squares_runs(f32(sq, {1}), f32(x, {n}), runs0); }), 4.0 * 4096,
+        "the run table, the blocks' sums (written, read) and the result: a page each here, "
+        "a few hundred bytes on a GPU");
   // The step as ShardedParameters runs it: runs with gaps between them, the
   // bf16 copy written alongside (the run table it reads is 40 bytes a run).
   const std::vector<gt::AdamWRun> runs = {{0, 0, n / 4, true},
@@ -147,7 +156,7 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
                                           {n / 2 + 64, n / 2 + 64, n / 2 - 64, true}};
   check("adamw runs +bf16", gt::op_cost::adamw(gt::adamw_runs_elems(runs), true), count(s, [&] {
           ops.adamw_update_runs(f32(out, {n}), f32(x, {n}), f32(m, {n}), f32(v, {n}),
-                                gt::test::dev_view(half, DType::bf16, {n}), runs,
+                                gt::test::dev_view(half, DType::bf16, {n}), TensorView{}, runs,
                                 {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 3});
         }));
 

@@ -433,6 +433,11 @@ void GPT::forward_train(const int32_t* tokens, const int32_t* targets, int B, in
   ++pending_losses_;
 }
 
+TensorView GPT::pending_loss_sums() {
+  GT_CHECK(pending_losses_ > 0, "pending_loss_sums(): no forward_train() since take_loss()");
+  return view(acts_.loss_sum.f32(), {pending_rows_});
+}
+
 double GPT::take_loss() {
   if (pending_losses_ == 0) return std::numeric_limits<double>::quiet_NaN();
   const int64_t R = pending_rows_;

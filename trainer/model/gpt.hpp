@@ -138,6 +138,9 @@ class GPT {
   // The mean loss over every position of the forward_train() calls since the
   // last take_loss() (NaN when there were none), which it forgets.
   double take_loss();
+  // The per-position loss sums take_loss() will read (R), on the backend:
+  // for a check on the device (the optimizer's finiteness test) before it.
+  TensorView pending_loss_sums();
   void backward();
   void zero_grads();  // owned store only
 

@@ -140,12 +140,13 @@ int run_costs_command(const CostsArgs& a) {
     params.begin_step();
     for (int k = 0; k < accum; ++k) {
       params.begin_micro_batch(k + 1 == accum);
-      model.forward(tokens.data(), tokens.data(), B, T, 1.f / static_cast<float>(B * T * accum));
+      model.forward_train(tokens.data(), tokens.data(), B, T,
+                          1.f / static_cast<float>(B * T * accum));
       model.backward();
     }
     params.finish_gradients();
-    params.grad_norm();
-    params.adamw_step(tc, tc.lr, 1.f, 1);
+    params.clipped_adamw_step(tc, tc.lr, 1, model.pending_loss_sums());
+    (void)model.take_loss();
     profiler.end_step();
     model_flops_step =
         model_flops(cfg.model, T).per_token() * static_cast<double>(tc.global_batch) * T;

@@ -79,7 +79,9 @@ class DryRunOps final : public Ops {
   void cross_entropy_shard_finish(TensorView, TensorView, TensorView, TensorView, TensorView,
                                   TensorView, TensorView, int64_t, int64_t, float) override {}
   double sum_squares(TensorView) override { return 0.0; }
-  void adamw_update_runs(TensorView, TensorView, TensorView, TensorView, TensorView,
+  void sum_squares_runs(TensorView, TensorView, const std::vector<AdamWRun>&) override {}
+  void clip_scale(TensorView, TensorView, float) override {}
+  void adamw_update_runs(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
                          const std::vector<AdamWRun>&, const AdamWParams&) override {}
 
  private:

@@ -148,6 +148,7 @@ OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits, int64_t lb
 }
 
 OpCost sum_squares(int64_t n) { return cost(2.0 * d(n), d(n)); }
+OpCost clip_scale() { return cost(4.0, 3.0); }
 OpCost adamw(int64_t n, bool bf16_copy) {
   // reads param, grad, m, v; writes param, m, v (fp32) and the bf16 copy.
   return {15.0 * d(n), kF * 7.0 * d(n) + (bf16_copy ? 2.0 * d(n) : 0.0)};

@@ -134,6 +134,7 @@ OpCost cross_entropy_shard_sums(int64_t R, int64_t V, int64_t logit_bytes = 4);
 OpCost cross_entropy_shard_finish(int64_t R, int64_t V, bool dlogits, int64_t logit_bytes = 4);
 
 OpCost sum_squares(int64_t n);
+OpCost clip_scale();  // reads 2 floats, writes 1
 // reads param, grad, m, v; writes param, m, v (+ the bf16 copy of param).
 OpCost adamw(int64_t n, bool bf16_copy = false);
 

@@ -319,17 +319,33 @@ class ProfilingOps final : public Ops {
     return inner_->sum_squares(t);
   }
 
+  void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) override {
+    if (!p_.recording()) return inner_->sum_squares_runs(out, x, runs);
+    const int64_t n = adamw_runs_elems(runs);
+    Record r(p_, OpClass::optimizer, "sum_squares_runs",
+             fmt("n=%lld runs=%lld", n, static_cast<long long>(runs.size())),
+             op_cost::sum_squares(n));
+    inner_->sum_squares_runs(out, x, runs);
+  }
+
+  void clip_scale(TensorView scale, TensorView stats, float max_norm) override {
+    if (!p_.recording()) return inner_->clip_scale(scale, stats, max_norm);
+    Record r(p_, OpClass::optimizer, "clip_scale", "", op_cost::clip_scale());
+    inner_->clip_scale(scale, stats, max_norm);
+  }
+
   void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                         TensorView param_bf16, const std::vector<AdamWRun>& runs,
+                         TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
                          const AdamWParams& ap) override {
-    if (!p_.recording()) return inner_->adamw_update_runs(param, grad, m, v, param_bf16, runs, ap);
+    if (!p_.recording())
+      return inner_->adamw_update_runs(param, grad, m, v, param_bf16, scale, runs, ap);
     const int64_t n = adamw_runs_elems(runs);
     const bool bf16 = !param_bf16.empty();
     Record r(
         p_, OpClass::optimizer, "adamw_update",
         fmt("n=%lld runs=%lld", n, static_cast<long long>(runs.size())) + (bf16 ? " +bf16" : ""),
         op_cost::adamw(n, bf16));
-    inner_->adamw_update_runs(param, grad, m, v, param_bf16, runs, ap);
+    inner_->adamw_update_runs(param, grad, m, v, param_bf16, scale, runs, ap);
   }
 
  private:

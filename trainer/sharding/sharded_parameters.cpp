@@ -43,6 +43,18 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   params_ = zeroed(full_params() ? T : S);
   if (bf16_params && full_params())
     params_bf16_ = ops.allocate(static_cast<size_t>(T) * dtype_size(DType::bf16));
+  step_stats_ = zeroed(4);
+  // Counted in the norm: replicas over dp on dp rank 0 only, tp-replicated
+  // parameters on tp rank 0 only; shards over fsdp and tp are disjoint.
+  if (dp_rank_ == 0)
+    for (const auto& seg : geom_.owned()) {
+      if (tp_rank_ != 0 && seg.spec->split == TpSplit::replicated) continue;
+      const int64_t at = geom_.fsdp() == 1 ? seg.flat : seg.storage;
+      if (!norm_runs_.empty() && norm_runs_.back().state + norm_runs_.back().n == at)
+        norm_runs_.back().n += seg.size();
+      else
+        norm_runs_.push_back({0, at, seg.size(), true});
+    }
   for (const auto& seg : geom_.owned()) {
     const AdamWRun r{full_params() ? seg.flat : seg.storage,
                      geom_.fsdp() == 1 ? seg.flat : seg.storage, seg.size(), seg.spec->decay};
@@ -324,41 +336,49 @@ float* ShardedParameters::owned_params(const ParamSegment& s) {
   return full_params() ? params_.f32() + s.flat : params_.f32() + s.storage;
 }
 
+void ShardedParameters::reduce_step_stats(TensorView losses) {
+  const Buffer& grads = geom_.fsdp() == 1 ? grads_ : shard_grads_;
+  float* stats = step_stats_.f32();
+  ops_.sum_squares_runs(view(stats, {1}),
+                        view(grads.f32(), {int64_t(grads.bytes() / sizeof(float))}), norm_runs_);
+  // Squares of the losses: finite exactly when every loss is (they are far
+  // from overflowing a float), summed like the gradients' squares.
+  const std::vector<AdamWRun> all_losses{{0, 0, losses.numel(), true}};
+  ops_.sum_squares_runs(view(stats + 1, {1}), losses.empty() ? view(stats + 3, {1}) : losses,
+                        losses.empty() ? std::vector<AdamWRun>{} : all_losses);
+  if (world_.size() > 1) world_.all_reduce_sum(stats, 2).wait();
+}
+
 double ShardedParameters::grad_norm() {
-  // Each element of the unsharded gradient counted once: shards are disjoint
-  // over fsdp and (for split parameters) over tp; replicas over dp and the
-  // tp-replicated parameters are counted on rank 0 of those axes only.
-  // Counted segments that follow each other in storage are summed as one run
-  // (the padding between them is zero): one sum_squares, and on a GPU one
-  // synchronisation, per run instead of per tensor.
-  double local = 0.0;
-  float* run = nullptr;
-  int64_t run_len = 0;
-  auto flush = [&] {
-    if (run_len > 0) local += ops_.sum_squares(view(run, {run_len}));
-    run = nullptr;
-    run_len = 0;
-  };
-  if (dp_rank_ == 0)
-    for (const auto& s : geom_.owned()) {
-      if (tp_rank_ != 0 && s.spec->split == TpSplit::replicated) {
-        flush();  // a gap that holds gradients this rank must not count
-        continue;
-      }
-      float* g = owned_grads(s);
-      if (run && g >= run + run_len) {
-        run_len = (g - run) + s.size();
-      } else {
-        flush();
-        run = g;
-        run_len = s.size();
-      }
-    }
-  flush();
-  return std::sqrt(world_.all_reduce_f64(local, ReduceOp::sum));
+  reduce_step_stats(TensorView{});
+  float sq = 0.f;
+  ops_.download(&sq, view(step_stats_.f32(), {1}));
+  return std::sqrt(static_cast<double>(sq));
+}
+
+void ShardedParameters::clipped_adamw_step(const TrainConfig& tc, double lr, int64_t t,
+                                           TensorView losses) {
+  GT_CHECK(!losses.empty() && losses.ndim == 1 && losses.dtype == DType::f32,
+           "clipped_adamw_step: the step's losses must be a 1-D fp32 view, got ",
+           losses.shape_str());
+  reduce_step_stats(losses);
+  const TensorView scale = view(step_stats_.f32() + 2, {1});
+  ops_.clip_scale(scale, view(step_stats_.f32(), {2}), static_cast<float>(tc.grad_clip));
+  update(tc, lr, 1.f, scale, t);
+}
+
+ShardedParameters::StepOutcome ShardedParameters::step_outcome() {
+  float stats[3];
+  ops_.download(stats, view(step_stats_.f32(), {3}));
+  return {std::sqrt(static_cast<double>(stats[0])), std::isfinite(stats[2])};
 }
 
 void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t) {
+  update(tc, lr, clip, TensorView{}, t);
+}
+
+void ShardedParameters::update(const TrainConfig& tc, double lr, float clip, TensorView scale,
+                               int64_t t) {
   const Ops::AdamWParams p{static_cast<float>(lr),
                            static_cast<float>(tc.beta1),
                            static_cast<float>(tc.beta2),
@@ -376,7 +396,8 @@ void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip,
   const TensorView bf16 =
       copy_here ? make_view(params_bf16_.data(), DType::bf16, ops_.device(), {layout_.total()})
                 : TensorView{};
-  ops_.adamw_update_runs(flat(params_), flat(grads), flat(m_), flat(v_), bf16, adamw_runs_, p);
+  ops_.adamw_update_runs(flat(params_), flat(grads), flat(m_), flat(v_), bf16, scale, adamw_runs_,
+                         p);
   params_bf16_stale_ = !copy_here;
   if (geom_.fsdp() > 1 && full_params()) {  // stage 1/2: everyone gets the updated shards
     std::vector<CommHandle> gathers;

@@ -79,12 +79,27 @@ class ShardedParameters final : public ParameterStore {
 
   // One optimizer step: begin_step(); for each micro-batch
   // begin_micro_batch(last) + model forward/backward; finish_gradients();
-  // grad_norm(); adamw_step().
+  // then either clipped_adamw_step() + step_outcome() (the trainer: norm,
+  // clip factor and the skip decision stay on the device, read once after)
+  // or grad_norm() + adamw_step() (a host clip factor).
   void begin_step();
   void begin_micro_batch(bool last);
   void finish_gradients();
   double grad_norm();  // collective over the world; the unsharded model's norm
   void adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t);
+  // Collective over the world. The global sum of squared gradients and a
+  // finiteness check of `losses` (this rank's, any 1-D fp32 view of the
+  // backend's memory) are all-reduced on the device; clip_scale turns them
+  // into clip_grad_norm_'s factor (tc.grad_clip), NaN when either is not
+  // finite, and AdamW (step t) reads it there: a non-finite step changes
+  // nothing, on every rank alike.
+  void clipped_adamw_step(const TrainConfig& tc, double lr, int64_t t, TensorView losses);
+  struct StepOutcome {
+    double grad_norm;  // before clipping (NaN/inf when not finite)
+    bool applied;      // false: the update was skipped (non-finite norm or loss)
+  };
+  // The last clipped_adamw_step's norm and verdict (one read of the device).
+  StepOutcome step_outcome();
 
   // Copies this rank's part of a global parameter (the whole tensor of
   // `global.global_shape`, as for_each_initial_parameter gives it).
@@ -153,6 +168,18 @@ class ShardedParameters final : public ParameterStore {
   // The optimizer step as runs of owned elements (param, state offsets),
   // adjacent segments of equal decay merged: one launch per step.
   std::vector<AdamWRun> adamw_runs_;
+  // The gradient elements this rank counts in the global norm (each element
+  // of the unsharded gradient counted once over the world), as state runs.
+  std::vector<AdamWRun> norm_runs_;
+  // Device scalars of a step: [0] sum of squares, [1] loss check (both
+  // all-reduced over the world), [2] clip factor (NaN: skip), [3] unused.
+  Buffer step_stats_;
+  // Sums this rank's counted squares into step_stats_[0] and the squares of
+  // `losses` (when not empty) into [1] (else 0), then all-reduces both.
+  void reduce_step_stats(TensorView losses);
+  // AdamW over every owned run: the gradient times `clip` and, when not
+  // empty, the device factor `scale` (which may skip the step).
+  void update(const TrainConfig& tc, double lr, float clip, TensorView scale, int64_t t);
   void refresh_bf16_params();
   Buffer grads_;        // full (T) when full_grads()
   Buffer shard_grads_;  // shard storage (fsdp > 1)

@@ -393,18 +393,20 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
       model.backward();
     }
     params.finish_gradients();
-    // Every rank ends with the same loss and norm, so all take the same branch.
-    // The losses are read back once per step (take_loss), not per micro-batch.
-    const double loss = mesh.data().all_reduce_f64(model.take_loss(), ReduceOp::sum) / D;
-    const double grad_norm = params.grad_norm();
+    // The gradient norm, clip_grad_norm_'s factor (coef = max_norm / (norm +
+    // 1e-6), clamped to 1) and the skip decision (a non-finite norm or loss
+    // on any rank) are made on the device and read by AdamW there; the host
+    // learns the outcome afterwards, with the losses, in one read each per
+    // step. Every rank gets the same all-reduced verdict, so all take the
+    // same branch.
     const double lr = learning_rate(tc, step);
-    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    params.clipped_adamw_step(tc, lr, opt_t + 1, model.pending_loss_sums());
+    const double loss = mesh.data().all_reduce_f64(model.take_loss(), ReduceOp::sum) / D;
+    const ShardedParameters::StepOutcome outcome = params.step_outcome();
+    const double grad_norm = outcome.grad_norm;
+    const bool finite = outcome.applied;
     if (finite) {
-      // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
-      const float clip = tc.grad_clip > 0
-                             ? static_cast<float>(std::min(1.0, tc.grad_clip / (grad_norm + 1e-6)))
-                             : 1.f;
-      params.adamw_step(tc, lr, clip, ++opt_t);
+      ++opt_t;
       skipped_in_row = 0;
       last_loss = loss;
     } else {
