@@ -107,8 +107,10 @@ void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorVi
       const float denom = std::sqrt(vi) / bc2_sqrt + eps;
       w[i] = w[i] * decay - step_size * (mi / denom);
     }
-    if (w16)
+    if (w16) {
+#pragma omp parallel for simd if (n >= kParallelMin)
       for (int64_t i = 0; i < n; ++i) w16[i] = bf16_from_float(w[i]);
+    }
   }
 }
 

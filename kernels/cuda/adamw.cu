@@ -108,11 +108,7 @@ void adamw_update_runs(float* param, __nv_bfloat16* param_bf16, const float* gra
     n_chunks += (r.n + kChunk - 1) / kChunk;
   }
   if (n_chunks == 0) return;
-  const size_t bytes = adamw_runs_table_bytes(host.size());
-  if (!uploads.copy(table, host.data(), bytes, stream)) {  // > 16 MiB of runs: setup-sized
-    CUDA_CHECK(cudaMemcpyAsync(table, host.data(), bytes, cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` dies when we return
-  }
+  uploads.copy_or_wait(table, host.data(), adamw_runs_table_bytes(host.size()), stream);
   const double t = static_cast<double>(p.t);
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);

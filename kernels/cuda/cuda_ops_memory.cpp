@@ -52,9 +52,7 @@ void CudaOps::upload(TensorView dst, const void* host) {
   // Small uploads (a micro-batch's tokens and targets) go through pinned
   // staging and return at once; large ones (setup) from pageable memory,
   // waiting for the copy so the caller may reuse `host` when we return.
-  if (uploads_.copy(dst.data, host, bytes, stream())) return;
-  CUDA_CHECK(cudaMemcpyAsync(dst.data, host, bytes, cudaMemcpyHostToDevice, stream()));
-  stream_.synchronize();
+  uploads_.copy_or_wait(dst.data, host, bytes, stream());
 }
 
 void CudaOps::download(void* host, TensorView src) {

@@ -15,31 +15,42 @@ int64_t n_blocks(int64_t n) {
   return std::max<int64_t>(1, std::min(kMaxBlocks, (n + per_block - 1) / per_block));
 }
 
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n,
-                                           int64_t n_packs) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// x[i]^2 summed in double over this thread's share of n elements: the
+// 16-byte packs first, first + stride, ... when `vec`, then the elements of
+// the tail likewise.
+__device__ __forceinline__ double thread_squares(const float* x, int64_t n, bool vec, int64_t first,
+                                                 int64_t stride) {
   double acc = 0.0;
-  for (int64_t i = tid; i < n_packs; i += stride) {
+  const int64_t packs = vec ? n / 4 : 0;
+  for (int64_t i = first; i < packs; i += stride) {
     const float4 v = *reinterpret_cast<const float4*>(x + 4 * i);
     acc += static_cast<double>(v.x) * v.x;
     acc += static_cast<double>(v.y) * v.y;
     acc += static_cast<double>(v.z) * v.z;
     acc += static_cast<double>(v.w) * v.w;
   }
-  for (int64_t i = 4 * n_packs + tid; i < n; i += stride) {
+  for (int64_t i = 4 * packs + first; i < n; i += stride) {
     const double v = x[i];
     acc += v * v;
   }
+  return acc;
+}
+
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n, bool vec) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  double acc = thread_squares(x, n, vec, tid, stride);
   acc = dev::block_sum(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void sum_squares_final_kernel(double* out, const double* partial, int64_t n_partial) {
+// out[0] = the blocks' sums added in a fixed tree (rounded once when Out is float).
+template <typename Out>
+__global__ void sum_partials_kernel(Out* out, const double* partial, int64_t n_partial) {
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n_partial; i += blockDim.x) acc += partial[i];
   acc = dev::block_sum(acc);
-  if (threadIdx.x == 0) out[0] = acc;
+  if (threadIdx.x == 0) out[0] = static_cast<Out>(acc);
 }
 
 // ---- over runs (the gradient norm of a multi-tensor step) --------------------
@@ -58,28 +69,10 @@ __global__ void sum_squares_runs_partial_kernel(double* partial, const float* x,
     const int64_t off = (chunk - r.first_chunk) * kRunChunk;
     const int64_t len = r.n - off < kRunChunk ? r.n - off : kRunChunk;
     const float* p = x + r.offset + off;
-    const int64_t packs = dev::aligned16(p) ? len / 4 : 0;
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-      const float4 v = *reinterpret_cast<const float4*>(p + 4 * i);
-      acc += static_cast<double>(v.x) * v.x;
-      acc += static_cast<double>(v.y) * v.y;
-      acc += static_cast<double>(v.z) * v.z;
-      acc += static_cast<double>(v.w) * v.w;
-    }
-    for (int64_t i = 4 * packs + threadIdx.x; i < len; i += blockDim.x) {
-      const double v = p[i];
-      acc += v * v;
-    }
+    acc += thread_squares(p, len, dev::aligned16(p), threadIdx.x, blockDim.x);
   }
   acc = dev::block_sum(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
-}
-
-__global__ void sum_partials_to_float_kernel(float* out, const double* partial, int64_t n_partial) {
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < n_partial; i += blockDim.x) acc += partial[i];
-  acc = dev::block_sum(acc);
-  if (threadIdx.x == 0) out[0] = static_cast<float>(acc);
 }
 
 __global__ void clip_scale_kernel(float* scale, const float* stats, float max_norm) {
@@ -121,17 +114,13 @@ void sum_squares_runs(float* out, const float* x, const std::vector<AdamWRun>& r
   double* partial = reinterpret_cast<double*>(base + table_bytes(runs.size()));
   const int64_t blocks = std::min<int64_t>(kMaxBlocks, n_chunks);
   if (n_chunks > 0) {
-    const size_t bytes = host.size() * sizeof(NormRun);
-    if (!uploads.copy(base, host.data(), bytes, stream)) {  // > 16 MiB of runs
-      CUDA_CHECK(cudaMemcpyAsync(base, host.data(), bytes, cudaMemcpyHostToDevice, stream));
-      CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` dies when we return
-    }
+    uploads.copy_or_wait(base, host.data(), host.size() * sizeof(NormRun), stream);
     dev::launch(sum_squares_runs_partial_kernel,
                 {static_cast<unsigned>(blocks), kThreads, 0, stream}, partial, x,
                 reinterpret_cast<const NormRun*>(base), static_cast<int>(host.size()), n_chunks);
     CUDA_CHECK_LAUNCH();
   }
-  dev::launch(sum_partials_to_float_kernel, {1, kThreads, 0, stream}, out, partial, blocks);
+  dev::launch(sum_partials_kernel<float>, {1, kThreads, 0, stream}, out, partial, blocks);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -147,11 +136,10 @@ void sum_squares(double* out, const float* x, int64_t n, double* scratch, cudaSt
   GT_CHECK(n >= 0, "sum_squares: n = ", n);
   dev::NvtxRange range("sum_squares");
   const int64_t blocks = n_blocks(n);
-  const int64_t n_packs = dev::aligned16(x) ? n / 4 : 0;
   dev::launch(sum_squares_partial_kernel, {static_cast<unsigned>(blocks), kThreads, 0, stream},
-              scratch, x, n, n_packs);
+              scratch, x, n, dev::aligned16(x));
   CUDA_CHECK_LAUNCH();
-  dev::launch(sum_squares_final_kernel, {1, kThreads, 0, stream}, out, scratch, blocks);
+  dev::launch(sum_partials_kernel<double>, {1, kThreads, 0, stream}, out, scratch, blocks);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -27,4 +27,10 @@ bool UploadStaging::copy(void* dst, const void* host, size_t bytes, cudaStream_t
   return true;
 }
 
+void UploadStaging::copy_or_wait(void* dst, const void* host, size_t bytes, cudaStream_t stream) {
+  if (copy(dst, host, bytes, stream)) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 }  // namespace gt::cuda

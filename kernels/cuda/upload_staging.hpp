@@ -46,6 +46,9 @@ class UploadStaging {
   // Enqueues dst (device) = `bytes` of `host` on `stream` through the next
   // slot and returns true; false (nothing done) when bytes > kMaxStagedBytes.
   bool copy(void* dst, const void* host, size_t bytes, cudaStream_t stream);
+  // copy() when it stages; else a copy straight from `host` that is waited
+  // for. Either way `host` may be reused on return.
+  void copy_or_wait(void* dst, const void* host, size_t bytes, cudaStream_t stream);
 
  private:
   struct Slot {

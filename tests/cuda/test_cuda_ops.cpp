@@ -370,7 +370,9 @@ TEST(CudaOps, UploadsQueueWithoutWaitingAndLetTheHostReuseItsMemory) {
       EXPECT_TRUE(gt::emu::take_traffic().empty())
           << "an upload waited for the work queued before it";
     }
-    if (i == gt::cuda::UploadStaging::kSlots) EXPECT_FALSE(gt::emu::take_traffic().empty());
+    if (i == gt::cuda::UploadStaging::kSlots) {
+      EXPECT_FALSE(gt::emu::take_traffic().empty());
+    }
 #endif
   }
 #if defined(TRAINER_CUDA_EMULATOR)
