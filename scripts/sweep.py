@@ -18,7 +18,11 @@ layout, out of memory, timeout) is recorded with its reason; the sweep goes on.
 
 Predictions come from `build/trainer plan --json -` with --hardware (default
 configs/hardware/cpu_reference.yaml) and are printed beside the measurements;
-the gaps are reported as they are.
+the gaps are reported as they are. The per-process memory they add is
+measured first with the binary in use (rank 0's peak resident set of a
+1-layer, 16-channel run, less the planner's prediction for it), not taken
+from the hardware file: a build with CUDA maps its libraries (~200 MiB) into
+every process, CPU runs included. --baseline-mib gives it instead.
 
 Writes into --out (default runs/sweep-<timestamp>):
   sweep.csv   one row per run, measured and predicted
@@ -111,12 +115,18 @@ class Run:
         return o
 
 
-def plan_predictions(args, point):
-    """(predictions keyed by (dp, fsdp, tp, stage|None, mb), plan json, error)."""
+def plan_predictions(args, point, baseline_mib=None):
+    """(predictions keyed by (dp, fsdp, tp, stage|None, mb), plan json, error).
+    baseline_mib: the per-process memory to add (default: args.baseline_mib,
+    else the hardware file's)."""
     cmd = [args.trainer, "plan", "--config", args.config, "--hardware", args.hardware,
            "--gpus", str(args.world), "--json", "-"]
     if args.peaks:
         cmd += ["--peaks", args.peaks]
+    if baseline_mib is None:
+        baseline_mib = args.baseline_mib
+    if baseline_mib is not None:
+        cmd += ["--baseline-mib", f"{baseline_mib:.1f}"]
     cmd += args.set + [f"{k}={v}" for k, v in point.items() if k != "parallel.fsdp_stage"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -215,6 +225,43 @@ def summarise(recs):
         m["mfu"] = statistics.median(mfu)
     m["steps"] = len(recs)
     return m
+
+
+# The smallest model the sweep's data still trains: what it holds is a few
+# hundred KiB, so its peak is the process itself (binary, the libraries it
+# maps, MPI, BLAS).
+BASELINE_MODEL = {"model.n_layer": 1, "model.n_embd": 16, "model.n_head": 1,
+                  "train.micro_batch": 1}
+
+
+def measure_baseline(args):
+    """Per-process memory of this binary under the sweep's launcher, in MiB:
+    rank 0's peak resident set training BASELINE_MODEL for one step at dp =
+    world, less what the planner predicts that run holds. (None, why) when
+    the run or the planner fails."""
+    point = dict(BASELINE_MODEL, **{"train.global_batch": args.world})
+    run = Run(args.world, 1, 1, None, point)
+    run.dir = os.path.join(args.out, "runs", "baseline")
+    os.makedirs(run.dir, exist_ok=True)
+    cmd, env = launch(args, run, run.dir)
+    cmd = [c for c in cmd if not c.startswith("train.steps=")] + ["train.steps=1"]
+    with open(os.path.join(run.dir, "output.txt"), "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        try:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            return None, f"the baseline run timed out after {args.timeout:.0f} s"
+    metrics = os.path.join(run.dir, "metrics.jsonl")
+    if rc != 0 or not os.path.exists(metrics):
+        return None, f"the baseline run failed (exit {rc}; see {run.dir}/output.txt)"
+    peak = summarise(read_metrics(metrics)).get("peak_mem_bytes")
+    preds, _, err = plan_predictions(args, point, baseline_mib=0.0)
+    pred = preds.get((args.world, 1, 1, None, 1), {}).get("memory_bytes", {}).get("total")
+    if not peak or pred is None:
+        return None, f"no peak memory or prediction for the baseline run ({err or 'no layout'})"
+    return max(0.0, (peak - pred) / MIB), ""
 
 
 def launch(args, run, run_dir):
@@ -351,7 +398,8 @@ def write_outputs(args, runs, skipped, hardware_note):
              f"{len(runs)} runs; {load} (timings on a shared host move with its load).", "",
              f"{args.steps} steps per run; measured = median over steps >= 1 (peak memory: max of "
              "rank 0's peak resident set); predicted = `trainer plan` with "
-             f"{hardware_note}. Gap = (predicted - measured) / measured.",
+             f"{hardware_note}; per-process baseline {args.baseline_note}. "
+             "Gap = (predicted - measured) / measured.",
              "" if args.glibc_dynamic_mmap else
              f"Runs had MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (see --glibc-dynamic-mmap).", ""]
     head = ["#", "dp", "fsdp", "tp", "stage", "mb"] + [k.split(".")[-1] for k in extra] + [
@@ -454,6 +502,10 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--hardware", default=os.path.join(REPO, "configs/hardware/cpu_reference.yaml"))
     ap.add_argument("--peaks", default="", help="bench JSON for the planner (trainer bench --out)")
+    ap.add_argument("--baseline-mib", type=float, default=None, metavar="MIB",
+                    help="per-process memory the predictions add (default: measured with "
+                    "this binary, see BASELINE_MODEL; the hardware file's baseline_mib "
+                    "if that fails)")
     ap.add_argument("--keep", action="store_true", help="keep checkpoints and model exports")
     ap.add_argument("--no-plot", action="store_true", help="write no sweep.png")
     ap.add_argument("--glibc-dynamic-mmap", action="store_true",
@@ -482,6 +534,20 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     grid = parse_grid(args.grid)
     args.load = os.getloadavg()
+    if args.baseline_mib is None:
+        print("sweep: measuring this binary's per-process memory (a 1-layer, 16-channel run)",
+              flush=True)
+        args.baseline_mib, why = measure_baseline(args)
+        if args.baseline_mib is None:
+            print(f"sweep: {why}; the predictions use the hardware file's baseline_mib")
+            args.baseline_note = "the hardware file's baseline_mib (measuring it failed)"
+        else:
+            print(f"sweep: baseline {args.baseline_mib:.1f} MiB per process", flush=True)
+            args.baseline_note = (f"{args.baseline_mib:.1f} MiB measured: rank 0's peak resident "
+                                  "set of a 1-layer, 16-channel run of this binary less its "
+                                  "predicted buffers")
+    else:
+        args.baseline_note = f"{args.baseline_mib:.1f} MiB (--baseline-mib)"
 
     cache = {}
 

@@ -45,10 +45,13 @@ const char* kUsage =
     "                 [--top-k K] [--seed S]                     generate text (byte tokenizer)\n"
     "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n"
     "  trainer bench [--config FILE] [--out FILE.json]          measure GEMM, memory and\n"
-    "                                                          collective peaks (README Profiling)\n"
+    "                                                          collective peaks (README "
+    "Profiling)\n"
     "  trainer plan --config FILE --hardware FILE --gpus N[,N...] [--nodes N[,N...]]\n"
     "               [--micro-batch B[,B...]] [--peaks BENCH.json] [--json FILE|-]\n"
-    "                                                           predict memory and step time\n"
+    "               [--baseline-mib MIB]     predict memory and step time (MIB: the\n"
+    "                                        measured per-process baseline, instead of\n"
+    "                                        the hardware file's baseline_mib)\n"
     "  trainer costs --config FILE --hardware FILE [--peaks BENCH.json] [--json FILE|-]\n"
     "                [section.key=value ...]   every op of one CUDA step: FLOPs, bytes, floor\n";
 
@@ -225,10 +228,10 @@ int cmd_export(const Args& a) {
 int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   try {
-    Args a = parse_args(argc, argv,
-                        {"config", "checkpoint", "out", "prompt", "tokens", "temperature",
-                         "top-k", "seed", "peaks", "hardware", "gpus", "nodes", "micro-batch",
-                         "json"});
+    Args a = parse_args(
+        argc, argv,
+        {"config", "checkpoint", "out", "prompt", "tokens", "temperature", "top-k", "seed", "peaks",
+         "hardware", "gpus", "nodes", "micro-batch", "json", "baseline-mib"});
     if (a.command == "help") {
       std::cout << kUsage;
       return 0;
@@ -243,7 +246,7 @@ int main(int argc, char** argv) {
     if (a.command == "plan")
       return gt::run_plan_command({a.flag("config"), a.flag("hardware"), a.flag("gpus"),
                                    a.flag("nodes"), a.flag("micro-batch"), a.flag("peaks"),
-                                   a.flag("json"), a.overrides});
+                                   a.flag("json"), a.flag("baseline-mib"), a.overrides});
     if (a.command == "costs")
       return gt::run_costs_command(
           {a.flag("config"), a.flag("hardware"), a.flag("peaks"), a.flag("json"), a.overrides});

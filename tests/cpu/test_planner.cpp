@@ -361,5 +361,30 @@ TEST(PlanCommand, CliPrintsTheTableAndTheParagraphOrJson) {
   EXPECT_NE(out.find("does not split evenly"), std::string::npos) << out;
 }
 
+// --baseline-mib replaces the hardware file's baseline_mib in every total.
+TEST(PlanCommand, BaselineMibReplacesTheHardwareFilesBaseline) {
+  const std::string bin = GT_TRAINER_BIN, src = GT_SOURCE_DIR;
+  const std::string base = bin + " plan --config " + src + "/configs/sweep.yaml --hardware " + src +
+                           "/configs/hardware/cpu_reference.yaml --gpus 2 --json -";
+  std::string a, b;
+  ASSERT_EQ(run_command(base + " 2>/dev/null", &a), 0) << a;
+  ASSERT_EQ(run_command(base + " --baseline-mib 176.5 2>/dev/null", &b), 0) << b;
+  const nlohmann::json ja = nlohmann::json::parse(a)[0], jb = nlohmann::json::parse(b)[0];
+  EXPECT_EQ(ja["hardware"]["baseline_bytes"].get<double>(), 22.0 * 1048576);
+  EXPECT_EQ(jb["hardware"]["baseline_bytes"].get<double>(), 176.5 * 1048576);
+  EXPECT_NE(jb["hardware"]["baseline_source"].get<std::string>().find("measured"),
+            std::string::npos);
+  ASSERT_EQ(ja["layouts"].size(), jb["layouts"].size());
+  for (size_t i = 0; i < ja["layouts"].size(); ++i)
+    EXPECT_EQ(jb["layouts"][i]["memory_bytes"]["total"].get<double>() -
+                  ja["layouts"][i]["memory_bytes"]["total"].get<double>(),
+              (176.5 - 22.0) * 1048576)
+        << i;
+  std::string out;
+  EXPECT_EQ(run_command(base + " --baseline-mib -3", &out), 1);
+  EXPECT_NE(out.find("--baseline-mib -3: expected a non-negative number of MiB"), std::string::npos)
+      << out;
+}
+
 }  // namespace
 }  // namespace gt

@@ -2,8 +2,10 @@
 """scripts/sweep.py end to end on a tiny model at 2 ranks: every layout runs
 2 steps, an invalid layout named in the grid (tp=3: no factorisation of 2,
 and it does not divide 4 heads) is recorded as failed with the trainer's
-own error line instead of ending the sweep, and sweep.csv / sweep.md (and
-sweep.png, where this interpreter has matplotlib) are written and parse.
+own error line instead of ending the sweep, sweep.csv / sweep.md (and
+sweep.png, where this interpreter has matplotlib) are written and parse, and
+the per-process baseline measured first puts every predicted peak within
+20% of the measured one.
 
     python3 tests/scripts/test_sweep.py --build build
 """
@@ -95,6 +97,15 @@ def main():
                 float(r[col])
             except ValueError:
                 fails.append(f"layout {key}: {col}={r[col]!r} is not a number")
+        else:
+            # The baseline is measured with this binary, so the tiny model's
+            # predicted memory lands near what it used (a hardware file's
+            # fixed figure missed by -80% with a CUDA build's libraries).
+            if abs(float(r["mem_gap_pct"])) > 20:
+                fails.append(f"layout {key}: memory gap {r['mem_gap_pct']}% (measured "
+                             f"{r['peak_mem_bytes']}, predicted {r['pred_mem_bytes']})")
+    if "sweep: baseline" not in p.stdout:
+        fails.append("the sweep did not measure the per-process baseline")
     bad = got.get(("1", "1", "3", ""))
     if not bad or bad["status"] != "failed" or "tp=3" not in bad["reason"]:
         fails.append(f"tp=3 must be recorded as failed with the trainer's reason, got {bad}")

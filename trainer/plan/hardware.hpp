@@ -39,6 +39,7 @@ struct HardwareSpec {
   double compute_efficiency = 0.5;  // fraction of the peak that the matmuls reach
   double comm_efficiency = 0.8;     // fraction of the link bandwidth that a ring reaches
   double baseline_mib = 0;          // per-process memory before any model buffer
+  std::string baseline_source = "assumed in the hardware file";  // or measured
   bool shared_compute = false;      // cpu: the ranks on a node share its cores (peaks are per node)
 
   // From a bench JSON (0 = not measured).

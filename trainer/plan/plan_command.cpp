@@ -1,5 +1,7 @@
 #include "trainer/plan/plan_command.hpp"
 
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -36,6 +38,16 @@ int run_plan_command(const PlanArgs& a) {
   const Config cfg = load_config(a.config, a.overrides);
   HardwareSpec hw = load_hardware(a.hardware);
   if (!a.peaks.empty()) apply_bench_peaks(hw, a.peaks);
+  if (!a.baseline_mib.empty()) {
+    // The per-process memory of the binary in use (the sweep measures it:
+    // a build with CUDA maps its libraries even into a CPU run).
+    char* end = nullptr;
+    const double mib = std::strtod(a.baseline_mib.c_str(), &end);
+    if (end == a.baseline_mib.c_str() || *end != '\0' || !(mib >= 0) || !std::isfinite(mib))
+      fail("--baseline-mib ", a.baseline_mib, ": expected a non-negative number of MiB");
+    hw.baseline_mib = mib;
+    hw.baseline_source = "measured, --baseline-mib";
+  }
   const std::vector<int> gpus = parse_int_list(a.gpus, "gpus");
   std::vector<int> nodes;
   if (!a.nodes.empty()) {

@@ -16,6 +16,7 @@ namespace gt {
 
 struct PlanArgs {
   std::string config, hardware, gpus, nodes, micro_batch, peaks, json;
+  std::string baseline_mib;  // "" = the hardware file's baseline_mib
   std::vector<std::string> overrides;
 };
 

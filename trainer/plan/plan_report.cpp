@@ -56,8 +56,9 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
     for (const auto& p : *list) show_mb = show_mb || p.layout.micro_batch != cfg.train.micro_batch;
   show_mb = true;  // the accumulation count is worth seeing in every table
   os << "memory per device in " << u.name << " (baseline " << cell("%.0f", hw.baseline_mib)
-     << " MiB included in total; capacity " << cell("%.1f", hw.memory_bytes() / u.div) << " "
-     << u.name << "); step time per optimizer step\n";
+     << " MiB, " << hw.baseline_source << ", included in total; capacity "
+     << cell("%.1f", hw.memory_bytes() / u.div) << " " << u.name
+     << "); step time per optimizer step\n";
   os << "rank   dp  fsdp   tp stage";
   if (show_mb) os << "   mb accum";
   os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms   tokens/s    MFU\n";
@@ -128,6 +129,7 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
                      {"peak_flops", hw.peak_flops()},
                      {"memory_bytes", hw.memory_bytes()},
                      {"baseline_bytes", hw.baseline_bytes()},
+                     {"baseline_source", hw.baseline_source},
                      {"efficiency", hw.efficiency_note()}};
   out["model"] = {{"n_layer", cfg.model.n_layer}, {"n_head", cfg.model.n_head},
                   {"n_embd", cfg.model.n_embd},   {"vocab_size", cfg.model.vocab_size},
