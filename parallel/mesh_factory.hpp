@@ -1,6 +1,6 @@
 // make_device_mesh: the DeviceMesh of a run, with the communication backend
-// the run asked for (config key parallel.comm, resolved by
-// resolve_comm_backend in trainer/config):
+// the run asked for (config key parallel.comm, resolved by choose_comm in
+// trainer/runtime/comm_choice.hpp):
 //
 //   CommBackend::mpi         host buffers: MpiCommunicator per axis (the CPU
 //                            path; DeviceMesh(dims, world) as before).

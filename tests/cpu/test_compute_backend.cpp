@@ -46,20 +46,6 @@ TEST(ComputeBackend, RanksTakeGpusRoundRobinByLocalRank) {
   EXPECT_EQ(cuda_device_for_rank(3, 1), 0);  // several ranks on one GPU (parallel.comm=mpi)
 }
 
-TEST(ComputeBackend, AutoCommIsNcclOnlyWithAGpuPerRank) {
-  Config cfg;
-  cfg.source = "c.yaml";
-  EXPECT_EQ(resolve_run_comm(cfg, Device::cpu, 4, 0), ParallelComm::mpi);
-  const ParallelComm cuda_one_each = resolve_run_comm(cfg, Device::cuda, 2, 2);
-  EXPECT_EQ(cuda_one_each, nccl_built() ? ParallelComm::nccl : ParallelComm::mpi);
-  EXPECT_EQ(resolve_run_comm(cfg, Device::cuda, 4, 1), ParallelComm::mpi);  // shared GPU
-  cfg.parallel.comm = ParallelComm::mpi;
-  EXPECT_EQ(resolve_run_comm(cfg, Device::cuda, 2, 2), ParallelComm::mpi);
-  cfg.parallel.comm = ParallelComm::nccl;
-  const std::string m = message_of([&] { resolve_run_comm(cfg, Device::cpu, 1, 0); });
-  EXPECT_NE(m.find("parallel.comm=nccl (c.yaml): expected a run on CUDA"), std::string::npos) << m;
-}
-
 TEST(ComputeBackend, ThisMachineBuildsWhatAutoResolvesTo) {
   Config cfg;
   cfg.source = "test";
@@ -72,7 +58,14 @@ TEST(ComputeBackend, ThisMachineBuildsWhatAutoResolvesTo) {
                           ? Device::cuda
                           : Device::cpu;
   EXPECT_EQ(b.device, want);
-  EXPECT_EQ(b.comm, resolve_run_comm(cfg, want, 1, visible_cuda_devices()));
+  // parallel.comm as the table decides it (trainer/runtime/comm_choice.hpp).
+  CommRequest r;
+  r.device = want;
+  r.visible_gpus = visible_cuda_devices();
+  r.nccl_built = nccl_built();
+  const CommChoice c = choose_comm(r);
+  EXPECT_EQ(b.comm.comm, c.comm);
+  EXPECT_EQ(b.comm.backend, c.backend);
   EXPECT_EQ(b.ops->device(), want);
   if (want == Device::cpu) {
     EXPECT_EQ(b.describe, "cpu (1 thread)");

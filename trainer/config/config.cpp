@@ -264,23 +264,6 @@ const char* to_string(ParallelComm c) {
   return "?";
 }
 
-ParallelComm resolve_comm(const Config& c, bool on_cuda, bool nccl_built) {
-  switch (c.parallel.comm) {
-    case ParallelComm::mpi: return ParallelComm::mpi;
-    case ParallelComm::auto_: return on_cuda && nccl_built ? ParallelComm::nccl : ParallelComm::mpi;
-    case ParallelComm::nccl:
-      if (!on_cuda)
-        fail("parallel.comm=nccl (", c.source, "): expected a run on CUDA, got runtime.device=",
-             to_string(c.runtime.device), " running on the CPU; NCCL moves device buffers: use "
-             "parallel.comm=mpi (or auto)");
-      if (!nccl_built)
-        fail("parallel.comm=nccl (", c.source, "): expected a build with NCCL, got one without "
-             "(NCCL was not found when it was configured); use parallel.comm=mpi (or auto)");
-      return ParallelComm::nccl;
-  }
-  fail("parallel.comm: unknown value ", static_cast<int>(c.parallel.comm));
-}
-
 const char* to_string(ComputeDType d) {
   switch (d) {
     case ComputeDType::fp32: return "fp32";

@@ -160,13 +160,7 @@ const char* to_string(ComputeDType d);
 const char* to_string(AttentionKernel a);
 const char* to_string(ParallelComm c);
 
-// parallel.comm for a run whose device is now known: nccl or mpi, never auto.
-// auto is nccl when the run is on CUDA and the build has NCCL, mpi otherwise.
-// Throws naming parallel.comm when nccl was asked for a CPU run or a build
-// without NCCL. The mesh backend follows (parallel/mesh_factory.hpp): nccl ->
-// CommBackend::nccl; mpi -> CommBackend::mpi_staged on CUDA, CommBackend::mpi
-// on CPU.
-ParallelComm resolve_comm(const Config& c, bool on_cuda, bool nccl_built);
+// parallel.comm is resolved per run by choose_comm (trainer/runtime/comm_choice.hpp).
 
 // runtime.attention resolved for a CUDA run: whether attention runs on the
 // tensor-core kernels (bf16, a head size they take; see AttentionKernel).

@@ -36,7 +36,7 @@ int run(const MpiCommunicator* world, const Config& cfg, const RunEnvironment& e
   if (!world) {
     comm = std::make_unique<InProcessCommunicator>("world");
   } else {
-    comm = make_run_world(*world, backend, backend.comm);
+    comm = make_run_world(*world, backend);
   }
   BenchOptions opt;
   opt.gemm_dtype = cfg.runtime.dtype == ComputeDType::bf16 ? DType::bf16 : DType::f32;

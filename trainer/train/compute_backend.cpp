@@ -2,10 +2,10 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
-#include "trainer/train/launch_checks.hpp"
-
 #include "parallel/mesh_factory.hpp"
 #include "parallel/staged_communicator.hpp"
+#include "trainer/io/process.hpp"
+#include "trainer/train/launch_checks.hpp"
 
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -60,8 +60,17 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
   // `auto` means a GPU when there is one; the emulated device is not one.
   const bool auto_skips = cfg.runtime.device == DeviceKind::auto_ && cuda_device_emulated();
   b.device = resolve_device(cfg.runtime.device, auto_skips ? 0 : gpus, cuda_built(), cfg.source);
-  b.comm = resolve_run_comm(cfg, b.device, env.local_size, gpus);
-  check_local_devices(cfg, b.device, env.local_size, gpus, b.comm);
+  CommRequest req;
+  req.asked = cfg.parallel.comm;
+  req.device_asked = cfg.runtime.device;
+  req.device = b.device;
+  req.world_size = env.world_size;
+  req.local_ranks = env.local_size;
+  req.visible_gpus = gpus;
+  req.nccl_built = nccl_built();
+  req.source = cfg.source;
+  req.host = this_host();
+  b.comm = choose_comm(req);
   if (b.device == Device::cpu) {
     const int threads = cpu_thread_share(cfg.runtime.threads, env);
     b.ops = make_cpu_ops(threads);
@@ -95,62 +104,60 @@ bool nccl_built() {
 #endif
 }
 
-ParallelComm resolve_run_comm(const Config& cfg, Device device, int local_ranks, int gpus) {
-  const ParallelComm c = resolve_comm(cfg, device == Device::cuda, nccl_built());
-  // NCCL refuses two ranks on one device: auto shares GPUs over MPI instead.
-  if (c == ParallelComm::nccl && cfg.parallel.comm == ParallelComm::auto_ && local_ranks > gpus)
-    return ParallelComm::mpi;
-  return c;
-}
-
 namespace {
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
 cudaStream_t stream_of(const ComputeBackend& b) { return static_cast<cudaStream_t>(b.cuda_stream); }
 #endif
 
-MeshCommOptions mesh_options(const ComputeBackend& backend, ParallelComm comm) {
+MeshCommOptions mesh_options(const ComputeBackend& backend) {
   MeshCommOptions o;
-  if (backend.device == Device::cpu) return o;  // MPI on host buffers
+  o.backend = backend.comm.backend;
+  switch (o.backend) {
+    case CommBackend::mpi:
+      return o;  // MPI on host buffers
+    case CommBackend::mpi_staged:
 #if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
-  if (comm == ParallelComm::mpi) {
-    o.backend = CommBackend::mpi_staged;
-    o.staging = std::make_shared<CudaHostStaging>(stream_of(backend));
-    return o;
-  }
-#endif
-#if defined(TRAINER_HAVE_NCCL) && TRAINER_HAVE_NCCL
-  o.backend = CommBackend::nccl;
-  o.nccl = nccl_mesh_builder(backend.cuda_device, stream_of(backend));
-  return o;
+      o.staging = std::make_shared<CudaHostStaging>(stream_of(backend));
+      return o;
 #else
-  fail("parallel.comm=", to_string(comm), ": no communicator for ", backend.describe,
-       " in this build");
+      break;
 #endif
+    case CommBackend::nccl:
+#if defined(TRAINER_HAVE_NCCL) && TRAINER_HAVE_NCCL
+      o.nccl = nccl_mesh_builder(backend.cuda_device, stream_of(backend));
+      return o;
+#else
+      break;
+#endif
+  }
+  fail("parallel.comm=", to_string(backend.comm.comm), ": no ", comm_backend_name(o.backend),
+       " communicator for ", backend.describe, " in this build");
 }
 }  // namespace
 
 DeviceMesh make_run_mesh(const ParallelDims& dims, const MpiCommunicator* world,
-                         const ComputeBackend& backend, ParallelComm comm) {
-  // One rank moves no buffers (every axis has size 1): staged in-process
-  // communicators cost nothing, where NCCL would bring up five communicators
-  // (and its network bootstrap) for no traffic.
-  if (dims.world_size() == 1 && backend.device != Device::cpu) comm = ParallelComm::mpi;
-  return make_device_mesh(dims, world, mesh_options(backend, comm));
+                         const ComputeBackend& backend) {
+  return make_device_mesh(dims, world, mesh_options(backend));
 }
 
 std::unique_ptr<Communicator> make_run_world(const MpiCommunicator& world,
-                                             const ComputeBackend& backend, ParallelComm comm) {
+                                             const ComputeBackend& backend) {
   auto dup = MpiCommunicator::dup(world.comm(), "world", world.deadline());
-  if (backend.device == Device::cpu) return dup;
-  const MeshCommOptions o = mesh_options(backend, comm);
-  if (o.backend == CommBackend::mpi_staged)
-    return std::make_unique<StagedCommunicator>(std::move(dup), o.staging);
+  const MeshCommOptions o = mesh_options(backend);
+  switch (o.backend) {
+    case CommBackend::mpi:
+      return dup;
+    case CommBackend::mpi_staged:
+      return std::make_unique<StagedCommunicator>(std::move(dup), o.staging);
+    case CommBackend::nccl:
 #if defined(TRAINER_HAVE_NCCL) && TRAINER_HAVE_NCCL
-  return NcclCommunicator::create(world, backend.cuda_device, stream_of(backend), "world",
-                                  world.deadline());
+      return NcclCommunicator::create(world, backend.cuda_device, stream_of(backend), "world",
+                                      world.deadline());
 #else
-  fail("no device communicator in this build");
+      break;
 #endif
+  }
+  fail("no device communicator in this build");
 }
 
 }  // namespace gt

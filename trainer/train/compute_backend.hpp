@@ -6,7 +6,7 @@
 //   runtime.device=cpu    CPU
 // Each rank takes GPU local_rank % visible_gpus (OMPI_COMM_WORLD_LOCAL_RANK,
 // SLURM_LOCALID): one GPU per rank with NCCL, several ranks per GPU only with
-// parallel.comm=mpi (checked in launch_checks).
+// parallel.comm=mpi (trainer/runtime/comm_choice.hpp decides and checks).
 #pragma once
 
 #include <memory>
@@ -17,6 +17,7 @@
 #include "parallel/mpi_communicator.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/profile/op_timer.hpp"
+#include "trainer/runtime/comm_choice.hpp"
 #include "trainer/train/run_environment.hpp"
 
 namespace gt {
@@ -32,7 +33,7 @@ int cuda_device_for_rank(int local_rank, int visible_gpus);
 
 struct ComputeBackend {
   Device device = Device::cpu;
-  ParallelComm comm = ParallelComm::mpi;  // parallel.comm resolved for `device`: nccl or mpi
+  CommChoice comm;                // parallel.comm as choose_comm resolved it for this job
   int cuda_device = -1;           // CUDA: this rank's GPU index
   void* cuda_stream = nullptr;    // CUDA: the compute stream (a cudaStream_t) the ops run on
   std::unique_ptr<Ops> ops;       // not yet wrapped by the profiler
@@ -42,28 +43,21 @@ struct ComputeBackend {
   std::unique_ptr<OpTimer> make_op_timer() const;
 };
 
-// This rank's backend: resolve_device, resolve_run_comm and
-// check_local_devices against what the machine has (each throws gt::Error
-// naming the key), then the Ops; on CUDA a CudaOps on cuda_device_for_rank(...).
+// This rank's backend: resolve_device and choose_comm against what the
+// machine has (each throws gt::Error naming the key), then the Ops; on CUDA a
+// CudaOps on cuda_device_for_rank(...).
 ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env);
 
 // True when this build has the NCCL communicator.
 bool nccl_built();
-// parallel.comm for a run on `device`: nccl or mpi, never auto. auto = nccl
-// on CUDA when NCCL is built and every rank on this host has a GPU of its own
-// (local_ranks <= gpus), else mpi (staged through host memory on CUDA).
-// Explicit nccl on the CPU or without NCCL is an error naming the key.
-ParallelComm resolve_run_comm(const Config& cfg, Device device, int local_ranks, int gpus);
-
-// The run's device mesh: MPI communicators on the CPU; on CUDA, NCCL ones or
-// MPI ones staging device buffers through pinned host memory on the
-// backend's compute stream (which must outlive the mesh); one rank, which
-// moves no buffers, always gets the staged in-process communicators. Collective
-// over `world` (null = one rank without MPI).
+// The run's device mesh, of backend.comm.backend: MPI communicators on the
+// CPU; on CUDA, NCCL ones or MPI ones staging device buffers through pinned
+// host memory on the backend's compute stream (which must outlive the mesh).
+// Collective over `world` (null = one rank without MPI).
 DeviceMesh make_run_mesh(const ParallelDims& dims, const MpiCommunicator* world,
-                         const ComputeBackend& backend, ParallelComm comm);
+                         const ComputeBackend& backend);
 // The same for a world communicator alone (`trainer bench`).
 std::unique_ptr<Communicator> make_run_world(const MpiCommunicator& world,
-                                             const ComputeBackend& backend, ParallelComm comm);
+                                             const ComputeBackend& backend);
 
 }  // namespace gt

@@ -51,17 +51,6 @@ int visible_cuda_devices() {
 #endif
 }
 
-void check_local_devices(const Config& cfg, Device device, int local_ranks, int gpus,
-                         ParallelComm comm) {
-  if (device != Device::cuda) return;
-  if (local_ranks > gpus && comm != ParallelComm::mpi)
-    fail("runtime.device=", to_string(cfg.runtime.device), " (", cfg.source, ", host ", this_host(),
-         "): expected at most one rank per GPU, got ", local_ranks, " ranks on this host for ",
-         gpus, " visible GPU", gpus == 1 ? "" : "s",
-         "; start fewer ranks per host (mpirun --npernode ", gpus > 0 ? gpus : 1,
-         "), make more GPUs visible (CUDA_VISIBLE_DEVICES), or share GPUs with parallel.comm=mpi");
-}
-
 void check_data_covers_batch(const DataLoader& data, const Config& cfg) {
   const int64_t rows = cfg.train.global_batch;
   if (data.num_windows() >= rows) return;

@@ -29,14 +29,6 @@ bool cuda_built();
 // and runtime.device=auto never does.
 bool cuda_device_emulated();
 
-// A run on `device` (runtime.device as resolve_device resolved it, which
-// already refused cuda without a build or a visible GPU) with NCCL, which
-// refuses two ranks on one GPU, needs a GPU per rank on this host; with
-// parallel.comm=mpi ranks may share GPUs. local_ranks: ranks of this job on
-// this host; gpus: visible GPUs; comm: the resolved parallel.comm.
-void check_local_devices(const Config& cfg, Device device, int local_ranks, int gpus,
-                         ParallelComm comm);
-
 // The training data must hold at least one global batch of distinct windows
 // (else rows of one batch would repeat).
 void check_data_covers_batch(const DataLoader& data, const Config& cfg);

@@ -135,8 +135,7 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
     std::unique_ptr<DeviceMesh> device_mesh;
     std::exception_ptr mesh_error;
     try {
-      device_mesh = std::make_unique<DeviceMesh>(make_run_mesh(
-          run.dims, world, run.backend, run.backend.comm));
+      device_mesh = std::make_unique<DeviceMesh>(make_run_mesh(run.dims, world, run.backend));
     } catch (const std::exception&) {
       mesh_error = std::current_exception();
     }
@@ -308,7 +307,7 @@ TrainSummary run_training(const Config& cfg, MpiCommunicator* world) {
           "fp32 here");
     spdlog::info("layout: {} on {}{}{}", run.dims.str(), run.backend.describe,
                  run.dims.world_size() == 1 ? ""
-                 : run.backend.comm == ParallelComm::nccl
+                 : run.backend.comm.comm == ParallelComm::nccl
                      ? ", comm nccl"
                      : (run.backend.device == Device::cpu ? ", comm mpi"
                                                           : ", comm mpi (staged through host)"),
