@@ -353,7 +353,7 @@ void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView d
 // Activations land in layer l's slots (the shared slot for what recompute
 // drops), so backward() can rerun a part into the same places.
 
-void GPT::block_attention_forward(int l, TensorView x, bool with_ln2) {
+void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView prev_res2) {
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / tp_.size(), Cl = C / tp_.size();
   const int NHl = cfg_.n_head / tp_.size();
@@ -365,9 +365,17 @@ void GPT::block_attention_forward(int l, TensorView x, bool with_ln2) {
   auto att = layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)});
   auto res2 = layer_act(a.res2, l, {Rl, C});
   auto proj = aview(a.proj_tmp, {Rl, C});
-  ops_.layernorm_forward(own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
-                         layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
-                         p(h + "ln_1.bias"));
+  if (prev_res2.empty()) {
+    ops_.layernorm_forward(own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
+                           layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
+                           p(h + "ln_1.bias"));
+  } else {
+    // The block before's residual add and ln_1 in one pass: x = prev_res2 +
+    // proj_tmp (its mlp.c_proj output, not yet overwritten), not read back.
+    ops_.add_layernorm_forward(x, own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
+                               layer_act(a.ln1_rstd, l, {Rl}), prev_res2, proj,
+                               p(h + "ln_1.weight"), p(h + "ln_1.bias"));
+  }
   column_forward(qkv, ln1, gemm_weight(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
   ops_.attention_forward(layer_act(a.atty, l, {B, T, Cl}), att, layer_act(a.qkv, l, {B, T, 3 * Cl}),
                          NHl);
@@ -401,7 +409,6 @@ void GPT::block_mlp_down_forward(int l) {
   auto proj = aview(a.proj_tmp, {Rl, C});
   row_forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}), gemm_weight(h + "mlp.c_proj.weight"),
               p(h + "mlp.c_proj.bias"));
-  ops_.add(layer_act(a.res3, l, {Rl, C}), layer_act(a.res2, l, {Rl, C}), proj);
 }
 
 // ---- Forward ----------------------------------------------------------------
@@ -491,19 +498,27 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   }
   if (act_dtype_ != DType::f32) ops_.cast(encoded, emb);
 
-  TensorView x = encoded;  // (R/p, C) residual stream entering the block
+  // (R/p, C) the residual stream entering block l: encoded, then res3 of the
+  // block before, whose add (res2 + proj_tmp) the next LayerNorm does.
+  TensorView x = encoded, prev_res2;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     store_->before_forward(layout_.block_unit(l));
-    block_attention_forward(l, x, /*with_ln2=*/true);
+    block_attention_forward(l, x, /*with_ln2=*/true, prev_res2);
     block_mlp_up_forward(l, /*ln2_done=*/true);
     block_mlp_down_forward(l);
     x = layer_act(a.res3, l, {Rl, C});
+    prev_res2 = layer_act(a.res2, l, {Rl, C});
     store_->after_forward(layout_.block_unit(l));
   }
 
   store_->before_forward(head);
-  ops_.layernorm_forward(own_rows(aview(a.lnf, {R, C})), view(a.lnf_mean.f32(), {Rl}),
-                         view(a.lnf_rstd.f32(), {Rl}), x, p("ln_f.weight"), p("ln_f.bias"));
+  const TensorView lnf = own_rows(aview(a.lnf, {R, C}));
+  const TensorView lnf_mean = view(a.lnf_mean.f32(), {Rl}), lnf_rstd = view(a.lnf_rstd.f32(), {Rl});
+  if (prev_res2.empty())
+    ops_.layernorm_forward(lnf, lnf_mean, lnf_rstd, x, p("ln_f.weight"), p("ln_f.bias"));
+  else  // the last block's residual add, fused
+    ops_.add_layernorm_forward(x, lnf, lnf_mean, lnf_rstd, prev_res2, aview(a.proj_tmp, {Rl, C}),
+                               p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
   auto logits = logits_view(R, Vl);
   column_forward(logits, aview(a.lnf, {R, C}), gemm_weight("wte.weight"), none);  // tied LM head

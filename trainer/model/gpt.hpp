@@ -244,12 +244,16 @@ class GPT {
   // backward() for what recomputation dropped. x: (R/p, C) the block's input.
   // ln_1, c_attn, attention, attn.c_proj and the residual add into res2;
   // with_ln2: ln_2 too, fused with the add (forward() does; recomputation,
-  // which reruns the parts separately, does not).
-  void block_attention_forward(int l, TensorView x, bool with_ln2);
+  // which reruns the parts separately, does not). With `prev_res2` (forward()
+  // for l > 0) the block before left its residual add pending: x is where
+  // its sum goes (res3 of l-1), computed as prev_res2 + proj_tmp by ln_1's
+  // pass, fused the same way; recomputation reads the kept res3 instead.
+  void block_attention_forward(int l, TensorView x, bool with_ln2, TensorView prev_res2 = {});
   // ln_2 (unless ln2_done), c_fc and GELU: the MLP's activations up to
   // mlp.c_proj's input.
   void block_mlp_up_forward(int l, bool ln2_done);
-  // mlp.c_proj and the residual add into res3.
+  // mlp.c_proj into proj_tmp; the residual add res3 = res2 + proj_tmp is
+  // left to the next block's ln_1 or to ln_f, which do it in their pass.
   void block_mlp_down_forward(int l);
 
   ModelConfig cfg_;
