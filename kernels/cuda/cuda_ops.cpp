@@ -163,6 +163,30 @@ void CudaOps::position_embedding_backward(TensorView dwpe, TensorView dout, int6
 
 // ---- layernorm ------------------------------------------------------------------
 
+namespace {
+
+// The LayerNorm forward's parameters for activations of `act` dtype (R rows
+// of C): bf16 activations take bf16 or (bf16 storage) fp32 parameters.
+void check_layernorm_params(const Check& c, DType act, const TensorView& weight,
+                            const TensorView& bias, int64_t C) {
+  c.tensor(weight, "weight", act == DType::f32 ? kF32 : kF32Bf16, {C});
+  c.tensor(bias, "bias", {weight.dtype}, {C});
+}
+
+// Calls f(T{}, W{}) with the element types of the three (activation,
+// parameter) pairs the LayerNorm kernels take: fp32/fp32, bf16/fp32, bf16/bf16.
+template <typename F>
+void with_layernorm_types(DType act, DType param, F&& f) {
+  if (act == DType::f32)
+    f(float{}, float{});
+  else if (param == DType::f32)
+    f(bf16{}, float{});
+  else
+    f(bf16{}, bf16{});
+}
+
+}  // namespace
+
 void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
                                 TensorView weight, TensorView bias) {
   cuda::NvtxRange range("layernorm_forward");
@@ -171,9 +195,7 @@ void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd
   const int64_t R = inp.shape[0], C = inp.shape[1];
   c.tensor(inp, "inp", kF32Bf16, {R, C});
   c.tensor(out, "out", {inp.dtype}, {R, C});
-  // bf16 activations take bf16 or (bf16 storage) fp32 parameters.
-  c.tensor(weight, "weight", inp.dtype == DType::f32 ? kF32 : kF32Bf16, {C});
-  c.tensor(bias, "bias", {weight.dtype}, {C});
+  check_layernorm_params(c, inp.dtype, weight, bias, C);
   if (mean.empty() != rstd.empty())
     fail("CudaOps::layernorm_forward: mean and rstd are saved together (both or neither)");
   if (!mean.empty()) {
@@ -182,15 +204,13 @@ void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd
   }
   float* mu = mean.empty() ? nullptr : mean.f32();
   float* rs = rstd.empty() ? nullptr : rstd.f32();
-  if (inp.dtype == DType::f32)
-    cuda::layernorm_forward(out.f32(), mu, rs, inp.f32(), weight.f32(), bias.f32(), R,
-                            c.to_int(C, "C"), stream());
-  else if (weight.dtype == DType::f32)
-    cuda::layernorm_forward(ptr<bf16>(out), mu, rs, ptr<bf16>(inp), weight.f32(), bias.f32(), R,
-                            c.to_int(C, "C"), stream());
-  else
-    cuda::layernorm_forward(ptr<bf16>(out), mu, rs, ptr<bf16>(inp), ptr<bf16>(weight),
-                            ptr<bf16>(bias), R, c.to_int(C, "C"), stream());
+  const int Ci = c.to_int(C, "C");
+  with_layernorm_types(inp.dtype, weight.dtype, [&](auto t, auto w) {
+    using T = decltype(t);
+    using W = decltype(w);
+    cuda::layernorm_forward(ptr<T>(out), mu, rs, ptr<const T>(inp), ptr<const W>(weight),
+                            ptr<const W>(bias), R, Ci, stream());
+  });
 }
 
 void CudaOps::add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
@@ -204,22 +224,17 @@ void CudaOps::add_layernorm_forward(TensorView res, TensorView out, TensorView m
   c.tensor(b, "b", {a.dtype}, {R, C});
   c.tensor(res, "res", {a.dtype}, {R, C});
   c.tensor(out, "out", {a.dtype}, {R, C});
-  c.tensor(weight, "weight", a.dtype == DType::f32 ? kF32 : kF32Bf16, {C});
-  c.tensor(bias, "bias", {weight.dtype}, {C});
+  check_layernorm_params(c, a.dtype, weight, bias, C);
   c.tensor(mean, "mean", kF32, {R});
   c.tensor(rstd, "rstd", kF32, {R});
   const int Ci = c.to_int(C, "C");
-  if (a.dtype == DType::f32)
-    cuda::add_layernorm_forward(res.f32(), out.f32(), mean.f32(), rstd.f32(), a.f32(), b.f32(),
-                                weight.f32(), bias.f32(), R, Ci, stream());
-  else if (weight.dtype == DType::f32)
-    cuda::add_layernorm_forward(ptr<bf16>(res), ptr<bf16>(out), mean.f32(), rstd.f32(),
-                                ptr<bf16>(a), ptr<bf16>(b), weight.f32(), bias.f32(), R, Ci,
+  with_layernorm_types(a.dtype, weight.dtype, [&](auto t, auto w) {
+    using T = decltype(t);
+    using W = decltype(w);
+    cuda::add_layernorm_forward(ptr<T>(res), ptr<T>(out), mean.f32(), rstd.f32(), ptr<const T>(a),
+                                ptr<const T>(b), ptr<const W>(weight), ptr<const W>(bias), R, Ci,
                                 stream());
-  else
-    cuda::add_layernorm_forward(ptr<bf16>(res), ptr<bf16>(out), mean.f32(), rstd.f32(),
-                                ptr<bf16>(a), ptr<bf16>(b), ptr<bf16>(weight), ptr<bf16>(bias), R,
-                                Ci, stream());
+  });
 }
 
 void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
