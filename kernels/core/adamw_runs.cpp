@@ -49,6 +49,17 @@ void check_state_runs(const char* op, const std::vector<AdamWRun>& runs, int64_t
   check_disjoint(op, runs, &AdamWRun::state, "summed");
 }
 
+void append_run(std::vector<AdamWRun>& runs, const AdamWRun& r) {
+  if (!runs.empty()) {
+    AdamWRun& last = runs.back();
+    if (last.decay == r.decay && last.param + last.n == r.param && last.state + last.n == r.state) {
+      last.n += r.n;
+      return;
+    }
+  }
+  runs.push_back(r);
+}
+
 int64_t adamw_runs_elems(const std::vector<AdamWRun>& runs) {
   int64_t n = 0;
   for (const auto& r : runs) n += r.n;

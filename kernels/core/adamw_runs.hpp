@@ -24,6 +24,10 @@ void check_adamw_runs(const char* op, const std::vector<AdamWRun>& runs, int64_t
 // The same for sum_squares_runs, which reads only the state offsets.
 void check_state_runs(const char* op, const std::vector<AdamWRun>& runs, int64_t state_len);
 
+// Appends r to runs, or extends the last run when r continues it: the same
+// decay, and adjacent in both the parameter and the state buffer.
+void append_run(std::vector<AdamWRun>& runs, const AdamWRun& r);
+
 // Elements the runs cover in all (the work of one step).
 int64_t adamw_runs_elems(const std::vector<AdamWRun>& runs);
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernels/cuda/adamw.cuh"
-#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/chunk_table.cuh"
 
 namespace gt::cuda {
 namespace {
@@ -24,13 +24,6 @@ struct Coeffs {
   float bc2_sqrt;   // sqrt(1 - beta2^t)
 };
 
-// One run as the kernel reads it. first_chunk: chunks of the runs before it.
-struct DeviceRun {
-  int64_t param, state, n, first_chunk;
-  float decay;  // 1 - lr * weight_decay, or 1 where the run is not decayed
-  int pad_;
-};
-
 __device__ __forceinline__ float step(float& param, float grad, float& m, float& v, float decay,
                                       float scale, const Coeffs& c) {
   const float g = grad * c.grad_scale * scale;
@@ -46,14 +39,14 @@ struct alignas(8) Bf16x4 {
 };
 
 __global__ void adamw_runs_kernel(float* param, __nv_bfloat16* param_bf16, const float* grad,
-                                  float* m, float* v, const DeviceRun* runs, int n_runs,
+                                  float* m, float* v, const dev::ChunkRun* runs, int n_runs,
                                   int64_t n_chunks, Coeffs c) {
   const float scale = c.scale ? *c.scale : 1.f;
   if (!isfinite(scale)) return;  // the skipped step: nothing changes
   for (int64_t chunk = blockIdx.x; chunk < n_chunks; chunk += gridDim.x) {
-    const DeviceRun r = runs[dev::find_chunk_run(runs, n_runs, chunk)];
-    const int64_t off = (chunk - r.first_chunk) * kChunk;
-    const int64_t len = r.n - off < kChunk ? r.n - off : kChunk;
+    const dev::Chunk ch = dev::chunk_at(runs, n_runs, chunk, kChunk);
+    const dev::ChunkRun& r = ch.run;
+    const int64_t off = ch.off, len = ch.len;
     float* w = param + r.param + off;
     __nv_bfloat16* w16 = param_bf16 ? param_bf16 + r.param + off : nullptr;
     const float* g = grad + r.state + off;
@@ -89,24 +82,19 @@ __global__ void adamw_runs_kernel(float* param, __nv_bfloat16* param_bf16, const
 
 }  // namespace
 
-size_t adamw_runs_table_bytes(size_t n_runs) { return n_runs * sizeof(DeviceRun); }
+size_t adamw_runs_table_bytes(size_t n_runs) { return n_runs * sizeof(dev::ChunkRun); }
 
 void adamw_update_runs(float* param, __nv_bfloat16* param_bf16, const float* grad, float* m,
                        float* v, const float* scale, const std::vector<AdamWRun>& runs, void* table,
                        UploadStaging& uploads, const Ops::AdamWParams& p, cudaStream_t stream) {
   GT_CHECK(p.t >= 1, "adamw_update_runs: step t = ", p.t, " (counts from 1)");
   dev::NvtxRange range("adamw_update");
-  // The table: non-empty runs in order, each knowing the chunks before it.
-  std::vector<DeviceRun> host;
-  host.reserve(runs.size());
-  int64_t n_chunks = 0;
-  for (const auto& r : runs) {
-    if (r.n == 0) continue;
-    // The same float expression as the CPU twin, so both decay alike.
-    const float decay = 1.f - p.lr * (r.decay ? p.weight_decay : 0.f);
-    host.push_back({r.param, r.state, r.n, n_chunks, decay, 0});
-    n_chunks += (r.n + kChunk - 1) / kChunk;
-  }
+  // The table; the decay is the same float expression as the CPU twin's, so
+  // both decay alike.
+  std::vector<dev::ChunkRun> host;
+  const int64_t n_chunks = dev::make_chunk_table(
+      runs, kChunk,
+      [&](const AdamWRun& r) { return 1.f - p.lr * (r.decay ? p.weight_decay : 0.f); }, host);
   if (n_chunks == 0) return;
   uploads.copy_or_wait(table, host.data(), adamw_runs_table_bytes(host.size()), stream);
   const double t = static_cast<double>(p.t);
@@ -122,7 +110,7 @@ void adamw_update_runs(float* param, __nv_bfloat16* param_bf16, const float* gra
   c.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const unsigned blocks = static_cast<unsigned>(std::min(n_chunks, kMaxBlocks));
   dev::launch(adamw_runs_kernel, {blocks, kThreads, 0, stream}, param, param_bf16, grad, m, v,
-              static_cast<const DeviceRun*>(table), static_cast<int>(host.size()), n_chunks, c);
+              static_cast<const dev::ChunkRun*>(table), static_cast<int>(host.size()), n_chunks, c);
   CUDA_CHECK_LAUNCH();
 }
 

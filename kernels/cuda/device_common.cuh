@@ -146,24 +146,6 @@ __device__ T block_sum(T v) {
   return warp_sum(total);
 }
 
-// ---- runs cut into chunks ---------------------------------------------------
-// Multi-tensor kernels (AdamW, the gradient norm) take a table of runs, each
-// knowing `first_chunk`, the fixed-size chunks of the runs before it; blocks
-// take chunks in turn. The run holding chunk c is the last one whose
-// first_chunk <= c (the table is in first_chunk order and starts at 0).
-template <typename Run>
-__device__ __forceinline__ int find_chunk_run(const Run* runs, int n_runs, int64_t c) {
-  int lo = 0, hi = n_runs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (runs[mid].first_chunk <= c)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 // ---- launch helpers (host) --------------------------------------------------
 // Blocks for a grid-stride loop over `work` items: enough to fill the chip,
 // capped so huge tensors loop instead of launching millions of blocks. Depends

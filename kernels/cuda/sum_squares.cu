@@ -1,7 +1,6 @@
 // Two-pass deterministic sum of squares (see sum_squares.cuh).
+#include "kernels/cuda/chunk_table.cuh"
 #include "kernels/cuda/sum_squares.cuh"
-
-#include "kernels/cuda/device_common.cuh"
 
 namespace gt::cuda {
 namespace {
@@ -57,19 +56,14 @@ __global__ void sum_partials_kernel(Out* out, const double* partial, int64_t n_p
 
 constexpr int64_t kRunChunk = kThreads * kElemsPerThread;
 
-struct NormRun {
-  int64_t offset, n, first_chunk;
-};
-
 __global__ void sum_squares_runs_partial_kernel(double* partial, const float* x,
-                                                const NormRun* runs, int n_runs, int64_t n_chunks) {
+                                                const dev::ChunkRun* runs, int n_runs,
+                                                int64_t n_chunks) {
   double acc = 0.0;
   for (int64_t chunk = blockIdx.x; chunk < n_chunks; chunk += gridDim.x) {
-    const NormRun r = runs[dev::find_chunk_run(runs, n_runs, chunk)];
-    const int64_t off = (chunk - r.first_chunk) * kRunChunk;
-    const int64_t len = r.n - off < kRunChunk ? r.n - off : kRunChunk;
-    const float* p = x + r.offset + off;
-    acc += thread_squares(p, len, dev::aligned16(p), threadIdx.x, blockDim.x);
+    const dev::Chunk ch = dev::chunk_at(runs, n_runs, chunk, kRunChunk);
+    const float* p = x + ch.run.state + ch.off;
+    acc += thread_squares(p, ch.len, dev::aligned16(p), threadIdx.x, blockDim.x);
   }
   acc = dev::block_sum(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
@@ -84,7 +78,7 @@ __global__ void clip_scale_kernel(float* scale, const float* stats, float max_no
 }
 
 // The table's bytes rounded up so the partials that follow stay 256-aligned.
-size_t table_bytes(size_t n_runs) { return (n_runs * sizeof(NormRun) + 255) / 256 * 256; }
+size_t table_bytes(size_t n_runs) { return (n_runs * sizeof(dev::ChunkRun) + 255) / 256 * 256; }
 
 int64_t count_chunks(const std::vector<AdamWRun>& runs) {
   int64_t chunks = 0;
@@ -102,22 +96,18 @@ size_t sum_squares_runs_scratch_bytes(const std::vector<AdamWRun>& runs) {
 void sum_squares_runs(float* out, const float* x, const std::vector<AdamWRun>& runs, void* scratch,
                       UploadStaging& uploads, cudaStream_t stream) {
   dev::NvtxRange range("sum_squares_runs");
-  std::vector<NormRun> host;
-  host.reserve(runs.size());
-  int64_t n_chunks = 0;
-  for (const auto& r : runs) {
-    if (r.n == 0) continue;
-    host.push_back({r.state, r.n, n_chunks});
-    n_chunks += (r.n + kRunChunk - 1) / kRunChunk;
-  }
+  std::vector<dev::ChunkRun> host;
+  const int64_t n_chunks = dev::make_chunk_table(
+      runs, kRunChunk, [](const AdamWRun&) { return 1.f; }, host);
   char* base = static_cast<char*>(scratch);
   double* partial = reinterpret_cast<double*>(base + table_bytes(runs.size()));
   const int64_t blocks = std::min<int64_t>(kMaxBlocks, n_chunks);
   if (n_chunks > 0) {
-    uploads.copy_or_wait(base, host.data(), host.size() * sizeof(NormRun), stream);
+    uploads.copy_or_wait(base, host.data(), host.size() * sizeof(dev::ChunkRun), stream);
     dev::launch(sum_squares_runs_partial_kernel,
                 {static_cast<unsigned>(blocks), kThreads, 0, stream}, partial, x,
-                reinterpret_cast<const NormRun*>(base), static_cast<int>(host.size()), n_chunks);
+                reinterpret_cast<const dev::ChunkRun*>(base), static_cast<int>(host.size()),
+                n_chunks);
     CUDA_CHECK_LAUNCH();
   }
   dev::launch(sum_partials_kernel<float>, {1, kThreads, 0, stream}, out, partial, blocks);

@@ -43,27 +43,16 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   params_ = zeroed(full_params() ? T : S);
   if (bf16_params && full_params())
     params_bf16_ = ops.allocate(static_cast<size_t>(T) * dtype_size(DType::bf16));
-  step_stats_ = zeroed(4);
+  step_stats_ = zeroed(3);
   // Counted in the norm: replicas over dp on dp rank 0 only, tp-replicated
   // parameters on tp rank 0 only; shards over fsdp and tp are disjoint.
-  if (dp_rank_ == 0)
-    for (const auto& seg : geom_.owned()) {
-      if (tp_rank_ != 0 && seg.spec->split == TpSplit::replicated) continue;
-      const int64_t at = geom_.fsdp() == 1 ? seg.flat : seg.storage;
-      if (!norm_runs_.empty() && norm_runs_.back().state + norm_runs_.back().n == at)
-        norm_runs_.back().n += seg.size();
-      else
-        norm_runs_.push_back({0, at, seg.size(), true});
-    }
   for (const auto& seg : geom_.owned()) {
-    const AdamWRun r{full_params() ? seg.flat : seg.storage,
-                     geom_.fsdp() == 1 ? seg.flat : seg.storage, seg.size(), seg.spec->decay};
-    AdamWRun* last = adamw_runs_.empty() ? nullptr : &adamw_runs_.back();
-    if (last && last->decay == r.decay && last->param + last->n == r.param &&
-        last->state + last->n == r.state)
-      last->n += r.n;
-    else
-      adamw_runs_.push_back(r);
+    const int64_t state = geom_.fsdp() == 1 ? seg.flat : seg.storage;
+    append_run(adamw_runs_,
+               {full_params() ? seg.flat : seg.storage, state, seg.size(), seg.spec->decay});
+    // The norm reads only state offsets (param and decay are placeholders).
+    if (dp_rank_ == 0 && (tp_rank_ == 0 || seg.spec->split != TpSplit::replicated))
+      append_run(norm_runs_, {state, state, seg.size(), true});
   }
   if (full_grads()) grads_ = zeroed(T);
   if (geom_.fsdp() > 1) shard_grads_ = zeroed(S);
@@ -338,14 +327,15 @@ float* ShardedParameters::owned_params(const ParamSegment& s) {
 
 void ShardedParameters::reduce_step_stats(TensorView losses) {
   const Buffer& grads = geom_.fsdp() == 1 ? grads_ : shard_grads_;
+  const TensorView g = view(grads.f32(), {int64_t(grads.bytes() / sizeof(float))});
   float* stats = step_stats_.f32();
-  ops_.sum_squares_runs(view(stats, {1}),
-                        view(grads.f32(), {int64_t(grads.bytes() / sizeof(float))}), norm_runs_);
+  ops_.sum_squares_runs(view(stats, {1}), g, norm_runs_);
   // Squares of the losses: finite exactly when every loss is (they are far
-  // from overflowing a float), summed like the gradients' squares.
-  const std::vector<AdamWRun> all_losses{{0, 0, losses.numel(), true}};
-  ops_.sum_squares_runs(view(stats + 1, {1}), losses.empty() ? view(stats + 3, {1}) : losses,
-                        losses.empty() ? std::vector<AdamWRun>{} : all_losses);
+  // from overflowing a float), summed like the gradients' squares; none: 0.
+  if (losses.empty())
+    ops_.sum_squares_runs(view(stats + 1, {1}), g, {});
+  else
+    ops_.sum_squares_runs(view(stats + 1, {1}), losses, {{0, 0, losses.numel(), true}});
   if (world_.size() > 1) world_.all_reduce_sum(stats, 2).wait();
 }
 

@@ -172,7 +172,7 @@ class ShardedParameters final : public ParameterStore {
   // of the unsharded gradient counted once over the world), as state runs.
   std::vector<AdamWRun> norm_runs_;
   // Device scalars of a step: [0] sum of squares, [1] loss check (both
-  // all-reduced over the world), [2] clip factor (NaN: skip), [3] unused.
+  // all-reduced over the world), [2] clip factor (NaN: skip).
   Buffer step_stats_;
   // Sums this rank's counted squares into step_stats_[0] and the squares of
   // `losses` (when not empty) into [1] (else 0), then all-reduces both.
