@@ -243,8 +243,7 @@ def measure_baseline(args):
     run = Run(args.world, 1, 1, None, point)
     run.dir = os.path.join(args.out, "runs", "baseline")
     os.makedirs(run.dir, exist_ok=True)
-    cmd, env = launch(args, run, run.dir)
-    cmd = [c for c in cmd if not c.startswith("train.steps=")] + ["train.steps=1"]
+    cmd, env = launch(args, run, run.dir, steps=1)
     with open(os.path.join(run.dir, "output.txt"), "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
@@ -264,9 +263,9 @@ def measure_baseline(args):
     return max(0.0, (peak - pred) / MIB), ""
 
 
-def launch(args, run, run_dir):
+def launch(args, run, run_dir, steps=None):
     cmd = [args.trainer, "--config", args.config] + args.set + run.overrides() + [
-        f"train.steps={args.steps}", "train.eval_every=0", "checkpoint.every=0",
+        f"train.steps={steps or args.steps}", "train.eval_every=0", "checkpoint.every=0",
         "checkpoint.resume=none", f"log.dir={run_dir}", "log.every=1"]
     if args.world > 1:
         cmd = ["mpirun", "--oversubscribe", "-np", str(args.world)] + cmd
