@@ -71,7 +71,7 @@ inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
     params.load_global(s.name, data);
   });
   const int B = o.B;
-  GPT model(m, ops, B, o.T, layout, params, TensorParallel{&mesh.tp(), o.tp_overlap},
+  GPT model(m, ops, B, o.T, layout, params, TensorParallelGroup{&mesh.tp(), o.tp_overlap},
             o.recompute, o.dtype);
   TrainConfig tc;
   StepTrace t;

@@ -1,5 +1,5 @@
 // bf16 (runtime.dtype=bf16: bf16 activation storage, trainer/model/gpt.hpp
-// "Precision"; the weight copies of trainer/model/linear_precision.hpp) on the
+// "Precision"; the weight copies of trainer/parallelize/linear_precision.hpp) on the
 // CPU backend, which computes the same function as the GPU.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "model_steps.hpp"
 #include "offhost_ops.hpp"
 #include "test_util.hpp"
-#include "trainer/model/linear_precision.hpp"
+#include "trainer/parallelize/linear_precision.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {
@@ -24,11 +24,11 @@ TEST(LinearPrecision, Fp32PassesOperandsThroughAndBf16RoundsThem) {
   const TensorView xv = xb.f32_view({37});
   ops->upload(xv, x.data());
 
-  LinearPrecision fp32(*ops, ComputeDType::fp32, 64, 64, 64);
+  LinearPrecision fp32(*ops, ComputeDType::fp32, {64, 64, 64});
   EXPECT_EQ(fp32.input(xv).data, xv.data);
   EXPECT_EQ(fp32.bytes(), 0);
 
-  LinearPrecision bf16(*ops, ComputeDType::bf16, 64, 32, 48);
+  LinearPrecision bf16(*ops, ComputeDType::bf16, {64, 32, 48});
   EXPECT_EQ(bf16.bytes(), (64 + 32 + 48) * 2);
   const TensorView in = bf16.input(xv);
   EXPECT_EQ(in.dtype, DType::bf16);
@@ -115,7 +115,7 @@ TEST(MixedPrecision, TheBf16WeightCopyFollowsLoadingAndEveryStep) {
             std::string::npos);
   params.begin_forward(false);
   expect_copy_is_rounded("after loading");
-  GPT model(m, *ops, 2, 8, layout, params, TensorParallel{&mesh.tp(), true}, Recompute::none,
+  GPT model(m, *ops, 2, 8, layout, params, TensorParallelGroup{&mesh.tp(), true}, Recompute::none,
             ComputeDType::bf16);
   std::vector<int32_t> tokens(16), targets(16);
   for (int i = 0; i < 16; ++i) {

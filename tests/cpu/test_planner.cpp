@@ -117,7 +117,8 @@ TEST(PlanMemory, Bf16StorageHalvesTheKeptActivations) {
   // Kept per layer: ln1, ln2, atty (C), qkv (3C), res2, res3 (C), fch, fch_gelu (4C) = 16C.
   const int64_t kept = L * R * 16 * C + 2 * R * C /* encoded, lnf */ + R * V /* logits */;
   const int64_t grads = R * (C + 4 * C + 3 * C) + 2 * R * C /* datty, dfch, dqkv; proj_tmp, dln */;
-  const int64_t extra = R * C * 4 /* rows_f32 */ + 2 * (R * C + V * C) /* bf16 copies */;
+  const int64_t extra =
+      R * C * 4 /* the tp layers' fp32 sum rows */ + 2 * (R * C + V * C) /* bf16 copies */;
   EXPECT_EQ(bf16, fp32 - 2 * (kept + grads) + extra);
 }
 

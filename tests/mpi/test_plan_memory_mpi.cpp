@@ -68,8 +68,8 @@ TEST(PlanMemoryMpi, ActivationBytesEqualGptAllocateOnEveryLayout) {
             const bool bf16 = dtype == ComputeDType::bf16;
             ShardedParameters params(layout, mesh, 3, 25.0, *ops, bf16);
             const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
-            GPT model(m, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), overlap}, recompute,
-                      dtype);
+            GPT model(m, *ops, B, T, layout, params, TensorParallelGroup{&mesh.tp(), overlap},
+                      recompute, dtype);
             EXPECT_EQ(model.activation_bytes(),
                       predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute,
                                                dtype, keeps_bf16_params(d.fsdp, 3, bf16)))

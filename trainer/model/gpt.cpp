@@ -5,19 +5,8 @@
 
 #include "kernels/core/bf16.hpp"
 #include "kernels/core/error.hpp"
-#include "parallel/collective_matmul.hpp"
 
 namespace gt {
-
-namespace {
-// Rows [first, first + n) of a contiguous (rows, cols) view, on its device,
-// in its dtype.
-TensorView rows_of(const TensorView& t, int64_t first, int64_t n) {
-  const int64_t cols = t.numel() / t.shape[0];
-  char* base = static_cast<char*>(t.data) + first * cols * int64_t(dtype_size(t.dtype));
-  return make_view(base, t.dtype, t.device, {n, cols});
-}
-}  // namespace
 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute recompute,
          ComputeDType dtype)
@@ -25,25 +14,30 @@ GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute 
       max_seq_(max_seq), dtype_(dtype) {
   owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
-  allocate(max_rows, max_seq);
+  allocate(max_rows, max_seq, TensorParallelGroup{});
 }
 
-GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
-         const ParameterLayout& layout, ParameterStore& store, TensorParallel tp,
-         Recompute recompute, ComputeDType dtype)
-    : cfg_(cfg), ops_(ops), layout_(layout), store_(&store), tp_(tp), recompute_(recompute),
-      max_rows_(max_rows), max_seq_(max_seq), dtype_(dtype) {
-  GT_CHECK(layout.tp() == tp.size() && layout.tp_rank() == tp.rank(), "layout for tp rank ",
-           layout.tp_rank(), " of ", layout.tp(), " used on tp rank ", tp.rank(), " of ",
-           tp.size());
-  allocate(max_rows, max_seq);
+GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
+         ParameterStore& store, const TensorParallelGroup& group, Recompute recompute,
+         ComputeDType dtype)
+    : cfg_(cfg),
+      ops_(ops),
+      layout_(layout),
+      store_(&store),
+      recompute_(recompute),
+      max_rows_(max_rows),
+      max_seq_(max_seq),
+      dtype_(dtype) {
+  layout.check_built_for(group.size(), group.rank());
+  allocate(max_rows, max_seq, group);
 }
 
 GPT::~GPT() = default;
 
-void GPT::allocate(int max_rows, int max_seq) {
+void GPT::allocate(int max_rows, int max_seq, const TensorParallelGroup& group) {
   GT_CHECK(max_seq <= cfg_.block_size, "seq ", max_seq, " > block_size ", cfg_.block_size);
-  const int tp = tp_.size();
+  shards_ = group.size();
+  const int tp = shards_;
   const int64_t R = static_cast<int64_t>(max_rows) * max_seq;
   GT_CHECK(R % tp == 0, "micro_batch x seq_len = ", R, " rows must divide into parallel.tp=", tp,
            " sequence-parallel shards");
@@ -97,20 +91,16 @@ void GPT::allocate(int max_rows, int max_seq) {
   a.losses = floats(R);
   a.loss_sum = floats(R);
   a.proj_tmp = acts(Rl * C);
-  a.rows_f32 = floats(bf16 ? Rl * C : 0);
-  a.ce_stats = floats(tp > 1 ? 3 * R : 0);
   auto& d = dacts_;
   d.dresidual = floats(Rl * C);
   d.dresidual_bf16 = acts(bf16 && tp == 1 ? Rl * C : 0);
   // dln is the LN's output gradient: bf16 when a GEMM writes it whole (tp =
   // 1), fp32 when it is the reduce-scatter of fp32 partials (tp > 1).
   d.dln = tp > 1 ? floats(Rl * C) : acts(Rl * C);
-  d.dfull = floats(tp > 1 ? R * C : 0);
   d.datty = acts(R * Cl);
   d.dfch = acts(R * 4 * Cl);
   d.dqkv = acts(R * 3 * Cl);
   d.datt = floats(ops_.attention_scratch_elems(max_rows, NHl, max_seq));
-  d.rs_workspace = floats(tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_.overlap) : 0);
   // The largest GEMM operands: inputs (R,C) or (R,4C/p); output gradients
   // (R,3C/p), (R,4C/p), (R,C) or the LM head's (R,V/p); weights (V/p,C) or
   // (4C/p,C). Under bf16 storage the inputs and every output gradient but the
@@ -121,7 +111,9 @@ void GPT::allocate(int max_rows, int max_seq) {
   const int64_t max_grad = bf16 ? (tp > 1 ? R * C : 0) : R * std::max(4 * Cl, C);
   // Weights: cast per call unless the store keeps their bf16 copy.
   const int64_t max_weight = store_->keeps_bf16_params() ? 0 : std::max(Vl * C, 4 * Cl * C);
-  linear_ = std::make_unique<LinearPrecision>(ops_, dtype_, max_input, max_grad, max_weight);
+  parallel_ = std::make_unique<TpLayerContext>(
+      ops_, group, dtype_, R, C, LinearPrecision::Sizes{max_input, max_grad, max_weight});
+  layers_ = std::make_unique<Layers>(*parallel_, R);
 }
 
 float* GPT::params() {
@@ -163,15 +155,11 @@ TensorView GPT::aview(const Buffer& b, std::initializer_list<int64_t> shape) con
 TensorView GPT::iview(int32_t* p, std::initializer_list<int64_t> shape) const {
   return make_view(p, DType::i32, ops_.device(), shape);
 }
-ChunkAccumulate GPT::accumulate_fn() {
-  return [this](float* acc, const float* x, int64_t n) {
-    ops_.accumulate(view(acc, {n}), view(const_cast<float*>(x), {n}));
-  };
-}
+TensorView GPT::own_rows(TensorView full) const { return parallel_->maps().own_rows(full); }
 
 const float* GPT::logits() {
   GT_CHECK(!backward_ready_, "GPT::logits(): the logits were overwritten by their gradient");
-  GT_CHECK(tp_.size() == 1, "GPT::logits(): the logits are split over ", tp_.size(), " tp ranks");
+  GT_CHECK(shards_ == 1, "GPT::logits(): the logits are split over ", shards_, " tp ranks");
   const int64_t R = int64_t(B_) * T_, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size();
   host_logits_.resize(static_cast<size_t>(R * Vp));
   if (logits_dtype() == DType::f32) {
@@ -251,112 +239,14 @@ TensorView GPT::layer_act(const LayerBuffer& buf, int layer,
   return v;
 }
 
-TensorView GPT::own_rows(TensorView full) {
-  const int64_t Rl = full.shape[0] / tp_.size();
-  return rows_of(full, tp_.rank() * Rl, Rl);
-}
-
-float* GPT::stage_for_gather(TensorView dout_local) {
-  if (tp_.size() == 1) return dout_local.f32();
-  const int64_t cols = dout_local.shape[1];
-  TensorView own = own_rows(view(dacts_.dfull.f32(), {int64_t(B_) * T_, cols}));
-  ops_.copy(own, dout_local);
-  return dacts_.dfull.f32();
-}
-
-// ---- The tensor-parallel linear layers --------------------------------------
-
-void GPT::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,
-                       TensorView gelu_pre) {
-  if (gelu_pre.empty()) return ops_.matmul_forward(out, linear_->input(x), w, b);
-  ops_.matmul_gelu_forward(out, gelu_pre, linear_->input(x), w, b);
-}
-
-void GPT::gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
-                        TensorView w, TensorView gelu_pre) {
-  if (gelu_pre.empty())
-    return ops_.matmul_backward(dx, dw, db, linear_->grad(dout), linear_->input(x), w);
-  ops_.matmul_backward_dgelu(dx, dw, db, linear_->grad(dout), linear_->input(x), w, gelu_pre);
-}
-
-void GPT::column_forward(TensorView out, TensorView x_full, TensorView w32, TensorView b,
-                         TensorView gelu_pre) {
-  const TensorView w = linear_->weight(w32);  // once, before the chunks
-  const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
-  if (tp_.size() == 1) return gemm_forward(out, x_full, w, b, gelu_pre);
-  // The all-gather copies bits: bf16 rows travel as pairs of bf16 in each
-  // fp32 word (half the bytes), so a chunk must hold an even count.
-  const int64_t per_word = int64_t(sizeof(float) / dtype_size(x_full.dtype));
-  GT_CHECK((Rl * K) % per_word == 0, "bf16 tensor parallelism gathers (R/tp, C) = (", Rl, ", ", K,
-           ") rows as fp32 words: their count must be even");
-  all_gather_then_compute(
-      *tp_.comm, static_cast<float*>(x_full.data), Rl * K / per_word,
-      [&](int c0, int n) {
-        gemm_forward(rows_of(out, c0 * Rl, n * Rl), rows_of(x_full, c0 * Rl, n * Rl), w, b,
-                     gelu_pre.empty() ? gelu_pre : rows_of(gelu_pre, c0 * Rl, n * Rl));
-      },
-      tp_.overlap);
-}
-
-void GPT::column_backward(TensorView dx_local, TensorView dw, TensorView db, TensorView dout,
-                          TensorView x_full, TensorView w32) {
-  const TensorView w = linear_->weight(w32);
-  if (tp_.size() == 1) return gemm_backward(dx_local, dw, db, dout, x_full, w);
-  const int64_t R = x_full.shape[0], K = x_full.shape[1], Rl = R / tp_.size();
-  compute_then_reduce_scatter(
-      *tp_.comm, dx_local.f32(), Rl * K,
-      [&](int c0, int n, float* partial) {
-        gemm_backward(view(partial, {n * Rl, K}), dw, db, rows_of(dout, c0 * Rl, n * Rl),
-                      rows_of(x_full, c0 * Rl, n * Rl), w);
-      },
-      tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
-}
-
-void GPT::row_forward(TensorView out_local, TensorView x, TensorView w32, TensorView b) {
-  const TensorView w = linear_->weight(w32);
-  if (tp_.size() == 1) return gemm_forward(out_local, x, w, b);
-  const int64_t R = x.shape[0], N = w.shape[0], Rl = R / tp_.size();
-  const TensorView none;
-  // The partial sums are added in fp32; bf16 storage rounds the total once.
-  const bool staged = out_local.dtype != DType::f32;
-  const TensorView sum = staged ? view(acts_.rows_f32.f32(), {Rl, N}) : out_local;
-  compute_then_reduce_scatter(
-      *tp_.comm, sum.f32(), Rl * N,
-      [&](int c0, int n, float* partial) {
-        gemm_forward(view(partial, {n * Rl, N}), rows_of(x, c0 * Rl, n * Rl), w, none);
-      },
-      tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
-  // The bias once, after the sum (it is replicated on every tp rank).
-  ops_.add_bias(sum, b);
-  if (staged) ops_.cast(out_local, sum);
-}
-
-void GPT::row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
-                       TensorView x, TensorView w32, TensorView gelu_pre) {
-  const TensorView w = linear_->weight(w32);
-  if (tp_.size() == 1) return gemm_backward(dx, dw, db, dout_local, x, w, gelu_pre);
-  const int64_t Rl = dout_local.shape[0], N = dout_local.shape[1];
-  float* full = stage_for_gather(dout_local);
-  // Each chunk adds its rows to dW and db: over all chunks db is the whole
-  // bias gradient on every rank (no partial sum left to reduce).
-  all_gather_then_compute(
-      *tp_.comm, full, Rl * N,
-      [&](int c0, int n) {
-        gemm_backward(rows_of(dx, c0 * Rl, n * Rl), dw, db, view(full + c0 * Rl * N, {n * Rl, N}),
-                      rows_of(x, c0 * Rl, n * Rl), w,
-                      gelu_pre.empty() ? gelu_pre : rows_of(gelu_pre, c0 * Rl, n * Rl));
-      },
-      tp_.overlap);
-}
-
 // ---- One block's forward ----------------------------------------------------
 // Activations land in layer l's slots (the shared slot for what recompute
 // drops), so backward() can rerun a part into the same places.
 
 void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView prev_res2) {
   const int B = B_, T = T_;
-  const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / tp_.size(), Cl = C / tp_.size();
-  const int NHl = cfg_.n_head / tp_.size();
+  const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / shards_, Cl = C / shards_;
+  const int NHl = cfg_.n_head / shards_;
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
   auto ln1 = layer_act(a.ln1, l, {R, C});
@@ -376,10 +266,12 @@ void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView
                                layer_act(a.ln1_rstd, l, {Rl}), prev_res2, proj,
                                p(h + "ln_1.weight"), p(h + "ln_1.bias"));
   }
-  column_forward(qkv, ln1, gemm_weight(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"));
+  layers_->c_attn.forward(qkv, ln1, gemm_weight(h + "attn.c_attn.weight"),
+                          p(h + "attn.c_attn.bias"));
   ops_.attention_forward(layer_act(a.atty, l, {B, T, Cl}), att, layer_act(a.qkv, l, {B, T, 3 * Cl}),
                          NHl);
-  row_forward(proj, atty, gemm_weight(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"));
+  layers_->attn_proj.forward(proj, atty, gemm_weight(h + "attn.c_proj.weight"),
+                             p(h + "attn.c_proj.bias"));
   if (!with_ln2) return ops_.add(res2, x, proj);
   // The residual add and ln_2 in one pass (res2 is not read back from memory).
   ops_.add_layernorm_forward(res2, own_rows(layer_act(a.ln2, l, {R, C})),
@@ -388,7 +280,7 @@ void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView
 }
 
 void GPT::block_mlp_up_forward(int l, bool ln2_done) {
-  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / tp_.size(), Cl = C / tp_.size();
+  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_, Cl = C / shards_;
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
   auto ln2 = layer_act(a.ln2, l, {R, C});
@@ -398,17 +290,17 @@ void GPT::block_mlp_up_forward(int l, bool ln2_done) {
                            layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
                            p(h + "ln_2.weight"), p(h + "ln_2.bias"));
   // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward.
-  column_forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2, gemm_weight(h + "mlp.c_fc.weight"),
-                 p(h + "mlp.c_fc.bias"), fch);
+  layers_->c_fc.forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2,
+                        gemm_weight(h + "mlp.c_fc.weight"), p(h + "mlp.c_fc.bias"), fch);
 }
 
 void GPT::block_mlp_down_forward(int l) {
-  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / tp_.size(), Cl = C / tp_.size();
+  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_, Cl = C / shards_;
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
   auto proj = aview(a.proj_tmp, {Rl, C});
-  row_forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}), gemm_weight(h + "mlp.c_proj.weight"),
-              p(h + "mlp.c_proj.bias"));
+  layers_->mlp_proj.forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}),
+                            gemm_weight(h + "mlp.c_proj.weight"), p(h + "mlp.c_proj.bias"));
 }
 
 // ---- Forward ----------------------------------------------------------------
@@ -460,13 +352,12 @@ double GPT::take_loss() {
 bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                       float grad_scale) {
   GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
-  const int tp = tp_.size();
+  const int tp = shards_;
   const int64_t R = int64_t(B) * T;
   GT_CHECK(R % tp == 0, "B*T = ", R, " rows do not split into ", tp, " sequence shards");
   B_ = B;
   T_ = T;
   const int64_t C = cfg_.n_embd, V = cfg_.padded_vocab_size(), Rl = R / tp, Vl = V / tp;
-  const int64_t row0 = tp_.rank() * Rl, vocab0 = tp_.rank() * Vl;
   const int64_t vocab = cfg_.vocab_size;  // logits columns past it are padding
   const bool want_grad = targets && grad_scale > 0.f;
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
@@ -478,25 +369,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
 
   store_->before_forward(embed);
   auto encoded = aview(a.encoded, {Rl, C});
-  // The embedding is computed in fp32 (its tp sum too) and rounded once.
-  const TensorView emb = act_dtype_ == DType::f32 ? encoded : view(a.rows_f32.f32(), {Rl, C});
-  if (tp == 1) {
-    ops_.embedding_forward(view(emb.f32(), {B, T, C}), tok, p("wte.weight"), p("wpe.weight"));
-  } else {
-    // Vocab-parallel: each rank looks up the tokens of its vocabulary rows for
-    // all R rows; the sum over ranks, scattered by rows, is the embedding.
-    const TensorView wte = p("wte.weight");
-    const TensorView tok_flat = iview(tok.i32(), {R});
-    compute_then_reduce_scatter(
-        *tp_.comm, emb.f32(), Rl * C,
-        [&](int c0, int n, float* partial) {
-          ops_.token_embedding_forward(view(partial, {n * Rl, C}),
-                                       iview(tok_flat.i32() + c0 * Rl, {n * Rl}), wte, vocab0);
-        },
-        tp_.overlap, dacts_.rs_workspace.f32(), accumulate_fn());
-    ops_.position_embedding_forward(emb, p("wpe.weight"), row0, T);
-  }
-  if (act_dtype_ != DType::f32) ops_.cast(encoded, emb);
+  layers_->embedding.forward(encoded, tok, p("wte.weight"), p("wpe.weight"));
 
   // (R/p, C) the residual stream entering block l: encoded, then res3 of the
   // block before, whose add (res2 + proj_tmp) the next LayerNorm does.
@@ -521,7 +394,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
                                p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
   auto logits = logits_view(R, Vl);
-  column_forward(logits, aview(a.lnf, {R, C}), gemm_weight("wte.weight"), none);  // tied LM head
+  layers_->lm_head.forward(logits, aview(a.lnf, {R, C}), gemm_weight("wte.weight"), none);
   store_->after_forward(embed);
 
   backward_ready_ = false;
@@ -529,21 +402,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   auto tgt = iview(a.targets.i32(), {R});
   ops_.upload(tgt, targets);
   auto losses = view(a.losses.f32(), {R});
-  if (tp == 1) {
-    ops_.softmax_cross_entropy(losses, want_grad ? logits : none, logits, tgt, vocab, grad_scale);
-  } else {
-    // Vocab-parallel cross-entropy: a max and a sum over the tp ranks.
-    float* stats = a.ce_stats.f32();
-    auto row_max = view(stats, {R});
-    auto sumexp = view(stats + R, {R});
-    auto target_logit = view(stats + 2 * R, {R});
-    ops_.cross_entropy_shard_max(row_max, logits, vocab0, vocab);
-    tp_.comm->all_reduce_max(row_max.f32(), R).wait();
-    ops_.cross_entropy_shard_sums(sumexp, target_logit, logits, tgt, row_max, vocab0, vocab);
-    tp_.comm->all_reduce_sum(sumexp.f32(), 2 * R).wait();  // sumexp and target_logit
-    ops_.cross_entropy_shard_finish(losses, want_grad ? logits : none, logits, tgt, row_max, sumexp,
-                                    target_logit, vocab0, vocab, grad_scale);
-  }
+  layers_->cross_entropy.forward(losses, want_grad ? logits : none, logits, tgt, vocab, grad_scale);
   backward_ready_ = want_grad;
   return true;
 }
@@ -553,11 +412,10 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
 void GPT::backward() {
   GT_CHECK(backward_ready_, "backward() needs a forward() with targets and grad_scale > 0");
   backward_ready_ = false;
-  const int B = B_, T = T_, tp = tp_.size();
+  const int B = B_, T = T_, tp = shards_;
   const int64_t C = cfg_.n_embd, V = cfg_.padded_vocab_size(), R = int64_t(B) * T;
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
   const int NHl = cfg_.n_head / tp;
-  const int64_t row0 = tp_.rank() * Rl, vocab0 = tp_.rank() * Vl;
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
   auto& d = dacts_;
@@ -573,8 +431,8 @@ void GPT::backward() {
 
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);
-  column_backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
-                  gemm_weight("wte.weight"));
+  layers_->lm_head.backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
+                            gemm_weight("wte.weight"));
   store_->before_backward(head);
   ops_.zero(dresidual);
   const int last = cfg_.n_layer - 1;
@@ -599,48 +457,35 @@ void GPT::backward() {
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
     // c_proj's input gradient through GELU's derivative in one: d fch.
-    row_backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"), dresidual_gemm,
-                 layer_act(a.fch_gelu, l, {R, 4 * Cl}), gemm_weight(h + "mlp.c_proj.weight"),
-                 layer_act(a.fch, l, {R, 4 * Cl}));
-    column_backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
-                    layer_act(a.ln2, l, {R, C}), gemm_weight(h + "mlp.c_fc.weight"));
+    layers_->mlp_proj.backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"),
+                               dresidual_gemm, layer_act(a.fch_gelu, l, {R, 4 * Cl}),
+                               gemm_weight(h + "mlp.c_proj.weight"),
+                               layer_act(a.fch, l, {R, 4 * Cl}));
+    layers_->c_fc.backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
+                           layer_act(a.ln2, l, {R, C}), gemm_weight(h + "mlp.c_fc.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
                             layer_act(a.res2, l, {Rl, C}), p(h + "ln_2.weight"),
                             layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}),
                             dresidual16);
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
-    row_backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"), dresidual_gemm,
-                 layer_act(a.atty, l, {R, Cl}), gemm_weight(h + "attn.c_proj.weight"));
+    layers_->attn_proj.backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"),
+                                dresidual_gemm, layer_act(a.atty, l, {R, Cl}),
+                                gemm_weight(h + "attn.c_proj.weight"));
     ops_.attention_backward(aview(d.dqkv, {B, T, 3 * Cl}),
                             view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
                             aview(d.datty, {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
                             layer_act(a.atty, l, {B, T, Cl}),
                             layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
-    column_backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
-                    layer_act(a.ln1, l, {R, C}), gemm_weight(h + "attn.c_attn.weight"));
+    layers_->c_attn.backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
+                             layer_act(a.ln1, l, {R, C}), gemm_weight(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
                             p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
                             layer_act(a.ln1_rstd, l, {Rl}), l > 0 ? dresidual16 : none);
     store_->after_backward(layout_.block_unit(l));
   }
 
-  if (tp == 1) {
-    ops_.embedding_backward(g("wte.weight"), g("wpe.weight"), view(dresidual.f32(), {B, T, C}),
-                            iview(a.tokens.i32(), {B, T}));
-  } else {
-    ops_.position_embedding_backward(g("wpe.weight"), dresidual, row0, T);
-    const TensorView dwte = g("wte.weight");
-    int32_t* tok = a.tokens.i32();
-    float* full = stage_for_gather(dresidual);
-    all_gather_then_compute(
-        *tp_.comm, full, Rl * C,
-        [&](int c0, int n) {
-          ops_.token_embedding_backward(dwte, view(full + c0 * Rl * C, {n * Rl, C}),
-                                        iview(tok + c0 * Rl, {n * Rl}),
-                                        vocab0);
-        },
-        tp_.overlap);
-  }
+  layers_->embedding.backward(g("wte.weight"), g("wpe.weight"), dresidual,
+                              iview(a.tokens.i32(), {B, T}));
   store_->after_backward(embed);
 }
 
@@ -651,13 +496,12 @@ int64_t GPT::activation_bytes() const {
   for (const LayerBuffer* b : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty, &a.att, &a.res2,
                                &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3})
     n += b->buf.bytes();
-  for (const Buffer* b :
-       {&a.tokens,    &a.targets, &a.encoded,        &a.lnf,      &a.lnf_mean, &a.lnf_rstd,
-        &a.logits,    &a.losses,  &a.loss_sum,       &a.proj_tmp, &a.rows_f32, &a.ce_stats,
-        &d.dresidual, &d.dln,     &d.dresidual_bf16, &d.dfull,    &d.datty,    &d.dfch,
-        &d.dqkv,      &d.datt,    &d.rs_workspace})
+  for (const Buffer* b : {&a.tokens, &a.targets, &a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd,
+                          &a.logits, &a.losses, &a.loss_sum, &a.proj_tmp, &d.dresidual, &d.dln,
+                          &d.dresidual_bf16, &d.datty, &d.dfch, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + linear_->bytes();
+  // The tensor-parallel layers' scratch, precision copies and statistics.
+  return static_cast<int64_t>(n) + parallel_->bytes() + layers_->cross_entropy.bytes();
 }
 
 }  // namespace gt

@@ -3,24 +3,22 @@
 // plain model). Parameters come from a ParameterStore unit by unit; the model
 // owns the activations of one micro-batch.
 //
-// Tensor parallelism (Megatron-LM with sequence parallelism), with R = B*T
+// Tensor parallelism (Megatron-LM with sequence parallelism) lives in the
+// layers this model calls (trainer/parallelize/tp_layers.hpp), which own the
+// tp group; the model only says which layer each matrix is. With R = B*T
 // rows of a micro-batch and p tp ranks:
-//   * Between blocks (residual stream, LayerNorms) each rank holds R/p rows:
-//     rank r has flattened rows [r*R/p, (r+1)*R/p) (sequence parallelism).
-//   * c_attn and mlp.c_fc are column-parallel: their input rows are
-//     all-gathered (AG) while the matmul runs on the chunks already present.
-//   * attn.c_proj and mlp.c_proj are row-parallel: the matmul's partial sums
-//     are reduce-scattered (RS) back to R/p rows, chunk by chunk.
-//   * Attention runs on this rank's n_head/p heads over all R rows.
+//   * Between blocks (residual stream, LayerNorms) each rank holds R/p rows
+//     (its sequence shard).
+//   * c_attn and mlp.c_fc are ColumnParallelLinear, attn.c_proj and
+//     mlp.c_proj RowParallelLinear; attention runs on this rank's n_head/p
+//     heads over all R rows.
 //   * The vocabulary is padded (ModelConfig::padded_vocab_size, V below): wte
 //     and the logits have V rows/columns, the padding masked in the loss.
-//   * The embedding is vocab-parallel (token rows summed by RS, positions added
-//     to the local rows); the tied LM head is column-parallel over the
-//     vocabulary with a vocab-parallel cross-entropy, so no rank ever holds
-//     the full (R, V) logits.
-//   Backward mirrors it: every AG becomes an RS and vice versa.
-//   tp_overlap chooses the ring-pipelined collective matmuls
-//   (parallel/collective_matmul.hpp) or the plain collective + one matmul.
+//   * The embedding is a VocabParallelEmbedding; the tied LM head is a
+//     ColumnParallelLinear over the vocabulary followed by a
+//     VocabParallelCrossEntropy, so no rank ever holds the full (R, V) logits.
+// How each parameter is split is the placement table's
+// (trainer/parallelize/gpt2_placement.cpp).
 //
 // Invariants:
 //   * forward() with targets and grad_scale > 0 leaves d(loss)/d(logits)
@@ -78,22 +76,12 @@
 
 #include "kernels/core/tensor.hpp"
 #include "kernels/ops.hpp"
-#include "parallel/collective_matmul.hpp"
-#include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/linear_precision.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
+#include "trainer/parallelize/tp_layers.hpp"
 
 namespace gt {
-
-// The tensor-parallel group of this rank: null comm (or size 1) = none.
-struct TensorParallel {
-  Communicator* comm = nullptr;
-  bool overlap = true;  // ring-pipelined collective matmuls
-  int size() const { return comm ? comm->size() : 1; }
-  int rank() const { return comm ? comm->rank() : 0; }
-};
 
 class GPT {
  public:
@@ -103,10 +91,11 @@ class GPT {
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
       Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32);
   // One tensor-parallel rank whose parameters (laid out by `layout`, built
-  // for tp.rank() of tp.size()) live in `store`.
+  // for group.rank() of group.size()) live in `store`; the group goes to the
+  // tensor-parallel layers.
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
-      ParameterStore& store, TensorParallel tp, Recompute recompute = Recompute::none,
-      ComputeDType dtype = ComputeDType::fp32);
+      ParameterStore& store, const TensorParallelGroup& group,
+      Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32);
   ~GPT();
 
   const ModelConfig& config() const { return cfg_; }
@@ -179,19 +168,34 @@ class GPT {
     Buffer losses;                          // (R)
     Buffer loss_sum;                        // (R) forward_train's running sum
     Buffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
-    Buffer rows_f32;                        // (R/p, C) fp32 staging of bf16 storage (tp sums)
-    Buffer ce_stats;                        // (3, R): row max, sum exp, target logit (tp > 1)
   };
   struct Gradients {  // activation gradients, reused across layers
     Buffer dresidual, dln;                  // (R/p, C) x2 (dln bf16 at tp = 1 in bf16)
     Buffer dresidual_bf16;                  // (R, C) bf16 copy of dresidual (bf16, tp = 1)
-    Buffer dfull;                           // (R, C): an all-gathered output gradient (tp > 1)
     Buffer datty, dfch, dqkv;               // (R, C/p), (R, 4C/p), (R, 3C/p)
     Buffer datt;                            // attention_scratch_elems
-    Buffer rs_workspace;                    // reduce-scatter ring workspace (tp > 1)
+  };
+  // The layers that carry tensor parallelism, one per role (the weights come
+  // per call, so one object serves every block).
+  struct Layers {
+    explicit Layers(TpLayerContext& ctx, int64_t max_rows)
+        : c_attn(ctx),
+          attn_proj(ctx),
+          c_fc(ctx),
+          mlp_proj(ctx),
+          lm_head(ctx),
+          embedding(ctx),
+          cross_entropy(ctx, max_rows) {}
+    ColumnParallelLinear c_attn;
+    RowParallelLinear attn_proj;
+    ColumnParallelLinear c_fc;
+    RowParallelLinear mlp_proj;
+    ColumnParallelLinear lm_head;  // tied: reads wte
+    VocabParallelEmbedding embedding;
+    VocabParallelCrossEntropy cross_entropy;
   };
 
-  void allocate(int max_rows, int max_seq);
+  void allocate(int max_rows, int max_seq, const TensorParallelGroup& group);
   // forward() without reading the losses back; false when there were no
   // targets (no loss computed).
   bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
@@ -209,36 +213,8 @@ class GPT {
   // An activation view in the activations' dtype (act_dtype_).
   TensorView aview(const Buffer& b, std::initializer_list<int64_t> shape) const;
   TensorView iview(int32_t* p, std::initializer_list<int64_t> shape) const;
-  // acc += x on the backend: the tensor-parallel rings' sum of partials.
-  ChunkAccumulate accumulate_fn();
-
-  // One GEMM of a linear layer, its operands in the layer precision; w is
-  // already linear_.weight(...). With `gelu_pre` (not empty) the GELU is
-  // fused: forward writes the product to gelu_pre and gelu of it to out;
-  // backward multiplies dx by gelu'(gelu_pre) (Ops::matmul_gelu_forward,
-  // Ops::matmul_backward_dgelu).
-  void gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,
-                    TensorView gelu_pre = {});
-  void gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
-                     TensorView w, TensorView gelu_pre = {});
-  // The four tensor-parallel linear layers (plain matmuls at tp = 1).
-  // x_full (R,K) holds this rank's rows at its chunk; out (R,N); gelu_pre
-  // (R,N) as in gemm_forward (mlp.c_fc).
-  void column_forward(TensorView out, TensorView x_full, TensorView w, TensorView b,
-                      TensorView gelu_pre = {});
-  // dx_local (R/p,K) = RS(dout @ W); dW, db accumulate.
-  void column_backward(TensorView dx_local, TensorView dw, TensorView db, TensorView dout,
-                       TensorView x_full, TensorView w);
-  // out_local (R/p,N) = RS(x @ W^T) + b.
-  void row_forward(TensorView out_local, TensorView x, TensorView w, TensorView b);
-  // dout_local (R/p,N) is gathered; dx (R,K) assigned; dW, db accumulate;
-  // gelu_pre (R,K) as in gemm_backward (mlp.c_proj, whose input is gelu(fch)).
-  void row_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout_local,
-                    TensorView x, TensorView w, TensorView gelu_pre = {});
-  // This rank's rows of a gathered (R, cols) view.
-  TensorView own_rows(TensorView full);
-  // dout_local copied into dfull's own chunk (tp > 1), ready to all-gather.
-  float* stage_for_gather(TensorView dout_local);
+  // This rank's rows (its sequence shard) of a gathered (R, cols) view.
+  TensorView own_rows(TensorView full) const;
 
   // Block l's forward in three parts, run by forward() in turn and again by
   // backward() for what recomputation dropped. x: (R/p, C) the block's input.
@@ -261,14 +237,15 @@ class GPT {
   ParameterLayout layout_;
   std::unique_ptr<LocalParameters> owned_;
   ParameterStore* store_;
-  TensorParallel tp_;
+  int shards_ = 1;  // tensor-parallel ranks: the model's width is split this many ways
   Recompute recompute_ = Recompute::none;
   int max_rows_, max_seq_;
   ComputeDType dtype_;
   DType act_dtype_;  // the activations' storage: bf16 under runtime.dtype=bf16
   Activations acts_;
   Gradients dacts_;
-  std::unique_ptr<LinearPrecision> linear_;  // the GEMMs' operand precision
+  std::unique_ptr<TpLayerContext> parallel_;  // the layers' tp group, precision and scratch
+  std::unique_ptr<Layers> layers_;
   std::vector<float> host_losses_;  // (R) losses downloaded for the mean
   std::vector<float> host_logits_;  // logits() copy
   int B_ = 0, T_ = 0;

@@ -8,16 +8,11 @@
 // import/export code.
 //
 // Tensor parallelism: a layout is built for one tp rank and holds that rank's
-// shard of every parameter (Megatron's plan, keyed by name in tp_plan()):
-//   wte               rows (vocabulary) split: vocab-parallel embedding / LM head;
-//                     stored padded to ModelConfig::padded_vocab_size() rows
-//                     (pad_rows: zero, masked in the loss, never exported)
-//   c_attn w, b       rows split within each of q, k, v (heads split): column-parallel
-//   mlp.c_fc w, b     rows split: column-parallel
-//   attn/mlp c_proj w columns split: row-parallel (its bias is replicated)
-//   LayerNorms, wpe   replicated; their gradients are per-rank partial sums
-//                     under sequence parallelism (tp_partial_grad)
-// With tp = 1 every shard is the whole tensor.
+// shard of every parameter, cut as the model family's placement table says
+// (trainer/parallelize/gpt2_placement.cpp: split, gradient, decay, init and
+// HF layout of every parameter in one table). With tp = 1 every shard is the
+// whole tensor. wte is stored padded to ModelConfig::padded_vocab_size() rows
+// (pad_rows: zero, masked in the loss, never exported).
 //
 // Units: the parameters are grouped into contiguous flat ranges that FSDP
 // shards and gathers as one piece: "embed" (wte, wpe), one per block "h.<l>",
@@ -32,11 +27,9 @@
 #include <vector>
 
 #include "trainer/config/config.hpp"
+#include "trainer/parallelize/placement.hpp"
 
 namespace gt {
-
-enum class TpSplit { replicated, rows, cols };
-const char* tp_split_name(TpSplit s);
 
 struct ParamSpec {
   std::string name;
@@ -48,9 +41,11 @@ struct ParamSpec {
   bool hf_transposed = false;         // HF Conv1D layout is shape reversed
   int layer = -1;                     // block index, -1 outside the blocks
   int unit = 0;                       // index into ParameterLayout::units()
-  TpSplit split = TpSplit::replicated;
+  TpRole role = TpRole::sequence_replicated;  // from the placement table
+  TpSplit split = TpSplit::replicated;        // as cut at this layout's tp (replicated at 1)
   int parts = 1;                      // rows split: independent equal groups (q|k|v = 3)
   bool tp_partial_grad = false;       // gradient must be summed over the tp ranks
+  Init init = Init::zeros;            // initial values (for_each_initial_parameter)
   // Trailing rows of global_shape that are padding (wte: the vocabulary
   // rounded up). They stay zero in training; HF import and export skip them.
   int64_t pad_rows = 0;
@@ -75,6 +70,8 @@ class ParameterLayout {
   int64_t total() const { return total_; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
+  // Throws unless this layout was built for tp rank `rank` of `size`.
+  void check_built_for(int size, int rank) const;
   const ParamSpec& at(const std::string& name) const;  // throws naming the parameter
   const ParamSpec* find(const std::string& name) const;
   // Unit indices: embed first, then the blocks, head last.
@@ -91,8 +88,7 @@ class ParameterLayout {
   int64_t global_col(const ParamSpec& s, int64_t local_col) const;
 
  private:
-  void add(const std::string& name, std::vector<int64_t> shape, bool decay, bool hf_transposed,
-           int layer, TpSplit split, int parts);
+  void add(const PlacedParameter& p);
   void close_unit(const std::string& name, int64_t begin, int unit_multiple);
   std::vector<ParamSpec> specs_;
   std::vector<ParamUnit> units_;
@@ -101,10 +97,10 @@ class ParameterLayout {
   int tp_ = 1, tp_rank_ = 0;
 };
 
-// The values of every parameter at initialisation, like HF GPT2
-// _init_weights: weights N(0, 0.02), residual projections (attn.c_proj,
-// mlp.c_proj) N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm weight 1 and
-// bias 0. Deterministic in `seed` on every platform and for every layout:
+// The values of every parameter at initialisation, each by its placement's
+// Init rule (HF GPT2 _init_weights: weights N(0, 0.02), residual projections
+// (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm
+// weight 1 and bias 0). Deterministic in `seed` on every platform and for every layout:
 // `fn(spec, data)` is called once per parameter of the tp = 1 layout, in
 // layout order, with the whole (global) tensor.
 void for_each_initial_parameter(const ModelConfig& m, uint64_t seed,

@@ -129,7 +129,7 @@ int run_costs_command(const CostsArgs& a) {
   {
     ShardedParameters params(layout, mesh, pc.fsdp_stage, pc.bucket_mb, *ops,
                              cfg.runtime.dtype == ComputeDType::bf16);
-    GPT model(cfg.model, *ops, B, T, layout, params, TensorParallel{&mesh.tp(), pc.tp_overlap},
+    GPT model(cfg.model, *ops, B, T, layout, params, TensorParallelGroup{&mesh.tp(), pc.tp_overlap},
               tc.recompute, cfg.runtime.dtype);
     std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 0);
     // Loading leaves the parameters' bf16 copy to be cast once by the first

@@ -109,18 +109,19 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   bytes += R * Vl * a;                      // logits (dlogits in place)
   bytes += 2 * R * f;                       // losses, loss_sum
   bytes += Rl * C * a;                      // proj_tmp
-  bytes += (bf16 ? Rl * C : 0) * f;         // rows_f32: fp32 staging of the tp sums
+  // The tensor-parallel layers' scratch (trainer/parallelize/tp_layers.hpp).
+  bytes += (bf16 ? Rl * C : 0) * f;         // fp32 sum rows: staging of the tp sums
   bytes += (tp > 1 ? 3 * R : 0) * f;        // cross-entropy statistics
   // Activation gradients, reused across layers.
   bytes += Rl * C * f;                      // dresidual (fp32: an accumulator)
   bytes += (bf16 && tp == 1 ? Rl * C : 0) * a;  // its bf16 copy, from the LayerNorm backward
   bytes += Rl * C * (tp > 1 ? f : a);       // dln (a GEMM's output at tp = 1, an fp32 sum else)
-  bytes += (tp > 1 ? R * C : 0) * f;        // dfull
+  bytes += (tp > 1 ? R * C : 0) * f;        // the tp layers' gather rows
   bytes += R * Cl * a;                      // datty
   bytes += R * 4 * Cl * a;                  // dfch (c_proj's backward applies GELU's)
   bytes += R * 3 * Cl * a;                  // dqkv
   bytes += att_scratch * f;                 // attention backward scratch
-  bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * f;
+  bytes += (tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * C, tp_overlap) : 0) * f;  // ring
   if (bf16) {
     // LinearPrecision's bf16 copies: the residual stream's gathered gradient
     // rows (R, C) under tp, and the largest weight unless the parameter store

@@ -44,14 +44,14 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   if (bf16_params && full_params())
     params_bf16_ = ops.allocate(static_cast<size_t>(T) * dtype_size(DType::bf16));
   step_stats_ = zeroed(3);
-  // Counted in the norm: replicas over dp on dp rank 0 only, tp-replicated
-  // parameters on tp rank 0 only; shards over fsdp and tp are disjoint.
+  // Counted in the norm: each replica by its owner only (owns_replica,
+  // trainer/parallelize/placement.hpp).
   for (const auto& seg : geom_.owned()) {
     const int64_t state = geom_.fsdp() == 1 ? seg.flat : seg.storage;
     append_run(adamw_runs_,
                {full_params() ? seg.flat : seg.storage, state, seg.size(), seg.spec->decay});
     // The norm reads only state offsets (param and decay are placeholders).
-    if (dp_rank_ == 0 && (tp_rank_ == 0 || seg.spec->split != TpSplit::replicated))
+    if (owns_replica(seg.spec->split, dp_rank_, tp_rank_))
       append_run(norm_runs_, {state, state, seg.size(), true});
   }
   if (full_grads()) grads_ = zeroed(T);
@@ -429,9 +429,9 @@ void ShardedParameters::load_global(const std::string& name, const float* data) 
 std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegment>& segs,
                                                    bool params, bool moments, bool dedup) {
   std::vector<TensorPiece> out;
-  if (dedup && dp_rank_ != 0) return out;
   for (const auto& seg : segs) {
-    if (dedup && tp_rank_ != 0 && seg.spec->split == TpSplit::replicated) continue;
+    // Deduplicated: each replica written by its owner only.
+    if (dedup && !owns_replica(seg.spec->split, dp_rank_, tp_rank_)) continue;
     const int64_t at = geom_.fsdp() == 1 ? seg.flat : seg.storage;
     for (const auto& b : segment_boxes(layout_, *seg.spec, seg.local_begin, seg.local_end)) {
       const TensorBox box{b.row0, b.rows, b.col0, b.cols};

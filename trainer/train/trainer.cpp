@@ -156,9 +156,9 @@ void build(Run& run, const Config& cfg, MpiCommunicator* world) {
   run.params = std::make_unique<ShardedParameters>(*run.layout, *run.mesh, cfg.parallel.fsdp_stage,
                                                    cfg.parallel.bucket_mb, *run.ops,
                                                    cfg.runtime.dtype == ComputeDType::bf16);
-  run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len,
-                                    *run.layout, *run.params,
-                                    TensorParallel{&run.mesh->tp(), cfg.parallel.tp_overlap},
+  run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len, *run.layout,
+                                    *run.params,
+                                    TensorParallelGroup{&run.mesh->tp(), cfg.parallel.tp_overlap},
                                     tc.recompute, cfg.runtime.dtype);
 
   const std::string ckpt_root = cfg.checkpoint_dir();

@@ -34,10 +34,12 @@ TensorView bf16_view_in(const Buffer& buf, int64_t offset, const TensorView& lik
 
 class LinearPrecision {
  public:
-  // max_input/max_grad/max_weight: the most elements any one GEMM call's
-  // input rows, output-gradient rows and weight hold.
-  LinearPrecision(Ops& ops, ComputeDType dtype, int64_t max_input, int64_t max_grad,
-                  int64_t max_weight);
+  // The most elements any one GEMM call's input rows, output-gradient rows
+  // and weight hold as bf16 copies (0: never copied).
+  struct Sizes {
+    int64_t max_input = 0, max_grad = 0, max_weight = 0;
+  };
+  LinearPrecision(Ops& ops, ComputeDType dtype, const Sizes& sizes);
 
   ComputeDType dtype() const { return dtype_; }
   // The weight as the GEMMs read it (fp32: `w` itself).

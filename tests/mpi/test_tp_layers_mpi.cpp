@@ -1,0 +1,162 @@
+// The tensor-parallel layers (trainer/parallelize/tp_layers.hpp) at the
+// running world size as the tp group, each against the same layer on one
+// rank (where it is the plain op), with the ring overlap on and off:
+//   ColumnParallelLinear  out = this rank's columns, dx = its rows (the
+//                         reduce-scatter), dw/db = its rows;
+//   RowParallelLinear     out = its rows, dx/dw = its columns, db complete;
+//   VocabParallelEmbedding out = its rows, dwte = its vocabulary rows, dwpe
+//                         a partial sum that adds up over the ranks;
+//   VocabParallelCrossEntropy  the same losses on every rank, dlogits = its
+//                         vocabulary columns, the padding columns masked.
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_ops.hpp"
+#include "mpi_test_util.hpp"
+#include "trainer/parallelize/tp_layers.hpp"
+
+namespace gt::test {
+namespace {
+
+constexpr float kAtol = 1e-5f, kRtol = 1e-5f;
+constexpr int kB = 2, kT = 4, kR = kB * kT, kC = 8;
+
+std::vector<float> rows(const std::vector<float>& m, int64_t cols, int64_t r0, int64_t n) {
+  return std::vector<float>(m.begin() + r0 * cols, m.begin() + (r0 + n) * cols);
+}
+std::vector<float> cols(const std::vector<float>& m, int64_t ncols, int64_t c0, int64_t n) {
+  std::vector<float> out;
+  for (size_t r = 0; r < m.size() / static_cast<size_t>(ncols); ++r)
+    for (int64_t c = c0; c < c0 + n; ++c) out.push_back(m[r * ncols + c]);
+  return out;
+}
+TensorView v(std::vector<float>& x, std::initializer_list<int64_t> shape) {
+  return cpu_f32(x.data(), shape);
+}
+TensorView none() { return TensorView{}; }
+
+// One layer context per group (tp = 1 for the reference), fp32.
+struct Context {
+  TpLayerContext ctx;
+  Context(Ops& ops, Communicator* comm, bool overlap)
+      : ctx(ops, TensorParallelGroup{comm, overlap}, ComputeDType::fp32, kR, kC, {}) {}
+};
+
+class TpLayersMpi : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    world = test_world();
+    p = world->size();
+    rank = world->rank();
+    ops = make_cpu_ops(1);
+    one = std::make_unique<Context>(*ops, nullptr, GetParam());
+    tp = std::make_unique<Context>(*ops, world.get(), GetParam());
+  }
+  std::unique_ptr<MpiCommunicator> world;
+  int p = 1, rank = 0;
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Context> one, tp;
+};
+
+TEST_P(TpLayersMpi, ColumnParallelLinearIsTheMatmulsColumnsAndItsGradientsRows) {
+  const int64_t N = 12, Nl = N / p, Rl = kR / p;
+  auto X = random_vector(kR * kC, 1), W = random_vector(N * kC, 2), b = random_vector(N, 3);
+  auto dOut = random_vector(kR * N, 4);
+  std::vector<float> out_ref(kR * N), dx_ref(kR * kC), dw_ref(N * kC, 0.f), db_ref(N, 0.f);
+  ColumnParallelLinear ref(one->ctx);
+  ref.forward(v(out_ref, {kR, N}), v(X, {kR, kC}), v(W, {N, kC}), v(b, {N}));
+  ref.backward(v(dx_ref, {kR, kC}), v(dw_ref, {N, kC}), v(db_ref, {N}), v(dOut, {kR, N}),
+               v(X, {kR, kC}), v(W, {N, kC}));
+
+  // Other ranks' rows are NaN: they must arrive, not be there already.
+  std::vector<float> x(kR * kC, std::numeric_limits<float>::quiet_NaN());
+  std::copy(X.begin() + rank * Rl * kC, X.begin() + (rank + 1) * Rl * kC,
+            x.begin() + rank * Rl * kC);
+  auto w = rows(W, kC, rank * Nl, Nl), bl = rows(b, 1, rank * Nl, Nl);
+  auto dout = cols(dOut, N, rank * Nl, Nl);
+  std::vector<float> out(kR * Nl), dx(Rl * kC), dw(Nl * kC, 0.f), db(Nl, 0.f);
+  ColumnParallelLinear layer(tp->ctx);
+  layer.forward(v(out, {kR, Nl}), v(x, {kR, kC}), v(w, {Nl, kC}), v(bl, {Nl}));
+  EXPECT_TRUE(exactly(x, X)) << "the input rows are gathered in place";
+  EXPECT_TRUE(all_close(out, cols(out_ref, N, rank * Nl, Nl), kAtol, kRtol));
+  layer.backward(v(dx, {Rl, kC}), v(dw, {Nl, kC}), v(db, {Nl}), v(dout, {kR, Nl}), v(x, {kR, kC}),
+                 v(w, {Nl, kC}));
+  EXPECT_TRUE(all_close(dx, rows(dx_ref, kC, rank * Rl, Rl), kAtol, kRtol));
+  EXPECT_TRUE(all_close(dw, rows(dw_ref, kC, rank * Nl, Nl), kAtol, kRtol));
+  EXPECT_TRUE(all_close(db, rows(db_ref, 1, rank * Nl, Nl), kAtol, kRtol));
+}
+
+TEST_P(TpLayersMpi, RowParallelLinearIsTheMatmulsRowsAndItsGradientsColumns) {
+  const int64_t K = 16, Kl = K / p, Rl = kR / p;
+  auto X = random_vector(kR * K, 5), W = random_vector(kC * K, 6), b = random_vector(kC, 7);
+  auto dOut = random_vector(kR * kC, 8);
+  std::vector<float> out_ref(kR * kC), dx_ref(kR * K), dw_ref(kC * K, 0.f), db_ref(kC, 0.f);
+  RowParallelLinear ref(one->ctx);
+  ref.forward(v(out_ref, {kR, kC}), v(X, {kR, K}), v(W, {kC, K}), v(b, {kC}));
+  ref.backward(v(dx_ref, {kR, K}), v(dw_ref, {kC, K}), v(db_ref, {kC}), v(dOut, {kR, kC}),
+               v(X, {kR, K}), v(W, {kC, K}));
+
+  auto x = cols(X, K, rank * Kl, Kl), w = cols(W, K, rank * Kl, Kl);
+  auto dout = rows(dOut, kC, rank * Rl, Rl);
+  std::vector<float> out(Rl * kC), dx(kR * Kl), dw(kC * Kl, 0.f), db(kC, 0.f);
+  RowParallelLinear layer(tp->ctx);
+  layer.forward(v(out, {Rl, kC}), v(x, {kR, Kl}), v(w, {kC, Kl}), v(b, {kC}));
+  EXPECT_TRUE(all_close(out, rows(out_ref, kC, rank * Rl, Rl), kAtol, kRtol));
+  layer.backward(v(dx, {kR, Kl}), v(dw, {kC, Kl}), v(db, {kC}), v(dout, {Rl, kC}), v(x, {kR, Kl}),
+                 v(w, {kC, Kl}));
+  EXPECT_TRUE(all_close(dx, cols(dx_ref, K, rank * Kl, Kl), kAtol, kRtol));
+  EXPECT_TRUE(all_close(dw, cols(dw_ref, K, rank * Kl, Kl), kAtol, kRtol));
+  EXPECT_TRUE(all_close(db, db_ref, kAtol, kRtol)) << "the bias gradient is complete on every rank";
+}
+
+TEST_P(TpLayersMpi, VocabParallelEmbeddingLooksUpEachTokenOnItsOwner) {
+  const int64_t V = 16, Vl = V / p, Rl = kR / p;
+  auto wte = random_vector(V * kC, 9), wpe = random_vector(kT * kC, 10);
+  auto dOut = random_vector(kR * kC, 11);
+  std::vector<int32_t> tokens(kR);
+  for (int i = 0; i < kR; ++i) tokens[i] = (7 * i + 3) % V;
+  const TensorView tok = cpu_i32(tokens.data(), {kB, kT});
+  std::vector<float> out_ref(kR * kC), dwte_ref(V * kC, 0.f), dwpe_ref(kT * kC, 0.f);
+  VocabParallelEmbedding ref(one->ctx);
+  ref.forward(v(out_ref, {kR, kC}), tok, v(wte, {V, kC}), v(wpe, {kT, kC}));
+  ref.backward(v(dwte_ref, {V, kC}), v(dwpe_ref, {kT, kC}), v(dOut, {kR, kC}), tok);
+
+  auto wte_l = rows(wte, kC, rank * Vl, Vl), dout = rows(dOut, kC, rank * Rl, Rl);
+  std::vector<float> out(Rl * kC), dwte(Vl * kC, 0.f), dwpe(kT * kC, 0.f);
+  VocabParallelEmbedding layer(tp->ctx);
+  layer.forward(v(out, {Rl, kC}), tok, v(wte_l, {Vl, kC}), v(wpe, {kT, kC}));
+  EXPECT_TRUE(all_close(out, rows(out_ref, kC, rank * Rl, Rl), kAtol, kRtol));
+  layer.backward(v(dwte, {Vl, kC}), v(dwpe, {kT, kC}), v(dout, {Rl, kC}), tok);
+  EXPECT_TRUE(all_close(dwte, rows(dwte_ref, kC, rank * Vl, Vl), kAtol, kRtol));
+  // dwpe covers this rank's rows only: the ranks' partial sums add up to it.
+  world->all_reduce_sum(dwpe.data(), static_cast<int64_t>(dwpe.size())).wait();
+  EXPECT_TRUE(all_close(dwpe, dwpe_ref, kAtol, kRtol));
+}
+
+TEST_P(TpLayersMpi, VocabParallelCrossEntropyAgreesOnEveryRankAndMasksThePadding) {
+  const int64_t V = 16, Vl = V / p, vocab = 13;  // columns 13..15 are padding
+  auto logits_all = random_vector(kR * V, 12, -3.f, 3.f);
+  std::vector<int32_t> targets(kR);
+  for (int i = 0; i < kR; ++i) targets[i] = (5 * i + 1) % vocab;
+  const TensorView tgt = cpu_i32(targets.data(), {kR});
+  std::vector<float> losses_ref(kR), dlogits_ref = logits_all;
+  VocabParallelCrossEntropy ref(one->ctx, kR);
+  ref.forward(v(losses_ref, {kR}), v(dlogits_ref, {kR, V}), v(dlogits_ref, {kR, V}), tgt, vocab,
+              0.25f);
+
+  auto logits = cols(logits_all, V, rank * Vl, Vl);
+  std::vector<float> losses(kR);
+  VocabParallelCrossEntropy layer(tp->ctx, kR);
+  layer.forward(v(losses, {kR}), v(logits, {kR, Vl}), v(logits, {kR, Vl}), tgt, vocab, 0.25f);
+  EXPECT_TRUE(all_close(losses, losses_ref, kAtol, kRtol));
+  EXPECT_TRUE(all_close(logits, cols(dlogits_ref, V, rank * Vl, Vl), kAtol, kRtol));
+  for (int64_t c = 0; c < Vl; ++c)
+    if (rank * Vl + c >= vocab)
+      for (int r = 0; r < kR; ++r) EXPECT_EQ(logits[r * Vl + c], 0.f) << "padding column";
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, TpLayersMpi, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "ring" : "plain"; });
+
+}  // namespace
+}  // namespace gt::test

@@ -1,0 +1,195 @@
+#include "trainer/parallelize/tp_layers.hpp"
+
+#include <algorithm>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+namespace {
+Buffer floats(Ops& ops, int64_t n) {
+  return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+}
+// An optional view cut to the same rows as its companions (empty stays empty).
+TensorView rows_or_none(const TensorView& t, int64_t row0, int64_t rows) {
+  return t.empty() ? t : rows_of(t, row0, rows);
+}
+}  // namespace
+
+// ---- TpLayerContext ---------------------------------------------------------
+
+TpLayerContext::TpLayerContext(Ops& ops, TensorParallelGroup group, ComputeDType dtype,
+                               int64_t rows, int64_t width, const LinearPrecision::Sizes& precision)
+    : ops_(ops), maps_(ops, group), precision_(ops, dtype, precision) {
+  const int p = maps_.size();
+  GT_CHECK(rows % p == 0, rows, " rows do not split into parallel.tp=", p, " sequence shards");
+  const int64_t Rl = rows / p;
+  sum_rows_ = floats(ops, dtype == ComputeDType::bf16 ? Rl * width : 0);
+  gather_rows_ = floats(ops, p > 1 ? rows * width : 0);
+  ring_ = floats(ops, maps_.ring_workspace_elems(Rl * width));
+}
+
+TensorView TpLayerContext::sum_rows(int64_t rows, int64_t cols) {
+  GT_CHECK(rows * cols * int64_t(sizeof(float)) <= int64_t(sum_rows_.bytes()), "(", rows, ", ",
+           cols, ") fp32 rows do not fit the tensor-parallel sum scratch");
+  return make_view(sum_rows_.data(), DType::f32, ops_.device(), {rows, cols});
+}
+
+TensorView TpLayerContext::gather_rows(int64_t rows, int64_t cols) {
+  GT_CHECK(rows * cols * int64_t(sizeof(float)) <= int64_t(gather_rows_.bytes()), "(", rows, ", ",
+           cols, ") fp32 rows do not fit the tensor-parallel gather scratch");
+  return make_view(gather_rows_.data(), DType::f32, ops_.device(), {rows, cols});
+}
+
+TensorView TpLayerContext::stage_for_gather(const TensorView& local) {
+  const int64_t cols = local.numel() / local.shape[0];
+  const TensorView full = gather_rows(local.shape[0] * size(), cols);
+  ops_.copy(maps_.own_rows(full), local);
+  return full;
+}
+
+int64_t TpLayerContext::bytes() const {
+  return static_cast<int64_t>(sum_rows_.bytes() + gather_rows_.bytes() + ring_.bytes()) +
+         precision_.bytes();
+}
+
+void TpLayerContext::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,
+                                  TensorView gelu_pre) {
+  if (gelu_pre.empty()) return ops_.matmul_forward(out, precision_.input(x), w, b);
+  ops_.matmul_gelu_forward(out, gelu_pre, precision_.input(x), w, b);
+}
+
+void TpLayerContext::gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout,
+                                   TensorView x, TensorView w, TensorView gelu_pre) {
+  if (gelu_pre.empty())
+    return ops_.matmul_backward(dx, dw, db, precision_.grad(dout), precision_.input(x), w);
+  ops_.matmul_backward_dgelu(dx, dw, db, precision_.grad(dout), precision_.input(x), w, gelu_pre);
+}
+
+// ---- ColumnParallelLinear ---------------------------------------------------
+
+void ColumnParallelLinear::forward(TensorView out, TensorView x, TensorView w32, TensorView b,
+                                   TensorView gelu_pre) {
+  const TensorView w = ctx_.precision().weight(w32);  // once, before the chunks
+  ctx_.maps().gather_from_sequence(x, [&](int64_t row0, int64_t rows) {
+    ctx_.gemm_forward(rows_of(out, row0, rows), rows_of(x, row0, rows), w, b,
+                      rows_or_none(gelu_pre, row0, rows));
+  });
+}
+
+void ColumnParallelLinear::backward(TensorView dx, TensorView dw, TensorView db, TensorView dout,
+                                    TensorView x, TensorView w32) {
+  const TensorView w = ctx_.precision().weight(w32);
+  if (ctx_.size() == 1) return ctx_.gemm_backward(dx, dw, db, dout, x, w);
+  ctx_.maps().reduce_scatter_to_sequence(
+      dx,
+      [&](int64_t row0, int64_t rows, TensorView partial) {
+        ctx_.gemm_backward(partial, dw, db, rows_of(dout, row0, rows), rows_of(x, row0, rows), w);
+      },
+      ctx_.ring_workspace());
+}
+
+// ---- RowParallelLinear ------------------------------------------------------
+
+void RowParallelLinear::forward(TensorView out, TensorView x, TensorView w32, TensorView b) {
+  const TensorView w = ctx_.precision().weight(w32);
+  if (ctx_.size() == 1) return ctx_.gemm_forward(out, x, w, b);
+  const TensorView none;
+  // The partial sums are added in fp32; bf16 storage rounds the total once.
+  const bool staged = out.dtype != DType::f32;
+  const TensorView sum = staged ? ctx_.sum_rows(out.shape[0], out.shape[1]) : out;
+  ctx_.maps().reduce_scatter_to_sequence(
+      sum,
+      [&](int64_t row0, int64_t rows, TensorView partial) {
+        ctx_.gemm_forward(partial, rows_of(x, row0, rows), w, none);
+      },
+      ctx_.ring_workspace());
+  // The bias once, after the sum (it is replicated on every tp rank).
+  ctx_.ops().add_bias(sum, b);
+  if (staged) ctx_.ops().cast(out, sum);
+}
+
+void RowParallelLinear::backward(TensorView dx, TensorView dw, TensorView db, TensorView dout,
+                                 TensorView x, TensorView w32, TensorView gelu_pre) {
+  const TensorView w = ctx_.precision().weight(w32);
+  if (ctx_.size() == 1) return ctx_.gemm_backward(dx, dw, db, dout, x, w, gelu_pre);
+  const TensorView full = ctx_.stage_for_gather(dout);
+  // Each chunk adds its rows to dW and db: over all chunks db is the whole
+  // bias gradient on every rank (no partial sum left to reduce).
+  ctx_.maps().gather_from_sequence(full, [&](int64_t row0, int64_t rows) {
+    ctx_.gemm_backward(rows_of(dx, row0, rows), dw, db, rows_of(full, row0, rows),
+                       rows_of(x, row0, rows), w, rows_or_none(gelu_pre, row0, rows));
+  });
+}
+
+// ---- VocabParallelEmbedding -------------------------------------------------
+
+void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorView wte,
+                                     TensorView wpe) {
+  Ops& ops = ctx_.ops();
+  const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[1];
+  const int64_t Rl = out.shape[0];
+  // Computed in fp32 (the tp sum too) and rounded once.
+  const TensorView emb = out.dtype == DType::f32 ? out : ctx_.sum_rows(Rl, C);
+  if (ctx_.size() == 1) {
+    ops.embedding_forward(make_view(emb.data, DType::f32, emb.device, {B, T, C}), tokens, wte, wpe);
+  } else {
+    const int64_t vocab0 = ctx_.rank() * wte.shape[0];
+    auto* tok = static_cast<int32_t*>(tokens.data);
+    ctx_.maps().reduce_scatter_to_sequence(
+        emb,
+        [&](int64_t row0, int64_t rows, TensorView partial) {
+          ops.token_embedding_forward(
+              partial, make_view(tok + row0, DType::i32, tokens.device, {rows}), wte, vocab0);
+        },
+        ctx_.ring_workspace());
+    ops.position_embedding_forward(emb, wpe, ctx_.rank() * Rl, static_cast<int>(T));
+  }
+  if (out.dtype != DType::f32) ops.cast(out, emb);
+}
+
+void VocabParallelEmbedding::backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                                      TensorView tokens) {
+  Ops& ops = ctx_.ops();
+  const int64_t B = tokens.shape[0], T = tokens.shape[1], C = dout.shape[1];
+  if (ctx_.size() == 1)
+    return ops.embedding_backward(dwte, dwpe,
+                                  make_view(dout.data, DType::f32, dout.device, {B, T, C}), tokens);
+  const int64_t Rl = dout.shape[0], vocab0 = ctx_.rank() * dwte.shape[0];
+  ops.position_embedding_backward(dwpe, dout, ctx_.rank() * Rl, static_cast<int>(T));
+  const TensorView full = ctx_.stage_for_gather(dout);
+  auto* tok = static_cast<int32_t*>(tokens.data);
+  ctx_.maps().gather_from_sequence(full, [&](int64_t row0, int64_t rows) {
+    ops.token_embedding_backward(dwte, rows_of(full, row0, rows),
+                                 make_view(tok + row0, DType::i32, tokens.device, {rows}), vocab0);
+  });
+}
+
+// ---- VocabParallelCrossEntropy ----------------------------------------------
+
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(TpLayerContext& ctx, int64_t max_rows)
+    : ctx_(ctx), stats_(floats(ctx.ops(), ctx.size() > 1 ? 3 * max_rows : 0)) {}
+
+void VocabParallelCrossEntropy::forward(TensorView losses, TensorView dlogits, TensorView logits,
+                                        TensorView targets, int64_t vocab, float grad_scale) {
+  Ops& ops = ctx_.ops();
+  if (ctx_.size() == 1)
+    return ops.softmax_cross_entropy(losses, dlogits, logits, targets, vocab, grad_scale);
+  const int64_t R = logits.shape[0], vocab0 = ctx_.rank() * logits.shape[1];
+  GT_CHECK(3 * R * int64_t(sizeof(float)) <= int64_t(stats_.bytes()), R,
+           " rows exceed the cross-entropy's statistics buffer");
+  float* stats = stats_.f32();
+  const Device dev = logits.device;
+  const TensorView row_max = make_view(stats, DType::f32, dev, {R});
+  const TensorView sumexp = make_view(stats + R, DType::f32, dev, {R});
+  const TensorView target_logit = make_view(stats + 2 * R, DType::f32, dev, {R});
+  ops.cross_entropy_shard_max(row_max, logits, vocab0, vocab);
+  ctx_.maps().all_reduce_max(row_max);
+  ops.cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max, vocab0, vocab);
+  // sumexp and target_logit are adjacent: one all-reduce for both.
+  ctx_.maps().all_reduce_sum(make_view(stats + R, DType::f32, dev, {2 * R}));
+  ops.cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp, target_logit,
+                                 vocab0, vocab, grad_scale);
+}
+
+}  // namespace gt

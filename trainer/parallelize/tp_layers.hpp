@@ -1,0 +1,153 @@
+// The tensor-parallel layers (Megatron-Core's ColumnParallelLinear,
+// RowParallelLinear, VocabParallelEmbedding, vocab-parallel cross-entropy),
+// written over the mappings of tp_mappings.hpp. A model calls
+// `c_attn.forward(out, x, w, b)` and never sees a communicator; at tp = 1
+// each layer is the plain op.
+//
+// Shapes, with R = B*T rows, p tp ranks, (R/p, .) a sequence shard and (R, .)
+// the gathered rows:
+//   ColumnParallelLinear  forward   x (R, K) own rows in place -> out (R, N/p)
+//                         backward  dout (R, N/p) -> dx (R/p, K) fp32
+//   RowParallelLinear     forward   x (R, K/p) -> out (R/p, N)
+//                         backward  dout (R/p, N) fp32 -> dx (R, K/p)
+//   VocabParallelEmbedding forward  tokens (B, T) -> (R/p, C)
+//   VocabParallelCrossEntropy       logits (R, V/p) -> losses (R)
+// The weights come in per call (the parameter store owns them and may gather
+// them first); each layer reads this rank's shard as the placement table
+// (placement.hpp) cut it.
+//
+// Weight and bias gradients ACCUMULATE (micro-batches add up); input
+// gradients are assigned.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/parallelize/linear_precision.hpp"
+#include "trainer/parallelize/tp_mappings.hpp"
+
+namespace gt {
+
+// What the tensor-parallel layers of one model replica share: the backend,
+// the mappings of this rank's tp group, the GEMM operand precision and the
+// scratch rows. The layers run one at a time, in program order on one
+// stream, and nothing in the scratch outlives a layer call, so one scratch
+// serves every layer (sized for the widest, (R, C) rows).
+class TpLayerContext {
+ public:
+  // rows: the most rows R of a micro-batch; width: the model width C (every
+  // linear layer's sequence-region side); precision: the GEMMs' operand
+  // buffers (LinearPrecision).
+  TpLayerContext(Ops& ops, TensorParallelGroup group, ComputeDType dtype, int64_t rows,
+                 int64_t width, const LinearPrecision::Sizes& precision);
+
+  Ops& ops() { return ops_; }
+  TpMappings& maps() { return maps_; }
+  LinearPrecision& precision() { return precision_; }
+  int size() const { return maps_.size(); }
+  int rank() const { return maps_.rank(); }
+  // (rows, cols) fp32 views of the scratch.
+  TensorView sum_rows(int64_t rows, int64_t cols);     // (R/p, C): a bf16 output's fp32 sum
+  TensorView gather_rows(int64_t rows, int64_t cols);  // (R, C): an fp32 tensor to all-gather
+  float* ring_workspace() { return ring_.f32(); }
+  // The own chunk of gather_rows(R, cols) set to `local` (R/p, cols) fp32:
+  // ready for gather_from_sequence.
+  TensorView stage_for_gather(const TensorView& local);
+  // Bytes of the scratch and the precision buffers, for the memory figures.
+  int64_t bytes() const;
+
+  // One GEMM in the layer precision; w is precision().weight(...) already.
+  // With gelu_pre (not empty) the GELU is fused: forward writes the product
+  // to gelu_pre and gelu of it to out; backward multiplies by gelu'(gelu_pre).
+  void gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,
+                    TensorView gelu_pre = {});
+  void gemm_backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                     TensorView w, TensorView gelu_pre = {});
+
+ private:
+  Ops& ops_;
+  TpMappings maps_;
+  LinearPrecision precision_;
+  Buffer sum_rows_;     // (R/p, C) fp32, bf16 storage only
+  Buffer gather_rows_;  // (R, C) fp32, tp > 1
+  Buffer ring_;         // the reduce-scatter ring's workspace, tp > 1
+};
+
+// Output features split: all-gather the input rows (gather_from_sequence),
+// multiply by this rank's rows of W. Backward: reduce-scatter the input
+// gradient (the dual).
+class ColumnParallelLinear {
+ public:
+  explicit ColumnParallelLinear(TpLayerContext& ctx) : ctx_(ctx) {}
+  // out (R, N/p) = x (R, K) @ w^T + b; x holds this rank's R/p rows at its
+  // own chunk and is gathered in place. gelu_pre (R, N/p) fuses a GELU
+  // (TpLayerContext::gemm_forward). b may be empty (the tied LM head).
+  void forward(TensorView out, TensorView x, TensorView w, TensorView b, TensorView gelu_pre = {});
+  // dx (R/p, K) = reduce-scatter of dout @ w; dw, db accumulate. x is the
+  // forward's gathered input.
+  void backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                TensorView w);
+
+ private:
+  TpLayerContext& ctx_;
+};
+
+// Input features split: multiply this rank's columns of W, reduce-scatter
+// the partial sums to the sequence shard, add the (replicated) bias once.
+// Backward: all-gather the output gradient (the dual).
+class RowParallelLinear {
+ public:
+  explicit RowParallelLinear(TpLayerContext& ctx) : ctx_(ctx) {}
+  // out (R/p, N) = RS(x (R, K/p) @ w^T) + b; the partial sums add in fp32 and
+  // a bf16 out is rounded once.
+  void forward(TensorView out, TensorView x, TensorView w, TensorView b);
+  // dout (R/p, N) is gathered; dx (R, K/p) assigned; dw, db accumulate (db
+  // from all rows: complete on every rank); gelu_pre (R, K/p) multiplies dx
+  // by gelu'(gelu_pre) (the MLP's c_proj, whose input was gelu of it).
+  void backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                TensorView w, TensorView gelu_pre = {});
+
+ private:
+  TpLayerContext& ctx_;
+};
+
+// The token embedding with the vocabulary split (plus GPT-2's learned
+// positions, replicated): each rank looks up the tokens of its vocabulary
+// rows for all R rows (zeros for the others); the sum over ranks,
+// reduce-scattered by rows, is the embedding of this rank's rows.
+class VocabParallelEmbedding {
+ public:
+  explicit VocabParallelEmbedding(TpLayerContext& ctx) : ctx_(ctx) {}
+  // out (R/p, C) = wte[tokens] + wpe[positions] of this rank's rows;
+  // tokens (B, T) int32, all rows, the same on every tp rank; wte (V/p, C)
+  // this rank's vocabulary rows; wpe (block_size, C). Summed in fp32, a bf16
+  // out rounded once.
+  void forward(TensorView out, TensorView tokens, TensorView wte, TensorView wpe);
+  // dout (R/p, C) fp32; dwte, dwpe accumulate (dwpe: this rank's rows only,
+  // a partial sum over tp).
+  void backward(TensorView dwte, TensorView dwpe, TensorView dout, TensorView tokens);
+
+ private:
+  TpLayerContext& ctx_;
+};
+
+// Softmax cross-entropy over logits whose vocabulary columns are split: the
+// row max and the sums of exponentials and target logits are reduced over
+// the tp ranks, so no rank holds the full (R, V) logits.
+class VocabParallelCrossEntropy {
+ public:
+  VocabParallelCrossEntropy(TpLayerContext& ctx, int64_t max_rows);
+  // losses (R) fp32; logits (R, V/p), this rank's columns [rank*V/p, ...),
+  // columns >= vocab padding (masked); targets (R) int32. With dlogits (the
+  // logits themselves, in place) it writes (softmax - onehot) * grad_scale.
+  void forward(TensorView losses, TensorView dlogits, TensorView logits, TensorView targets,
+               int64_t vocab, float grad_scale);
+  int64_t bytes() const { return static_cast<int64_t>(stats_.bytes()); }
+
+ private:
+  TpLayerContext& ctx_;
+  Buffer stats_;  // (3, R): row max, sum of exp, target logit (tp > 1)
+};
+
+}  // namespace gt
