@@ -177,7 +177,7 @@ int train_mpi(const Args& a) {
     if (e.report()) std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
-    gt::abort_job(1, e.what());
+    gt::abort_job(1, gt::printable(e.what()));
   }
 }
 
@@ -253,13 +253,14 @@ int main(int argc, char** argv) {
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
     // Under mpirun every rank sees the same command line: one message is enough.
-    if (gt::detect_run_environment().rank == 0) std::fprintf(stderr, "error: %s\n%s", e.what(), kUsage);
+    if (gt::detect_run_environment().rank == 0)
+      std::fprintf(stderr, "error: %s\n%s", gt::printable(e.what()).c_str(), kUsage);
     return 2;
   } catch (const gt::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (const std::exception& e) {  // not a gt::Error: its text is not escaped yet
+    std::fprintf(stderr, "error: %s\n", gt::printable(e.what()).c_str());
     return 1;
   }
 }

@@ -11,9 +11,16 @@
 
 namespace gt {
 
+// `text` made safe for one terminal line: valid UTF-8 passes through; each
+// control byte (newline, escape, NUL, DEL, ...) and each byte that is not
+// part of a valid UTF-8 sequence becomes "\xNN". Messages quote bytes read
+// from files (a damaged header's name or dtype), which must not reach the
+// terminal raw.
+std::string printable(const std::string& text);
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(printable(what)) {}
 };
 
 namespace detail {

@@ -313,6 +313,34 @@ TEST_F(BadFile, MetadataValueNotString) {
   EXPECT_HAS(msg, "\"__metadata__\" value for \"step\" is not a string");
 }
 
+// Bytes of a damaged header reach the message escaped: a terminal shows
+// one line of text, never raw control or non-UTF-8 bytes. Each header below
+// quotes such bytes where the reader echoes them (the JSON parser's last
+// token, a tensor name, a dtype, a metadata key).
+TEST_F(BadFile, ErrorLinesEscapeTheBytesTheyQuote) {
+  const std::string junk = std::string("\xff\xfe\x1b[31m\n\x01", 8) + "ok";
+  const std::string broken_utf8 = std::string("{\"w\xc3\x28\": 1}");
+  const std::vector<std::string> headers = {
+      "{\"" + junk,                                                          // not JSON
+      broken_utf8,                                                           // invalid UTF-8
+      R"({"wte":{"dtype":"F\u001b[2J","shape":[2],"data_offsets":[0,8]}})",  // escape in a dtype
+      R"({"a\u0000b":{"dtype":"F32","shape":[2]}})",                         // NUL in a name
+      R"({"__metadata__":{"k\u0007":1}})",                                   // BEL in a key
+  };
+  for (const std::string& header : headers) {
+    const std::string msg = open_error(header);
+    EXPECT_HAS(msg, path);
+    for (unsigned char c : msg) {
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte 0x" << std::hex << int(c) << " in: " << msg;
+      if (!(c >= 0x20 && c < 0x7f)) break;
+    }
+  }
+  // Valid UTF-8 stays readable; the rest is \xNN.
+  EXPECT_EQ(printable("caf\xc3\xa9 \x1b[1m\xff\n"), "caf\xc3\xa9 \\x1b[1m\\xff\\x0a");
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80") << "a surrogate is not valid UTF-8";
+  EXPECT_EQ(printable("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");
+}
+
 TEST(Safetensors, ReadMissingTensorListsAvailableNames) {
   TempDir tmp;
   const float v[2] = {1, 2};
