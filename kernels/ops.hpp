@@ -23,11 +23,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/core/adamw_runs.hpp"
 #include "kernels/core/buffer.hpp"
 #include "kernels/core/tensor.hpp"
+#include "kernels/op_timer.hpp"
 
 namespace gt {
 
@@ -55,6 +57,9 @@ class Ops {
   // memory is the process's host memory: its peak is the process's RSS.
   virtual int64_t device_bytes_in_use() const { return 0; }
   virtual int64_t device_bytes_peak() const { return 0; }
+  // How the profiler times this backend's ops (kernels/op_timer.hpp): null
+  // where ops are synchronous, so the host's steady clock times them right.
+  virtual std::unique_ptr<OpTimer> make_op_timer() const { return nullptr; }
 
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t].  tokens (B,T) int32, wte (V,C), wpe (maxT,C).
   virtual void embedding_forward(TensorView out, TensorView tokens, TensorView wte,

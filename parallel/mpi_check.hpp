@@ -8,11 +8,11 @@
 #pragma once
 
 #include <mpi.h>
-#include <unistd.h>
 
 #include <string>
 
 #include "kernels/core/error.hpp"
+#include "kernels/core/host.hpp"
 
 namespace gt::detail {
 
@@ -35,10 +35,7 @@ inline std::string mpi_where() {
     int r = -1;
     if (MPI_Comm_rank(MPI_COMM_WORLD, &r) == MPI_SUCCESS) rank = std::to_string(r);
   }
-  char host[256] = "unknown-host";
-  if (gethostname(host, sizeof host) != 0) host[0] = '\0';
-  host[sizeof host - 1] = '\0';
-  return "rank " + rank + " on " + host;
+  return "rank " + rank + " on " + this_host();
 }
 
 [[noreturn]] inline void mpi_fail(int code, const char* expr, const char* file, int line) {

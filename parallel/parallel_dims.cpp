@@ -13,8 +13,7 @@ std::string ParallelDims::str() const {
   return os.str();
 }
 
-ParallelDims ParallelDims::validated(int dp, int fsdp, int tp, int world_size, int n_head,
-                                     int n_embd, int padded_vocab) {
+ParallelDims ParallelDims::validated(int dp, int fsdp, int tp, int world_size) {
   if (dp < 1 || fsdp < 1 || tp < 1)
     fail("parallel degrees (dp=", dp, ", fsdp=", fsdp, ", tp=", tp,
          "): expected every degree >= 1, got ", dp < 1 ? "dp" : fsdp < 1 ? "fsdp" : "tp", "=",
@@ -24,17 +23,9 @@ ParallelDims ParallelDims::validated(int dp, int fsdp, int tp, int world_size, i
          "): expected parallel.dp x parallel.fsdp x parallel.tp = the number of ranks, got ", dp,
          " x ", fsdp, " x ", tp, " = ", dp * fsdp * tp, " for ", world_size,
          world_size == 1 ? " rank" : " ranks",
-         world_size == 1
-             ? "; no MPI launcher was detected: start it with mpirun -np " +
-                   std::to_string(dp * fsdp * tp)
-             : "; change the degrees or the number of ranks");
-  for (const auto& [key, v] :
-       {std::pair<const char*, int>{"model.n_head", n_head},
-        {"model.n_embd", n_embd},
-        {"the padded vocabulary (model.vocab_size rounded up to a multiple of 128)", padded_vocab}})
-    if (v % tp != 0)
-      fail("parallel.tp (", key, "=", v, "): expected a divisor of it, got ", tp,
-           "; tensor parallelism splits heads, channels and vocabulary rows evenly");
+         world_size == 1 ? "; no MPI launcher was detected: start it with mpirun -np " +
+                               std::to_string(dp * fsdp * tp)
+                         : "; change the degrees or the number of ranks");
   return ParallelDims{dp, fsdp, tp};
 }
 

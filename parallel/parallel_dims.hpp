@@ -16,11 +16,10 @@ struct ParallelDims {
   int data_parallel() const { return dp * fsdp; }
   std::string str() const;  // "dp=2 x fsdp=1 x tp=2 (4 ranks)"
 
-  // Throws gt::Error unless dp*fsdp*tp == world_size, every degree >= 1 and
-  // tp divides n_head, n_embd and padded_vocab (the vocabulary's rows as
-  // stored: model.vocab_size rounded up to a multiple of 128).
-  static ParallelDims validated(int dp, int fsdp, int tp, int world_size, int n_head, int n_embd,
-                                int padded_vocab);
+  // Throws gt::Error unless dp*fsdp*tp == world_size and every degree >= 1.
+  // (Whether tp splits the model is the config's check: tp_split_problem,
+  // trainer/config/config.hpp.)
+  static ParallelDims validated(int dp, int fsdp, int tp, int world_size);
 };
 
 }  // namespace gt

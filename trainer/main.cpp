@@ -8,14 +8,14 @@
 //   trainer bench   [--config FILE] [--out FILE.json]
 //   trainer plan    --config FILE --hardware FILE --gpus N[,N...] [...]   (trainer/plan/)
 //   trainer costs   --config FILE --hardware FILE [--peaks F] [--json F]  (trainer/plan/)
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
@@ -27,12 +27,12 @@
 #include "trainer/config/config.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
-#include "trainer/profile/bench.hpp"
 #include "trainer/plan/costs_command.hpp"
 #include "trainer/plan/plan_command.hpp"
+#include "trainer/profile/bench.hpp"
+#include "trainer/runtime/launch_checks.hpp"
+#include "trainer/runtime/run_environment.hpp"
 #include "trainer/sample/sampler.hpp"
-#include "trainer/train/launch_checks.hpp"
-#include "trainer/train/run_environment.hpp"
 #include "trainer/train/trainer.hpp"
 
 namespace {

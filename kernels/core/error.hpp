@@ -1,7 +1,10 @@
-// One error type for the whole trainer. Every layer throws `Error` with a
-// message that names what was wrong and what was expected; main() turns it
-// into one "error: ..." line and a non-zero exit. Nothing below main() calls
-// exit(), so resources are always released by their destructors.
+// One error type for the whole trainer (parallel/collective_error.hpp's
+// CollectiveError refines it for failures every rank agrees on). Every layer
+// throws `Error` with a message that names what was wrong and what was
+// expected; main() turns it into one "error: ..." line and a non-zero exit
+// (an error on one rank mid-training aborts the job with it: MPI_Abort).
+// Nothing below main() calls exit(), so resources are released by their
+// destructors.
 #pragma once
 
 #include <sstream>

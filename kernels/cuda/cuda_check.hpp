@@ -1,31 +1,30 @@
-// One check-macro family for every CUDA-side C API (runtime, cuBLAS/cuBLASLt;
-// NCCL joins with one more line when the communicator lands). A failing call
+// One check-macro family for every CUDA-side C API (runtime, cuBLAS/cuBLASLt,
+// and NCCL: parallel/nccl_communicator.cpp's NCCL_CHECK is one more line). A failing call
 // throws gt::Error naming the API, the failing expression, the library's own
 // error string, file:line, the host and, when launched under MPI, the rank.
 // Nothing here calls exit(): the exception unwinds, so every RAII owner
 // (kernels/cuda/cuda_resources.hpp) frees its handle on the way out.
 //
-// Host-only header: safe to include from g++-compiled code (tests, trainer).
+// Host-only header: safe to include from g++-compiled code (the backend's
+// .cpp files, parallel/'s CUDA parts, tests); nothing under trainer/ does.
 #pragma once
 
 #include <cublasLt.h>  // cublasStatus_t, cublasGetStatusString (via cublas_api.h)
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "kernels/core/error.hpp"
+#include "kernels/core/host.hpp"
 
 namespace gt::cuda::detail {
 
 // "host <name>" plus ", rank <r>" when an MPI launcher exported one. Read at
 // failure time from the environment so no global state is needed.
 inline std::string where_running() {
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '?';
-  std::string out = std::string("host ") + host;
+  std::string out = "host " + this_host();
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
     if (const char* r = std::getenv(var)) {
       out += std::string(", rank ") + r;

@@ -84,6 +84,8 @@ class CudaOps final : public Ops {
   // Buffers from allocate() + the scratch arena + the cuBLASLt workspace.
   int64_t device_bytes_in_use() const override;
   int64_t device_bytes_peak() const override { return peak_bytes_; }
+  // CUDA events on stream() (kernels/cuda/cuda_op_timer.hpp).
+  std::unique_ptr<OpTimer> make_op_timer() const override;
 
   void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
                          TensorView wpe) override;

@@ -3,25 +3,27 @@
 // writable, full, locked, checkpoints of another config), the launch and
 // device checks, and process liveness (zombies count as gone). The mpirun
 // scenarios that use them are tests/reliability/reliability.py.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include "kernels/backends.hpp"
 #include "kernels/core/error.hpp"
 #include "parallel/collective_error.hpp"
+#include "parallel/comm_backends.hpp"
 #include "parallel/in_process_communicator.hpp"
 #include "test_util.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/data/data_loader.hpp"
 #include "trainer/io/process.hpp"
 #include "trainer/model/parameter_layout.hpp"
-#include "trainer/train/compute_backend.hpp"
+#include "trainer/runtime/compute_backend.hpp"
+#include "trainer/runtime/launch_checks.hpp"
 #include "trainer/train/fault_injection.hpp"
-#include "trainer/train/launch_checks.hpp"
 #include "trainer/train/run_directory.hpp"
 #include "trainer/train/stop_signal.hpp"
 

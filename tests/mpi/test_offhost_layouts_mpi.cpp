@@ -88,9 +88,7 @@ TEST(OffHostLayoutsMpi, StagedDeviceMemoryTrainsEveryLayoutLikeHostMpi) {
     for (bool overlap : {true, false})
       for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
         if (c.tp == 1 && !overlap) continue;  // overlap only changes tp
-        const ParallelDims dims =
-            ParallelDims::validated(c.dp, c.fsdp, c.tp, world->size(), model().n_head,
-                                    model().n_embd, model().padded_vocab_size());
+        const ParallelDims dims = ParallelDims::validated(c.dp, c.fsdp, c.tp, world->size());
         SCOPED_TRACE(dims.str() + " stage " + std::to_string(c.stage) +
                      (overlap ? " overlap" : " no overlap") +
                      (dtype == ComputeDType::bf16 ? " bf16" : " fp32"));

@@ -18,6 +18,20 @@
 #include "trainer/config/config_internal.hpp"
 
 namespace gt {
+
+std::optional<TpSplitProblem> tp_split_problem(const ModelConfig& m, int tp) {
+  if (tp <= 1) return std::nullopt;
+  // The vocabulary's rows are the padded ones (any power of two up to 128
+  // divides them).
+  const std::string vocab_rows =
+      detail::concat("the padded vocabulary (model.vocab_size=", m.vocab_size,
+                     " rounded up to a multiple of ", kVocabPadMultiple, ")");
+  for (const auto& [what, v] : {std::pair<std::string, int64_t>{"model.n_head", m.n_head},
+                                {"model.n_embd", m.n_embd},
+                                {vocab_rows, m.padded_vocab_size()}})
+    if (v % tp != 0) return TpSplitProblem{what, v};
+  return std::nullopt;
+}
 namespace {
 
 using config_detail::Field;
@@ -66,20 +80,9 @@ void validate(const Config& c, const Locations& where) {
   at_least("parallel.tp", p.tp, 1);
   if (p.fsdp_stage < 1 || p.fsdp_stage > 3) bad("parallel.fsdp_stage", p.fsdp_stage, "one of 1|2|3");
   if (!(p.bucket_mb > 0)) bad("parallel.bucket_mb", num(p.bucket_mb), "a size in MiB > 0");
-  if (p.tp > 1) {
-    // Heads, channels and vocabulary rows are split evenly over the tp ranks;
-    // the vocabulary's rows are the padded ones (any power of two up to 128
-    // divides them).
-    const std::string vocab_rows =
-        detail::concat("the padded vocabulary (model.vocab_size=", m.vocab_size,
-                       " rounded up to a multiple of ", kVocabPadMultiple, ")");
-    for (const auto& [key, v] : {std::pair<std::string, int>{"model.n_head", m.n_head},
-                                 {"model.n_embd", m.n_embd},
-                                 {vocab_rows, m.padded_vocab_size()}})
-      if (v % p.tp != 0)
-        bad("parallel.tp", p.tp, detail::concat("a divisor of ", key, "=", v),
-            "tensor parallelism splits heads, channels and vocabulary evenly");
-  }
+  if (const auto problem = tp_split_problem(m, p.tp))
+    bad("parallel.tp", p.tp, detail::concat("a divisor of ", problem->what, "=", problem->value),
+        "tensor parallelism splits heads, channels and vocabulary evenly");
 
   const TrainConfig& t = c.train;
   if (t.seq_len < 1 || t.seq_len > m.block_size)

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,16 @@ struct ModelConfig {
     return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple;
   }
 };
+
+// Tensor parallelism splits heads, channels and the padded vocabulary rows
+// evenly over the tp ranks. The first of them `tp` does not divide, as what
+// it is ("model.n_head") and its value, or nothing: the one place that fact
+// is checked (config validation, the planner's layouts, ParameterLayout).
+struct TpSplitProblem {
+  std::string what;
+  int64_t value = 0;
+};
+std::optional<TpSplitProblem> tp_split_problem(const ModelConfig& m, int tp);
 
 struct DataConfig {
   std::vector<std::string> train;  // paths or globs of llm.c token shards

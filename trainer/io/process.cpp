@@ -23,13 +23,6 @@ std::string stat_after_name(long pid) {
 }
 }  // namespace
 
-std::string this_host() {
-  char host[256] = "";
-  if (::gethostname(host, sizeof host) != 0) return "unknown-host";
-  host[sizeof host - 1] = '\0';
-  return host;
-}
-
 bool process_alive(long pid) {
   if (pid <= 0) return true;
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;

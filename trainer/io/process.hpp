@@ -5,11 +5,9 @@
 
 #include <string>
 
-namespace gt {
+#include "kernels/core/host.hpp"  // this_host(), which lock files record
 
-// This host's name (gethostname), "unknown-host" when it cannot be read: what
-// lock files record and error messages name.
-std::string this_host();
+namespace gt {
 
 // True while `pid` runs. A zombie (dead, not yet reaped: a rank whose mpirun
 // has just exited) counts as gone, which kill(pid, 0) alone would not say. A

@@ -14,7 +14,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, int tp, int tp_rank, int 
   GT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " of ", tp);
   GT_CHECK(unit_multiple >= 1, "unit_multiple ", unit_multiple);
   const int64_t V = m.padded_vocab_size();
-  if (tp > 1 && (m.n_head % tp != 0 || m.n_embd % tp != 0 || V % tp != 0))
+  if (tp_split_problem(m, tp))
     fail("parallel.tp=", tp, " must divide model.n_head=", m.n_head, ", model.n_embd=", m.n_embd,
          " and the padded vocabulary (model.vocab_size=", m.vocab_size,
          " rounded up to a multiple of ", kVocabPadMultiple, ": ", V, ")");

@@ -45,14 +45,8 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
   std::ostringstream os;
   if (l.world() != c.devices)
     os << "dp x fsdp x tp = " << l.world() << " is not " << c.devices << " devices";
-  else if (m.n_head % l.tp)
-    os << "tp=" << l.tp << " does not divide model.n_head=" << m.n_head;
-  else if (m.n_embd % l.tp)
-    os << "tp=" << l.tp << " does not divide model.n_embd=" << m.n_embd;
-  else if (m.padded_vocab_size() % l.tp)
-    os << "tp=" << l.tp << " does not divide the padded vocabulary " << m.padded_vocab_size()
-       << " (model.vocab_size=" << m.vocab_size << " rounded up to a multiple of "
-       << kVocabPadMultiple << ")";
+  else if (const auto problem = tp_split_problem(m, l.tp))
+    os << "tp=" << l.tp << " does not divide " << problem->what << "=" << problem->value;
   else if (l.micro_batch < 1 || t.global_batch % (l.micro_batch * l.dp * l.fsdp))
     os << "train.global_batch=" << t.global_batch << " is not a multiple of micro_batch x dp x fsdp = "
        << l.micro_batch * l.dp * l.fsdp;

@@ -1,12 +1,12 @@
 // `trainer bench`: builds the backend the config names (runtime.threads as
 // the trainer would use them), brings MPI up when a launcher started several
 // ranks, runs the full microbenchmarks and reports from rank 0.
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-
-#include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
@@ -17,8 +17,8 @@
 #include "trainer/config/config.hpp"
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/profile/bench.hpp"
-#include "trainer/train/compute_backend.hpp"
-#include "trainer/train/run_environment.hpp"
+#include "trainer/runtime/compute_backend.hpp"
+#include "trainer/runtime/run_environment.hpp"
 
 namespace gt {
 

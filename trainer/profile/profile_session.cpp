@@ -2,20 +2,20 @@
 // peaks, bench, roofline report and traces (profile_session.hpp).
 #include "trainer/profile/profile_session.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
-#include <spdlog/spdlog.h>
-
 #include "kernels/core/error.hpp"
 #include "parallel/mesh.hpp"
+#include "trainer/io/atomic_file.hpp"
+#include "trainer/io/metrics_log.hpp"
 #include "trainer/profile/bench.hpp"
 #include "trainer/profile/profiling_ops.hpp"
-#include "trainer/io/atomic_file.hpp"
 #include "trainer/profile/roofline.hpp"
-#include "trainer/train/metrics_log.hpp"
-#include "trainer/train/run_environment.hpp"
+#include "trainer/runtime/run_environment.hpp"
 
 namespace gt {
 

@@ -17,15 +17,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "kernels/op_timer.hpp"
 #include "parallel/comm_observer.hpp"
 #include "trainer/profile/op_costs.hpp"
-#include "trainer/profile/op_timer.hpp"
 
 namespace gt {
 

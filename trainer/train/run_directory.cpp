@@ -1,6 +1,11 @@
 // Output checks, the run lock and the pid files; see run_directory.hpp.
 #include "trainer/train/run_directory.hpp"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,18 +15,13 @@
 #include <set>
 #include <sstream>
 
-#include <fcntl.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-
-#include <spdlog/spdlog.h>
-
 #include "kernels/core/error.hpp"
 #include "parallel/collective_error.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/checkpoint/manifest.hpp"
 #include "trainer/io/atomic_file.hpp"
+#include "trainer/io/human_bytes.hpp"
 #include "trainer/io/process.hpp"
 #include "trainer/model/parameter_layout.hpp"
 
@@ -32,18 +32,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kLockFile = ".lock";
-
-std::string human_bytes(double b) {
-  char buf[32];
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (b >= 1024 && u < 5) {
-    b /= 1024;
-    ++u;
-  }
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
-  return buf;
-}
 
 // The deepest existing directory entry on the way to `path` (path itself
 // when it exists).

@@ -3,6 +3,10 @@
 // optimizer steps with gradient accumulation, clipping, AdamW, evaluation,
 // logging and checkpoints, on one process or on every rank of an MPI job.
 //
+// The loop is a Trainer (trainer.cpp) in steps: setup (run_setup.hpp builds
+// and validates the run; the outputs are opened), then per step train_step,
+// evaluation and checkpoints, then finish (final checkpoint, HF export).
+//
 // Start-up is two-phase: everything that can be wrong with the inputs (the
 // layout, data files, init weights, the checkpoint to resume) is checked on
 // every rank first and the ranks agree on the verdict (agree_on_setup), so a

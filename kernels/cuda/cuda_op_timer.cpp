@@ -1,8 +1,8 @@
-#include "trainer/profile/cuda_op_timer.hpp"
-
-#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
+#include "kernels/cuda/cuda_op_timer.hpp"
 
 #include <chrono>
+
+#include "kernels/cuda/cuda_ops.hpp"
 
 namespace gt {
 
@@ -31,6 +31,8 @@ std::vector<OpTimer::Span> CudaOpTimer::collect() {
   return out;
 }
 
-}  // namespace gt
+std::unique_ptr<OpTimer> CudaOps::make_op_timer() const {
+  return std::make_unique<CudaOpTimer>(stream());
+}
 
-#endif
+}  // namespace gt

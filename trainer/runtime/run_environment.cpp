@@ -1,11 +1,11 @@
-#include "trainer/train/run_environment.hpp"
+#include "trainer/runtime/run_environment.hpp"
 
 #include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 #include <string>
+#include <thread>
 
 namespace gt {
 

@@ -8,7 +8,7 @@
 
 #include "kernels/core/tensor.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/train/run_environment.hpp"
+#include "trainer/runtime/run_environment.hpp"
 
 namespace gt {
 
@@ -19,15 +19,6 @@ class DataLoader;
 // job (srun without --mpi=pmix, an MPI built for another launcher): every
 // process would then train alone, all writing the same directory.
 void check_launch(const RunEnvironment& env, int mpi_world_size);
-
-// Visible CUDA devices on this host (0 without a CUDA build or driver).
-int visible_cuda_devices();
-// True when this build has the CUDA backend compiled in.
-bool cuda_built();
-// True when that backend runs on the emulated device (a TRAINER_CUDA_EMULATOR
-// build, docs/EMULATOR.md): a test device that runtime.device=cuda selects
-// and runtime.device=auto never does.
-bool cuda_device_emulated();
 
 // The training data must hold at least one global batch of distinct windows
 // (else rows of one batch would repeat).

@@ -5,18 +5,15 @@
 // seconds. Start times are mapped to the host's steady clock through the first
 // event of the step, so traces line up with the host-side collectives.
 // Events are pooled and reused across steps: no allocation in steady state.
-//
-// Only compiled with the CUDA backend. Host-only header.
+// CudaOps::make_op_timer makes one on its stream. Host-only header.
 #pragma once
-
-#if defined(TRAINER_HAVE_CUDA) && TRAINER_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
 
 #include <vector>
 
 #include "kernels/cuda/cuda_resources.hpp"
-#include "trainer/profile/op_timer.hpp"
+#include "kernels/op_timer.hpp"
 
 namespace gt {
 
@@ -32,11 +29,9 @@ class CudaOpTimer final : public OpTimer {
     cuda::CudaEvent start{0}, stop{0};  // flags 0: timing enabled
   };
   cudaStream_t stream_;
-  std::vector<Pair> pool_;        // grows to the most ops one step has seen
-  size_t used_ = 0;               // pairs recorded since the last collect()
-  Clock::time_point host_anchor_; // host time at the first begin() of the step
+  std::vector<Pair> pool_;         // grows to the most ops one step has seen
+  size_t used_ = 0;                // pairs recorded since the last collect()
+  Clock::time_point host_anchor_;  // host time at the first begin() of the step
 };
 
 }  // namespace gt
-
-#endif

@@ -10,7 +10,7 @@ struct RunEnvironment {
   int world_size = 1;
   int rank = 0;
   int local_rank = 0;
-  int local_size = 1;  // ranks of this job on this host
+  int local_size = 1;             // ranks of this job on this host
   std::string launcher = "none";  // "openmpi", "slurm", "pmi" or "none"
 };
 

@@ -1,4 +1,4 @@
-#include "trainer/train/metrics_log.hpp"
+#include "trainer/io/metrics_log.hpp"
 
 #include <cerrno>
 #include <cmath>

@@ -16,9 +16,8 @@
 #include "parallel/mesh.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/profile/op_timer.hpp"
 #include "trainer/runtime/comm_choice.hpp"
-#include "trainer/train/run_environment.hpp"
+#include "trainer/runtime/run_environment.hpp"
 
 namespace gt {
 
@@ -33,14 +32,11 @@ int cuda_device_for_rank(int local_rank, int visible_gpus);
 
 struct ComputeBackend {
   Device device = Device::cpu;
-  CommChoice comm;                // parallel.comm as choose_comm resolved it for this job
-  int cuda_device = -1;           // CUDA: this rank's GPU index
-  void* cuda_stream = nullptr;    // CUDA: the compute stream (a cudaStream_t) the ops run on
-  std::unique_ptr<Ops> ops;       // not yet wrapped by the profiler
-  std::string describe;           // "cpu (2 threads)", "cuda:0 (NVIDIA H200, bf16)"
-  // CUDA: an OpTimer on CUDA events of the compute stream; null on the CPU
-  // (the profiler's steady clock is right for synchronous ops).
-  std::unique_ptr<OpTimer> make_op_timer() const;
+  CommChoice comm;              // parallel.comm as choose_comm resolved it for this job
+  int cuda_device = -1;         // CUDA: this rank's GPU index
+  void* cuda_stream = nullptr;  // CUDA: the compute stream (a cudaStream_t) the ops run on
+  std::unique_ptr<Ops> ops;     // not yet wrapped by the profiler
+  std::string describe;         // "cpu (2 threads)", "cuda:0 (NVIDIA H200, bf16)"
 };
 
 // This rank's backend: resolve_device and choose_comm against what the
@@ -48,8 +44,6 @@ struct ComputeBackend {
 // CudaOps on cuda_device_for_rank(...).
 ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env);
 
-// True when this build has the NCCL communicator.
-bool nccl_built();
 // The run's device mesh, of backend.comm.backend: MPI communicators on the
 // CPU; on CUDA, NCCL ones or MPI ones staging device buffers through pinned
 // host memory on the backend's compute stream (which must outlive the mesh).

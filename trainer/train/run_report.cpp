@@ -1,0 +1,103 @@
+#include "trainer/train/run_report.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "trainer/io/human_bytes.hpp"
+
+namespace gt {
+
+namespace {
+void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
+  auto line = [](const char* what, int64_t have, int64_t full) {
+    spdlog::info("  {:<10} {:>12} ({:.2f}x of {} unsharded)", what,
+                 human_bytes(static_cast<double>(have)),
+                 full ? static_cast<double>(have) / static_cast<double>(full) : 0.0,
+                 human_bytes(static_cast<double>(full)));
+  };
+  if (p.fsdp > 1)
+    spdlog::info("memory per rank (fsdp={}, ZeRO stage {}; unsharded = this tp shard on one rank):",
+                 p.fsdp, p.fsdp_stage);
+  else
+    spdlog::info("memory per rank (no FSDP; unsharded = this tp shard on one rank):");
+  line("params", m.params, m.params_unsharded);
+  line("grads", m.grads, m.grads_unsharded);
+  line("optimizer", m.optimizer, m.optimizer_unsharded);
+  line("total", m.params + m.grads + m.optimizer,
+       m.params_unsharded + m.grads_unsharded + m.optimizer_unsharded);
+}
+
+}  // namespace
+
+std::string human_count(double x) {
+  char buf[32];
+  if (x >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", x / 1e9);
+  else if (x >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
+}
+
+nlohmann::json comm_bytes(const DeviceMesh& mesh) {
+  nlohmann::json j;
+  for (MeshAxis a : kMeshAxes) j[mesh_axis_name(a)] = mesh.axis(a).bytes_sent();
+  j["world"] = mesh.world().bytes_sent();
+  return j;
+}
+
+void reset_comm_bytes(const DeviceMesh& mesh) {
+  for (MeshAxis a : kMeshAxes) mesh.axis(a).reset_bytes();
+  mesh.world().reset_bytes();
+}
+
+void log_run_banner(const Run& run, const Config& cfg) {
+  const auto& tc = cfg.train;
+  const int accum = cfg.grad_accum_steps();
+  const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
+  const int64_t tokens_per_step = static_cast<int64_t>(tc.global_batch) * T;
+  const GPT& model = *run.model;
+  const DeviceMesh& mesh = *run.mesh;
+  const ShardedParameters& params = *run.params;
+  const std::string ckpt_root = cfg.checkpoint_dir();
+  if (!run.resume_dir.empty())
+    spdlog::info("resumed from {} at step {}", run.resume_dir, run.start_step);
+  else if (!cfg.model.init_from.empty())
+    spdlog::info("initial weights from {}", cfg.model.init_from);
+  spdlog::info("model: {} parameters ({} layers, {} heads, {} embd, vocab {}, block {})",
+               human_count(static_cast<double>(model.num_parameters())), cfg.model.n_layer,
+               cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
+  if (run.backend.device == Device::cpu && cfg.runtime.dtype == ComputeDType::bf16)
+    spdlog::info(
+        "runtime.dtype=bf16 on the CPU backend: the bf16 model's function (bf16 "
+        "storage, fp32 math), for checking layouts and GPUs against; not faster than "
+        "fp32 here");
+  spdlog::info(
+      "layout: {} on {}{}{}", run.dims.str(), run.backend.describe,
+      run.dims.world_size() == 1 ? ""
+      : run.backend.comm.comm == ParallelComm::nccl
+          ? ", comm nccl"
+          : (run.backend.device == Device::cpu ? ", comm mpi" : ", comm mpi (staged through host)"),
+      run.dims.tp > 1 ? (cfg.parallel.tp_overlap ? ", tp collective matmuls overlapped"
+                                                 : ", tp collectives not overlapped")
+                      : "");
+  if (run.dims.world_size() > 1) spdlog::info("{}", mesh.describe());
+  log_memory(params.memory(), cfg.parallel);
+  spdlog::info("data: {} train tokens in {} shard(s), {} windows of {}; val: {}",
+               human_count(static_cast<double>(run.train_data->num_tokens())),
+               run.train_data->num_shards(), run.train_data->num_windows(), T,
+               run.val_data
+                   ? human_count(static_cast<double>(run.val_data->num_tokens())) + " tokens"
+                   : std::string("off"));
+  spdlog::info(
+      "batch: {} rows x {} tokens = {} tokens/step ({} micro-batches of {} on each "
+      "of {} data-parallel ranks)",
+      tc.global_batch, T, tokens_per_step, accum, B, D);
+  spdlog::info("logging to {}/metrics.jsonl, checkpoints in {}", cfg.log.dir, ckpt_root);
+}
+
+}  // namespace gt

@@ -1,0 +1,138 @@
+#include "trainer/train/run_setup.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+
+#include "kernels/core/error.hpp"
+#include "parallel/collective_error.hpp"
+#include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/model/hf_weights.hpp"
+#include "trainer/runtime/launch_checks.hpp"
+#include "trainer/runtime/run_environment.hpp"
+#include "trainer/train/run_directory.hpp"
+
+namespace gt {
+
+// Rows this data rank reads for micro-batch k of a batch that starts at
+// global row `batch_start`: the batch is cut into (micro_batch x data ranks)
+// passes, each pass into one micro-batch per data rank, so the global row
+// order is the one-rank order whatever the layout.
+int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, int data_rank) {
+  return batch_start + static_cast<int64_t>(k) * micro_batch * data_size +
+         static_cast<int64_t>(data_rank) * micro_batch;
+}
+
+void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
+  const auto& tc = cfg.train;
+  const int world_size = world ? world->size() : 1;
+  run.dims =
+      ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp, world_size);
+  // The mesh is the one collective of start-up: every rank reaches it (the
+  // check above is the same everywhere) before anything rank-local can fail.
+  run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
+                   : std::make_unique<DeviceMesh>(DeviceMesh::in_process());
+  // Rank-local checks from here on (the mesh was the one collective): the
+  // cheap ones first, agreed before any rank allocates the model (a rank
+  // must not fill gigabytes for a run rank 0 has already rejected).
+  std::exception_ptr early_error;
+  try {
+    run.faults = FaultInjector::from_env();
+    run.backend = make_compute_backend(cfg, detect_run_environment());
+    run.train_data = std::make_unique<DataLoader>(
+        cfg.data.train, "data.train", cfg.model.vocab_size, tc.seq_len, cfg.data.shuffle, tc.seed);
+    check_data_covers_batch(*run.train_data, cfg);
+    if (!cfg.data.val.empty() && tc.eval_every > 0)
+      run.val_data = std::make_unique<DataLoader>(cfg.data.val, "data.val", cfg.model.vocab_size,
+                                                  tc.seq_len, false, tc.seed);
+    // The outputs: writable, room for a checkpoint, not locked, no
+    // checkpoints of another run.
+    if (run.mesh->rank() == 0) check_outputs(cfg);
+  } catch (const std::exception&) {
+    early_error = std::current_exception();
+  }
+  agree_on_setup(run.mesh->world(), early_error);  // throws CollectiveError on every rank
+  if (run.backend.device != Device::cpu) {
+    // The device mesh replaces the host one: its communicators take device
+    // buffers (NCCL, or MPI staged through pinned memory). Building it is
+    // collective and can fail (NCCL init): agreed over the host mesh first.
+    std::unique_ptr<DeviceMesh> device_mesh;
+    std::exception_ptr mesh_error;
+    try {
+      device_mesh = std::make_unique<DeviceMesh>(make_run_mesh(run.dims, world, run.backend));
+    } catch (const std::exception&) {
+      mesh_error = std::current_exception();
+    }
+    agree_on_setup(run.mesh->world(), mesh_error);
+    run.mesh = std::move(device_mesh);
+  }
+  run.profile =
+      std::make_unique<ProfileSession>(cfg, run.mesh->rank(), run.backend.ops->make_op_timer());
+  run.profiling_ops = run.profile->wrap(*run.backend.ops);
+  run.ops = run.profiling_ops ? run.profiling_ops.get() : run.backend.ops.get();
+  if (run.backend.device != Device::cpu) {
+    Ops* ops = run.backend.ops.get();  // outlives the session (Run's member order)
+    run.profile->set_device_peak_memory([ops] { return ops->device_bytes_peak(); });
+  }
+
+  const MeshCoord& me = run.mesh->coord();
+  run.layout = std::make_unique<ParameterLayout>(cfg.model, run.dims.tp, me.tp, run.dims.fsdp);
+  run.params = std::make_unique<ShardedParameters>(*run.layout, *run.mesh, cfg.parallel.fsdp_stage,
+                                                   cfg.parallel.bucket_mb, *run.ops,
+                                                   cfg.runtime.dtype == ComputeDType::bf16);
+  run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len, *run.layout,
+                                    *run.params,
+                                    TensorParallelGroup{&run.mesh->tp(), cfg.parallel.tp_overlap},
+                                    tc.recompute, cfg.runtime.dtype);
+
+  const std::string ckpt_root = cfg.checkpoint_dir();
+  if (cfg.checkpoint.resume == "auto") {
+    std::vector<std::string> skipped;
+    run.resume_dir = find_latest_checkpoint(ckpt_root, &skipped);
+    if (me == MeshCoord{})
+      for (const auto& s : skipped) spdlog::warn("ignoring checkpoint {}", s);
+  } else if (cfg.checkpoint.resume != "none") {
+    run.resume_dir = cfg.checkpoint.resume;
+  }
+  if (!run.resume_dir.empty()) {
+    CheckpointMeta meta =
+        load_checkpoint(run.resume_dir, model_signature(cfg.model), run.params->pieces_to_load());
+    run.params->finish_load();
+    run.start_step = meta.step;
+    run.optimizer_step = meta.optimizer_step;
+    if (meta.sample_position != run.start_step * tc.global_batch)
+      fail("checkpoint ", run.resume_dir, ": data position ", meta.sample_position,
+           " does not match step ", run.start_step, " x train.global_batch=", tc.global_batch,
+           " (was it written with a different global batch?)");
+    if (run.start_step > tc.steps)
+      fail("checkpoint ", run.resume_dir, " is at step ", run.start_step,
+           ", beyond train.steps=", tc.steps);
+  } else if (!cfg.model.init_from.empty()) {
+    for_each_hf_tensor(cfg.model.init_from, cfg.model, [&](const ParamSpec& s, const float* data) {
+      run.params->load_global(s.name, data);
+    });
+  } else {
+    for_each_initial_parameter(cfg.model, tc.seed, [&](const ParamSpec& s, const float* data) {
+      run.params->load_global(s.name, data);
+    });
+  }
+}
+
+double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
+                std::vector<int32_t>& targets) {
+  const auto& tc = cfg.train;
+  const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
+  const int accum = cfg.grad_accum_steps();
+  const int d = run.mesh->data().rank();  // this rank's data shard
+  double sum = 0.0;
+  for (int e = 0; e < tc.eval_batches; ++e)
+    for (int k = 0; k < accum; ++k) {
+      run.val_data->fill(first_row(int64_t(e) * tc.global_batch, k, B, D, d), B, inputs.data(),
+                         targets.data());
+      sum += run.model->forward(inputs.data(), targets.data(), B, T, 0.f);
+    }
+  sum = run.mesh->data().all_reduce_f64(sum, ReduceOp::sum);
+  return sum / (static_cast<double>(tc.eval_batches) * accum * D);
+}
+
+}  // namespace gt

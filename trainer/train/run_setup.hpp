@@ -1,0 +1,67 @@
+// The setup of a training run (the Trainer's first step, trainer.hpp):
+// everything a run needs, built and validated on every rank before any output
+// exists, and the rows each data rank reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/mpi_communicator.hpp"
+#include "parallel/parallel_dims.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/data/data_loader.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/model/parameter_layout.hpp"
+#include "trainer/profile/profile_session.hpp"
+#include "trainer/runtime/compute_backend.hpp"
+#include "trainer/sharding/sharded_parameters.hpp"
+#include "trainer/train/fault_injection.hpp"
+
+namespace gt {
+
+// Everything a run needs, built and validated before any output exists.
+// Members are destroyed in reverse order: the backend (a CUDA stream) outlives
+// the mesh's communicators (staged and NCCL ones order their work on it),
+// which outlive the profiler observing them, which outlives its ProfilingOps;
+// the model and the parameters (backend memory) go first.
+struct Run {
+  ParallelDims dims;
+  ComputeBackend backend;
+  std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<ProfileSession> profile;
+  std::unique_ptr<Ops> profiling_ops;  // null when not profiling
+  Ops* ops = nullptr;                  // what the model calls: profiling_ops or backend.ops
+  std::unique_ptr<DataLoader> train_data, val_data;
+  std::unique_ptr<ParameterLayout> layout;
+  std::unique_ptr<ShardedParameters> params;
+  std::unique_ptr<GPT> model;
+  std::string resume_dir;
+  int64_t start_step = 0;
+  int64_t optimizer_step = 0;
+  FaultInjector faults;  // TRAINER_FAULT (tests); empty otherwise
+};
+
+// Rows this data rank reads for micro-batch k of a batch that starts at
+// global row `batch_start`: the batch is cut into (micro_batch x data ranks)
+// passes, each pass into one micro-batch per data rank, so the global row
+// order is the one-rank order whatever the layout.
+int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, int data_rank);
+
+// Builds `run` from a validated config on every rank of `world` (null: one
+// process): the mesh (the one collective of start-up), the backend, data,
+// output checks (agreed over the ranks before anything large is allocated),
+// the device mesh, the profiler, the layout, sharded parameters and model,
+// then the weights: a resumed checkpoint, HF init weights, or the seed's.
+void build_run(Run& run, const Config& cfg, MpiCommunicator* world);
+
+// Mean validation loss over eval_batches global batches of data.val from its
+// start (the same rows for every layout and every evaluation). inputs and
+// targets: (micro_batch * seq_len) host scratch.
+double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
+                std::vector<int32_t>& targets);
+
+}  // namespace gt
