@@ -1,14 +1,36 @@
-// Which head sizes the CUDA tensor-core attention kernels take
-// (kernels/cuda/attention_tc.cu: bf16 m16n8k16 products over the head, padded
-// to 64 or 128 in shared memory). Here, below both, so that the config's
-// choice of kernel (runtime.attention), the cost table and the kernels'
-// launchers ask one rule.
+// Rules about the attention kernels that layers above the backends ask too,
+// here below both so that each is stated once: which head sizes the CUDA
+// tensor-core kernels take (kernels/cuda/attention_tc.cu: bf16 m16n8k16
+// products over the head, padded to 64 or 128 in shared memory), asked by the
+// config's choice of kernel (runtime.attention), the cost table and the
+// launchers; and how many floats each backend's attention keeps for backward
+// and needs as backward scratch, asked by the backends (Ops::
+// attention_saved_elems) and the planner's memory model.
 #pragma once
+
+#include <cstdint>
+
+#include "kernels/core/tensor.hpp"
 
 namespace gt {
 
 constexpr bool tensor_core_attention_supported(int head_size) {
   return head_size >= 16 && head_size <= 128 && head_size % 16 == 0;
+}
+
+// Floats attention keeps from forward for backward, for B sequences of T
+// rows and n_head heads: the CPU backend keeps the (B, NH, T, T)
+// probabilities (recomputing them would cost another Q K^T per head); the
+// CUDA kernels (SIMT and tensor-core alike) keep one log-sum-exp per row.
+constexpr int64_t attention_saved_elems(Device device, int B, int n_head, int T) {
+  const int64_t rows = static_cast<int64_t>(B) * n_head * T;
+  return device == Device::cpu ? rows * T : rows;
+}
+// Floats of backward scratch: the CPU backend's (B, NH, T, T) score
+// gradients; the CUDA kernels' D = rowsum(dO * O), one per row.
+constexpr int64_t attention_scratch_elems(Device device, int B, int n_head, int T) {
+  const int64_t rows = static_cast<int64_t>(B) * n_head * T;
+  return device == Device::cpu ? rows * T : rows;
 }
 
 }  // namespace gt

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 
 #if TRAINER_HAVE_OPENBLAS
@@ -181,10 +182,10 @@ class CpuOps final : public Ops {
   // The CPU backend keeps the (B,NH,T,T) probabilities: recomputing them in
   // backward would cost another Q K^T product per head.
   int64_t attention_saved_elems(int B, int n_head, int T) const override {
-    return static_cast<int64_t>(B) * n_head * T * T;
+    return gt::attention_saved_elems(Device::cpu, B, n_head, T);
   }
   int64_t attention_scratch_elems(int B, int n_head, int T) const override {
-    return static_cast<int64_t>(B) * n_head * T * T;
+    return gt::attention_scratch_elems(Device::cpu, B, n_head, T);
   }
   void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) override {
     cpu::attention_forward(out, probabilities_view(saved, qkv, n_head, "attention saved"), qkv,

@@ -487,9 +487,6 @@ void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_b
   rowdot(D, dout, out, B, T, NH, hs, stream);
 }
 
-int64_t attention_saved_floats(int B, int NH, int T) { return static_cast<int64_t>(B) * NH * T; }
-int64_t attention_scratch_floats(int B, int NH, int T) { return static_cast<int64_t>(B) * NH * T; }
-
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,
                        cudaStream_t stream) {
   forward(out, lse, qkv, B, T, NH, hs, stream);

@@ -9,7 +9,8 @@
 // Invariants:
 //   * forward: out (B,T,C) ASSIGNED; lse (B,NH,T) ASSIGNED with the row's
 //     log-sum-exp of the scaled, masked scores (natural log). Only lse is
-//     saved for backward (attention_saved_floats = B*NH*T).
+//     saved for backward (B*NH*T floats: kernels/core/attention_kernels.hpp's
+//     attention_saved_elems).
 //   * backward: dqkv (B,T,3C) ASSIGNED, every element (dq, dk, dv of every
 //     head). P is recomputed per tile from qkv and lse. scratch (B*NH*T
 //     floats) is clobbered: it holds D = rowsum(dout * out) per (b,h,t).
@@ -37,9 +38,6 @@
 #include <cstdint>
 
 namespace gt::cuda {
-
-int64_t attention_saved_floats(int B, int NH, int T);    // the log-sum-exp: B*NH*T
-int64_t attention_scratch_floats(int B, int NH, int T);  // D = rowsum(dO*O): B*NH*T
 
 // out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C).
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,

@@ -9,6 +9,7 @@
 #include <climits>
 #include <initializer_list>
 
+#include "kernels/core/attention_kernels.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops_check.hpp"
@@ -275,10 +276,10 @@ void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView
 // ---- attention ------------------------------------------------------------------
 
 int64_t CudaOps::attention_saved_elems(int B, int n_head, int T) const {
-  return cuda::attention_saved_floats(B, n_head, T);
+  return gt::attention_saved_elems(Device::cuda, B, n_head, T);
 }
 int64_t CudaOps::attention_scratch_elems(int B, int n_head, int T) const {
-  return cuda::attention_scratch_floats(B, n_head, T);
+  return gt::attention_scratch_elems(Device::cuda, B, n_head, T);
 }
 
 namespace {

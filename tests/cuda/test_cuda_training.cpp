@@ -7,15 +7,16 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "model_steps.hpp"
 #include "test_util.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/plan/memory_model.hpp"
 #include "trainer/train/trainer.hpp"
 
 namespace gt {
@@ -86,6 +87,24 @@ TEST(CudaTraining, Bf16StepsMatchTheCpuBackendsBf16To1e2) {
     EXPECT_TRUE(test::all_close(g, w, 1e-2f, 1e-2f)) << name;
   }
   EXPECT_EQ(key_biases, m.n_layer);
+}
+
+// The planner's CUDA memory branch is what CudaOps allocates: GPT on the
+// device allocates exactly the activation plan the planner sums
+// (trainer/model/activation_plan.hpp), with the CUDA kernels' attention sizes,
+// for every precision and recomputation mode.
+TEST(CudaTraining, ActivationBytesAreThePlannersCudaPrediction) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  CudaOps cuda;
+  const auto m = test::tiny_gpt();
+  constexpr int B = 2, T = 8;
+  for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16})
+    for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+      GPT model(m, cuda, B, T, r, dtype);
+      EXPECT_EQ(model.activation_bytes(),
+                predict_activation_bytes(m, B, T, 1, true, PlanBackend::cuda, r, dtype, false))
+          << to_string(dtype) << " recompute " << to_string(r);
+    }
 }
 
 std::vector<double> losses_of(const std::string& metrics) {

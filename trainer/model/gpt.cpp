@@ -37,83 +37,60 @@ GPT::~GPT() = default;
 void GPT::allocate(int max_rows, int max_seq, const TensorParallelGroup& group) {
   GT_CHECK(max_seq <= cfg_.block_size, "seq ", max_seq, " > block_size ", cfg_.block_size);
   shards_ = group.size();
-  const int tp = shards_;
-  const int64_t R = static_cast<int64_t>(max_rows) * max_seq;
-  GT_CHECK(R % tp == 0, "micro_batch x seq_len = ", R, " rows must divide into parallel.tp=", tp,
-           " sequence-parallel shards");
-  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.padded_vocab_size();
-  const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
-  const int NHl = cfg_.n_head / tp;
-  const int64_t att = ops_.attention_saved_elems(max_rows, NHl, max_seq);
   act_dtype_ = dtype_ == ComputeDType::bf16 ? DType::bf16 : DType::f32;
-  const bool bf16 = act_dtype_ == DType::bf16;
-  auto floats = [this](int64_t n) {
-    return ops_.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+  ActivationShape shape;
+  shape.max_rows = max_rows;
+  shape.max_seq = max_seq;
+  shape.tp = shards_;
+  shape.overlap = group.overlap;
+  shape.recompute = recompute_;
+  shape.dtype = dtype_;
+  const int NHl = cfg_.n_head / shards_;
+  shape.attention_saved = ops_.attention_saved_elems(max_rows, NHl, max_seq);
+  shape.attention_scratch = ops_.attention_scratch_elems(max_rows, NHl, max_seq);
+  shape.store_keeps_bf16_params = store_->keeps_bf16_params();
+  // Every buffer as the plan sizes it (the planner sums the same plan).
+  const ActivationPlan plan = plan_activations(cfg_, shape);
+  auto buffer = [this](const BufferSize& b) {
+    return ops_.allocate(static_cast<size_t>(std::max<int64_t>(b.bytes(), 0)));
   };
-  auto acts = [this](int64_t n) {  // activations, in their storage dtype
-    return ops_.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(act_dtype_));
-  };
-  // Slots of the per-layer activations: what recomputation drops, all blocks
-  // share (trainer/plan/memory_model.cpp mirrors this).
-  const int one = std::min(cfg_.n_layer, 1);
-  const int attn_slots = recompute_ == Recompute::block ? one : cfg_.n_layer;
-  const int mlp_slots = recompute_ == Recompute::none ? cfg_.n_layer : one;
-  auto per_layer = [&](int64_t n, int slots) {
-    return LayerBuffer{floats(slots * n), slots, DType::f32};
-  };
-  auto per_layer_act = [&](int64_t n, int slots) {
-    return LayerBuffer{acts(slots * n), slots, act_dtype_};
-  };
-  host_losses_.assign(static_cast<size_t>(R), 0.f);
+  auto per_layer = [&](const BufferSize& b) { return LayerBuffer{buffer(b), b.slots, b.dtype}; };
+  host_losses_.assign(static_cast<size_t>(plan.losses.elems), 0.f);
   auto& a = acts_;
-  a.tokens = floats(R);
-  a.targets = floats(R);
-  a.encoded = acts(Rl * C);
-  a.ln1 = per_layer_act(R * C, attn_slots);
-  a.ln1_mean = per_layer(Rl, attn_slots);
-  a.ln1_rstd = per_layer(Rl, attn_slots);
-  a.qkv = per_layer_act(R * 3 * Cl, attn_slots);
-  a.atty = per_layer_act(R * Cl, attn_slots);
-  a.att = per_layer(att, attn_slots);
-  a.res2 = per_layer_act(Rl * C, attn_slots);
-  a.ln2 = per_layer_act(R * C, mlp_slots);
-  a.ln2_mean = per_layer(Rl, mlp_slots);
-  a.ln2_rstd = per_layer(Rl, mlp_slots);
-  a.fch = per_layer_act(R * 4 * Cl, mlp_slots);
-  a.fch_gelu = per_layer_act(R * 4 * Cl, mlp_slots);
-  a.res3 = per_layer_act(Rl * C, static_cast<int>(L));
-  a.lnf = acts(R * C);
-  a.lnf_mean = floats(Rl);
-  a.lnf_rstd = floats(Rl);
-  // bf16: the LM head writes bf16 logits and the cross-entropy turns them
-  // into bf16 dlogits in place, so no fp32 (R, V) tensor exists.
-  a.logits = ops_.allocate(static_cast<size_t>(R * Vl) * dtype_size(logits_dtype()));
-  a.losses = floats(R);
-  a.loss_sum = floats(R);
-  a.proj_tmp = acts(Rl * C);
+  a.tokens = buffer(plan.tokens);
+  a.targets = buffer(plan.targets);
+  a.encoded = buffer(plan.encoded);
+  a.ln1 = per_layer(plan.ln1);
+  a.ln1_mean = per_layer(plan.ln1_mean);
+  a.ln1_rstd = per_layer(plan.ln1_rstd);
+  a.qkv = per_layer(plan.qkv);
+  a.atty = per_layer(plan.atty);
+  a.att = per_layer(plan.att);
+  a.res2 = per_layer(plan.res2);
+  a.ln2 = per_layer(plan.ln2);
+  a.ln2_mean = per_layer(plan.ln2_mean);
+  a.ln2_rstd = per_layer(plan.ln2_rstd);
+  a.fch = per_layer(plan.fch);
+  a.fch_gelu = per_layer(plan.fch_gelu);
+  a.res3 = per_layer(plan.res3);
+  a.lnf = buffer(plan.lnf);
+  a.lnf_mean = buffer(plan.lnf_mean);
+  a.lnf_rstd = buffer(plan.lnf_rstd);
+  a.logits = buffer(plan.logits);
+  a.losses = buffer(plan.losses);
+  a.loss_sum = buffer(plan.loss_sum);
+  a.proj_tmp = buffer(plan.proj_tmp);
   auto& d = dacts_;
-  d.dresidual = floats(Rl * C);
-  d.dresidual_bf16 = acts(bf16 && tp == 1 ? Rl * C : 0);
-  // dln is the LN's output gradient: bf16 when a GEMM writes it whole (tp =
-  // 1), fp32 when it is the reduce-scatter of fp32 partials (tp > 1).
-  d.dln = tp > 1 ? floats(Rl * C) : acts(Rl * C);
-  d.datty = acts(R * Cl);
-  d.dfch = acts(R * 4 * Cl);
-  d.dqkv = acts(R * 3 * Cl);
-  d.datt = floats(ops_.attention_scratch_elems(max_rows, NHl, max_seq));
-  // The largest GEMM operands: inputs (R,C) or (R,4C/p); output gradients
-  // (R,3C/p), (R,4C/p), (R,C) or the LM head's (R,V/p); weights (V/p,C) or
-  // (4C/p,C). Under bf16 storage the inputs and every output gradient but the
-  // residual stream's (R,C) are bf16 already, and at tp = 1 that one comes
-  // rounded from the LayerNorm backward (dresidual_bf16): only the gathered
-  // rows under tp are copied.
-  const int64_t max_input = bf16 ? 0 : R * std::max(C, 4 * Cl);
-  const int64_t max_grad = bf16 ? (tp > 1 ? R * C : 0) : R * std::max(4 * Cl, C);
-  // Weights: cast per call unless the store keeps their bf16 copy.
-  const int64_t max_weight = store_->keeps_bf16_params() ? 0 : std::max(Vl * C, 4 * Cl * C);
-  parallel_ = std::make_unique<TpLayerContext>(
-      ops_, group, dtype_, R, C, LinearPrecision::Sizes{max_input, max_grad, max_weight});
-  layers_ = std::make_unique<Layers>(*parallel_, R);
+  d.dresidual = buffer(plan.dresidual);
+  d.dresidual_bf16 = buffer(plan.dresidual_bf16);
+  d.dln = buffer(plan.dln);
+  d.datty = buffer(plan.datty);
+  d.dfch = buffer(plan.dfch);
+  d.dqkv = buffer(plan.dqkv);
+  d.datt = buffer(plan.datt);
+  parallel_ =
+      std::make_unique<TpLayerContext>(ops_, group, dtype_, plan.parallel_scratch, plan.precision);
+  layers_ = std::make_unique<Layers>(*parallel_);
 }
 
 float* GPT::params() {
@@ -501,7 +478,7 @@ int64_t GPT::activation_bytes() const {
                           &d.dresidual_bf16, &d.datty, &d.dfch, &d.dqkv, &d.datt})
     n += b->bytes();
   // The tensor-parallel layers' scratch, precision copies and statistics.
-  return static_cast<int64_t>(n) + parallel_->bytes() + layers_->cross_entropy.bytes();
+  return static_cast<int64_t>(n) + parallel_->bytes();
 }
 
 }  // namespace gt

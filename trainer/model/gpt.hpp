@@ -77,6 +77,7 @@
 #include "kernels/core/tensor.hpp"
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/model/activation_plan.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
 #include "trainer/parallelize/tp_layers.hpp"
@@ -178,14 +179,14 @@ class GPT {
   // The layers that carry tensor parallelism, one per role (the weights come
   // per call, so one object serves every block).
   struct Layers {
-    explicit Layers(TpLayerContext& ctx, int64_t max_rows)
+    explicit Layers(TpLayerContext& ctx)
         : c_attn(ctx),
           attn_proj(ctx),
           c_fc(ctx),
           mlp_proj(ctx),
           lm_head(ctx),
           embedding(ctx),
-          cross_entropy(ctx, max_rows) {}
+          cross_entropy(ctx) {}
     ColumnParallelLinear c_attn;
     RowParallelLinear attn_proj;
     ColumnParallelLinear c_fc;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/core/error.hpp"
+#include "parallel/collective_matmul.hpp"
 
 namespace gt {
 
@@ -18,15 +19,33 @@ TensorView rows_or_none(const TensorView& t, int64_t row0, int64_t rows) {
 
 // ---- TpLayerContext ---------------------------------------------------------
 
+TpLayerContext::Scratch TpLayerContext::scratch(int tp, bool overlap, ComputeDType dtype,
+                                                int64_t rows, int64_t width) {
+  GT_CHECK(tp >= 1 && rows % tp == 0, rows, " rows do not split into parallel.tp=", tp,
+           " sequence shards");
+  const int64_t Rl = rows / tp;
+  Scratch s;
+  s.sum_rows = dtype == ComputeDType::bf16 ? Rl * width : 0;
+  s.gather_rows = tp > 1 ? rows * width : 0;
+  s.ring = tp > 1 ? reduce_scatter_workspace_elems(tp, Rl * width, overlap) : 0;
+  s.stats = tp > 1 ? 3 * rows : 0;
+  return s;
+}
+
 TpLayerContext::TpLayerContext(Ops& ops, TensorParallelGroup group, ComputeDType dtype,
-                               int64_t rows, int64_t width, const LinearPrecision::Sizes& precision)
-    : ops_(ops), maps_(ops, group), precision_(ops, dtype, precision) {
-  const int p = maps_.size();
-  GT_CHECK(rows % p == 0, rows, " rows do not split into parallel.tp=", p, " sequence shards");
-  const int64_t Rl = rows / p;
-  sum_rows_ = floats(ops, dtype == ComputeDType::bf16 ? Rl * width : 0);
-  gather_rows_ = floats(ops, p > 1 ? rows * width : 0);
-  ring_ = floats(ops, maps_.ring_workspace_elems(Rl * width));
+                               const Scratch& scratch, const LinearPrecision::Sizes& precision)
+    : ops_(ops),
+      maps_(ops, group),
+      precision_(ops, dtype, precision),
+      sum_rows_(floats(ops, scratch.sum_rows)),
+      gather_rows_(floats(ops, scratch.gather_rows)),
+      ring_(floats(ops, scratch.ring)),
+      stats_(floats(ops, scratch.stats)) {}
+
+float* TpLayerContext::stats(int64_t rows) {
+  GT_CHECK(3 * rows * int64_t(sizeof(float)) <= int64_t(stats_.bytes()), rows,
+           " rows exceed the cross-entropy's statistics buffer");
+  return stats_.f32();
 }
 
 TensorView TpLayerContext::sum_rows(int64_t rows, int64_t cols) {
@@ -49,7 +68,8 @@ TensorView TpLayerContext::stage_for_gather(const TensorView& local) {
 }
 
 int64_t TpLayerContext::bytes() const {
-  return static_cast<int64_t>(sum_rows_.bytes() + gather_rows_.bytes() + ring_.bytes()) +
+  return static_cast<int64_t>(sum_rows_.bytes() + gather_rows_.bytes() + ring_.bytes() +
+                              stats_.bytes()) +
          precision_.bytes();
 }
 
@@ -167,18 +187,13 @@ void VocabParallelEmbedding::backward(TensorView dwte, TensorView dwpe, TensorVi
 
 // ---- VocabParallelCrossEntropy ----------------------------------------------
 
-VocabParallelCrossEntropy::VocabParallelCrossEntropy(TpLayerContext& ctx, int64_t max_rows)
-    : ctx_(ctx), stats_(floats(ctx.ops(), ctx.size() > 1 ? 3 * max_rows : 0)) {}
-
 void VocabParallelCrossEntropy::forward(TensorView losses, TensorView dlogits, TensorView logits,
                                         TensorView targets, int64_t vocab, float grad_scale) {
   Ops& ops = ctx_.ops();
   if (ctx_.size() == 1)
     return ops.softmax_cross_entropy(losses, dlogits, logits, targets, vocab, grad_scale);
   const int64_t R = logits.shape[0], vocab0 = ctx_.rank() * logits.shape[1];
-  GT_CHECK(3 * R * int64_t(sizeof(float)) <= int64_t(stats_.bytes()), R,
-           " rows exceed the cross-entropy's statistics buffer");
-  float* stats = stats_.f32();
+  float* stats = ctx_.stats(R);
   const Device dev = logits.device;
   const TensorView row_max = make_view(stats, DType::f32, dev, {R});
   const TensorView sumexp = make_view(stats + R, DType::f32, dev, {R});

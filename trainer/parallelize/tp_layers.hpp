@@ -36,11 +36,25 @@ namespace gt {
 // serves every layer (sized for the widest, (R, C) rows).
 class TpLayerContext {
  public:
-  // rows: the most rows R of a micro-batch; width: the model width C (every
-  // linear layer's sequence-region side); precision: the GEMMs' operand
-  // buffers (LinearPrecision).
-  TpLayerContext(Ops& ops, TensorParallelGroup group, ComputeDType dtype, int64_t rows,
-                 int64_t width, const LinearPrecision::Sizes& precision);
+  // Floats of each scratch buffer.
+  struct Scratch {
+    int64_t sum_rows = 0;     // (R/p, C): a bf16 output's fp32 sum (bf16 storage)
+    int64_t gather_rows = 0;  // (R, C): an fp32 tensor to all-gather (tp > 1)
+    int64_t ring = 0;         // the reduce-scatter ring's workspace (tp > 1)
+    int64_t stats = 0;        // (3, R): the vocab-parallel cross-entropy's (tp > 1)
+    int64_t bytes() const {
+      return (sum_rows + gather_rows + ring + stats) * static_cast<int64_t>(sizeof(float));
+    }
+  };
+  // The scratch of p = tp ranks for at most `rows` rows R of a micro-batch of
+  // model width `width` C (every linear layer's sequence-region side): what
+  // the constructor allocates, and what the planner counts.
+  static Scratch scratch(int tp, bool overlap, ComputeDType dtype, int64_t rows, int64_t width);
+
+  // scratch: scratch(group.size(), group.overlap, dtype, R, C); precision:
+  // the GEMMs' operand buffers (LinearPrecision).
+  TpLayerContext(Ops& ops, TensorParallelGroup group, ComputeDType dtype, const Scratch& scratch,
+                 const LinearPrecision::Sizes& precision);
 
   Ops& ops() { return ops_; }
   TpMappings& maps() { return maps_; }
@@ -51,6 +65,7 @@ class TpLayerContext {
   TensorView sum_rows(int64_t rows, int64_t cols);     // (R/p, C): a bf16 output's fp32 sum
   TensorView gather_rows(int64_t rows, int64_t cols);  // (R, C): an fp32 tensor to all-gather
   float* ring_workspace() { return ring_.f32(); }
+  float* stats(int64_t rows);  // (3, rows) fp32
   // The own chunk of gather_rows(R, cols) set to `local` (R/p, cols) fp32:
   // ready for gather_from_sequence.
   TensorView stage_for_gather(const TensorView& local);
@@ -72,6 +87,7 @@ class TpLayerContext {
   Buffer sum_rows_;     // (R/p, C) fp32, bf16 storage only
   Buffer gather_rows_;  // (R, C) fp32, tp > 1
   Buffer ring_;         // the reduce-scatter ring's workspace, tp > 1
+  Buffer stats_;        // (3, R) fp32, tp > 1
 };
 
 // Output features split: all-gather the input rows (gather_from_sequence),
@@ -137,17 +153,15 @@ class VocabParallelEmbedding {
 // the tp ranks, so no rank holds the full (R, V) logits.
 class VocabParallelCrossEntropy {
  public:
-  VocabParallelCrossEntropy(TpLayerContext& ctx, int64_t max_rows);
+  explicit VocabParallelCrossEntropy(TpLayerContext& ctx) : ctx_(ctx) {}
   // losses (R) fp32; logits (R, V/p), this rank's columns [rank*V/p, ...),
   // columns >= vocab padding (masked); targets (R) int32. With dlogits (the
   // logits themselves, in place) it writes (softmax - onehot) * grad_scale.
   void forward(TensorView losses, TensorView dlogits, TensorView logits, TensorView targets,
                int64_t vocab, float grad_scale);
-  int64_t bytes() const { return static_cast<int64_t>(stats_.bytes()); }
 
  private:
   TpLayerContext& ctx_;
-  Buffer stats_;  // (3, R): row max, sum of exp, target logit (tp > 1)
 };
 
 }  // namespace gt

@@ -50,10 +50,6 @@ void TpMappings::reduce_scatter_to_sequence(const TensorView& result, const Rows
       });
 }
 
-int64_t TpMappings::ring_workspace_elems(int64_t chunk_elems) const {
-  return size() == 1 ? 0 : reduce_scatter_workspace_elems(size(), chunk_elems, group_.overlap);
-}
-
 void TpMappings::all_reduce_max(const TensorView& x) {
   if (size() > 1) group_.comm->all_reduce_max(x.f32(), x.numel()).wait();
 }

@@ -61,14 +61,13 @@ class TpMappings {
   // reduce_scatter_to_sequence_region: `result` (R/p, cols) fp32 = the sum
   // over the tp ranks of their partial sums of this rank's rows; partial is
   // asked for every chunk of all R rows. `workspace` holds
-  // ring_workspace_elems(R/p * cols) floats, apart from result. At p = 1 the
+  // reduce_scatter_workspace_elems(p, R/p * cols, overlap) floats
+  // (parallel/collective_matmul.hpp; TpLayerContext::scratch sizes it), apart
+  // from result. At p = 1 the
   // partial is written straight into result. Backward dual:
   // gather_from_sequence_region.
   void reduce_scatter_to_sequence(const TensorView& result, const RowsPartial& partial,
                                   float* workspace);
-  // Floats of workspace reduce_scatter_to_sequence needs for chunks of
-  // chunk_elems.
-  int64_t ring_workspace_elems(int64_t chunk_elems) const;
 
   // reduce_from_tensor_region for statistics: the elementwise max / sum of
   // `x` (fp32) over the tp ranks, in place. Used by the vocab-parallel

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "kernels/core/attention_kernels.hpp"
 #include "kernels/core/error.hpp"
 
 namespace gt {
@@ -53,14 +54,13 @@ class DryRunOps final : public Ops {
   void matmul_backward_dgelu(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
                              TensorView) override {}
   void add_bias(TensorView, TensorView) override {}
-  // CudaOps' sizes (kernels/cuda/attention.cuh): the log-sum-exp is saved,
-  // and the backward's scratch holds rowsum(dout * out); B*NH*T floats each.
+  // CudaOps' sizes (kernels/core/attention_kernels.hpp).
   int64_t attention_saved_elems(int B, int n_head, int T) const override {
-    return static_cast<int64_t>(B) * n_head * T;
+    return gt::attention_saved_elems(Device::cuda, B, n_head, T);
   }
   void attention_forward(TensorView, TensorView, TensorView, int) override {}
   int64_t attention_scratch_elems(int B, int n_head, int T) const override {
-    return static_cast<int64_t>(B) * n_head * T;
+    return gt::attention_scratch_elems(Device::cuda, B, n_head, T);
   }
   void attention_backward(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
                           int) override {}

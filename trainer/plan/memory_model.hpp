@@ -35,6 +35,7 @@
 
 #include "trainer/config/config.hpp"
 #include "trainer/plan/hardware.hpp"
+#include "trainer/sharding/state_plan.hpp"
 
 namespace gt {
 
@@ -49,26 +50,20 @@ struct PlanLayout {
   std::string str() const;
 };
 
-struct StateBytes {
-  int64_t params = 0, grads = 0, optimizer = 0;  // as ShardedParameters::memory()
-  int64_t total() const { return params + grads + optimizer; }
-};
-
-// Bytes one rank holds for parameters, gradients and AdamW moments. Throws
+// Bytes one rank holds for parameters, gradients and AdamW moments: the sum
+// of the plan ShardedParameters allocates from (trainer/sharding/state_plan.hpp). Throws
 // gt::Error when tp does not divide the heads, channels or vocabulary.
 // bf16_params: ShardedParameters was asked for the parameters' bf16 copy (a
 // bf16 run); it keeps one where the parameters are whole (fsdp = 1, stage < 3).
 StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage,
                                bool bf16_params = false);
-// Whether that copy exists, so the model casts no weight per GEMM.
-inline bool keeps_bf16_params(int fsdp, int stage, bool bf16_params) {
-  return bf16_params && (fsdp == 1 || stage < 3);
-}
 
 // Bytes of GPT's activation and activation-gradient buffers for one rank
-// (the same on every tp rank), as GPT::allocate sizes them.
+// (the same on every tp rank): the sum of the table GPT::allocate allocates
+// from (trainer/model/activation_plan.hpp), with the backend's attention
+// sizes (kernels/core/attention_kernels.hpp).
 // dtype: runtime.dtype (bf16 stores the activations in bf16).
-// store_keeps_bf16_params: keeps_bf16_params() above (no weight copy buffer).
+// store_keeps_bf16_params: keeps_bf16_params() (state_plan.hpp): no weight copy buffer.
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend,
                                  Recompute recompute = Recompute::none,
@@ -94,9 +89,5 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
 // rings (point-to-point) need none; about 6 MiB at tp = 4 is not modelled.
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
                                      PlanBackend backend);
-
-// Attention floats kept per layer for backward and used as backward scratch.
-int64_t attention_saved_elems(PlanBackend backend, int B, int n_head, int T);
-int64_t attention_scratch_elems(PlanBackend backend, int B, int n_head, int T);
 
 }  // namespace gt

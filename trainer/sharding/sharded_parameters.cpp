@@ -8,18 +8,6 @@
 
 namespace gt {
 
-namespace {
-
-constexpr int kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2;
-
-int64_t max_block_size(const ParameterLayout& layout) {
-  int64_t n = 0;
-  for (size_t u = 1; u + 1 < layout.units().size(); ++u) n = std::max(n, layout.units()[u].size());
-  return n;
-}
-
-}  // namespace
-
 ShardedParameters::ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh,
                                      int fsdp_stage, double bucket_mb, Ops& ops, bool bf16_params)
     : layout_(layout),
@@ -34,16 +22,20 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
       stage_(fsdp_stage) {
   GT_CHECK(stage_ >= 1 && stage_ <= 3, "fsdp_stage ", stage_);
   GT_CHECK(bucket_mb > 0, "bucket_mb ", bucket_mb);
-  const int64_t T = layout.total(), S = geom_.storage_total();
+  const int64_t T = layout.total();
   const auto& units = layout.units();
+  // Every buffer as the state plan sizes it (the planner sums the same plan).
+  const ShardedStatePlan plan = plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params);
+  GT_CHECK(plan.full_params == full_params() && plan.full_grads == full_grads(),
+           "the state plan and the store disagree on what is whole");
   // Ops::allocate zero-fills: padding elements stay zero (never written by an op).
   auto zeroed = [&ops](int64_t n) {
     return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
   };
-  params_ = zeroed(full_params() ? T : S);
-  if (bf16_params && full_params())
-    params_bf16_ = ops.allocate(static_cast<size_t>(T) * dtype_size(DType::bf16));
-  step_stats_ = zeroed(3);
+  params_ = zeroed(plan.params);
+  if (plan.params_bf16 > 0)
+    params_bf16_ = ops.allocate(static_cast<size_t>(plan.params_bf16) * dtype_size(DType::bf16));
+  step_stats_ = zeroed(plan.step_stats);
   // Counted in the norm: each replica by its owner only (owns_replica,
   // trainer/parallelize/placement.hpp).
   for (const auto& seg : geom_.owned()) {
@@ -54,23 +46,16 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
     if (owns_replica(seg.spec->split, dp_rank_, tp_rank_))
       append_run(norm_runs_, {state, state, seg.size(), true});
   }
-  if (full_grads()) grads_ = zeroed(T);
-  if (geom_.fsdp() > 1) shard_grads_ = zeroed(S);
-  m_ = zeroed(geom_.fsdp() > 1 ? S : T);
-  v_ = zeroed(geom_.fsdp() > 1 ? S : T);
-  const int64_t block = max_block_size(layout);
-  const int64_t embed = units.front().size(), head = units.back().size();
-  if (!full_params()) {
-    param_slots_[kEmbedSlot].buf = zeroed(embed);
-    param_slots_[kHeadSlot].buf = zeroed(head);
-    param_slots_[kBlockSlot].buf = zeroed(block);
-    param_slots_[kBlockSlot + 1].buf = zeroed(block);
-  }
-  if (!full_grads()) {
-    const int64_t sizes[4] = {embed, head, block, block};
-    for (int i = 0; i < 4; ++i) {
-      grad_slots_[static_cast<size_t>(i)].buf = zeroed(sizes[i]);
-      grad_slots_[static_cast<size_t>(i)].out = zeroed(sizes[i] / geom_.fsdp());
+  if (plan.grads > 0) grads_ = zeroed(plan.grads);
+  if (plan.shard_grads > 0) shard_grads_ = zeroed(plan.shard_grads);
+  m_ = zeroed(plan.moments);
+  v_ = zeroed(plan.moments);
+  for (int i = 0; i < kUnitSlots; ++i) {
+    const int64_t size = plan.slot_size[i];
+    if (plan.param_slots) param_slots_[static_cast<size_t>(i)].buf = zeroed(size);
+    if (plan.grad_slots) {
+      grad_slots_[static_cast<size_t>(i)].buf = zeroed(size);
+      grad_slots_[static_cast<size_t>(i)].out = zeroed(size / geom_.fsdp());
     }
   }
   unit_rs_.resize(units.size());

@@ -3,7 +3,8 @@
 // It is the ParameterStore the model reads from; the model's unit hooks are
 // where communication starts (DeviceMesh axes: dp, fsdp, tp).
 //
-// What each rank stores (T = this tp rank's flat parameter count, padded; f = fsdp):
+// What each rank stores (T = this tp rank's flat parameter count, padded; f =
+// fsdp), buffer by buffer as ShardedStatePlan (state_plan.hpp) sizes it:
 //   fsdp = 1        params T, grads T, AdamW m+v 2T. Gradients are all-reduced
 //                   over dp in buckets of parallel.bucket_mb, each started as
 //                   soon as backward has finished every parameter in it (the
@@ -31,8 +32,8 @@
 // Invariants: collectives on each axis start in the same order on every rank
 // (a fixed schedule; completions never trigger launches); padding elements are
 // zero in every buffer; no rank's storage overlaps another's in the
-// checkpoint pieces it saves (replicas are written by dp rank 0, tp-replicated
-// parameters by tp rank 0).
+// checkpoint pieces it saves (each replica is written by its owner:
+// owns_replica, trainer/parallelize/placement.hpp).
 #pragma once
 
 #include <array>
@@ -47,6 +48,7 @@
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_store.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
+#include "trainer/sharding/state_plan.hpp"
 
 namespace gt {
 
@@ -184,7 +186,7 @@ class ShardedParameters final : public ParameterStore {
   Buffer grads_;        // full (T) when full_grads()
   Buffer shard_grads_;  // shard storage (fsdp > 1)
   Buffer m_, v_;        // owned: T (fsdp = 1) or shard storage
-  std::array<Slot, 4> param_slots_, grad_slots_;  // embed, head, block even, block odd
+  std::array<Slot, kUnitSlots> param_slots_, grad_slots_;  // embed, head, block even, block odd
   std::vector<CommHandle> unit_rs_;    // stage 1: reduce-scatter into shard_grads_
   std::vector<CommHandle> unit_dp_;    // fsdp > 1, dp > 1: all-reduce of a shard
   struct Bucket {

@@ -1,0 +1,53 @@
+#include "trainer/sharding/state_plan.hpp"
+
+#include <algorithm>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, int stage,
+                                    bool bf16_params) {
+  GT_CHECK(fsdp >= 1 && stage >= 1 && stage <= 3, "fsdp ", fsdp, " stage ", stage);
+  const auto& units = layout.units();
+  const int64_t T = layout.total();
+  int64_t S = 0, block = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    GT_CHECK(units[u].size() % fsdp == 0, "unit ", units[u].name, " of ", units[u].size(),
+             " floats does not split into fsdp=", fsdp, " shards");
+    S += units[u].size() / fsdp;
+    if (u > 0 && u + 1 < units.size()) block = std::max(block, units[u].size());
+  }
+  ShardedStatePlan p;
+  p.fsdp = fsdp;
+  p.full_params = fsdp == 1 || stage < 3;
+  p.full_grads = fsdp == 1 || stage == 1;
+  p.params = p.full_params ? T : S;
+  p.params_bf16 = keeps_bf16_params(fsdp, stage, bf16_params) ? T : 0;
+  p.grads = p.full_grads ? T : 0;
+  p.shard_grads = fsdp > 1 ? S : 0;
+  p.moments = fsdp > 1 ? S : T;
+  p.param_slots = !p.full_params;
+  p.grad_slots = !p.full_grads;
+  if (p.param_slots || p.grad_slots) {
+    p.slot_size[kEmbedSlot] = units.front().size();
+    p.slot_size[kHeadSlot] = units.back().size();
+    p.slot_size[kBlockSlot] = p.slot_size[kBlockSlot + 1] = block;
+  }
+  return p;
+}
+
+StateBytes ShardedStatePlan::bytes() const {
+  const int64_t f = sizeof(float), h = 2;  // fp32, bf16
+  StateBytes b;
+  b.params = params * f + params_bf16 * h;
+  b.grads = (grads + shard_grads) * f;
+  for (int64_t size : slot_size) {
+    if (param_slots) b.params += size * f;
+    if (grad_slots) b.grads += (size + size / fsdp) * f;
+  }
+  b.optimizer = 2 * moments * f;
+  return b;
+}
+
+}  // namespace gt

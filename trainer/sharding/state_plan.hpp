@@ -1,0 +1,61 @@
+// ShardedStatePlan: the buffers ShardedParameters stores for a layout, fsdp
+// degree and ZeRO stage, with their sizes, in one place. ShardedParameters
+// allocates exactly these; the planner's memory model
+// (trainer/plan/memory_model.hpp) sums the same plan, so its state bytes are
+// what the class holds for every layout.
+//
+// With T the flat layout's floats (this tp rank's shards, units padded to
+// fsdp) and S = T / fsdp this rank's shard of every unit:
+//   stage 1   params T, grads T + the reduced shard S, m + v 2S
+//   stage 2   params T, grads S + four unit slots (and their one-shard
+//             outputs), m + v 2S
+//   stage 3   params S + four unit slots, grads as stage 2, m + v 2S
+//   fsdp = 1  params T, grads T, m + v 2T
+// plus, in a bf16 run where the parameters are whole, their bf16 copy (T).
+#pragma once
+
+#include <cstdint>
+
+#include "trainer/model/parameter_layout.hpp"
+
+namespace gt {
+
+// Bytes by kind, as ShardedParameters::memory() reports them.
+struct StateBytes {
+  int64_t params = 0, grads = 0, optimizer = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+// The four unit-sized slots of stages 2/3: the embedding, the head and two
+// blocks (one in use, one being gathered or reduced).
+enum UnitSlot { kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2, kUnitSlots = 4 };
+
+struct ShardedStatePlan {
+  int fsdp = 1;
+  bool full_params = true;  // the whole flat parameters (fsdp = 1 or stage < 3)
+  bool full_grads = true;   // the whole flat gradients (fsdp = 1 or stage 1)
+  int64_t params = 0;       // floats: T, or S at stage 3
+  int64_t params_bf16 = 0;  // bf16 elements of the weights' copy: T or 0
+  int64_t grads = 0;        // floats: T when full_grads, else 0
+  int64_t shard_grads = 0;  // floats: S when fsdp > 1 (the reduced shard)
+  int64_t moments = 0;      // floats of m, and of v: S when fsdp > 1, else T
+  // Floats of each unit slot (0: no slots). Parameter slots exist at stage 3,
+  // gradient slots (each with a slot_size / fsdp output) at stages 2 and 3.
+  int64_t slot_size[kUnitSlots] = {};
+  bool param_slots = false, grad_slots = false;
+  int64_t step_stats = 3;  // floats: the grad norm's sums and the step's verdict
+
+  StateBytes bytes() const;
+};
+
+// Keeps a bf16 copy of the parameters: asked for (a bf16 run) and whole.
+inline bool keeps_bf16_params(int fsdp, int stage, bool bf16_params) {
+  return bf16_params && (fsdp == 1 || stage < 3);
+}
+
+// The plan for `layout` (built with units padded to fsdp) at this fsdp
+// degree and stage (1..3; ignored at fsdp = 1).
+ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, int stage,
+                                    bool bf16_params);
+
+}  // namespace gt
