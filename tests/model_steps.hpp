@@ -31,7 +31,7 @@ inline ModelConfig tiny_gpt() {
 struct StepOptions {
   ModelConfig model = tiny_gpt();
   const DeviceMesh* mesh = nullptr;  // null: one rank, in-process communicators
-  int fsdp_stage = 3;
+  FsdpStage fsdp_stage = FsdpStage::parameters;
   double bucket_mb = 25.0;
   bool tp_overlap = true;
   Recompute recompute = Recompute::none;

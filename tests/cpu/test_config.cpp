@@ -167,7 +167,7 @@ checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
   EXPECT_EQ(c.parallel.dp, 2);
   EXPECT_EQ(c.parallel.fsdp, 2);
   EXPECT_EQ(c.parallel.tp, 4);
-  EXPECT_EQ(c.parallel.fsdp_stage, 1);
+  EXPECT_EQ(c.parallel.fsdp_stage, FsdpStage::optimizer);
   EXPECT_FALSE(c.parallel.tp_overlap);
   EXPECT_EQ(c.parallel.bucket_mb, 0.5);
   EXPECT_EQ(c.parallel.comm, ParallelComm::mpi);

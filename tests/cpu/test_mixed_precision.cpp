@@ -98,7 +98,7 @@ TEST(MixedPrecision, TheBf16WeightCopyFollowsLoadingAndEveryStep) {
   const ModelConfig m = test::tiny_gpt();
   const DeviceMesh mesh = DeviceMesh::in_process();
   const ParameterLayout layout(m, 1, 0, 1);
-  ShardedParameters params(layout, mesh, 3, 25.0, *ops, true);
+  ShardedParameters params(layout, mesh, FsdpStage::parameters, 25.0, *ops, true);
   ASSERT_TRUE(params.keeps_bf16_params());
   for_each_initial_parameter(
       m, 5, [&](const ParamSpec& s, const float* data) { params.load_global(s.name, data); });

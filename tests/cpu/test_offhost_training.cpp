@@ -42,13 +42,13 @@ TEST(OffHostTraining, CheckpointPiecesRoundTripThroughHostStaging) {
   const ParameterLayout layout(m, 1, 0, 1);
   std::vector<std::vector<float>> saved;
   {
-    ShardedParameters a(layout, mesh, 3, 25.0, ops);
+    ShardedParameters a(layout, mesh, FsdpStage::parameters, 25.0, ops);
     for_each_initial_parameter(m, 11, [&](const ParamSpec& s, const float* data) {
       a.load_global(s.name, data);
     });
     saved = test::piece_contents(a.pieces_to_save());
   }
-  ShardedParameters b(layout, mesh, 3, 25.0, ops);
+  ShardedParameters b(layout, mesh, FsdpStage::parameters, 25.0, ops);
   std::vector<TensorPiece> into = b.pieces_to_load();
   ASSERT_EQ(into.size(), saved.size());
   for (size_t i = 0; i < into.size(); ++i)

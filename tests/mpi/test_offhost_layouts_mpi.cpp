@@ -62,7 +62,7 @@ test::StepTrace train_layout(Ops& ops, const DeviceMesh& mesh, int stage, bool o
   test::StepOptions o;
   o.model = model();
   o.mesh = &mesh;
-  o.fsdp_stage = stage;
+  o.fsdp_stage = fsdp_stage_of(stage);
   o.bucket_mb = 0.001;  // small buckets: several in flight
   o.tp_overlap = overlap;
   o.dtype = dtype;

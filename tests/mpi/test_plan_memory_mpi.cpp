@@ -40,8 +40,9 @@ TEST(PlanMemoryMpi, StateBytesEqualShardedParametersOnEveryLayout) {
       for (int stage = 1; stage <= 3; ++stage)
         for (bool bf16 : {false, true}) {  // bf16: the parameters' bf16 copy where whole
           const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-          const ShardedParameters params(layout, mesh, stage, 25.0, *ops, bf16);
-          EXPECT_EQ(params.keeps_bf16_params(), keeps_bf16_params(d.fsdp, stage, bf16));
+          const ShardedParameters params(layout, mesh, fsdp_stage_of(stage), 25.0, *ops, bf16);
+          EXPECT_EQ(params.keeps_bf16_params(),
+                    keeps_bf16_params(d.fsdp, fsdp_stage_of(stage), bf16));
           const MemoryFigures got = params.memory();
           const StateBytes want = predict_state_bytes(m, d.fsdp, d.tp, stage, bf16);
           const std::string at = d.str() + " stage " + std::to_string(stage) +
@@ -66,13 +67,14 @@ TEST(PlanMemoryMpi, ActivationBytesEqualGptAllocateOnEveryLayout) {
             // As the trainer builds it: the bf16 copy asked for in bf16 runs
             // (kept at fsdp = 1; stage 3 with fsdp > 1 casts per GEMM).
             const bool bf16 = dtype == ComputeDType::bf16;
-            ShardedParameters params(layout, mesh, 3, 25.0, *ops, bf16);
+            ShardedParameters params(layout, mesh, FsdpStage::parameters, 25.0, *ops, bf16);
             const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
             GPT model(m, *ops, B, T, layout, params, TensorParallelGroup{&mesh.tp(), overlap},
                       recompute, dtype);
-            EXPECT_EQ(model.activation_bytes(),
-                      predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute,
-                                               dtype, keeps_bf16_params(d.fsdp, 3, bf16)))
+            EXPECT_EQ(
+                model.activation_bytes(),
+                predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute, dtype,
+                                         keeps_bf16_params(d.fsdp, FsdpStage::parameters, bf16)))
                 << d.str() << " overlap " << overlap << " C=" << m.n_embd << " recompute "
                 << to_string(recompute) << " " << to_string(dtype);
           }

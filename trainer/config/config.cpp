@@ -78,7 +78,6 @@ void validate(const Config& c, const Locations& where) {
   at_least("parallel.dp", p.dp, 1);
   at_least("parallel.fsdp", p.fsdp, 1);
   at_least("parallel.tp", p.tp, 1);
-  if (p.fsdp_stage < 1 || p.fsdp_stage > 3) bad("parallel.fsdp_stage", p.fsdp_stage, "one of 1|2|3");
   if (!(p.bucket_mb > 0)) bad("parallel.bucket_mb", num(p.bucket_mb), "a size in MiB > 0");
   if (const auto problem = tp_split_problem(m, p.tp))
     bad("parallel.tp", p.tp, detail::concat("a divisor of ", problem->what, "=", problem->value),
@@ -291,6 +290,11 @@ bool uses_tensor_core_attention(const Config& c) {
   if (c.runtime.attention == AttentionKernel::simt || c.runtime.dtype != ComputeDType::bf16)
     return false;
   return tensor_core_attention_supported(c.model.n_embd / c.model.n_head);
+}
+
+FsdpStage fsdp_stage_of(int n) {
+  if (n < 1 || n > 3) fail("parallel.fsdp_stage: expected one of 1|2|3, got ", n);
+  return static_cast<FsdpStage>(n);
 }
 
 const char* to_string(Recompute r) {

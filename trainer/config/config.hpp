@@ -30,6 +30,17 @@ enum class ParallelComm { auto_, nccl, mpi };
 //   block  keep only each block's input and recompute the whole block.
 enum class Recompute { none, mlp, block };
 
+// parallel.fsdp_stage: what FSDP shards (ZeRO's stages; used at fsdp > 1).
+//   optimizer   (1) AdamW state: gradients reduce-scattered once per step
+//   gradients   (2) and gradients: reduce-scattered every micro-batch
+//   parameters  (3) and parameters: each unit all-gathered before use
+enum class FsdpStage { optimizer = 1, gradients = 2, parameters = 3 };
+// 1, 2 or 3: the stage's number, as written in configs and logs.
+inline int stage_number(FsdpStage s) { return static_cast<int>(s); }
+// The stage numbered n (1..3); throws gt::Error naming parallel.fsdp_stage
+// otherwise.
+FsdpStage fsdp_stage_of(int n);
+
 // The vocabulary is stored padded to a multiple of this many rows (wte, the
 // LM head's logits): aligned GEMM shapes for the LM head (GPT-2's 50257 ->
 // 50304) and a row count every power-of-two tp up to 128 divides.
@@ -98,7 +109,7 @@ struct ParallelConfig {
   int dp = 1;
   int fsdp = 1;
   int tp = 1;
-  int fsdp_stage = 3;  // 1|2|3
+  FsdpStage fsdp_stage = FsdpStage::parameters;  // 1|2|3
   bool tp_overlap = true;  // ring-pipelined collective matmuls (false: plain collective + matmul)
   double bucket_mb = 25.0;  // data-parallel gradient all-reduce bucket size
   // auto|nccl|mpi. On CUDA, mpi stages device buffers through pinned host

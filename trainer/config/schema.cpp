@@ -240,6 +240,17 @@ struct Codec<Recompute> {
   static std::string write(Recompute v) { return to_string(v); }
 };
 
+// parallel.fsdp_stage is written as its number.
+template <>
+struct Codec<FsdpStage> {
+  static FsdpStage read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    const int v = Codec<int>::read(n, w, k);
+    if (v < 1 || v > 3) fail(k, " (", w, "): expected one of 1|2|3, got ", v);
+    return fsdp_stage_of(v);
+  }
+  static std::string write(FsdpStage v) { return std::to_string(stage_number(v)); }
+};
+
 // One table entry per (section member, field member). The member pointers
 // are template arguments so read/write stay plain function pointers.
 template <auto SectionPtr, auto FieldPtr>

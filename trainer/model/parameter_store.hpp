@@ -3,8 +3,9 @@
 // use so that an owner can move them: FSDP gathers a unit's shards before
 // before_forward/before_backward returns and reduce-scatters its gradients
 // after after_backward; data parallelism starts its gradient buckets there.
-// The model holds no parallelism itself (torchtitan's rule); it only keeps to
-// the call order below, which owners rely on:
+// The model holds no data parallelism itself (torchtitan's rule; tensor
+// parallelism lives in the tp layers it calls, trainer/parallelize/); it only
+// keeps to the call order below, which owners rely on:
 //
 //   begin_forward(backward_follows)
 //   before_forward(embed) ... embedding

@@ -21,7 +21,9 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
                                bool bf16_params) {
   // The plan ShardedParameters allocates from, for the layout it gets (every
   // tp rank's is the same size).
-  return plan_sharded_state(ParameterLayout(m, tp, 0, fsdp), fsdp, stage, bf16_params).bytes();
+  return plan_sharded_state(ParameterLayout(m, tp, 0, fsdp), fsdp, fsdp_stage_of(stage),
+                            bf16_params)
+      .bytes();
 }
 
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,

@@ -136,7 +136,7 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
                   {"seq_len", cfg.train.seq_len}, {"global_batch", cfg.train.global_batch}};
   out["config"] = {{"source", cfg.source},
                    {"micro_batch", cfg.train.micro_batch},
-                   {"fsdp_stage", cfg.parallel.fsdp_stage},
+                   {"fsdp_stage", stage_number(cfg.parallel.fsdp_stage)},
                    {"tp_overlap", cfg.parallel.tp_overlap}};
   out["layouts"] = layouts;
   out["explanation"] = plan.explanation;

@@ -78,9 +78,9 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
       hw.backend == PlanBackend::cuda ? ComputeDType::bf16 : ComputeDType::fp32;
   const bool bf16 = dtype == ComputeDType::bf16;
   p.state = predict_state_bytes(m, l.fsdp, l.tp, stage, bf16);
-  p.activations =
-      predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend,
-                               t.recompute, dtype, keeps_bf16_params(l.fsdp, stage, bf16));
+  p.activations = predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
+                                           hw.backend, t.recompute, dtype,
+                                           keeps_bf16_params(l.fsdp, fsdp_stage_of(stage), bf16));
   p.comm_workspace = predict_comm_workspace_bytes(m, l, t.seq_len, hw.backend);
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   p.fits = static_cast<double>(p.total_bytes()) <= hw.memory_bytes();
@@ -306,7 +306,7 @@ Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& clu
           l.dp = dp;
           l.fsdp = fsdp;
           l.tp = tp;
-          l.stage = fsdp > 1 ? stage : cfg.parallel.fsdp_stage;
+          l.stage = fsdp > 1 ? stage : stage_number(cfg.parallel.fsdp_stage);
           l.micro_batch = mb;
           l.tp_overlap = cfg.parallel.tp_overlap;
           Prediction p = predict(cfg, hw, cluster, l);

@@ -9,7 +9,8 @@
 namespace gt {
 
 ShardedParameters::ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh,
-                                     int fsdp_stage, double bucket_mb, Ops& ops, bool bf16_params)
+                                     FsdpStage fsdp_stage, double bucket_mb, Ops& ops,
+                                     bool bf16_params)
     : layout_(layout),
       geom_(layout, mesh.dims().fsdp, mesh.coord().fsdp),
       ops_(ops),
@@ -20,7 +21,6 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
       dp_rank_(mesh.coord().dp),
       tp_rank_(mesh.coord().tp),
       stage_(fsdp_stage) {
-  GT_CHECK(stage_ >= 1 && stage_ <= 3, "fsdp_stage ", stage_);
   GT_CHECK(bucket_mb > 0, "bucket_mb ", bucket_mb);
   const int64_t T = layout.total();
   const auto& units = layout.units();

@@ -62,7 +62,7 @@ class ShardedParameters final : public ParameterStore {
   // bf16_params: keep the parameters' bf16 copy for bf16 GEMMs
   // (ParameterStore::keeps_bf16_params) where the parameters are whole
   // (fsdp = 1 or stages 1-2); stage 3 gathers units and the model casts.
-  ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh, int fsdp_stage,
+  ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh, FsdpStage fsdp_stage,
                     double bucket_mb, Ops& ops, bool bf16_params = false);
   ~ShardedParameters() override;
   ShardedParameters(const ShardedParameters&) = delete;
@@ -116,7 +116,7 @@ class ShardedParameters final : public ParameterStore {
   void finish_load();
 
   MemoryFigures memory() const;
-  int fsdp_stage() const { return stage_; }
+  FsdpStage fsdp_stage() const { return stage_; }
 
  private:
   struct Slot {       // a unit-sized buffer that holds one unit at a time
@@ -128,8 +128,8 @@ class ShardedParameters final : public ParameterStore {
     Buffer out;      // grads: the reduce-scatter's output (one shard)
   };
 
-  bool full_params() const { return geom_.fsdp() == 1 || stage_ < 3; }
-  bool full_grads() const { return geom_.fsdp() == 1 || stage_ == 1; }
+  bool full_params() const { return geom_.fsdp() == 1 || stage_ != FsdpStage::parameters; }
+  bool full_grads() const { return geom_.fsdp() == 1 || stage_ == FsdpStage::optimizer; }
   bool reduce_now() const;
   int slot_of(int unit) const;
   int next_forward(int unit) const;
@@ -159,7 +159,7 @@ class ShardedParameters final : public ParameterStore {
   Communicator& tp_;
   Communicator& world_;
   int dp_rank_, tp_rank_;
-  int stage_;
+  FsdpStage stage_;
 
   Buffer params_;       // full (T) or shard storage
   // bf16 copy of params_ (full only). Fresh after AdamW wrote it (fsdp = 1)

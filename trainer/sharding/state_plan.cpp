@@ -6,9 +6,9 @@
 
 namespace gt {
 
-ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, int stage,
+ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
                                     bool bf16_params) {
-  GT_CHECK(fsdp >= 1 && stage >= 1 && stage <= 3, "fsdp ", fsdp, " stage ", stage);
+  GT_CHECK(fsdp >= 1, "fsdp ", fsdp);
   const auto& units = layout.units();
   const int64_t T = layout.total();
   int64_t S = 0, block = 0;
@@ -20,8 +20,8 @@ ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, int
   }
   ShardedStatePlan p;
   p.fsdp = fsdp;
-  p.full_params = fsdp == 1 || stage < 3;
-  p.full_grads = fsdp == 1 || stage == 1;
+  p.full_params = fsdp == 1 || stage != FsdpStage::parameters;
+  p.full_grads = fsdp == 1 || stage == FsdpStage::optimizer;
   p.params = p.full_params ? T : S;
   p.params_bf16 = keeps_bf16_params(fsdp, stage, bf16_params) ? T : 0;
   p.grads = p.full_grads ? T : 0;

@@ -49,13 +49,13 @@ struct ShardedStatePlan {
 };
 
 // Keeps a bf16 copy of the parameters: asked for (a bf16 run) and whole.
-inline bool keeps_bf16_params(int fsdp, int stage, bool bf16_params) {
-  return bf16_params && (fsdp == 1 || stage < 3);
+inline bool keeps_bf16_params(int fsdp, FsdpStage stage, bool bf16_params) {
+  return bf16_params && (fsdp == 1 || stage != FsdpStage::parameters);
 }
 
 // The plan for `layout` (built with units padded to fsdp) at this fsdp
-// degree and stage (1..3; ignored at fsdp = 1).
-ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, int stage,
+// degree and stage (ignored at fsdp = 1).
+ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
                                     bool bf16_params);
 
 }  // namespace gt

@@ -18,7 +18,7 @@ void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
   };
   if (p.fsdp > 1)
     spdlog::info("memory per rank (fsdp={}, ZeRO stage {}; unsharded = this tp shard on one rank):",
-                 p.fsdp, p.fsdp_stage);
+                 p.fsdp, stage_number(p.fsdp_stage));
   else
     spdlog::info("memory per rank (no FSDP; unsharded = this tp shard on one rank):");
   line("params", m.params, m.params_unsharded);
