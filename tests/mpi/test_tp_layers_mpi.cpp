@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/core/bf16.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "mpi_test_util.hpp"
 #include "trainer/parallelize/tp_layers.hpp"
@@ -155,6 +156,64 @@ TEST_P(TpLayersMpi, VocabParallelCrossEntropyAgreesOnEveryRankAndMasksThePadding
     if (rank * Vl + c < vocab) continue;
     for (int r = 0; r < kR; ++r) EXPECT_EQ(logits[r * Vl + c], 0.f) << "padding column";
   }
+}
+
+// bf16 storage: the column-parallel layer gathers bf16 rows (two to a 4-byte
+// word) and the row-parallel layer adds its partial sums in fp32 and rounds
+// the total once, so both equal their one-rank results up to the rounding of
+// one bf16 step (the fp32 sums are added in another order).
+TEST_P(TpLayersMpi, Bf16RowsAreGatheredAsBitsAndSummedInFp32) {
+  const int64_t N = 12, Nl = N / p, K = 16, Kl = K / p, Rl = kR / p;
+  const ComputeDType bf16 = ComputeDType::bf16;
+  const LinearPrecision::Sizes weights{0, 0, K * kC};  // the fp32 weights are cast per call
+  auto context = [&](Communicator* comm) {
+    const int size = comm ? comm->size() : 1;
+    return std::make_unique<TpLayerContext>(*ops, TensorParallelGroup{comm, GetParam()}, bf16,
+                                            TpLayerContext::scratch(size, GetParam(), bf16, kR, kC),
+                                            weights);
+  };
+  auto ref_ctx = context(nullptr), tp_ctx = context(world.get());
+  auto to_bf16 = [](const std::vector<float>& x) {
+    std::vector<uint16_t> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = bf16_from_float(x[i]);
+    return out;
+  };
+  auto to_f32 = [](const std::vector<uint16_t>& x) {
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = bf16_to_float(x[i]);
+    return out;
+  };
+  auto bv = [](std::vector<uint16_t>& x, std::initializer_list<int64_t> shape) {
+    return make_view(x.data(), DType::bf16, Device::cpu, shape);
+  };
+
+  // Column: y (R, N/p) from the gathered bf16 rows of X (R, C).
+  auto X = random_vector(kR * kC, 21), W = random_vector(N * kC, 22), b = random_vector(N, 23);
+  auto Xb = to_bf16(X);
+  std::vector<uint16_t> y_ref(kR * N), x(kR * kC, 0), y(kR * Nl);
+  ColumnParallelLinear(*ref_ctx).forward(bv(y_ref, {kR, N}), bv(Xb, {kR, kC}), v(W, {N, kC}),
+                                         v(b, {N}));
+  std::copy(Xb.begin() + rank * Rl * kC, Xb.begin() + (rank + 1) * Rl * kC,
+            x.begin() + rank * Rl * kC);
+  auto w = rows(W, kC, rank * Nl, Nl), bl = rows(b, 1, rank * Nl, Nl);
+  ColumnParallelLinear(*tp_ctx).forward(bv(y, {kR, Nl}), bv(x, {kR, kC}), v(w, {Nl, kC}),
+                                        v(bl, {Nl}));
+  EXPECT_EQ(x, Xb) << "the bf16 rows arrive bit for bit";
+  EXPECT_TRUE(all_close(to_f32(y), cols(to_f32(y_ref), N, rank * Nl, Nl), 1e-2f, 8e-3f))
+      << "within one bf16 rounding of the one-rank result";
+
+  // Row: z (R/p, C) = the fp32 sum of the ranks' partials, rounded once.
+  auto Z = random_vector(kR * K, 24), V = random_vector(kC * K, 25), c = random_vector(kC, 26);
+  auto Zb = to_bf16(Z);
+  std::vector<uint16_t> z_ref(kR * kC), z(Rl * kC);
+  RowParallelLinear(*ref_ctx).forward(bv(z_ref, {kR, kC}), bv(Zb, {kR, K}), v(V, {kC, K}),
+                                      v(c, {kC}));
+  auto zl = to_bf16(cols(to_f32(Zb), K, rank * Kl, Kl));
+  auto vl = cols(V, K, rank * Kl, Kl);
+  RowParallelLinear(*tp_ctx).forward(bv(z, {Rl, kC}), bv(zl, {kR, Kl}), v(vl, {kC, Kl}),
+                                     v(c, {kC}));
+  EXPECT_TRUE(all_close(to_f32(z), rows(to_f32(z_ref), kC, rank * Rl, Rl), 1e-2f, 8e-3f))
+      << "within one bf16 rounding of the one-rank result";
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlap, TpLayersMpi, ::testing::Values(true, false),
