@@ -35,21 +35,10 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   params_ = zeroed(plan.params);
   if (plan.params_bf16 > 0)
     params_bf16_ = ops.allocate(static_cast<size_t>(plan.params_bf16) * dtype_size(DType::bf16));
-  step_stats_ = zeroed(plan.step_stats);
-  // Counted in the norm: each replica by its owner only (owns_replica,
-  // trainer/parallelize/placement.hpp).
-  for (const auto& seg : geom_.owned()) {
-    const int64_t state = geom_.fsdp() == 1 ? seg.flat : seg.storage;
-    append_run(adamw_runs_,
-               {full_params() ? seg.flat : seg.storage, state, seg.size(), seg.spec->decay});
-    // The norm reads only state offsets (param and decay are placeholders).
-    if (owns_replica(seg.spec->split, dp_rank_, tp_rank_))
-      append_run(norm_runs_, {state, state, seg.size(), true});
-  }
   if (plan.grads > 0) grads_ = zeroed(plan.grads);
   if (plan.shard_grads > 0) shard_grads_ = zeroed(plan.shard_grads);
-  m_ = zeroed(plan.moments);
-  v_ = zeroed(plan.moments);
+  optimizer_ = std::make_unique<ShardOptimizer>(ops, world_, geom_, full_params(), plan.moments,
+                                                dp_rank_, tp_rank_);
   for (int i = 0; i < kUnitSlots; ++i) {
     const int64_t size = plan.slot_size[i];
     if (plan.param_slots) param_slots_[static_cast<size_t>(i)].buf = zeroed(size);
@@ -310,57 +299,7 @@ float* ShardedParameters::owned_params(const ParamSegment& s) {
   return full_params() ? params_.f32() + s.flat : params_.f32() + s.storage;
 }
 
-void ShardedParameters::reduce_step_stats(TensorView losses) {
-  const Buffer& grads = geom_.fsdp() == 1 ? grads_ : shard_grads_;
-  const TensorView g = view(grads.f32(), {int64_t(grads.bytes() / sizeof(float))});
-  float* stats = step_stats_.f32();
-  ops_.sum_squares_runs(view(stats, {1}), g, norm_runs_);
-  // Squares of the losses: finite exactly when every loss is (they are far
-  // from overflowing a float), summed like the gradients' squares; none: 0.
-  if (losses.empty())
-    ops_.sum_squares_runs(view(stats + 1, {1}), g, {});
-  else
-    ops_.sum_squares_runs(view(stats + 1, {1}), losses, {{0, 0, losses.numel(), true}});
-  if (world_.size() > 1) world_.all_reduce_sum(stats, 2).wait();
-}
-
-double ShardedParameters::grad_norm() {
-  reduce_step_stats(TensorView{});
-  float sq = 0.f;
-  ops_.download(&sq, view(step_stats_.f32(), {1}));
-  return std::sqrt(static_cast<double>(sq));
-}
-
-void ShardedParameters::clipped_adamw_step(const TrainConfig& tc, double lr, int64_t t,
-                                           TensorView losses) {
-  GT_CHECK(!losses.empty() && losses.ndim == 1 && losses.dtype == DType::f32,
-           "clipped_adamw_step: the step's losses must be a 1-D fp32 view, got ",
-           losses.shape_str());
-  reduce_step_stats(losses);
-  const TensorView scale = view(step_stats_.f32() + 2, {1});
-  ops_.clip_scale(scale, view(step_stats_.f32(), {2}), static_cast<float>(tc.grad_clip));
-  update(tc, lr, 1.f, scale, t);
-}
-
-ShardedParameters::StepOutcome ShardedParameters::step_outcome() {
-  float stats[3];
-  ops_.download(stats, view(step_stats_.f32(), {3}));
-  return {std::sqrt(static_cast<double>(stats[0])), std::isfinite(stats[2])};
-}
-
-void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t) {
-  update(tc, lr, clip, TensorView{}, t);
-}
-
-void ShardedParameters::update(const TrainConfig& tc, double lr, float clip, TensorView scale,
-                               int64_t t) {
-  const Ops::AdamWParams p{static_cast<float>(lr),
-                           static_cast<float>(tc.beta1),
-                           static_cast<float>(tc.beta2),
-                           static_cast<float>(tc.eps),
-                           static_cast<float>(tc.weight_decay),
-                           clip,
-                           t};
+ShardOptimizer::State ShardedParameters::optimizer_state() {
   const Buffer& grads = geom_.fsdp() == 1 ? grads_ : shard_grads_;
   auto flat = [this](const Buffer& b) {
     return view(b.f32(), {static_cast<int64_t>(b.bytes() / sizeof(float))});
@@ -371,9 +310,28 @@ void ShardedParameters::update(const TrainConfig& tc, double lr, float clip, Ten
   const TensorView bf16 =
       copy_here ? make_view(params_bf16_.data(), DType::bf16, ops_.device(), {layout_.total()})
                 : TensorView{};
-  ops_.adamw_update_runs(flat(params_), flat(grads), flat(m_), flat(v_), bf16, scale, adamw_runs_,
-                         p);
-  params_bf16_stale_ = !copy_here;
+  return {flat(params_), flat(grads), bf16};
+}
+
+double ShardedParameters::grad_norm() { return optimizer_->grad_norm(optimizer_state()); }
+
+void ShardedParameters::clipped_adamw_step(const TrainConfig& tc, double lr, int64_t t,
+                                           TensorView losses) {
+  const ShardOptimizer::State state = optimizer_state();
+  optimizer_->clipped_step(state, tc, lr, t, losses);
+  after_update(!state.params_bf16.empty());
+}
+
+ShardedParameters::StepOutcome ShardedParameters::step_outcome() { return optimizer_->outcome(); }
+
+void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t) {
+  const ShardOptimizer::State state = optimizer_state();
+  optimizer_->step(state, tc, lr, clip, t);
+  after_update(!state.params_bf16.empty());
+}
+
+void ShardedParameters::after_update(bool wrote_bf16_copy) {
+  params_bf16_stale_ = !wrote_bf16_copy;
   if (geom_.fsdp() > 1 && full_params()) {  // stage 1/2: everyone gets the updated shards
     std::vector<CommHandle> gathers;
     for (size_t u = 0; u < layout_.units().size(); ++u) {
@@ -425,9 +383,9 @@ std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegmen
                        owned_params(seg) + b.offset});
       if (moments) {
         out.push_back({"adam_m." + seg.spec->name, seg.spec->global_shape, box,
-                       m_.f32() + at + b.offset});
+                       optimizer_->m() + at + b.offset});
         out.push_back({"adam_v." + seg.spec->name, seg.spec->global_shape, box,
-                       v_.f32() + at + b.offset});
+                       optimizer_->v() + at + b.offset});
       }
     }
   }
@@ -480,7 +438,7 @@ MemoryFigures ShardedParameters::memory() const {
   f.grads = bytes(grads_) + bytes(shard_grads_);
   for (const auto& s : param_slots_) f.params += bytes(s.buf);
   for (const auto& s : grad_slots_) f.grads += bytes(s.buf) + bytes(s.out);
-  f.optimizer = bytes(m_) + bytes(v_);
+  f.optimizer = optimizer_->moment_bytes();
   const int64_t T = layout_.total() * static_cast<int64_t>(sizeof(float));
   f.params_unsharded = T;
   f.grads_unsharded = T;

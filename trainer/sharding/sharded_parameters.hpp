@@ -39,6 +39,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_store.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
+#include "trainer/sharding/shard_optimizer.hpp"
 #include "trainer/sharding/state_plan.hpp"
 
 namespace gt {
@@ -96,10 +98,7 @@ class ShardedParameters final : public ParameterStore {
   // finite, and AdamW (step t) reads it there: a non-finite step changes
   // nothing, on every rank alike.
   void clipped_adamw_step(const TrainConfig& tc, double lr, int64_t t, TensorView losses);
-  struct StepOutcome {
-    double grad_norm;  // before clipping (NaN/inf when not finite)
-    bool applied;      // false: the update was skipped (non-finite norm or loss)
-  };
+  using StepOutcome = ShardOptimizer::Outcome;  // grad_norm (before clipping), applied
   // The last clipped_adamw_step's norm and verdict (one read of the device).
   StepOutcome step_outcome();
 
@@ -167,25 +166,17 @@ class ShardedParameters final : public ParameterStore {
   // (loading) marks it stale and begin_forward casts it again.
   Buffer params_bf16_;
   bool params_bf16_stale_ = true;
-  // The optimizer step as runs of owned elements (param, state offsets),
-  // adjacent segments of equal decay merged: one launch per step.
-  std::vector<AdamWRun> adamw_runs_;
-  // The gradient elements this rank counts in the global norm (each element
-  // of the unsharded gradient counted once over the world), as state runs.
-  std::vector<AdamWRun> norm_runs_;
-  // Device scalars of a step: [0] sum of squares, [1] loss check (both
-  // all-reduced over the world), [2] clip factor (NaN: skip).
-  Buffer step_stats_;
-  // Sums this rank's counted squares into step_stats_[0] and the squares of
-  // `losses` (when not empty) into [1] (else 0), then all-reduces both.
-  void reduce_step_stats(TensorView losses);
-  // AdamW over every owned run: the gradient times `clip` and, when not
-  // empty, the device factor `scale` (which may skip the step).
-  void update(const TrainConfig& tc, double lr, float clip, TensorView scale, int64_t t);
+  // The optimizer step over the owned state (the AdamW moments live there).
+  std::unique_ptr<ShardOptimizer> optimizer_;
+  // The owned parameters, gradients and (fsdp = 1, bf16) the bf16 copy
+  // AdamW writes in the same pass, as the optimizer reads them.
+  ShardOptimizer::State optimizer_state();
+  // After AdamW: stages 1-2 all-gather the updated shards; the bf16 copy is
+  // cast again unless AdamW wrote it.
+  void after_update(bool wrote_bf16_copy);
   void refresh_bf16_params();
   Buffer grads_;        // full (T) when full_grads()
   Buffer shard_grads_;  // shard storage (fsdp > 1)
-  Buffer m_, v_;        // owned: T (fsdp = 1) or shard storage
   std::array<Slot, kUnitSlots> param_slots_, grad_slots_;  // embed, head, block even, block odd
   std::vector<CommHandle> unit_rs_;    // stage 1: reduce-scatter into shard_grads_
   std::vector<CommHandle> unit_dp_;    // fsdp > 1, dp > 1: all-reduce of a shard

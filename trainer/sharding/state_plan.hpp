@@ -43,7 +43,7 @@ struct ShardedStatePlan {
   // gradient slots (each with a slot_size / fsdp output) at stages 2 and 3.
   int64_t slot_size[kUnitSlots] = {};
   bool param_slots = false, grad_slots = false;
-  int64_t step_stats = 3;  // floats: the grad norm's sums and the step's verdict
+  int64_t step_stats = 3;  // floats: ShardOptimizer's step scalars (norm, loss check, factor)
 
   StateBytes bytes() const;
 };
