@@ -29,14 +29,8 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
                                      PlanBackend backend) {
   if (backend != PlanBackend::cpu) return 0;
-  const ParameterLayout layout(m, l.tp, 0, l.fsdp);
-  const auto& units = layout.units();
-  int64_t S = 0, block = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
-    S += units[u].size() / l.fsdp;
-    if (u > 0 && u + 1 < units.size()) block = std::max(block, units[u].size());
-  }
-  const int64_t T = layout.total(), embed = units.front().size(), head = units.back().size();
+  const UnitSizes z = unit_sizes(ParameterLayout(m, l.tp, 0, l.fsdp), l.fsdp);
+  const int64_t T = z.total, S = z.shard_total, embed = z.embed, head = z.head, block = z.block;
   int64_t floats = 0;
   if (l.fsdp == 1) {
     if (l.dp > 1) floats += T;

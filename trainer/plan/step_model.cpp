@@ -37,14 +37,7 @@ double model_flops_per_step(const ModelConfig& m, const TrainConfig& t) {
 }
 
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp) {
-  const ParameterLayout layout(m, tp, 0, fsdp);
-  UnitSizes u;
-  const auto& units = layout.units();
-  u.embed = units.front().size();
-  u.head = units.back().size();
-  u.block = units.size() > 2 ? units[1].size() : 0;
-  u.total = layout.total();
-  return u;
+  return unit_sizes(ParameterLayout(m, tp, 0, fsdp), fsdp);
 }
 
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,

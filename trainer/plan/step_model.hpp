@@ -62,10 +62,8 @@ struct CommBytes {          // bytes one rank sends per optimizer step
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                               PlanBackend backend);
 
-// Unit sizes (floats) of one tp rank, padded as ParameterLayout pads them.
-struct UnitSizes {
-  int64_t embed = 0, block = 0, head = 0, total = 0;
-};
+// Unit sizes (floats) of one tp rank, padded as ParameterLayout pads them
+// (the sharded state's own: trainer/sharding/state_plan.hpp).
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp);
 
 }  // namespace gt

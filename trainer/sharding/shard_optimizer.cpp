@@ -84,11 +84,8 @@ void ShardOptimizer::update(const State& s, const TrainConfig& tc, double lr, fl
                            static_cast<float>(tc.weight_decay),
                            clip,
                            t};
-  auto flat = [this](const Buffer& b) {
-    return view(b.f32(), {static_cast<int64_t>(b.bytes() / sizeof(float))});
-  };
-  ops_.adamw_update_runs(s.params, s.grads, flat(m_), flat(v_), s.params_bf16, scale, adamw_runs_,
-                         p);
+  ops_.adamw_update_runs(s.params, s.grads, m_.f32_view({m_.floats()}), v_.f32_view({v_.floats()}),
+                         s.params_bf16, scale, adamw_runs_, p);
 }
 
 }  // namespace gt

@@ -20,14 +20,13 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
       world_(mesh.world()),
       dp_rank_(mesh.coord().dp),
       tp_rank_(mesh.coord().tp),
-      stage_(fsdp_stage) {
+      stage_(fsdp_stage),
+      plan_(plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params)) {
   GT_CHECK(bucket_mb > 0, "bucket_mb ", bucket_mb);
   const int64_t T = layout.total();
   const auto& units = layout.units();
   // Every buffer as the state plan sizes it (the planner sums the same plan).
-  const ShardedStatePlan plan = plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params);
-  GT_CHECK(plan.full_params == full_params() && plan.full_grads == full_grads(),
-           "the state plan and the store disagree on what is whole");
+  const ShardedStatePlan& plan = plan_;
   // Ops::allocate zero-fills: padding elements stay zero (never written by an op).
   auto zeroed = [&ops](int64_t n) {
     return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
@@ -292,25 +291,19 @@ void ShardedParameters::finish_gradients() {
 
 // ---- Norm and optimizer -----------------------------------------------------------
 
-float* ShardedParameters::owned_grads(const ParamSegment& s) {
-  return geom_.fsdp() == 1 ? grads_.f32() + s.flat : shard_grads_.f32() + s.storage;
-}
 float* ShardedParameters::owned_params(const ParamSegment& s) {
   return full_params() ? params_.f32() + s.flat : params_.f32() + s.storage;
 }
 
 ShardOptimizer::State ShardedParameters::optimizer_state() {
   const Buffer& grads = geom_.fsdp() == 1 ? grads_ : shard_grads_;
-  auto flat = [this](const Buffer& b) {
-    return view(b.f32(), {static_cast<int64_t>(b.bytes() / sizeof(float))});
-  };
   // fsdp = 1: the runs cover the whole parameters, so AdamW writes the bf16
   // copy too. Stages 1-2 update a shard and gather: the copy is cast after.
   const bool copy_here = keeps_bf16_params() && geom_.fsdp() == 1;
   const TensorView bf16 =
       copy_here ? make_view(params_bf16_.data(), DType::bf16, ops_.device(), {layout_.total()})
                 : TensorView{};
-  return {flat(params_), flat(grads), bf16};
+  return {params_.f32_view({params_.floats()}), grads.f32_view({grads.floats()}), bf16};
 }
 
 double ShardedParameters::grad_norm() { return optimizer_->grad_norm(optimizer_state()); }

@@ -127,8 +127,8 @@ class ShardedParameters final : public ParameterStore {
     Buffer out;      // grads: the reduce-scatter's output (one shard)
   };
 
-  bool full_params() const { return geom_.fsdp() == 1 || stage_ != FsdpStage::parameters; }
-  bool full_grads() const { return geom_.fsdp() == 1 || stage_ == FsdpStage::optimizer; }
+  bool full_params() const { return plan_.full_params; }
+  bool full_grads() const { return plan_.full_grads; }
   bool reduce_now() const;
   int slot_of(int unit) const;
   int next_forward(int unit) const;
@@ -140,7 +140,6 @@ class ShardedParameters final : public ParameterStore {
   void sum_tp_partial(int unit);
   void start_ready_buckets();
   void progress();
-  float* owned_grads(const ParamSegment& s);
   float* owned_params(const ParamSegment& s);
   std::vector<TensorPiece> pieces(const std::vector<ParamSegment>& segs, bool params,
                                   bool moments, bool dedup);
@@ -159,6 +158,7 @@ class ShardedParameters final : public ParameterStore {
   Communicator& world_;
   int dp_rank_, tp_rank_;
   FsdpStage stage_;
+  ShardedStatePlan plan_;  // every buffer's size; the planner sums the same plan
 
   Buffer params_;       // full (T) or shard storage
   // bf16 copy of params_ (full only). Fresh after AdamW wrote it (fsdp = 1)

@@ -6,18 +6,26 @@
 
 namespace gt {
 
-ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
-                                    bool bf16_params) {
+UnitSizes unit_sizes(const ParameterLayout& layout, int fsdp) {
   GT_CHECK(fsdp >= 1, "fsdp ", fsdp);
   const auto& units = layout.units();
-  const int64_t T = layout.total();
-  int64_t S = 0, block = 0;
+  UnitSizes z;
+  z.total = layout.total();
+  z.embed = units.front().size();
+  z.head = units.back().size();
   for (size_t u = 0; u < units.size(); ++u) {
     GT_CHECK(units[u].size() % fsdp == 0, "unit ", units[u].name, " of ", units[u].size(),
              " floats does not split into fsdp=", fsdp, " shards");
-    S += units[u].size() / fsdp;
-    if (u > 0 && u + 1 < units.size()) block = std::max(block, units[u].size());
+    z.shard_total += units[u].size() / fsdp;
+    if (u > 0 && u + 1 < units.size()) z.block = std::max(z.block, units[u].size());
   }
+  return z;
+}
+
+ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
+                                    bool bf16_params) {
+  const UnitSizes z = unit_sizes(layout, fsdp);
+  const int64_t T = z.total, S = z.shard_total;
   ShardedStatePlan p;
   p.fsdp = fsdp;
   p.full_params = fsdp == 1 || stage != FsdpStage::parameters;
@@ -30,9 +38,9 @@ ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, Fsd
   p.param_slots = !p.full_params;
   p.grad_slots = !p.full_grads;
   if (p.param_slots || p.grad_slots) {
-    p.slot_size[kEmbedSlot] = units.front().size();
-    p.slot_size[kHeadSlot] = units.back().size();
-    p.slot_size[kBlockSlot] = p.slot_size[kBlockSlot + 1] = block;
+    p.slot_size[kEmbedSlot] = z.embed;
+    p.slot_size[kHeadSlot] = z.head;
+    p.slot_size[kBlockSlot] = p.slot_size[kBlockSlot + 1] = z.block;
   }
   return p;
 }

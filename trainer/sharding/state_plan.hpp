@@ -26,6 +26,14 @@ struct StateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
+// The sizes (floats) of a layout's units that the sharded state is cut
+// from: T, S = sum over units of unit / fsdp, the embedding, the head and
+// the largest block.
+struct UnitSizes {
+  int64_t total = 0, shard_total = 0, embed = 0, head = 0, block = 0;
+};
+UnitSizes unit_sizes(const ParameterLayout& layout, int fsdp);
+
 // The four unit-sized slots of stages 2/3: the embedding, the head and two
 // blocks (one in use, one being gathered or reduced).
 enum UnitSlot { kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2, kUnitSlots = 4 };
@@ -43,7 +51,6 @@ struct ShardedStatePlan {
   // gradient slots (each with a slot_size / fsdp output) at stages 2 and 3.
   int64_t slot_size[kUnitSlots] = {};
   bool param_slots = false, grad_slots = false;
-  int64_t step_stats = 3;  // floats: ShardOptimizer's step scalars (norm, loss check, factor)
 
   StateBytes bytes() const;
 };
