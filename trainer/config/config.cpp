@@ -292,9 +292,14 @@ bool uses_tensor_core_attention(const Config& c) {
   return tensor_core_attention_supported(c.model.n_embd / c.model.n_head);
 }
 
-FsdpStage fsdp_stage_of(int n) {
-  if (n < 1 || n > 3) fail("parallel.fsdp_stage: expected one of 1|2|3, got ", n);
+std::optional<FsdpStage> fsdp_stage_numbered(int n) {
+  if (n < 1 || n > 3) return std::nullopt;
   return static_cast<FsdpStage>(n);
+}
+
+FsdpStage fsdp_stage_of(int n) {
+  if (const auto stage = fsdp_stage_numbered(n)) return *stage;
+  fail("parallel.fsdp_stage: expected one of 1|2|3, got ", n);
 }
 
 const char* to_string(Recompute r) {

@@ -37,8 +37,10 @@ enum class Recompute { none, mlp, block };
 enum class FsdpStage { optimizer = 1, gradients = 2, parameters = 3 };
 // 1, 2 or 3: the stage's number, as written in configs and logs.
 inline int stage_number(FsdpStage s) { return static_cast<int>(s); }
-// The stage numbered n (1..3); throws gt::Error naming parallel.fsdp_stage
-// otherwise.
+// The stage numbered n, or nothing when n is not 1, 2 or 3: the one rule the
+// config's codec, the planner's layouts and fsdp_stage_of ask.
+std::optional<FsdpStage> fsdp_stage_numbered(int n);
+// The same, throwing gt::Error naming parallel.fsdp_stage when there is none.
 FsdpStage fsdp_stage_of(int n);
 
 // The vocabulary is stored padded to a multiple of this many rows (wte, the

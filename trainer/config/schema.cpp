@@ -245,8 +245,8 @@ template <>
 struct Codec<FsdpStage> {
   static FsdpStage read(const YAML::Node& n, const std::string& w, const std::string& k) {
     const int v = Codec<int>::read(n, w, k);
-    if (v < 1 || v > 3) fail(k, " (", w, "): expected one of 1|2|3, got ", v);
-    return fsdp_stage_of(v);
+    if (const auto stage = fsdp_stage_numbered(v)) return *stage;
+    fail(k, " (", w, "): expected one of 1|2|3, got ", v);
   }
   static std::string write(FsdpStage v) { return std::to_string(stage_number(v)); }
 };

@@ -29,7 +29,6 @@ void ParameterLayout::add(const PlacedParameter& p) {
   ParamSpec s;
   s.name = p.name;
   s.global_shape = p.shape;
-  s.role = p.placement.role;
   s.split = tp_ > 1 ? p.placement.split() : TpSplit::replicated;
   std::vector<int64_t> shape = p.shape;
   if (s.split == TpSplit::rows) shape[0] /= tp_;

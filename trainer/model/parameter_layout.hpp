@@ -41,7 +41,6 @@ struct ParamSpec {
   bool hf_transposed = false;         // HF Conv1D layout is shape reversed
   int layer = -1;                     // block index, -1 outside the blocks
   int unit = 0;                       // index into ParameterLayout::units()
-  TpRole role = TpRole::sequence_replicated;  // from the placement table
   TpSplit split = TpSplit::replicated;        // as cut at this layout's tp (replicated at 1)
   int parts = 1;                      // rows split: independent equal groups (q|k|v = 3)
   bool tp_partial_grad = false;       // gradient must be summed over the tp ranks

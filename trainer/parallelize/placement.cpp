@@ -2,34 +2,6 @@
 
 namespace gt {
 
-const char* tp_split_name(TpSplit s) {
-  switch (s) {
-    case TpSplit::replicated:
-      return "replicated";
-    case TpSplit::rows:
-      return "rows";
-    case TpSplit::cols:
-      return "cols";
-  }
-  return "?";
-}
-
-const char* tp_role_name(TpRole r) {
-  switch (r) {
-    case TpRole::sequence_replicated:
-      return "sequence-replicated";
-    case TpRole::gathered_replicated:
-      return "gathered-replicated";
-    case TpRole::column:
-      return "column";
-    case TpRole::row:
-      return "row";
-    case TpRole::vocab:
-      return "vocab";
-  }
-  return "?";
-}
-
 TpSplit Placement::split() const {
   switch (role) {
     case TpRole::column:

@@ -16,7 +16,6 @@ namespace gt {
 
 // How a parameter's storage is cut across tp ranks.
 enum class TpSplit { replicated, rows, cols };
-const char* tp_split_name(TpSplit s);
 
 // The part a parameter plays under tensor parallelism (Megatron-LM with
 // sequence parallelism). Its split and whether its gradient is a partial sum
@@ -38,7 +37,6 @@ enum class TpRole {
   // rows split; the vocabulary is padded so that tp divides it.
   vocab,
 };
-const char* tp_role_name(TpRole r);
 
 enum class Decay { no, yes };  // AdamW's decoupled weight decay
 // Initial values (HF's _init_weights): zeros, ones, N(0, 0.02), and the

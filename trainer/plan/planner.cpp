@@ -52,7 +52,7 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
        << l.micro_batch * l.dp * l.fsdp;
   else if ((static_cast<int64_t>(l.micro_batch) * t.seq_len) % l.tp)
     os << "micro_batch x seq_len is not a multiple of tp=" << l.tp;
-  else if (l.fsdp > 1 && (l.stage < 1 || l.stage > 3))
+  else if (l.fsdp > 1 && !fsdp_stage_numbered(l.stage))
     os << "fsdp_stage=" << l.stage << " is not 1, 2 or 3";
   return os.str();
 }
