@@ -67,10 +67,13 @@
 //     and op(B) to TF32 (10-bit mantissa, round to nearest, ties to even)
 //     before multiplying; C, bias, aux and the BGRAD sums use the unrounded
 //     values. Checked by Tf32RoundsEachInputToNearestEven.
-// 12. EPILOGUE_AUX_LD must be >= m and a multiple of 8, checked by the
-//     heuristic and by cublasLtMatmul, refused with INVALID_VALUE (the library
-//     may use another status; callers must treat any refusal as "unsupported").
-//     Checked by AuxLeadingDimensionMustBeAMultipleOf8.
+// 12. EPILOGUE_AUX_LD must be >= m, checked by the heuristic and by
+//     cublasLtMatmul, refused with INVALID_VALUE. Not a multiple of 8: the
+//     header asks for one for the _BIAS/_BGRAD forms, but cuBLASLt 13.0 on an
+//     H200 took 12 for GELU_AUX, GELU_AUX_BIAS and DGELU (gpu_check,
+//     2026-12-04); GemmContext keeps to the header's rule on its own.
+//     Checked by AuxLeadingDimensionOfAMultipleOf8IsAccepted, which prints
+//     each aux epilogue's verdict on a stride of 12.
 // 13. Alignment: an algorithm from the heuristic may rely on A, B, C and D
 //     being aligned to the preference's MIN_ALIGNMENT_*_BYTES (default 256), and
 //     on the bias and aux pointers being at least as aligned as the ones in the

@@ -131,11 +131,10 @@ cublasStatus_t validate(const std::string& api, const MatmulDesc& d, const Layou
       return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
                     "epilogue " + std::to_string(e) +
                         " needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
-    if (d.aux_ld < m || d.aux_ld % 8 != 0)
+    if (d.aux_ld < m)
       return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
                     "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = " + std::to_string(d.aux_ld) +
-                        " must be >= the rows of D (" + std::to_string(m) +
-                        ") and divisible by 8");
+                        " must be >= the rows of D (" + std::to_string(m) + ")");
     if (d.aux_type != -1) {
       if (!emulated_type(d.aux_type))
         return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "aux type " + type_name(d.aux_type));

@@ -17,11 +17,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.hpp"
@@ -1005,9 +1007,13 @@ TEST(CudaMatmul, MisalignedOperandsGetTheirOwnPlans) {
   }
 }
 
-// Assumption 12: cuBLASLt refuses a GELU aux leading dimension that is not a
-// multiple of 8 (at the heuristic or at the call), and accepts one that is.
-TEST(CudaMatmul, AuxLeadingDimensionMustBeAMultipleOf8) {
+// Assumption 12: cuBLASLt takes any GELU aux leading dimension that covers
+// the rows. The header asks for a multiple of 8 in the _BIAS/_BGRAD forms, and
+// GemmContext keeps to that itself (it refuses other strides before calling
+// the library); cuBLASLt 13.0 on an H200 also took 12 for GELU_AUX,
+// GELU_AUX_BIAS and DGELU (gpu_check, 2026-12-04), as the emulator now does.
+// Each aux epilogue's verdict on both strides is printed.
+TEST(CudaMatmul, AuxLeadingDimensionOfAMultipleOf8IsAccepted) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (epilogues_refused_on_purpose()) GTEST_SKIP() << "fused epilogues refused on purpose";
   gt::cuda::CudaStream stream;
@@ -1015,24 +1021,35 @@ TEST(CudaMatmul, AuxLeadingDimensionMustBeAMultipleOf8) {
   const cudaStream_t s = stream.get();
   const int64_t m = 7, n = 5, k = 3;
   DeviceArray<float> d_a(random_vector(m * k, 95), s), d_b(random_vector(k * n, 96), s),
-      d_d(m * n, s), d_aux(16 * n, s);
-  for (int64_t ld_aux : {16, 12}) {
-    SCOPED_TRACE("aux ld " + std::to_string(ld_aux));
-    RawLtGemm raw(m, n, k, CUBLASLT_EPILOGUE_GELU_AUX);
-    raw.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(d_aux.get()));
-    raw.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ld_aux);
-    cublasLtMatmulAlgo_t algo;
-    const bool found = raw.heuristic(handle.get(), &algo);
-    if (ld_aux % 8 == 0) {
-      if (!found) GTEST_SKIP() << "no GELU_AUX algorithm for this shape at all";
-      EXPECT_EQ(raw.run(handle.get(), &algo, 1.f, d_a.get(), d_b.get(), d_d.get(), s),
-                CUBLAS_STATUS_SUCCESS);
-    } else if (found) {
-      EXPECT_NE(raw.run(handle.get(), &algo, 1.f, d_a.get(), d_b.get(), d_d.get(), s),
-                CUBLAS_STATUS_SUCCESS)
-          << "an aux leading dimension of 12 was accepted";
+      d_d(m * n, s), d_aux(16 * n, s), d_bias(m, s);
+  const std::pair<uint32_t, const char*> epilogues[] = {
+      {CUBLASLT_EPILOGUE_GELU_AUX, "GELU_AUX"},
+      {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS"},
+      {CUBLASLT_EPILOGUE_DGELU, "DGELU"},
+      {CUBLASLT_EPILOGUE_DGELU_BGRAD, "DGELU_BGRAD"}};
+  int accepted_aligned = 0;
+  for (const auto& [epilogue, name] : epilogues)
+    for (int64_t ld_aux : {16, 12}) {
+      SCOPED_TRACE(std::string(name) + " aux ld " + std::to_string(ld_aux));
+      RawLtGemm raw(m, n, k, epilogue);
+      raw.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(d_aux.get()));
+      raw.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ld_aux);
+      if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)
+        raw.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(d_bias.get()));
+      cublasLtMatmulAlgo_t algo;
+      const bool found = raw.heuristic(handle.get(), &algo);
+      const bool ran = found && raw.run(handle.get(), &algo, 1.f, d_a.get(), d_b.get(), d_d.get(),
+                                        s) == CUBLAS_STATUS_SUCCESS;
+      std::printf("[   info   ] %s with aux ld %lld: %s\n", name, static_cast<long long>(ld_aux),
+                  ran     ? "accepted"
+                  : found ? "refused at the call"
+                          : "refused by the heuristic");
+      // An epilogue with no algorithm at all for this shape is assumption
+      // 14's business; one that has one must take the stride.
+      EXPECT_TRUE(ran || !found) << name << " found an algorithm and refused the stride";
+      if (ld_aux % 8 == 0) accepted_aligned += ran;
     }
-  }
+  EXPECT_GT(accepted_aligned, 0) << "no aux epilogue ran with an aligned stride";
   stream.synchronize();
 }
 

@@ -5,6 +5,9 @@
 // host-access discipline everywhere).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -54,39 +57,77 @@ TEST(CudaTraining, OddShapesMatchTheCpuBackend) {
   expect_traces_close(test::train_steps(cuda, 2, m, 3, 37), test::train_steps(*cpu, 2, m, 3, 37));
 }
 
-// The attention key bias has an exactly zero gradient (a constant added to
-// every key shifts each softmax row and changes nothing), so what reaches it
-// is rounding noise (|m| ~ 1e-8) whose sign differs between backends, and
-// AdamW turns any nonzero noise into a step of about lr: its trajectory is
-// not determined by the math and is only bounded (at most lr per step from
-// the same start). Every other value must agree to bf16 accuracy.
+// What bf16 can promise. AdamW's first step moves a weight by about
+// lr * sign(g), so wherever a gradient is rounding noise its step is decided
+// by the noise: the attention key bias (its gradient is exactly zero: a
+// constant added to every key changes no softmax row), and in bf16 any element
+// whose gradient is smaller than the backends' rounding difference. A GPU and
+// a CPU that sum in different orders then disagree there by up to 2 lr, both
+// correct (seen on an H200: 1-2 weights of 1024 in c_fc, c_proj and c_attn
+// after 3 steps). Hence, after one step, where the first moment
+// m = (1 - beta1) g tells which gradients are noise:
+//   - the gradients (m) agree to bf16 accuracy relative to their tensor's
+//     scale, which is what the kernels compute;
+//   - a weight leaves bf16 accuracy only where |m| is below the noise floor
+//     (kNoiseFloor of its tensor's largest |m|), and by at most 2 lr;
+// and over three steps the losses agree to bf16 accuracy and no weight is
+// further than AdamW's bound (2 lr per step) from the CPU's.
 TEST(CudaTraining, Bf16StepsMatchTheCpuBackendsBf16To1e2) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   auto cpu = make_cpu_ops(1);
   CudaOps cuda;
   const auto m = test::tiny_gpt();
-  constexpr int kSteps = 3;
-  constexpr float kLr = 1e-2f;  // test::train_steps' learning rate
-  const test::StepTrace got = test::train_steps(cuda, kSteps, m, 2, 8, ComputeDType::bf16);
-  const test::StepTrace want = test::train_steps(*cpu, kSteps, m, 2, 8, ComputeDType::bf16);
-  EXPECT_TRUE(test::all_close(got.losses, want.losses, 1e-2f, 1e-2f));
+  constexpr float kLr = 1e-2f;         // test::train_steps' learning rate
+  constexpr float kMomentTol = 2e-2f;  // of the tensor's largest |m|
+  constexpr float kNoiseFloor = 2e-2f;
+  auto run = [&](Ops& ops, int steps) {
+    return test::train_steps(ops, steps, m, 2, 8, ComputeDType::bf16);
+  };
+  const test::StepTrace got = run(cuda, 1), want = run(*cpu, 1);
   ASSERT_EQ(got.piece_names, want.piece_names);
-  const size_t C = static_cast<size_t>(m.n_embd);
-  int key_biases = 0;
+  auto index_of = [&](const std::string& name) {
+    const auto it = std::find(want.piece_names.begin(), want.piece_names.end(), name);
+    EXPECT_NE(it, want.piece_names.end()) << name;
+    return static_cast<size_t>(it - want.piece_names.begin());
+  };
+  int params = 0;
   for (size_t i = 0; i < want.pieces.size(); ++i) {
     const std::string& name = want.piece_names[i];
-    std::vector<float> g = got.pieces[i], w = want.pieces[i];
-    if (name.rfind("param.", 0) == 0 && name.find(".attn.c_attn.bias") != std::string::npos) {
-      ASSERT_EQ(w.size(), 3 * C) << name;  // [q | k | v]
-      for (size_t j = C; j < 2 * C; ++j)
-        EXPECT_LE(std::abs(g[j] - w[j]), 2 * kSteps * kLr * 1.01f) << name << " key " << j - C;
-      g.erase(g.begin() + static_cast<long>(C), g.begin() + static_cast<long>(2 * C));
-      w.erase(w.begin() + static_cast<long>(C), w.begin() + static_cast<long>(2 * C));
-      ++key_biases;
+    if (name.rfind("param.", 0) != 0) continue;
+    ++params;
+    const size_t mi = index_of("adam_m." + name.substr(6));
+    const std::vector<float>&mg = got.pieces[mi], &mw = want.pieces[mi];
+    float scale = 0.f, worst_m = 0.f;
+    for (size_t j = 0; j < mw.size(); ++j) {
+      scale = std::max(scale, std::abs(mw[j]));
+      worst_m = std::max(worst_m, std::abs(mg[j] - mw[j]));
     }
-    EXPECT_TRUE(test::all_close(g, w, 1e-2f, 1e-2f)) << name;
+    EXPECT_LE(worst_m, kMomentTol * scale) << name << ": gradients differ beyond bf16 accuracy";
+    const std::vector<float>&g = got.pieces[i], &w = want.pieces[i];
+    int noise = 0;
+    for (size_t j = 0; j < w.size(); ++j) {
+      const float diff = std::abs(g[j] - w[j]);
+      if (diff <= 1e-2f + 1e-2f * std::abs(w[j])) continue;
+      const bool is_noise = std::abs(mw[j]) <= kNoiseFloor * scale;
+      noise += is_noise;
+      EXPECT_TRUE(is_noise) << name << "[" << j << "]: got " << g[j] << ", want " << w[j]
+                            << ", and its gradient is not noise: m " << mw[j] << " (GPU " << mg[j]
+                            << "), largest |m| " << scale;
+      EXPECT_LE(diff, 2 * kLr * 1.01f) << name << "[" << j << "]";
+    }
+    if (noise > 0)
+      std::printf("[   info   ] %s: %d weight(s) whose gradient is noise took the other sign\n",
+                  name.c_str(), noise);
   }
-  EXPECT_EQ(key_biases, m.n_layer);
+  EXPECT_EQ(params, 2 + 12 * m.n_layer + 2);  // wte, wpe, 12 per block, ln_f
+
+  constexpr int kSteps = 3;
+  const test::StepTrace got3 = run(cuda, kSteps), want3 = run(*cpu, kSteps);
+  EXPECT_TRUE(test::all_close(got3.losses, want3.losses, 1e-2f, 1e-2f));
+  for (size_t i = 0; i < want3.pieces.size(); ++i)
+    if (want3.piece_names[i].rfind("param.", 0) == 0)
+      EXPECT_TRUE(test::all_close(got3.pieces[i], want3.pieces[i], 2 * kSteps * kLr * 1.01f, 0.f))
+          << want3.piece_names[i];
 }
 
 // The planner's CUDA memory branch is what CudaOps allocates: GPT on the
