@@ -99,6 +99,22 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
   *reinterpret_cast<Pack<T>*>(p) = x;
 }
 
+// Quad<T>: four consecutive T as one access (16 bytes of fp32, 8 of bf16), for
+// kernels whose lanes own the same four columns whatever the row's type. The
+// address must be aligned to the Quad's size.
+template <typename T>
+struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+template <typename T>
+__device__ __forceinline__ Quad<T> load_quad(const T* p) {
+  return *reinterpret_cast<const Quad<T>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void store_quad(T* p, const Quad<T>& x) {
+  *reinterpret_cast<Quad<T>*>(p) = x;
+}
+
 __host__ __device__ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }

@@ -3,11 +3,13 @@
 // Forward: one warp per row, three passes over the row (mean, centred
 // variance, write); the row stays in L1/L2 between passes.
 // Backward, one pass over dout and inp, then a small reduction:
-//   1. backward: a block per chunk of rows, a warp per row: the row's input
+//   1. backward: a block of up to 8 warps per chunk of rows (about 512
+//      chunks: one wave of ~4 blocks per SM), a warp per row: the row's input
 //      gradient (+=) and its dweight/dbias terms added into the warp's own
 //      shared-memory accumulators (each lane owns its columns: no races);
 //      the block then sums its warps in order -> scratch[chunk][c]
-//   2. param_reduce: one thread per column sums the chunks in order, +=
+//   2. param_reduce: 32 columns per block, 32 lanes each summing every 32nd
+//      chunk, then the lanes in order (deterministic), +=
 // A row's dout is read before its dinp is written, by the same lane, so a
 // caller may alias dinp with dout. When 2 x 4 x C floats of shared memory do
 // not fit (C > ~7000) the three-kernel form runs instead: param_partials
@@ -133,16 +135,18 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 }
 
 // ---- backward -----------------------------------------------------------------
-constexpr int kColTile = 32;   // columns per partials block (one warp wide)
-constexpr int kRowLanes = 8;   // row lanes per partials block
-constexpr int kMaxChunks = 1024;
-constexpr int kMinRowsPerChunk = 64;
+constexpr int kColTile = 32;  // columns per partials block (one warp wide)
+constexpr int kRowLanes = 8;  // row lanes per partials block
+// About 4 blocks per SM on an H200's 132 SMs: the whole grid is one wave, and
+// each warp has a few rows, so the per-chunk partials stay small.
+constexpr int kTargetChunks = 512;
+constexpr int kMinRowsPerChunk = 8;
 
 struct Chunking {
   int64_t rows_per_chunk, n_chunks;
 };
 Chunking chunking(int64_t R) {
-  int64_t rpc = std::max<int64_t>(kMinRowsPerChunk, (R + kMaxChunks - 1) / kMaxChunks);
+  const int64_t rpc = std::max<int64_t>(kMinRowsPerChunk, (R + kTargetChunks - 1) / kTargetChunks);
   return {rpc, std::max<int64_t>(1, (R + rpc - 1) / rpc)};
 }
 
@@ -181,91 +185,120 @@ __global__ void layernorm_param_partials_kernel(float* scratch, const G* dout, c
   }
 }
 
-__global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* scratch,
-                                              int C, int64_t n_chunks) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+// dweight[c] += sum over chunks of scratch: 32 columns per block, kReduceLanes
+// lanes each summing every kReduceLanes-th chunk, then the lanes in order
+// (deterministic). One thread per column would leave the chunks' loads in a
+// single dependent chain on three blocks.
+constexpr int kReduceLanes = 32;
+__global__ void __launch_bounds__(kColTile* kReduceLanes)
+    layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* scratch, int C,
+                                  int64_t n_chunks) {
+  __shared__ float s_w[kReduceLanes][kColTile + 1];
+  __shared__ float s_b[kReduceLanes][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
   float sw = 0.f, sb = 0.f;
-  for (int64_t k = 0; k < n_chunks; ++k) {  // fixed order: deterministic
-    sw += scratch[k * C + c];
-    sb += scratch[(n_chunks + k) * C + c];
-  }
-  dweight[c] += sw;
-  dbias[c] += sb;
-}
-
-// Calls f(value, i) for this lane's elements of a row in the fp32 pack order
-// (vec: 4-element packs; else one at a time) whatever the row's type, so a
-// lane owns the same columns for fp32 and bf16 rows.
-template <typename G, typename F>
-__device__ __forceinline__ void for_lane_f32_order(const G* row, int C, bool vec, int lane, F&& f) {
-  if constexpr (std::is_same_v<G, float>) {
-    for_lane(row, C, vec, lane, f);
-  } else {
-    constexpr int N = dev::Pack<float>::N;
-    if (vec) {
-      for (int i = lane * N; i < C; i += dev::kWarpSize * N)
-#pragma unroll
-        for (int k = 0; k < N; ++k) f(dev::to_float(row[i + k]), i + k);
-    } else {
-      for (int i = lane; i < C; i += dev::kWarpSize) f(dev::to_float(row[i]), i);
+  if (c < C) {
+#pragma unroll 4
+    for (int64_t k = threadIdx.y; k < n_chunks; k += kReduceLanes) {
+      sw += scratch[k * C + c];
+      sb += scratch[(n_chunks + k) * C + c];
     }
   }
+  s_w[threadIdx.y][threadIdx.x] = sw;
+  s_b[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float tw = 0.f, tb = 0.f;
+    for (int k = 0; k < kReduceLanes; ++k) {  // fixed order: deterministic
+      tw += s_w[k][threadIdx.x];
+      tb += s_b[k][threadIdx.x];
+    }
+    dweight[c] += tw;
+    dbias[c] += tb;
+  }
 }
 
-// Four elements of a row from column i as fp32 (one 16-byte load when fp32).
+// Four consecutive elements of a row from column i as fp32, in one access:
+// 16 bytes of fp32, 8 of bf16 (the launcher checked the alignment).
 template <typename T>
 __device__ __forceinline__ void load4(float (&v)[4], const T* row, int i) {
-  if constexpr (std::is_same_v<T, float>) {
-    const dev::Pack<float> p = dev::load_pack(row + i);
+  const dev::Quad<T> q = dev::load_quad(row + i);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = p.v[k];
-  } else {  // bf16: 4 elements are 8 bytes, loaded as they come
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = dev::to_float(row[i + k]);
-  }
+  for (int k = 0; k < 4; ++k) v[k] = dev::to_float(q.v[k]);
 }
 
 // One warp's two passes over a row of C:
 //   dx += (w*g - mean(w*g) - xhat * mean(w*g*xhat)) * rstd,  xhat = (x - m) * rstd.
-// visit(g, xhat, i) sees each of this lane's elements in the first pass (the
-// fused backward adds its dweight/dbias terms there); a lane sees the same
-// columns in every row. The second pass reads g[i] before writing dx[i] in
-// the same lane, so dx may alias g (fp32 g). dx16, unless null, gets the
-// updated dx rounded to bf16 (8-byte stores of 4 when vec).
-template <typename X, typename G, typename F>
+// With dw_acc/db_acc (the fused backward's shared-memory accumulators), the
+// first pass also adds g*xhat and g there; a lane owns the same columns in
+// every row, so no two lanes touch one accumulator. The second pass reads
+// g[i] before writing dx[i] in the same lane, so dx may alias g (fp32 g).
+// dx16, unless null, gets the updated dx rounded to bf16. vec: every row
+// access in fours (C % 4 == 0, rows aligned to 4 elements).
+template <typename X, typename G>
 __device__ __forceinline__ void add_row_input_grad(float* dx, __nv_bfloat16* dx16, const G* g,
                                                    const X* x, const float* weight, float m,
-                                                   float rs, int C, bool vec, int lane, F&& visit) {
-  constexpr int N = dev::Pack<float>::N;
-  static_assert(N == 4, "load4 reads fp32 packs of 4");
+                                                   float rs, int C, bool vec, int lane,
+                                                   float* dw_acc, float* db_acc) {
   float s1 = 0.f, s2 = 0.f;
-  for_lane_f32_order(g, C, vec, lane, [&](float gv, int i) {
-    const float xhat = (dev::to_float(x[i]) - m) * rs;
-    const float wg = weight[i] * gv;
-    s1 += wg;
-    s2 += wg * xhat;
-    visit(gv, xhat, i);
-  });
+  if (vec) {
+    for (int i = lane * 4; i < C; i += dev::kWarpSize * 4) {
+      float gf[4], xf[4], wf[4];
+      load4(gf, g, i);
+      load4(xf, x, i);
+      load4(wf, weight, i);
+      dev::Quad<float> dw{}, db{};
+      if (dw_acc) {
+        dw = dev::load_quad(dw_acc + i);
+        db = dev::load_quad(db_acc + i);
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float xhat = (xf[k] - m) * rs;
+        const float wg = wf[k] * gf[k];
+        s1 += wg;
+        s2 += wg * xhat;
+        dw.v[k] += gf[k] * xhat;
+        db.v[k] += gf[k];
+      }
+      if (dw_acc) {
+        dev::store_quad(dw_acc + i, dw);
+        dev::store_quad(db_acc + i, db);
+      }
+    }
+  } else {
+    for (int i = lane; i < C; i += dev::kWarpSize) {
+      const float gv = dev::to_float(g[i]);
+      const float xhat = (dev::to_float(x[i]) - m) * rs;
+      const float wg = weight[i] * gv;
+      s1 += wg;
+      s2 += wg * xhat;
+      if (dw_acc) {
+        dw_acc[i] += gv * xhat;
+        db_acc[i] += gv;
+      }
+    }
+  }
   const float mean1 = dev::warp_sum(s1) / static_cast<float>(C);
   const float mean2 = dev::warp_sum(s2) / static_cast<float>(C);
   if (vec) {
-    for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
-      const dev::Pack<float> wv = dev::load_pack(weight + i);
-      dev::Pack<float> d = dev::load_pack(dx + i);
-      float gf[N], xf[N];
+    for (int i = lane * 4; i < C; i += dev::kWarpSize * 4) {
+      float gf[4], xf[4], wf[4];
       load4(gf, g, i);
       load4(xf, x, i);
+      load4(wf, weight, i);
+      dev::Quad<float> d = dev::load_quad(dx + i);
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
+      for (int k = 0; k < 4; ++k) {
         const float xhat = (xf[k] - m) * rs;
-        d.v[k] += (wv.v[k] * gf[k] - mean1 - xhat * mean2) * rs;
+        d.v[k] += (wf[k] * gf[k] - mean1 - xhat * mean2) * rs;
       }
-      dev::store_pack(dx + i, d);
+      dev::store_quad(dx + i, d);
       if (dx16) {
-        __nv_bfloat162 h[2] = {__floats2bfloat162_rn(d.v[0], d.v[1]),
-                               __floats2bfloat162_rn(d.v[2], d.v[3])};
-        *reinterpret_cast<uint2*>(dx16 + i) = *reinterpret_cast<const uint2*>(h);
+        dev::Quad<__nv_bfloat16> h;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) h.v[k] = __float2bfloat16_rn(d.v[k]);
+        dev::store_quad(dx16 + i, h);
       }
     }
   } else {
@@ -277,23 +310,24 @@ __device__ __forceinline__ void add_row_input_grad(float* dx, __nv_bfloat16* dx1
   }
 }
 
-// The fused backward (1. above): kBwdWarps rows in flight per block.
-constexpr int kBwdWarps = 4;
-constexpr int kBwdThreads = kBwdWarps * dev::kWarpSize;
-size_t fused_backward_smem_bytes(int C) {
-  return sizeof(float) * 2 * kBwdWarps * static_cast<size_t>(C);
+// The fused backward (1. above): one warp per row, `warps` rows in flight per
+// block, each warp with its own dweight/dbias accumulators in shared memory.
+constexpr int kMaxBwdWarps = 8;
+size_t fused_backward_smem_bytes(int warps, int C) {
+  return sizeof(float) * 2 * static_cast<size_t>(warps) * static_cast<size_t>(C);
 }
 constexpr size_t kMaxSmemOptin = 232448;  // 227 KiB per block on sm_90
 
 // dinp += (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)) * rstd, and
 // scratch[chunk] = this chunk's sums of dout*xhat and dout per column.
 template <typename X, typename G>
-__global__ void __launch_bounds__(kBwdThreads)
+__global__ void __launch_bounds__(kMaxBwdWarps* dev::kWarpSize)
     layernorm_backward_kernel(float* dinp, __nv_bfloat16* dinp_bf16, float* scratch, const G* dout,
                               const X* inp, const float* weight, const float* mean,
                               const float* rstd, int64_t R, int C, int64_t rows_per_chunk,
                               int64_t n_chunks, bool vec) {
-  float* acc = dev::dynamic_shared_memory<float>();  // [kBwdWarps][dweight C | dbias C]
+  float* acc = dev::dynamic_shared_memory<float>();  // [warps][dweight C | dbias C]
+  const int warps = static_cast<int>(blockDim.x) / dev::kWarpSize;
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
   float* dw_acc = acc + static_cast<size_t>(warp) * 2 * C;
   float* db_acc = dw_acc + C;
@@ -304,18 +338,13 @@ __global__ void __launch_bounds__(kBwdThreads)
   __syncwarp();  // the zeros are visible to the lanes that own the columns below
   const int64_t chunk = blockIdx.x;
   const int64_t r1 = std::min<int64_t>(R, (chunk + 1) * rows_per_chunk);
-  for (int64_t row = chunk * rows_per_chunk + warp; row < r1; row += kBwdWarps) {
+  for (int64_t row = chunk * rows_per_chunk + warp; row < r1; row += warps)
     add_row_input_grad(dinp + row * C, dinp_bf16 ? dinp_bf16 + row * C : nullptr, dout + row * C,
-                       inp + row * C, weight, mean[row], rstd[row], C, vec, lane,
-                       [&](float gv, float xhat, int i) {
-                         dw_acc[i] += gv * xhat;  // column i is this lane's in every row
-                         db_acc[i] += gv;
-                       });
-  }
+                       inp + row * C, weight, mean[row], rstd[row], C, vec, lane, dw_acc, db_acc);
   __syncthreads();
-  for (int c = threadIdx.x; c < C; c += kBwdThreads) {
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float sw = 0.f, sb = 0.f;
-    for (int w = 0; w < kBwdWarps; ++w) {  // fixed order: deterministic
+    for (int w = 0; w < warps; ++w) {  // fixed order: deterministic
       sw += acc[static_cast<size_t>(w) * 2 * C + c];
       sb += acc[static_cast<size_t>(w) * 2 * C + C + c];
     }
@@ -334,8 +363,7 @@ __global__ void layernorm_dinp_kernel(float* dinp, __nv_bfloat16* dinp_bf16, con
                       threadIdx.x / dev::kWarpSize;
   if (row >= R) return;
   add_row_input_grad(dinp + row * C, dinp_bf16 ? dinp_bf16 + row * C : nullptr, dout + row * C,
-                     inp + row * C, weight, mean[row], rstd[row], C, vec, lane,
-                     [](float, float, int) {});
+                     inp + row * C, weight, mean[row], rstd[row], C, vec, lane, nullptr, nullptr);
 }
 
 // res == nullptr: out = LN(inp). Else the fused residual add: res = a + b,
@@ -415,26 +443,31 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
   const Chunking ch = chunking(R);
   GT_CHECK(ch.n_chunks <= 65535, "layernorm_backward: too many row chunks");
 
-  constexpr int N = dev::Pack<float>::N;
-  // 16-byte loads of the fp32 rows (a bf16 row's 4 elements are loaded apart).
-  const bool vec = C % N == 0 && dev::aligned16(dinp) &&
-                   (!std::is_same_v<G, float> || dev::aligned16(dout)) &&
-                   (!std::is_same_v<X, float> || dev::aligned16(inp)) && dev::aligned16(weight) &&
-                   reinterpret_cast<uintptr_t>(dinp_bf16) % 8 == 0;
-  constexpr int kReduceThreads = 256;
-  const unsigned reduce_blocks = static_cast<unsigned>((C + kReduceThreads - 1) / kReduceThreads);
-  const size_t smem = fused_backward_smem_bytes(C);
-  if (smem <= kMaxSmemOptin) {
+  // Rows read and written in fours: 16 bytes of fp32, 8 of bf16.
+  auto quad_aligned = [](const auto* p) {
+    return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(*p)) == 0;
+  };
+  const bool vec = C % 4 == 0 && quad_aligned(dinp) && quad_aligned(dout) && quad_aligned(inp) &&
+                   quad_aligned(weight) && (!dinp_bf16 || quad_aligned(dinp_bf16));
+  const unsigned reduce_blocks = static_cast<unsigned>((C + kColTile - 1) / kColTile);
+  // As many warps per block as the accumulators' shared memory allows.
+  int warps = kMaxBwdWarps;
+  while (warps > 1 && fused_backward_smem_bytes(warps, C) > kMaxSmemOptin) warps /= 2;
+  const size_t smem = fused_backward_smem_bytes(warps, C);
+  if (warps >= 4) {
     if (smem > 48 * 1024)
       CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<X, G>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
     dev::launch(layernorm_backward_kernel<X, G>,
-                {static_cast<unsigned>(ch.n_chunks), kBwdThreads, smem, stream}, dinp, dinp_bf16,
-                scratch, dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks, vec);
+                {static_cast<unsigned>(ch.n_chunks), static_cast<unsigned>(warps * dev::kWarpSize),
+                 smem, stream},
+                dinp, dinp_bf16, scratch, dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk,
+                ch.n_chunks, vec);
     CUDA_CHECK_LAUNCH();
-    dev::launch(layernorm_param_reduce_kernel, {reduce_blocks, kReduceThreads, 0, stream}, dweight,
-                dbias, scratch, C, ch.n_chunks);
+    dev::launch(layernorm_param_reduce_kernel,
+                {reduce_blocks, dim3(kColTile, kReduceLanes), 0, stream}, dweight, dbias, scratch,
+                C, ch.n_chunks);
     CUDA_CHECK_LAUNCH();
     return;
   }
@@ -445,8 +478,9 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
               scratch, dout, inp, mean, rstd, R, C, ch.rows_per_chunk, ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
-  dev::launch(layernorm_param_reduce_kernel, {reduce_blocks, kReduceThreads, 0, stream}, dweight,
-              dbias, scratch, C, ch.n_chunks);
+  dev::launch(layernorm_param_reduce_kernel,
+              {reduce_blocks, dim3(kColTile, kReduceLanes), 0, stream}, dweight, dbias, scratch, C,
+              ch.n_chunks);
   CUDA_CHECK_LAUNCH();
 
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
