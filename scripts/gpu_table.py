@@ -182,7 +182,7 @@ def render_gpu_bench(t, logs, rows, st, torch_res):
         t(f"  not measured: {said + ' ' if said else ''}[{stage_note(st)}]")
         return
     peak = gpu_bench_peak(rows)
-    t(f"  {'section':<10}{'name':<16}{'dtype':<6}{'M x N x K':>22}{'ms':>10}{'TFLOP/s':>10}"
+    t(f"  {'section':<10}{'name':<21}{'dtype':<6}{'M x N x K':>22}{'ms':>10}{'TFLOP/s':>10}"
       f"{'% peak':>8}{'GB/s':>8}")
     for r in rows:
         mem = r["section"] == "memory"
@@ -191,7 +191,7 @@ def render_gpu_bench(t, logs, rows, st, torch_res):
                if peak > 0 and r["dtype"] == "bf16" and not mem else "")
         tf = "" if mem else f"{float(r['tflops']):.1f}"
         gbs = f"{float(r.get('gbs') or 0):.0f}" if mem else ""
-        t(f"  {r['section']:<10}{r['name']:<16}{r['dtype']:<6}{shape:>22}{float(r['ms']):>10.3f}"
+        t(f"  {r['section']:<10}{r['name']:<21}{r['dtype']:<6}{shape:>22}{float(r['ms']):>10.3f}"
           f"{tf:>10}{pct:>8}{gbs:>8}")
     t(f"  measured bf16 GEMM peak: {peak:.1f} TFLOP/s (% peak: bf16 rows against it)")
     for line in gpu_bench_checks(os.path.join(logs, "gpu_bench.csv")):

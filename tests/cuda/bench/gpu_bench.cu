@@ -3,7 +3,9 @@
 // GEMM peak, and prints one CSV line per measurement:
 //   section,name,dtype,M,N,K,gflop,ms,tflops,gbs
 // section: peak (square bf16 GEMMs through GemmContext), gemm (CudaOps::
-// matmul_forward / matmul_backward, bias fused, dbias included in bwd), or
+// matmul_forward / matmul_backward, bias fused, dbias included in bwd),
+// epilogue (the bf16 trainer's forms: an fp32 bias on bf16 GEMMs, c_fc's GELU
+// fused and not), or
 // attention (CudaOps::attention_forward / attention_backward; M = B*NH,
 // N = T, K = head size; *_tc rows: the tensor-core kernels). FLOPs are model FLOPs: a GEMM
 // 2MNK (bwd: two GEMMs, 4MNK); causal attention fwd 2 * 2 B NH T^2 hs / 2, bwd 2.5x fwd (the
@@ -197,6 +199,40 @@ int run(int argc, char** argv) {
       if (dt == DType::bf16 && std::strcmp(sh.name, "lm_head") == 0)
         checks_ok &= check_lm_head(ops, inp, w, out, dinp, dw, R, sh.N, sh.K);
     }
+  }
+
+  // ---- the bf16 trainer's forward epilogues ----
+  // Under bf16 storage the model's biases stay fp32 (BIAS_DATA_TYPE = 32F
+  // with a bf16 D), and c_fc runs GELU_AUX_BIAS; the gemm rows above use a
+  // bf16 bias. These rows time each form at the same shapes, so a slow
+  // epilogue kernel shows as the difference (fc_plus_gelu: the unfused form,
+  // the product with its bias, then the GELU kernel).
+  {
+    const DType dt = DType::bf16;
+    for (const Shape& sh : shapes) {
+      if (!sh.bias) continue;
+      Tensor inp(dt, {R, sh.K}, 10, s), w(dt, {sh.N, sh.K}, 11, s, 0.05f),
+          bias32(DType::f32, {sh.N}, 12, s), out(dt, {R, sh.N}, 13, s);
+      const double ms =
+          timer.time([&] { ops.matmul_forward(out.view, inp.view, w.view, bias32.view); });
+      row("epilogue", std::string(sh.name) + "_fwd_f32bias", dt, R, sh.N, sh.K,
+          2.0 * R * sh.N * sh.K, ms);
+    }
+    const int64_t N = 4 * C, K = C;
+    Tensor inp(dt, {R, K}, 10, s), w(dt, {N, K}, 11, s, 0.05f), bias16(dt, {N}, 12, s),
+        bias32(DType::f32, {N}, 12, s), pre(dt, {R, N}, 13, s), out(dt, {R, N}, 14, s);
+    const double flop = 2.0 * R * N * K;
+    const double g16 = timer.time(
+        [&] { ops.matmul_gelu_forward(out.view, pre.view, inp.view, w.view, bias16.view); });
+    row("epilogue", "fc_gelu_fwd", dt, R, N, K, flop, g16);
+    const double g32 = timer.time(
+        [&] { ops.matmul_gelu_forward(out.view, pre.view, inp.view, w.view, bias32.view); });
+    row("epilogue", "fc_gelu_fwd_f32bias", dt, R, N, K, flop, g32);
+    const double unfused = timer.time([&] {
+      ops.matmul_forward(pre.view, inp.view, w.view, bias32.view);
+      ops.gelu_forward(out.view, pre.view);
+    });
+    row("epilogue", "fc_plus_gelu_f32bias", dt, R, N, K, flop, unfused);
   }
 
   // ---- attention, B=16, NH=12, T=1024, hs=64 ----
