@@ -109,11 +109,12 @@ class Ops {
                                   TensorView mean, TensorView rstd, TensorView dinp_bf16) = 0;
 
   // Mixed precision: inp, weight (and dout in backward) may all be bf16
-  // together; bias, dweight, dbias stay fp32 and the products accumulate in
-  // fp32 (every backend accepts this; CudaOps accepts more, see
-  // cuda_ops.hpp). The result is then the fp32 matmul of the bf16 values;
-  // with bf16 inputs `out` and `dinp` may be bf16 too (bf16 storage: that
-  // result rounded to nearest even).
+  // together; dweight, dbias stay fp32 and the products accumulate in fp32
+  // (every backend accepts this; CudaOps accepts more, see cuda_ops.hpp).
+  // The result is then the fp32 matmul of the bf16 values; with bf16 inputs
+  // `out` and `dinp` may be bf16 too (bf16 storage: that result rounded to
+  // nearest even), and with a bf16 out the bias may be bf16 (added as its
+  // value in fp32 before the rounding; bf16 storage's models pass one).
   // out (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC); bias may be empty().
   virtual void matmul_forward(TensorView out, TensorView inp, TensorView weight,
                               TensorView bias) = 0;

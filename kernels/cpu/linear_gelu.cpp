@@ -33,7 +33,10 @@ void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorV
   // bf16: the fp32 product, then both outputs rounded once.
   const int64_t R = out.shape[0], OC = out.shape[1];
   std::vector<float> pre32(static_cast<size_t>(R * OC)), out32(pre32.size());
-  matmul_forward(cpu_f32(pre32.data(), {R, OC}), inp, weight, bias);
+  // The product is fp32 here, so a bf16 bias is widened for it.
+  const Fp32In bias32(bias);
+  const TensorView b = bias.empty() ? bias : cpu_f32(const_cast<float*>(bias32.get()), {OC});
+  matmul_forward(cpu_f32(pre32.data(), {R, OC}), inp, weight, b);
   gelu_forward(cpu_f32(out32.data(), {R, OC}), cpu_f32(pre32.data(), {R, OC}));
   narrow_to_bf16(static_cast<uint16_t*>(pre.data), pre32.data(), R * OC);
   narrow_to_bf16(static_cast<uint16_t*>(out.data), out32.data(), R * OC);

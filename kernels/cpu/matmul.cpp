@@ -4,8 +4,9 @@
 // dweight, += for dbias). dbias's column sums run per column block in row
 // order, so they are bitwise deterministic for any thread count.
 //
-// dtypes: inp, weight (and dout) are all fp32 or all bf16; dweight, bias and
-// dbias are fp32; out and dinp are fp32, or bf16 when the inputs are (the
+// dtypes: inp, weight (and dout) are all fp32 or all bf16; dweight and dbias
+// are fp32; bias is fp32, or bf16 with a bf16 out (widened exactly, like
+// the operands); out and dinp are fp32, or bf16 when the inputs are (the
 // bf16 model's activations and activation gradients): the fp32 result
 // rounded to nearest even, as cuBLASLt writes a bf16 D. bf16 operands are widened (exactly) to fp32
 // in per-call scratch and go through the same sgemm, so a bf16 matmul is the fp32 matmul of the
@@ -73,10 +74,11 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
   expect_cpu_shape(weight, {OC, C}, "matmul weight");
   expect_cpu_shape(out, {R, OC}, "matmul out");
   if (!bias.empty()) {
-    expect_result_dtype(bias, op, "bias");
-    expect_f32(bias, {OC}, "matmul bias");
+    // A bf16 out may come with a bf16 bias (bf16 storage's rounded bias).
+    if (!bf16_out || bias.dtype != DType::bf16) expect_result_dtype(bias, op, "bias");
+    expect_cpu_shape(bias, {OC}, "matmul bias");
   }
-  std::vector<float> inp_scratch, weight_scratch;
+  std::vector<float> inp_scratch, weight_scratch, bias_scratch;
   const float* x = as_f32(inp, inp_scratch);      // (R, C)
   const float* w = as_f32(weight, weight_scratch);  // (OC, C)
 
@@ -86,7 +88,7 @@ void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorVie
   if (!bias.empty()) {
     // Pre-filling with the bias and letting sgemm add (beta = 1) saves a
     // second pass over out.
-    const float* bi = bias.f32();
+    const float* bi = as_f32(bias, bias_scratch);
 #pragma omp parallel for if (R * OC >= kParallelMin)
     for (int64_t r = 0; r < R; ++r) std::copy(bi, bi + OC, o + r * OC);
     beta = 1.f;

@@ -71,6 +71,29 @@ TEST(CpuMatmulBf16, Bf16OutIsTheFp32ResultRounded) {
   }
 }
 
+// bf16 storage's linear layers bring their bias rounded to bf16: a bf16
+// bias is its fp32 value, bit for bit, with a bf16 out (and in the fused GELU
+// form, whose product is fp32 inside).
+TEST(CpuMatmulBf16, ABf16BiasIsItsValueWithABf16Out) {
+  auto ops = cpu_ops();
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << "R=" << s.R << " C=" << s.C << " OC=" << s.OC);
+    Operand inp(*ops, s.R * s.C, 31), weight(*ops, s.OC * s.C, 32), bias(*ops, s.OC, 33);
+    const TensorView x = bf16_view(inp.bits, {s.R, s.C}), w = bf16_view(weight.bits, {s.OC, s.C});
+    std::vector<uint16_t> got(s.R * s.OC, 0xFFFF), want(s.R * s.OC, 0);
+    ops->matmul_forward(bf16_view(got, {s.R, s.OC}), x, w, bf16_view(bias.bits, {s.OC}));
+    ops->matmul_forward(bf16_view(want, {s.R, s.OC}), x, w, f32(bias.rounded, {s.OC}));
+    EXPECT_EQ(got, want);
+    std::vector<uint16_t> got_pre(got.size()), want_pre(got.size());
+    ops->matmul_gelu_forward(bf16_view(got, {s.R, s.OC}), bf16_view(got_pre, {s.R, s.OC}), x, w,
+                             bf16_view(bias.bits, {s.OC}));
+    ops->matmul_gelu_forward(bf16_view(want, {s.R, s.OC}), bf16_view(want_pre, {s.R, s.OC}), x, w,
+                             f32(bias.rounded, {s.OC}));
+    EXPECT_EQ(got, want) << "gelu";
+    EXPECT_EQ(got_pre, want_pre) << "gelu pre";
+  }
+}
+
 TEST(CpuMatmulBf16, BackwardIsTheFp32BackwardOfTheRoundedInputsAndAccumulates) {
   auto ops = cpu_ops();
   for (const Shape& s : kShapes) {

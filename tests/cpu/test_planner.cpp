@@ -105,7 +105,7 @@ TEST(PlanMemory, CudaKeepsRowStatisticsNotT2Probabilities) {
 }
 
 // bf16 storage halves what the model keeps; the fp32 accumulators, staging
-// rows and the bf16 weight copy come on top (exact per-buffer agreement with
+// rows and the bf16 weight and bias copies come on top (exact per-buffer agreement with
 // GPT::allocate is PlanMemory.ActivationsMatchTheModelByteForByte).
 TEST(PlanMemory, Bf16StorageHalvesTheKeptActivations) {
   ModelConfig m = matrix_model();  // L 3, NH 4, C 32, V 256
@@ -117,8 +117,8 @@ TEST(PlanMemory, Bf16StorageHalvesTheKeptActivations) {
   // Kept per layer: ln1, ln2, atty (C), qkv (3C), res2, res3 (C), fch, fch_gelu (4C) = 16C.
   const int64_t kept = L * R * 16 * C + 2 * R * C /* encoded, lnf */ + R * V /* logits */;
   const int64_t grads = R * (C + 4 * C + 3 * C) + 2 * R * C /* datty, dfch, dqkv; proj_tmp, dln */;
-  const int64_t extra =
-      R * C * 4 /* the tp layers' fp32 sum rows */ + 2 * (R * C + V * C) /* bf16 copies */;
+  const int64_t extra = R * C * 4 /* the tp layers' fp32 sum rows */ +
+                        2 * (R * C + V * C + 4 * C) /* bf16 copies: rows, weight, bias */;
   EXPECT_EQ(bf16, fp32 - 2 * (kept + grads) + extra);
 }
 

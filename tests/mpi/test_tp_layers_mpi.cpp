@@ -8,6 +8,7 @@
 //                         a partial sum that adds up over the ranks;
 //   VocabParallelCrossEntropy  the same losses on every rank, dlogits = its
 //                         vocabulary columns, the padding columns masked.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -165,7 +166,9 @@ TEST_P(TpLayersMpi, VocabParallelCrossEntropyAgreesOnEveryRankAndMasksThePadding
 TEST_P(TpLayersMpi, Bf16RowsAreGatheredAsBitsAndSummedInFp32) {
   const int64_t N = 12, Nl = N / p, K = 16, Kl = K / p, Rl = kR / p;
   const ComputeDType bf16 = ComputeDType::bf16;
-  const LinearPrecision::Sizes weights{0, 0, K * kC};  // the fp32 weights are cast per call
+  // The fp32 weights and biases are rounded per call; the row layer's bias
+  // is widened back to fp32 under tp, added after the sum.
+  const LinearPrecision::Sizes weights{0, 0, K * kC, std::max<int64_t>(N, kC), kC};
   auto context = [&](Communicator* comm) {
     const int size = comm ? comm->size() : 1;
     return std::make_unique<TpLayerContext>(*ops, TensorParallelGroup{comm, GetParam()}, bf16,

@@ -64,6 +64,10 @@ ActivationPlan plan_activations(const ModelConfig& m, const ActivationShape& s) 
     p.precision.max_input = 0;
     p.precision.max_grad = tp > 1 ? R * C : 0;
     p.precision.max_weight = s.store_keeps_bf16_params ? 0 : std::max(Vl * C, 4 * Cl * C);
+    // Biases likewise (c_fc's 4C/p is the largest); the row-parallel
+    // layers' (C) are widened back to fp32 under tp, added after the sum.
+    p.precision.max_bias = s.store_keeps_bf16_params ? 0 : std::max(4 * Cl, C);
+    p.precision.max_bias_f32 = tp > 1 ? C : 0;
   }
   p.parallel_scratch = TpLayerContext::scratch(tp, s.overlap, s.dtype, R, C);
   return p;
@@ -79,7 +83,9 @@ int64_t ActivationPlan::bytes() const {
                               &dln,      &datty,    &dfch,     &dqkv,      &datt})
     n += b->bytes();
   const int64_t bf16 = static_cast<int64_t>(dtype_size(DType::bf16));
-  n += (precision.max_input + precision.max_grad + precision.max_weight) * bf16;
+  n +=
+      (precision.max_input + precision.max_grad + precision.max_weight + precision.max_bias) * bf16;
+  n += precision.max_bias_f32 * static_cast<int64_t>(dtype_size(DType::f32));
   return n + parallel_scratch.bytes();
 }
 

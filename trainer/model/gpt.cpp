@@ -179,9 +179,10 @@ TensorView GPT::p(const std::string& name) {
   return shaped(store_->unit_params(s.unit) + (s.offset - u.begin), ops_.device(), s);
 }
 
-TensorView GPT::gemm_weight(const std::string& name) {
+TensorView GPT::gemm_param(const std::string& name) {
   // bf16 runs read the store's bf16 copy when it keeps one (kept current by
-  // the optimizer); otherwise LinearPrecision casts the fp32 weight per call.
+  // the optimizer); otherwise LinearPrecision casts the fp32 weight or bias
+  // per call.
   const uint16_t* copy = nullptr;
   const ParamSpec& s = layout_.at(name);
   if (dtype_ == ComputeDType::bf16) copy = store_->unit_params_bf16(s.unit);
@@ -243,12 +244,12 @@ void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView
                                layer_act(a.ln1_rstd, l, {Rl}), prev_res2, proj,
                                p(h + "ln_1.weight"), p(h + "ln_1.bias"));
   }
-  layers_->c_attn.forward(qkv, ln1, gemm_weight(h + "attn.c_attn.weight"),
-                          p(h + "attn.c_attn.bias"));
+  layers_->c_attn.forward(qkv, ln1, gemm_param(h + "attn.c_attn.weight"),
+                          gemm_param(h + "attn.c_attn.bias"));
   ops_.attention_forward(layer_act(a.atty, l, {B, T, Cl}), att, layer_act(a.qkv, l, {B, T, 3 * Cl}),
                          NHl);
-  layers_->attn_proj.forward(proj, atty, gemm_weight(h + "attn.c_proj.weight"),
-                             p(h + "attn.c_proj.bias"));
+  layers_->attn_proj.forward(proj, atty, gemm_param(h + "attn.c_proj.weight"),
+                             gemm_param(h + "attn.c_proj.bias"));
   if (!with_ln2) return ops_.add(res2, x, proj);
   // The residual add and ln_2 in one pass (res2 is not read back from memory).
   ops_.add_layernorm_forward(res2, own_rows(layer_act(a.ln2, l, {R, C})),
@@ -268,7 +269,7 @@ void GPT::block_mlp_up_forward(int l, bool ln2_done) {
                            p(h + "ln_2.weight"), p(h + "ln_2.bias"));
   // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward.
   layers_->c_fc.forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2,
-                        gemm_weight(h + "mlp.c_fc.weight"), p(h + "mlp.c_fc.bias"), fch);
+                        gemm_param(h + "mlp.c_fc.weight"), gemm_param(h + "mlp.c_fc.bias"), fch);
 }
 
 void GPT::block_mlp_down_forward(int l) {
@@ -277,7 +278,7 @@ void GPT::block_mlp_down_forward(int l) {
   auto& a = acts_;
   auto proj = aview(a.proj_tmp, {Rl, C});
   layers_->mlp_proj.forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}),
-                            gemm_weight(h + "mlp.c_proj.weight"), p(h + "mlp.c_proj.bias"));
+                            gemm_param(h + "mlp.c_proj.weight"), gemm_param(h + "mlp.c_proj.bias"));
 }
 
 // ---- Forward ----------------------------------------------------------------
@@ -371,7 +372,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
                                p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
   auto logits = logits_view(R, Vl);
-  layers_->lm_head.forward(logits, aview(a.lnf, {R, C}), gemm_weight("wte.weight"), none);
+  layers_->lm_head.forward(logits, aview(a.lnf, {R, C}), gemm_param("wte.weight"), none);
   store_->after_forward(embed);
 
   backward_ready_ = false;
@@ -409,7 +410,7 @@ void GPT::backward() {
   // LM head (tied) and final LayerNorm.
   store_->before_backward(embed);
   layers_->lm_head.backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
-                            gemm_weight("wte.weight"));
+                            gemm_param("wte.weight"));
   store_->before_backward(head);
   ops_.zero(dresidual);
   const int last = cfg_.n_layer - 1;
@@ -436,10 +437,10 @@ void GPT::backward() {
     // c_proj's input gradient through GELU's derivative in one: d fch.
     layers_->mlp_proj.backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"),
                                dresidual_gemm, layer_act(a.fch_gelu, l, {R, 4 * Cl}),
-                               gemm_weight(h + "mlp.c_proj.weight"),
+                               gemm_param(h + "mlp.c_proj.weight"),
                                layer_act(a.fch, l, {R, 4 * Cl}));
     layers_->c_fc.backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
-                           layer_act(a.ln2, l, {R, C}), gemm_weight(h + "mlp.c_fc.weight"));
+                           layer_act(a.ln2, l, {R, C}), gemm_param(h + "mlp.c_fc.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
                             layer_act(a.res2, l, {Rl, C}), p(h + "ln_2.weight"),
                             layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}),
@@ -447,14 +448,14 @@ void GPT::backward() {
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     layers_->attn_proj.backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"),
                                 dresidual_gemm, layer_act(a.atty, l, {R, Cl}),
-                                gemm_weight(h + "attn.c_proj.weight"));
+                                gemm_param(h + "attn.c_proj.weight"));
     ops_.attention_backward(aview(d.dqkv, {B, T, 3 * Cl}),
                             view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
                             aview(d.datty, {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
                             layer_act(a.atty, l, {B, T, Cl}),
                             layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
     layers_->c_attn.backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
-                             layer_act(a.ln1, l, {R, C}), gemm_weight(h + "attn.c_attn.weight"));
+                             layer_act(a.ln1, l, {R, C}), gemm_param(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
                             p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
                             layer_act(a.ln1_rstd, l, {Rl}), l > 0 ? dresidual16 : none);

@@ -51,7 +51,8 @@
 // bf16 output is the fp32 result rounded once. What stays fp32, and why:
 //   * master weights, their gradients, AdamW state: updates far smaller than
 //     a bf16 step of the weight must not vanish; the GEMMs read bf16 copies
-//     of the weights (LinearPrecision);
+//     of the weights and biases (LinearPrecision: a bias is added in fp32 as
+//     its bf16 value, like torch.autocast's linear);
 //   * LayerNorm mean/rstd, attention's saved row statistics, the losses;
 //   * dresidual, the residual stream's gradient: every block ADDS its two
 //     branch gradients into it (LayerNorm backward accumulates), and a bf16
@@ -201,9 +202,10 @@ class GPT {
   // targets (no loss computed).
   bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
   TensorView p(const std::string& name);  // parameter through the store
-  // A linear layer's weight as its GEMMs take it: the store's bf16 copy in a
-  // bf16 run where the store keeps one, else p(name).
-  TensorView gemm_weight(const std::string& name);
+  // A linear layer's weight or bias as its GEMMs take it: the store's bf16
+  // copy in a bf16 run where the store keeps one, else p(name) (which
+  // LinearPrecision rounds per call).
+  TensorView gemm_param(const std::string& name);
   TensorView g(const std::string& name);  // its gradient
   TensorView layer_act(const LayerBuffer& buf, int layer, std::initializer_list<int64_t> shape);
   // The logits' storage (bf16 in the bf16 model) and a (rows, cols) view of them.

@@ -11,6 +11,8 @@ LinearPrecision::LinearPrecision(Ops& ops, ComputeDType dtype, const Sizes& size
   input_ = ops.allocate(static_cast<size_t>(sizes.max_input) * b);
   grad_ = ops.allocate(static_cast<size_t>(sizes.max_grad) * b);
   weight_ = ops.allocate(static_cast<size_t>(sizes.max_weight) * b);
+  bias_ = ops.allocate(static_cast<size_t>(sizes.max_bias) * b);
+  bias_f32_ = ops.allocate(static_cast<size_t>(sizes.max_bias_f32) * dtype_size(DType::f32));
 }
 
 TensorView bf16_view_in(const Buffer& buf, int64_t offset, const TensorView& like,
@@ -37,8 +39,28 @@ TensorView LinearPrecision::weight(const TensorView& w) {
   return cast_into(weight_, w, "a GEMM weight");
 }
 
+TensorView LinearPrecision::bias(const TensorView& b) {
+  if (b.empty()) return b;
+  return cast_into(bias_, b, "a GEMM bias");
+}
+
+TensorView LinearPrecision::bias_as_f32(const TensorView& b) {
+  if (dtype_ != ComputeDType::bf16 || b.empty()) return b;
+  const TensorView rounded = bias(b);
+  GT_CHECK(b.contiguous() &&
+               rounded.numel() * int64_t(dtype_size(DType::f32)) <= int64_t(bias_f32_.bytes()),
+           "the fp32 bias ", b.shape_str(), " does not fit its ", bias_f32_.bytes(),
+           "-byte buffer");
+  TensorView wide = rounded;
+  wide.data = bias_f32_.data();
+  wide.dtype = DType::f32;
+  ops_.cast(wide, rounded);
+  return wide;
+}
+
 int64_t LinearPrecision::bytes() const {
-  return static_cast<int64_t>(input_.bytes() + grad_.bytes() + weight_.bytes());
+  return static_cast<int64_t>(input_.bytes() + grad_.bytes() + weight_.bytes() + bias_.bytes() +
+                              bias_f32_.bytes());
 }
 
 }  // namespace gt

@@ -91,8 +91,9 @@ void TpLayerContext::gemm_backward(TensorView dx, TensorView dw, TensorView db, 
 void ColumnParallelLinear::forward(TensorView out, TensorView x, TensorView w32, TensorView b,
                                    TensorView gelu_pre) {
   const TensorView w = ctx_.precision().weight(w32);  // once, before the chunks
+  const TensorView bias = ctx_.precision().bias(b);
   ctx_.maps().gather_from_sequence(x, [&](int64_t row0, int64_t rows) {
-    ctx_.gemm_forward(rows_of(out, row0, rows), rows_of(x, row0, rows), w, b,
+    ctx_.gemm_forward(rows_of(out, row0, rows), rows_of(x, row0, rows), w, bias,
                       rows_or_none(gelu_pre, row0, rows));
   });
 }
@@ -113,7 +114,7 @@ void ColumnParallelLinear::backward(TensorView dx, TensorView dw, TensorView db,
 
 void RowParallelLinear::forward(TensorView out, TensorView x, TensorView w32, TensorView b) {
   const TensorView w = ctx_.precision().weight(w32);
-  if (ctx_.size() == 1) return ctx_.gemm_forward(out, x, w, b);
+  if (ctx_.size() == 1) return ctx_.gemm_forward(out, x, w, ctx_.precision().bias(b));
   const TensorView none;
   // The partial sums are added in fp32; bf16 storage rounds the total once.
   const bool staged = out.dtype != DType::f32;
@@ -125,7 +126,7 @@ void RowParallelLinear::forward(TensorView out, TensorView x, TensorView w32, Te
       },
       ctx_.ring_workspace());
   // The bias once, after the sum (it is replicated on every tp rank).
-  ctx_.ops().add_bias(sum, b);
+  ctx_.ops().add_bias(sum, ctx_.precision().bias_as_f32(b));
   if (staged) ctx_.ops().cast(out, sum);
 }
 
