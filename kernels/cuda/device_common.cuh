@@ -68,6 +68,16 @@ __device__ __forceinline__ T* dynamic_shared_memory() {
 #endif
 }
 
+// exp on the SFU (__expf: ex2.approx of x * log2(e), ~2 ulp plus the
+// product's rounding): for values whose own precision is far coarser.
+__device__ __forceinline__ float fast_exp(float x) {
+#if defined(__CUDACC__)
+  return __expf(x);
+#else
+  return ::gt::emu::fast_exp(x);
+#endif
+}
+
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 

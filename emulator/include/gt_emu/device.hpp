@@ -309,4 +309,14 @@ T* dynamic_shared_memory() {
   return reinterpret_cast<T*>(detail::dynamic_shared_base());
 }
 
+// CUDA's __expf, the SFU's exp: ex2.approx.ftz of x * log2(e). (glibc
+// declares an unrelated __expf, hence the name; device_common.cuh's
+// dev::fast_exp picks one or the other.) An exact exp2 of the same rounded
+// product, within the hardware's 2 ulp, and a subnormal result flushed to
+// zero as .ftz does.
+inline float fast_exp(float x) {
+  const float r = __builtin_exp2f(x * 1.44269504088896341f);
+  return r < 1.17549435e-38f ? 0.f : r;
+}
+
 }  // namespace gt::emu
