@@ -198,11 +198,12 @@ def render_gpu_bench(t, logs, rows, st, torch_res):
         t(f"  {line}")
         if line.endswith("FAILED"):
             t.fail(f"gpu_bench {line}")
-    ours = gpu_bench_attention_ms(rows)
     sdpa = (torch_res or {}).get("sdpa_fwd_bwd_ms")
-    if ours is not None and sdpa:
-        t(f"  attention fwd+bwd bf16: ours {ours:.3f} ms, PyTorch SDPA {sdpa:.3f} ms "
-          f"(ours/SDPA time {ours / sdpa:.2f}x)")
+    for kernels, label in (("tensor_cores", "tensor-core"), ("simt", "SIMT")):
+        ours = gpu_bench_attention_ms(rows, kernels=kernels)
+        if ours is not None and sdpa:
+            t(f"  attention fwd+bwd bf16, {label} kernels: ours {ours:.3f} ms, PyTorch SDPA "
+              f"{sdpa:.3f} ms (ours/SDPA time {ours / sdpa:.2f}x)")
 
 
 def render_peaks(t, logs, st):

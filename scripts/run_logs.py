@@ -121,12 +121,14 @@ def gpu_bench_peak(rows):
     return max((float(r["tflops"]) for r in rows if r.get("section") == "peak"), default=0.0)
 
 
-def gpu_bench_attention_ms(rows, dtype="bf16"):
-    """attn_fwd + attn_bwd ms of gpu_bench (the default kernels), or None."""
+def gpu_bench_attention_ms(rows, dtype="bf16", kernels="simt"):
+    """attn_fwd + attn_bwd ms of gpu_bench's SIMT kernels (kernels="simt", the
+    attn_* rows) or tensor-core ones ("tensor_cores", attn_*_tc), or None."""
+    suffix = "_tc" if kernels == "tensor_cores" else ""
     ms = {r["name"]: float(r["ms"]) for r in rows
           if r.get("section") == "attention" and r.get("dtype") == dtype}
-    if "attn_fwd" in ms and "attn_bwd" in ms:
-        return ms["attn_fwd"] + ms["attn_bwd"]
+    if f"attn_fwd{suffix}" in ms and f"attn_bwd{suffix}" in ms:
+        return ms[f"attn_fwd{suffix}"] + ms[f"attn_bwd{suffix}"]
     return None
 
 

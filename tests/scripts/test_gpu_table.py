@@ -116,6 +116,8 @@ peak,gemm_4096,bf16,4096,4096,4096,137.4,1.3744,{GEMM_PEAK:.1f},0
 gemm,qkv_fwd,bf16,16384,2304,768,58.0,1.16,50.0,0
 attention,attn_fwd,bf16,192,1024,64,12.9,1.0,12.9,0
 attention,attn_bwd,bf16,192,1024,64,32.2,3.0,10.7,0
+attention,attn_fwd_tc,bf16,192,1024,64,12.9,0.5,25.8,0
+attention,attn_bwd_tc,bf16,192,1024,64,32.2,1.5,21.5,0
 memory,layernorm_fwd,bf16,16384,768,0,0,0.05,0,1000
 """
 
@@ -298,7 +300,9 @@ class Table(unittest.TestCase):
         self.assertRegex(out, r"dp2\s+10\s+2\.000e-06\s+7\s+1e-04\s+pass")
         self.assertRegex(out, r"tp2\s+10\s+0\.000e\+00\s+\d+\s+1e-04\s+pass")
         self.assertIn("ours/PyTorch 0.50x", out)
-        self.assertIn("attention fwd+bwd bf16: ours 4.000 ms, PyTorch SDPA 2.000 ms", out)
+        self.assertIn("attention fwd+bwd bf16, SIMT kernels: ours 4.000 ms, PyTorch SDPA 2.000 ms", out)
+        self.assertIn("attention fwd+bwd bf16, tensor-core kernels: ours 2.000 ms, PyTorch SDPA "
+                      "2.000 ms (ours/SDPA time 1.00x)", out)
         self.assertNotIn("FAILED", out)
 
     def test_a_rehearsal_says_no_figure_is_a_gpu_measurement(self):
