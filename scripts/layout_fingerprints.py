@@ -10,8 +10,9 @@ Record before a change, compare after it:
     python3 scripts/layout_fingerprints.py --build build --compare /tmp/before.json
 
 The layouts cover tensor parallelism at 2 and 4 ranks with the ring overlap
-on and off, fsdp x tp (ZeRO-2), dp x tp with gradient accumulation, bf16
-storage, and both recompute modes, on the layout matrix's small GPT and data
+on and off, fsdp x tp (ZeRO-2), dp x tp with gradient accumulation, every
+gradient reducer (DDP buckets, ZeRO-1, ZeRO-2/3, HSDP), bf16 storage, and
+both recompute modes, on the layout matrix's small GPT and data
 (tests/layouts/layout_matrix.py), 10 steps each on the CPU (about 10 s).
 Runs are deterministic, so any difference is a change in behaviour. Exit
 status 1 when --compare finds one. Standard library only.
@@ -42,6 +43,9 @@ CASES = {
     "tp2_recompute_block": (2, dict(tp=2, extra={"train.recompute": "block"}), "fp32"),
     "fsdp2_stage3_bf16_recompute_mlp":
         (2, dict(fsdp=2, stage=3, micro=4, extra={"train.recompute": "mlp"}), "bf16"),
+    "fsdp2_stage1_accumulate": (2, dict(fsdp=2, stage=1, micro=4), "fp32"),
+    "hsdp_dp2_fsdp2_stage1": (4, dict(dp=2, fsdp=2, stage=1, micro=2), "fp32"),
+    "hsdp_dp2_fsdp2_stage3": (4, dict(dp=2, fsdp=2, stage=3, micro=2), "fp32"),
 }
 METRIC_KEYS = ("step", "loss", "val_loss", "grad_norm", "comm_bytes")
 

@@ -22,9 +22,6 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
       tp_rank_(mesh.coord().tp),
       stage_(fsdp_stage),
       plan_(plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params)) {
-  GT_CHECK(bucket_mb > 0, "bucket_mb ", bucket_mb);
-  const int64_t T = layout.total();
-  const auto& units = layout.units();
   // Every buffer as the state plan sizes it (the planner sums the same plan).
   const ShardedStatePlan& plan = plan_;
   // Ops::allocate zero-fills: padding elements stay zero (never written by an op).
@@ -34,41 +31,19 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   params_ = zeroed(plan.params);
   if (plan.params_bf16 > 0)
     params_bf16_ = ops.allocate(static_cast<size_t>(plan.params_bf16) * dtype_size(DType::bf16));
-  if (plan.grads > 0) grads_ = zeroed(plan.grads);
-  if (plan.shard_grads > 0) shard_grads_ = zeroed(plan.shard_grads);
+  reducer_ = make_gradient_reducer({layout_, geom_, plan_, ops_, dp_, fsdp_, tp_, bucket_mb});
   optimizer_ = std::make_unique<ShardOptimizer>(ops, world_, geom_, full_params(), plan.moments,
                                                 dp_rank_, tp_rank_);
-  for (int i = 0; i < kUnitSlots; ++i) {
-    const int64_t size = plan.slot_size[i];
-    if (plan.param_slots) param_slots_[static_cast<size_t>(i)].buf = zeroed(size);
-    if (plan.grad_slots) {
-      grad_slots_[static_cast<size_t>(i)].buf = zeroed(size);
-      grad_slots_[static_cast<size_t>(i)].out = zeroed(size / geom_.fsdp());
-    }
-  }
-  unit_rs_.resize(units.size());
-  unit_dp_.resize(units.size());
-  if (geom_.fsdp() == 1 && dp_.size() > 1) {
-    // Buckets cut from the end: the flat layout is in reverse backward order.
-    const int64_t per = std::max<int64_t>(16, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
-    for (int64_t hi = T; hi > 0; hi -= per) {
-      Bucket b;
-      b.lo = std::max<int64_t>(0, hi - per);
-      b.hi = hi;
-      buckets_.push_back(std::move(b));
-    }
-  }
+  if (plan.param_slots)
+    for (int i = 0; i < kUnitSlots; ++i)
+      param_slots_[static_cast<size_t>(i)].buf = zeroed(plan.slot_size[i]);
 }
 
 ShardedParameters::~ShardedParameters() = default;
 
 // ---- Where a unit lives -------------------------------------------------------
 
-int ShardedParameters::slot_of(int unit) const {
-  if (unit == layout_.embed_unit()) return kEmbedSlot;
-  if (unit == layout_.head_unit()) return kHeadSlot;
-  return kBlockSlot + (unit - 1) % 2;
-}
+int ShardedParameters::slot_of(int unit) const { return unit_slot(layout_, unit); }
 
 int ShardedParameters::next_forward(int unit) const {
   return unit == layout_.head_unit() ? -1 : unit + 1;  // embed, blocks, head
@@ -88,13 +63,7 @@ float* ShardedParameters::unit_params(int unit) {
   return s.buf.f32();
 }
 
-float* ShardedParameters::unit_grads(int unit) {
-  if (full_grads()) return grads_.f32() + layout_.units()[static_cast<size_t>(unit)].begin;
-  Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
-  GT_CHECK(s.unit == unit, "gradients of unit ", layout_.units()[static_cast<size_t>(unit)].name,
-           " used outside its backward");
-  return s.buf.f32();
-}
+float* ShardedParameters::unit_grads(int unit) { return reducer_->unit_grads(unit); }
 
 // ---- Parameter gathers (stage 3) ------------------------------------------------
 
@@ -117,10 +86,7 @@ void ShardedParameters::progress() {
   // between ops, so they advance while compute goes on. Completion never
   // launches anything (that would break the common order across ranks).
   for (auto& s : param_slots_) s.pending.test();
-  for (auto& s : grad_slots_) s.pending.test();
-  for (auto& h : unit_rs_) h.test();
-  for (auto& h : unit_dp_) h.test();
-  for (auto& b : buckets_) b.h.test();
+  reducer_->progress();
 }
 
 const uint16_t* ShardedParameters::unit_params_bf16(int unit) {
@@ -164,24 +130,11 @@ void ShardedParameters::after_forward(int unit) {
     param_slots_[static_cast<size_t>(slot_of(unit))].unit = -1;
 }
 
-// ---- Gradients ------------------------------------------------------------------
+// ---- Gradients (the GradientReducer) -------------------------------------------
 
-bool ShardedParameters::reduce_now() const {
-  // Stage 2/3 keep only the shard of the gradients: every micro-batch's unit
-  // gradients are reduced away. Otherwise they accumulate until the last.
-  return last_micro_ || !full_grads();
-}
+void ShardedParameters::begin_step() { reducer_->begin_step(); }
 
-void ShardedParameters::begin_step() {
-  if (full_grads()) ops_.zero(view(grads_.f32(), {layout_.total()}));
-  if (geom_.fsdp() > 1) ops_.zero(view(shard_grads_.f32(), {geom_.storage_total()}));
-  for (auto& b : buckets_) b.started = false;
-}
-
-void ShardedParameters::begin_micro_batch(bool last) {
-  last_micro_ = last;
-  watermark_ = layout_.total();
-}
+void ShardedParameters::begin_micro_batch(bool last) { reducer_->begin_micro_batch(last); }
 
 void ShardedParameters::before_backward(int unit) {
   if (!full_params()) {
@@ -189,105 +142,18 @@ void ShardedParameters::before_backward(int unit) {
     const int next = next_backward(unit);
     if (next >= 0) start_gather(next);
   }
-  if (!full_grads()) {
-    Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
-    complete_grad_slot(s);  // the unit that used this buffer before (fixed schedule)
-    s.unit = unit;
-    ops_.zero(view(s.buf.f32(), {layout_.units()[static_cast<size_t>(unit)].size()}));
-  }
+  reducer_->before_backward(unit);
   progress();
 }
 
 void ShardedParameters::after_backward(int unit) {
-  if (reduce_now()) {
-    sum_tp_partial(unit);
-    const int64_t begin = layout_.units()[static_cast<size_t>(unit)].begin;
-    if (geom_.fsdp() == 1) {
-      watermark_ = begin;
-      start_ready_buckets();
-    } else if (full_grads()) {  // stage 1: the shard straight into shard_grads_
-      unit_rs_[static_cast<size_t>(unit)] = fsdp_.reduce_scatter_sum(
-          grads_.f32() + begin, shard_grads_.f32() + geom_.shard_storage(unit),
-          geom_.shard_size(unit));
-    } else {
-      Slot& s = grad_slots_[static_cast<size_t>(slot_of(unit))];
-      s.pending = fsdp_.reduce_scatter_sum(s.buf.f32(), s.out.f32(), geom_.shard_size(unit));
-      s.busy = true;
-      s.last = last_micro_;
-    }
-  }
+  reducer_->after_backward(unit);
   if (!full_params() && (unit == layout_.embed_unit() || unit == layout_.head_unit()))
     param_slots_[static_cast<size_t>(slot_of(unit))].unit = -1;
   progress();
 }
 
-void ShardedParameters::complete_grad_slot(Slot& s) {
-  if (!s.busy) return;
-  s.pending.wait();
-  s.busy = false;
-  const int64_t n = geom_.shard_size(s.unit);
-  ops_.accumulate(view(shard_grads_.f32() + geom_.shard_storage(s.unit), {n}),
-                  view(s.out.f32(), {n}));
-  // Completed late (in the next micro-batch's backward) or not, only the
-  // last micro-batch's sum is final and goes to the dp replicas.
-  if (s.last) start_dp_reduce(s.unit);
-}
-
-void ShardedParameters::start_dp_reduce(int unit) {
-  if (dp_.size() == 1) return;
-  unit_dp_[static_cast<size_t>(unit)] = dp_.all_reduce_sum(
-      shard_grads_.f32() + geom_.shard_storage(unit), geom_.shard_size(unit));
-}
-
-void ShardedParameters::sum_tp_partial(int unit) {
-  if (tp_.size() == 1) return;
-  // Contiguous runs of tp-partial parameters (ln_1 weight+bias, ...): one
-  // all-reduce each, waited at once: the data-axis reduction needs the sum.
-  float* base = unit_grads(unit);
-  const int64_t begin = layout_.units()[static_cast<size_t>(unit)].begin;
-  int64_t lo = -1, hi = -1;
-  auto flush = [&] {
-    if (lo >= 0) tp_.all_reduce_sum(base + (lo - begin), hi - lo).wait();
-    lo = hi = -1;
-  };
-  for (const auto& s : layout_.specs()) {
-    if (s.unit != unit) continue;
-    if (!s.tp_partial_grad) {
-      flush();
-      continue;
-    }
-    if (lo < 0) lo = s.offset;
-    hi = s.offset + s.numel;
-  }
-  flush();
-}
-
-void ShardedParameters::start_ready_buckets() {
-  for (auto& b : buckets_)
-    if (!b.started && b.lo >= watermark_) {
-      b.h = dp_.all_reduce_sum(grads_.f32() + b.lo, b.hi - b.lo);
-      b.started = true;
-    }
-}
-
-void ShardedParameters::finish_gradients() {
-  const size_t n_units = layout_.units().size();
-  if (geom_.fsdp() == 1) {
-    watermark_ = 0;
-    start_ready_buckets();
-    for (auto& b : buckets_) b.h.wait();
-    return;
-  }
-  if (full_grads()) {
-    for (size_t u = 0; u < n_units; ++u) {
-      unit_rs_[u].wait();
-      start_dp_reduce(static_cast<int>(u));
-    }
-  } else {
-    for (auto& s : grad_slots_) complete_grad_slot(s);
-  }
-  for (auto& h : unit_dp_) h.wait();
-}
+void ShardedParameters::finish_gradients() { reducer_->finish(); }
 
 // ---- Norm and optimizer -----------------------------------------------------------
 
@@ -296,7 +162,7 @@ float* ShardedParameters::owned_params(const ParamSegment& s) {
 }
 
 ShardOptimizer::State ShardedParameters::optimizer_state() {
-  const Buffer& grads = geom_.fsdp() == 1 ? grads_ : shard_grads_;
+  const Buffer& grads = reducer_->owned();
   // fsdp = 1: the runs cover the whole parameters, so AdamW writes the bf16
   // copy too. Stages 1-2 update a shard and gather: the copy is cast after.
   const bool copy_here = keeps_bf16_params() && geom_.fsdp() == 1;
@@ -428,9 +294,8 @@ MemoryFigures ShardedParameters::memory() const {
   auto bytes = [](const Buffer& b) { return static_cast<int64_t>(b.bytes()); };
   MemoryFigures f;
   f.params = bytes(params_) + bytes(params_bf16_);
-  f.grads = bytes(grads_) + bytes(shard_grads_);
+  f.grads = reducer_->bytes();
   for (const auto& s : param_slots_) f.params += bytes(s.buf);
-  for (const auto& s : grad_slots_) f.grads += bytes(s.buf) + bytes(s.out);
   f.optimizer = optimizer_->moment_bytes();
   const int64_t T = layout_.total() * static_cast<int64_t>(sizeof(float));
   f.params_unsharded = T;

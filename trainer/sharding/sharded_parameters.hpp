@@ -1,7 +1,11 @@
 // ShardedParameters: one rank's parameters, gradients and AdamW state for a
 // layout dp x fsdp x tp, and every data-axis collective of a training step.
 // It is the ParameterStore the model reads from; the model's unit hooks are
-// where communication starts (DeviceMesh axes: dp, fsdp, tp).
+// where communication starts (DeviceMesh axes: dp, fsdp, tp). It holds the
+// parameters (and their stage-3 gathers) itself and delegates the rest to
+// strategies chosen at construction: the gradients and their reduction to a
+// GradientReducer (gradient_reducer.hpp), the norm and AdamW to a
+// ShardOptimizer (shard_optimizer.hpp).
 //
 // What each rank stores (T = this tp rank's flat parameter count, padded; f =
 // fsdp), buffer by buffer as ShardedStatePlan (state_plan.hpp) sizes it:
@@ -48,6 +52,7 @@
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_store.hpp"
+#include "trainer/sharding/gradient_reducer.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
 #include "trainer/sharding/shard_optimizer.hpp"
 #include "trainer/sharding/state_plan.hpp"
@@ -118,27 +123,18 @@ class ShardedParameters final : public ParameterStore {
   FsdpStage fsdp_stage() const { return stage_; }
 
  private:
-  struct Slot {       // a unit-sized buffer that holds one unit at a time
+  struct Slot {  // a unit-sized buffer that holds one unit's parameters at a time
     Buffer buf;
     int unit = -1;
-    CommHandle pending;  // the gather (params) or reduce-scatter (grads) in flight
-    bool busy = false;   // grads: a reduce-scatter result waits to be accumulated
-    bool last = false;   // grads: ... and it is the step's last micro-batch's
-    Buffer out;      // grads: the reduce-scatter's output (one shard)
+    CommHandle pending;  // the gather in flight
   };
 
   bool full_params() const { return plan_.full_params; }
-  bool full_grads() const { return plan_.full_grads; }
-  bool reduce_now() const;
   int slot_of(int unit) const;
   int next_forward(int unit) const;
   int next_backward(int unit) const;
   void start_gather(int unit);
   void ensure_gathered(int unit);
-  void complete_grad_slot(Slot& s);
-  void start_dp_reduce(int unit);
-  void sum_tp_partial(int unit);
-  void start_ready_buckets();
   void progress();
   float* owned_params(const ParamSegment& s);
   std::vector<TensorPiece> pieces(const std::vector<ParamSegment>& segs, bool params,
@@ -175,20 +171,10 @@ class ShardedParameters final : public ParameterStore {
   // cast again unless AdamW wrote it.
   void after_update(bool wrote_bf16_copy);
   void refresh_bf16_params();
-  Buffer grads_;        // full (T) when full_grads()
-  Buffer shard_grads_;  // shard storage (fsdp > 1)
-  std::array<Slot, kUnitSlots> param_slots_, grad_slots_;  // embed, head, block even, block odd
-  std::vector<CommHandle> unit_rs_;    // stage 1: reduce-scatter into shard_grads_
-  std::vector<CommHandle> unit_dp_;    // fsdp > 1, dp > 1: all-reduce of a shard
-  struct Bucket {
-    int64_t lo = 0, hi = 0;
-    bool started = false;
-    CommHandle h;
-  };
-  std::vector<Bucket> buckets_;        // fsdp = 1, dp > 1
-  int64_t watermark_ = 0;              // flat offsets >= it have final gradients
+  // The gradients and their data-axis reduction, one strategy per layout.
+  std::unique_ptr<GradientReducer> reducer_;
+  std::array<Slot, kUnitSlots> param_slots_;  // stage 3: embed, head, block even, block odd
   bool backward_follows_ = false;
-  bool last_micro_ = true;
   struct Staged {
     float* device;
     float* host;

@@ -37,6 +37,13 @@ UnitSizes unit_sizes(const ParameterLayout& layout, int fsdp);
 // The four unit-sized slots of stages 2/3: the embedding, the head and two
 // blocks (one in use, one being gathered or reduced).
 enum UnitSlot { kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2, kUnitSlots = 4 };
+// The slot unit `unit` uses: its own for the embedding and the head,
+// alternating block slots for the blocks (the one in use, the next).
+inline int unit_slot(const ParameterLayout& layout, int unit) {
+  if (unit == layout.embed_unit()) return kEmbedSlot;
+  if (unit == layout.head_unit()) return kHeadSlot;
+  return kBlockSlot + (unit - 1) % 2;
+}
 
 struct ShardedStatePlan {
   int fsdp = 1;

@@ -1,0 +1,118 @@
+// The gradient reducers (trainer/sharding/gradient_reducer.hpp) on every
+// layout of the running world size (1, 2 and 4 ranks), every ZeRO stage, one
+// and three micro-batches, driven through the model's hook order: what each
+// rank owns after finish() is exactly the sum over the data ranks and the
+// micro-batches (and, for tp-partial parameters, over the tp ranks) of what
+// backward wrote, with the padding still zero; and each stores exactly its
+// part of the ShardedStatePlan. The values are small multiples of 1/4, so
+// every sum is exact in fp32 and compared bit for bit.
+#include "kernels/cpu/cpu_ops.hpp"
+#include "mpi_test_util.hpp"
+#include "parallel/mesh.hpp"
+#include "trainer/sharding/gradient_reducer.hpp"
+
+namespace gt::test {
+namespace {
+
+ModelConfig odd_model() {  // odd sizes: padding to 16 floats and to fsdp both matter
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 44;
+  m.vocab_size = 100;
+  m.block_size = 12;
+  return m;
+}
+
+// What backward writes at flat element i on data rank d, tp rank t, micro-batch k.
+float written(int64_t i, int d, int t, int k) {
+  return static_cast<float>(i % 7) + static_cast<float>(d) + 0.25f * static_cast<float>(k) +
+         2.f * static_cast<float>(t);
+}
+
+TEST(GradientReducerMpi, OwnedGradientsAreTheSumsOverRanksAndMicroBatchesOnEveryLayout) {
+  auto world = test_world();
+  auto ops = make_cpu_ops(1);
+  const ModelConfig m = odd_model();
+  for (const ParallelDims& d : layouts_for(world->size())) {
+    const DeviceMesh mesh(d, *world);
+    const int data_rank = mesh.coord().dp * d.fsdp + mesh.coord().fsdp;
+    const int data_ranks = d.dp * d.fsdp;
+    const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+    const ShardGeometry geom(layout, d.fsdp, mesh.coord().fsdp);
+    const int64_t T = layout.total();
+    // tp-partial elements are summed over tp too; padding stays zero.
+    std::vector<int> kind(static_cast<size_t>(T), 0);  // 0 padding, 1 plain, 2 tp-partial
+    for (const auto& s : layout.specs())
+      for (int64_t i = s.offset; i < s.offset + s.numel; ++i)
+        kind[static_cast<size_t>(i)] = s.tp_partial_grad ? 2 : 1;
+
+    for (int stage = 1; stage <= 3; ++stage) {
+      const ShardedStatePlan plan = plan_sharded_state(layout, d.fsdp, fsdp_stage_of(stage), false);
+      // Buckets of 64 floats: many, so several are started during backward.
+      const double bucket_mb = 64.0 * 4 / (1024 * 1024);
+      auto reducer = make_gradient_reducer(
+          {layout, geom, plan, *ops, mesh.dp(), mesh.fsdp(), mesh.tp(), bucket_mb});
+      EXPECT_EQ(reducer->bytes(), plan.bytes().grads) << d.str() << " stage " << stage;
+
+      for (int micro_batches : {1, 3}) {
+        const std::string at = d.str() + " stage " + std::to_string(stage) + " micro-batches " +
+                               std::to_string(micro_batches);
+        reducer->begin_step();
+        for (int k = 0; k < micro_batches; ++k) {
+          reducer->begin_micro_batch(k == micro_batches - 1);
+          // Backward adds each unit's gradients (the model's order: the tied
+          // embedding stays open from the head to the end).
+          auto add = [&](int unit) {
+            const ParamUnit& u = layout.units()[static_cast<size_t>(unit)];
+            float* g = reducer->unit_grads(unit);
+            for (int64_t i = u.begin; i < u.end; ++i)
+              if (kind[static_cast<size_t>(i)] != 0)
+                g[i - u.begin] += written(i, data_rank, mesh.coord().tp, k);
+          };
+          const int embed = layout.embed_unit(), head = layout.head_unit();
+          reducer->before_backward(embed);
+          reducer->before_backward(head);
+          add(head);
+          reducer->after_backward(head);
+          for (int l = m.n_layer - 1; l >= 0; --l) {
+            reducer->before_backward(layout.block_unit(l));
+            add(layout.block_unit(l));
+            reducer->after_backward(layout.block_unit(l));
+            reducer->progress();
+          }
+          add(embed);
+          reducer->after_backward(embed);
+        }
+        reducer->finish();
+
+        auto want_at = [&](int64_t i) {
+          const int k_kind = kind[static_cast<size_t>(i)];
+          if (k_kind == 0) return 0.f;
+          float sum = 0.f;
+          for (int t = 0; t < (k_kind == 2 ? d.tp : 1); ++t)
+            for (int r = 0; r < data_ranks; ++r)
+              for (int k = 0; k < micro_batches; ++k)
+                sum += written(i, r, k_kind == 2 ? t : mesh.coord().tp, k);
+          return sum;
+        };
+        const Buffer& owned = reducer->owned();
+        const float* got = owned.f32();
+        std::vector<float> g, w;
+        for (size_t u = 0; u < layout.units().size(); ++u) {
+          const int unit = static_cast<int>(u);
+          const int64_t n = geom.shard_size(unit), at_flat = geom.shard_begin(unit),
+                        at_owned = d.fsdp == 1 ? at_flat : geom.shard_storage(unit);
+          for (int64_t j = 0; j < n; ++j) {
+            g.push_back(got[at_owned + j]);
+            w.push_back(want_at(at_flat + j));
+          }
+        }
+        EXPECT_TRUE(exactly(g, w)) << at;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gt::test
