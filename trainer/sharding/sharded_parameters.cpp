@@ -34,58 +34,22 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   reducer_ = make_gradient_reducer({layout_, geom_, plan_, ops_, dp_, fsdp_, tp_, bucket_mb});
   optimizer_ = std::make_unique<ShardOptimizer>(ops, world_, geom_, full_params(), plan.moments,
                                                 dp_rank_, tp_rank_);
-  if (plan.param_slots)
-    for (int i = 0; i < kUnitSlots; ++i)
-      param_slots_[static_cast<size_t>(i)].buf = zeroed(plan.slot_size[i]);
+  units_ = make_unit_parameters(layout_, geom_, plan_, params_, ops_, fsdp_);
 }
 
 ShardedParameters::~ShardedParameters() = default;
 
 // ---- Where a unit lives -------------------------------------------------------
 
-int ShardedParameters::slot_of(int unit) const { return unit_slot(layout_, unit); }
-
-int ShardedParameters::next_forward(int unit) const {
-  return unit == layout_.head_unit() ? -1 : unit + 1;  // embed, blocks, head
-}
-
-int ShardedParameters::next_backward(int unit) const {
-  if (unit == layout_.embed_unit()) return layout_.head_unit();
-  if (unit == layout_.head_unit()) return layout_.head_unit() - 1 > 0 ? layout_.head_unit() - 1 : -1;
-  return unit - 1 > 0 ? unit - 1 : -1;  // the block below, none below block 0
-}
-
-float* ShardedParameters::unit_params(int unit) {
-  if (full_params()) return params_.f32() + layout_.units()[static_cast<size_t>(unit)].begin;
-  Slot& s = param_slots_[static_cast<size_t>(slot_of(unit))];
-  GT_CHECK(s.unit == unit && s.pending.done(), "unit ", layout_.units()[static_cast<size_t>(unit)].name,
-           " used while not gathered");
-  return s.buf.f32();
-}
+float* ShardedParameters::unit_params(int unit) { return units_->unit_params(unit); }
 
 float* ShardedParameters::unit_grads(int unit) { return reducer_->unit_grads(unit); }
-
-// ---- Parameter gathers (stage 3) ------------------------------------------------
-
-void ShardedParameters::start_gather(int unit) {
-  Slot& s = param_slots_[static_cast<size_t>(slot_of(unit))];
-  if (s.unit == unit) return;  // resident or in flight
-  GT_CHECK(s.pending.done(), "gather into a busy buffer");
-  s.unit = unit;
-  s.pending = fsdp_.all_gather(params_.f32() + geom_.shard_storage(unit), s.buf.f32(),
-                               geom_.shard_size(unit));
-}
-
-void ShardedParameters::ensure_gathered(int unit) {
-  start_gather(unit);
-  param_slots_[static_cast<size_t>(slot_of(unit))].pending.wait();
-}
 
 void ShardedParameters::progress() {
   // MPI moves non-blocking collectives only inside MPI calls: poll them here,
   // between ops, so they advance while compute goes on. Completion never
   // launches anything (that would break the common order across ranks).
-  for (auto& s : param_slots_) s.pending.test();
+  units_->progress();
   reducer_->progress();
 }
 
@@ -106,50 +70,32 @@ void ShardedParameters::refresh_bf16_params() {
 }
 
 void ShardedParameters::begin_forward(bool backward_follows) {
-  backward_follows_ = backward_follows;
   if (keeps_bf16_params() && params_bf16_stale_) refresh_bf16_params();
-  if (!full_params())  // each micro-batch gathers afresh (parameters may have changed)
-    for (auto& s : param_slots_) {
-      s.pending.wait();
-      s.unit = -1;
-    }
+  units_->begin_forward(backward_follows);
 }
 
 void ShardedParameters::before_forward(int unit) {
-  if (!full_params()) {
-    ensure_gathered(unit);
-    const int next = next_forward(unit);
-    if (next >= 0) start_gather(next);
-  }
+  units_->before_forward(unit);
   progress();
 }
 
-void ShardedParameters::after_forward(int unit) {
-  if (!full_params() && !backward_follows_ &&
-      (unit == layout_.embed_unit() || unit == layout_.head_unit()))
-    param_slots_[static_cast<size_t>(slot_of(unit))].unit = -1;
-}
+void ShardedParameters::after_forward(int unit) { units_->after_forward(unit); }
 
-// ---- Gradients (the GradientReducer) -------------------------------------------
+// ---- Gradients (the GradientReducer) ------------------------------------------
 
 void ShardedParameters::begin_step() { reducer_->begin_step(); }
 
 void ShardedParameters::begin_micro_batch(bool last) { reducer_->begin_micro_batch(last); }
 
 void ShardedParameters::before_backward(int unit) {
-  if (!full_params()) {
-    ensure_gathered(unit);
-    const int next = next_backward(unit);
-    if (next >= 0) start_gather(next);
-  }
+  units_->before_backward(unit);
   reducer_->before_backward(unit);
   progress();
 }
 
 void ShardedParameters::after_backward(int unit) {
   reducer_->after_backward(unit);
-  if (!full_params() && (unit == layout_.embed_unit() || unit == layout_.head_unit()))
-    param_slots_[static_cast<size_t>(slot_of(unit))].unit = -1;
+  units_->after_backward(unit);
   progress();
 }
 
@@ -295,7 +241,7 @@ MemoryFigures ShardedParameters::memory() const {
   MemoryFigures f;
   f.params = bytes(params_) + bytes(params_bf16_);
   f.grads = reducer_->bytes();
-  for (const auto& s : param_slots_) f.params += bytes(s.buf);
+  f.params += units_->slot_bytes();
   f.optimizer = optimizer_->moment_bytes();
   const int64_t T = layout_.total() * static_cast<int64_t>(sizeof(float));
   f.params_unsharded = T;

@@ -2,8 +2,10 @@
 // layout dp x fsdp x tp, and every data-axis collective of a training step.
 // It is the ParameterStore the model reads from; the model's unit hooks are
 // where communication starts (DeviceMesh axes: dp, fsdp, tp). It holds the
-// parameters (and their stage-3 gathers) itself and delegates the rest to
-// strategies chosen at construction: the gradients and their reduction to a
+// parameters, their bf16 copy and the checkpoint pieces, and delegates to
+// strategies chosen at construction: reading a unit's parameters (whole, or
+// gathered with prefetch at stage 3) to UnitParameters
+// (unit_parameters.hpp), the gradients and their reduction to a
 // GradientReducer (gradient_reducer.hpp), the norm and AdamW to a
 // ShardOptimizer (shard_optimizer.hpp).
 //
@@ -56,6 +58,7 @@
 #include "trainer/sharding/shard_geometry.hpp"
 #include "trainer/sharding/shard_optimizer.hpp"
 #include "trainer/sharding/state_plan.hpp"
+#include "trainer/sharding/unit_parameters.hpp"
 
 namespace gt {
 
@@ -123,18 +126,7 @@ class ShardedParameters final : public ParameterStore {
   FsdpStage fsdp_stage() const { return stage_; }
 
  private:
-  struct Slot {  // a unit-sized buffer that holds one unit's parameters at a time
-    Buffer buf;
-    int unit = -1;
-    CommHandle pending;  // the gather in flight
-  };
-
   bool full_params() const { return plan_.full_params; }
-  int slot_of(int unit) const;
-  int next_forward(int unit) const;
-  int next_backward(int unit) const;
-  void start_gather(int unit);
-  void ensure_gathered(int unit);
   void progress();
   float* owned_params(const ParamSegment& s);
   std::vector<TensorPiece> pieces(const std::vector<ParamSegment>& segs, bool params,
@@ -173,8 +165,9 @@ class ShardedParameters final : public ParameterStore {
   void refresh_bf16_params();
   // The gradients and their data-axis reduction, one strategy per layout.
   std::unique_ptr<GradientReducer> reducer_;
-  std::array<Slot, kUnitSlots> param_slots_;  // stage 3: embed, head, block even, block odd
-  bool backward_follows_ = false;
+  // Where the model reads each unit's parameters: params_ itself, or (stage
+  // 3) unit slots gathered from it.
+  std::unique_ptr<UnitParameters> units_;
   struct Staged {
     float* device;
     float* host;
