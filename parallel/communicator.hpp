@@ -47,9 +47,15 @@ class PendingOp {
   virtual ~PendingOp() = default;
   // True once the operation has completed; never blocks.
   virtual bool test() = 0;
-  // Blocks until completion. deadline_s > 0: throws gt::Error naming the op,
-  // its element count and the communicator once that many seconds pass; the
-  // op then stays pending (wait again, or abort the job). 0 = no deadline.
+  // Completes the operation for the caller. A host backend blocks until it
+  // is done; deadline_s > 0: throws gt::Error naming the op, its element
+  // count and the communicator once that many seconds pass; the op then
+  // stays pending (wait again, or abort the job). 0 = no deadline.
+  // A device backend (NCCL) instead orders the device's compute stream after
+  // the operation and returns at once: everything queued on that stream
+  // afterwards sees its result, and the host does at its next
+  // synchronisation with that stream. Its deadline, counted from this call,
+  // is enforced by Communicator::drain().
   virtual void wait(double deadline_s) = 0;
   // The deadline wait() without an argument uses (the communicator's).
   virtual double default_deadline() const = 0;
@@ -138,6 +144,15 @@ class Communicator {
   int64_t all_reduce_i64(int64_t value, ReduceOp op);
   void barrier();
 
+  // Blocks the host until every operation waited on the device (PendingOp::
+  // wait, a device backend) has completed. Past an operation's deadline it
+  // aborts the communicator and throws gt::Error naming the operation, as a
+  // host wait would. Call it before the host reads what such operations or
+  // the work ordered after them produced (the trainer does once per step,
+  // before reading the loss): otherwise a hung peer hangs the read with no
+  // deadline. Host backends have nothing to drain.
+  void drain() { do_drain(); }
+
   // Ring-algorithm bytes this rank has sent since construction / reset_bytes().
   double bytes_sent() const { return bytes_sent_; }
   void reset_bytes() { bytes_sent_ = 0.0; }
@@ -158,6 +173,7 @@ class Communicator {
   virtual double do_all_reduce_f64(double value, ReduceOp op) = 0;
   virtual int64_t do_all_reduce_i64(int64_t value, ReduceOp op) = 0;
   virtual void do_barrier() = 0;
+  virtual void do_drain() {}
 
   // For a backend that decorates another communicator (StagedCommunicator):
   // the pending op out of a handle the inner communicator returned, so the

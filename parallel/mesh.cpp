@@ -130,6 +130,12 @@ DeviceMesh::~DeviceMesh() {
   world_.reset();
 }
 
+void DeviceMesh::drain() const {
+  if (world_) world_->drain();
+  for (const auto& a : axes_)
+    if (a) a->drain();
+}
+
 Communicator& DeviceMesh::axis(MeshAxis a) const {
   const auto i = static_cast<size_t>(a);
   if (i >= axes_.size() || !axes_[i]) fail("mesh: no communicator for axis ", static_cast<int>(a));

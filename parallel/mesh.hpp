@@ -92,6 +92,9 @@ class DeviceMesh {
   Communicator& tp() const { return axis(MeshAxis::tp); }
   Communicator& data() const { return axis(MeshAxis::data); }
   Communicator& world() const { return *world_; }
+  // Communicator::drain on world and every axis: before the host reads what
+  // device-waited collectives (NCCL) produced.
+  void drain() const;
 
   // Multi-line table, one row per rank: rank -> (dp, fsdp, tp) and its data
   // shard. For rank 0 to print at start-up.

@@ -60,6 +60,20 @@ struct NcclWork {
   }
 };
 
+// The operations this communicator's consumers waited on the device (the
+// compute stream waits for their events; the host has not seen them end),
+// in wait order, for drain() to watch against their deadlines.
+struct DeviceWaits {
+  using Clock = std::chrono::steady_clock;
+  struct Entry {
+    std::shared_ptr<NcclWork> work;
+    std::string what;
+    double deadline_s;
+    Clock::time_point since;
+  };
+  std::vector<Entry> entries;
+};
+
 }  // namespace detail
 
 namespace {
@@ -73,41 +87,73 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   fail("unknown ReduceOp ", static_cast<int>(op));
 }
 
+// Fails on an asynchronous NCCL error of `comm`, naming `what`.
+void check_async(ncclComm_t comm, const std::string& what) {
+  ncclResult_t async = ncclSuccess;
+  NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
+  if (async != ncclSuccess && async != ncclInProgress)
+    fail(what, ": NCCL reported an asynchronous error: ", ncclGetErrorString(async), " (",
+         ncclGetLastError(comm), ")");
+}
+
+bool event_done(const cuda::CudaEvent& e) {
+  const cudaError_t rc = cudaEventQuery(e.get());
+  if (rc == cudaErrorNotReady) return false;
+  CUDA_CHECK(rc);
+  return true;
+}
+
+// Polls `work` on the host until it is done; past `deadline_s` (counted from
+// `since`, 0 = none) aborts the communicator (kernels of a collective a peer
+// never joined spin forever) and throws naming `what`.
+void host_wait(detail::NcclWork& work, const std::string& what, double deadline_s,
+               detail::DeviceWaits::Clock::time_point since, bool* timed_out) {
+  using Clock = detail::DeviceWaits::Clock;
+  auto nap = std::chrono::microseconds(5);
+  for (;;) {
+    work.launch();
+    check_async(work.comm, what);
+    if (event_done(work.done)) return;
+    const double waited = std::chrono::duration<double>(Clock::now() - since).count();
+    if (deadline_s > 0 && waited >= deadline_s) {
+      if (timed_out) *timed_out = true;
+      if (!*work.aborted) {
+        NCCL_LOG_ERROR(ncclCommAbort(work.comm));
+        *work.aborted = true;
+      }
+      fail(what, " did not complete within its deadline of ", deadline_s, " s (waited ", waited,
+           " s); a peer rank has probably not started the same collective (hung or "
+           "failed). The NCCL communicator was aborted");
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(500));
+  }
+}
+
 class NcclPendingOp final : public PendingOp {
  public:
-  NcclPendingOp(std::shared_ptr<detail::NcclWork> work, std::string what, double deadline)
-      : work_(std::move(work)), what_(std::move(what)), deadline_(deadline) {}
+  NcclPendingOp(std::shared_ptr<detail::NcclWork> work, std::string what, double deadline,
+                cudaStream_t compute, std::shared_ptr<detail::DeviceWaits> waits)
+      : work_(std::move(work)),
+        what_(std::move(what)),
+        deadline_(deadline),
+        compute_(compute),
+        waits_(std::move(waits)) {}
 
   bool test() override {
     work_->launch();
-    check_async();
-    const cudaError_t rc = cudaEventQuery(work_->done.get());
-    if (rc == cudaErrorNotReady) return false;
-    CUDA_CHECK(rc);
+    check_async(work_->comm, what_);
+    if (!event_done(work_->done)) return false;
     timed_out_ = false;
     return true;
   }
 
+  // On the device: the compute stream waits for the completion event; the
+  // host goes on, and drain() watches the deadline (see PendingOp::wait).
   void wait(double deadline_s) override {
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    auto nap = std::chrono::microseconds(5);
-    while (!test()) {
-      const double waited = std::chrono::duration<double>(clock::now() - start).count();
-      if (deadline_s > 0 && waited >= deadline_s) {
-        timed_out_ = true;
-        // Kernels of a collective a peer never joined spin forever: abort.
-        if (!*work_->aborted) {
-          NCCL_LOG_ERROR(ncclCommAbort(work_->comm));
-          *work_->aborted = true;
-        }
-        fail(what_, " did not complete within its deadline of ", deadline_s, " s (waited ",
-             waited, " s); a peer rank has probably not started the same collective (hung or "
-             "failed). The NCCL communicator was aborted");
-      }
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(500));
-    }
+    if (test()) return;
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, work_->done.get(), 0));
+    waits_->entries.push_back({work_, what_, deadline_s, detail::DeviceWaits::Clock::now()});
   }
 
   double default_deadline() const override { return deadline_; }
@@ -118,17 +164,11 @@ class NcclPendingOp final : public PendingOp {
   }
 
  private:
-  void check_async() {
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(work_->comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress)
-      fail(what_, ": NCCL reported an asynchronous error: ", ncclGetErrorString(async), " (",
-           ncclGetLastError(work_->comm), ")");
-  }
-
   std::shared_ptr<detail::NcclWork> work_;
   std::string what_;
   double deadline_;
+  cudaStream_t compute_;
+  std::shared_ptr<detail::DeviceWaits> waits_;
   bool timed_out_ = false;
 };
 
@@ -143,6 +183,7 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, cudaStream_t com
       scalar_(sizeof(double)),
       scalar_host_(sizeof(double)),
       aborted_(std::make_shared<bool>(false)),
+      waits_(std::make_shared<detail::DeviceWaits>()),
       comm_(comm) {
   NCCL_CHECK(ncclCommUserRank(comm, &rank_));
   NCCL_CHECK(ncclCommCount(comm, &size_));
@@ -214,14 +255,27 @@ void NcclCommunicator::begin_collective() {
   stream_.wait(ready_.get());
 }
 
-CommHandle NcclCommunicator::finish(const std::string& what) {
+std::shared_ptr<detail::NcclWork> NcclCommunicator::enqueue_done() {
   auto work = std::make_shared<detail::NcclWork>(comm_.get(), stream_.get(), aborted_);
   work->launched = true;
   work->done.record(stream_.get());
-  return CommHandle(std::make_unique<NcclPendingOp>(
-      std::move(work), what + " on communicator '" + name_ + "' (rank " + std::to_string(rank_) +
-                           " of " + std::to_string(size_) + ")",
-      deadline_s_));
+  return work;
+}
+
+std::string NcclCommunicator::describe(const std::string& what) const {
+  return what + " on communicator '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
+         std::to_string(size_) + ")";
+}
+
+CommHandle NcclCommunicator::handle(std::shared_ptr<detail::NcclWork> work, std::string what) {
+  return CommHandle(std::make_unique<NcclPendingOp>(std::move(work), std::move(what), deadline_s_,
+                                                    compute_, waits_));
+}
+
+void NcclCommunicator::do_drain() {
+  // In wait order; each deadline counts from its wait().
+  for (const auto& e : waits_->entries) host_wait(*e.work, e.what, e.deadline_s, e.since, nullptr);
+  waits_->entries.clear();
 }
 
 CommHandle NcclCommunicator::do_all_reduce(float* buf, int64_t n, ReduceOp op) {
@@ -258,18 +312,14 @@ CommHandle NcclCommunicator::do_send(const float* buf, int64_t n, int peer, int 
   // NCCL matches point-to-point messages per peer pair in issue order and has
   // no tags: ranks must issue them in the same order (our rings do).
   p2p_group().p2p.push_back({true, const_cast<float*>(buf), static_cast<size_t>(n), peer});
-  return CommHandle(std::make_unique<NcclPendingOp>(
-      p2p_, "send of " + std::to_string(n) + " floats to " + std::to_string(peer) + " (tag " +
-                std::to_string(tag) + ") on communicator '" + name_ + "'",
-      deadline_s_));
+  return handle(p2p_, "send of " + std::to_string(n) + " floats to " + std::to_string(peer) +
+                          " (tag " + std::to_string(tag) + ") on communicator '" + name_ + "'");
 }
 
 CommHandle NcclCommunicator::do_recv(float* buf, int64_t n, int peer, int tag) {
   p2p_group().p2p.push_back({false, buf, static_cast<size_t>(n), peer});
-  return CommHandle(std::make_unique<NcclPendingOp>(
-      p2p_, "recv of " + std::to_string(n) + " floats from " + std::to_string(peer) + " (tag " +
-                std::to_string(tag) + ") on communicator '" + name_ + "'",
-      deadline_s_));
+  return handle(p2p_, "recv of " + std::to_string(n) + " floats from " + std::to_string(peer) +
+                          " (tag " + std::to_string(tag) + ") on communicator '" + name_ + "'");
 }
 
 namespace {
@@ -291,7 +341,9 @@ T NcclCommunicator::scalar_all_reduce(T value, ReduceOp op, const char* what) {
                            comm_.get(), stream_.get()));
   CUDA_CHECK(cudaMemcpyAsync(scalar_host_.data(), scalar_.data(), sizeof(T),
                              cudaMemcpyDeviceToHost, stream_.get()));
-  finish(std::string(what) + "(" + reduce_op_name(op) + ")").wait();
+  // The host reads the result: a host wait, with the deadline.
+  host_wait(*enqueue_done(), describe(std::string(what) + "(" + reduce_op_name(op) + ")"),
+            deadline_s_, detail::DeviceWaits::Clock::now(), nullptr);
   return *scalar_host_.as<T>();
 }
 

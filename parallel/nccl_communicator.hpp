@@ -7,16 +7,22 @@
 //     the communication stream wait for it, so the collective sees every
 //     buffer the compute stream wrote before the call; then the NCCL call is
 //     enqueued and a completion event recorded after it.
-//   * test() queries that event; wait() polls it against the deadline and
-//     ncclCommGetAsyncError, and returns once the data has landed. Compute
-//     enqueued after wait() is therefore ordered after the collective.
+//   * test() queries that event. wait() never blocks the host: it makes the
+//     compute stream wait for the event (cudaStreamWaitEvent), so compute
+//     enqueued after wait() is ordered after the collective on the device,
+//     and files the op for drain(). drain() polls the filed events (and
+//     ncclCommGetAsyncError) on the host, each against its deadline counted
+//     from its wait(); the trainer drains the mesh once per step, before it
+//     reads the loss. The scalar reductions, whose result the host reads,
+//     wait on the host with the deadline.
 //   * send/recv are not started one by one (a lone ncclRecv blocks its stream
 //     until matched, which deadlocks a ring): they are queued and launched
 //     together in one ncclGroupStart/End when any of their handles is first
 //     tested or waited, or when another collective starts.
-//   * A deadline passing or an asynchronous NCCL error aborts the NCCL
-//     communicator (ncclCommAbort, so no kernel stays spinning) and throws
-//     gt::Error naming the op and the communicator; main() then aborts the job.
+//   * A deadline passing (in drain() or a host wait) or an asynchronous NCCL
+//     error aborts the NCCL communicator (ncclCommAbort, so no kernel stays
+//     spinning and the compute stream's waits end) and throws gt::Error
+//     naming the op and the communicator; main() then aborts the job.
 //
 // Bootstrap (nccl-tests' pattern): rank 0 of an MPI communicator calls
 // ncclGetUniqueId, MPI broadcasts it, every rank calls ncclCommInitRank on its
@@ -42,7 +48,8 @@ namespace detail {
 struct NcclCommDestroy {
   void operator()(ncclComm_t c) const noexcept;  // finalize + destroy; never throws
 };
-struct NcclWork;  // enqueued (or queued p2p) work and its completion event
+struct NcclWork;     // enqueued (or queued p2p) work and its completion event
+struct DeviceWaits;  // operations waited on the device, for drain()
 }  // namespace detail
 
 class NcclCommunicator final : public Communicator {
@@ -79,13 +86,19 @@ class NcclCommunicator final : public Communicator {
   double do_all_reduce_f64(double value, ReduceOp op) override;
   int64_t do_all_reduce_i64(int64_t value, ReduceOp op) override;
   void do_barrier() override;
+  void do_drain() override;
 
  private:
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute, std::string name,
                    double deadline_s);
   // Orders the comm stream after the compute stream and flushes queued p2p.
   void begin_collective();
-  CommHandle finish(const std::string& what);
+  // The completion event recorded after what begin_collective enqueued.
+  std::shared_ptr<detail::NcclWork> enqueue_done();
+  // "<what> on communicator '<name>' (rank r of p)"
+  std::string describe(const std::string& what) const;
+  CommHandle handle(std::shared_ptr<detail::NcclWork> work, std::string what);
+  CommHandle finish(const std::string& what) { return handle(enqueue_done(), describe(what)); }
   template <typename T>
   T scalar_all_reduce(T value, ReduceOp op, const char* what);
   // The open group of queued sends/receives (a fresh one once launched).
@@ -103,6 +116,7 @@ class NcclCommunicator final : public Communicator {
   cuda::PinnedBuffer scalar_host_;
   std::shared_ptr<detail::NcclWork> p2p_;  // sends/receives queued, not yet launched
   std::shared_ptr<bool> aborted_;          // set by abort() or a deadline: no finalize then
+  std::shared_ptr<detail::DeviceWaits> waits_;  // waited on the device, not yet drained
   std::unique_ptr<ncclComm, detail::NcclCommDestroy> comm_;
 };
 

@@ -41,6 +41,12 @@ struct NcclWorld {
   std::string skip;
 };
 
+struct DeviceFloats;
+// What the host sees of `x` once the collectives waited on the device have
+// drained (with their deadlines) and the compute stream ordered after them
+// has run: a wait() alone does not block the host.
+std::vector<float> read(NcclWorld& w, const DeviceFloats& x);
+
 NcclWorld make_world(double deadline_s = kTestDeadlineS) {
   NcclWorld w;
   w.mpi = test_world("nccl-bootstrap");
@@ -78,6 +84,12 @@ struct DeviceFloats {
   }
 };
 
+std::vector<float> read(NcclWorld& w, const DeviceFloats& x) {
+  w.nccl->drain();
+  w.compute->synchronize();
+  return x.host();
+}
+
 #define NCCL_WORLD_OR_SKIP(w)            \
   NcclWorld w = make_world();            \
   if (!w.nccl) GTEST_SKIP() << w.skip
@@ -92,10 +104,10 @@ TEST(NcclCommunicator, AllReduceSumAndMax) {
     std::vector<float> want(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i)
       want[static_cast<size_t>(i)] = static_cast<float>(p * (p - 1) / 2) + 0.5f * p * i;
-    EXPECT_TRUE(exactly(x.host(), want));
+    EXPECT_TRUE(exactly(read(w, x), want));
     DeviceFloats y(filled(r, n));
     w.nccl->all_reduce_max(y.get(), n).wait();
-    EXPECT_TRUE(exactly(y.host(), filled(p - 1, n)));
+    EXPECT_TRUE(exactly(read(w, y), filled(p - 1, n)));
   }
   EXPECT_DOUBLE_EQ(w.nccl->bytes_sent(),
                    [&] {
@@ -116,7 +128,7 @@ TEST(NcclCommunicator, ReduceScatterAndAllGatherInPlace) {
     for (int64_t i = 0; i < n; ++i)
       want[static_cast<size_t>(i)] =
           static_cast<float>(p * (p - 1) / 2) + 0.5f * p * static_cast<float>(r * n + i);
-    EXPECT_TRUE(exactly(out.host(), want));
+    EXPECT_TRUE(exactly(read(w, out), want));
 
     std::vector<float> blocks(static_cast<size_t>(n * p), -1.f), all;
     auto mine = filled(r, n);
@@ -127,7 +139,7 @@ TEST(NcclCommunicator, ReduceScatterAndAllGatherInPlace) {
       auto b = filled(s, n);
       all.insert(all.end(), b.begin(), b.end());
     }
-    EXPECT_TRUE(exactly(gathered.host(), all));
+    EXPECT_TRUE(exactly(read(w, gathered), all));
   }
 }
 
@@ -157,7 +169,7 @@ TEST(NcclCommunicator, CollectivesSeeTheComputeStreamsEarlierWork) {
     std::memset(&bits, 0x40 + p - 1, sizeof bits);
     float want = 0.f;
     std::memcpy(&want, &bits, sizeof want);
-    EXPECT_TRUE(exactly(x.host(), std::vector<float>(static_cast<size_t>(n), want)));
+    EXPECT_TRUE(exactly(read(w, x), std::vector<float>(static_cast<size_t>(n), want)));
   }
 #if defined(TRAINER_CUDA_EMULATOR)
   gt::emu::set_stream_order("issue");
@@ -170,7 +182,7 @@ TEST(NcclCommunicator, BroadcastScalarsAndBarrier) {
   for (int root = 0; root < p; ++root) {
     DeviceFloats x(filled(r, 33));
     w.nccl->broadcast(x.get(), 33, root).wait();
-    EXPECT_TRUE(exactly(x.host(), filled(root, 33)));
+    EXPECT_TRUE(exactly(read(w, x), filled(root, 33)));
   }
   EXPECT_EQ(w.nccl->all_reduce_f64(r + 0.5, ReduceOp::sum), p * (p - 1) / 2.0 + 0.5 * p);
   EXPECT_EQ(w.nccl->all_reduce_i64(r, ReduceOp::max), p - 1);
@@ -199,7 +211,7 @@ TEST(NcclCommunicator, RingAllGatherThroughGroupedSendRecv) {
     auto b = filled(s, chunk);
     want.insert(want.end(), b.begin(), b.end());
   }
-  EXPECT_TRUE(exactly(full.host(), want));
+  EXPECT_TRUE(exactly(read(w, full), want));
   EXPECT_EQ(static_cast<int>(seen.size()), p);
 }
 
@@ -220,10 +232,50 @@ TEST(NcclCommunicator, DeadlineAbortsAndNamesTheOp) {
   DeviceFloats x(filled(0, 7));
   const int from = (w.nccl->rank() + 1) % w.nccl->size();
   CommHandle h = w.nccl->recv(x.get(), 7, from, 5);
-  const std::string msg = error_message([&] { h.wait(); });
+  h.wait();  // on the device: the host goes on, and drain() keeps the deadline
+  EXPECT_TRUE(h.done());
+  const std::string msg = error_message([&] { w.nccl->drain(); });
   EXPECT_NE(msg.find("recv of 7 floats"), std::string::npos) << msg;
   EXPECT_NE(msg.find("deadline of 0.5 s"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'nccl-world'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("was aborted"), std::string::npos) << msg;
+}
+
+// wait() orders the compute stream after the collective, without the host
+// waiting: compute queued after it reads the result, here a copy on the
+// compute stream to pinned memory that the host reads after synchronising
+// that stream alone. On the emulated device the streams also run
+// newest-first, where a missing device-side wait would read the old values.
+TEST(NcclCommunicator, WaitOrdersTheComputeStreamAfterTheCollective) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+#if defined(TRAINER_CUDA_EMULATOR)
+  const char* const orders[] = {"issue", "reverse"};
+#else
+  const char* const orders[] = {"device"};
+#endif
+  for (const char* order : orders) {
+    SCOPED_TRACE(order);
+#if defined(TRAINER_CUDA_EMULATOR)
+    ASSERT_TRUE(gt::emu::set_stream_order(order));
+#endif
+    const int64_t n = 1001;
+    DeviceFloats x(filled(r, n));
+    cuda::PinnedBuffer host(static_cast<size_t>(n) * sizeof(float));
+    w.nccl->all_reduce_sum(x.get(), n).wait();
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), x.get(), static_cast<size_t>(n) * sizeof(float),
+                               cudaMemcpyDeviceToHost, w.compute->get()));
+    w.compute->synchronize();
+    const float* got = host.as<float>();
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      want[static_cast<size_t>(i)] = static_cast<float>(p * (p - 1) / 2) + 0.5f * p * i;
+    EXPECT_TRUE(exactly(std::vector<float>(got, got + n), want));
+    w.nccl->drain();  // already complete: returns at once
+  }
+#if defined(TRAINER_CUDA_EMULATOR)
+  gt::emu::set_stream_order("issue");
+#endif
 }
 
 }  // namespace

@@ -72,6 +72,10 @@ void check_device_collectives(const DeviceMesh& m, int g) {
     CommHandle h_ag = c.all_gather(gathered.as<float>() + me * n, gathered.as<float>(), n);
     h_ag.wait();
     h_ar.wait();
+    // A device backend's wait() orders the device, not the host: settle the
+    // collectives (with their deadlines) before the host reads (a no-op for
+    // the staged backend, whose waits block).
+    c.drain();
     const float sum = static_cast<float>(std::accumulate(members.begin(), members.end(), 0));
     std::vector<float> want(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = sum + 0.5f * p * i;

@@ -286,6 +286,10 @@ void GPT::block_mlp_down_forward(int l) {
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                    float grad_scale) {
   if (!run_forward(tokens, targets, B, T, grad_scale)) return 0.f;
+  return read_forward_loss(B, T);
+}
+
+float GPT::read_forward_loss(int B, int T) {
   const int64_t R = int64_t(B) * T;
   ops_.download(host_losses_.data(), view(acts_.losses.f32(), {R}));
   double sum = 0.0;

@@ -121,6 +121,15 @@ class GPT {
   // dlogits = (softmax - onehot) * grad_scale.
   // Waits for the step so far: the losses are read back.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
+  // forward() in two halves, for a caller that must settle something before
+  // the host reads (the trainer drains the mesh's device-waited collectives,
+  // Communicator::drain): queue the forward, then read its mean loss.
+  // forward() is exactly these two calls.
+  bool queue_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                     float grad_scale) {
+    return run_forward(tokens, targets, B, T, grad_scale);
+  }
+  float read_forward_loss(int B, int T);
   // Training's forward: the same, except that the per-position losses are
   // added up on the device and not read back, so a micro-batch costs no wait
   // on the host; take_loss() reads them once per optimizer step. Every

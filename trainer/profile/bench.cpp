@@ -148,6 +148,7 @@ nlohmann::json bench_collectives(Ops& ops, Communicator& world, const BenchOptio
       auto once = [&] {
         if (reduce) world.all_reduce_sum(buf.buf.f32(), n).wait();
         else world.all_gather(buf.buf.f32() + world.rank() * block, buf.buf.f32(), block).wait();
+        world.drain();  // a device backend's wait() returns at once: time the transfer itself
       };
       once();  // warm-up (connection set-up, first touch)
       world.barrier();

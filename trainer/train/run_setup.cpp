@@ -129,7 +129,9 @@ double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
     for (int k = 0; k < accum; ++k) {
       run.val_data->fill(first_row(int64_t(e) * tc.global_batch, k, B, D, d), B, inputs.data(),
                          targets.data());
-      sum += run.model->forward(inputs.data(), targets.data(), B, T, 0.f);
+      run.model->queue_forward(inputs.data(), targets.data(), B, T, 0.f);
+      run.mesh->drain();  // the forward's collectives, with their deadlines, before the read
+      sum += run.model->read_forward_loss(B, T);
     }
   sum = run.mesh->data().all_reduce_f64(sum, ReduceOp::sum);
   return sum / (static_cast<double>(tc.eval_batches) * accum * D);

@@ -197,6 +197,9 @@ StepResult Trainer::train_step(int64_t step) {
   StepResult r;
   r.lr = learning_rate(tc_, step);
   params.clipped_adamw_step(tc_, r.lr, opt_t_ + 1, model.pending_loss_sums());
+  // Collectives waited on the device (NCCL) end here, each within its
+  // deadline, before the host reads anything of the step.
+  run_.mesh->drain();
   r.loss = run_.mesh->data().all_reduce_f64(model.take_loss(), ReduceOp::sum) / data_size_;
   const ShardedParameters::StepOutcome outcome = params.step_outcome();
   r.grad_norm = outcome.grad_norm;
@@ -270,6 +273,7 @@ void Trainer::checkpoint(int64_t step) {
   meta.layout = run_.dims.str();
   meta.model_signature = signature_;
   meta.config_yaml = to_yaml(cfg_);
+  run_.mesh->drain();  // the post-step gathers (stages 1-2) before the host copies
   last_dir_ = save_checkpoint(cfg_.checkpoint_dir(), meta, run_.params->pieces_to_save(),
                               cfg_.checkpoint.keep, job_,
                               [&](const char* p) { run_.faults.in_save(job_.rank(), step, p); });
