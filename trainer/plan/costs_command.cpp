@@ -17,6 +17,7 @@
 #include "trainer/profile/model_flops.hpp"
 #include "trainer/profile/profiler.hpp"
 #include "trainer/profile/profiling_ops.hpp"
+#include "trainer/runtime/parallelize.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {
@@ -124,13 +125,12 @@ int run_costs_command(const CostsArgs& a) {
   Profiler profiler(ProfileSchedule{1, 1}, false, 0);
   const std::unique_ptr<Ops> ops = make_profiling_ops(*dry, profiler);
   const DeviceMesh mesh = DeviceMesh::in_process();
-  const ParameterLayout layout(cfg.model);
   double model_flops_step = 0;
   {
-    ShardedParameters params(layout, mesh, pc.fsdp_stage, pc.bucket_mb, *ops,
-                             cfg.runtime.dtype == ComputeDType::bf16);
-    GPT model(cfg.model, *ops, B, T, layout, params, TensorParallelGroup{&mesh.tp(), pc.tp_overlap},
-              tc.recompute, cfg.runtime.dtype);
+    const ParallelModel pm =
+        parallelize(cfg.model, parallel_plan(cfg), mesh, *ops, {B, T, tc.recompute});
+    ShardedParameters& params = *pm.params;
+    GPT& model = *pm.model;
     std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 0);
     // Loading leaves the parameters' bf16 copy to be cast once by the first
     // forward; in a steady step AdamW writes it, so that cast stays out of

@@ -9,6 +9,7 @@
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/runtime/launch_checks.hpp"
+#include "trainer/runtime/parallelize.hpp"
 #include "trainer/runtime/run_environment.hpp"
 #include "trainer/train/run_directory.hpp"
 
@@ -76,14 +77,12 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
   }
 
   const MeshCoord& me = run.mesh->coord();
-  run.layout = std::make_unique<ParameterLayout>(cfg.model, run.dims.tp, me.tp, run.dims.fsdp);
-  run.params = std::make_unique<ShardedParameters>(*run.layout, *run.mesh, cfg.parallel.fsdp_stage,
-                                                   cfg.parallel.bucket_mb, *run.ops,
-                                                   cfg.runtime.dtype == ComputeDType::bf16);
-  run.model = std::make_unique<GPT>(cfg.model, *run.ops, tc.micro_batch, tc.seq_len, *run.layout,
-                                    *run.params,
-                                    TensorParallelGroup{&run.mesh->tp(), cfg.parallel.tp_overlap},
-                                    tc.recompute, cfg.runtime.dtype);
+  // Placement, data-parallel state, then the model (runtime/parallelize.hpp).
+  ParallelModel pm = parallelize(cfg.model, parallel_plan(cfg), *run.mesh, *run.ops,
+                                 {tc.micro_batch, tc.seq_len, tc.recompute});
+  run.layout = std::move(pm.layout);
+  run.params = std::move(pm.params);
+  run.model = std::move(pm.model);
 
   const std::string ckpt_root = cfg.checkpoint_dir();
   if (cfg.checkpoint.resume == "auto") {

@@ -1,0 +1,65 @@
+// parallelize: the model on a device mesh, with every kind of parallelism
+// applied in one fixed order, each step reading only what the steps before
+// it built:
+//
+//   1. placement      ParameterLayout: the model's placement table
+//                     (trainer/parallelize/, e.g. gpt2_placement.cpp) cut
+//                     for this tp rank: which rows/columns of each parameter
+//                     it holds, which gradients are tp-partial; units padded
+//                     to a multiple of fsdp for the sharding below.
+//   2. data parallel  ShardedParameters over dp x fsdp at the ZeRO stage:
+//                     its strategies UnitParameters (whole, or stage 3's
+//                     per-unit gathers), GradientReducer (DDP buckets,
+//                     ZeRO-1, ZeRO-2/3, with HSDP's dp all-reduce and the
+//                     tp-partial sums) and ShardOptimizer.
+//   3. the model      GPT over the tensor-parallel layers (the tp group and
+//                     its collective-matmul switch, with sequence
+//                     parallelism), reading its parameters from (2). The
+//                     model holds no communicator.
+//
+// The weights are not set here: the caller loads a checkpoint, HF weights or
+// the seed's initial values into params.
+#pragma once
+
+#include <memory>
+
+#include "kernels/ops.hpp"
+#include "parallel/mesh.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/model/parameter_layout.hpp"
+#include "trainer/sharding/sharded_parameters.hpp"
+
+namespace gt {
+
+// How the layers are split and the state sharded, beyond the mesh's shape.
+struct ParallelPlan {
+  FsdpStage fsdp_stage = FsdpStage::parameters;
+  double bucket_mb = 25.0;  // DDP's gradient buckets
+  bool tp_overlap = true;   // collective matmuls (ring) or plain collectives
+  // A bf16 run: the model stores bf16 activations, and the parameters keep
+  // their bf16 copy where they are whole.
+  ComputeDType dtype = ComputeDType::fp32;
+};
+// The plan a validated config asks for.
+ParallelPlan parallel_plan(const Config& cfg);
+
+// What one micro-batch looks like to the model (its activation buffers).
+struct ModelShape {
+  int micro_batch = 1, seq_len = 1;
+  Recompute recompute = Recompute::none;
+};
+
+// Built in the order above; destroyed model first, then parameters, then
+// layout (members in reverse).
+struct ParallelModel {
+  std::unique_ptr<ParameterLayout> layout;
+  std::unique_ptr<ShardedParameters> params;
+  std::unique_ptr<GPT> model;
+};
+
+// `mesh` and `ops` outlive the result.
+ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
+                          const DeviceMesh& mesh, Ops& ops, const ModelShape& shape);
+
+}  // namespace gt
