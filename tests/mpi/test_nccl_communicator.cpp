@@ -90,6 +90,23 @@ std::vector<float> read(NcclWorld& w, const DeviceFloats& x) {
   return x.host();
 }
 
+// Runs `body` once per stream order the device offers: on the emulated
+// device in issue order and newest-first (the legal order in which a missing
+// wait shows), on a GPU once, in the device's own.
+template <typename F>
+void for_each_stream_order(F&& body) {
+#if defined(TRAINER_CUDA_EMULATOR)
+  for (const char* order : {"issue", "reverse"}) {
+    SCOPED_TRACE(order);
+    ASSERT_TRUE(gt::emu::set_stream_order(order));
+    body();
+  }
+  gt::emu::set_stream_order("issue");
+#else
+  body();
+#endif
+}
+
 #define NCCL_WORLD_OR_SKIP(w)            \
   NcclWorld w = make_world();            \
   if (!w.nccl) GTEST_SKIP() << w.skip
@@ -150,16 +167,7 @@ TEST(NcclCommunicator, ReduceScatterAndAllGatherInPlace) {
 TEST(NcclCommunicator, CollectivesSeeTheComputeStreamsEarlierWork) {
   NCCL_WORLD_OR_SKIP(w);
   const int p = w.nccl->size(), r = w.nccl->rank();
-#if defined(TRAINER_CUDA_EMULATOR)
-  const char* const orders[] = {"issue", "reverse"};
-#else
-  const char* const orders[] = {"device"};
-#endif
-  for (const char* order : orders) {
-    SCOPED_TRACE(order);
-#if defined(TRAINER_CUDA_EMULATOR)
-    ASSERT_TRUE(gt::emu::set_stream_order(order));
-#endif
+  for_each_stream_order([&] {
     const int64_t n = 1000;
     DeviceFloats x(std::vector<float>(static_cast<size_t>(n), -1.f));
     // Every byte 0x40 + rank: positive floats growing with the rank.
@@ -170,10 +178,7 @@ TEST(NcclCommunicator, CollectivesSeeTheComputeStreamsEarlierWork) {
     float want = 0.f;
     std::memcpy(&want, &bits, sizeof want);
     EXPECT_TRUE(exactly(read(w, x), std::vector<float>(static_cast<size_t>(n), want)));
-  }
-#if defined(TRAINER_CUDA_EMULATOR)
-  gt::emu::set_stream_order("issue");
-#endif
+  });
 }
 
 TEST(NcclCommunicator, BroadcastScalarsAndBarrier) {
@@ -249,16 +254,7 @@ TEST(NcclCommunicator, DeadlineAbortsAndNamesTheOp) {
 TEST(NcclCommunicator, WaitOrdersTheComputeStreamAfterTheCollective) {
   NCCL_WORLD_OR_SKIP(w);
   const int p = w.nccl->size(), r = w.nccl->rank();
-#if defined(TRAINER_CUDA_EMULATOR)
-  const char* const orders[] = {"issue", "reverse"};
-#else
-  const char* const orders[] = {"device"};
-#endif
-  for (const char* order : orders) {
-    SCOPED_TRACE(order);
-#if defined(TRAINER_CUDA_EMULATOR)
-    ASSERT_TRUE(gt::emu::set_stream_order(order));
-#endif
+  for_each_stream_order([&] {
     const int64_t n = 1001;
     DeviceFloats x(filled(r, n));
     cuda::PinnedBuffer host(static_cast<size_t>(n) * sizeof(float));
@@ -272,10 +268,7 @@ TEST(NcclCommunicator, WaitOrdersTheComputeStreamAfterTheCollective) {
       want[static_cast<size_t>(i)] = static_cast<float>(p * (p - 1) / 2) + 0.5f * p * i;
     EXPECT_TRUE(exactly(std::vector<float>(got, got + n), want));
     w.nccl->drain();  // already complete: returns at once
-  }
-#if defined(TRAINER_CUDA_EMULATOR)
-  gt::emu::set_stream_order("issue");
-#endif
+  });
 }
 
 }  // namespace
