@@ -40,8 +40,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUGS = [
     dict(name="RAW: barrier removed before a shared read",
          file="kernels/cuda/layernorm.cu",
-         find="  __syncthreads();\n  for (int c = threadIdx.x; c < C; c += kBwdThreads) {\n",
-         repl="  for (int c = threadIdx.x; c < C; c += kBwdThreads) {\n",
+         find="  __syncthreads();\n  for (int c = threadIdx.x; c < C; c += blockDim.x) {\n",
+         repl="  for (int c = threadIdx.x; c < C; c += blockDim.x) {\n",
          build="tsan", tests="CudaLayerNorm.Backward*"),
     dict(name="WAR: barrier removed before a shared overwrite",
          file="kernels/cuda/attention.cu",
@@ -87,9 +87,16 @@ BUGS = [
          build="tsan", tests="CudaAttention.Bf16TensorCore*"),
     dict(name="removed cudaStreamWaitEvent before a collective",
          file="parallel/nccl_communicator.cpp",
-         find="  ready_.record(compute_);\n  stream_.wait(ready_.get());\n}\n\nCommHandle NcclCommunicator::finish",
-         repl="  ready_.record(compute_);\n}\n\nCommHandle NcclCommunicator::finish",
+         find="  ready_.record(compute_);\n  stream_.wait(ready_.get());\n}\n\n"
+              "std::shared_ptr<detail::NcclWork> NcclCommunicator::enqueue_done",
+         repl="  ready_.record(compute_);\n}\n\n"
+              "std::shared_ptr<detail::NcclWork> NcclCommunicator::enqueue_done",
          build="emu", tests="NcclCommunicator.CollectivesSeeTheComputeStreamsEarlierWork"),
+    dict(name="removed the consumer's wait on a collective",
+         file="parallel/nccl_communicator.cpp",
+         find="    CUDA_CHECK(cudaStreamWaitEvent(compute_, work_->done.get(), 0));\n",
+         repl="",
+         build="emu", tests="NcclCommunicator.WaitOrdersTheComputeStreamAfterTheCollective"),
     # The control: every caller of write_rows either exits after it or next
     # writes other rows, so its trailing __syncwarp orders nothing and
     # nothing may report its removal.

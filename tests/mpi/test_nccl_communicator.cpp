@@ -6,9 +6,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -249,8 +251,9 @@ TEST(NcclCommunicator, DeadlineAbortsAndNamesTheOp) {
 // wait() orders the compute stream after the collective, without the host
 // waiting: compute queued after it reads the result, here a copy on the
 // compute stream to pinned memory that the host reads after synchronising
-// that stream alone. On the emulated device the streams also run
-// newest-first, where a missing device-side wait would read the old values.
+// that stream alone. The other ranks join late, so without the device-side
+// wait rank 0's copy reads the old values (the planted bug "removed the
+// consumer's wait on a collective" is caught so, every time).
 TEST(NcclCommunicator, WaitOrdersTheComputeStreamAfterTheCollective) {
   NCCL_WORLD_OR_SKIP(w);
   const int p = w.nccl->size(), r = w.nccl->rank();
@@ -258,6 +261,9 @@ TEST(NcclCommunicator, WaitOrdersTheComputeStreamAfterTheCollective) {
     const int64_t n = 1001;
     DeviceFloats x(filled(r, n));
     cuda::PinnedBuffer host(static_cast<size_t>(n) * sizeof(float));
+    // The other ranks join late, so the collective cannot have finished when
+    // rank 0's copy is queued: only the device-side wait orders the copy.
+    if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     w.nccl->all_reduce_sum(x.get(), n).wait();
     CUDA_CHECK(cudaMemcpyAsync(host.data(), x.get(), static_cast<size_t>(n) * sizeof(float),
                                cudaMemcpyDeviceToHost, w.compute->get()));
