@@ -61,7 +61,9 @@
 #       a rehearsal is a GPU measurement (the table says so). About 6 minutes.
 #
 # --only STAGES: comma-separated stage names or prefixes ("tests-" is every
-# test stage); the others are not run. --logs DIR: where the logs go
+# test stage); the others are not run, except what a selected stage needs
+# (data for the training and layout stages, tests-core for train-tc's gate
+# when the log folder has no result of it). --logs DIR: where the logs go
 # (default runs/gpu_check/<time>). Exit status: 0 when no stage failed.
 set -uo pipefail
 
@@ -453,7 +455,14 @@ if [[ -z "$exe_dir" || $have_gpu == 0 ]]; then
   status_word="$([[ -z "$exe_dir" ]] && echo FAILED || echo skipped)"
   for s in "${ours_stages[@]}"; do wanted "$s" && record "$s" "$status_word" "" "" "$why"; done
 else
-  run_stage tests-core 120 "$tests_bin" \
+  # tests-core is also train-tc's gate: it runs for train-tc when --only
+  # leaves it out and this log folder has no result of it yet (a rerun of
+  # train-tc alone would otherwise skip it and waste the device call).
+  core_override=""
+  if ! wanted tests-core && wanted train-tc && [[ ! -f "$logs/tests-core.xml" ]]; then
+    core_override=1
+  fi
+  ONLY_OVERRIDE=$core_override run_stage tests-core 120 "$tests_bin" \
     --gtest_filter="CudaDevice.*:CudaResources.*:CudaCheck.*:CudaMatmul.*:CudaAttention.*:-$production" \
     --gtest_output="xml:$logs/tests-core.xml"
 
