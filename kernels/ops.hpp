@@ -286,4 +286,10 @@ class Ops {
   }
 };
 
+// n fp32 elements of `ops`' memory, zero-filled as Ops::allocate gives them
+// (padding that no op writes stays zero); n <= 0 gives an empty buffer.
+inline Buffer allocate_floats(Ops& ops, int64_t n) {
+  return ops.allocate(static_cast<size_t>(n > 0 ? n : 0) * sizeof(float));
+}
+
 }  // namespace gt

@@ -1,16 +1,11 @@
 #include "trainer/parallelize/tp_layers.hpp"
 
-#include <algorithm>
-
 #include "kernels/core/error.hpp"
 #include "parallel/collective_matmul.hpp"
 
 namespace gt {
 
 namespace {
-Buffer floats(Ops& ops, int64_t n) {
-  return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
-}
 // An optional view cut to the same rows as its companions (empty stays empty).
 TensorView rows_or_none(const TensorView& t, int64_t row0, int64_t rows) {
   return t.empty() ? t : rows_of(t, row0, rows);
@@ -37,10 +32,10 @@ TpLayerContext::TpLayerContext(Ops& ops, TensorParallelGroup group, ComputeDType
     : ops_(ops),
       maps_(ops, group),
       precision_(ops, dtype, precision),
-      sum_rows_(floats(ops, scratch.sum_rows)),
-      gather_rows_(floats(ops, scratch.gather_rows)),
-      ring_(floats(ops, scratch.ring)),
-      stats_(floats(ops, scratch.stats)) {}
+      sum_rows_(allocate_floats(ops, scratch.sum_rows)),
+      gather_rows_(allocate_floats(ops, scratch.gather_rows)),
+      ring_(allocate_floats(ops, scratch.ring)),
+      stats_(allocate_floats(ops, scratch.stats)) {}
 
 float* TpLayerContext::stats(int64_t rows) {
   GT_CHECK(3 * rows * int64_t(sizeof(float)) <= int64_t(stats_.bytes()), rows,

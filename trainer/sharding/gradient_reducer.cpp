@@ -18,10 +18,6 @@ class ReducerBase : public GradientReducer {
     unit_dp_.resize(c_.layout.units().size());
   }
 
-  // Ops::allocate zero-fills: padding elements stay zero (never written by an op).
-  Buffer zeroed(int64_t n) const {
-    return c_.ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
-  }
   TensorView view(float* p, int64_t n) const {
     return make_view(p, DType::f32, c_.ops.device(), {n});
   }
@@ -74,7 +70,7 @@ class ReducerBase : public GradientReducer {
 class DdpBuckets final : public ReducerBase {
  public:
   explicit DdpBuckets(const GradientReducerContext& ctx) : ReducerBase(ctx) {
-    grads_ = zeroed(c_.plan.grads);
+    grads_ = allocate_floats(c_.ops, c_.plan.grads);
     const int64_t T = c_.layout.total();
     if (c_.dp.size() > 1) {
       // Buckets cut from the end: the flat layout is in reverse backward order.
@@ -141,8 +137,8 @@ class DdpBuckets final : public ReducerBase {
 class ShardAfterLastMicroBatch final : public ReducerBase {
  public:
   explicit ShardAfterLastMicroBatch(const GradientReducerContext& ctx) : ReducerBase(ctx) {
-    grads_ = zeroed(c_.plan.grads);
-    shard_grads_ = zeroed(c_.plan.shard_grads);
+    grads_ = allocate_floats(c_.ops, c_.plan.grads);
+    shard_grads_ = allocate_floats(c_.ops, c_.plan.shard_grads);
     unit_rs_.resize(c_.layout.units().size());
   }
 
@@ -187,11 +183,11 @@ class ShardAfterLastMicroBatch final : public ReducerBase {
 class ShardEveryMicroBatch final : public ReducerBase {
  public:
   explicit ShardEveryMicroBatch(const GradientReducerContext& ctx) : ReducerBase(ctx) {
-    shard_grads_ = zeroed(c_.plan.shard_grads);
+    shard_grads_ = allocate_floats(c_.ops, c_.plan.shard_grads);
     for (int i = 0; i < kUnitSlots; ++i) {
       const int64_t size = c_.plan.slot_size[i];
-      slots_[static_cast<size_t>(i)].buf = zeroed(size);
-      slots_[static_cast<size_t>(i)].out = zeroed(size / c_.geom.fsdp());
+      slots_[static_cast<size_t>(i)].buf = allocate_floats(c_.ops, size);
+      slots_[static_cast<size_t>(i)].out = allocate_floats(c_.ops, size / c_.geom.fsdp());
     }
   }
 

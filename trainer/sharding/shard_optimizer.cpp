@@ -1,18 +1,11 @@
 #include "trainer/sharding/shard_optimizer.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include "kernels/core/error.hpp"
 #include "trainer/parallelize/placement.hpp"
 
 namespace gt {
-
-namespace {
-Buffer zeroed(Ops& ops, int64_t n) {
-  return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
-}
-}  // namespace
 
 ShardOptimizer::ShardOptimizer(Ops& ops, Communicator& world, const ShardGeometry& geom,
                                bool full_params, int64_t moments, int dp_rank, int tp_rank)
@@ -26,9 +19,9 @@ ShardOptimizer::ShardOptimizer(Ops& ops, Communicator& world, const ShardGeometr
     if (owns_replica(seg.spec->split, dp_rank, tp_rank))
       append_run(norm_runs_, {state, state, seg.size(), true});
   }
-  m_ = zeroed(ops, moments);
-  v_ = zeroed(ops, moments);
-  stats_ = zeroed(ops, 3);
+  m_ = allocate_floats(ops, moments);
+  v_ = allocate_floats(ops, moments);
+  stats_ = allocate_floats(ops, 3);
 }
 
 TensorView ShardOptimizer::view(float* p, std::initializer_list<int64_t> shape) const {

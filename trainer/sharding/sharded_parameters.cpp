@@ -24,11 +24,7 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
       plan_(plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params)) {
   // Every buffer as the state plan sizes it (the planner sums the same plan).
   const ShardedStatePlan& plan = plan_;
-  // Ops::allocate zero-fills: padding elements stay zero (never written by an op).
-  auto zeroed = [&ops](int64_t n) {
-    return ops.allocate(static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
-  };
-  params_ = zeroed(plan.params);
+  params_ = allocate_floats(ops, plan.params);
   if (plan.params_bf16 > 0)
     params_bf16_ = ops.allocate(static_cast<size_t>(plan.params_bf16) * dtype_size(DType::bf16));
   reducer_ = make_gradient_reducer({layout_, geom_, plan_, ops_, dp_, fsdp_, tp_, bucket_mb});

@@ -1,6 +1,5 @@
 #include "trainer/sharding/unit_parameters.hpp"
 
-#include <algorithm>
 #include <array>
 
 #include "kernels/core/error.hpp"
@@ -35,10 +34,8 @@ class GatheredParameters final : public UnitParameters {
                      const ShardedStatePlan& plan, const Buffer& shard, Ops& ops,
                      Communicator& fsdp)
       : layout_(layout), geom_(geom), shard_(shard), fsdp_(fsdp) {
-    // Ops::allocate zero-fills: padding elements stay zero.
     for (int i = 0; i < kUnitSlots; ++i)
-      slots_[static_cast<size_t>(i)].buf = ops.allocate(
-          static_cast<size_t>(std::max<int64_t>(plan.slot_size[i], 0)) * sizeof(float));
+      slots_[static_cast<size_t>(i)].buf = allocate_floats(ops, plan.slot_size[i]);
   }
 
   float* unit_params(int unit) override {
