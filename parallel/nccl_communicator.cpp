@@ -107,7 +107,7 @@ bool event_done(const cuda::CudaEvent& e) {
 // `since`, 0 = none) aborts the communicator (kernels of a collective a peer
 // never joined spin forever) and throws naming `what`.
 void host_wait(detail::NcclWork& work, const std::string& what, double deadline_s,
-               detail::DeviceWaits::Clock::time_point since, bool* timed_out) {
+               detail::DeviceWaits::Clock::time_point since) {
   using Clock = detail::DeviceWaits::Clock;
   auto nap = std::chrono::microseconds(5);
   for (;;) {
@@ -116,7 +116,6 @@ void host_wait(detail::NcclWork& work, const std::string& what, double deadline_
     if (event_done(work.done)) return;
     const double waited = std::chrono::duration<double>(Clock::now() - since).count();
     if (deadline_s > 0 && waited >= deadline_s) {
-      if (timed_out) *timed_out = true;
       if (!*work.aborted) {
         NCCL_LOG_ERROR(ncclCommAbort(work.comm));
         *work.aborted = true;
@@ -143,9 +142,7 @@ class NcclPendingOp final : public PendingOp {
   bool test() override {
     work_->launch();
     check_async(work_->comm, what_);
-    if (!event_done(work_->done)) return false;
-    timed_out_ = false;
-    return true;
+    return event_done(work_->done);
   }
 
   // On the device: the compute stream waits for the completion event; the
@@ -157,7 +154,8 @@ class NcclPendingOp final : public PendingOp {
   }
 
   double default_deadline() const override { return deadline_; }
-  bool timed_out() const override { return timed_out_; }
+  // wait() never throws on its deadline (drain() does, for the communicator).
+  bool timed_out() const override { return false; }
   std::string describe() const override { return what_; }
   void log_warning(const std::string& msg) const override {
     std::fprintf(stderr, "warning: %s\n", msg.c_str());
@@ -169,7 +167,6 @@ class NcclPendingOp final : public PendingOp {
   double deadline_;
   cudaStream_t compute_;
   std::shared_ptr<detail::DeviceWaits> waits_;
-  bool timed_out_ = false;
 };
 
 }  // namespace
@@ -274,7 +271,7 @@ CommHandle NcclCommunicator::handle(std::shared_ptr<detail::NcclWork> work, std:
 
 void NcclCommunicator::do_drain() {
   // In wait order; each deadline counts from its wait().
-  for (const auto& e : waits_->entries) host_wait(*e.work, e.what, e.deadline_s, e.since, nullptr);
+  for (const auto& e : waits_->entries) host_wait(*e.work, e.what, e.deadline_s, e.since);
   waits_->entries.clear();
 }
 
@@ -343,7 +340,7 @@ T NcclCommunicator::scalar_all_reduce(T value, ReduceOp op, const char* what) {
                              cudaMemcpyDeviceToHost, stream_.get()));
   // The host reads the result: a host wait, with the deadline.
   host_wait(*enqueue_done(), describe(std::string(what) + "(" + reduce_op_name(op) + ")"),
-            deadline_s_, detail::DeviceWaits::Clock::now(), nullptr);
+            deadline_s_, detail::DeviceWaits::Clock::now());
   return *scalar_host_.as<T>();
 }
 
