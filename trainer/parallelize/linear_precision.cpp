@@ -15,22 +15,24 @@ LinearPrecision::LinearPrecision(Ops& ops, ComputeDType dtype, const Sizes& size
   bias_f32_ = ops.allocate(static_cast<size_t>(sizes.max_bias_f32) * dtype_size(DType::f32));
 }
 
-TensorView bf16_view_in(const Buffer& buf, int64_t offset, const TensorView& like,
-                        const char* what) {
-  GT_CHECK(like.contiguous() &&
-               (offset + like.numel()) * int64_t(dtype_size(DType::bf16)) <= int64_t(buf.bytes()),
-           "bf16 copy of ", what, " ", like.shape_str(), " at element ", offset,
-           " does not fit its ", buf.bytes(), "-byte buffer");
+namespace {
+// A `dtype` view shaped like `like` (contiguous) at the start of `buf`;
+// throws naming `what` when it does not fit.
+TensorView view_in(const Buffer& buf, const TensorView& like, DType dtype, const char* what) {
+  GT_CHECK(like.contiguous() && like.numel() * int64_t(dtype_size(dtype)) <= int64_t(buf.bytes()),
+           dtype_name(dtype), " copy of ", what, " ", like.shape_str(), " does not fit its ",
+           buf.bytes(), "-byte buffer");
   TensorView v = like;
-  v.data = static_cast<uint16_t*>(buf.data()) + offset;
-  v.dtype = DType::bf16;
+  v.data = buf.data();
+  v.dtype = dtype;
   return v;
 }
+}  // namespace
 
 TensorView LinearPrecision::cast_into(const Buffer& buf, const TensorView& src, const char* what) {
   // Already bf16 (the LM head's dlogits): the GEMM reads it as it is.
   if (dtype_ != ComputeDType::bf16 || src.dtype == DType::bf16) return src;
-  const TensorView dst = bf16_view_in(buf, 0, src, what);
+  const TensorView dst = view_in(buf, src, DType::bf16, what);
   ops_.cast(dst, src);
   return dst;
 }
@@ -47,13 +49,7 @@ TensorView LinearPrecision::bias(const TensorView& b) {
 TensorView LinearPrecision::bias_as_f32(const TensorView& b) {
   if (dtype_ != ComputeDType::bf16 || b.empty()) return b;
   const TensorView rounded = bias(b);
-  GT_CHECK(b.contiguous() &&
-               rounded.numel() * int64_t(dtype_size(DType::f32)) <= int64_t(bias_f32_.bytes()),
-           "the fp32 bias ", b.shape_str(), " does not fit its ", bias_f32_.bytes(),
-           "-byte buffer");
-  TensorView wide = rounded;
-  wide.data = bias_f32_.data();
-  wide.dtype = DType::f32;
+  const TensorView wide = view_in(bias_f32_, rounded, DType::f32, "a GEMM bias");
   ops_.cast(wide, rounded);
   return wide;
 }

@@ -34,11 +34,6 @@
 
 namespace gt {
 
-// A bf16 view shaped like `like` (contiguous) at element `offset` of `buf`;
-// throws naming `what` when it does not fit. Both precisions' copies use it.
-TensorView bf16_view_in(const Buffer& buf, int64_t offset, const TensorView& like,
-                        const char* what);
-
 class LinearPrecision {
  public:
   // The most elements any one GEMM call's input rows, output-gradient rows
