@@ -216,6 +216,25 @@ CommHandle Communicator::reduce_scatter_sum(const float* in, float* out, int64_t
   return observed(std::move(h), CommKind::reduce_scatter, n, v, t0);
 }
 
+CommHandle Communicator::all_reduce_sum_bf16(uint16_t* buf, int64_t n) {
+  check_count("all_reduce_sum_bf16", buf, n);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
+  CommHandle h = do_all_reduce_sum_bf16(buf, n);
+  const double v = ring_volume::all_reduce(size(), 2.0 * n);
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::all_reduce, n, v, t0);
+}
+
+CommHandle Communicator::reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  check_count("reduce_scatter_sum_bf16", in, n);
+  check_count("reduce_scatter_sum_bf16", out, n);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
+  CommHandle h = do_reduce_scatter_sum_bf16(in, out, n);
+  const double v = ring_volume::reduce_scatter(size(), 2.0 * n);
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::reduce_scatter, n, v, t0);
+}
+
 CommHandle Communicator::all_gather(const float* in, float* out, int64_t n) {
   check_count("all_gather", in, n);
   check_count("all_gather", out, n);

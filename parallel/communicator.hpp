@@ -121,6 +121,15 @@ class Communicator {
   // Backward dual: all-gather.
   CommHandle reduce_scatter_sum(const float* in, float* out, int64_t n);
 
+  // The two sums in bf16 (parallel.reduce_dtype=bf16: gradients on the data
+  // axes at half the bytes). Elements are bf16 bits (kernels/core/bf16.hpp).
+  // Each addition is done in fp32 and rounded to bf16 (nearest even), as
+  // NCCL does at every ring step: a sum over p ranks carries up to p - 1
+  // roundings, in an order the backend chooses, and every rank receives the
+  // same bits. Counted at 2 bytes per element. Backward duals as above.
+  CommHandle all_reduce_sum_bf16(uint16_t* buf, int64_t n);
+  CommHandle reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n);
+
   // in (n) from every rank, concatenated in rank order into out (n * size).
   // in may be out's own block (out + rank() * n): gathered in place.
   // Backward dual: reduce-scatter (sum), as in Megatron's gather-from-sequence-
@@ -166,6 +175,8 @@ class Communicator {
  protected:
   virtual CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) = 0;
   virtual CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;
+  virtual CommHandle do_all_reduce_sum_bf16(uint16_t* buf, int64_t n) = 0;
+  virtual CommHandle do_reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) = 0;
   virtual CommHandle do_all_gather(const float* in, float* out, int64_t n) = 0;
   virtual CommHandle do_broadcast(float* buf, int64_t n, int root) = 0;
   virtual CommHandle do_send(const float* buf, int64_t n, int peer, int tag) = 0;

@@ -7,20 +7,32 @@
 namespace gt {
 
 namespace {
-void copy_floats(const float* in, float* out, int64_t n) {
-  if (n > 0 && in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+template <typename T>
+void copy_elems(const T* in, T* out, int64_t n) {
+  if (n > 0 && in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(T));
 }
 }  // namespace
 
 CommHandle InProcessCommunicator::do_all_reduce(float*, int64_t, ReduceOp) { return CommHandle{}; }
 
 CommHandle InProcessCommunicator::do_reduce_scatter_sum(const float* in, float* out, int64_t n) {
-  copy_floats(in, out, n);
+  copy_elems(in, out, n);
+  return CommHandle{};
+}
+
+// One rank: the sum is its own value, already bf16; nothing is rounded.
+CommHandle InProcessCommunicator::do_all_reduce_sum_bf16(uint16_t*, int64_t) {
+  return CommHandle{};
+}
+
+CommHandle InProcessCommunicator::do_reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out,
+                                                             int64_t n) {
+  copy_elems(in, out, n);
   return CommHandle{};
 }
 
 CommHandle InProcessCommunicator::do_all_gather(const float* in, float* out, int64_t n) {
-  copy_floats(in, out, n);
+  copy_elems(in, out, n);
   return CommHandle{};
 }
 

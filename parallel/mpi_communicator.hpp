@@ -60,6 +60,8 @@ class MpiCommunicator final : public Communicator {
  protected:
   CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) override;
   CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+  CommHandle do_all_reduce_sum_bf16(uint16_t* buf, int64_t n) override;
+  CommHandle do_reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
   CommHandle do_all_gather(const float* in, float* out, int64_t n) override;
   CommHandle do_broadcast(float* buf, int64_t n, int root) override;
   CommHandle do_send(const float* buf, int64_t n, int peer, int tag) override;
@@ -73,6 +75,22 @@ class MpiCommunicator final : public Communicator {
   CommHandle make_handle(MPI_Request req, const char* op, int64_t n, const char* unit,
                          std::shared_ptr<void> scratch = nullptr) const;
 
+  // MPI has no bf16 type: bf16 travels as MPI_UINT16_T and is summed by this
+  // user operation (fp32 add, rounded to bf16). Created with the
+  // communicator, freed with it (before MPI_Finalize, like the comm).
+  class Bf16SumOp {
+   public:
+    Bf16SumOp();
+    ~Bf16SumOp();
+    Bf16SumOp(const Bf16SumOp&) = delete;
+    Bf16SumOp& operator=(const Bf16SumOp&) = delete;
+    MPI_Op get() const { return op_; }
+
+   private:
+    MPI_Op op_ = MPI_OP_NULL;
+  };
+
+  Bf16SumOp bf16_sum_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;
   int rank_ = 0;

@@ -290,6 +290,21 @@ CommHandle NcclCommunicator::do_reduce_scatter_sum(const float* in, float* out, 
   return finish("reduce_scatter_sum of " + std::to_string(n) + " floats per rank");
 }
 
+CommHandle NcclCommunicator::do_all_reduce_sum_bf16(uint16_t* buf, int64_t n) {
+  begin_collective();
+  NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_.get(),
+                           stream_.get()));
+  return finish("all_reduce_sum_bf16 of " + std::to_string(n) + " bf16");
+}
+
+CommHandle NcclCommunicator::do_reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out,
+                                                        int64_t n) {
+  begin_collective();
+  NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_.get(),
+                               stream_.get()));
+  return finish("reduce_scatter_sum_bf16 of " + std::to_string(n) + " bf16 per rank");
+}
+
 CommHandle NcclCommunicator::do_all_gather(const float* in, float* out, int64_t n) {
   // NCCL's all-gather is in place when in == out + rank * n, as ours allows.
   begin_collective();

@@ -79,6 +79,8 @@ class NcclCommunicator final : public Communicator {
  protected:
   CommHandle do_all_reduce(float* buf, int64_t n, ReduceOp op) override;
   CommHandle do_reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+  CommHandle do_all_reduce_sum_bf16(uint16_t* buf, int64_t n) override;
+  CommHandle do_reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
   CommHandle do_all_gather(const float* in, float* out, int64_t n) override;
   CommHandle do_broadcast(float* buf, int64_t n, int root) override;
   CommHandle do_send(const float* buf, int64_t n, int peer, int tag) override;

@@ -11,6 +11,7 @@ namespace {
 constexpr size_t kFloat = sizeof(float);
 
 size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * kFloat; }
+size_t bf16_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(uint16_t); }
 
 // The inner op, plus the copy of its result to the device once it is done.
 class StagedOp final : public PendingOp {
@@ -106,6 +107,25 @@ CommHandle StagedCommunicator::do_reduce_scatter_sum(const float* in, float* out
   to_host(host_in, in, total);
   CommHandle h = inner_->reduce_scatter_sum(host_in, host_out, n);
   return staged(std::move(h), std::move(lease), {out, host_out, float_bytes(n)});
+}
+
+CommHandle StagedCommunicator::do_all_reduce_sum_bf16(uint16_t* buf, int64_t n) {
+  StagingPool::Lease lease = pool_->acquire(bf16_bytes(n));
+  auto* host = static_cast<uint16_t*>(static_cast<void*>(lease.floats()));
+  if (n > 0) staging_->to_host(host, buf, bf16_bytes(n));
+  CommHandle h = inner_->all_reduce_sum_bf16(host, n);
+  return staged(std::move(h), std::move(lease), {buf, host, bf16_bytes(n)});
+}
+
+CommHandle StagedCommunicator::do_reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out,
+                                                          int64_t n) {
+  const int64_t total = n * size();
+  StagingPool::Lease lease = pool_->acquire(bf16_bytes(total + n));
+  auto* host_in = static_cast<uint16_t*>(static_cast<void*>(lease.floats()));
+  uint16_t* host_out = host_in ? host_in + total : nullptr;
+  if (total > 0) staging_->to_host(host_in, in, bf16_bytes(total));
+  CommHandle h = inner_->reduce_scatter_sum_bf16(host_in, host_out, n);
+  return staged(std::move(h), std::move(lease), {out, host_out, bf16_bytes(n)});
 }
 
 CommHandle StagedCommunicator::do_all_gather(const float* in, float* out, int64_t n) {

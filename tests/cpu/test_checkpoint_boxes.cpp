@@ -88,6 +88,10 @@ class ThreadCommunicator final : public Communicator {
  protected:
   CommHandle do_all_reduce(float*, int64_t, ReduceOp) override { unsupported(); }
   CommHandle do_reduce_scatter_sum(const float*, float*, int64_t) override { unsupported(); }
+  CommHandle do_all_reduce_sum_bf16(uint16_t*, int64_t) override { unsupported(); }
+  CommHandle do_reduce_scatter_sum_bf16(const uint16_t*, uint16_t*, int64_t) override {
+    unsupported();
+  }
   CommHandle do_all_gather(const float*, float*, int64_t) override { unsupported(); }
   CommHandle do_broadcast(float*, int64_t, int) override { unsupported(); }
   CommHandle do_send(const float*, int64_t, int, int) override { unsupported(); }

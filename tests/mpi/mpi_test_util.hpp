@@ -4,14 +4,15 @@
 // that fit the running world size.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "kernels/core/bf16.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/parallel_dims.hpp"
 #include "test_util.hpp"
@@ -36,6 +37,39 @@ inline std::vector<float> filled(int rank, int64_t n) {
   return v;
 }
 
+// bf16 sums (all_reduce_sum_bf16, reduce_scatter_sum_bf16). Rank g's element
+// i is (g + i % 16) / 4: every partial sum over up to 8 ranks is a multiple
+// of 1/4 below 64, exact in bf16's 8 significant bits, so the result is
+// exact whatever order a backend adds in.
+inline uint16_t bf16_fill_value(int rank, int64_t i) {
+  return bf16_from_float(0.25f * static_cast<float>(rank + i % 16));
+}
+inline std::vector<uint16_t> bf16_filled(int rank, int64_t n) {
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = bf16_fill_value(rank, i);
+  return v;
+}
+// The sum over p ranks of element i, as a float.
+inline float bf16_fill_sum(int p, int64_t i) {
+  return 0.25f * static_cast<float>(p * (p - 1) / 2 + p * (i % 16));
+}
+// Values whose sums do round: rank g's element i, a bf16 in (-2, 2) from a
+// hash of (g, i), with many fraction bits set.
+inline uint16_t bf16_rough_value(int rank, int64_t i) {
+  uint64_t h = (static_cast<uint64_t>(rank) << 32) ^ static_cast<uint64_t>(i);
+  h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdULL;
+  h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  const float u = static_cast<float>(h >> 40) / static_cast<float>(1u << 24);  // [0, 1)
+  return bf16_from_float(4.0f * u - 2.0f);
+}
+// How far a bf16 sum of p values may be from their exact sum: one rounding
+// (half a bf16 ulp, 2^-8 relative) of each of the p - 1 partial sums, each
+// at most sum |x|.
+inline float bf16_sum_bound(int p, float sum_abs) {
+  return static_cast<float>(p - 1) * std::ldexp(1.0f, -8) * sum_abs;
+}
+
 // Exact comparison (atol = rtol = 0) with the worst index in the message.
 inline ::testing::AssertionResult exactly(const std::vector<float>& got,
                                           const std::vector<float>& expected) {
@@ -55,6 +89,58 @@ inline std::vector<ParallelDims> layouts_for(int world) {
 inline const std::vector<int64_t>& test_counts() {
   static const std::vector<int64_t> counts = {0, 1, 7, 33, 1001};
   return counts;
+}
+
+// The bf16 sums of `c` on buffers the host can read (an MPI communicator, or
+// a staged one over host memory): exact on bf16_filled values at every test
+// count; on bf16_rough_value ones, within bf16_sum_bound of the exact sum,
+// the same bits on every rank, and at p = 2 (one addition) exactly the
+// rounded fp32 sum. Bytes are counted at 2 per element.
+inline void check_bf16_sums_on_host(Communicator& c) {
+  const int p = c.size(), r = c.rank();
+  const double before = c.bytes_sent();
+  double want_bytes = 0;
+  for (int64_t n : test_counts()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    auto x = bf16_filled(r, n);
+    c.all_reduce_sum_bf16(x.data(), n).wait();
+    want_bytes += ring_volume::all_reduce(p, 2.0 * n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(bf16_to_float(x[static_cast<size_t>(i)]), bf16_fill_sum(p, i)) << "i=" << i;
+
+    auto in = bf16_filled(r, n * p);
+    std::vector<uint16_t> out(static_cast<size_t>(n), 0xFFFF);
+    c.reduce_scatter_sum_bf16(in.data(), out.data(), n).wait();
+    want_bytes += ring_volume::reduce_scatter(p, 2.0 * n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(bf16_to_float(out[static_cast<size_t>(i)]), bf16_fill_sum(p, r * n + i))
+          << "i=" << i;
+  }
+  EXPECT_DOUBLE_EQ(c.bytes_sent() - before, want_bytes);
+
+  const int64_t n = 1001;
+  std::vector<uint16_t> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = bf16_rough_value(r, i);
+  c.all_reduce_sum_bf16(x.data(), n).wait();
+  double checksum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double exact = 0, sum_abs = 0;
+    for (int g = 0; g < p; ++g) {
+      const float v = bf16_to_float(bf16_rough_value(g, i));
+      exact += v;
+      sum_abs += std::fabs(v);
+    }
+    const float got = bf16_to_float(x[static_cast<size_t>(i)]);
+    ASSERT_LE(std::fabs(got - exact), bf16_sum_bound(p, static_cast<float>(sum_abs))) << "i=" << i;
+    if (p == 2) {
+      ASSERT_EQ(x[static_cast<size_t>(i)], bf16_from_float(bf16_to_float(bf16_rough_value(0, i)) +
+                                                           bf16_to_float(bf16_rough_value(1, i))))
+          << "i=" << i;
+    }
+    checksum += got * static_cast<double>(i + 1);
+  }
+  EXPECT_EQ(c.all_reduce_f64(checksum, ReduceOp::max), c.all_reduce_f64(checksum, ReduceOp::min))
+      << "the ranks received different bits";
 }
 
 }  // namespace gt::test

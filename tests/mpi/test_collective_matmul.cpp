@@ -275,6 +275,10 @@ class NoCommunication final : public Communicator {
   CommHandle do_reduce_scatter_sum(const float*, float*, int64_t) override {
     no("reduce_scatter_sum");
   }
+  CommHandle do_all_reduce_sum_bf16(uint16_t*, int64_t) override { no("all_reduce_sum_bf16"); }
+  CommHandle do_reduce_scatter_sum_bf16(const uint16_t*, uint16_t*, int64_t) override {
+    no("reduce_scatter_sum_bf16");
+  }
   CommHandle do_all_gather(const float*, float*, int64_t) override { no("all_gather"); }
   CommHandle do_broadcast(float*, int64_t, int) override { no("broadcast"); }
   CommHandle do_send(const float*, int64_t, int, int) override { no("send"); }

@@ -87,6 +87,11 @@ TEST(MpiCommunicator, AllGatherInPlace) {
   }
 }
 
+TEST(MpiCommunicator, Bf16SumsThroughTheUserOperation) {
+  auto w = test_world();
+  check_bf16_sums_on_host(*w);
+}
+
 TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   auto w = test_world();
   for (int root = 0; root < w->size(); ++root) {

@@ -35,6 +35,11 @@ TEST(InProcessCommunicator, CollectivesAreCopies) {
   EXPECT_EQ(c.bytes_sent(), 0.0);  // every ring volume has the factor (p - 1) = 0
 }
 
+TEST(InProcessCommunicator, Bf16SumsAreTheValuesThemselves) {
+  InProcessCommunicator c("solo");
+  check_bf16_sums_on_host(c);
+}
+
 TEST(InProcessCommunicator, PointToPointIsAClearError) {
   InProcessCommunicator c("solo");
   std::vector<float> x(4);

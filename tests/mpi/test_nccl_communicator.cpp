@@ -136,6 +136,77 @@ TEST(NcclCommunicator, AllReduceSumAndMax) {
                    }());
 }
 
+// Device copy of host bf16 bits, and back.
+struct DeviceBf16 {
+  cuda::DeviceBuffer buf;
+  int64_t n;
+  explicit DeviceBf16(const std::vector<uint16_t>& host)
+      : buf(host.size() * sizeof(uint16_t)), n(static_cast<int64_t>(host.size())) {
+    if (n)
+      CUDA_CHECK(cudaMemcpy(buf.data(), host.data(), host.size() * sizeof(uint16_t),
+                            cudaMemcpyHostToDevice));
+  }
+  uint16_t* get() const { return buf.as<uint16_t>(); }
+};
+
+std::vector<float> read(NcclWorld& w, const DeviceBf16& x) {
+  w.nccl->drain();
+  w.compute->synchronize();
+  std::vector<uint16_t> bits(static_cast<size_t>(x.n));
+  if (x.n)
+    CUDA_CHECK(cudaMemcpy(bits.data(), x.buf.data(), bits.size() * sizeof(uint16_t),
+                          cudaMemcpyDeviceToHost));
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  return out;
+}
+
+// ncclBfloat16 sums, exact on bf16_filled values (mpi_test_util.hpp), and on
+// rough values within the bound of p - 1 roundings, the same on every rank.
+TEST(NcclCommunicator, Bf16AllReduceAndReduceScatter) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+  double want_bytes = 0;
+  for (int64_t n : test_counts()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    DeviceBf16 x(bf16_filled(r, n));
+    w.nccl->all_reduce_sum_bf16(x.get(), n).wait();
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = bf16_fill_sum(p, i);
+    EXPECT_TRUE(exactly(read(w, x), want));
+
+    DeviceBf16 in(bf16_filled(r, n * p)), out(std::vector<uint16_t>(static_cast<size_t>(n)));
+    w.nccl->reduce_scatter_sum_bf16(in.get(), out.get(), n).wait();
+    for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = bf16_fill_sum(p, r * n + i);
+    EXPECT_TRUE(exactly(read(w, out), want));
+    want_bytes += ring_volume::all_reduce(p, 2.0 * n) + ring_volume::reduce_scatter(p, 2.0 * n);
+  }
+  EXPECT_DOUBLE_EQ(w.nccl->bytes_sent(), want_bytes);
+
+  const int64_t n = 1001;
+  std::vector<uint16_t> rough(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rough[static_cast<size_t>(i)] = bf16_rough_value(r, i);
+  DeviceBf16 x(rough);
+  w.nccl->all_reduce_sum_bf16(x.get(), n).wait();
+  const std::vector<float> got = read(w, x);
+  double checksum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double exact = 0, sum_abs = 0;
+    for (int g = 0; g < p; ++g) {
+      const float v = bf16_to_float(bf16_rough_value(g, i));
+      exact += v;
+      sum_abs += std::fabs(v);
+    }
+    ASSERT_LE(std::fabs(got[static_cast<size_t>(i)] - exact),
+              bf16_sum_bound(p, static_cast<float>(sum_abs)))
+        << "i=" << i;
+    checksum += got[static_cast<size_t>(i)] * static_cast<double>(i + 1);
+  }
+  EXPECT_EQ(w.mpi->all_reduce_f64(checksum, ReduceOp::max),
+            w.mpi->all_reduce_f64(checksum, ReduceOp::min))
+      << "the ranks received different bits";
+}
+
 TEST(NcclCommunicator, ReduceScatterAndAllGatherInPlace) {
   NCCL_WORLD_OR_SKIP(w);
   const int p = w.nccl->size(), r = w.nccl->rank();

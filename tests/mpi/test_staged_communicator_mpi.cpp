@@ -152,6 +152,28 @@ TEST(StagedCommunicator, EveryCollectiveMatchesPlainMpi) {
 
 // Four ops in flight at once on the staged communicator, each with its own
 // staging buffer, completed in reverse order (and the last one by polling).
+// bf16 sums through the staging: the same results as on the host, and
+// exactly the bf16 bytes each way (2 per element: the input to the host,
+// this rank's result back).
+TEST(StagedCommunicator, Bf16SumsStageHalfTheBytes) {
+  auto t = make_pair("staged-bf16");
+  check_bf16_sums_on_host(*t.staged);
+  const int p = t.staged->size();
+  const int64_t n = 33;
+  take_counts(*t.staging);
+  auto x = bf16_filled(t.staged->rank(), n);
+  t.staged->all_reduce_sum_bf16(x.data(), n).wait();
+  Copied c = take_counts(*t.staging);
+  EXPECT_EQ(c.to_host, 2 * n);
+  EXPECT_EQ(c.to_device, 2 * n);
+  auto in = bf16_filled(t.staged->rank(), n * p);
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  t.staged->reduce_scatter_sum_bf16(in.data(), out.data(), n).wait();
+  c = take_counts(*t.staging);
+  EXPECT_EQ(c.to_host, 2 * n * p);
+  EXPECT_EQ(c.to_device, 2 * n);
+}
+
 TEST(StagedCommunicator, SeveralOpsInFlightCompleteInAnyOrder) {
   auto t = make_pair("staged-flight");
   StagedCommunicator& c = *t.staged;
