@@ -73,6 +73,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
   EXPECT_EQ(a.parallel.fsdp_stage, b.parallel.fsdp_stage);
   EXPECT_EQ(a.parallel.comm, b.parallel.comm);
+  EXPECT_EQ(a.parallel.reduce_dtype, b.parallel.reduce_dtype);
   EXPECT_EQ(a.log.dir, b.log.dir);
   EXPECT_EQ(a.log.every, b.log.every);
   EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
@@ -127,7 +128,8 @@ train:
   max_skipped: 1
   recompute: block
 runtime: {device: auto, dtype: bf16, threads: 3, collective_timeout_s: 12.5, attention: simt}
-parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1, tp_overlap: false, bucket_mb: 0.5, comm: mpi}
+parallel: {dp: 2, fsdp: 2, tp: 4, fsdp_stage: 1, tp_overlap: false, bucket_mb: 0.5, comm: mpi,
+           reduce_dtype: bf16}
 log: {dir: runs/r1, every: 10}
 checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
 )";
@@ -171,6 +173,7 @@ checkpoint: {dir: ckpt, every: 100, keep: 1, resume: auto}
   EXPECT_FALSE(c.parallel.tp_overlap);
   EXPECT_EQ(c.parallel.bucket_mb, 0.5);
   EXPECT_EQ(c.parallel.comm, ParallelComm::mpi);
+  EXPECT_EQ(c.parallel.reduce_dtype, ComputeDType::bf16);
   EXPECT_EQ(c.log.dir, "runs/r1");
   EXPECT_EQ(c.log.every, 10);
   EXPECT_EQ(c.checkpoint.dir, "ckpt");
@@ -741,6 +744,21 @@ TEST(Config, ParallelCommParses) {
   EXPECT_TRUE(has(error_of(kMinimal, {"parallel.comm=gloo"}),
                   "parallel.comm (override 'parallel.comm=gloo'): expected one of auto|nccl|mpi, "
                   "got 'gloo'"));
+}
+
+// parallel.reduce_dtype: fp32 unless asked; bf16 with either runtime.dtype
+// (fp32 compute may still sum its gradients in bf16); anything else names
+// the key and the choices.
+TEST(Config, ReduceDtypeParses) {
+  EXPECT_EQ(parse_config(kMinimal, kSource, {}).parallel.reduce_dtype, ComputeDType::fp32);
+  for (const char* dtype : {"fp32", "bf16"})
+    EXPECT_EQ(parse_config(kMinimal, kSource,
+                           {"parallel.reduce_dtype=bf16", std::string("runtime.dtype=") + dtype})
+                  .parallel.reduce_dtype,
+              ComputeDType::bf16);
+  EXPECT_TRUE(has(error_of(kMinimal, {"parallel.reduce_dtype=fp16"}),
+                  "parallel.reduce_dtype (override 'parallel.reduce_dtype=fp16'): expected one of "
+                  "fp32|bf16, got 'fp16'"));
 }
 
 TEST(Config, Bf16IsAcceptedOnEveryDevice) {

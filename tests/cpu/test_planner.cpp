@@ -144,6 +144,20 @@ TEST(PlanMemory, MpiTemporariesFollowTheSchedule) {
   EXPECT_EQ(ws(1, 1, 2, 3, false), 2 * 2 * 16 * 32 * 4);  // plain tp reduce-scatter
   EXPECT_EQ(ws(1, 1, 2, 3, true), 0);                 // the rings need none
   EXPECT_EQ(ws(4, 1, 1, 3, true, PlanBackend::cuda), 0);  // NCCL: in the baseline
+  // bf16 reductions: MPI's copies of the gradients are bf16 (the tp sums stay fp32).
+  auto ws16 = [&](int dp, int fsdp, int tp, bool overlap) {
+    PlanLayout l;
+    l.dp = dp;
+    l.fsdp = fsdp;
+    l.tp = tp;
+    l.micro_batch = 2;
+    l.tp_overlap = overlap;
+    l.reduce_dtype = ComputeDType::bf16;
+    return predict_comm_workspace_bytes(m, l, 16, PlanBackend::cpu);
+  };
+  EXPECT_EQ(ws16(4, 1, 1, true), 46880 * 2);
+  EXPECT_EQ(ws16(2, 2, 1, true), 46880 / 2 * 2);
+  EXPECT_EQ(ws16(1, 1, 2, false), 2 * 2 * 16 * 32 * 4);
 }
 
 TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
@@ -171,6 +185,37 @@ TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
     l.stage = c.stage;
     l.micro_batch = c.micro;
     const CommBytes b = comm_bytes_per_step(matrix_model(), matrix_train(c.micro), l, PlanBackend::cpu);
+    EXPECT_DOUBLE_EQ(b.dp, c.b_dp) << l.str();
+    EXPECT_DOUBLE_EQ(b.fsdp, c.b_fsdp) << l.str();
+    EXPECT_NEAR(b.tp, c.b_tp, 1e-6 * c.b_tp) << l.str();
+  }
+}
+
+// parallel.reduce_dtype=bf16: the gradients' all-reduces (dp) and
+// reduce-scatters (fsdp) at 2 bytes an element, the parameters' all-gathers
+// and tp's traffic unchanged; the same figures as
+// layout_matrix.expected_bytes(..., reduce_dtype="bf16").
+TEST(PlanComm, Bf16ReductionsHalveTheGradientBytes) {
+  struct Case {
+    int dp, fsdp, tp, stage, micro;
+    double b_dp, b_fsdp, b_tp;
+  };
+  const Case cases[] = {
+      {2, 1, 1, 3, 4, 93760.0, 0.0, 0.0},      {2, 2, 1, 3, 2, 46880.0, 166048.0, 0.0},
+      {2, 2, 1, 1, 1, 46880.0, 140640.0, 0.0}, {1, 2, 1, 1, 2, 0.0, 140640.0, 0.0},
+      {1, 2, 1, 2, 2, 0.0, 187520.0, 0.0},     {1, 2, 1, 3, 4, 0.0, 166048.0, 0.0},
+      {1, 2, 2, 2, 4, 0.0, 72048.0, 119296.0}, {2, 1, 2, 3, 2, 48032.0, 0.0, 119296.0},
+  };
+  for (const Case& c : cases) {
+    PlanLayout l;
+    l.dp = c.dp;
+    l.fsdp = c.fsdp;
+    l.tp = c.tp;
+    l.stage = c.stage;
+    l.micro_batch = c.micro;
+    l.reduce_dtype = ComputeDType::bf16;
+    const CommBytes b =
+        comm_bytes_per_step(matrix_model(), matrix_train(c.micro), l, PlanBackend::cpu);
     EXPECT_DOUBLE_EQ(b.dp, c.b_dp) << l.str();
     EXPECT_DOUBLE_EQ(b.fsdp, c.b_fsdp) << l.str();
     EXPECT_NEAR(b.tp, c.b_tp, 1e-6 * c.b_tp) << l.str();

@@ -17,7 +17,9 @@ GPU tests use (tests/cuda/test_cuda_training.cpp):
     here and there, and AdamW turns the small gradients so perturbed into
     lr-sized steps (measured: 2.1e-3, against 8.7e-3 from the CPU fp32 run);
     every layout against the emulated one-rank bf16 run to 1e-2 (key biases
-    left out); and the
+    left out), the layouts with a data axis (dp2, fsdp2) also with their
+    gradients summed in bf16 (parallel.reduce_dtype=bf16: ncclBfloat16, or
+    the staged MPI user operation); and the
     one-rank run against the CPU fp32 run to 5e-2 (what bf16 storage costs
     over a few steps).
 The model has two heads of 16, so the bf16 runs take the tensor-core
@@ -75,10 +77,11 @@ def main():
         cpu_dir, cpu_cfg = r.config("cpu_fp32", extra=common)
         r.run(1, cpu_cfg)
 
-        def cuda_run(name, world, dims, dtype, comm):
+        def cuda_run(name, world, dims, dtype, comm, reduce_dtype="fp32"):
             dp, fsdp, tp = dims
             extra = dict(common, **{"runtime.device": "cuda", "runtime.dtype": dtype,
-                                    "parallel.comm": comm})
+                                    "parallel.comm": comm,
+                                    "parallel.reduce_dtype": reduce_dtype})
             d, cfg = r.config(name, dp, fsdp, tp, 3, lm.TRAIN["global_batch"] // (dp * fsdp),
                               True, extra)
             _, took = r.run(world, cfg, timeout=900)
@@ -111,6 +114,12 @@ def main():
                 d = cuda_run(f"{args.layout}_bf16_{comm}", 2, dims, "bf16", comm)
                 fails += compare(f"{args.layout} bf16 comm={comm} vs emulated one rank bf16",
                                  one_bf16, d, BF16_LAYOUT_TOL, skip_key_bias=True)
+                if dims[0] * dims[1] > 1:
+                    d = cuda_run(f"{args.layout}_bf16_reduce_bf16_{comm}", 2, dims, "bf16", comm,
+                                 "bf16")
+                    fails += compare(f"{args.layout} bf16 reduce_dtype=bf16 comm={comm} vs "
+                                     "emulated one rank bf16", one_bf16, d, BF16_LAYOUT_TOL,
+                                     skip_key_bias=True)
     if fails:
         print("\n".join(["", "FAIL:"] + fails))
         return 1

@@ -21,11 +21,18 @@ near zero takes AdamW steps of about lr whose sign that rounding can flip
 does not depend on at all, are left out (key_bias).
 The bytes formula counts the all-gathers that move bf16 activations at 2
 bytes an element.
+With --reduce-dtype bf16 (parallel.reduce_dtype=bf16, in every run: a no-op
+at one rank) the gradients are summed over dp and fsdp in bf16: each
+rank's contribution and each partial sum rounded to bf16, half the bytes on
+those axes. The layouts then agree with one rank at the bf16 tolerances
+above (the gradients carry bf16 rounding, AdamW normalises it into
+lr-sized steps), and the bytes formula counts those reductions at 2 bytes.
 Other checks, each its own --check: resharding a checkpoint between layouts,
 and a rank that fails or is killed ending the whole job quickly.
 
     python3 tests/layouts/layout_matrix.py --build build --layout dp2
     python3 tests/layouts/layout_matrix.py --build build --layout dp2 --dtype bf16
+    python3 tests/layouts/layout_matrix.py --build build --layout dp2 --reduce-dtype bf16
     python3 tests/layouts/layout_matrix.py --build build --check reshard
     python3 tests/layouts/layout_matrix.py --list
 
@@ -114,8 +121,9 @@ def read_metrics(path):
 
 
 class Runner:
-    def __init__(self, build, work, dtype="fp32"):
+    def __init__(self, build, work, dtype="fp32", reduce_dtype="fp32"):
         self.dtype = dtype
+        self.reduce_dtype = reduce_dtype
         self.exe = os.path.join(os.path.abspath(build), "trainer")
         if not os.path.exists(self.exe):
             sys.exit(f"error: {self.exe} not found (build first)")
@@ -142,7 +150,8 @@ class Runner:
                          val=[os.path.join(self.data, "val_*.bin")], shuffle=True),
             "train": dict(TRAIN, micro_batch=micro),
             "runtime": dict(device="cpu", dtype=self.dtype, threads=1, collective_timeout_s=60.0),
-            "parallel": dict(dp=dp, fsdp=fsdp, tp=tp, fsdp_stage=stage, tp_overlap=overlap),
+            "parallel": dict(dp=dp, fsdp=fsdp, tp=tp, fsdp_stage=stage, tp_overlap=overlap,
+                             reduce_dtype=self.reduce_dtype),
             "log": dict(dir=run, every=5),
             "checkpoint": dict(every=5, keep=3, resume="none"),
         }
@@ -237,14 +246,17 @@ def unit_sizes(tp, fsdp):
     return embed, block, head
 
 
-def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32"):
+def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
+                   reduce_dtype="fp32"):
     """Bytes one rank sends per optimizer step on each axis (ring volumes).
     Recomputation repeats per block c_fc's all-gather (mlp), and c_attn's
     all-gather and attn.c_proj's reduce-scatter too (block). In bf16 the
     forward's all-gathers of activations (c_attn's and c_fc's inputs per
     block, recomputed ones included, and the LM head's) move 2-byte
     elements; reduce-scatters sum in fp32 and the backward's gathers move
-    the fp32 residual-stream gradient."""
+    the fp32 residual-stream gradient. reduce_dtype bf16: the gradients'
+    reduce-scatters (fsdp) and all-reduces (dp) at 2 bytes an element; the
+    parameters' all-gathers stay fp32."""
     L, C, P = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
     A = TRAIN["global_batch"] // (micro * dp * fsdp)
     embed, block, head = unit_sizes(tp, fsdp)
@@ -262,22 +274,25 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32"):
         partial = 4 * C * L + P * C + 2 * C                  # LayerNorms, wpe, ln_f
         reductions = A if (fsdp > 1 and stage >= 2) else 1
         out["tp"] = A * per_micro + reductions * 2 * (tp - 1) / tp * 4 * partial
+    grad = 2 if reduce_dtype == "bf16" else 4
     if fsdp > 1:
         ring = (fsdp - 1) / fsdp * 4
+        rs = (fsdp - 1) / fsdp * grad  # the gradients' reduce-scatter
         if stage == 1:
-            out["fsdp"] = 2 * ring * total
+            out["fsdp"] = rs * total + ring * total
         elif stage == 2:
-            out["fsdp"] = A * ring * total + ring * total
+            out["fsdp"] = A * rs * total + ring * total
         else:
-            out["fsdp"] = A * ring * total + A * ring * (total + max(0, L - 2) * block)
+            out["fsdp"] = A * rs * total + A * ring * (total + max(0, L - 2) * block)
     if dp > 1:
-        out["dp"] = 2 * (dp - 1) / dp * 4 * (total if fsdp == 1 else total // fsdp)
+        out["dp"] = 2 * (dp - 1) / dp * grad * (total if fsdp == 1 else total // fsdp)
     return out
 
 
-def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32"):
+def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
+                reduce_dtype="fp32"):
     fails = []
-    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype)
+    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype, reduce_dtype)
     for step, rec in sorted(read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
         got = rec["comm_bytes"]
         for axis, w in want.items():
@@ -295,18 +310,20 @@ def run_layout(runner, name):
     fails = []
     bf16 = runner.dtype == "bf16"
     tols = (dict(loss_rtol=BF16_TOL, norm_rtol=BF16_TOL, param_tol=BF16_PARAM_TOL,
-                 skip_key_bias=True) if bf16 else {})
+                 skip_key_bias=True) if bf16 or runner.reduce_dtype == "bf16" else {})
+    tag = (" bf16" if bf16 else "") + (" reduce_dtype=bf16" if runner.reduce_dtype == "bf16" else "")
     for accum in (1, 2):
         micro = TRAIN["global_batch"] // (D * accum)
         ref_dir, ref_cfg = runner.config(f"ref_accum{accum}", micro=TRAIN["global_batch"] // accum)
         runner.run(1, ref_cfg)
         for overlap in ((True, False) if tp > 1 else (True,)):
-            label = (f"{name}{' bf16' if bf16 else ''} accum={accum}" +
+            label = (f"{name}{tag} accum={accum}" +
                      (f" tp_overlap={overlap}" if tp > 1 else ""))
             run_dir, cfg = runner.config(name, dp, fsdp, tp, stage, micro, overlap, extra)
             _, took = runner.run(world, cfg)
             f, worst = compare_runs(label, ref_dir, run_dir, **tols)
-            f += check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute, runner.dtype)
+            f += check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute, runner.dtype,
+                             runner.reduce_dtype)
             print(f"{'FAIL' if f else 'ok  '} {label}: {world} ranks, {took:.1f} s, "
                   f"max param diff {worst:.1e}")
             fails += f
@@ -391,6 +408,8 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                     help="runtime.dtype of every run (bf16: --layout only)")
+    ap.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="parallel.reduce_dtype of every run (bf16: --layout only)")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     args = ap.parse_args()
     if args.list:
@@ -399,9 +418,10 @@ def main():
     if not args.layout and not args.check:
         args.layout = sorted(LAYOUTS)
     work = tempfile.mkdtemp(prefix="gt_layouts_")
-    if args.dtype == "bf16" and args.check:
-        sys.exit("error: --dtype bf16 applies to --layout runs; the checks run in fp32")
-    runner = Runner(args.build, work, args.dtype)
+    if (args.dtype == "bf16" or args.reduce_dtype == "bf16") and args.check:
+        sys.exit("error: --dtype/--reduce-dtype bf16 apply to --layout runs; the checks run in "
+                 "fp32")
+    runner = Runner(args.build, work, args.dtype, args.reduce_dtype)
     fails = []
     try:
         for name in args.layout:

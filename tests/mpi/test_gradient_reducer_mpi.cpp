@@ -5,7 +5,10 @@
 // micro-batches (and, for tp-partial parameters, over the tp ranks) of what
 // backward wrote, with the padding still zero; and each stores exactly its
 // part of the ShardedStatePlan. The values are small multiples of 1/4, so
-// every sum is exact in fp32 and compared bit for bit.
+// every sum is exact in fp32 and compared bit for bit. With
+// parallel.reduce_dtype=bf16 the same sums hold within bf16's rounding of
+// each data rank's contribution and partial sum, and the data axes move
+// exactly half the bytes.
 #include "kernels/cpu/cpu_ops.hpp"
 #include "mpi_test_util.hpp"
 #include "parallel/mesh.hpp"
@@ -48,68 +51,84 @@ TEST(GradientReducerMpi, OwnedGradientsAreTheSumsOverRanksAndMicroBatchesOnEvery
         kind[static_cast<size_t>(i)] = s.tp_partial_grad ? 2 : 1;
 
     for (int stage = 1; stage <= 3; ++stage) {
-      const ShardedStatePlan plan = plan_sharded_state(layout, d.fsdp, fsdp_stage_of(stage), false);
-      // Buckets of 64 floats: many, so several are started during backward.
-      const double bucket_mb = 64.0 * 4 / (1024 * 1024);
-      auto reducer = make_gradient_reducer(
-          {layout, geom, plan, *ops, mesh.dp(), mesh.fsdp(), mesh.tp(), bucket_mb});
-      EXPECT_EQ(reducer->bytes(), plan.bytes().grads) << d.str() << " stage " << stage;
+      double data_bytes[2] = {0, 0};  // sent on dp and fsdp, fp32 then bf16 reductions
+      for (ComputeDType reduce : {ComputeDType::fp32, ComputeDType::bf16}) {
+        const bool bf16 = reduce == ComputeDType::bf16;
+        const ShardedStatePlan plan =
+            plan_sharded_state(layout, d.fsdp, fsdp_stage_of(stage), false, d.dp, reduce);
+        // Buckets of 64 floats: many, so several are started during backward.
+        const double bucket_mb = 64.0 * 4 / (1024 * 1024);
+        auto reducer = make_gradient_reducer(
+            {layout, geom, plan, *ops, mesh.dp(), mesh.fsdp(), mesh.tp(), bucket_mb, reduce});
+        EXPECT_EQ(reducer->bytes(), plan.bytes().grads) << d.str() << " stage " << stage;
+        const double bytes_before = mesh.dp().bytes_sent() + mesh.fsdp().bytes_sent();
 
-      for (int micro_batches : {1, 3}) {
-        const std::string at = d.str() + " stage " + std::to_string(stage) + " micro-batches " +
-                               std::to_string(micro_batches);
-        reducer->begin_step();
-        for (int k = 0; k < micro_batches; ++k) {
-          reducer->begin_micro_batch(k == micro_batches - 1);
-          // Backward adds each unit's gradients (the model's order: the tied
-          // embedding stays open from the head to the end).
-          auto add = [&](int unit) {
-            const ParamUnit& u = layout.units()[static_cast<size_t>(unit)];
-            float* g = reducer->unit_grads(unit);
-            for (int64_t i = u.begin; i < u.end; ++i)
-              if (kind[static_cast<size_t>(i)] != 0)
-                g[i - u.begin] += written(i, data_rank, mesh.coord().tp, k);
+        for (int micro_batches : {1, 3}) {
+          const std::string at = d.str() + " stage " + std::to_string(stage) + " micro-batches " +
+                                 std::to_string(micro_batches) + " " + to_string(reduce);
+          reducer->begin_step();
+          for (int k = 0; k < micro_batches; ++k) {
+            reducer->begin_micro_batch(k == micro_batches - 1);
+            // Backward adds each unit's gradients (the model's order: the tied
+            // embedding stays open from the head to the end).
+            auto add = [&](int unit) {
+              const ParamUnit& u = layout.units()[static_cast<size_t>(unit)];
+              float* g = reducer->unit_grads(unit);
+              for (int64_t i = u.begin; i < u.end; ++i)
+                if (kind[static_cast<size_t>(i)] != 0)
+                  g[i - u.begin] += written(i, data_rank, mesh.coord().tp, k);
+            };
+            const int embed = layout.embed_unit(), head = layout.head_unit();
+            reducer->before_backward(embed);
+            reducer->before_backward(head);
+            add(head);
+            reducer->after_backward(head);
+            for (int l = m.n_layer - 1; l >= 0; --l) {
+              reducer->before_backward(layout.block_unit(l));
+              add(layout.block_unit(l));
+              reducer->after_backward(layout.block_unit(l));
+              reducer->progress();
+            }
+            add(embed);
+            reducer->after_backward(embed);
+          }
+          reducer->finish();
+
+          auto want_at = [&](int64_t i) {
+            const int k_kind = kind[static_cast<size_t>(i)];
+            if (k_kind == 0) return 0.f;
+            float sum = 0.f;
+            for (int t = 0; t < (k_kind == 2 ? d.tp : 1); ++t)
+              for (int r = 0; r < data_ranks; ++r)
+                for (int k = 0; k < micro_batches; ++k)
+                  sum += written(i, r, k_kind == 2 ? t : mesh.coord().tp, k);
+            return sum;
           };
-          const int embed = layout.embed_unit(), head = layout.head_unit();
-          reducer->before_backward(embed);
-          reducer->before_backward(head);
-          add(head);
-          reducer->after_backward(head);
-          for (int l = m.n_layer - 1; l >= 0; --l) {
-            reducer->before_backward(layout.block_unit(l));
-            add(layout.block_unit(l));
-            reducer->after_backward(layout.block_unit(l));
-            reducer->progress();
+          const Buffer& owned = reducer->owned();
+          const float* got = owned.f32();
+          std::vector<float> g, w;
+          for (size_t u = 0; u < layout.units().size(); ++u) {
+            const int unit = static_cast<int>(u);
+            const int64_t n = geom.shard_size(unit), at_flat = geom.shard_begin(unit),
+                          at_owned = d.fsdp == 1 ? at_flat : geom.shard_storage(unit);
+            for (int64_t j = 0; j < n; ++j) {
+              g.push_back(got[at_owned + j]);
+              w.push_back(want_at(at_flat + j));
+            }
           }
-          add(embed);
-          reducer->after_backward(embed);
-        }
-        reducer->finish();
-
-        auto want_at = [&](int64_t i) {
-          const int k_kind = kind[static_cast<size_t>(i)];
-          if (k_kind == 0) return 0.f;
-          float sum = 0.f;
-          for (int t = 0; t < (k_kind == 2 ? d.tp : 1); ++t)
-            for (int r = 0; r < data_ranks; ++r)
-              for (int k = 0; k < micro_batches; ++k)
-                sum += written(i, r, k_kind == 2 ? t : mesh.coord().tp, k);
-          return sum;
-        };
-        const Buffer& owned = reducer->owned();
-        const float* got = owned.f32();
-        std::vector<float> g, w;
-        for (size_t u = 0; u < layout.units().size(); ++u) {
-          const int unit = static_cast<int>(u);
-          const int64_t n = geom.shard_size(unit), at_flat = geom.shard_begin(unit),
-                        at_owned = d.fsdp == 1 ? at_flat : geom.shard_storage(unit);
-          for (int64_t j = 0; j < n; ++j) {
-            g.push_back(got[at_owned + j]);
-            w.push_back(want_at(at_flat + j));
+          if (!bf16) {
+            EXPECT_TRUE(exactly(g, w)) << at;
+          } else {
+            // Everything is >= 0: each data rank's contribution and each
+            // partial sum rounded once, at most 2^-8 of the sum each.
+            const float rtol = static_cast<float>(data_ranks) * std::ldexp(1.0f, -8);
+            EXPECT_TRUE(all_close(g, w, 0.f, rtol)) << at;
           }
         }
-        EXPECT_TRUE(exactly(g, w)) << at;
+        data_bytes[bf16] = mesh.dp().bytes_sent() + mesh.fsdp().bytes_sent() - bytes_before;
       }
+      EXPECT_DOUBLE_EQ(data_bytes[1], 0.5 * data_bytes[0])
+          << d.str() << " stage " << stage << ": bf16 reductions send half the bytes";
     }
   }
 }

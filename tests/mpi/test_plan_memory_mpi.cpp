@@ -38,19 +38,22 @@ TEST(PlanMemoryMpi, StateBytesEqualShardedParametersOnEveryLayout) {
     const DeviceMesh mesh(d, *world);
     for (const ModelConfig& m : models())
       for (int stage = 1; stage <= 3; ++stage)
-        for (bool bf16 : {false, true}) {  // bf16: the parameters' bf16 copy where whole
-          const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-          const ShardedParameters params(layout, mesh, fsdp_stage_of(stage), 25.0, *ops, bf16);
-          EXPECT_EQ(params.keeps_bf16_params(),
-                    keeps_bf16_params(d.fsdp, fsdp_stage_of(stage), bf16));
-          const MemoryFigures got = params.memory();
-          const StateBytes want = predict_state_bytes(m, d.fsdp, d.tp, stage, bf16);
-          const std::string at = d.str() + " stage " + std::to_string(stage) +
-                                 " C=" + std::to_string(m.n_embd) + (bf16 ? " bf16" : "");
-          EXPECT_EQ(got.params, want.params) << at;
-          EXPECT_EQ(got.grads, want.grads) << at;
-          EXPECT_EQ(got.optimizer, want.optimizer) << at;
-        }
+        for (bool bf16 : {false, true})  // bf16: the parameters' bf16 copy where whole
+          for (ComputeDType reduce : {ComputeDType::fp32, ComputeDType::bf16}) {
+            const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+            const ShardedParameters params(layout, mesh, fsdp_stage_of(stage), 25.0, *ops, bf16,
+                                           reduce);
+            EXPECT_EQ(params.keeps_bf16_params(),
+                      keeps_bf16_params(d.fsdp, fsdp_stage_of(stage), bf16));
+            const MemoryFigures got = params.memory();
+            const StateBytes want = predict_state_bytes(m, d.fsdp, d.tp, stage, bf16, d.dp, reduce);
+            const std::string at = d.str() + " stage " + std::to_string(stage) +
+                                   " C=" + std::to_string(m.n_embd) + (bf16 ? " bf16" : "") +
+                                   " reduce_dtype=" + to_string(reduce);
+            EXPECT_EQ(got.params, want.params) << at;
+            EXPECT_EQ(got.grads, want.grads) << at;
+            EXPECT_EQ(got.optimizer, want.optimizer) << at;
+          }
   }
 }
 

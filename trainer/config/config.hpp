@@ -114,6 +114,9 @@ struct ParallelConfig {
   FsdpStage fsdp_stage = FsdpStage::parameters;  // 1|2|3
   bool tp_overlap = true;  // ring-pipelined collective matmuls (false: plain collective + matmul)
   double bucket_mb = 25.0;  // data-parallel gradient all-reduce bucket size
+  // fp32|bf16: the precision gradients are summed in over dp and fsdp (bf16:
+  // half the bytes; each contribution and partial sum rounded to bf16).
+  ComputeDType reduce_dtype = ComputeDType::fp32;
   // auto|nccl|mpi. On CUDA, mpi stages device buffers through pinned host
   // memory (several ranks may then share one GPU, which NCCL refuses).
   ParallelComm comm = ParallelComm::auto_;

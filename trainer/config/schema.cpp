@@ -313,6 +313,7 @@ std::vector<Field> make_fields() {
       bind<&C::parallel, &ParallelConfig::fsdp_stage>("parallel", "fsdp_stage"),
       bind<&C::parallel, &ParallelConfig::tp_overlap>("parallel", "tp_overlap"),
       bind<&C::parallel, &ParallelConfig::bucket_mb>("parallel", "bucket_mb"),
+      bind<&C::parallel, &ParallelConfig::reduce_dtype>("parallel", "reduce_dtype"),
       bind<&C::parallel, &ParallelConfig::comm>("parallel", "comm"),
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),

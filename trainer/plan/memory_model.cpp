@@ -17,12 +17,12 @@ std::string PlanLayout::str() const {
   return os.str();
 }
 
-StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage,
-                               bool bf16_params) {
+StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage, bool bf16_params,
+                               int dp, ComputeDType reduce_dtype) {
   // The plan ShardedParameters allocates from, for the layout it gets (every
   // tp rank's is the same size).
   return plan_sharded_state(ParameterLayout(m, tp, 0, fsdp), fsdp, fsdp_stage_of(stage),
-                            bf16_params)
+                            bf16_params, dp, reduce_dtype)
       .bytes();
 }
 
@@ -31,17 +31,20 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
   if (backend != PlanBackend::cpu) return 0;
   const UnitSizes z = unit_sizes(ParameterLayout(m, l.tp, 0, l.fsdp), l.fsdp);
   const int64_t T = z.total, S = z.shard_total, embed = z.embed, head = z.head, block = z.block;
-  int64_t floats = 0;
+  // The gradient reductions' elements, at the wire's element size.
+  int64_t grad_elems = 0;
   if (l.fsdp == 1) {
-    if (l.dp > 1) floats += T;
+    if (l.dp > 1) grad_elems += T;
   } else {
     if (l.fsdp > 2)  // stage 1 is not bound by the slots: a third block measured in flight
-      floats += std::min(2 * T, 2 * (embed + head + (l.stage == 1 ? 3 : 2) * block));
-    if (l.dp > 1) floats += S;
+      grad_elems += std::min(2 * T, 2 * (embed + head + (l.stage == 1 ? 3 : 2) * block));
+    if (l.dp > 1) grad_elems += S;
   }
+  const int64_t grad_elem_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2 : 4;
+  int64_t bytes = grad_elems * grad_elem_bytes;
   if (l.tp > 1 && !l.tp_overlap)
-    floats += 2 * static_cast<int64_t>(l.micro_batch) * seq_len * m.n_embd;
-  return floats * static_cast<int64_t>(sizeof(float));
+    bytes += 2 * static_cast<int64_t>(l.micro_batch) * seq_len * m.n_embd * 4;
+  return bytes;
 }
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,

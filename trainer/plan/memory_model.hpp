@@ -45,6 +45,9 @@ struct PlanLayout {
   int stage = 3;         // FSDP stage; only meaningful when fsdp > 1
   int micro_batch = 1;
   bool tp_overlap = true;
+  // parallel.reduce_dtype: the gradient reductions' wire copies (state) and
+  // bytes (bf16 halves the data axes' gradient traffic).
+  ComputeDType reduce_dtype = ComputeDType::fp32;
   int world() const { return dp * fsdp * tp; }
   // "dp=2 fsdp=2 tp=1 stage=3 mb=4"
   std::string str() const;
@@ -55,8 +58,10 @@ struct PlanLayout {
 // gt::Error when tp does not divide the heads, channels or vocabulary.
 // bf16_params: ShardedParameters was asked for the parameters' bf16 copy (a
 // bf16 run); it keeps one where the parameters are whole (fsdp = 1, stage < 3).
+// dp, reduce_dtype: bf16 gradient reductions keep wire copies (state_plan.hpp).
 StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage,
-                               bool bf16_params = false);
+                               bool bf16_params = false, int dp = 1,
+                               ComputeDType reduce_dtype = ComputeDType::fp32);
 
 // Bytes of GPT's activation and activation-gradient buffers for one rank
 // (the same on every tp rank): the sum of the table GPT::allocate allocates

@@ -137,7 +137,8 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
   out["config"] = {{"source", cfg.source},
                    {"micro_batch", cfg.train.micro_batch},
                    {"fsdp_stage", stage_number(cfg.parallel.fsdp_stage)},
-                   {"tp_overlap", cfg.parallel.tp_overlap}};
+                   {"tp_overlap", cfg.parallel.tp_overlap},
+                   {"reduce_dtype", to_string(cfg.parallel.reduce_dtype)}};
   out["layouts"] = layouts;
   out["explanation"] = plan.explanation;
   return out;

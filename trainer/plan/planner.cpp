@@ -77,7 +77,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   const ComputeDType dtype =
       hw.backend == PlanBackend::cuda ? ComputeDType::bf16 : ComputeDType::fp32;
   const bool bf16 = dtype == ComputeDType::bf16;
-  p.state = predict_state_bytes(m, l.fsdp, l.tp, stage, bf16);
+  p.state = predict_state_bytes(m, l.fsdp, l.tp, stage, bf16, l.dp, l.reduce_dtype);
   p.activations = predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
                                            hw.backend, t.recompute, dtype,
                                            keeps_bf16_params(l.fsdp, fsdp_stage_of(stage), bf16));
@@ -309,6 +309,7 @@ Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& clu
           l.stage = fsdp > 1 ? stage : stage_number(cfg.parallel.fsdp_stage);
           l.micro_batch = mb;
           l.tp_overlap = cfg.parallel.tp_overlap;
+          l.reduce_dtype = cfg.parallel.reduce_dtype;
           Prediction p = predict(cfg, hw, cluster, l);
           if (!p.invalid.empty()) plan.invalid.push_back(std::move(p));
           else if (p.fits) plan.ranked.push_back(std::move(p));

@@ -62,21 +62,26 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
     const int reductions = (fsdp > 1 && l.stage >= 2) ? A : 1;
     out.tp = A * per_micro + reductions * 2.0 * (tp - 1) / tp * 4.0 * partial;
   }
+  // Gradients are summed at parallel.reduce_dtype's size; parameters are
+  // gathered in fp32.
+  const double grad_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2.0 : 4.0;
   if (fsdp > 1) {
     const double ring = (fsdp - 1.0) / fsdp * 4.0;
+    const double rs = (fsdp - 1.0) / fsdp * grad_bytes;  // the gradients' reduce-scatter
     if (l.stage == 1) {
-      out.fsdp = 2.0 * ring * total;
-      out.fsdp_overlapped = ring * total;                  // the reduce-scatter
+      out.fsdp = rs * total + ring * total;
+      out.fsdp_overlapped = rs * total;  // the reduce-scatter
     } else if (l.stage == 2) {
-      out.fsdp = A * ring * total + ring * total;
-      out.fsdp_overlapped = A * ring * total;              // the reduce-scatters
+      out.fsdp = A * rs * total + ring * total;
+      out.fsdp_overlapped = A * rs * total;  // the reduce-scatters
     } else {
-      out.fsdp = A * ring * total + A * ring * (total + std::max(0, L - 2) * block);
+      out.fsdp = A * rs * total + A * ring * (total + std::max(0, L - 2) * block);
       out.fsdp_overlapped = out.fsdp;                      // prefetched / under backward
     }
   }
   if (dp > 1)
-    out.dp = 2.0 * (dp - 1.0) / dp * 4.0 * static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp);
+    out.dp = 2.0 * (dp - 1.0) / dp * grad_bytes *
+             static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp);
   return out;
 }
 

@@ -6,6 +6,7 @@ ParallelPlan parallel_plan(const Config& cfg) {
   ParallelPlan p;
   p.fsdp_stage = cfg.parallel.fsdp_stage;
   p.bucket_mb = cfg.parallel.bucket_mb;
+  p.reduce_dtype = cfg.parallel.reduce_dtype;
   p.tp_overlap = cfg.parallel.tp_overlap;
   p.dtype = cfg.runtime.dtype;
   return p;
@@ -18,8 +19,9 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
   // 1. placement: this tp rank's shards, units padded to fsdp.
   out.layout = std::make_unique<ParameterLayout>(model, d.tp, mesh.coord().tp, d.fsdp);
   // 2. data parallel: the state over dp x fsdp and its strategies.
-  out.params = std::make_unique<ShardedParameters>(
-      *out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops, plan.dtype == ComputeDType::bf16);
+  out.params =
+      std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,
+                                          plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
   // 3. the model over the tensor-parallel layers.
   out.model = std::make_unique<GPT>(model, ops, shape.micro_batch, shape.seq_len, *out.layout,
                                     *out.params, TensorParallelGroup{&mesh.tp(), plan.tp_overlap},

@@ -36,6 +36,8 @@ namespace gt {
 struct ParallelPlan {
   FsdpStage fsdp_stage = FsdpStage::parameters;
   double bucket_mb = 25.0;  // DDP's gradient buckets
+  // parallel.reduce_dtype: gradient reductions over dp and fsdp in fp32 or bf16.
+  ComputeDType reduce_dtype = ComputeDType::fp32;
   bool tp_overlap = true;   // collective matmuls (ring) or plain collectives
   // A bf16 run: the model stores bf16 activations, and the parameters keep
   // their bf16 copy where they are whole.

@@ -14,9 +14,28 @@ namespace {
 // HSDP all-reduce of a final shard.
 class ReducerBase : public GradientReducer {
  protected:
-  explicit ReducerBase(const GradientReducerContext& ctx) : c_(ctx) {
+  explicit ReducerBase(const GradientReducerContext& ctx)
+      : c_(ctx), arena_(c_.ops, c_.plan.wire_bf16) {
     unit_dp_.resize(c_.layout.units().size());
+    if (c_.dp.size() > 1 && c_.plan.fsdp > 1)
+      for (size_t u = 0; u < unit_dp_.size(); ++u)
+        unit_dp_[u] = wire(c_.geom.shard_size(static_cast<int>(u)), 0);
   }
+
+  // A reduction at the configured precision; bf16 takes its copies (`in`
+  // elements, and `out` for a reduce-scatter) from the arena.
+  GradientWire wire(int64_t in, int64_t out) {
+    if (c_.reduce_dtype != ComputeDType::bf16) return GradientWire::fp32(c_.ops);
+    uint16_t* wire_in = arena_.take(in);
+    return GradientWire::bf16(c_.ops, wire_in, out > 0 ? arena_.take(out) : nullptr);
+  }
+  // Every strategy calls this at the end of its constructor: the copies it
+  // took are exactly what the state plan counts.
+  void check_wire_plan() const {
+    GT_CHECK(arena_.taken() == arena_.capacity(), "the gradient reducer took ", arena_.taken(),
+             " bf16 wire elements of the state plan's ", arena_.capacity());
+  }
+  int64_t wire_bytes() const { return arena_.bytes(); }
 
   TensorView view(float* p, int64_t n) const {
     return make_view(p, DType::f32, c_.ops.device(), {n});
@@ -49,8 +68,8 @@ class ReducerBase : public GradientReducer {
   // HSDP: a final shard to its dp replicas (nothing at dp = 1).
   void start_dp_reduce(int unit, float* shard_grads) {
     if (c_.dp.size() == 1) return;
-    unit_dp_[static_cast<size_t>(unit)] =
-        c_.dp.all_reduce_sum(shard_grads + c_.geom.shard_storage(unit), c_.geom.shard_size(unit));
+    unit_dp_[static_cast<size_t>(unit)].all_reduce(c_.dp, shard_grads + c_.geom.shard_storage(unit),
+                                                   c_.geom.shard_size(unit));
   }
   void wait_dp_reduces() {
     for (auto& h : unit_dp_) h.wait();
@@ -63,7 +82,8 @@ class ReducerBase : public GradientReducer {
   bool last_micro_ = true;
 
  private:
-  std::vector<CommHandle> unit_dp_;  // HSDP: the all-reduce of each unit's shard
+  WireArena arena_;
+  std::vector<GradientWire> unit_dp_;  // HSDP: the all-reduce of each unit's shard
 };
 
 // fsdp = 1: full gradients, all-reduced over dp in buckets on the last micro-batch.
@@ -80,9 +100,11 @@ class DdpBuckets final : public ReducerBase {
         Bucket b;
         b.lo = std::max<int64_t>(0, hi - per);
         b.hi = hi;
+        b.wire = wire(b.hi - b.lo, 0);
         buckets_.push_back(std::move(b));
       }
     }
+    check_wire_plan();
   }
 
   void begin_step() override {
@@ -104,25 +126,25 @@ class DdpBuckets final : public ReducerBase {
   void finish() override {
     watermark_ = 0;
     start_ready_buckets();
-    for (auto& b : buckets_) b.h.wait();
+    for (auto& b : buckets_) b.wire.wait();
   }
   void progress() override {
-    for (auto& b : buckets_) b.h.test();
+    for (auto& b : buckets_) b.wire.test();
   }
   const Buffer& owned() const override { return grads_; }
-  int64_t bytes() const override { return static_cast<int64_t>(grads_.bytes()); }
+  int64_t bytes() const override { return static_cast<int64_t>(grads_.bytes()) + wire_bytes(); }
 
  private:
   struct Bucket {
     int64_t lo = 0, hi = 0;
     bool started = false;
-    CommHandle h;
+    GradientWire wire;
   };
   // Every bucket whose gradients are final (at or above the watermark).
   void start_ready_buckets() {
     for (auto& b : buckets_)
       if (!b.started && b.lo >= watermark_) {
-        b.h = c_.dp.all_reduce_sum(grads_.f32() + b.lo, b.hi - b.lo);
+        b.wire.all_reduce(c_.dp, grads_.f32() + b.lo, b.hi - b.lo);
         b.started = true;
       }
   }
@@ -139,7 +161,11 @@ class ShardAfterLastMicroBatch final : public ReducerBase {
   explicit ShardAfterLastMicroBatch(const GradientReducerContext& ctx) : ReducerBase(ctx) {
     grads_ = allocate_floats(c_.ops, c_.plan.grads);
     shard_grads_ = allocate_floats(c_.ops, c_.plan.shard_grads);
-    unit_rs_.resize(c_.layout.units().size());
+    for (size_t u = 0; u < c_.layout.units().size(); ++u) {
+      const int64_t shard = c_.geom.shard_size(static_cast<int>(u));
+      unit_rs_.push_back(wire(shard * c_.geom.fsdp(), shard));
+    }
+    check_wire_plan();
   }
 
   void begin_step() override {
@@ -152,8 +178,8 @@ class ShardAfterLastMicroBatch final : public ReducerBase {
   void after_backward(int unit) override {
     if (!last_micro_) return;
     sum_tp_partial(unit, unit_grads(unit));
-    unit_rs_[static_cast<size_t>(unit)] = c_.fsdp.reduce_scatter_sum(
-        grads_.f32() + unit_begin(unit), shard_grads_.f32() + c_.geom.shard_storage(unit),
+    unit_rs_[static_cast<size_t>(unit)].reduce_scatter(
+        c_.fsdp, grads_.f32() + unit_begin(unit), shard_grads_.f32() + c_.geom.shard_storage(unit),
         c_.geom.shard_size(unit));
   }
   void finish() override {
@@ -164,18 +190,18 @@ class ShardAfterLastMicroBatch final : public ReducerBase {
     wait_dp_reduces();
   }
   void progress() override {
-    for (auto& h : unit_rs_) h.test();
+    for (auto& w : unit_rs_) w.test();
     progress_dp_reduces();
   }
   const Buffer& owned() const override { return shard_grads_; }
   int64_t bytes() const override {
-    return static_cast<int64_t>(grads_.bytes() + shard_grads_.bytes());
+    return static_cast<int64_t>(grads_.bytes() + shard_grads_.bytes()) + wire_bytes();
   }
 
  private:
-  Buffer grads_;                     // T
-  Buffer shard_grads_;               // S
-  std::vector<CommHandle> unit_rs_;  // each unit's reduce-scatter into the shard
+  Buffer grads_;                       // T
+  Buffer shard_grads_;                 // S
+  std::vector<GradientWire> unit_rs_;  // each unit's reduce-scatter into the shard
 };
 
 // Stages 2-3: each unit's gradients in a slot, reduce-scattered into the
@@ -188,7 +214,9 @@ class ShardEveryMicroBatch final : public ReducerBase {
       const int64_t size = c_.plan.slot_size[i];
       slots_[static_cast<size_t>(i)].buf = allocate_floats(c_.ops, size);
       slots_[static_cast<size_t>(i)].out = allocate_floats(c_.ops, size / c_.geom.fsdp());
+      slots_[static_cast<size_t>(i)].wire = wire(size, size / c_.geom.fsdp());
     }
+    check_wire_plan();
   }
 
   void begin_step() override { c_.ops.zero(view(shard_grads_.f32(), c_.geom.storage_total())); }
@@ -208,7 +236,7 @@ class ShardEveryMicroBatch final : public ReducerBase {
   void after_backward(int unit) override {
     Slot& s = slot(unit);
     sum_tp_partial(unit, s.buf.f32());
-    s.pending = c_.fsdp.reduce_scatter_sum(s.buf.f32(), s.out.f32(), c_.geom.shard_size(unit));
+    s.wire.reduce_scatter(c_.fsdp, s.buf.f32(), s.out.f32(), c_.geom.shard_size(unit));
     s.busy = true;
     s.last = last_micro_;
   }
@@ -217,14 +245,14 @@ class ShardEveryMicroBatch final : public ReducerBase {
     wait_dp_reduces();
   }
   void progress() override {
-    for (auto& s : slots_) s.pending.test();
+    for (auto& s : slots_) s.wire.test();
     progress_dp_reduces();
   }
   const Buffer& owned() const override { return shard_grads_; }
   int64_t bytes() const override {
     int64_t n = static_cast<int64_t>(shard_grads_.bytes());
     for (const auto& s : slots_) n += static_cast<int64_t>(s.buf.bytes() + s.out.bytes());
-    return n;
+    return n + wire_bytes();
   }
 
  private:
@@ -232,7 +260,7 @@ class ShardEveryMicroBatch final : public ReducerBase {
     Buffer buf;  // the unit's gradients
     Buffer out;  // the reduce-scatter's output (one shard)
     int unit = -1;
-    CommHandle pending;  // the reduce-scatter in flight
+    GradientWire wire;   // the reduce-scatter in flight
     bool busy = false;   // its result waits to be accumulated into the shard
     bool last = false;   // ... and it is the step's last micro-batch's
   };
@@ -240,7 +268,7 @@ class ShardEveryMicroBatch final : public ReducerBase {
   // Accumulates the slot's reduced shard, once its reduce-scatter is done.
   void complete(Slot& s) {
     if (!s.busy) return;
-    s.pending.wait();
+    s.wire.wait();
     s.busy = false;
     const int64_t n = c_.geom.shard_size(s.unit);
     c_.ops.accumulate(view(shard_grads_.f32() + c_.geom.shard_storage(s.unit), n),

@@ -19,9 +19,15 @@
 //   HSDP         (dp > 1 with fsdp > 1) the final shards are all-reduced over
 //                dp, each as soon as it is final.
 //
+// Every data-axis reduction runs at parallel.reduce_dtype through a
+// GradientWire (gradient_wire.hpp): fp32, or bf16 on the wire into copies
+// cut from one allocation the state plan sizes (wire_bf16), widened back
+// into the fp32 gradients on completion.
+//
 // Before a unit's data-axis reduction, the gradients its placement marks
 // tp-partial (LayerNorms, wpe: ParamSpec::tp_partial_grad) are all-reduced
-// over tp. Collectives start in the same order on every rank (a fixed
+// over tp, always in fp32: a few vectors per block, where bf16 would save
+// nothing worth a rounding. Collectives start in the same order on every rank (a fixed
 // schedule); completion never starts anything.
 //
 // The hooks, in a step: begin_step(); per micro-batch begin_micro_batch(last),
@@ -38,6 +44,7 @@
 #include "kernels/ops.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/sharding/gradient_wire.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
 #include "trainer/sharding/state_plan.hpp"
 
@@ -71,6 +78,7 @@ struct GradientReducerContext {
   Communicator& fsdp;
   Communicator& tp;
   double bucket_mb;  // DdpBuckets' bucket size
+  ComputeDType reduce_dtype = ComputeDType::fp32;  // parallel.reduce_dtype
 };
 
 // The strategy for plan.fsdp and plan.full_grads (see above).

@@ -10,7 +10,7 @@ namespace gt {
 
 ShardedParameters::ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh,
                                      FsdpStage fsdp_stage, double bucket_mb, Ops& ops,
-                                     bool bf16_params)
+                                     bool bf16_params, ComputeDType reduce_dtype)
     : layout_(layout),
       geom_(layout, mesh.dims().fsdp, mesh.coord().fsdp),
       ops_(ops),
@@ -21,13 +21,15 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
       dp_rank_(mesh.coord().dp),
       tp_rank_(mesh.coord().tp),
       stage_(fsdp_stage),
-      plan_(plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params)) {
+      plan_(plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params, mesh.dims().dp,
+                               reduce_dtype)) {
   // Every buffer as the state plan sizes it (the planner sums the same plan).
   const ShardedStatePlan& plan = plan_;
   params_ = allocate_floats(ops, plan.params);
   if (plan.params_bf16 > 0)
     params_bf16_ = ops.allocate(static_cast<size_t>(plan.params_bf16) * dtype_size(DType::bf16));
-  reducer_ = make_gradient_reducer({layout_, geom_, plan_, ops_, dp_, fsdp_, tp_, bucket_mb});
+  reducer_ = make_gradient_reducer(
+      {layout_, geom_, plan_, ops_, dp_, fsdp_, tp_, bucket_mb, reduce_dtype});
   optimizer_ = std::make_unique<ShardOptimizer>(ops, world_, geom_, full_params(), plan.moments,
                                                 dp_rank_, tp_rank_);
   units_ = make_unit_parameters(layout_, geom_, plan_, params_, ops_, fsdp_);

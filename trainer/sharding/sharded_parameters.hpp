@@ -72,8 +72,11 @@ class ShardedParameters final : public ParameterStore {
   // bf16_params: keep the parameters' bf16 copy for bf16 GEMMs
   // (ParameterStore::keeps_bf16_params) where the parameters are whole
   // (fsdp = 1 or stages 1-2); stage 3 gathers units and the model casts.
+  // reduce_dtype: parallel.reduce_dtype, the precision of the gradient
+  // reductions over dp and fsdp (gradient_reducer.hpp).
   ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh, FsdpStage fsdp_stage,
-                    double bucket_mb, Ops& ops, bool bf16_params = false);
+                    double bucket_mb, Ops& ops, bool bf16_params = false,
+                    ComputeDType reduce_dtype = ComputeDType::fp32);
   ~ShardedParameters() override;
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;

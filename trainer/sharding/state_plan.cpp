@@ -23,7 +23,8 @@ UnitSizes unit_sizes(const ParameterLayout& layout, int fsdp) {
 }
 
 ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
-                                    bool bf16_params) {
+                                    bool bf16_params, int dp, ComputeDType reduce_dtype) {
+  GT_CHECK(dp >= 1, "dp ", dp);
   const UnitSizes z = unit_sizes(layout, fsdp);
   const int64_t T = z.total, S = z.shard_total;
   ShardedStatePlan p;
@@ -42,6 +43,18 @@ ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, Fsd
     p.slot_size[kHeadSlot] = z.head;
     p.slot_size[kBlockSlot] = p.slot_size[kBlockSlot + 1] = z.block;
   }
+  if (reduce_dtype == ComputeDType::bf16) {
+    if (fsdp == 1) {
+      p.wire_bf16 = dp > 1 ? T : 0;
+    } else {
+      if (p.grad_slots) {
+        for (int64_t size : p.slot_size) p.wire_bf16 += size + size / fsdp;
+      } else {
+        p.wire_bf16 = T + S;
+      }
+      if (dp > 1) p.wire_bf16 += S;
+    }
+  }
   return p;
 }
 
@@ -54,6 +67,7 @@ StateBytes ShardedStatePlan::bytes() const {
     if (param_slots) b.params += size * f;
     if (grad_slots) b.grads += (size + size / fsdp) * f;
   }
+  b.grads += wire_bf16 * h;
   b.optimizer = 2 * moments * f;
   return b;
 }

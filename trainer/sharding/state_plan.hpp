@@ -11,7 +11,9 @@
 //             outputs), m + v 2S
 //   stage 3   params S + four unit slots, grads as stage 2, m + v 2S
 //   fsdp = 1  params T, grads T, m + v 2T
-// plus, in a bf16 run where the parameters are whole, their bf16 copy (T).
+// plus, in a bf16 run where the parameters are whole, their bf16 copy (T),
+// and with parallel.reduce_dtype=bf16 the bf16 wire copies the gradient
+// reductions run on (counted with the gradients; see wire_bf16 below).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +60,15 @@ struct ShardedStatePlan {
   // gradient slots (each with a slot_size / fsdp output) at stages 2 and 3.
   int64_t slot_size[kUnitSlots] = {};
   bool param_slots = false, grad_slots = false;
+  // bf16 elements of the gradient reductions' wire copies
+  // (GradientReducer, parallel.reduce_dtype=bf16), one per reduction that
+  // can be in flight at once, each its input and then its output:
+  //   fsdp = 1, dp > 1   T (the DDP buckets, all-reduced in place)
+  //   stage 1            T + S (each unit's reduce-scatter input and shard)
+  //   stages 2, 3        each slot's size + its shard
+  //   HSDP (dp > 1)      + S (each unit's final shard over dp)
+  // 0 for fp32 reductions, and where no data axis has two ranks.
+  int64_t wire_bf16 = 0;
 
   StateBytes bytes() const;
 };
@@ -68,8 +79,10 @@ inline bool keeps_bf16_params(int fsdp, FsdpStage stage, bool bf16_params) {
 }
 
 // The plan for `layout` (built with units padded to fsdp) at this fsdp
-// degree and stage (ignored at fsdp = 1).
+// degree and stage (ignored at fsdp = 1), dp replicas and gradient
+// reduction precision.
 ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
-                                    bool bf16_params);
+                                    bool bf16_params, int dp = 1,
+                                    ComputeDType reduce_dtype = ComputeDType::fp32);
 
 }  // namespace gt

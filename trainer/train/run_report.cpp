@@ -76,15 +76,18 @@ void log_run_banner(const Run& run, const Config& cfg) {
         "runtime.dtype=bf16 on the CPU backend: the bf16 model's function (bf16 "
         "storage, fp32 math), for checking layouts and GPUs against; not faster than "
         "fp32 here");
+  const bool bf16_reductions =
+      cfg.parallel.reduce_dtype == ComputeDType::bf16 && run.dims.dp * run.dims.fsdp > 1;
   spdlog::info(
-      "layout: {} on {}{}{}", run.dims.str(), run.backend.describe,
+      "layout: {} on {}{}{}{}", run.dims.str(), run.backend.describe,
       run.dims.world_size() == 1 ? ""
       : run.backend.comm.comm == ParallelComm::nccl
           ? ", comm nccl"
           : (run.backend.device == Device::cpu ? ", comm mpi" : ", comm mpi (staged through host)"),
       run.dims.tp > 1 ? (cfg.parallel.tp_overlap ? ", tp collective matmuls overlapped"
                                                  : ", tp collectives not overlapped")
-                      : "");
+                      : "",
+      bf16_reductions ? ", gradients summed in bf16 (parallel.reduce_dtype)" : "");
   if (run.dims.world_size() > 1) spdlog::info("{}", mesh.describe());
   log_memory(params.memory(), cfg.parallel);
   spdlog::info("data: {} train tokens in {} shard(s), {} windows of {}; val: {}",
