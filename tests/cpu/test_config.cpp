@@ -35,6 +35,18 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
 }
 
 void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.model.arch, b.model.arch);
+  EXPECT_EQ(a.model.n_kv_head, b.model.n_kv_head);
+  EXPECT_EQ(a.model.ffn_hidden, b.model.ffn_hidden);
+  EXPECT_EQ(a.model.multiple_of, b.model.multiple_of);
+  EXPECT_EQ(a.model.ffn_dim_multiplier, b.model.ffn_dim_multiplier);
+  EXPECT_EQ(a.model.rope_theta, b.model.rope_theta);
+  EXPECT_EQ(a.model.rope_scaling.factor, b.model.rope_scaling.factor);
+  EXPECT_EQ(a.model.rope_scaling.low_freq_factor, b.model.rope_scaling.low_freq_factor);
+  EXPECT_EQ(a.model.rope_scaling.high_freq_factor, b.model.rope_scaling.high_freq_factor);
+  EXPECT_EQ(a.model.rope_scaling.original_max_position, b.model.rope_scaling.original_max_position);
+  EXPECT_EQ(a.model.norm_eps, b.model.norm_eps);
+  EXPECT_EQ(a.model.tie_embeddings, b.model.tie_embeddings);
   EXPECT_EQ(a.model.n_layer, b.model.n_layer);
   EXPECT_EQ(a.model.n_head, b.model.n_head);
   EXPECT_EQ(a.model.n_embd, b.model.n_embd);
@@ -759,6 +771,94 @@ TEST(Config, ReduceDtypeParses) {
   EXPECT_TRUE(has(error_of(kMinimal, {"parallel.reduce_dtype=fp16"}),
                   "parallel.reduce_dtype (override 'parallel.reduce_dtype=fp16'): expected one of "
                   "fp32|bf16, got 'fp16'"));
+}
+
+// ---------------------------------------------------------------- model.arch
+
+// Llama 3 8B's dimensions (HF config.json), with Llama 3.1's rope scaling.
+const std::string kLlama8b = kMinimal + R"(model:
+  arch: llama
+  n_layer: 32
+  n_head: 32
+  n_kv_head: 8
+  n_embd: 4096
+  multiple_of: 1024
+  ffn_dim_multiplier: 1.3
+  vocab_size: 128256
+  block_size: 8192
+  rope_theta: 500000
+  rope_scaling: {factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position: 8192}
+  norm_eps: 1e-5
+)";
+
+TEST(Config, LlamaKeysAndTheMlpWidthRule) {
+  const Config c = parse_config(kLlama8b, kSource, {});
+  EXPECT_EQ(c.model.arch, ModelArch::llama);
+  EXPECT_EQ(c.model.kv_heads(), 8);
+  EXPECT_EQ(c.model.head_size(), 128);
+  EXPECT_EQ(c.model.ffn_width(), 14336);  // Meta's rule: 4096 * 4 * 2/3 * 1.3 -> 1024s
+  EXPECT_FALSE(c.model.tied_embeddings());
+  EXPECT_EQ(c.model.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.model.rope_scaling.original_max_position, 8192);
+  // 70B: 8192 channels, multiplier 1.3, multiple_of 4096 -> 28672; an
+  // explicit ffn_hidden wins; n_kv_head 0 is n_head.
+  const Config big = parse_config(
+      kLlama8b, kSource, {"model.n_embd=8192", "model.n_head=64", "model.multiple_of=4096"});
+  EXPECT_EQ(big.model.ffn_width(), 28672);
+  EXPECT_EQ(parse_config(kLlama8b, kSource, {"model.ffn_hidden=1000"}).model.ffn_width(), 1000);
+  EXPECT_EQ(parse_config(kLlama8b, kSource, {"model.n_kv_head=0"}).model.kv_heads(), 32);
+  // GPT-2 keeps its 4C MLP and its tied head.
+  const Config gpt = parse_config(kMinimal, kSource, {});
+  EXPECT_EQ(gpt.model.arch, ModelArch::gpt2);
+  EXPECT_EQ(gpt.model.ffn_width(), 4 * gpt.model.n_embd);
+  EXPECT_TRUE(gpt.model.tied_embeddings());
+}
+
+TEST(Config, ToYamlWritesEachFamilysKeysAndRoundTrips) {
+  const Config llama = parse_config(kLlama8b, kSource, {});
+  const std::string yaml = to_yaml(llama);
+  EXPECT_TRUE(has(yaml, "  arch: llama"));
+  EXPECT_TRUE(has(yaml, "  n_kv_head: 8"));
+  EXPECT_TRUE(has(yaml,
+                  "  rope_scaling: {factor: 8, low_freq_factor: 1, high_freq_factor: 4, "
+                  "original_max_position: 8192}"));
+  EXPECT_TRUE(has(yaml, "  tie_embeddings: false"));
+  expect_same(parse_config(yaml, kSource, {}), llama);
+  EXPECT_EQ(to_yaml(parse_config(yaml, "", {})), yaml);
+  // GPT-2's resolved config has no Llama keys, so it reads back as GPT-2.
+  const std::string gpt = to_yaml(parse_config(kMinimal, kSource, {}));
+  EXPECT_TRUE(has(gpt, "  arch: gpt2"));
+  for (const char* key : {"n_kv_head", "rope_theta", "rope_scaling", "norm_eps", "tie_embeddings"})
+    EXPECT_EQ(gpt.find(key), std::string::npos) << key;
+  EXPECT_EQ(parse_config(kLlama8b, kSource, {"model.rope_scaling=null"}).model.rope_scaling.factor,
+            0.0);
+}
+
+TEST(Config, LlamaKeyOnGpt2AndBadLlamaValuesNameTheKey) {
+  EXPECT_TRUE(has(error_of(kMinimal, {"model.rope_theta=10000"}),
+                  "model.rope_theta (override 'model.rope_theta=10000'): applies to "
+                  "model.arch=llama only, got model.arch=gpt2"));
+  EXPECT_TRUE(has(error_of(kMinimal + "model:\n  tie_embeddings: true\n"),
+                  "model.tie_embeddings (configs/x.yaml:4:"));
+  EXPECT_TRUE(has(error_of(kLlama8b, {"model.n_kv_head=5"}),
+                  "model.n_kv_head (override 'model.n_kv_head=5'): expected a divisor of "
+                  "model.n_head=32 (0 = n_head), got 5"));
+  EXPECT_TRUE(
+      has(error_of(kLlama8b, {"parallel.tp=16", "train.micro_batch=16", "train.global_batch=16"}),
+          "parallel.tp (override 'parallel.tp=16'): expected a divisor of "
+          "model.n_kv_head=8, got 16"));
+  EXPECT_TRUE(has(error_of(kLlama8b, {"model.n_embd=4080", "model.n_head=48", "model.n_kv_head=8"}),
+                  "model.n_embd (override 'model.n_embd=4080'): expected an even head size"));
+  EXPECT_TRUE(has(error_of(kLlama8b, {"model.rope_scaling={factor: 8, beta: 2}"}),
+                  "model.rope_scaling.beta (override 'model.rope_scaling={factor: 8, beta: 2}'): "
+                  "unknown key"));
+  EXPECT_TRUE(
+      has(error_of(kLlama8b, {"model.rope_scaling={low_freq_factor: 2}"}), "got no factor"));
+  EXPECT_TRUE(has(error_of(kLlama8b, {"model.rope_scaling={factor: 8, high_freq_factor: 0.5}"}),
+                  "model.rope_scaling.high_freq_factor"));
+  EXPECT_TRUE(has(error_of(kLlama8b, {"model.norm_eps=0"}), "model.norm_eps"));
+  EXPECT_TRUE(has(error_of(kLlama8b, {"model.arch=mamba"}),
+                  "model.arch (override 'model.arch=mamba'): expected one of gpt2|llama"));
 }
 
 TEST(Config, Bf16IsAcceptedOnEveryDevice) {

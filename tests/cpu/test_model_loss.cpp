@@ -63,5 +63,22 @@ TEST(ModelLoss, MicroBatchesOfOneStepMustHaveTheSameRows) {
   }
 }
 
+// A Llama config must not train GPT-2 in its place: GPT (and the planner,
+// tests/cpu/test_planner.cpp) stop with the family named until its model
+// exists.
+TEST(ModelLoss, AnotherFamilysConfigStopsAtTheGptModel) {
+  ModelConfig m = test::tiny_gpt();
+  m.arch = ModelArch::llama;
+  auto ops = make_cpu_ops(1);
+  try {
+    GPT model(m, *ops, 2, 8, Recompute::none, ComputeDType::fp32);
+    ADD_FAILURE() << "GPT accepted model.arch=llama";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.arch=llama: this build trains GPT-2 only"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace gt

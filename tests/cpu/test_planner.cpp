@@ -344,6 +344,19 @@ TEST(Planner, InvalidLayoutsSayWhy) {
             std::string::npos);
 }
 
+// Until Llama's step model exists the planner refuses it by name instead of
+// planning GPT-2's FLOPs and activations for it.
+TEST(Planner, AnotherFamilyIsRefusedByName) {
+  Config cfg = gpt2_xl();
+  cfg.model.arch = ModelArch::llama;
+  PlanLayout l;
+  l.dp = 64;
+  EXPECT_NE(error_message([&] {
+              predict(cfg, hardware("h100"), PlanCluster{64, 8}, l);
+            }).find("model.arch=llama"),
+            std::string::npos);
+}
+
 TEST(Planner, Gpt2XlOn64H100PicksAFittingLayoutAndExplains) {
   const Config cfg = gpt2_xl();
   const HardwareSpec hw = hardware("h100");

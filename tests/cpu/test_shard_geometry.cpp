@@ -78,6 +78,53 @@ TEST(ParameterLayout, CountsParametersWithoutTheVocabularyPadding) {
   EXPECT_EQ(l.global_numel(), 124439808);  // HF's GPT2LMHeadModel, tied
 }
 
+// Llama 3 8B (HF config.json dimensions): 8,030,261,248 parameters, HF's
+// LlamaForCausalLM count with its untied lm_head; q/k/v split by heads under
+// tp (k and v narrower: 8 key/value heads), o and down split by columns.
+ModelConfig llama3_8b() {
+  ModelConfig m;
+  m.arch = ModelArch::llama;
+  m.n_layer = 32;
+  m.n_head = 32;
+  m.n_kv_head = 8;
+  m.n_embd = 4096;
+  m.multiple_of = 1024;
+  m.ffn_dim_multiplier = 1.3;
+  m.vocab_size = 128256;
+  m.block_size = 8192;
+  return m;
+}
+
+TEST(ParameterLayout, LlamaFollowsItsPlacementTable) {
+  const ModelConfig m = llama3_8b();
+  const ParameterLayout one(m);
+  EXPECT_EQ(one.global_numel(), 8030261248);
+  EXPECT_EQ(one.units().size(), 34u);  // embed, 32 layers, head (norm, lm_head)
+  const ParameterLayout l(m, 8, 3);
+  EXPECT_EQ(l.at("embed_tokens.weight").shape, (std::vector<int64_t>{128256 / 8, 4096}));
+  EXPECT_EQ(l.at("layers.0.self_attn.q_proj.weight").shape, (std::vector<int64_t>{512, 4096}));
+  EXPECT_EQ(l.at("layers.0.self_attn.k_proj.weight").shape, (std::vector<int64_t>{128, 4096}));
+  EXPECT_EQ(l.at("layers.0.self_attn.o_proj.weight").shape, (std::vector<int64_t>{4096, 512}));
+  EXPECT_EQ(l.at("layers.31.mlp.gate_proj.weight").shape, (std::vector<int64_t>{1792, 4096}));
+  EXPECT_EQ(l.at("layers.31.mlp.down_proj.weight").shape, (std::vector<int64_t>{4096, 1792}));
+  EXPECT_EQ(l.at("lm_head.weight").shape, (std::vector<int64_t>{128256 / 8, 4096}));
+  EXPECT_TRUE(l.at("layers.2.input_layernorm.weight").tp_partial_grad);
+  EXPECT_TRUE(l.at("norm.weight").tp_partial_grad);
+  EXPECT_FALSE(l.at("layers.2.input_layernorm.weight").decay);
+  EXPECT_TRUE(l.at("lm_head.weight").decay);
+  // k rows of tp rank 3 are heads 3 (of 8): global rows 384.. 511.
+  EXPECT_EQ(l.global_row(l.at("layers.0.self_attn.k_proj.weight"), 0), 384);
+  EXPECT_EQ(l.global_col(l.at("layers.0.self_attn.o_proj.weight"), 0), 3 * 512);
+  // Tied (Llama 3.2 1B's choice): no lm_head, 128256 * 4096 fewer.
+  ModelConfig tied = m;
+  tied.tie_embeddings = true;
+  EXPECT_EQ(ParameterLayout(tied).find("lm_head.weight"), nullptr);
+  EXPECT_EQ(ParameterLayout(tied).global_numel(), 8030261248 - 128256LL * 4096);
+  // tp must divide the key/value heads too.
+  test::expect_error_containing([&] { ParameterLayout(m, 16, 0); },
+                                "parallel.tp=16 must divide model.n_head=32, model.n_kv_head=8");
+}
+
 TEST(ShardGeometry, UnitsArePaddedAndShardsCoverEachUnitOnce) {
   const ModelConfig m = small_model();
   for (int fsdp : {1, 2, 3, 4}) {

@@ -19,6 +19,16 @@
 
 namespace gt {
 
+int ModelConfig::ffn_width() const {
+  if (arch == ModelArch::gpt2) return 4 * n_embd;
+  if (ffn_hidden > 0) return ffn_hidden;
+  // Meta's rule (llama/model.py): int() truncations as there.
+  int64_t hidden = 2 * (4 * static_cast<int64_t>(n_embd)) / 3;
+  if (ffn_dim_multiplier > 0) hidden = static_cast<int64_t>(ffn_dim_multiplier * hidden);
+  const int64_t m = multiple_of > 0 ? multiple_of : 1;
+  return static_cast<int>((hidden + m - 1) / m * m);
+}
+
 std::optional<TpSplitProblem> tp_split_problem(const ModelConfig& m, int tp) {
   if (tp <= 1) return std::nullopt;
   // The vocabulary's rows are the padded ones (any power of two up to 128
@@ -26,9 +36,16 @@ std::optional<TpSplitProblem> tp_split_problem(const ModelConfig& m, int tp) {
   const std::string vocab_rows =
       detail::concat("the padded vocabulary (model.vocab_size=", m.vocab_size,
                      " rounded up to a multiple of ", kVocabPadMultiple, ")");
-  for (const auto& [what, v] : {std::pair<std::string, int64_t>{"model.n_head", m.n_head},
-                                {"model.n_embd", m.n_embd},
-                                {vocab_rows, m.padded_vocab_size()}})
+  std::vector<std::pair<std::string, int64_t>> split = {{"model.n_head", m.n_head}};
+  if (m.arch == ModelArch::gpt2) {
+    split.push_back({"model.n_embd", m.n_embd});
+  } else {
+    // Query heads, key/value heads and the MLP's width are split.
+    split.push_back({"model.n_kv_head", m.kv_heads()});
+    split.push_back({"the MLP width (model.ffn_hidden)", m.ffn_width()});
+  }
+  split.push_back({vocab_rows, m.padded_vocab_size()});
+  for (const auto& [what, v] : split)
     if (v % tp != 0) return TpSplitProblem{what, v};
   return std::nullopt;
 }
@@ -63,12 +80,48 @@ void validate(const Config& c, const Locations& where) {
   at_least("model.n_head", m.n_head, 1);
   at_least("model.n_embd", m.n_embd, 1);
   at_least("model.block_size", m.block_size, 1);
-  if (m.vocab_size < 1 || m.vocab_size > 65536)
+  if (m.arch == ModelArch::gpt2 && (m.vocab_size < 1 || m.vocab_size > 65536))
     bad("model.vocab_size", m.vocab_size, "a value in [1, 65536]",
         "token ids are stored as uint16");
+  // Llama 3's 128256: ids past 65535 need uint32 token shards; the padded
+  // row count must stay an int.
+  if (m.arch == ModelArch::llama && (m.vocab_size < 1 || m.vocab_size > (1 << 30)))
+    bad("model.vocab_size", m.vocab_size, "a value in [1, 1073741824]");
   if (m.n_embd % m.n_head != 0)
     bad("model.n_embd", m.n_embd, "a multiple of model.n_head=" + std::to_string(m.n_head),
         "each head gets n_embd / n_head channels");
+  if (m.arch == ModelArch::llama) {
+    at_least("model.n_kv_head", m.n_kv_head, 0);
+    if (m.n_head % m.kv_heads() != 0)
+      bad("model.n_kv_head", m.n_kv_head,
+          "a divisor of model.n_head=" + std::to_string(m.n_head) + " (0 = n_head)",
+          "grouped-query attention shares each key/value head among n_head / n_kv_head "
+          "query heads");
+    if (m.head_size() % 2 != 0)
+      bad("model.n_embd", m.n_embd,
+          detail::concat("an even head size (model.n_embd / model.n_head), got ", m.head_size()),
+          "rotary embeddings turn pairs of channels");
+    at_least("model.ffn_hidden", m.ffn_hidden, 0);
+    at_least("model.multiple_of", m.multiple_of, 1);
+    if (m.ffn_dim_multiplier < 0)
+      bad("model.ffn_dim_multiplier", num(m.ffn_dim_multiplier), "a value >= 0", "0 = none");
+    if (m.ffn_width() < 1)
+      bad("model.ffn_hidden", m.ffn_hidden, "an MLP width >= 1",
+          detail::concat("Llama's rule gives ", m.ffn_width()));
+    if (!(m.rope_theta > 0)) bad("model.rope_theta", num(m.rope_theta), "a value > 0");
+    if (!(m.norm_eps > 0)) bad("model.norm_eps", num(m.norm_eps), "a value > 0");
+    const RopeScaling& rs = m.rope_scaling;
+    if (rs.enabled()) {
+      if (!(rs.low_freq_factor > 0))
+        bad("model.rope_scaling.low_freq_factor", num(rs.low_freq_factor), "a value > 0");
+      if (!(rs.high_freq_factor > rs.low_freq_factor))
+        bad("model.rope_scaling.high_freq_factor", num(rs.high_freq_factor),
+            "a value > model.rope_scaling.low_freq_factor=" + num(rs.low_freq_factor));
+      at_least("model.rope_scaling.original_max_position", rs.original_max_position, 1);
+    } else if (rs.factor < 0) {
+      bad("model.rope_scaling.factor", num(rs.factor), "a value > 0");
+    }
+  }
 
   const DataConfig& d = c.data;
   if (d.train.empty())
@@ -202,6 +255,13 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
       where_of[field->dotted] = where;
     }
   }
+  // A key of one model family set on the other (known once every key is read).
+  for (const Field& f : config_detail::fields()) {
+    const auto w = where_of.find(f.dotted);
+    if (f.only && *f.only != c.model.arch && w != where_of.end())
+      fail(f.dotted, " (", w->second, "): applies to model.arch=", to_string(*f.only),
+           " only, got model.arch=", to_string(c.model.arch));
+  }
   validate(c, where_of);
   return c;
 }
@@ -226,6 +286,7 @@ std::string to_yaml(const Config& c) {
   out << "# Resolved trainer config: every key, canonical order.\n";
   std::string section;
   for (const Field& f : config_detail::fields()) {
+    if (f.only && *f.only != c.model.arch) continue;  // the other family's keys
     if (f.section != section) {
       section = f.section;
       out << section << ":\n";
@@ -236,8 +297,23 @@ std::string to_yaml(const Config& c) {
 }
 
 std::string model_signature(const ModelConfig& m) {
-  return detail::concat("n_layer=", m.n_layer, ",n_head=", m.n_head, ",n_embd=", m.n_embd,
-                        ",vocab_size=", m.vocab_size, ",block_size=", m.block_size);
+  // GPT-2's stays what checkpoints written before model.arch carry.
+  std::string s = detail::concat("n_layer=", m.n_layer, ",n_head=", m.n_head, ",n_embd=", m.n_embd,
+                                 ",vocab_size=", m.vocab_size, ",block_size=", m.block_size);
+  if (m.arch == ModelArch::llama)
+    s = detail::concat("arch=llama,", s, ",n_kv_head=", m.kv_heads(), ",ffn=", m.ffn_width(),
+                       ",tied=", m.tied_embeddings() ? 1 : 0);
+  return s;
+}
+
+const char* to_string(ModelArch a) {
+  switch (a) {
+    case ModelArch::gpt2:
+      return "gpt2";
+    case ModelArch::llama:
+      return "llama";
+  }
+  return "?";
 }
 
 const char* to_string(LrSchedule s) {

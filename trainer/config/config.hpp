@@ -14,6 +14,10 @@
 namespace gt {
 
 enum class LrSchedule { constant, cosine };
+// model.arch: the model family. gpt2: LayerNorm, learned positions, GELU MLP,
+// tied head. llama: RMSNorm, rotary positions, SwiGLU MLP, grouped-query
+// attention, an untied head unless model.tie_embeddings.
+enum class ModelArch { gpt2, llama };
 enum class DeviceKind { cpu, cuda, auto_ };
 enum class ComputeDType { fp32, bf16 };
 // runtime.attention: which CUDA attention kernels. auto = the tensor-core
@@ -48,13 +52,41 @@ FsdpStage fsdp_stage_of(int n);
 // 50304) and a row count every power-of-two tp up to 128 divides.
 constexpr int kVocabPadMultiple = 128;
 
+// model.rope_scaling (Llama 3.1's frequency-dependent RoPE scaling): null
+// (factor 0) leaves the frequencies as rope_theta gives them.
+struct RopeScaling {
+  double factor = 0;  // 0: no scaling
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_position = 8192;
+  bool enabled() const { return factor > 0; }
+};
+
 struct ModelConfig {
+  ModelArch arch = ModelArch::gpt2;
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
   int vocab_size = 256;  // the true vocabulary: tokens, exports and the loss use this
   int block_size = 256;
   std::string init_from;  // optional safetensors path (HF GPT-2 names)
+  // Llama only (model.arch=llama; an error to set them on gpt2):
+  int n_kv_head = 0;              // key/value heads (grouped-query attention); 0 = n_head
+  int ffn_hidden = 0;             // the MLP width; 0 = Llama's rule (ffn_width())
+  int multiple_of = 256;          // the rule rounds the width up to a multiple of this
+  double ffn_dim_multiplier = 0;  // the rule's multiplier; 0 = none
+  double rope_theta = 500000.0;   // RoPE base
+  RopeScaling rope_scaling;       // Llama 3.1 scaling; factor 0 = none
+  double norm_eps = 1e-5;         // RMSNorm epsilon
+  bool tie_embeddings = false;    // the LM head shares the embedding (always on gpt2)
+
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_size() const { return n_embd / n_head; }
+  bool tied_embeddings() const { return arch == ModelArch::gpt2 || tie_embeddings; }
+  // The MLP's hidden width: gpt2 4C; llama ffn_hidden, or Meta's rule from
+  // 4C: two thirds of it, times ffn_dim_multiplier, rounded up to
+  // multiple_of (Llama 3 8B: 4096 -> 14336).
+  int ffn_width() const;
   // vocab_size rounded up to kVocabPadMultiple: the rows of wte. The padding
   // rows are zero, masked in the loss (so they stay zero), never exported.
   int padded_vocab_size() const {
@@ -182,6 +214,7 @@ std::string to_yaml(const Config& c);
 std::string model_signature(const ModelConfig& m);
 
 const char* to_string(LrSchedule s);
+const char* to_string(ModelArch a);
 const char* to_string(DeviceKind d);
 const char* to_string(ComputeDType d);
 const char* to_string(AttentionKernel a);

@@ -5,11 +5,12 @@
 // overrides). Nothing here is part of the trainer's API.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "trainer/config/config.hpp"
 
@@ -23,6 +24,9 @@ struct Field {
   std::string section;
   std::string key;
   std::string dotted;  // "section.key"
+  // Set for keys of one model family only: to_yaml writes them for that
+  // family, and setting one on the other is an error naming it.
+  std::optional<ModelArch> only;
   void (*read)(Config& c, const YAML::Node& value, const std::string& where,
                const std::string& dotted);
   std::string (*write)(const Config& c);

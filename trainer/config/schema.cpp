@@ -190,12 +190,61 @@ struct EnumCodec {
 };
 
 constexpr LrSchedule kLrSchedules[] = {LrSchedule::constant, LrSchedule::cosine};
+constexpr ModelArch kArchs[] = {ModelArch::gpt2, ModelArch::llama};
 constexpr DeviceKind kDevices[] = {DeviceKind::cpu, DeviceKind::cuda, DeviceKind::auto_};
 constexpr ComputeDType kDTypes[] = {ComputeDType::fp32, ComputeDType::bf16};
 constexpr AttentionKernel kAttentionKernels[] = {
     AttentionKernel::auto_, AttentionKernel::tensor_cores, AttentionKernel::simt};
 constexpr ParallelComm kComms[] = {ParallelComm::auto_, ParallelComm::nccl, ParallelComm::mpi};
 constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::mlp, Recompute::block};
+
+template <>
+struct Codec<ModelArch> {
+  static ModelArch read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<ModelArch, 2>::read(n, w, k, kArchs);
+  }
+  static std::string write(ModelArch v) { return to_string(v); }
+};
+
+// model.rope_scaling: null, or a map of exactly its four keys (HF's
+// rope_scaling for rope_type "llama3").
+template <>
+struct Codec<RopeScaling> {
+  static RopeScaling read(const YAML::Node& n, const std::string& where,
+                          const std::string& dotted) {
+    RopeScaling r;
+    if (n.IsNull()) return r;
+    const char* expected =
+        "null or a map {factor, low_freq_factor, high_freq_factor, original_max_position}";
+    if (!n.IsMap()) type_error(where, dotted, expected, n);
+    bool has_factor = false;
+    for (const auto& kv : n) {
+      const std::string key = kv.first.Scalar();
+      const std::string sub = dotted + "." + key;
+      if (key == "factor") {
+        r.factor = Codec<double>::read(kv.second, where, sub);
+        has_factor = true;
+      } else if (key == "low_freq_factor") {
+        r.low_freq_factor = Codec<double>::read(kv.second, where, sub);
+      } else if (key == "high_freq_factor") {
+        r.high_freq_factor = Codec<double>::read(kv.second, where, sub);
+      } else if (key == "original_max_position") {
+        r.original_max_position = Codec<int>::read(kv.second, where, sub);
+      } else {
+        fail(sub, " (", where, "): unknown key; expected ", expected);
+      }
+    }
+    if (!has_factor) fail(dotted, " (", where, "): expected ", expected, ", got no factor");
+    return r;
+  }
+  static std::string write(const RopeScaling& r) {
+    if (!r.enabled()) return "null";
+    return "{factor: " + Codec<double>::write(r.factor) +
+           ", low_freq_factor: " + Codec<double>::write(r.low_freq_factor) +
+           ", high_freq_factor: " + Codec<double>::write(r.high_freq_factor) +
+           ", original_max_position: " + Codec<int>::write(r.original_max_position) + "}";
+  }
+};
 
 template <>
 struct Codec<LrSchedule> {
@@ -268,15 +317,30 @@ Field bind(const char* section, const char* key) {
   return f;
 }
 
+// A key of the Llama family only.
+Field llama_only(Field f) {
+  f.only = ModelArch::llama;
+  return f;
+}
+
 std::vector<Field> make_fields() {
   using C = Config;
   return {
+      bind<&C::model, &ModelConfig::arch>("model", "arch"),
       bind<&C::model, &ModelConfig::n_layer>("model", "n_layer"),
       bind<&C::model, &ModelConfig::n_head>("model", "n_head"),
       bind<&C::model, &ModelConfig::n_embd>("model", "n_embd"),
       bind<&C::model, &ModelConfig::vocab_size>("model", "vocab_size"),
       bind<&C::model, &ModelConfig::block_size>("model", "block_size"),
       bind<&C::model, &ModelConfig::init_from>("model", "init_from"),
+      llama_only(bind<&C::model, &ModelConfig::n_kv_head>("model", "n_kv_head")),
+      llama_only(bind<&C::model, &ModelConfig::ffn_hidden>("model", "ffn_hidden")),
+      llama_only(bind<&C::model, &ModelConfig::multiple_of>("model", "multiple_of")),
+      llama_only(bind<&C::model, &ModelConfig::ffn_dim_multiplier>("model", "ffn_dim_multiplier")),
+      llama_only(bind<&C::model, &ModelConfig::rope_theta>("model", "rope_theta")),
+      llama_only(bind<&C::model, &ModelConfig::rope_scaling>("model", "rope_scaling")),
+      llama_only(bind<&C::model, &ModelConfig::norm_eps>("model", "norm_eps")),
+      llama_only(bind<&C::model, &ModelConfig::tie_embeddings>("model", "tie_embeddings")),
 
       bind<&C::data, &DataConfig::train>("data", "train"),
       bind<&C::data, &DataConfig::val>("data", "val"),

@@ -8,10 +8,26 @@
 
 namespace gt {
 
+namespace {
+// GPT is GPT-2's forward and backward; another family's config reaching it
+// would train the wrong model, so it stops here, naming the key.
+const ModelConfig& require_gpt2(const ModelConfig& m) {
+  if (m.arch != ModelArch::gpt2)
+    fail("model.arch=", to_string(m.arch), ": this build trains GPT-2 only; the ",
+         to_string(m.arch), " model's forward and backward are not implemented yet");
+  return m;
+}
+}  // namespace
+
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute recompute,
          ComputeDType dtype)
-    : cfg_(cfg), ops_(ops), layout_(cfg), recompute_(recompute), max_rows_(max_rows),
-      max_seq_(max_seq), dtype_(dtype) {
+    : cfg_(require_gpt2(cfg)),
+      ops_(ops),
+      layout_(cfg),
+      recompute_(recompute),
+      max_rows_(max_rows),
+      max_seq_(max_seq),
+      dtype_(dtype) {
   owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
   allocate(max_rows, max_seq, TensorParallelGroup{});
@@ -20,7 +36,7 @@ GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
          ParameterStore& store, const TensorParallelGroup& group, Recompute recompute,
          ComputeDType dtype)
-    : cfg_(cfg),
+    : cfg_(require_gpt2(cfg)),
       ops_(ops),
       layout_(layout),
       store_(&store),

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "kernels/core/error.hpp"
-#include "trainer/parallelize/gpt2_placement.hpp"
+#include "trainer/parallelize/model_placement.hpp"
 
 namespace gt {
 
@@ -13,12 +13,16 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, int tp, int tp_rank, int 
     : tp_(tp), tp_rank_(tp_rank) {
   GT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " of ", tp);
   GT_CHECK(unit_multiple >= 1, "unit_multiple ", unit_multiple);
-  const int64_t V = m.padded_vocab_size();
-  if (tp_split_problem(m, tp))
-    fail("parallel.tp=", tp, " must divide model.n_head=", m.n_head, ", model.n_embd=", m.n_embd,
+  if (tp_split_problem(m, tp)) {
+    const std::string split =
+        m.arch == ModelArch::gpt2
+            ? detail::concat("model.n_embd=", m.n_embd)
+            : detail::concat("model.n_kv_head=", m.kv_heads(), ", the MLP width ", m.ffn_width());
+    fail("parallel.tp=", tp, " must divide model.n_head=", m.n_head, ", ", split,
          " and the padded vocabulary (model.vocab_size=", m.vocab_size,
-         " rounded up to a multiple of ", kVocabPadMultiple, ": ", V, ")");
-  for (const PlacedUnit& unit : gpt2_placement(m)) {
+         " rounded up to a multiple of ", kVocabPadMultiple, ": ", m.padded_vocab_size(), ")");
+  }
+  for (const PlacedUnit& unit : model_placement(m)) {
     const int64_t begin = total_;
     for (const PlacedParameter& p : unit.params) add(p);
     close_unit(unit.name, begin, unit_multiple);
