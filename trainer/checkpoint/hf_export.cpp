@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "trainer/io/atomic_file.hpp"
+#include "trainer/model/hf_config.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/model/parameter_layout.hpp"
 
@@ -18,7 +20,8 @@ CheckpointMeta export_hf_weights(const std::string& checkpoint_dir, const ModelC
   const CheckpointMeta meta =
       load_checkpoint(checkpoint_dir, model_signature(m), whole_tensor_pieces(whole));
   metadata.emplace("step", std::to_string(meta.step));
-  save_hf_weights(out_path, layout, params.data(), metadata);
+  save_hf_weights(out_path, m, layout, params.data(), metadata);
+  write_hf_config(parent_dir(out_path), m);
   return meta;
 }
 

@@ -1,6 +1,9 @@
 // HF export from a checkpoint of any layout: the whole parameters are read
 // back from the checkpoint's pieces (each file only as far as needed) and
-// written as one safetensors file with HF GPT-2 names and layouts.
+// written with the family's HF names and layouts (model/hf_weights.hpp: one
+// safetensors file, or HF's shards and index past 5 GB), with the
+// config.json transformers reads beside them (model/hf_config.hpp), so the
+// folder opens with from_pretrained.
 #pragma once
 
 #include <map>

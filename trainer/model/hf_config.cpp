@@ -1,0 +1,64 @@
+#include "trainer/model/hf_config.hpp"
+
+#include "trainer/io/atomic_file.hpp"
+
+namespace gt {
+
+nlohmann::json hf_config_json(const ModelConfig& m) {
+  nlohmann::json j;
+  if (m.arch == ModelArch::gpt2) {
+    // GPT-2's names; its MLP is 4C (n_inner null) with the tanh GELU.
+    j = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"vocab_size", m.vocab_size},
+         {"n_positions", m.block_size},
+         {"n_ctx", m.block_size},
+         {"n_embd", m.n_embd},
+         {"n_layer", m.n_layer},
+         {"n_head", m.n_head},
+         {"n_inner", nullptr},
+         {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", 1e-5},
+         {"initializer_range", 0.02},
+         {"tie_word_embeddings", true}};
+  } else {
+    j = {{"architectures", {"LlamaForCausalLM"}},
+         {"model_type", "llama"},
+         {"vocab_size", m.vocab_size},
+         {"max_position_embeddings", m.block_size},
+         {"hidden_size", m.n_embd},
+         {"intermediate_size", m.ffn_width()},
+         {"num_hidden_layers", m.n_layer},
+         {"num_attention_heads", m.n_head},
+         {"num_key_value_heads", m.kv_heads()},
+         {"head_dim", m.head_size()},
+         {"hidden_act", "silu"},
+         {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", m.rope_theta},
+         {"rope_scaling", nullptr},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"initializer_range", 0.02},
+         {"tie_word_embeddings", m.tied_embeddings()}};
+    const RopeScaling& rs = m.rope_scaling;
+    if (rs.enabled())
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", rs.factor},
+                           {"low_freq_factor", rs.low_freq_factor},
+                           {"high_freq_factor", rs.high_freq_factor},
+                           {"original_max_position_embeddings", rs.original_max_position}};
+  }
+  j["torch_dtype"] = "float32";
+  return j;
+}
+
+std::string write_hf_config(const std::string& dir, const ModelConfig& m) {
+  const std::string path = dir + "/config.json";
+  AtomicFile f(path);
+  const std::string text = hf_config_json(m).dump(2) + "\n";
+  f.write(text.data(), text.size());
+  f.commit();
+  return path;
+}
+
+}  // namespace gt
