@@ -2,8 +2,12 @@
 """Writes llm.c token shards from text files.
 
 Owns the shard format on the Python side (write_shard / read_shard, which the
-other scripts import): a header of 256 little-endian int32 (magic 20240520,
-version 1, token count, zeros) followed by the tokens as little-endian uint16.
+other scripts import): a header of 256 little-endian int32 followed by the
+tokens, in llm.c's two formats: magic 20240520, version 1 and uint16 tokens
+(GPT-2), or magic 20240801, version 7 and uint32 tokens (Llama 3; written when
+the vocabulary exceeds 65536). Header int 2 is the token count, int 3 the
+tokenizer's vocabulary size (ours; llm.c leaves it 0), which the trainer
+checks against model.vocab_size.
 
 The input files are read in sorted order and joined with "\n\n"; the last
 --val-fraction of the token stream becomes val, the rest train, each cut into
@@ -15,6 +19,7 @@ Pure standard library: no numpy, no torch.
 
     python3 scripts/prepare_data.py                      # this repo's text, bytes
     python3 scripts/prepare_data.py --input 'corpus/*.txt' --tokenizer gpt2
+    python3 scripts/prepare_data.py --input 'corpus/*.txt' --tokenizer-json llama3/tokenizer.json
 """
 
 import argparse
@@ -26,8 +31,10 @@ import re
 import struct
 import sys
 
-MAGIC = 20240520
+MAGIC = 20240520      # uint16 tokens
 VERSION = 1
+MAGIC_U32 = 20240801  # uint32 tokens (llm.c's Llama 3 shards)
+VERSION_U32 = 7
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 SEPARATOR = "\n\n"
@@ -54,17 +61,26 @@ class PrepareError(Exception):
 
 # ---------------------------------------------------------------- shard format
 
-def write_shard(path, tokens):
-    """Writes `tokens` (ints in [0, 65535]) as an llm.c shard, atomically."""
-    toks = tokens if isinstance(tokens, array.array) and tokens.typecode == "H" \
-        else array.array("H", tokens)
+def _u32_typecode():
+    return "I" if array.array("I").itemsize == 4 else "L"
+
+
+def write_shard(path, tokens, vocab=0):
+    """Writes `tokens` as an llm.c shard, atomically: uint16 when `vocab`
+    (the tokenizer's size, recorded in header int 3; 0 = unknown) is at most
+    65536 and every token fits, uint32 otherwise."""
+    wide = vocab > 65536 or (len(tokens) > 0 and max(tokens) > 65535)
+    code = _u32_typecode() if wide else "H"
+    toks = tokens if isinstance(tokens, array.array) and tokens.typecode == code \
+        else array.array(code, tokens)
     if sys.byteorder != "little":
-        toks = array.array("H", toks)
+        toks = array.array(code, toks)
         toks.byteswap()
     if len(toks) >= 2**31:
         raise PrepareError(f"{path}: {len(toks)} tokens do not fit the int32 header count")
     header = [0] * HEADER_INTS
-    header[0], header[1], header[2] = MAGIC, VERSION, len(toks)
+    header[0], header[1] = (MAGIC_U32, VERSION_U32) if wide else (MAGIC, VERSION)
+    header[2], header[3] = len(toks), vocab
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -80,20 +96,25 @@ def write_shard(path, tokens):
 
 
 def read_shard(path):
-    """Returns the tokens of an llm.c shard as array('H'); validates the header."""
+    """Returns the tokens of an llm.c shard as array('H') (uint16 shards) or a
+    4-byte unsigned array (uint32 shards); validates the header."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < HEADER_BYTES:
         raise PrepareError(f"{path}: {len(data)} bytes, shorter than the {HEADER_BYTES}-byte header")
     magic, version, count = struct.unpack_from("<3i", data, 0)
-    if magic != MAGIC:
-        raise PrepareError(f"{path}: magic {magic}, expected {MAGIC} (not an llm.c token shard)")
-    if version != VERSION:
-        raise PrepareError(f"{path}: version {version}, expected {VERSION} (uint16 tokens)")
-    expected = HEADER_BYTES + 2 * count
+    if magic not in (MAGIC, MAGIC_U32):
+        raise PrepareError(f"{path}: magic {magic}, expected {MAGIC} or {MAGIC_U32} "
+                           "(not an llm.c token shard)")
+    wide = magic == MAGIC_U32
+    want_version = VERSION_U32 if wide else VERSION
+    if version != want_version:
+        raise PrepareError(f"{path}: version {version}, expected {want_version} with magic {magic}")
+    width = 4 if wide else 2
+    expected = HEADER_BYTES + width * count
     if count < 0 or len(data) != expected:
         raise PrepareError(f"{path}: header says {count} tokens ({expected} bytes), file has {len(data)} bytes")
-    toks = array.array("H")
+    toks = array.array(_u32_typecode() if wide else "H")
     toks.frombytes(data[HEADER_BYTES:])
     if sys.byteorder != "little":
         toks.byteswap()
@@ -195,6 +216,30 @@ def encode_gpt2(texts):
     return tokens, enc.n_vocab
 
 
+def encode_tokenizer_json(texts, path):
+    """A HF tokenizer.json (BPE and the rest) through the `tokenizers` package;
+    no special tokens are added. Vocabulary: the tokenizer's, added tokens
+    included (Llama 3: 128256)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise PrepareError("--tokenizer-json needs the tokenizers package (pip install tokenizers)") \
+            from None
+    try:
+        tok = Tokenizer.from_file(path)
+    except Exception as e:  # a missing or malformed file surfaces as several types
+        raise PrepareError(f"--tokenizer-json {path}: cannot load it ({type(e).__name__}: {e})") \
+            from None
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    sep = tok.encode(SEPARATOR, add_special_tokens=False).ids
+    tokens = array.array(_u32_typecode() if vocab > 65536 else "H")
+    for i, enc in enumerate(tok.encode_batch(texts, add_special_tokens=False)):
+        if i:
+            tokens.extend(sep)
+        tokens.extend(enc.ids)
+    return tokens, vocab
+
+
 TOKENIZERS = {"byte": encode_bytes, "gpt2": encode_gpt2}
 
 
@@ -210,12 +255,15 @@ def chunks(tokens, shard_tokens):
     return [tokens[i:i + shard_tokens] for i in range(0, len(tokens), shard_tokens)]
 
 
-def prepare(paths, out_dir, val_fraction, shard_tokens, tokenizer):
+def prepare(paths, out_dir, val_fraction, shard_tokens, tokenizer, tokenizer_json=None):
     """Tokenizes `paths` and writes the shards; returns [(path, tokens)], vocab."""
     if not paths:
         raise PrepareError("no input files (check --input)")
     texts = read_texts(paths)
-    tokens, vocab = TOKENIZERS[tokenizer](texts)
+    if tokenizer_json:
+        tokens, vocab = encode_tokenizer_json(texts, tokenizer_json)
+    else:
+        tokens, vocab = TOKENIZERS[tokenizer](texts)
     if len(tokens) == 0:
         raise PrepareError(f"the {len(paths)} input file(s) are empty: nothing to write")
     train, val = split_train_val(tokens, val_fraction)
@@ -230,7 +278,7 @@ def prepare(paths, out_dir, val_fraction, shard_tokens, tokenizer):
     for split, toks in (("train", train), ("val", val)):
         for i, part in enumerate(chunks(toks, shard_tokens)):
             path = os.path.join(out_dir, f"{split}_{i:06d}.bin")
-            write_shard(path, part)
+            write_shard(path, part, vocab)
             written.append((path, len(part)))
     # Shards of an earlier, larger run would otherwise be picked up by globs.
     keep = {os.path.basename(p) for p, _ in written}
@@ -250,6 +298,8 @@ def main(argv=None):
                     help="last fraction of the token stream that goes to val (default 0.1)")
     ap.add_argument("--shard-tokens", type=int, default=10_000_000)
     ap.add_argument("--tokenizer", choices=sorted(TOKENIZERS), default="byte")
+    ap.add_argument("--tokenizer-json", metavar="FILE",
+                    help="a HF tokenizer.json (needs the tokenizers package); replaces --tokenizer")
     args = ap.parse_args(argv)
     try:
         if not 0.0 <= args.val_fraction < 1.0:
@@ -259,11 +309,13 @@ def main(argv=None):
         paths = expand_inputs(args.input) if args.input else default_inputs()
         out_dir = args.out_dir or os.path.join(REPO_ROOT, "data", "repo")
         written, vocab, total = prepare(paths, out_dir, args.val_fraction,
-                                        args.shard_tokens, args.tokenizer)
+                                        args.shard_tokens, args.tokenizer, args.tokenizer_json)
     except PrepareError as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)
         return 2
-    print(f"{len(paths)} input file(s), {total} tokens, tokenizer {args.tokenizer}, vocab {vocab}")
+    name = args.tokenizer_json or args.tokenizer
+    print(f"{len(paths)} input file(s), {total} tokens, tokenizer {name}, vocab {vocab}, "
+          f"{'uint32' if vocab > 65536 else 'uint16'} tokens")
     for path, n in written:
         print(f"wrote {path}: {n} tokens")
     n_train = sum(n for p, n in written if os.path.basename(p).startswith("train_"))

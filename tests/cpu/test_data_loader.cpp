@@ -127,5 +127,59 @@ TEST(DataLoader, RejectsBadShardsByName) {
             std::string::npos);
 }
 
+// llm.c's uint32 format (magic 20240801, version 7: Llama 3's vocabulary)
+// reads like the uint16 one, tokens past 65535 included; header int 3, the
+// tokenizer's vocabulary, may not exceed model.vocab_size.
+void write_u32_shard(const std::string& path, const std::vector<uint32_t>& tokens,
+                     int32_t vocab = 0, int32_t version = 7) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240801;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(tokens.size());
+  header[3] = vocab;
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(header.data()), 1024);
+  f.write(reinterpret_cast<const char*>(tokens.data()),
+          static_cast<std::streamsize>(tokens.size() * 4));
+}
+
+TEST(DataLoader, Uint32ShardsCarryTokensPast65535) {
+  test::TempDir dir;
+  std::vector<uint32_t> toks(40);
+  for (int i = 0; i < 40; ++i) toks[static_cast<size_t>(i)] = 128000u + static_cast<uint32_t>(i);
+  write_u32_shard(dir.file("wide.bin"), toks, 128256);
+  DataLoader loader({dir.file("wide.bin")}, "data.train", 128256, 8, false, 0);
+  std::vector<int32_t> in(8), tgt(8);
+  loader.fill(2, 1, in.data(), tgt.data());
+  for (int t = 0; t < 8; ++t) {
+    EXPECT_EQ(in[static_cast<size_t>(t)], 128016 + t);
+    EXPECT_EQ(tgt[static_cast<size_t>(t)], 128017 + t);
+  }
+  auto error_message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // A Llama 3 tokenizer's shard under a GPT-2 sized vocabulary: named by the header.
+  EXPECT_NE(
+      error_message([&] { DataLoader({dir.file("wide.bin")}, "data.train", 50257, 8, false, 0); })
+          .find("written by a tokenizer of 128256 tokens (header int 3), expected at most "
+                "model.vocab_size=50257"),
+      std::string::npos);
+  write_u32_shard(dir.file("unrecorded.bin"), toks);  // vocab not recorded: the tokens say it
+  EXPECT_NE(error_message([&] {
+              DataLoader({dir.file("unrecorded.bin")}, "data.train", 128010, 8, false, 0);
+            }).find("expected tokens < model.vocab_size=128010, got token 128010 at position 10"),
+            std::string::npos);
+  write_u32_shard(dir.file("v1.bin"), toks, 0, 1);
+  EXPECT_NE(error_message([&] {
+              DataLoader({dir.file("v1.bin")}, "data.train", 128256, 8, false, 0);
+            }).find("expected version 7 with magic 20240801, got version 1"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gt

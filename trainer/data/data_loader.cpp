@@ -70,10 +70,10 @@ void DataLoader::fill(int64_t first_sample, int rows, int32_t* inputs, int32_t* 
         std::upper_bound(first_window_.begin(), first_window_.end(), w) - first_window_.begin() -
         1);
     const int64_t start = (w - first_window_[shard]) * seq_len_;
-    const uint16_t* tok = shards_[shard].tokens() + start;
+    const TokenShard& s = shards_[shard];
     for (int t = 0; t < seq_len_; ++t) {
-      inputs[static_cast<int64_t>(r) * seq_len_ + t] = tok[t];
-      targets[static_cast<int64_t>(r) * seq_len_ + t] = tok[t + 1];
+      inputs[static_cast<int64_t>(r) * seq_len_ + t] = s.token(start + t);
+      targets[static_cast<int64_t>(r) * seq_len_ + t] = s.token(start + t + 1);
     }
   }
 }

@@ -45,21 +45,35 @@ TokenShard::TokenShard(const std::string& path, int vocab_size) : path_(path) {
     map_ = nullptr;
     fail(msg);
   };
-  if (header[0] != kMagic)
-    reject("expected llm.c magic ", kMagic, ", got bad magic ", header[0],
+  if (header[0] != kMagic && header[0] != kMagicU32)
+    reject("expected llm.c magic ", kMagic, " (uint16 tokens) or ", kMagicU32,
+           " (uint32 tokens), got bad magic ", header[0],
            "; is this a raw or headerless token file? convert it with scripts/prepare_data.py");
-  if (header[1] != kVersion) reject("expected version ", kVersion, ", got version ", header[1]);
+  wide_ = header[0] == kMagicU32;
+  const int32_t version = wide_ ? kVersionU32 : kVersion;
+  if (header[1] != version)
+    reject("expected version ", version, " with magic ", header[0], ", got version ", header[1]);
   if (header[2] < 0) reject("expected a token count >= 0 in the header, got ", header[2]);
-  const size_t expected = kHeaderBytes + static_cast<size_t>(header[2]) * sizeof(uint16_t);
+  const size_t width = wide_ ? sizeof(uint32_t) : sizeof(uint16_t);
+  const size_t expected = kHeaderBytes + static_cast<size_t>(header[2]) * width;
   if (expected != bytes)
     reject("expected ", expected, " bytes (the header says ", header[2], " tokens), got ", bytes,
            " bytes: truncated, or not an llm.c shard");
+  if (header[3] > vocab_size)
+    reject("written by a tokenizer of ", header[3], " tokens (header int 3), expected at most ",
+           "model.vocab_size=", vocab_size,
+           "; raise model.vocab_size or tokenize with a smaller vocabulary");
   num_tokens_ = header[2];
-  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kHeaderBytes);
+  const char* data = static_cast<const char*>(map_) + kHeaderBytes;
+  if (wide_)
+    tokens32_ = reinterpret_cast<const uint32_t*>(data);
+  else
+    tokens16_ = reinterpret_cast<const uint16_t*>(data);
   for (int64_t i = 0; i < num_tokens_; ++i) {
-    if (tokens_[i] >= vocab_size)
-      reject("expected tokens < model.vocab_size=", vocab_size, ", got token ", tokens_[i],
-             " at position ", i);
+    const int64_t t = wide_ ? static_cast<int64_t>(tokens32_[i]) : tokens16_[i];
+    if (t >= vocab_size)
+      reject("expected tokens < model.vocab_size=", vocab_size, ", got token ", t, " at position ",
+             i);
   }
 }
 
@@ -67,10 +81,13 @@ TokenShard::TokenShard(TokenShard&& other) noexcept
     : path_(std::move(other.path_)),
       map_(other.map_),
       map_bytes_(other.map_bytes_),
-      tokens_(other.tokens_),
+      tokens16_(other.tokens16_),
+      tokens32_(other.tokens32_),
+      wide_(other.wide_),
       num_tokens_(other.num_tokens_) {
   other.map_ = nullptr;
-  other.tokens_ = nullptr;
+  other.tokens16_ = nullptr;
+  other.tokens32_ = nullptr;
 }
 
 TokenShard::~TokenShard() {
