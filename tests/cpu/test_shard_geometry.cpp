@@ -125,6 +125,20 @@ TEST(ParameterLayout, LlamaFollowsItsPlacementTable) {
                                 "parallel.tp=16 must divide model.n_head=32, model.n_kv_head=8");
 }
 
+// The shipped Llama configs load and count HF's parameters: 8B
+// 8,030,261,248 and 70B 70,553,706,496 (meta-llama's model cards), the tiny
+// one what its comment says.
+TEST(ParameterLayout, ShippedLlamaConfigsCountHfsParameters) {
+  auto model_of = [](const std::string& name) {
+    return load_config(std::string(GT_SOURCE_DIR) + "/configs/" + name + ".yaml", {}).model;
+  };
+  EXPECT_EQ(ParameterLayout(model_of("llama3_8b")).global_numel(), 8030261248);
+  EXPECT_EQ(ParameterLayout(model_of("llama3_70b")).global_numel(), 70553706496);
+  const ModelConfig tiny = model_of("llama_tiny");
+  EXPECT_EQ(tiny.ffn_width(), 352);
+  EXPECT_EQ(tiny.kv_heads(), 2);
+}
+
 TEST(ShardGeometry, UnitsArePaddedAndShardsCoverEachUnitOnce) {
   const ModelConfig m = small_model();
   for (int fsdp : {1, 2, 3, 4}) {
