@@ -56,8 +56,10 @@ class Ops {
   virtual const char* backend_name() const = 0;
 
   // Every op called from now on is reported to `observer` (a profiler);
-  // null detaches. Not owned. Without an observer an op costs one branch
-  // more than its backend call.
+  // null detaches. Not owned. What an entry point adds to the backend's call
+  // (its shape checks, the OpCall on the stack, the begin_op/end_op calls,
+  // one branch for the observer) is host work of nanoseconds, against the
+  // microseconds of a kernel launch.
   void set_observer(OpObserver* observer) { observer_ = observer; }
   OpObserver* observer() const { return observer_; }
 
