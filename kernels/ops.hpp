@@ -20,6 +20,15 @@
 // as does every output that ACCUMULATES (rounding an accumulator each time
 // would lose the small terms). The CPU backend is bit for bit its fp32 op on
 // the bf16 values, then rounded; the CUDA kernels are tested against it.
+//
+// Entry points (Communicator's shape): every op is a public non-virtual
+// method that checks the backend-neutral contract once (the shapes stated
+// below and their relations: ranks, extents, heads dividing C, runs inside
+// their buffers), tells the observer (kernels/op_observer.hpp: the profiler)
+// and then calls the backend's protected virtual do_<op>. What a backend
+// checks itself is how it stores tensors: their device, dtypes (which differ
+// between backends, see each op) and contiguity, and limits of its own
+// kernels. Adding an op touches this class, each backend and their tests.
 #pragma once
 
 #include <cstdint>
@@ -29,14 +38,30 @@
 #include "kernels/core/adamw_runs.hpp"
 #include "kernels/core/buffer.hpp"
 #include "kernels/core/tensor.hpp"
+#include "kernels/op_observer.hpp"
 #include "kernels/op_timer.hpp"
 
 namespace gt {
 
 class Ops {
  public:
+  Ops() = default;
   virtual ~Ops() = default;
+  Ops(const Ops&) = delete;
+  Ops& operator=(const Ops&) = delete;
+
   virtual Device device() const = 0;
+  // "CpuOps", "CudaOps": what the entry points' argument errors start with
+  // ("CudaOps::matmul_forward: weight must be (3, 8), got (3, 7)").
+  virtual const char* backend_name() const = 0;
+
+  // Every op called from now on is reported to `observer` (a profiler);
+  // null detaches. Not owned. What an entry point adds to the backend's call
+  // (its shape checks, the OpCall on the stack, the begin_op/end_op calls,
+  // one branch for the observer) is host work of nanoseconds, against the
+  // microseconds of a kernel launch.
+  void set_observer(OpObserver* observer) { observer_ = observer; }
+  OpObserver* observer() const { return observer_; }
 
   // ---- Memory: where every tensor the model touches lives -------------------
   // `bytes` of this backend's memory (host for the CPU, device for CUDA),
@@ -62,51 +87,46 @@ class Ops {
   virtual std::unique_ptr<OpTimer> make_op_timer() const { return nullptr; }
 
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t].  tokens (B,T) int32, wte (V,C), wpe (maxT,C).
-  virtual void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                                 TensorView wpe) = 0;
+  void embedding_forward(TensorView out, TensorView tokens, TensorView wte, TensorView wpe);
   // dwte (V,C) += scatter of dout by token, dwpe (maxT,C) += sum over batch. dout (B,T,C).
-  virtual void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
-                                  TensorView tokens) = 0;
+  void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout, TensorView tokens);
 
   // The two halves of embedding_forward/backward, for the vocab-parallel
   // embedding of tensor parallelism (the token part is summed over the tp
   // ranks before the position part is added to the sequence shard).
   // out (N,C) = wte[tokens[i] - vocab_start] when that row is in this shard
   // [vocab_start, vocab_start + V_shard), else 0. tokens (N) int32, wte (V_shard,C).
-  virtual void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                                       int64_t vocab_start) = 0;
+  void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                               int64_t vocab_start);
   // dwte (V_shard,C) += scatter of dout (N,C) rows whose token is in this shard.
-  virtual void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
-                                        int64_t vocab_start) = 0;
+  void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                int64_t vocab_start);
   // out (N,C) += wpe[(first_row + i) % T] for row i: rows of a (B,T) batch
   // flattened, starting at global row first_row.
-  virtual void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
-                                          int T) = 0;
+  void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row, int T);
   // dwpe (maxT,C) += dout rows at their positions (first_row + i) % T.
-  virtual void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
-                                           int T) = 0;
+  void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row, int T);
 
   // Row-wise LayerNorm, eps 1e-5 (PyTorch default), biased variance.
   // out (R,C), mean (R), rstd (R) saved for backward; inp (R,C); weight, bias (C).
   // bf16 storage: inp and out bf16 together (weight, bias, mean, rstd fp32).
-  virtual void layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
-                                 TensorView inp, TensorView weight, TensorView bias) = 0;
+  void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                         TensorView weight, TensorView bias);
   // The residual add fused in front: res (R,C) = a + b (rounded to the
   // storage dtype, as add), then out, mean, rstd = layernorm_forward of res.
   // The same function as add then layernorm_forward; a, b, res and out are
   // all fp32 or all bf16.
-  virtual void add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
-                                     TensorView rstd, TensorView a, TensorView b, TensorView weight,
-                                     TensorView bias) = 0;
+  void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
+                             TensorView a, TensorView b, TensorView weight, TensorView bias);
   // dinp (R,C) ACCUMULATES (it is the residual stream's gradient);
   // dweight, dbias (C) accumulate. bf16 storage: inp and dout may each be
   // bf16 (every output stays fp32: they are gradients the residual stream
   // and the optimizer sum). dinp_bf16, unless empty: (R,C) bf16, ASSIGNED
   // the accumulated dinp rounded to nearest even, in the same pass (the next
   // GEMM's operand, so that nobody casts dinp again).
-  virtual void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
-                                  TensorView dout, TensorView inp, TensorView weight,
-                                  TensorView mean, TensorView rstd, TensorView dinp_bf16) = 0;
+  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                          TensorView dinp_bf16);
 
   // Mixed precision: inp, weight (and dout in backward) may all be bf16
   // together; dweight, dbias stay fp32 and the products accumulate in fp32
@@ -116,12 +136,11 @@ class Ops {
   // nearest even), and with a bf16 out the bias may be bf16 (added as its
   // value in fp32 before the rounding; bf16 storage's models pass one).
   // out (R,OC) = inp (R,C) @ weight(OC,C)^T + bias(OC); bias may be empty().
-  virtual void matmul_forward(TensorView out, TensorView inp, TensorView weight,
-                              TensorView bias) = 0;
+  void matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias);
   // dinp (R,C) assigned (skipped when empty()), dweight (OC,C) and dbias (OC)
   // accumulate (dbias skipped when empty()).
-  virtual void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
-                               TensorView dout, TensorView inp, TensorView weight) = 0;
+  void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                       TensorView inp, TensorView weight);
 
   // The MLP's first linear layer with its GELU, in one op (on CUDA, the
   // GEMM's GELU epilogue: the (R, OC) product is written once, not read back):
@@ -130,19 +149,18 @@ class Ops {
   // pre is what the backward needs (GELU's input). dtypes as matmul_forward's,
   // out and pre sharing one: in bf16 each is the fp32 value rounded once, and
   // out is gelu of the unrounded pre.
-  virtual void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp,
-                                   TensorView weight, TensorView bias) = 0;
+  void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
+                           TensorView bias);
   // matmul_backward of the MLP's second linear layer, whose input was
   // gelu(pre), with GELU's backward folded into the input gradient:
   //   dinp (R,C) = (dout @ weight) * gelu'(pre)   assigned, rounded once
   // pre (R,C) is the first layer's `pre` (matmul_gelu_forward), dinp's dtype;
   // dweight and dbias accumulate as in matmul_backward.
-  virtual void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias,
-                                     TensorView dout, TensorView inp, TensorView weight,
-                                     TensorView pre) = 0;
+  void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                             TensorView inp, TensorView weight, TensorView pre);
 
   // out (R,C) += bias (C) on every row.
-  virtual void add_bias(TensorView out, TensorView bias) = 0;
+  void add_bias(TensorView out, TensorView bias);
 
   // Causal multi-head self-attention with 1/sqrt(head_dim) scaling.
   // qkv (B,T,3C) laid out [q | k | v] along the last dim, head h using columns
@@ -160,30 +178,28 @@ class Ops {
   // CUDA tensor-core variant (runtime.attention, the default in bf16) also
   // rounds P and dS to bf16 before their products.
   virtual int64_t attention_saved_elems(int B, int n_head, int T) const = 0;
-  virtual void attention_forward(TensorView out, TensorView saved, TensorView qkv,
-                                 int n_head) = 0;
+  void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head);
   // dqkv (B,T,3C) assigned. out and saved are the forward's. scratch (1-D,
   // attention_scratch_elems floats) is workspace the backend may clobber.
   virtual int64_t attention_scratch_elems(int B, int n_head, int T) const = 0;
-  virtual void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
-                                  TensorView qkv, TensorView out, TensorView saved,
-                                  int n_head) = 0;
+  void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
+                          TensorView out, TensorView saved, int n_head);
 
   // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on
   // any shape. bf16 storage: every tensor of a call bf16.
-  virtual void gelu_forward(TensorView out, TensorView inp) = 0;
+  void gelu_forward(TensorView out, TensorView inp);
   // dinp assigned = dout * gelu'(inp).
-  virtual void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) = 0;
+  void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);
 
   // out = a + b, elementwise, same shape; out may alias a or b. bf16
   // storage: all three bf16 (the residual adds).
-  virtual void add(TensorView out, TensorView a, TensorView b) = 0;
+  void add(TensorView out, TensorView a, TensorView b);
   // acc += x, elementwise, same shape.
-  virtual void accumulate(TensorView acc, TensorView x) = 0;
+  void accumulate(TensorView acc, TensorView x);
   // t = 0.
-  virtual void zero(TensorView t) = 0;
+  void zero(TensorView t);
   // dst = src (same shape, same device).
-  virtual void copy(TensorView dst, TensorView src) = 0;
+  void copy(TensorView dst, TensorView src);
   // dst = src converted to dst's dtype, elementwise; same shape, both
   // contiguous, fp32 or bf16, not overlapping:
   //   fp32 -> bf16  round to nearest, ties to even; past the largest bf16 ->
@@ -194,7 +210,7 @@ class Ops {
   //   same dtype    a copy
   // The bf16 copies of fp32 weights and activations that mixed precision
   // feeds to the GEMMs.
-  virtual void cast(TensorView dst, TensorView src) = 0;
+  void cast(TensorView dst, TensorView src);
 
   // Padded vocabulary: the logits may have more columns than the vocabulary
   // has rows (the model pads it to a multiple of 128, trainer/model). Column
@@ -212,8 +228,8 @@ class Ops {
   // When dlogits is not empty() it is written (it may alias logits) with
   // (softmax - onehot) * grad_scale, so the caller folds the 1/(rows) of the
   // mean loss and the gradient accumulation into grad_scale.
-  virtual void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                                     TensorView targets, int64_t vocab_size, float grad_scale) = 0;
+  void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                             TensorView targets, int64_t vocab_size, float grad_scale);
 
   // Vocab-parallel softmax cross-entropy (tensor parallelism): each rank holds
   // logits (R,V_shard) for vocabulary rows [vocab_start, vocab_start+V_shard)
@@ -226,31 +242,30 @@ class Ops {
   //   3. losses (R) = log(sumexp) + row_max - target_logit; when dlogits is
   //      not empty() it is written (it may alias logits) with
   //      (exp(logits - row_max) / sumexp - onehot) * grad_scale.
-  virtual void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
-                                       int64_t vocab_size) = 0;
-  virtual void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit,
-                                        TensorView logits, TensorView targets, TensorView row_max,
-                                        int64_t vocab_start, int64_t vocab_size) = 0;
-  virtual void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
-                                          TensorView targets, TensorView row_max, TensorView sumexp,
-                                          TensorView target_logit, int64_t vocab_start,
-                                          int64_t vocab_size, float grad_scale) = 0;
+  void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                               int64_t vocab_size);
+  void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
+                                TensorView targets, TensorView row_max, int64_t vocab_start,
+                                int64_t vocab_size);
+  void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                  TensorView targets, TensorView row_max, TensorView sumexp,
+                                  TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
+                                  float grad_scale);
 
   // Sum of squares of all elements, accumulated in double (for the global norm).
-  virtual double sum_squares(TensorView t) = 0;
+  double sum_squares(TensorView t);
   // The same without a host round trip: out (fp32 {1}) = the sum over `runs`
   // of x[r.state + i]^2 (x fp32 1-D; r.param and r.decay are not used),
   // accumulated in double in a fixed order (deterministic) and rounded once;
   // 0 when there are no runs.
-  virtual void sum_squares_runs(TensorView out, TensorView x,
-                                const std::vector<AdamWRun>& runs) = 0;
+  void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs);
   // torch.nn.utils.clip_grad_norm_'s factor, on the device. stats (fp32 {2}):
   // the global sum of squared gradients, and a value that is finite iff every
   // loss of the step is. scale (fp32 {1}) =
   //   min(1, max_norm / (sqrt(stats[0]) + 1e-6))   (1 when max_norm <= 0)
   // when both are finite, else NaN: the step is to be skipped, and
   // adamw_update_runs given that scale changes nothing.
-  virtual void clip_scale(TensorView scale, TensorView stats, float max_norm) = 0;
+  void clip_scale(TensorView scale, TensorView stats, float max_norm);
 
   // One torch.optim.AdamW step on a flat segment (all 1-D views of equal n):
   //   g = grad * grad_scale            (grad_scale folds clip_grad_norm_)
@@ -275,15 +290,107 @@ class Ops {
   // backend's memory: clip_scale's output) is not empty the gradient is also
   // multiplied by scale[0], and a non-finite scale[0] leaves every buffer
   // untouched (the skipped step), decided on the device.
-  virtual void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                                 TensorView param_bf16, TensorView scale,
-                                 const std::vector<AdamWRun>& runs, const AdamWParams& p) = 0;
+  void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                         TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
+                         const AdamWParams& p);
   // One segment, decayed: all of param/grad/m/v.
   void adamw_update(TensorView param, TensorView grad, TensorView m, TensorView v,
                     const AdamWParams& p) {
     adamw_update_runs(param, grad, m, v, TensorView{}, TensorView{}, {{0, 0, param.numel(), true}},
                       p);
   }
+
+ protected:
+  // ---- Around every op -------------------------------------------------------
+  // Each entry point, once its checks passed and the observer was told, calls
+  // begin_op(call), then the backend's do_<op> if it returned true, then
+  // end_op(call) (also when do_<op> threw). A backend that stands in for
+  // another one overrides these two instead of every op:
+  //   * begin_op may rewrite the views `call` points at (they are the entry's
+  //     own arguments): do_<op> receives them as rewritten. OffHostOps opens
+  //     its memory and hands its CPU kernels host-labelled views so.
+  //   * begin_op returning false skips do_<op>: the op computes nothing and
+  //     writes no output, and a value-returning op (sum_squares) returns 0.
+  //     That is a dry run (trainer/plan/dry_run_ops.hpp), whose values are
+  //     zeros and mean nothing; a backend that computes always returns true.
+  virtual bool begin_op(OpCall& call) {
+    (void)call;
+    return true;
+  }
+  virtual void end_op(const OpCall& call) noexcept { (void)call; }
+
+  // ---- The backend's ops -------------------------------------------------------
+  // Called by the entry point of the same name with arguments that meet its
+  // shape contract; semantics as documented there. An op's implementation
+  // never calls another op's public entry (the observer would see a nested
+  // op): it calls the do_ method, or its own kernels.
+  virtual void do_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                    TensorView wpe) = 0;
+  virtual void do_embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                                     TensorView tokens) = 0;
+  virtual void do_token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                          int64_t vocab_start) = 0;
+  virtual void do_token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                           int64_t vocab_start) = 0;
+  virtual void do_position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                             int T) = 0;
+  virtual void do_position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                              int T) = 0;
+  virtual void do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
+                                    TensorView inp, TensorView weight, TensorView bias) = 0;
+  virtual void do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
+                                        TensorView rstd, TensorView a, TensorView b,
+                                        TensorView weight, TensorView bias) = 0;
+  virtual void do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                     TensorView dout, TensorView inp, TensorView weight,
+                                     TensorView mean, TensorView rstd, TensorView dinp_bf16) = 0;
+  virtual void do_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                                 TensorView bias) = 0;
+  virtual void do_matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                  TensorView dout, TensorView inp, TensorView weight) = 0;
+  virtual void do_matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp,
+                                      TensorView weight, TensorView bias) = 0;
+  virtual void do_matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias,
+                                        TensorView dout, TensorView inp, TensorView weight,
+                                        TensorView pre) = 0;
+  virtual void do_add_bias(TensorView out, TensorView bias) = 0;
+  virtual void do_attention_forward(TensorView out, TensorView saved, TensorView qkv,
+                                    int n_head) = 0;
+  virtual void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
+                                     TensorView qkv, TensorView out, TensorView saved,
+                                     int n_head) = 0;
+  virtual void do_gelu_forward(TensorView out, TensorView inp) = 0;
+  virtual void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) = 0;
+  virtual void do_add(TensorView out, TensorView a, TensorView b) = 0;
+  virtual void do_accumulate(TensorView acc, TensorView x) = 0;
+  virtual void do_zero(TensorView t) = 0;
+  virtual void do_copy(TensorView dst, TensorView src) = 0;
+  virtual void do_cast(TensorView dst, TensorView src) = 0;
+  virtual void do_softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                                        TensorView targets, int64_t vocab_size,
+                                        float grad_scale) = 0;
+  virtual void do_cross_entropy_shard_max(TensorView row_max, TensorView logits,
+                                          int64_t vocab_start, int64_t vocab_size) = 0;
+  virtual void do_cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit,
+                                           TensorView logits, TensorView targets,
+                                           TensorView row_max, int64_t vocab_start,
+                                           int64_t vocab_size) = 0;
+  virtual void do_cross_entropy_shard_finish(TensorView losses, TensorView dlogits,
+                                             TensorView logits, TensorView targets,
+                                             TensorView row_max, TensorView sumexp,
+                                             TensorView target_logit, int64_t vocab_start,
+                                             int64_t vocab_size, float grad_scale) = 0;
+  virtual double do_sum_squares(TensorView t) = 0;
+  virtual void do_sum_squares_runs(TensorView out, TensorView x,
+                                   const std::vector<AdamWRun>& runs) = 0;
+  virtual void do_clip_scale(TensorView scale, TensorView stats, float max_norm) = 0;
+  virtual void do_adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                                    TensorView param_bf16, TensorView scale,
+                                    const std::vector<AdamWRun>& runs, const AdamWParams& p) = 0;
+
+ private:
+  class Scope;  // ops_entry.hpp: the observer and begin_op/end_op around one op
+  OpObserver* observer_ = nullptr;
 };
 
 // n fp32 elements of `ops`' memory, zero-filled as Ops::allocate gives them

@@ -1,7 +1,9 @@
-// CpuOps: the Ops implementation of the CPU backend. It owns nothing but the
-// thread count; every op forwards to a free function in cpu_kernels.hpp so
-// each op family lives (and is tested) in its own file. Also home of the
-// argument checks the families share and of the BLAS thread control.
+// CpuOps: the Ops implementation of the CPU backend. It owns nothing; every
+// op forwards to a free function in cpu_kernels.hpp so each op family lives
+// (and is tested) in its own file. Those functions check all of their
+// arguments again (with the messages the CPU tests pin), because they must
+// throw before entering an OpenMP region. Also home of the argument checks
+// the families share and of the BLAS thread control.
 #include "kernels/cpu/cpu_ops.hpp"
 
 #include <omp.h>
@@ -98,164 +100,163 @@ void check_host_transfer(const TensorView& t, const char* what) {
            device_name(t.device), " ", t.shape_str());
 }
 
-class CpuOps final : public Ops {
- public:
-
-  Device device() const override { return Device::cpu; }
-
-  Buffer allocate(size_t bytes) override {
-    if (bytes == 0) return {};
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) fail("out of host memory allocating ", bytes, " bytes");
-    std::memset(p, 0, rounded);
-    return Buffer(p, bytes, Device::cpu, [](void* q) { std::free(q); });
-  }
-  void upload(TensorView dst, const void* host) override {
-    check_host_transfer(dst, "upload");
-    std::memcpy(dst.data, host, static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype));
-  }
-  void download(void* host, TensorView src) override {
-    check_host_transfer(src, "download");
-    std::memcpy(host, src.data, static_cast<size_t>(src.numel()) * dtype_size(src.dtype));
-  }
-
-  void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                         TensorView wpe) override {
-    cpu::embedding_forward(out, tokens, wte, wpe);
-  }
-  void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
-                          TensorView tokens) override {
-    cpu::embedding_backward(dwte, dwpe, dout, tokens);
-  }
-
-  void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                               int64_t vocab_start) override {
-    cpu::token_embedding_forward(out, tokens, wte, vocab_start);
-  }
-  void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
-                                int64_t vocab_start) override {
-    cpu::token_embedding_backward(dwte, dout, tokens, vocab_start);
-  }
-  void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
-                                  int T) override {
-    cpu::position_embedding_forward(out, wpe, first_row, T);
-  }
-  void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
-                                   int T) override {
-    cpu::position_embedding_backward(dwpe, dout, first_row, T);
-  }
-
-  void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                         TensorView weight, TensorView bias) override {
-    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias);
-  }
-  void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
-                             TensorView a, TensorView b, TensorView weight,
-                             TensorView bias) override {
-    cpu::add(res, a, b);
-    cpu::layernorm_forward(out, mean, rstd, res, weight, bias);
-  }
-  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
-                          TensorView dinp_bf16) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dinp_bf16);
-  }
-
-  void matmul_forward(TensorView out, TensorView inp, TensorView weight,
-                      TensorView bias) override {
-    cpu::matmul_forward(out, inp, weight, bias);
-  }
-  void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                       TensorView inp, TensorView weight) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight);
-  }
-  void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
-                           TensorView bias) override {
-    cpu::matmul_gelu_forward(out, pre, inp, weight, bias);
-  }
-  void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                             TensorView inp, TensorView weight, TensorView pre) override {
-    cpu::matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, pre);
-  }
-
-  // The CPU backend keeps the (B,NH,T,T) probabilities: recomputing them in
-  // backward would cost another Q K^T product per head.
-  int64_t attention_saved_elems(int B, int n_head, int T) const override {
-    return gt::attention_saved_elems(Device::cpu, B, n_head, T);
-  }
-  int64_t attention_scratch_elems(int B, int n_head, int T) const override {
-    return gt::attention_scratch_elems(Device::cpu, B, n_head, T);
-  }
-  void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) override {
-    cpu::attention_forward(out, probabilities_view(saved, qkv, n_head, "attention saved"), qkv,
-                           n_head);
-  }
-  void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                          TensorView out, TensorView saved, int n_head) override {
-    cpu::attention_backward(dqkv, probabilities_view(scratch, qkv, n_head, "attention scratch"),
-                            dout, qkv, out,
-                            probabilities_view(saved, qkv, n_head, "attention saved"), n_head);
-  }
-  void add_bias(TensorView out, TensorView bias) override { cpu::add_bias(out, bias); }
-
-  void gelu_forward(TensorView out, TensorView inp) override { cpu::gelu_forward(out, inp); }
-  void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override {
-    cpu::gelu_backward(dinp, inp, dout);
-  }
-
-  void add(TensorView out, TensorView a, TensorView b) override { cpu::add(out, a, b); }
-  void accumulate(TensorView acc, TensorView x) override { cpu::accumulate(acc, x); }
-  void zero(TensorView t) override { cpu::zero(t); }
-  void copy(TensorView dst, TensorView src) override { cpu::copy(dst, src); }
-  void cast(TensorView dst, TensorView src) override { cpu::cast(dst, src); }
-
-  void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                             TensorView targets, int64_t vocab_size, float grad_scale) override {
-    cpu::softmax_cross_entropy(losses, dlogits, logits, targets, vocab_size, grad_scale);
-  }
-
-  void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
-                               int64_t vocab_size) override {
-    cpu::cross_entropy_shard_max(row_max, logits, vocab_start, vocab_size);
-  }
-  void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
-                                TensorView targets, TensorView row_max, int64_t vocab_start,
-                                int64_t vocab_size) override {
-    cpu::cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max, vocab_start,
-                                  vocab_size);
-  }
-  void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
-                                  TensorView targets, TensorView row_max, TensorView sumexp,
-                                  TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
-                                  float grad_scale) override {
-    cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp, target_logit,
-                                    vocab_start, vocab_size, grad_scale);
-  }
-
-  double sum_squares(TensorView t) override { return cpu::sum_squares(t); }
-
-  void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) override {
-    cpu::sum_squares_runs(out, x, runs);
-  }
-  void clip_scale(TensorView scale, TensorView stats, float max_norm) override {
-    cpu::clip_scale(scale, stats, max_norm);
-  }
-  void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                         TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
-                         const AdamWParams& p) override {
-    cpu::adamw_update_runs(param, grad, m, v, param_bf16, scale, runs, p);
-  }
-};
-
 }  // namespace
 
-std::unique_ptr<Ops> make_cpu_ops(int threads) {
+Buffer CpuOps::allocate(size_t bytes) {
+  if (bytes == 0) return {};
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) fail("out of host memory allocating ", bytes, " bytes");
+  std::memset(p, 0, rounded);
+  return Buffer(p, bytes, Device::cpu, [](void* q) { std::free(q); });
+}
+
+void CpuOps::upload(TensorView dst, const void* host) {
+  check_host_transfer(dst, "upload");
+  std::memcpy(dst.data, host, static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype));
+}
+
+void CpuOps::download(void* host, TensorView src) {
+  check_host_transfer(src, "download");
+  std::memcpy(host, src.data, static_cast<size_t>(src.numel()) * dtype_size(src.dtype));
+}
+
+int64_t CpuOps::attention_saved_elems(int B, int n_head, int T) const {
+  return gt::attention_saved_elems(Device::cpu, B, n_head, T);
+}
+int64_t CpuOps::attention_scratch_elems(int B, int n_head, int T) const {
+  return gt::attention_scratch_elems(Device::cpu, B, n_head, T);
+}
+
+// ---- ops: one kernel family each (cpu_kernels.hpp) ------------------------------
+
+void CpuOps::do_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                  TensorView wpe) {
+  cpu::embedding_forward(out, tokens, wte, wpe);
+}
+void CpuOps::do_embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                                   TensorView tokens) {
+  cpu::embedding_backward(dwte, dwpe, dout, tokens);
+}
+void CpuOps::do_token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                        int64_t vocab_start) {
+  cpu::token_embedding_forward(out, tokens, wte, vocab_start);
+}
+void CpuOps::do_token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                         int64_t vocab_start) {
+  cpu::token_embedding_backward(dwte, dout, tokens, vocab_start);
+}
+void CpuOps::do_position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                           int T) {
+  cpu::position_embedding_forward(out, wpe, first_row, T);
+}
+void CpuOps::do_position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                            int T) {
+  cpu::position_embedding_backward(dwpe, dout, first_row, T);
+}
+
+void CpuOps::do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                                  TensorView weight, TensorView bias) {
+  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias);
+}
+void CpuOps::do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
+                                      TensorView rstd, TensorView a, TensorView b,
+                                      TensorView weight, TensorView bias) {
+  cpu::add(res, a, b);
+  cpu::layernorm_forward(out, mean, rstd, res, weight, bias);
+}
+void CpuOps::do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                   TensorView dout, TensorView inp, TensorView weight,
+                                   TensorView mean, TensorView rstd, TensorView dinp_bf16) {
+  cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dinp_bf16);
+}
+
+void CpuOps::do_matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias) {
+  cpu::matmul_forward(out, inp, weight, bias);
+}
+void CpuOps::do_matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                TensorView dout, TensorView inp, TensorView weight) {
+  cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight);
+}
+void CpuOps::do_matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp,
+                                    TensorView weight, TensorView bias) {
+  cpu::matmul_gelu_forward(out, pre, inp, weight, bias);
+}
+void CpuOps::do_matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias,
+                                      TensorView dout, TensorView inp, TensorView weight,
+                                      TensorView pre) {
+  cpu::matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, pre);
+}
+void CpuOps::do_add_bias(TensorView out, TensorView bias) { cpu::add_bias(out, bias); }
+
+void CpuOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) {
+  cpu::attention_forward(out, probabilities_view(saved, qkv, n_head, "attention saved"), qkv,
+                         n_head);
+}
+void CpuOps::do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
+                                   TensorView qkv, TensorView out, TensorView saved, int n_head) {
+  cpu::attention_backward(dqkv, probabilities_view(scratch, qkv, n_head, "attention scratch"), dout,
+                          qkv, out, probabilities_view(saved, qkv, n_head, "attention saved"),
+                          n_head);
+}
+
+void CpuOps::do_gelu_forward(TensorView out, TensorView inp) { cpu::gelu_forward(out, inp); }
+void CpuOps::do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
+  cpu::gelu_backward(dinp, inp, dout);
+}
+
+void CpuOps::do_add(TensorView out, TensorView a, TensorView b) { cpu::add(out, a, b); }
+void CpuOps::do_accumulate(TensorView acc, TensorView x) { cpu::accumulate(acc, x); }
+void CpuOps::do_zero(TensorView t) { cpu::zero(t); }
+void CpuOps::do_copy(TensorView dst, TensorView src) { cpu::copy(dst, src); }
+void CpuOps::do_cast(TensorView dst, TensorView src) { cpu::cast(dst, src); }
+
+void CpuOps::do_softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                                      TensorView targets, int64_t vocab_size, float grad_scale) {
+  cpu::softmax_cross_entropy(losses, dlogits, logits, targets, vocab_size, grad_scale);
+}
+void CpuOps::do_cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                                        int64_t vocab_size) {
+  cpu::cross_entropy_shard_max(row_max, logits, vocab_start, vocab_size);
+}
+void CpuOps::do_cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit,
+                                         TensorView logits, TensorView targets, TensorView row_max,
+                                         int64_t vocab_start, int64_t vocab_size) {
+  cpu::cross_entropy_shard_sums(sumexp, target_logit, logits, targets, row_max, vocab_start,
+                                vocab_size);
+}
+void CpuOps::do_cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                           TensorView targets, TensorView row_max,
+                                           TensorView sumexp, TensorView target_logit,
+                                           int64_t vocab_start, int64_t vocab_size,
+                                           float grad_scale) {
+  cpu::cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp, target_logit,
+                                  vocab_start, vocab_size, grad_scale);
+}
+
+double CpuOps::do_sum_squares(TensorView t) { return cpu::sum_squares(t); }
+void CpuOps::do_sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) {
+  cpu::sum_squares_runs(out, x, runs);
+}
+void CpuOps::do_clip_scale(TensorView scale, TensorView stats, float max_norm) {
+  cpu::clip_scale(scale, stats, max_norm);
+}
+void CpuOps::do_adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                                  TensorView param_bf16, TensorView scale,
+                                  const std::vector<AdamWRun>& runs, const AdamWParams& p) {
+  cpu::adamw_update_runs(param, grad, m, v, param_bf16, scale, runs, p);
+}
+
+void set_cpu_threads(int threads) {
   if (threads <= 0) threads = omp_get_num_procs();
-  // Both pools are process-wide; setting them here keeps OpenMP loops and
-  // sgemm from oversubscribing the cores between them.
+  // Both pools are process-wide; setting them together keeps OpenMP loops
+  // and sgemm from oversubscribing the cores between them.
   omp_set_num_threads(threads);
   cpu::set_blas_threads(threads);
+}
+
+std::unique_ptr<Ops> make_cpu_ops(int threads) {
+  set_cpu_threads(threads);
   return std::make_unique<CpuOps>();
 }
 

@@ -63,101 +63,76 @@ void* CudaOps::scratch(size_t bytes) {
 }
 
 // ---- embeddings -----------------------------------------------------------------
+// Shapes, and T within the position table: checked by the Ops entry points.
 
-void CudaOps::embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                                TensorView wpe) {
+void CudaOps::do_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                   TensorView wpe) {
   cuda::NvtxRange range("embedding_forward");
   const Check c{"embedding_forward"};
-  c.ndim(tokens, "tokens", 2, "(B, T)");
-  c.ndim(wte, "wte", 2, "(V, C)");
-  c.ndim(wpe, "wpe", 2, "(maxT, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], V = wte.shape[0], C = wte.shape[1];
-  c.tensor(tokens, "tokens", kI32, {B, T});
-  c.tensor(wte, "wte", kF32, {V, C});
-  c.tensor(wpe, "wpe", kF32, {wpe.shape[0], C});
-  c.tensor(out, "out", kF32, {B, T, C});
-  if (T > wpe.shape[0])
-    fail("CudaOps::embedding_forward: sequence length ", T, " exceeds the ", wpe.shape[0],
-         " positions of wpe");
+  c.tensor(tokens, "tokens", kI32);
+  c.tensor(wte, "wte", kF32);
+  c.tensor(wpe, "wpe", kF32);
+  c.tensor(out, "out", kF32);
   cuda::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), c.to_int(B, "B"),
                           c.to_int(T, "T"), c.to_int(C, "C"), c.to_int(V, "V"), stream());
 }
 
-void CudaOps::embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
-                                 TensorView tokens) {
+void CudaOps::do_embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                                    TensorView tokens) {
   cuda::NvtxRange range("embedding_backward");
   const Check c{"embedding_backward"};
-  c.ndim(tokens, "tokens", 2, "(B, T)");
-  c.ndim(dwte, "dwte", 2, "(V, C)");
-  c.ndim(dwpe, "dwpe", 2, "(maxT, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], V = dwte.shape[0], C = dwte.shape[1];
-  c.tensor(tokens, "tokens", kI32, {B, T});
-  c.tensor(dwte, "dwte", kF32, {V, C});
-  c.tensor(dwpe, "dwpe", kF32, {dwpe.shape[0], C});
-  c.tensor(dout, "dout", kF32, {B, T, C});
-  if (T > dwpe.shape[0])
-    fail("CudaOps::embedding_backward: sequence length ", T, " exceeds the ", dwpe.shape[0],
-         " positions of dwpe");
+  c.tensor(tokens, "tokens", kI32);
+  c.tensor(dwte, "dwte", kF32);
+  c.tensor(dwpe, "dwpe", kF32);
+  c.tensor(dout, "dout", kF32);
   cuda::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), c.to_int(B, "B"),
                            c.to_int(T, "T"), c.to_int(C, "C"), c.to_int(V, "V"), stream());
 }
 
-void CudaOps::token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                                      int64_t vocab_start) {
+void CudaOps::do_token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                         int64_t vocab_start) {
   cuda::NvtxRange range("token_embedding_forward");
   const Check c{"token_embedding_forward"};
-  c.ndim(tokens, "tokens", 1, "(N)");
-  c.ndim(wte, "wte", 2, "(V_shard, C)");
   const int64_t N = tokens.shape[0], Vs = wte.shape[0], C = wte.shape[1];
-  c.tensor(tokens, "tokens", kI32, {N});
-  c.tensor(wte, "wte", kF32, {Vs, C});
-  c.tensor(out, "out", kF32, {N, C});
+  c.tensor(tokens, "tokens", kI32);
+  c.tensor(wte, "wte", kF32);
+  c.tensor(out, "out", kF32);
   cuda::token_embedding_forward(out.f32(), tokens.i32(), wte.f32(), N, c.to_int(C, "C"),
                                 c.to_int(Vs, "V_shard"), vocab_start, stream());
 }
 
-void CudaOps::token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
-                                       int64_t vocab_start) {
+void CudaOps::do_token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                          int64_t vocab_start) {
   cuda::NvtxRange range("token_embedding_backward");
   const Check c{"token_embedding_backward"};
-  c.ndim(tokens, "tokens", 1, "(N)");
-  c.ndim(dwte, "dwte", 2, "(V_shard, C)");
   const int64_t N = tokens.shape[0], Vs = dwte.shape[0], C = dwte.shape[1];
-  c.tensor(tokens, "tokens", kI32, {N});
-  c.tensor(dwte, "dwte", kF32, {Vs, C});
-  c.tensor(dout, "dout", kF32, {N, C});
+  c.tensor(tokens, "tokens", kI32);
+  c.tensor(dwte, "dwte", kF32);
+  c.tensor(dout, "dout", kF32);
   cuda::token_embedding_backward(dwte.f32(), dout.f32(), tokens.i32(), N, c.to_int(C, "C"),
                                  c.to_int(Vs, "V_shard"), vocab_start, stream());
 }
 
-void CudaOps::position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
-                                         int T) {
+void CudaOps::do_position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                            int T) {
   cuda::NvtxRange range("position_embedding_forward");
   const Check c{"position_embedding_forward"};
-  c.ndim(out, "out", 2, "(N, C)");
-  c.ndim(wpe, "wpe", 2, "(maxT, C)");
   const int64_t N = out.shape[0], C = out.shape[1];
-  c.tensor(out, "out", kF32, {N, C});
-  c.tensor(wpe, "wpe", kF32, {wpe.shape[0], C});
-  if (T < 1 || T > wpe.shape[0] || first_row < 0)
-    fail("CudaOps::position_embedding_forward: T = ", T, " must be in [1, ", wpe.shape[0],
-         "] and first_row = ", first_row, " >= 0");
+  c.tensor(out, "out", kF32);
+  c.tensor(wpe, "wpe", kF32);
   cuda::position_embedding_forward(out.f32(), wpe.f32(), N, c.to_int(C, "C"), first_row, T,
                                    stream());
 }
 
-void CudaOps::position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
-                                          int T) {
+void CudaOps::do_position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                             int T) {
   cuda::NvtxRange range("position_embedding_backward");
   const Check c{"position_embedding_backward"};
-  c.ndim(dout, "dout", 2, "(N, C)");
-  c.ndim(dwpe, "dwpe", 2, "(maxT, C)");
   const int64_t N = dout.shape[0], C = dout.shape[1];
-  c.tensor(dout, "dout", kF32, {N, C});
-  c.tensor(dwpe, "dwpe", kF32, {dwpe.shape[0], C});
-  if (T < 1 || T > dwpe.shape[0] || first_row < 0)
-    fail("CudaOps::position_embedding_backward: T = ", T, " must be in [1, ", dwpe.shape[0],
-         "] and first_row = ", first_row, " >= 0");
+  c.tensor(dout, "dout", kF32);
+  c.tensor(dwpe, "dwpe", kF32);
   cuda::position_embedding_backward(dwpe.f32(), dout.f32(), N, c.to_int(C, "C"), first_row, T,
                                     stream());
 }
@@ -166,12 +141,12 @@ void CudaOps::position_embedding_backward(TensorView dwpe, TensorView dout, int6
 
 namespace {
 
-// The LayerNorm forward's parameters for activations of `act` dtype (R rows
-// of C): bf16 activations take bf16 or (bf16 storage) fp32 parameters.
+// The LayerNorm forward's parameters for activations of `act` dtype: bf16
+// activations take bf16 or (bf16 storage) fp32 parameters.
 void check_layernorm_params(const Check& c, DType act, const TensorView& weight,
-                            const TensorView& bias, int64_t C) {
-  c.tensor(weight, "weight", act == DType::f32 ? kF32 : kF32Bf16, {C});
-  c.tensor(bias, "bias", {weight.dtype}, {C});
+                            const TensorView& bias) {
+  c.tensor(weight, "weight", act == DType::f32 ? kF32 : kF32Bf16);
+  c.tensor(bias, "bias", {weight.dtype});
 }
 
 // Calls f(T{}, W{}) with the element types of the three (activation,
@@ -188,20 +163,17 @@ void with_layernorm_types(DType act, DType param, F&& f) {
 
 }  // namespace
 
-void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                                TensorView weight, TensorView bias) {
+void CudaOps::do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                                   TensorView weight, TensorView bias) {
   cuda::NvtxRange range("layernorm_forward");
   const Check c{"layernorm_forward"};
-  c.ndim(inp, "inp", 2, "(R, C)");
   const int64_t R = inp.shape[0], C = inp.shape[1];
-  c.tensor(inp, "inp", kF32Bf16, {R, C});
-  c.tensor(out, "out", {inp.dtype}, {R, C});
-  check_layernorm_params(c, inp.dtype, weight, bias, C);
-  if (mean.empty() != rstd.empty())
-    fail("CudaOps::layernorm_forward: mean and rstd are saved together (both or neither)");
-  if (!mean.empty()) {
-    c.tensor(mean, "mean", kF32, {R});
-    c.tensor(rstd, "rstd", kF32, {R});
+  c.tensor(inp, "inp", kF32Bf16);
+  c.tensor(out, "out", {inp.dtype});
+  check_layernorm_params(c, inp.dtype, weight, bias);
+  if (!mean.empty()) {  // the entry point saw both or neither
+    c.tensor(mean, "mean", kF32);
+    c.tensor(rstd, "rstd", kF32);
   }
   float* mu = mean.empty() ? nullptr : mean.f32();
   float* rs = rstd.empty() ? nullptr : rstd.f32();
@@ -214,20 +186,19 @@ void CudaOps::layernorm_forward(TensorView out, TensorView mean, TensorView rstd
   });
 }
 
-void CudaOps::add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
-                                    TensorView rstd, TensorView a, TensorView b, TensorView weight,
-                                    TensorView bias) {
+void CudaOps::do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
+                                       TensorView rstd, TensorView a, TensorView b,
+                                       TensorView weight, TensorView bias) {
   cuda::NvtxRange range("add_layernorm_forward");
   const Check c{"add_layernorm_forward"};
-  c.ndim(a, "a", 2, "(R, C)");
   const int64_t R = a.shape[0], C = a.shape[1];
-  c.tensor(a, "a", kF32Bf16, {R, C});
-  c.tensor(b, "b", {a.dtype}, {R, C});
-  c.tensor(res, "res", {a.dtype}, {R, C});
-  c.tensor(out, "out", {a.dtype}, {R, C});
-  check_layernorm_params(c, a.dtype, weight, bias, C);
-  c.tensor(mean, "mean", kF32, {R});
-  c.tensor(rstd, "rstd", kF32, {R});
+  c.tensor(a, "a", kF32Bf16);
+  c.tensor(b, "b", {a.dtype});
+  c.tensor(res, "res", {a.dtype});
+  c.tensor(out, "out", {a.dtype});
+  check_layernorm_params(c, a.dtype, weight, bias);
+  c.tensor(mean, "mean", kF32);
+  c.tensor(rstd, "rstd", kF32);
   const int Ci = c.to_int(C, "C");
   with_layernorm_types(a.dtype, weight.dtype, [&](auto t, auto w) {
     using T = decltype(t);
@@ -238,22 +209,21 @@ void CudaOps::add_layernorm_forward(TensorView res, TensorView out, TensorView m
   });
 }
 
-void CudaOps::layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
-                                 TensorView dout, TensorView inp, TensorView weight,
-                                 TensorView mean, TensorView rstd, TensorView dinp_bf16) {
+void CudaOps::do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                    TensorView dout, TensorView inp, TensorView weight,
+                                    TensorView mean, TensorView rstd, TensorView dinp_bf16) {
   cuda::NvtxRange range("layernorm_backward");
   const Check c{"layernorm_backward"};
-  c.ndim(inp, "inp", 2, "(R, C)");
   const int64_t R = inp.shape[0], C = inp.shape[1];
-  c.tensor(inp, "inp", kF32Bf16, {R, C});  // bf16 storage: the residual stream
-  c.tensor(dinp, "dinp", kF32, {R, C});
-  c.tensor(dout, "dout", kF32Bf16, {R, C});  // bf16 storage: a GEMM's dinp
-  c.tensor(dweight, "dweight", kF32, {C});
-  c.tensor(dbias, "dbias", kF32, {C});
-  c.tensor(weight, "weight", kF32, {C});
-  c.tensor(mean, "mean", kF32, {R});
-  c.tensor(rstd, "rstd", kF32, {R});
-  if (!dinp_bf16.empty()) c.tensor(dinp_bf16, "dinp_bf16", {DType::bf16}, {R, C});
+  c.tensor(inp, "inp", kF32Bf16);  // bf16 storage: the residual stream
+  c.tensor(dinp, "dinp", kF32);
+  c.tensor(dout, "dout", kF32Bf16);  // bf16 storage: a GEMM's dinp
+  c.tensor(dweight, "dweight", kF32);
+  c.tensor(dbias, "dbias", kF32);
+  c.tensor(weight, "weight", kF32);
+  c.tensor(mean, "mean", kF32);
+  c.tensor(rstd, "rstd", kF32);
+  if (!dinp_bf16.empty()) c.tensor(dinp_bf16, "dinp_bf16", {DType::bf16});
   bf16* d16 = dinp_bf16.empty() ? nullptr : ptr<bf16>(dinp_bf16);
   const int Ci = c.to_int(C, "C");
   float* tmp = static_cast<float*>(
@@ -287,15 +257,12 @@ struct AttentionDims {
   int B, T, NH, hs;
   int64_t C;
 };
+// qkv's dims; its shape (C divisible by n_head) was checked by the entry point.
 AttentionDims attention_dims(const Check& c, const TensorView& qkv, int n_head) {
-  c.ndim(qkv, "qkv", 3, "(B, T, 3C)");
   c.tensor(qkv, "qkv", kF32Bf16);
-  const int64_t C3 = qkv.shape[2];
-  if (n_head < 1 || C3 % 3 != 0 || (C3 / 3) % n_head != 0)
-    fail("CudaOps::", c.op, ": qkv ", qkv.shape_str(), " is not (B, T, 3C) with C divisible by ",
-         n_head, " heads");
+  const int64_t C = qkv.shape[2] / 3;
   AttentionDims d{c.to_int(qkv.shape[0], "B"), c.to_int(qkv.shape[1], "T"), n_head,
-                  static_cast<int>(C3 / 3 / n_head), C3 / 3};
+                  static_cast<int>(C / n_head), C};
   if (d.hs > 128)
     fail("CudaOps::", c.op, ": head size ", d.hs, " > 128 is not supported by the flash kernel");
   return d;
@@ -307,11 +274,11 @@ void check_flat(const Check& c, const TensorView& t, const char* what, int64_t n
 }
 }  // namespace
 
-void CudaOps::attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) {
+void CudaOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) {
   cuda::NvtxRange range("attention_forward");
   const Check c{"attention_forward"};
   const AttentionDims d = attention_dims(c, qkv, n_head);
-  c.tensor(out, "out", {qkv.dtype}, {d.B, d.T, d.C});
+  c.tensor(out, "out", {qkv.dtype});
   check_flat(c, saved, "saved", attention_saved_elems(d.B, d.NH, d.T));
   if (qkv.dtype == DType::f32)
     cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), d.B, d.T, d.NH, d.hs, stream());
@@ -323,14 +290,14 @@ void CudaOps::attention_forward(TensorView out, TensorView saved, TensorView qkv
                             stream());
 }
 
-void CudaOps::attention_backward(TensorView dqkv, TensorView scratch_view, TensorView dout,
-                                 TensorView qkv, TensorView out, TensorView saved, int n_head) {
+void CudaOps::do_attention_backward(TensorView dqkv, TensorView scratch_view, TensorView dout,
+                                    TensorView qkv, TensorView out, TensorView saved, int n_head) {
   cuda::NvtxRange range("attention_backward");
   const Check c{"attention_backward"};
   const AttentionDims d = attention_dims(c, qkv, n_head);
-  c.tensor(dqkv, "dqkv", {qkv.dtype}, {d.B, d.T, 3 * d.C});
-  c.tensor(dout, "dout", {qkv.dtype}, {d.B, d.T, d.C});
-  c.tensor(out, "out", {qkv.dtype}, {d.B, d.T, d.C});
+  c.tensor(dqkv, "dqkv", {qkv.dtype});
+  c.tensor(dout, "dout", {qkv.dtype});
+  c.tensor(out, "out", {qkv.dtype});
   check_flat(c, saved, "saved", attention_saved_elems(d.B, d.NH, d.T));
   check_flat(c, scratch_view, "scratch", attention_scratch_elems(d.B, d.NH, d.T));
   if (qkv.dtype == DType::f32)

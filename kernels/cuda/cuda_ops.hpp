@@ -73,6 +73,7 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   Device device() const override { return Device::cuda; }
+  const char* backend_name() const override { return "CudaOps"; }
 
   // cudaMalloc + cudaMemsetAsync (synchronised), counted in device_bytes_*.
   Buffer allocate(size_t bytes) override;
@@ -87,75 +88,8 @@ class CudaOps final : public Ops {
   // CUDA events on stream() (kernels/cuda/cuda_op_timer.hpp).
   std::unique_ptr<OpTimer> make_op_timer() const override;
 
-  void embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                         TensorView wpe) override;
-  void embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
-                          TensorView tokens) override;
-  void token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
-                               int64_t vocab_start) override;
-  void token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
-                                int64_t vocab_start) override;
-  void position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
-                                  int T) override;
-  void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
-                                   int T) override;
-
-  void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                         TensorView weight, TensorView bias) override;
-  void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
-                             TensorView a, TensorView b, TensorView weight,
-                             TensorView bias) override;
-  void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                          TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
-                          TensorView dinp_bf16) override;
-
-  void matmul_forward(TensorView out, TensorView inp, TensorView weight,
-                      TensorView bias) override;
-  void matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                       TensorView inp, TensorView weight) override;
-  // The GELU_AUX(_BIAS) / DGELU epilogues; when cuBLASLt has no kernel for a
-  // shape, the GEMM then gelu_forward / gelu_backward (a bf16 product is then
-  // rounded before GELU: the CPU twin rounds once).
-  void matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
-                           TensorView bias) override;
-  void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
-                             TensorView inp, TensorView weight, TensorView pre) override;
-  void add_bias(TensorView out, TensorView bias) override;
-
   int64_t attention_saved_elems(int B, int n_head, int T) const override;
-  void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) override;
   int64_t attention_scratch_elems(int B, int n_head, int T) const override;
-  void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                          TensorView out, TensorView saved, int n_head) override;
-
-  void gelu_forward(TensorView out, TensorView inp) override;
-  void gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override;
-
-  void add(TensorView out, TensorView a, TensorView b) override;
-  void accumulate(TensorView acc, TensorView x) override;
-  void zero(TensorView t) override;
-  void copy(TensorView dst, TensorView src) override;
-  // fp32 <-> bf16 by kernels/cuda/cast.cu; same dtype: copy().
-  void cast(TensorView dst, TensorView src) override;
-
-  void softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
-                             TensorView targets, int64_t vocab_size, float grad_scale) override;
-  void cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
-                               int64_t vocab_size) override;
-  void cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
-                                TensorView targets, TensorView row_max, int64_t vocab_start,
-                                int64_t vocab_size) override;
-  void cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
-                                  TensorView targets, TensorView row_max, TensorView sumexp,
-                                  TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
-                                  float grad_scale) override;
-
-  double sum_squares(TensorView t) override;
-  void sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) override;
-  void clip_scale(TensorView scale, TensorView stats, float max_norm) override;
-  void adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
-                         TensorView param_bf16, TensorView scale, const std::vector<AdamWRun>& runs,
-                         const AdamWParams& p) override;
 
   // ---- CUDA-only extras ----------------------------------------------------
 
@@ -165,6 +99,80 @@ class CudaOps final : public Ops {
   void reserve_scratch(size_t bytes);
   size_t scratch_bytes() const { return scratch_.bytes(); }
   const CudaContextOptions& options() const { return options_; }
+
+ protected:
+  // The ops (kernels/ops.hpp's entry points call them once the shapes are
+  // checked); each checks what only this backend decides: the views' device,
+  // dtypes and contiguity, and its kernels' limits.
+  void do_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                            TensorView wpe) override;
+  void do_embedding_backward(TensorView dwte, TensorView dwpe, TensorView dout,
+                             TensorView tokens) override;
+  void do_token_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
+                                  int64_t vocab_start) override;
+  void do_token_embedding_backward(TensorView dwte, TensorView dout, TensorView tokens,
+                                   int64_t vocab_start) override;
+  void do_position_embedding_forward(TensorView out, TensorView wpe, int64_t first_row,
+                                     int T) override;
+  void do_position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
+                                      int T) override;
+
+  void do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
+                            TensorView weight, TensorView bias) override;
+  void do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
+                                TensorView a, TensorView b, TensorView weight,
+                                TensorView bias) override;
+  void do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                             TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
+                             TensorView dinp_bf16) override;
+
+  void do_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                         TensorView bias) override;
+  void do_matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
+                          TensorView inp, TensorView weight) override;
+  // The GELU_AUX(_BIAS) / DGELU epilogues; when cuBLASLt has no kernel for a
+  // shape, the GEMM then gelu_forward / gelu_backward (a bf16 product is then
+  // rounded before GELU: the CPU twin rounds once).
+  void do_matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
+                              TensorView bias) override;
+  void do_matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias,
+                                TensorView dout, TensorView inp, TensorView weight,
+                                TensorView pre) override;
+  void do_add_bias(TensorView out, TensorView bias) override;
+
+  void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) override;
+  void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
+                             TensorView out, TensorView saved, int n_head) override;
+
+  void do_gelu_forward(TensorView out, TensorView inp) override;
+  void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override;
+
+  void do_add(TensorView out, TensorView a, TensorView b) override;
+  void do_accumulate(TensorView acc, TensorView x) override;
+  void do_zero(TensorView t) override;
+  void do_copy(TensorView dst, TensorView src) override;
+  // fp32 <-> bf16 by kernels/cuda/cast.cu; same dtype: copy().
+  void do_cast(TensorView dst, TensorView src) override;
+
+  void do_softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
+                                TensorView targets, int64_t vocab_size, float grad_scale) override;
+  void do_cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,
+                                  int64_t vocab_size) override;
+  void do_cross_entropy_shard_sums(TensorView sumexp, TensorView target_logit, TensorView logits,
+                                   TensorView targets, TensorView row_max, int64_t vocab_start,
+                                   int64_t vocab_size) override;
+  void do_cross_entropy_shard_finish(TensorView losses, TensorView dlogits, TensorView logits,
+                                     TensorView targets, TensorView row_max, TensorView sumexp,
+                                     TensorView target_logit, int64_t vocab_start,
+                                     int64_t vocab_size, float grad_scale) override;
+
+  double do_sum_squares(TensorView t) override;
+  void do_sum_squares_runs(TensorView out, TensorView x,
+                           const std::vector<AdamWRun>& runs) override;
+  void do_clip_scale(TensorView scale, TensorView stats, float max_norm) override;
+  void do_adamw_update_runs(TensorView param, TensorView grad, TensorView m, TensorView v,
+                            TensorView param_bf16, TensorView scale,
+                            const std::vector<AdamWRun>& runs, const AdamWParams& p) override;
 
  private:
   // Scratch for one op: `bytes` from the arena, grown first when needed.

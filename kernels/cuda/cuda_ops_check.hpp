@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "kernels/core/error.hpp"
 #include "kernels/core/tensor.hpp"
 
 namespace gt::cuda_ops_detail {
@@ -28,7 +29,10 @@ inline std::string dtype_list(std::initializer_list<DType> ok) {
   return s;
 }
 
-// Argument checks for one op; every message starts "CudaOps::<op>: ".
+// Argument checks for one op; every message starts "CudaOps::<op>: ". The
+// shapes were checked by the Ops entry point (kernels/ops_entry.hpp, in the
+// same words); these are what this backend decides: where a view lives, its
+// dtype and its layout.
 struct Check {
   const char* op;
 
@@ -42,34 +46,6 @@ struct Check {
     if (!t.contiguous())
       fail("CudaOps::", op, ": ", what, " must be contiguous, got a strided ", t.shape_str());
     if (t.data == nullptr && t.numel() > 0) fail("CudaOps::", op, ": ", what, " has no data");
-  }
-  void tensor(const TensorView& t, const char* what, std::initializer_list<DType> ok,
-              std::initializer_list<int64_t> shape) const {
-    tensor(t, what, ok);
-    bool same = t.ndim == static_cast<int>(shape.size());
-    int i = 0;
-    for (int64_t s : shape) same = same && t.shape[i++] == s;
-    if (!same) {
-      std::string want = "(";
-      i = 0;
-      for (int64_t s : shape) want += (i++ ? ", " : "") + std::to_string(s);
-      fail("CudaOps::", op, ": ", what, " must be ", want, "), got ", t.shape_str());
-    }
-  }
-  void ndim(const TensorView& t, const char* what, int n, const char* layout) const {
-    if (t.ndim != n) fail("CudaOps::", op, ": ", what, " must be ", layout, ", got ", t.shape_str());
-  }
-  void same_dtype(const TensorView& a, const TensorView& b, const char* wa, const char* wb) const {
-    if (a.dtype != b.dtype)
-      fail("CudaOps::", op, ": ", wa, " (", dtype_name(a.dtype), ") and ", wb, " (",
-           dtype_name(b.dtype), ") must have the same dtype");
-  }
-  void same_shape(const TensorView& a, const TensorView& b, const char* wa, const char* wb) const {
-    bool same = a.ndim == b.ndim;
-    for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
-    if (!same)
-      fail("CudaOps::", op, ": ", wa, " ", a.shape_str(), " and ", wb, " ", b.shape_str(),
-           " must have the same shape");
   }
   int to_int(int64_t v, const char* what) const {
     if (v < 0 || v > INT_MAX) fail("CudaOps::", op, ": ", what, " = ", v, " is out of range");

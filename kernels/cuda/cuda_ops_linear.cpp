@@ -15,33 +15,32 @@ namespace gt {
 
 using namespace cuda_ops_detail;
 
-void CudaOps::matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias) {
+void CudaOps::do_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                                TensorView bias) {
   cuda::NvtxRange range("matmul_forward");
   linear_forward(Check{"matmul_forward"}, out, TensorView{}, inp, weight, bias);
 }
 
-void CudaOps::matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp, TensorView weight,
-                                  TensorView bias) {
+void CudaOps::do_matmul_gelu_forward(TensorView out, TensorView pre, TensorView inp,
+                                     TensorView weight, TensorView bias) {
   cuda::NvtxRange range("matmul_gelu_forward");
   const Check c{"matmul_gelu_forward"};
   c.tensor(pre, "pre", {out.dtype});
-  c.same_shape(pre, out, "pre", "out");
   linear_forward(c, out, pre, inp, weight, bias);
 }
 
 // out = inp @ weight^T [+ bias], or with `pre` (not empty): pre = that,
-// out = gelu(pre), by the GELU_AUX(_BIAS) epilogue (pre is its aux).
+// out = gelu(pre), by the GELU_AUX(_BIAS) epilogue (pre is its aux). The
+// shapes were checked by the Ops entry point.
 void CudaOps::linear_forward(const Check& c, TensorView out, TensorView pre, TensorView inp,
                              TensorView weight, TensorView bias) {
-  c.ndim(inp, "inp", 2, "(R, C)");
-  c.ndim(weight, "weight", 2, "(OC, C)");
   const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
-  c.tensor(inp, "inp", kF32Bf16, {R, C});
-  c.tensor(weight, "weight", {inp.dtype}, {OC, C});
+  c.tensor(inp, "inp", kF32Bf16);
+  c.tensor(weight, "weight", {inp.dtype});
   // bf16 products may be written in fp32; fp32 ones stay fp32.
-  c.tensor(out, "out", inp.dtype == DType::bf16 ? kF32Bf16 : kF32, {R, OC});
+  c.tensor(out, "out", inp.dtype == DType::bf16 ? kF32Bf16 : kF32);
   // The bias has out's dtype, or is fp32 (bf16 storage: the model's fp32 bias).
-  if (!bias.empty()) c.tensor(bias, "bias", out.dtype == DType::f32 ? kF32 : kF32Bf16, {OC});
+  if (!bias.empty()) c.tensor(bias, "bias", out.dtype == DType::f32 ? kF32 : kF32Bf16);
 
   // out (R,OC) = inp (R,C) @ weight (OC,C)^T [+ bias]
   cuda::GemmArgs g;
@@ -67,7 +66,7 @@ void CudaOps::linear_forward(const Check& c, TensorView out, TensorView pre, Ten
     // No fused kernel (or an aux stride cuBLASLt refuses): the product into
     // pre, then GELU of it (of the rounded pre, in bf16).
     linear_forward(c, pre, TensorView{}, inp, weight, bias);
-    gelu_forward(out, pre);
+    do_gelu_forward(out, pre);
     return;
   }
   if (!bias.empty()) {
@@ -94,37 +93,33 @@ void CudaOps::linear_forward(const Check& c, TensorView out, TensorView pre, Ten
     cuda::add_bias(ptr<bf16>(out), ptr<bf16>(bias), R, OC, stream());
 }
 
-void CudaOps::matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
-                              TensorView dout, TensorView inp, TensorView weight) {
+void CudaOps::do_matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
+                                 TensorView dout, TensorView inp, TensorView weight) {
   cuda::NvtxRange range("matmul_backward");
   linear_backward(Check{"matmul_backward"}, dinp, dweight, dbias, dout, inp, weight, TensorView{});
 }
 
-void CudaOps::matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias,
-                                    TensorView dout, TensorView inp, TensorView weight,
-                                    TensorView pre) {
+void CudaOps::do_matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias,
+                                       TensorView dout, TensorView inp, TensorView weight,
+                                       TensorView pre) {
   cuda::NvtxRange range("matmul_backward_dgelu");
-  const Check c{"matmul_backward_dgelu"};
-  if (dinp.empty()) fail("CudaOps::matmul_backward_dgelu: dinp is required");
+  const Check c{"matmul_backward_dgelu"};  // dinp given: checked by the entry point
   c.tensor(pre, "pre", {dinp.dtype});
-  c.same_shape(pre, dinp, "pre", "dinp");
   linear_backward(c, dinp, dweight, dbias, dout, inp, weight, pre);
 }
 
 // matmul_backward; with `pre` (not empty) dinp is multiplied by gelu'(pre)
-// by the DGELU epilogue (pre is its aux).
+// by the DGELU epilogue (pre is its aux). Shapes: checked by the entry point.
 void CudaOps::linear_backward(const Check& c, TensorView dinp, TensorView dweight, TensorView dbias,
                               TensorView dout, TensorView inp, TensorView weight, TensorView pre) {
-  c.ndim(inp, "inp", 2, "(R, C)");
-  c.ndim(weight, "weight", 2, "(OC, C)");
   const int64_t R = inp.shape[0], C = inp.shape[1], OC = weight.shape[0];
-  c.tensor(inp, "inp", kF32Bf16, {R, C});
+  c.tensor(inp, "inp", kF32Bf16);
   const std::initializer_list<DType> acc_types = inp.dtype == DType::bf16 ? kF32Bf16 : kF32;
-  c.tensor(weight, "weight", {inp.dtype}, {OC, C});
-  c.tensor(dout, "dout", {inp.dtype}, {R, OC});
-  c.tensor(dweight, "dweight", acc_types, {OC, C});
-  if (!dinp.empty()) c.tensor(dinp, "dinp", acc_types, {R, C});
-  if (!dbias.empty()) c.tensor(dbias, "dbias", kF32, {OC});
+  c.tensor(weight, "weight", {inp.dtype});
+  c.tensor(dout, "dout", {inp.dtype});
+  c.tensor(dweight, "dweight", acc_types);
+  if (!dinp.empty()) c.tensor(dinp, "dinp", acc_types);
+  if (!dbias.empty()) c.tensor(dbias, "dbias", kF32);
 
   if (!dinp.empty()) {
     // dinp (R,C) = dout (R,OC) @ weight (OC,C), assigned
@@ -149,7 +144,7 @@ void CudaOps::linear_backward(const Check& c, TensorView dinp, TensorView dweigh
       g.epilogue = cuda::GemmEpilogue::none;
       g.aux = nullptr;
       gemm_.run(g, stream());
-      gelu_backward(dinp, pre, dinp);
+      do_gelu_backward(dinp, pre, dinp);
     }
   }
 
@@ -194,13 +189,12 @@ void CudaOps::linear_backward(const Check& c, TensorView dinp, TensorView dweigh
     cuda::column_sum_accumulate(dbias.f32(), ptr<bf16>(dout), R, OC, tmp, stream());
 }
 
-void CudaOps::add_bias(TensorView out, TensorView bias) {
+void CudaOps::do_add_bias(TensorView out, TensorView bias) {
   cuda::NvtxRange range("add_bias");
   const Check c{"add_bias"};
-  c.ndim(out, "out", 2, "(R, C)");
   const int64_t R = out.shape[0], C = out.shape[1];
-  c.tensor(out, "out", kF32Bf16, {R, C});
-  c.tensor(bias, "bias", {out.dtype}, {C});
+  c.tensor(out, "out", kF32Bf16);
+  c.tensor(bias, "bias", {out.dtype});
   if (out.dtype == DType::f32)
     cuda::add_bias(out.f32(), bias.f32(), R, C, stream());
   else

@@ -1,16 +1,15 @@
 // The per-op FLOP and byte formulas (trainer/profile/op_costs.hpp) on small
 // shapes, each against a count written out by hand or by a naive loop, and
-// ProfilingOps: it forwards every call unchanged, records the formula's
-// costs while the profiler records, and nothing otherwise.
-#include <vector>
-
+// the Profiler observing a backend's ops: the calls run unchanged, the
+// formula's costs are recorded while the profiler records, nothing otherwise.
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.hpp"
 #include "test_util.hpp"
 #include "trainer/profile/op_costs.hpp"
 #include "trainer/profile/profiler.hpp"
-#include "trainer/profile/profiling_ops.hpp"
 
 namespace gt {
 namespace {
@@ -129,8 +128,9 @@ TEST(ProfileSchedule, ProfilesTheLastStepsOfEachPeriod) {
 }
 
 TEST(ProfilingOps, ForwardsAndRecordsOnlyWhileRecording) {
+  auto ops = make_cpu_ops(1);
   Profiler prof(ProfileSchedule{2, 1}, false, 0);
-  auto ops = make_profiling_ops(make_cpu_ops(1), prof);
+  prof.observe(*ops);
   const int R = 3, C = 5, OC = 7;
   auto x = test::random_vector(R * C, 1), w = test::random_vector(OC * C, 2),
        b = test::random_vector(OC, 3);
@@ -167,8 +167,9 @@ TEST(ProfilingOps, ForwardsAndRecordsOnlyWhileRecording) {
 }
 
 TEST(ProfilingOps, ForwardsCastAsAnElementwiseOpCountingBothDtypes) {
+  auto ops = make_cpu_ops(1);
   Profiler prof(ProfileSchedule{1, 1}, false, 0);
-  auto ops = make_profiling_ops(make_cpu_ops(1), prof);
+  prof.observe(*ops);
   const int64_t n = 6;
   std::vector<float> x{1.f, 1.f + 1.f / 256.f, -2.f, 3.f, 0.f, 1e30f}, back(n);
   std::vector<uint16_t> b(n);

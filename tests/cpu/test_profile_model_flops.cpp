@@ -4,12 +4,12 @@
 // 12·L·T·C per token for attention. They must agree within 1%; with the same
 // conventions on both sides they agree exactly. Also: the roofline report
 // built from those statistics, and the collective observer.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/cpu/cpu_ops.hpp"
 #include "parallel/in_process_communicator.hpp"
@@ -18,7 +18,6 @@
 #include "trainer/profile/model_flops.hpp"
 #include "trainer/profile/peaks.hpp"
 #include "trainer/profile/profiler.hpp"
-#include "trainer/profile/profiling_ops.hpp"
 #include "trainer/profile/roofline.hpp"
 
 namespace gt {
@@ -37,8 +36,9 @@ ModelConfig tiny_model() {
 // One profiled forward + backward of B x T tokens; returns the statistics.
 ProfileStats profile_one_micro_batch(const ModelConfig& m, int B, int T,
                                      Recompute recompute = Recompute::none) {
+  auto ops = make_cpu_ops(1);
   Profiler prof(ProfileSchedule{1, 1}, false, 0);
-  auto ops = make_profiling_ops(make_cpu_ops(1), prof);
+  prof.observe(*ops);
   GPT model(m, *ops, B, T, recompute);
   for (const auto& s : model.layout().specs()) {
     auto v = test::random_vector(static_cast<size_t>(s.numel), 11, -0.05f, 0.05f);

@@ -88,6 +88,40 @@ TEST(CudaOps, ArgumentErrorsNameTheOpAndTheTensor) {
   EXPECT_NE(msg.find("saved holds 3 floats, expected B*NH*T = 4"), std::string::npos) << msg;
 }
 
+// The fallbacks that run another op's kernels (the GEMM, then GELU or its
+// backward, where cuBLASLt has no fused epilogue; a same-dtype cast as a
+// copy) call the backend's own methods, not the public entries: an observer
+// sees one op per call and never one inside another.
+TEST(CudaOps, AnObserverSeesOneOpPerCallAndNoNestedOne) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  struct Names final : gt::OpObserver {
+    std::vector<std::string> seen;
+    bool open = false;
+    uint64_t on_begin(const gt::OpCall& call) override {
+      EXPECT_FALSE(open) << call.name() << " began inside another op";
+      open = true;
+      seen.push_back(call.name());
+      return seen.size();
+    }
+    void on_end(uint64_t, const gt::OpCall&) override { open = false; }
+  } names;
+  gt::CudaOps ops;
+  ops.set_observer(&names);
+  NamedTensors d(true, ops.stream());
+  // OC = 7 and C = 7: no aux row stride cuBLASLt takes, so both fall back.
+  ops.matmul_gelu_forward(d.f32("out", {4, 7}), d.f32("pre", {4, 7}), d.f32("x", {4, 8}),
+                          d.f32("w", {7, 8}), TensorView{});
+  ops.matmul_backward_dgelu(d.f32("dx", {4, 7}), d.f32("dw", {5, 7}), TensorView{},
+                            d.f32("dy", {4, 5}), d.f32("x2", {4, 7}), d.f32("w2", {5, 7}),
+                            d.f32("pre2", {4, 7}));
+  ops.cast(d.f32("c1", {6}), d.f32("c2", {6}));
+  ops.synchronize();
+  ops.set_observer(nullptr);
+  EXPECT_EQ(names.seen,
+            (std::vector<std::string>{"matmul_gelu_forward", "matmul_backward_dgelu", "cast"}));
+  EXPECT_FALSE(names.open);
+}
+
 // ---- the small ops, one by one ------------------------------------------------------
 
 // Runs `body` on both backends with fresh named tensors, then compares the named outputs.

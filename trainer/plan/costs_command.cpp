@@ -16,7 +16,6 @@
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/profile/model_flops.hpp"
 #include "trainer/profile/profiler.hpp"
-#include "trainer/profile/profiling_ops.hpp"
 #include "trainer/runtime/parallelize.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
@@ -121,9 +120,9 @@ int run_costs_command(const CostsArgs& a) {
   const int B = tc.micro_batch, T = tc.seq_len, accum = cfg.grad_accum_steps();
 
   // One optimizer step of the real model on the dry-run backend, recorded.
-  const std::unique_ptr<Ops> dry = make_dry_run_ops();
+  const std::unique_ptr<Ops> ops = make_dry_run_ops();
   Profiler profiler(ProfileSchedule{1, 1}, false, 0);
-  const std::unique_ptr<Ops> ops = make_profiling_ops(*dry, profiler);
+  profiler.observe(*ops);  // detached by ~Profiler, before ops goes
   const DeviceMesh mesh = DeviceMesh::in_process();
   double model_flops_step = 0;
   {
@@ -162,7 +161,7 @@ int run_costs_command(const CostsArgs& a) {
     r.name = s.name;
     r.unit = unit_of(s.cls, cfg.runtime.dtype, tc_attention);
     r.calls = static_cast<double>(s.count);
-    const KnownExtra extra = known_extra(s, *dry, cfg.runtime.dtype, tc_attention);
+    const KnownExtra extra = known_extra(s, *ops, cfg.runtime.dtype, tc_attention);
     r.flops = s.flops + extra.flops;
     r.bytes = s.bytes + extra.bytes;
     r.floor_s = std::max(r.flops / unit_flops(r.unit, peaks), r.bytes / peaks.hbm_bytes);

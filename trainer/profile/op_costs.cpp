@@ -6,20 +6,6 @@
 
 namespace gt {
 
-const char* op_class_name(OpClass c) {
-  switch (c) {
-    case OpClass::gemm: return "gemm";
-    case OpClass::attention: return "attention";
-    case OpClass::layernorm: return "layernorm";
-    case OpClass::gelu: return "gelu";
-    case OpClass::cross_entropy: return "cross_entropy";
-    case OpClass::embedding: return "embedding";
-    case OpClass::elementwise: return "elementwise";
-    case OpClass::optimizer: return "optimizer";
-  }
-  return "?";
-}
-
 namespace op_cost {
 namespace {
 constexpr double kF = 4.0;  // bytes per fp32 / int32 element

@@ -35,20 +35,10 @@
 
 #include <cstdint>
 
+#include "kernels/op_observer.hpp"  // OpClass
+
 namespace gt {
 
-enum class OpClass {
-  gemm,
-  attention,
-  layernorm,
-  gelu,
-  cross_entropy,
-  embedding,
-  elementwise,
-  optimizer,
-};
-constexpr int kNumOpClasses = 8;
-const char* op_class_name(OpClass c);  // "gemm", "attention", ...
 // GEMM and attention: the classes whose FLOPs make up the 6·N + attention
 // model FLOPs (model_flops.hpp).
 inline bool is_model_flops_class(OpClass c) {

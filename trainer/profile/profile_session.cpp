@@ -13,7 +13,6 @@
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/io/metrics_log.hpp"
 #include "trainer/profile/bench.hpp"
-#include "trainer/profile/profiling_ops.hpp"
 #include "trainer/profile/roofline.hpp"
 #include "trainer/runtime/run_environment.hpp"
 
@@ -44,9 +43,8 @@ ProfileSession::ProfileSession(const Config& cfg, int rank, std::unique_ptr<OpTi
 
 ProfileSession::~ProfileSession() = default;
 
-std::unique_ptr<Ops> ProfileSession::wrap(Ops& backend) {
-  if (!profiling()) return nullptr;
-  return make_profiling_ops(backend, profiler_);
+void ProfileSession::observe(Ops& backend) {
+  if (profiling()) profiler_.observe(backend);
 }
 
 void ProfileSession::start(DeviceMesh& mesh, Ops& ops) {

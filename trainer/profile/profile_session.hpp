@@ -3,7 +3,8 @@
 //
 //   ProfileSession s(cfg, rank);      build(): loads profile.hardware and
 //                                     profile.peaks (errors name the key)
-//   ops = s.wrap(backend);            a ProfilingOps over it when profile.every > 0, else null
+//   s.observe(backend);               the profiler observes the backend's ops
+//                                     when profile.every > 0
 //   s.start(mesh, ops);               collective: observe the mesh's
 //                                     communicators, align trace clocks,
 //                                     quick bench (profiling without a peaks file)
@@ -55,8 +56,9 @@ class ProfileSession {
   ProfileSession& operator=(const ProfileSession&) = delete;
 
   bool profiling() const { return cfg_.profile.every > 0; }
-  // Null when not profiling (use the backend itself); `backend` must outlive the result.
-  std::unique_ptr<Ops> wrap(Ops& backend);
+  // When profiling, reports every op of `backend` to the profiler (which
+  // records them in profiled steps only); `backend` must outlive the session.
+  void observe(Ops& backend);
   void start(DeviceMesh& mesh, Ops& ops);
   void begin_step(int64_t step);
   void end_step(nlohmann::json& record, double step_seconds, int64_t tokens);

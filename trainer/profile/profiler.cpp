@@ -7,7 +7,9 @@
 #include <fstream>
 
 #include "kernels/core/error.hpp"
+#include "kernels/ops.hpp"
 #include "parallel/communicator.hpp"
+#include "trainer/profile/op_descriptions.hpp"
 
 namespace gt {
 
@@ -55,11 +57,18 @@ Profiler::Profiler(ProfileSchedule schedule, bool trace, int rank,
 Profiler::~Profiler() {
   for (Communicator* c : observed_)
     if (c->observer() == this) c->set_observer(nullptr);
+  for (Ops* o : observed_ops_)
+    if (o->observer() == this) o->set_observer(nullptr);
 }
 
 void Profiler::observe(Communicator& comm) {
   comm.set_observer(this);
   observed_.push_back(&comm);
+}
+
+void Profiler::observe(Ops& ops) {
+  ops.set_observer(this);
+  observed_ops_.push_back(&ops);
 }
 
 double Profiler::us(Clock::time_point t) const {
@@ -122,10 +131,17 @@ Profiler::StepResult Profiler::end_step() {
   return r;
 }
 
-void Profiler::op_end(size_t index, OpClass cls, const char* op, std::string shape,
-                      const OpCost& cost) {
-  timer_->end(index);
-  pending_ops_.push_back({index, cls, op, std::move(shape), cost});
+uint64_t Profiler::on_begin(const OpCall& call) {
+  if (!recording_) return 0;
+  OpDescription d = describe_op(call);
+  const size_t index = timer_->begin(call.name());
+  pending_ops_.push_back({index, call.cls(), call.name(), std::move(d.shape), d.cost});
+  return pending_ops_.size();  // its place + 1: 0 stays "not recorded"
+}
+
+void Profiler::on_end(uint64_t token, const OpCall&) {
+  if (token == 0) return;
+  timer_->end(pending_ops_[token - 1].index);
 }
 
 CommStat& Profiler::comm_stat(const CommOp& op) {

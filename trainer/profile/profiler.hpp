@@ -1,7 +1,8 @@
 // Profiler: the recorder behind `profile.*`. It is told when a step begins
 // and ends, decides from the schedule whether the step is profiled, and while
-// it is, collects every op (through ProfilingOps) and every collective
-// (through the CommObserver hook of the mesh's communicators):
+// it is, collects every op (through the OpObserver hook of the backend's Ops)
+// and every collective (through the CommObserver hook of the mesh's
+// communicators):
 //   * aggregate statistics per op (class + shape) and per collective (axis +
 //     kind): the input of the roofline report (roofline.hpp);
 //   * Chrome trace events, when tracing is on (see trace_json()).
@@ -22,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/op_observer.hpp"
 #include "kernels/op_timer.hpp"
 #include "parallel/comm_observer.hpp"
 #include "trainer/profile/op_costs.hpp"
@@ -68,13 +70,14 @@ struct ProfileStats {
 };
 
 class Communicator;
+class Ops;
 
-class Profiler final : public CommObserver {
+class Profiler final : public CommObserver, public OpObserver {
  public:
   // timer: null = SteadyOpTimer (CPU). trace: keep Chrome trace events.
   Profiler(ProfileSchedule schedule, bool trace, int rank,
            std::unique_ptr<OpTimer> timer = nullptr);
-  ~Profiler() override;  // detaches from every observed communicator
+  ~Profiler() override;  // detaches from every observed communicator and Ops
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
@@ -85,6 +88,10 @@ class Profiler final : public CommObserver {
   // Reports every operation `comm` starts from now on to this profiler. The
   // communicator must outlive the profiler (the destructor detaches).
   void observe(Communicator& comm);
+  // Reports every op `ops` runs from now on to this profiler (recorded in
+  // profiled steps only: one branch otherwise). `ops` must outlive the
+  // profiler (the destructor detaches).
+  void observe(Ops& ops);
   // Time origin of the trace; every rank sets it right after a barrier, so
   // the per-rank files share one time axis (to the barrier's skew).
   void set_epoch(Clock::time_point t) { epoch_ = t; }
@@ -97,10 +104,13 @@ class Profiler final : public CommObserver {
   };
   StepResult end_step();
 
-  // ProfilingOps' side: the decorator's whole inactive path is `recording()`.
   bool recording() const { return recording_; }
-  size_t op_begin(const char* op) { return timer_->begin(op); }
-  void op_end(size_t index, OpClass cls, const char* op, std::string shape, const OpCost& cost);
+
+  // OpObserver: outside profiled steps on_begin returns 0 at once. In one,
+  // the op is described (op_descriptions.hpp: shape, FLOPs, bytes) before
+  // its timed range opens, so the description is not timed.
+  uint64_t on_begin(const OpCall& call) override;
+  void on_end(uint64_t token, const OpCall& call) override;
 
   // CommObserver.
   uint64_t on_start(const CommOp& op, Clock::time_point t) override;
@@ -150,6 +160,7 @@ class Profiler final : public CommObserver {
   int rank_;
   std::unique_ptr<OpTimer> timer_;
   std::vector<Communicator*> observed_;
+  std::vector<Ops*> observed_ops_;
   Clock::time_point epoch_;
 
   bool recording_ = false;

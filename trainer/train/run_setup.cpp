@@ -69,8 +69,7 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
   }
   run.profile =
       std::make_unique<ProfileSession>(cfg, run.mesh->rank(), run.backend.ops->make_op_timer());
-  run.profiling_ops = run.profile->wrap(*run.backend.ops);
-  run.ops = run.profiling_ops ? run.profiling_ops.get() : run.backend.ops.get();
+  run.profile->observe(*run.backend.ops);
   if (run.backend.device != Device::cpu) {
     Ops* ops = run.backend.ops.get();  // outlives the session (Run's member order)
     run.profile->set_device_peak_memory([ops] { return ops->device_bytes_peak(); });
@@ -78,7 +77,7 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
 
   const MeshCoord& me = run.mesh->coord();
   // Placement, data-parallel state, then the model (runtime/parallelize.hpp).
-  ParallelModel pm = parallelize(cfg.model, parallel_plan(cfg), *run.mesh, *run.ops,
+  ParallelModel pm = parallelize(cfg.model, parallel_plan(cfg), *run.mesh, *run.backend.ops,
                                  {tc.micro_batch, tc.seq_len, tc.recompute});
   run.layout = std::move(pm.layout);
   run.params = std::move(pm.params);

@@ -26,15 +26,13 @@ namespace gt {
 // Everything a run needs, built and validated before any output exists.
 // Members are destroyed in reverse order: the backend (a CUDA stream) outlives
 // the mesh's communicators (staged and NCCL ones order their work on it),
-// which outlive the profiler observing them, which outlives its ProfilingOps;
-// the model and the parameters (backend memory) go first.
+// which outlive the profiler observing them and the backend's ops; the model
+// and the parameters (backend memory) go first.
 struct Run {
   ParallelDims dims;
   ComputeBackend backend;
   std::unique_ptr<DeviceMesh> mesh;
   std::unique_ptr<ProfileSession> profile;
-  std::unique_ptr<Ops> profiling_ops;  // null when not profiling
-  Ops* ops = nullptr;                  // what the model calls: profiling_ops or backend.ops
   std::unique_ptr<DataLoader> train_data, val_data;
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;

@@ -113,7 +113,7 @@ Trainer::Trainer(const Config& cfg, MpiCommunicator* world)
     setup_error = std::current_exception();
   }
   agree_on_setup(job_, setup_error);
-  run_.profile->start(*run_.mesh, *run_.ops);
+  run_.profile->start(*run_.mesh, *run_.backend.ops);
   signature_ = model_signature(cfg.model);
 
   // Outputs (rank 0 writes the logs; every rank writes its checkpoint shard):
@@ -216,7 +216,7 @@ StepResult Trainer::train_step(int64_t step) {
                  std::isfinite(r.loss) ? "gradient norm" : "loss",
                  std::isfinite(r.loss) ? r.grad_norm : r.loss, skipped_in_row_, tc_.max_skipped);
   }
-  run_.ops->synchronize();  // a device backend may still be running the optimizer
+  run_.backend.ops->synchronize();  // a device backend may still be running the optimizer
   r.step_ms = ms_since(t_train);
   return r;
 }
