@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "parallel/mpi_check.hpp"
 #include "parallel/mpi_communicator.hpp"
+#include "parallel/mpi_session.hpp"
 
 #define NCCL_CHECK(expr) GT_API_CHECK("NCCL", expr, ncclSuccess, ncclGetErrorString)
 #define NCCL_LOG_ERROR(expr) GT_API_LOG("NCCL", expr, ncclSuccess, ncclGetErrorString)
@@ -70,6 +71,8 @@ struct DeviceWaits {
     std::string what;
     double deadline_s;
     Clock::time_point since;
+    std::string where;  // the job's CollectiveContext::where() at wait(); "" = none
+    bool abort_job;     // its abort_on_deadline
   };
   std::vector<Entry> entries;
 };
@@ -105,9 +108,13 @@ bool event_done(const cuda::CudaEvent& e) {
 
 // Polls `work` on the host until it is done; past `deadline_s` (counted from
 // `since`, 0 = none) aborts the communicator (kernels of a collective a peer
-// never joined spin forever) and throws naming `what`.
+// never joined spin forever) and throws naming `what`, after `where` (the
+// job's step and phase when the op was waited). With `abort_job_on_deadline`
+// (a training job's CollectiveContext) it ends the job instead, as an MPI
+// wait does: by then a peer is hung or dead.
 void host_wait(detail::NcclWork& work, const std::string& what, double deadline_s,
-               detail::DeviceWaits::Clock::time_point since) {
+               detail::DeviceWaits::Clock::time_point since, const std::string& where,
+               bool abort_job_on_deadline) {
   using Clock = detail::DeviceWaits::Clock;
   auto nap = std::chrono::microseconds(5);
   for (;;) {
@@ -120,9 +127,14 @@ void host_wait(detail::NcclWork& work, const std::string& what, double deadline_
         NCCL_LOG_ERROR(ncclCommAbort(work.comm));
         *work.aborted = true;
       }
-      fail(what, " did not complete within its deadline of ", deadline_s, " s (waited ", waited,
-           " s); a peer rank has probably not started the same collective (hung or "
-           "failed). The NCCL communicator was aborted");
+      const std::string msg = detail::concat(
+          where.empty() ? "" : where + ": ", what, " did not complete within its deadline of ",
+          deadline_s, " s (waited ", waited,
+          " s); a peer rank has probably not started the same collective (hung or "
+          "failed). The NCCL communicator was aborted");
+      if (abort_job_on_deadline)
+        abort_job(1, msg + " (runtime.collective_timeout_s); aborting the job");
+      fail(msg);
     }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(500));
@@ -132,12 +144,14 @@ void host_wait(detail::NcclWork& work, const std::string& what, double deadline_
 class NcclPendingOp final : public PendingOp {
  public:
   NcclPendingOp(std::shared_ptr<detail::NcclWork> work, std::string what, double deadline,
-                cudaStream_t compute, std::shared_ptr<detail::DeviceWaits> waits)
+                cudaStream_t compute, std::shared_ptr<detail::DeviceWaits> waits,
+                std::shared_ptr<const CollectiveContext> context)
       : work_(std::move(work)),
         what_(std::move(what)),
         deadline_(deadline),
         compute_(compute),
-        waits_(std::move(waits)) {}
+        waits_(std::move(waits)),
+        context_(std::move(context)) {}
 
   bool test() override {
     work_->launch();
@@ -150,7 +164,9 @@ class NcclPendingOp final : public PendingOp {
   void wait(double deadline_s) override {
     if (test()) return;
     CUDA_CHECK(cudaStreamWaitEvent(compute_, work_->done.get(), 0));
-    waits_->entries.push_back({work_, what_, deadline_s, detail::DeviceWaits::Clock::now()});
+    waits_->entries.push_back({work_, what_, deadline_s, detail::DeviceWaits::Clock::now(),
+                               context_ ? context_->where() : std::string(),
+                               context_ && context_->abort_on_deadline});
   }
 
   double default_deadline() const override { return deadline_; }
@@ -167,6 +183,7 @@ class NcclPendingOp final : public PendingOp {
   double deadline_;
   cudaStream_t compute_;
   std::shared_ptr<detail::DeviceWaits> waits_;
+  std::shared_ptr<const CollectiveContext> context_;  // may be null
 };
 
 }  // namespace
@@ -203,8 +220,10 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(const MpiCommunicator
   MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bootstrap.comm()));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
-  return std::unique_ptr<NcclCommunicator>(
+  std::unique_ptr<NcclCommunicator> out(
       new NcclCommunicator(comm, device, compute, std::move(name), deadline_s));
+  out->context_ = bootstrap.context();  // the job's step and phase, in deadline errors
+  return out;
 }
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create_single(int device,
@@ -225,8 +244,10 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::split(int color, int key,
   if (color < 0) fail("NcclCommunicator '", name_, "'.split: color must be >= 0, got ", color);
   ncclComm_t sub = nullptr;
   NCCL_CHECK(ncclCommSplit(comm_.get(), color, key, &sub, nullptr));
-  return std::unique_ptr<NcclCommunicator>(
+  std::unique_ptr<NcclCommunicator> out(
       new NcclCommunicator(sub, device_, compute_, std::move(name), deadline_s_));
+  out->context_ = context_;
+  return out;
 }
 
 void NcclCommunicator::abort() noexcept {
@@ -266,12 +287,13 @@ std::string NcclCommunicator::describe(const std::string& what) const {
 
 CommHandle NcclCommunicator::handle(std::shared_ptr<detail::NcclWork> work, std::string what) {
   return CommHandle(std::make_unique<NcclPendingOp>(std::move(work), std::move(what), deadline_s_,
-                                                    compute_, waits_));
+                                                    compute_, waits_, context_));
 }
 
 void NcclCommunicator::do_drain() {
   // In wait order; each deadline counts from its wait().
-  for (const auto& e : waits_->entries) host_wait(*e.work, e.what, e.deadline_s, e.since);
+  for (const auto& e : waits_->entries)
+    host_wait(*e.work, e.what, e.deadline_s, e.since, e.where, e.abort_job);
   waits_->entries.clear();
 }
 
@@ -355,7 +377,8 @@ T NcclCommunicator::scalar_all_reduce(T value, ReduceOp op, const char* what) {
                              cudaMemcpyDeviceToHost, stream_.get()));
   // The host reads the result: a host wait, with the deadline.
   host_wait(*enqueue_done(), describe(std::string(what) + "(" + reduce_op_name(op) + ")"),
-            deadline_s_, detail::DeviceWaits::Clock::now());
+            deadline_s_, detail::DeviceWaits::Clock::now(),
+            context_ ? context_->where() : std::string(), context_ && context_->abort_on_deadline);
   return *scalar_host_.as<T>();
 }
 

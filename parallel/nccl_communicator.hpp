@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_resources.hpp"
+#include "parallel/collective_context.hpp"
 #include "parallel/communicator.hpp"
 
 namespace gt {
@@ -119,6 +120,10 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<detail::NcclWork> p2p_;  // sends/receives queued, not yet launched
   std::shared_ptr<bool> aborted_;          // set by abort() or a deadline: no finalize then
   std::shared_ptr<detail::DeviceWaits> waits_;  // waited on the device, not yet drained
+  // The job's step and phase (the bootstrap MPI communicator's context when
+  // created; split communicators share it): deadline errors name them, and
+  // with abort_on_deadline a missed deadline ends the job as an MPI wait does.
+  std::shared_ptr<const CollectiveContext> context_;
   std::unique_ptr<ncclComm, detail::NcclCommDestroy> comm_;
 };
 

@@ -319,6 +319,33 @@ TEST(NcclCommunicator, DeadlineAbortsAndNamesTheOp) {
   EXPECT_NE(msg.find("was aborted"), std::string::npos) << msg;
 }
 
+// The job's step and phase (the CollectiveContext the trainer keeps on the
+// MPI world) reach NCCL's deadline errors: the communicator takes the
+// bootstrap's context, and a wait records where the job was.
+TEST(NcclCommunicator, DeadlineErrorsNameTheJobsStepAndPhase) {
+  auto context = std::make_shared<CollectiveContext>();
+  context->step = 7;
+  context->phase = "train";
+  auto bootstrap = test_world("nccl-bootstrap-ctx");
+  bootstrap->set_context(context);
+  int local = 0, local_size = 1;
+  local_rank_and_size(&local, &local_size);
+  if (bootstrap->all_reduce_i64(cuda::cuda_device_count() < local_size ? 1 : 0, ReduceOp::max))
+    GTEST_SKIP() << "needs one GPU per rank";
+  CUDA_CHECK(cudaSetDevice(local));
+  cuda::CudaStream compute;
+  auto nccl = NcclCommunicator::create(*bootstrap, local, compute.get(), "nccl-ctx", 0.5);
+  auto half = nccl->split(0, nccl->rank(), "nccl-ctx-split");  // inherits the context
+  DeviceFloats x(filled(0, 3));
+  CommHandle h = half->recv(x.get(), 3, (half->rank() + 1) % half->size(), 1);
+  h.wait();
+  context->step = 8;  // what the wait saw is what the error names
+  const std::string msg = error_message([&] { half->drain(); });
+  EXPECT_NE(msg.find("step 7 (train): recv of 3 floats"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'nccl-ctx-split'"), std::string::npos) << msg;
+  bootstrap->set_context(nullptr);
+}
+
 // wait() orders the compute stream after the collective, without the host
 // waiting: compute queued after it reads the result, here a copy on the
 // compute stream to pinned memory that the host reads after synchronising
