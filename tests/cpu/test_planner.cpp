@@ -160,66 +160,69 @@ TEST(PlanMemory, MpiTemporariesFollowTheSchedule) {
   EXPECT_EQ(ws16(1, 1, 2, false), 2 * 2 * 16 * 32 * 4);
 }
 
-TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
-  // {dp, fsdp, tp, stage, micro, dp bytes, fsdp bytes, tp bytes}, printed by
-  // layout_matrix.expected_bytes for its layouts at accumulation 1 and 2.
-  struct Case {
-    int dp, fsdp, tp, stage, micro;
-    double b_dp, b_fsdp, b_tp;
-  };
-  const Case cases[] = {
-      {2, 1, 1, 3, 4, 187520.0, 0.0, 0.0},      {2, 2, 1, 3, 2, 93760.0, 212928.0, 0.0},
-      {2, 2, 1, 3, 1, 93760.0, 425856.0, 0.0},  {2, 2, 1, 1, 1, 93760.0, 187520.0, 0.0},
-      {2, 1, 2, 3, 2, 96064.0, 0.0, 119296.0},  {4, 1, 1, 3, 1, 281280.0, 0.0, 0.0},
-      {1, 2, 1, 1, 2, 0.0, 187520.0, 0.0},      {1, 2, 1, 2, 2, 0.0, 281280.0, 0.0},
-      {1, 2, 1, 3, 4, 0.0, 212928.0, 0.0},      {1, 2, 2, 3, 2, 0.0, 217920.0, 123136.0},
-      {1, 2, 2, 2, 4, 0.0, 96064.0, 119296.0},  {1, 2, 2, 2, 2, 0.0, 144096.0, 123136.0},
-      {1, 4, 1, 3, 1, 0.0, 638784.0, 0.0},      {1, 1, 2, 3, 8, 0.0, 0.0, 234752.0},
-      {1, 1, 4, 3, 4, 0.0, 0.0, 352128.0},
-  };
-  for (const Case& c : cases) {
+// {dp, fsdp, tp, stage, micro, dp bytes, fsdp bytes, tp bytes}, as
+// layout_matrix.expected_bytes prints them, checked against the planner's
+// comm_bytes_per_step at parallel.reduce_dtype `reduce`.
+struct CommCase {
+  int dp, fsdp, tp, stage, micro;
+  double b_dp, b_fsdp, b_tp;
+};
+void expect_comm_bytes(const std::vector<CommCase>& cases, ComputeDType reduce) {
+  for (const CommCase& c : cases) {
     PlanLayout l;
     l.dp = c.dp;
     l.fsdp = c.fsdp;
     l.tp = c.tp;
     l.stage = c.stage;
     l.micro_batch = c.micro;
-    const CommBytes b = comm_bytes_per_step(matrix_model(), matrix_train(c.micro), l, PlanBackend::cpu);
-    EXPECT_DOUBLE_EQ(b.dp, c.b_dp) << l.str();
-    EXPECT_DOUBLE_EQ(b.fsdp, c.b_fsdp) << l.str();
-    EXPECT_NEAR(b.tp, c.b_tp, 1e-6 * c.b_tp) << l.str();
-  }
-}
-
-// parallel.reduce_dtype=bf16: the gradients' all-reduces (dp) and
-// reduce-scatters (fsdp) at 2 bytes an element, the parameters' all-gathers
-// and tp's traffic unchanged; the same figures as
-// layout_matrix.expected_bytes(..., reduce_dtype="bf16").
-TEST(PlanComm, Bf16ReductionsHalveTheGradientBytes) {
-  struct Case {
-    int dp, fsdp, tp, stage, micro;
-    double b_dp, b_fsdp, b_tp;
-  };
-  const Case cases[] = {
-      {2, 1, 1, 3, 4, 93760.0, 0.0, 0.0},      {2, 2, 1, 3, 2, 46880.0, 166048.0, 0.0},
-      {2, 2, 1, 1, 1, 46880.0, 140640.0, 0.0}, {1, 2, 1, 1, 2, 0.0, 140640.0, 0.0},
-      {1, 2, 1, 2, 2, 0.0, 187520.0, 0.0},     {1, 2, 1, 3, 4, 0.0, 166048.0, 0.0},
-      {1, 2, 2, 2, 4, 0.0, 72048.0, 119296.0}, {2, 1, 2, 3, 2, 48032.0, 0.0, 119296.0},
-  };
-  for (const Case& c : cases) {
-    PlanLayout l;
-    l.dp = c.dp;
-    l.fsdp = c.fsdp;
-    l.tp = c.tp;
-    l.stage = c.stage;
-    l.micro_batch = c.micro;
-    l.reduce_dtype = ComputeDType::bf16;
+    l.reduce_dtype = reduce;
     const CommBytes b =
         comm_bytes_per_step(matrix_model(), matrix_train(c.micro), l, PlanBackend::cpu);
     EXPECT_DOUBLE_EQ(b.dp, c.b_dp) << l.str();
     EXPECT_DOUBLE_EQ(b.fsdp, c.b_fsdp) << l.str();
     EXPECT_NEAR(b.tp, c.b_tp, 1e-6 * c.b_tp) << l.str();
   }
+}
+
+// The layout matrix's layouts at accumulation 1 and 2.
+TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
+  expect_comm_bytes(
+      {
+          {2, 1, 1, 3, 4, 187520.0, 0.0, 0.0},
+          {2, 2, 1, 3, 2, 93760.0, 212928.0, 0.0},
+          {2, 2, 1, 3, 1, 93760.0, 425856.0, 0.0},
+          {2, 2, 1, 1, 1, 93760.0, 187520.0, 0.0},
+          {2, 1, 2, 3, 2, 96064.0, 0.0, 119296.0},
+          {4, 1, 1, 3, 1, 281280.0, 0.0, 0.0},
+          {1, 2, 1, 1, 2, 0.0, 187520.0, 0.0},
+          {1, 2, 1, 2, 2, 0.0, 281280.0, 0.0},
+          {1, 2, 1, 3, 4, 0.0, 212928.0, 0.0},
+          {1, 2, 2, 3, 2, 0.0, 217920.0, 123136.0},
+          {1, 2, 2, 2, 4, 0.0, 96064.0, 119296.0},
+          {1, 2, 2, 2, 2, 0.0, 144096.0, 123136.0},
+          {1, 4, 1, 3, 1, 0.0, 638784.0, 0.0},
+          {1, 1, 2, 3, 8, 0.0, 0.0, 234752.0},
+          {1, 1, 4, 3, 4, 0.0, 0.0, 352128.0},
+      },
+      ComputeDType::fp32);
+}
+
+// parallel.reduce_dtype=bf16: the gradients' all-reduces (dp) and
+// reduce-scatters (fsdp) at 2 bytes an element, the parameters' all-gathers
+// and tp's traffic unchanged.
+TEST(PlanComm, Bf16ReductionsHalveTheGradientBytes) {
+  expect_comm_bytes(
+      {
+          {2, 1, 1, 3, 4, 93760.0, 0.0, 0.0},
+          {2, 2, 1, 3, 2, 46880.0, 166048.0, 0.0},
+          {2, 2, 1, 1, 1, 46880.0, 140640.0, 0.0},
+          {1, 2, 1, 1, 2, 0.0, 140640.0, 0.0},
+          {1, 2, 1, 2, 2, 0.0, 187520.0, 0.0},
+          {1, 2, 1, 3, 4, 0.0, 166048.0, 0.0},
+          {1, 2, 2, 2, 4, 0.0, 72048.0, 119296.0},
+          {2, 1, 2, 3, 2, 48032.0, 0.0, 119296.0},
+      },
+      ComputeDType::bf16);
 }
 
 TEST(PlanFlops, MatmulsAttentionAndHead) {
