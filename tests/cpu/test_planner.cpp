@@ -225,6 +225,32 @@ TEST(PlanComm, Bf16ReductionsHalveTheGradientBytes) {
       ComputeDType::bf16);
 }
 
+// The GPU plan is the bf16 model: its forward all-gathers move bf16 rows
+// (layout_matrix.expected_bytes(..., dtype="bf16")), the rest as fp32.
+TEST(PlanComm, Bf16ActivationGathersOnTheGpuPlan) {
+  struct Case {
+    int dp, tp, micro;
+    Recompute recompute;
+    double b_tp;
+  };
+  const Case cases[] = {{1, 2, 8, Recompute::none, 206080.0},
+                        {2, 2, 2, Recompute::none, 104960.0},
+                        {1, 4, 4, Recompute::none, 309120.0},
+                        {1, 2, 8, Recompute::block, 255232.0},
+                        {1, 2, 8, Recompute::mlp, 218368.0}};
+  for (const Case& c : cases) {
+    PlanLayout l;
+    l.dp = c.dp;
+    l.tp = c.tp;
+    l.micro_batch = c.micro;
+    TrainConfig t = matrix_train(c.micro);
+    t.recompute = c.recompute;
+    EXPECT_NEAR(comm_bytes_per_step(matrix_model(), t, l, PlanBackend::cuda).tp, c.b_tp,
+                1e-6 * c.b_tp)
+        << l.str() << " recompute " << to_string(c.recompute);
+  }
+}
+
 TEST(PlanFlops, MatmulsAttentionAndHead) {
   const ModelConfig m = matrix_model();
   const MicroBatchFlops f = micro_batch_flops(m, 2, 16, 1);

@@ -47,16 +47,26 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   const int A = t.global_batch / (l.micro_batch * dp * fsdp);
   const UnitSizes u = unit_sizes(m, tp, fsdp);
   const double total = static_cast<double>(u.total), block = static_cast<double>(u.block);
-  const double act = 4.0;  // tp moves fp32 activations on every backend (bf16 rounds GEMM operands only)
-  (void)backend;
+  // The GPU plan is the bf16 model (planner.cpp): there the forward's
+  // all-gathers of activations (c_attn's and c_fc's inputs per block,
+  // recomputed ones included, and the LM head's) move bf16 rows; the
+  // reduce-scatters sum in fp32 and the backward's gathers move the fp32
+  // residual-stream gradient (layout_matrix.expected_bytes, dtype bf16).
+  const bool bf16 = backend == PlanBackend::cuda;
   CommBytes out;
   if (tp > 1) {
     const double R = static_cast<double>(l.micro_batch) * t.seq_len;
-    const double chunk = static_cast<double>(static_cast<int64_t>(R) / tp) * C * act;
+    const double chunk = static_cast<double>(static_cast<int64_t>(R) / tp) * C * 4.0;
     const double again = t.recompute == Recompute::mlp     ? 1.0
                          : t.recompute == Recompute::block ? 3.0
                                                            : 0.0;  // per block, recomputed
     double per_micro = (8.0 * L + 4.0 + again * L) * (tp - 1) * chunk;  // sequence-parallel AG/RS
+    if (bf16) {
+      const double gathered_again = t.recompute == Recompute::mlp     ? 1.0
+                                    : t.recompute == Recompute::block ? 2.0
+                                                                      : 0.0;
+      per_micro -= (2.0 * L + 1.0 + gathered_again * L) * (tp - 1) * chunk / 2.0;
+    }
     per_micro += 2.0 * (tp - 1) / tp * 3.0 * R * 4.0;        // vocab-parallel cross-entropy
     const double partial = 4.0 * C * L + P * C + 2.0 * C;    // LayerNorms, wpe, ln_f
     const int reductions = (fsdp > 1 && l.stage >= 2) ? A : 1;
