@@ -252,6 +252,31 @@ class Ops {
                                   TensorView target_logit, int64_t vocab_start, int64_t vocab_size,
                                   float grad_scale);
 
+  // ---- The Llama family ------------------------------------------------------
+  // RMSNorm (HF LlamaRMSNorm): out (R,C) = inp * rstd * weight with rstd (R)
+  // = 1 / sqrt(mean(inp^2) + eps), saved for backward. bf16 storage: inp and
+  // out bf16 together (weight and rstd fp32).
+  void rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
+                       float eps);
+  // dinp (R,C) ACCUMULATES (the residual stream's gradient), dweight (C)
+  // accumulates; dout and inp may each be bf16 (outputs fp32).
+  void rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
+                        TensorView weight, TensorView rstd);
+  // Rotary embedding, in place, HF's rotate_half convention: qk (N, H, D);
+  // row n is at position (first_row + n) % T; heads [0, rot_heads) turn
+  // (q and k of a packed q|k|v row), the others are left alone. cos_sin
+  // (max_T >= T, D) fp32: row p = [cos(p f_i) for i < D/2 | sin(p f_i)]
+  // (trainer/model/rope_table.hpp). For each pair (x_i, x_{i+D/2}):
+  //   x_i <- x_i c - x_{i+D/2} s,  x_{i+D/2} <- x_{i+D/2} c + x_i s.
+  // bf16 storage: qk bf16. backward applies the transpose (angle -a) to the
+  // gradient, in place: the gradient of forward.
+  void rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row, int T);
+  void rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64_t first_row, int T);
+  // SwiGLU: out (R,F) = silu(gate) * up, gu (R,2F) = [gate | up] per row (one
+  // GEMM's output). backward: dgu (R,2F) ASSIGNED. bf16 storage: all bf16.
+  void swiglu_forward(TensorView out, TensorView gu);
+  void swiglu_backward(TensorView dgu, TensorView dout, TensorView gu);
+
   // Sum of squares of all elements, accumulated in double (for the global norm).
   double sum_squares(TensorView t);
   // The same without a host round trip: out (fp32 {1}) = the sum over `runs`
@@ -380,6 +405,16 @@ class Ops {
                                              TensorView row_max, TensorView sumexp,
                                              TensorView target_logit, int64_t vocab_start,
                                              int64_t vocab_size, float grad_scale) = 0;
+  virtual void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp,
+                                  TensorView weight, float eps) = 0;
+  virtual void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
+                                   TensorView inp, TensorView weight, TensorView rstd) = 0;
+  virtual void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
+                               int T) = 0;
+  virtual void do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads,
+                                int64_t first_row, int T) = 0;
+  virtual void do_swiglu_forward(TensorView out, TensorView gu) = 0;
+  virtual void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) = 0;
   virtual double do_sum_squares(TensorView t) = 0;
   virtual void do_sum_squares_runs(TensorView out, TensorView x,
                                    const std::vector<AdamWRun>& runs) = 0;

@@ -13,6 +13,7 @@
 
 #include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/llama_kernels.hpp"
 
 #if TRAINER_HAVE_OPENBLAS
 #include <cblas.h>
@@ -200,6 +201,26 @@ void CpuOps::do_attention_backward(TensorView dqkv, TensorView scratch, TensorVi
                           n_head);
 }
 
+void CpuOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
+                                float eps) {
+  cpu::rmsnorm_forward(out, rstd, inp, weight, eps);
+}
+void CpuOps::do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
+                                 TensorView inp, TensorView weight, TensorView rstd) {
+  cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+}
+void CpuOps::do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
+                             int T) {
+  cpu::rope_forward(qk, cos_sin, rot_heads, first_row, T);
+}
+void CpuOps::do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64_t first_row,
+                              int T) {
+  cpu::rope_backward(dqk, cos_sin, rot_heads, first_row, T);
+}
+void CpuOps::do_swiglu_forward(TensorView out, TensorView gu) { cpu::swiglu_forward(out, gu); }
+void CpuOps::do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) {
+  cpu::swiglu_backward(dgu, dout, gu);
+}
 void CpuOps::do_gelu_forward(TensorView out, TensorView inp) { cpu::gelu_forward(out, inp); }
 void CpuOps::do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
   cpu::gelu_backward(dinp, inp, dout);

@@ -85,6 +85,16 @@ class CpuOps : public Ops {
                                      TensorView targets, TensorView row_max, TensorView sumexp,
                                      TensorView target_logit, int64_t vocab_start,
                                      int64_t vocab_size, float grad_scale) final;
+  void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
+                          float eps) final;
+  void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
+                           TensorView weight, TensorView rstd) final;
+  void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
+                       int T) final;
+  void do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64_t first_row,
+                        int T) final;
+  void do_swiglu_forward(TensorView out, TensorView gu) final;
+  void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) final;
   double do_sum_squares(TensorView t) final;
   void do_sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) final;
   void do_clip_scale(TensorView scale, TensorView stats, float max_norm) final;

@@ -166,6 +166,16 @@ class CudaOps final : public Ops {
                                      TensorView target_logit, int64_t vocab_start,
                                      int64_t vocab_size, float grad_scale) override;
 
+  void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
+                          float eps) override;
+  void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
+                           TensorView weight, TensorView rstd) override;
+  void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
+                       int T) override;
+  void do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64_t first_row,
+                        int T) override;
+  void do_swiglu_forward(TensorView out, TensorView gu) override;
+  void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) override;
   double do_sum_squares(TensorView t) override;
   void do_sum_squares_runs(TensorView out, TensorView x,
                            const std::vector<AdamWRun>& runs) override;

@@ -181,6 +181,34 @@ TEST(CpuSwiGlu, ForwardBackwardAndBf16) {
   EXPECT_EQ(ob, to_bf16(swiglu(guw, R, F)));
 }
 
+// ---------------------------------------------------------------- Ops entries
+
+// Through the Ops interface: the entry checks the shared contract once and
+// names the backend and op; the result is the kernel's.
+TEST(LlamaOps, EntriesCheckTheContractAndRunTheKernels) {
+  auto ops = cpu_ops(1);
+  const int64_t R = 3, F = 4;
+  std::vector<float> gu = random_vector(R * 2 * F, 71), out(static_cast<size_t>(R * F));
+  ops->swiglu_forward(f32(out, {R, F}), f32(gu, {R, 2 * F}));
+  EXPECT_EQ(out, swiglu(gu, R, F));
+  std::vector<float> odd(2 * 3 * 5), cs(4 * 5), rs(3), w(4), x(3 * 4), y(3 * 4);
+  expect_error_containing(
+      [&] {
+        ops->rope_forward(f32(odd, {2, 3, 5}), f32(cs, {4, 5}), 1, 0, 2);
+      },
+      "CpuOps::rope_forward: the head size 5 must be even");
+  expect_error_containing(
+      [&] {
+        ops->rmsnorm_forward(f32(y, {3, 4}), f32(rs, {3}), f32(x, {3, 4}), f32(w, {4}), 0.f);
+      },
+      "CpuOps::rmsnorm_forward: eps must be > 0");
+  expect_error_containing(
+      [&] {
+        ops->swiglu_forward(f32(out, {R, F}), f32(odd, {2, 15}));
+      },
+      "CpuOps::swiglu_forward: gu must be (R, 2F), got (2, 15)");
+}
+
 // ---------------------------------------------------------------- the table
 
 TEST(RopeTable, UnscaledIsThetaToTheMinus2iOverD) {

@@ -1,0 +1,42 @@
+// The Llama family's kernels: RMSNorm, the rotary embedding (HF
+// rotate_half) and SwiGLU. CPU twins: kernels/cpu/llama_kernels.hpp (the
+// semantics, kernels/ops.hpp); tests/cuda/test_cuda_llama.cpp compares them.
+//
+// Invariants:
+//   * fp32 math on fp32 or bf16 storage (T), outputs rounded once;
+//   * rmsnorm_backward ACCUMULATES dinp and dweight; the weight gradient is
+//     reduced in a fixed order (row chunks, then the chunks in order), so it
+//     is deterministic; it needs rmsnorm_backward_scratch_floats(R, C) floats;
+//   * rope is in place: each thread owns one (row, head, pair);
+//   * swiglu_backward ASSIGNS dgu.
+//
+// Host-only header (launcher declarations); the kernels live in llama.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gt::cuda {
+
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const float* weight, int64_t R, int C,
+                     float eps, cudaStream_t stream);
+int64_t rmsnorm_backward_scratch_floats(int64_t R, int C);
+template <typename TG, typename TX>
+void rmsnorm_backward(float* dinp, float* dweight, const TG* dout, const TX* inp,
+                      const float* weight, const float* rstd, int64_t R, int C, float* scratch,
+                      cudaStream_t stream);
+
+// direction +1: forward, -1: backward (the transpose).
+template <typename T>
+void rope(T* x, const float* cos_sin, int64_t N, int H, int D, int rot_heads, int64_t first_row,
+          int T_len, float direction, cudaStream_t stream);
+
+template <typename T>
+void swiglu_forward(T* out, const T* gu, int64_t R, int64_t F, cudaStream_t stream);
+template <typename T>
+void swiglu_backward(T* dgu, const T* dout, const T* gu, int64_t R, int64_t F, cudaStream_t stream);
+
+}  // namespace gt::cuda
