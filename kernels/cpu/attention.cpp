@@ -1,7 +1,11 @@
 // Causal multi-head self-attention, forward and backward, as sgemm on strided
 // views of the packed qkv (B,T,3C) (leading dimension 3C) so Q, K, V are never
-// copied out. Causality is exploited by row blocks: rows [i0,i1) only need
-// keys [0,i1), which roughly halves the flops for long sequences.
+// copied out. Grouped-query attention (Llama) is the same with n_kv_head <
+// n_head key/value heads: qkv (B,T,(NH + 2 KV) hs) packs q | k | v, and q
+// head h reads kv head h / (NH / KV); backward then sums the dK and dV of a
+// kv head over its group's q heads, in head order (n_kv_head = n_head is
+// plain multi-head attention, computed exactly as before). Causality is exploited by row blocks:
+// rows [i0,i1) only need keys [0,i1), which roughly halves the flops for long sequences.
 // Invariants: att holds softmax probabilities with exact zeros above the
 // diagonal; dqkv is assigned (every element written); scratch is clobbered.
 // With enough (batch, head) pairs to go round, they run in parallel, one per
@@ -41,7 +45,14 @@ constexpr int kRowBlock = 128;
 
 struct Dims {
   int B, T, C, NH, hs;
+  int KV = 0;     // key/value heads (NH for multi-head attention)
+  int ld = 0;     // qkv's row length: (NH + 2 KV) hs
+  int group = 1;  // q heads per kv head
   float scale;
+  // Offsets of q head h, and of kv head g's k and v, within a qkv row.
+  int64_t q_at(int h) const { return static_cast<int64_t>(h) * hs; }
+  int64_t k_at(int g) const { return static_cast<int64_t>(NH + g) * hs; }
+  int64_t v_at(int g) const { return static_cast<int64_t>(NH + KV + g) * hs; }
 };
 
 // Throws naming op and tensor unless `t` is fp32 or bf16 and, when `like`
@@ -70,20 +81,28 @@ void expect_cpu_shape(const TensorView& t, std::initializer_list<int64_t> shape,
   GT_CHECK(t.data != nullptr || t.numel() == 0, what, " has no data");
 }
 
-Dims attention_dims(const TensorView& qkv, int n_head) {
+Dims attention_dims(const TensorView& qkv, int n_head, int n_kv_head) {
   GT_CHECK(qkv.ndim == 3, "attention qkv must be (B, T, 3C), got ", qkv.shape_str());
   GT_CHECK(n_head > 0, "n_head ", n_head);
-  GT_CHECK(qkv.shape[2] % 3 == 0, "attention qkv last dim ", qkv.shape[2],
-           " is not 3C");
+  GT_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_kv_head ", n_kv_head,
+           " must divide n_head ", n_head);
   Dims d;
   d.B = static_cast<int>(qkv.shape[0]);
   d.T = static_cast<int>(qkv.shape[1]);
-  d.C = static_cast<int>(qkv.shape[2] / 3);
   d.NH = n_head;
-  GT_CHECK(d.C % n_head == 0, "C ", d.C, " is not divisible by n_head ", n_head);
-  d.hs = d.C / n_head;
+  d.KV = n_kv_head;
+  d.group = n_head / n_kv_head;
+  const int heads = n_head + 2 * n_kv_head;  // q, k and v heads in a row
+  GT_CHECK(
+      qkv.shape[2] % heads == 0, "attention qkv last dim ", qkv.shape[2],
+      n_kv_head == n_head
+          ? std::string(" is not 3C")
+          : detail::concat(" is not (n_head + 2 n_kv_head) * head size = ", heads, " * head size"));
+  d.hs = static_cast<int>(qkv.shape[2] / heads);
+  d.C = d.NH * d.hs;
+  d.ld = heads * d.hs;
   d.scale = 1.f / std::sqrt(static_cast<float>(d.hs));
-  expect_cpu_shape(qkv, {d.B, d.T, 3 * d.C}, "attention qkv");
+  expect_cpu_shape(qkv, {d.B, d.T, d.ld}, "attention qkv");
   return d;
 }
 
@@ -133,14 +152,15 @@ void store_rounded(TensorView t, const std::vector<float>& src) {
 
 // out (B,T,C), att (B,NH,T,T) <- qkv (B,T,3C), all fp32.
 void forward_f32(const Dims& d, float* out_p, float* att_p, const float* qkv_p) {
-  const int T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
+  const int T = d.T, C = d.C, C3 = d.ld, hs = d.hs;
 
 #pragma omp parallel for schedule(dynamic) if (heads_in_parallel(d))
   for (int bh = 0; bh < d.B * d.NH; ++bh) {
     const int b = bh / d.NH, h = bh % d.NH;
-    const float* q = qkv_p + static_cast<int64_t>(b) * T * C3 + h * hs;  // (T, hs), ld 3C
-    const float* k = q + C;
-    const float* v = q + 2 * C;
+    const float* row = qkv_p + static_cast<int64_t>(b) * T * C3;  // ld C3 = (NH + 2 KV) hs
+    const float* q = row + d.q_at(h);                             // (T, hs)
+    const float* k = row + d.k_at(h / d.group);
+    const float* v = row + d.v_at(h / d.group);
     float* a = att_p + static_cast<int64_t>(bh) * T * T;               // (T, T)
     float* y = out_p + static_cast<int64_t>(b) * T * C + h * hs;        // (T, hs), ld C
     for (int i0 = 0; i0 < T; i0 += kRowBlock) {
@@ -160,36 +180,41 @@ void forward_f32(const Dims& d, float* out_p, float* att_p, const float* qkv_p) 
 // clobbered; all fp32.
 void backward_f32(const Dims& d, float* dqkv_p, float* scr_p, const float* dout_p,
                   const float* qkv_p, const float* att_p) {
-  const int T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
+  const int T = d.T, C = d.C, C3 = d.ld, hs = d.hs;
   const float scale = d.scale;
 
+  // One (batch, kv head) per iteration: its group's q heads, in order, are
+  // the only writers of its dK and dV.
 #pragma omp parallel for schedule(dynamic) if (heads_in_parallel(d))
-  for (int bh = 0; bh < d.B * d.NH; ++bh) {
-    const int b = bh / d.NH, h = bh % d.NH;
-    const int64_t qoff = static_cast<int64_t>(b) * T * C3 + h * hs;
-    const float* q = qkv_p + qoff;                                       // (T, hs), ld 3C
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv_p + qoff;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* dy = dout_p + static_cast<int64_t>(b) * T * C + h * hs;  // (T, hs), ld C
-    const float* p = att_p + static_cast<int64_t>(bh) * T * T;          // (T, T)
-    float* ds = scr_p + static_cast<int64_t>(bh) * T * T;               // (T, T)
+  for (int bg = 0; bg < d.B * d.KV; ++bg)
+    for (int gi = 0; gi < d.group; ++gi) {
+      const int b = bg / d.KV, g = bg % d.KV, h = g * d.group + gi;
+      const int bh = b * d.NH + h;
+      const int64_t row = static_cast<int64_t>(b) * T * C3;  // ld C3 = (NH + 2 KV) hs
+      const float* q = qkv_p + row + d.q_at(h);              // (T, hs)
+      const float* k = qkv_p + row + d.k_at(g);
+      const float* v = qkv_p + row + d.v_at(g);
+      float* dq = dqkv_p + row + d.q_at(h);
+      float* dk = dqkv_p + row + d.k_at(g);
+      float* dv = dqkv_p + row + d.v_at(g);
+      const float* dy = dout_p + static_cast<int64_t>(b) * T * C + h * hs;  // (T, hs), ld C
+      const float* p = att_p + static_cast<int64_t>(bh) * T * T;            // (T, T)
+      float* ds = scr_p + static_cast<int64_t>(bh) * T * T;                 // (T, T)
 
-    // Blocks run last to first: the last block touches every key row, so its
-    // beta = 0 products assign all of dK and dV, and the rest add to them.
-    const int nblk = (T + kRowBlock - 1) / kRowBlock;
-    for (int blk = nblk - 1; blk >= 0; --blk) {
-      const int i0 = blk * kRowBlock, i1 = std::min(T, i0 + kRowBlock), m = i1 - i0;
-      const float beta = blk == nblk - 1 ? 0.f : 1.f;
-      float* dsb = ds + static_cast<int64_t>(i0) * T;
-      const float* pb = p + static_cast<int64_t>(i0) * T;
-      // dP[i0:i1, 0:i1] = dY[i0:i1] V[0:i1]^T
-      gemm(CblasNoTrans, CblasTrans, m, i1, hs, 1.f, dy + static_cast<int64_t>(i0) * C, C, v,
-           C3, 0.f, dsb, T);
-      // dS = P o (dP - rowsum(dP o P)) * scale; zero above the diagonal, so
-      // the products below can use the whole [0, i1) block.
+      // Blocks run last to first: the last block touches every key row, so
+      // the group's first q head assigns all of dK and dV there (beta = 0) and
+      // everything after adds to them.
+      const int nblk = (T + kRowBlock - 1) / kRowBlock;
+      for (int blk = nblk - 1; blk >= 0; --blk) {
+        const int i0 = blk * kRowBlock, i1 = std::min(T, i0 + kRowBlock), m = i1 - i0;
+        const float beta = blk == nblk - 1 && gi == 0 ? 0.f : 1.f;
+        float* dsb = ds + static_cast<int64_t>(i0) * T;
+        const float* pb = p + static_cast<int64_t>(i0) * T;
+        // dP[i0:i1, 0:i1] = dY[i0:i1] V[0:i1]^T
+        gemm(CblasNoTrans, CblasTrans, m, i1, hs, 1.f, dy + static_cast<int64_t>(i0) * C, C, v, C3,
+             0.f, dsb, T);
+        // dS = P o (dP - rowsum(dP o P)) * scale; zero above the diagonal, so
+        // the products below can use the whole [0, i1) block.
 #pragma omp parallel for if (m * T >= kParallelMin)
       for (int i = i0; i < i1; ++i) {
         float* dsr = ds + static_cast<int64_t>(i) * T;
@@ -209,18 +234,18 @@ void backward_f32(const Dims& d, float* dqkv_p, float* scr_p, const float* dout_
       gemm(CblasTrans, CblasNoTrans, i1, hs, m, 1.f, pb, T, dy + static_cast<int64_t>(i0) * C,
            C, beta, dv, C3);
     }
-  }
+    }
 }
 
 }  // namespace
 
-void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head) {
+void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head, int n_kv_head) {
   const char* op = "attention_forward";
   const char* shared = "qkv and out";
   expect_io_dtype(qkv, op, "qkv", shared);
   expect_io_dtype(out, op, "out", shared, &qkv);
   expect_fp32_buffer(att, op, "saved");
-  const Dims d = attention_dims(qkv, n_head);
+  const Dims d = attention_dims(qkv, n_head, n_kv_head > 0 ? n_kv_head : n_head);
   expect_cpu_shape(out, {d.B, d.T, d.C}, "attention out");
   expect_f32(att, {d.B, d.NH, d.T, d.T}, "attention att");
   if (qkv.dtype == DType::f32) {
@@ -233,7 +258,7 @@ void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_hea
 }
 
 void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                        TensorView out, TensorView att, int n_head) {
+                        TensorView out, TensorView att, int n_head, int n_kv_head) {
   const char* op = "attention_backward";
   const char* shared = "dqkv, dout, qkv and out";
   expect_io_dtype(qkv, op, "qkv", shared);
@@ -242,8 +267,8 @@ void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, Te
   expect_io_dtype(out, op, "out", shared, &qkv);
   expect_fp32_buffer(scratch, op, "scratch");
   expect_fp32_buffer(att, op, "saved");
-  const Dims d = attention_dims(qkv, n_head);
-  expect_cpu_shape(dqkv, {d.B, d.T, 3 * d.C}, "attention dqkv");
+  const Dims d = attention_dims(qkv, n_head, n_kv_head > 0 ? n_kv_head : n_head);
+  expect_cpu_shape(dqkv, {d.B, d.T, d.ld}, "attention dqkv");
   expect_cpu_shape(dout, {d.B, d.T, d.C}, "attention dout");
   expect_cpu_shape(out, {d.B, d.T, d.C}, "attention out");
   expect_f32(scratch, {d.B, d.NH, d.T, d.T}, "attention scratch");

@@ -59,10 +59,13 @@ void matmul_backward_dgelu(TensorView dinp, TensorView dweight, TensorView dbias
                            TensorView inp, TensorView weight, TensorView pre);
 
 // att and scratch: (B,NH,T,T) views (CpuOps reshapes the flat buffers).
-void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head);
+// n_kv_head (0 = n_head): grouped-query attention, qkv (B,T,(NH + 2 KV) hs)
+// packing q | k | v heads, q head h reading kv head h / (NH / KV).
+void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_head,
+                       int n_kv_head = 0);
 // out is the forward's, checked (dtype, shape) but not read.
 void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                        TensorView out, TensorView att, int n_head);
+                        TensorView out, TensorView att, int n_head, int n_kv_head = 0);
 
 void gelu_forward(TensorView out, TensorView inp);
 void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);
