@@ -155,14 +155,7 @@ TEST(DataLoader, Uint32ShardsCarryTokensPast65535) {
     EXPECT_EQ(in[static_cast<size_t>(t)], 128016 + t);
     EXPECT_EQ(tgt[static_cast<size_t>(t)], 128017 + t);
   }
-  auto error_message = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  using test::error_message;
   // A Llama 3 tokenizer's shard under a GPT-2 sized vocabulary: named by the header.
   EXPECT_NE(
       error_message([&] { DataLoader({dir.file("wide.bin")}, "data.train", 50257, 8, false, 0); })

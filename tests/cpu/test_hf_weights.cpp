@@ -66,16 +66,6 @@ std::vector<float> read_back(const std::string& path, const ModelConfig& m) {
   return p;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected gt::Error";
-  return "";
-}
-
 TEST(HfWeights, BothFamiliesRoundTripWithTheirNames) {
   TempDir dir;
   for (const ModelConfig& m : {tiny_gpt2(), tiny_llama()}) {
@@ -135,11 +125,11 @@ TEST(HfWeights, AnotherFamilysFileIsNamedAsSuch) {
   const ParameterLayout gl(gpt), ll(llama);
   save_hf_weights(dir.file("gpt2.safetensors"), gpt, gl, distinct_params(gl).data(), {});
   save_hf_weights(dir.file("llama.safetensors"), llama, ll, distinct_params(ll).data(), {});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_message([&] {
               read_back(dir.file("gpt2.safetensors"), llama);
             }).find("gpt2.safetensors): hold GPT-2 tensors (wte.weight), but model.arch=llama"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_message([&] {
               read_back(dir.file("llama.safetensors"), gpt);
             }).find("hold Llama tensors (model.embed_tokens.weight), but model.arch=gpt2"),
             std::string::npos);
@@ -156,7 +146,7 @@ TEST(HfWeights, EveryOffendingTensorIsListedInOneError) {
   other.n_layer = 1;
   const ParameterLayout ol(other);
   save_hf_weights(dir.file("other.safetensors"), other, ol, distinct_params(ol).data(), {});
-  const std::string msg = error_of([&] { read_back(dir.file("other.safetensors"), m); });
+  const std::string msg = test::error_message([&] { read_back(dir.file("other.safetensors"), m); });
   EXPECT_NE(msg.find("tensors do not match the model: model.layers.0.mlp.gate_proj.weight: "
                      "expected shape [48, 32], got [64, 32]"),
             std::string::npos)
@@ -177,7 +167,7 @@ TEST(HfWeights, ATiedLlamasLmHeadMustEqualItsEmbedding) {
   // An untied export read as tied: lm_head differs from embed_tokens.
   save_hf_weights(dir.file("untied.safetensors"), m, untied_layout, untied.data(), {});
   m.tie_embeddings = true;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_message([&] {
               read_back(dir.file("untied.safetensors"), m);
             }).find("lm_head.weight differs from model.embed_tokens.weight"),
             std::string::npos);

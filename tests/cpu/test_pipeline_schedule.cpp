@@ -10,19 +10,14 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/core/error.hpp"
+#include "test_util.hpp"
 #include "trainer/parallelize/pipeline_simulator.hpp"
 
 namespace gt {
 namespace {
 
 std::string error_of(const PipeScheduleSpec& s) {
-  try {
-    build_pipeline_schedule(s);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_message([&] { build_pipeline_schedule(s); });
 }
 
 TEST(PipelineSchedule, EveryScheduleRunsAndIdlesTheBubbleItClaims) {

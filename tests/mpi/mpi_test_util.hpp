@@ -91,6 +91,34 @@ inline const std::vector<int64_t>& test_counts() {
   return counts;
 }
 
+// What a bf16 all-reduce of bf16_rough_value(rank, i), i < got.size(),
+// over p ranks may give: within bf16_sum_bound of the exact sum, at p = 2
+// (one addition) exactly the rounded fp32 sum, and the same bits on every
+// rank (checked with `agree`, a host communicator over the same ranks).
+inline void expect_rough_bf16_sums(const std::vector<float>& got, int p, Communicator& agree) {
+  double checksum = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto k = static_cast<int64_t>(i);
+    double exact = 0, sum_abs = 0;
+    for (int g = 0; g < p; ++g) {
+      const float v = bf16_to_float(bf16_rough_value(g, k));
+      exact += v;
+      sum_abs += std::fabs(v);
+    }
+    ASSERT_LE(std::fabs(got[i] - exact), bf16_sum_bound(p, static_cast<float>(sum_abs)))
+        << "i=" << i;
+    if (p == 2) {
+      ASSERT_EQ(got[i], bf16_round(bf16_to_float(bf16_rough_value(0, k)) +
+                                   bf16_to_float(bf16_rough_value(1, k))))
+          << "i=" << i;
+    }
+    checksum += got[i] * static_cast<double>(i + 1);
+  }
+  EXPECT_EQ(agree.all_reduce_f64(checksum, ReduceOp::max),
+            agree.all_reduce_f64(checksum, ReduceOp::min))
+      << "the ranks received different bits";
+}
+
 // The bf16 sums of `c` on buffers the host can read (an MPI communicator, or
 // a staged one over host memory): exact on bf16_filled values at every test
 // count; on bf16_rough_value ones, within bf16_sum_bound of the exact sum,
@@ -122,25 +150,9 @@ inline void check_bf16_sums_on_host(Communicator& c) {
   std::vector<uint16_t> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = bf16_rough_value(r, i);
   c.all_reduce_sum_bf16(x.data(), n).wait();
-  double checksum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double exact = 0, sum_abs = 0;
-    for (int g = 0; g < p; ++g) {
-      const float v = bf16_to_float(bf16_rough_value(g, i));
-      exact += v;
-      sum_abs += std::fabs(v);
-    }
-    const float got = bf16_to_float(x[static_cast<size_t>(i)]);
-    ASSERT_LE(std::fabs(got - exact), bf16_sum_bound(p, static_cast<float>(sum_abs))) << "i=" << i;
-    if (p == 2) {
-      ASSERT_EQ(x[static_cast<size_t>(i)], bf16_from_float(bf16_to_float(bf16_rough_value(0, i)) +
-                                                           bf16_to_float(bf16_rough_value(1, i))))
-          << "i=" << i;
-    }
-    checksum += got * static_cast<double>(i + 1);
-  }
-  EXPECT_EQ(c.all_reduce_f64(checksum, ReduceOp::max), c.all_reduce_f64(checksum, ReduceOp::min))
-      << "the ranks received different bits";
+  std::vector<float> got(x.size());
+  for (size_t i = 0; i < x.size(); ++i) got[i] = bf16_to_float(x[i]);
+  expect_rough_bf16_sums(got, p, c);
 }
 
 }  // namespace gt::test

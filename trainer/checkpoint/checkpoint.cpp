@@ -36,7 +36,7 @@ namespace gt {
 
 TensorBox whole_box(const std::vector<int64_t>& global_shape) {
   if (global_shape.empty() || global_shape.size() > 2)
-    fail("checkpoint tensors are 1-D or 2-D; shape ", ckpt::shape_str(global_shape), " is not");
+    fail("checkpoint tensors are 1-D or 2-D; shape ", shape_str(global_shape), " is not");
   return TensorBox{0, global_shape[0], 0, global_shape.size() == 2 ? global_shape[1] : 1};
 }
 

@@ -138,12 +138,6 @@ bool split_signature(const std::string& s, std::vector<std::pair<std::string, st
 
 }  // namespace
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifestFile;
   std::error_code ec;

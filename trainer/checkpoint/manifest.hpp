@@ -85,7 +85,4 @@ void check_checksum(const std::string& dir, const FileRecord& r);
 void check_signature(const std::string& dir, const std::string& saved,
                      const std::string& expected);
 
-// "[128, 384]"
-std::string shape_str(const std::vector<int64_t>& shape);
-
 }  // namespace gt::ckpt

@@ -95,12 +95,6 @@ const std::string& HfTensorFiles::file_of(const std::string& name) const {
   return reader_of(name).path();
 }
 
-std::vector<std::string> HfTensorFiles::names() const {
-  std::vector<std::string> out;
-  for (const auto& [n, _] : where_) out.push_back(n);
-  return out;
-}
-
 void HfTensorFiles::read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
                              float* dst) const {
   reader_of(name).read_f32(name, expected_shape, dst);

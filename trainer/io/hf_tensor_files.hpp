@@ -24,7 +24,6 @@ class HfTensorFiles {
   const std::string& path() const { return path_; }  // as given
   bool has(const std::string& name) const;
   const SafetensorInfo& info(const std::string& name) const;  // throws naming the tensor
-  std::vector<std::string> names() const;                     // sorted
   // The file holding `name` (for messages).
   const std::string& file_of(const std::string& name) const;
   // SafetensorsReader::read_f32 on the file holding `name`.

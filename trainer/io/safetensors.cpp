@@ -43,12 +43,6 @@ int dtype_size(const std::string& d) {
   return 0;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // numel, or fails on overflow (a hostile header must not wrap around).
 uint64_t checked_numel(const std::vector<int64_t>& shape, const std::string& where) {
   uint64_t n = 1;
@@ -151,6 +145,12 @@ SafetensorInfo parse_entry(const std::string& name, const json& v, const std::st
 }
 
 }  // namespace
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

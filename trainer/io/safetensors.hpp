@@ -13,6 +13,10 @@
 
 namespace gt {
 
+// "[128, 384]": a tensor shape as error messages, manifests and the HF
+// import name it.
+std::string shape_str(const std::vector<int64_t>& shape);
+
 struct SafetensorInfo {
   std::string name;
   std::string dtype;            // "F32", "BF16", "F16", ...

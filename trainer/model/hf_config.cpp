@@ -54,10 +54,7 @@ nlohmann::json hf_config_json(const ModelConfig& m) {
 
 std::string write_hf_config(const std::string& dir, const ModelConfig& m) {
   const std::string path = dir + "/config.json";
-  AtomicFile f(path);
-  const std::string text = hf_config_json(m).dump(2) + "\n";
-  f.write(text.data(), text.size());
-  f.commit();
+  write_file_atomic(path, hf_config_json(m).dump(2) + "\n");
   return path;
 }
 

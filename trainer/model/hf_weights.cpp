@@ -21,12 +21,6 @@ std::vector<int64_t> hf_shape(const ParamSpec& s) {
 }
 int64_t hf_numel(const ParamSpec& s) { return s.numel - s.pad_rows * (s.numel / s.shape[0]); }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // (rows, cols) -> (cols, rows)
 void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
   for (int64_t r = 0; r < rows; ++r)
@@ -203,10 +197,7 @@ std::vector<std::string> save_hf_weights(const std::string& path, const ModelCon
     for (const ParamSpec* s : shards[i]) index["weight_map"][hf_tensor_name(m, s->name)] = file;
   }
   const std::string index_path = dir + "/model.safetensors.index.json";
-  AtomicFile f(index_path);
-  const std::string text = index.dump(2) + "\n";
-  f.write(text.data(), text.size());
-  f.commit();
+  write_file_atomic(index_path, index.dump(2) + "\n");
   written.push_back(index_path);
   return written;
 }
