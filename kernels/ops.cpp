@@ -331,41 +331,57 @@ void Ops::add_bias(TensorView out, TensorView bias) {
 
 namespace {
 
-// qkv (B,T,3C) with C divisible by n_head; returns {B, T, C}. The sizes of
-// `saved` and `scratch` are the backend's (attention_saved_elems): checked there.
-BTC attention_shapes(const Contract& c, const TensorView& qkv, int n_head) {
+// qkv (B,T,(NH + 2 KV) hs): the query heads, then the key and the value
+// heads (KV = n_kv_head; multi-head attention is KV = NH, qkv (B,T,3C)).
+// Returns {B, T, C} with C = NH hs, out's width. The sizes of `saved` and
+// `scratch` are the backend's (attention_saved_elems): checked there.
+BTC attention_shapes(const Contract& c, const TensorView& qkv, int n_head, int n_kv_head) {
   c.ndim(qkv, "qkv", 3, "(B, T, 3C)");
-  const int64_t C3 = qkv.shape[2];
-  if (n_head < 1 || C3 % 3 != 0 || (C3 / 3) % n_head != 0)
-    c.fail("qkv ", qkv.shape_str(), " is not (B, T, 3C) with C divisible by n_head ", n_head);
-  return {qkv.shape[0], qkv.shape[1], C3 / 3};
+  const int64_t width = qkv.shape[2];
+  if (n_kv_head == n_head) {
+    if (n_head < 1 || width % 3 != 0 || (width / 3) % n_head != 0)
+      c.fail("qkv ", qkv.shape_str(), " is not (B, T, 3C) with C divisible by n_head ", n_head);
+    return {qkv.shape[0], qkv.shape[1], width / 3};
+  }
+  if (n_head < 1 || n_kv_head < 1 || n_head % n_kv_head != 0)
+    c.fail("n_kv_head ", n_kv_head, " must divide n_head ", n_head,
+           " (grouped-query attention: each key/value head serves n_head / n_kv_head queries)");
+  const int64_t heads = int64_t(n_head) + 2 * int64_t(n_kv_head);
+  if (width % heads != 0)
+    c.fail("qkv ", qkv.shape_str(), " is not (B, T, (n_head + 2 n_kv_head) hs) with n_head ",
+           n_head, " and n_kv_head ", n_kv_head);
+  return {qkv.shape[0], qkv.shape[1], width / heads * n_head};
 }
 
 }  // namespace
 
-void Ops::attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) {
+void Ops::attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
+                            int n_kv_head) {
+  if (n_kv_head == 0) n_kv_head = n_head;
   OpCall call("attention_forward", OpClass::attention);
   call.write("out", out).write("saved", saved).read("qkv", qkv).scalar("n_head", n_head);
+  call.scalar("n_kv_head", n_kv_head);
   const Contract c{*this, call.name()};
-  const BTC s = attention_shapes(c, qkv, n_head);
+  const BTC s = attention_shapes(c, qkv, n_head, n_kv_head);
   c.shape(out, "out", {s.B, s.T, s.C});
   Scope scope(*this, call);
-  if (scope.run()) do_attention_forward(out, saved, qkv, n_head);
+  if (scope.run()) do_attention_forward(out, saved, qkv, n_head, n_kv_head);
 }
 
 void Ops::attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                             TensorView out, TensorView saved, int n_head) {
+                             TensorView out, TensorView saved, int n_head, int n_kv_head) {
+  if (n_kv_head == 0) n_kv_head = n_head;
   OpCall call("attention_backward", OpClass::attention);
   call.write("dqkv", dqkv).write("scratch", scratch);
   call.read("dout", dout).read("qkv", qkv).read("out", out).read("saved", saved);
-  call.scalar("n_head", n_head);
+  call.scalar("n_head", n_head).scalar("n_kv_head", n_kv_head);
   const Contract c{*this, call.name()};
-  const BTC s = attention_shapes(c, qkv, n_head);
-  c.shape(dqkv, "dqkv", {s.B, s.T, 3 * s.C});
+  const BTC s = attention_shapes(c, qkv, n_head, n_kv_head);
+  c.shape(dqkv, "dqkv", {s.B, s.T, qkv.shape[2]});
   c.shape(dout, "dout", {s.B, s.T, s.C});
   c.shape(out, "out", {s.B, s.T, s.C});
   Scope scope(*this, call);
-  if (scope.run()) do_attention_backward(dqkv, scratch, dout, qkv, out, saved, n_head);
+  if (scope.run()) do_attention_backward(dqkv, scratch, dout, qkv, out, saved, n_head, n_kv_head);
 }
 
 }  // namespace gt

@@ -178,12 +178,18 @@ class Ops {
   // CUDA tensor-core variant (runtime.attention, the default in bf16) also
   // rounds P and dS to bf16 before their products.
   virtual int64_t attention_saved_elems(int B, int n_head, int T) const = 0;
-  void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head);
-  // dqkv (B,T,3C) assigned. out and saved are the forward's. scratch (1-D,
+  // Grouped-query attention (Llama): n_kv_head < n_head key/value heads, qkv
+  // (B,T,(NH + 2 KV) hs) packing the q heads, then the k heads, then the v
+  // heads; q head h reads kv head h / (NH / KV) (HF's repeat_kv). n_kv_head 0
+  // means n_head (the layout above). saved and scratch are sized per query
+  // head as above.
+  void attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
+                         int n_kv_head = 0);
+  // dqkv (qkv's shape) assigned. out and saved are the forward's. scratch (1-D,
   // attention_scratch_elems floats) is workspace the backend may clobber.
   virtual int64_t attention_scratch_elems(int B, int n_head, int T) const = 0;
   void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                          TensorView out, TensorView saved, int n_head);
+                          TensorView out, TensorView saved, int n_head, int n_kv_head = 0);
 
   // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on
   // any shape. bf16 storage: every tensor of a call bf16.
@@ -379,11 +385,12 @@ class Ops {
                                         TensorView dout, TensorView inp, TensorView weight,
                                         TensorView pre) = 0;
   virtual void do_add_bias(TensorView out, TensorView bias) = 0;
-  virtual void do_attention_forward(TensorView out, TensorView saved, TensorView qkv,
-                                    int n_head) = 0;
+  // n_kv_head is resolved (never 0) and divides n_head.
+  virtual void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
+                                    int n_kv_head) = 0;
   virtual void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
-                                     TensorView qkv, TensorView out, TensorView saved,
-                                     int n_head) = 0;
+                                     TensorView qkv, TensorView out, TensorView saved, int n_head,
+                                     int n_kv_head) = 0;
   virtual void do_gelu_forward(TensorView out, TensorView inp) = 0;
   virtual void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) = 0;
   virtual void do_add(TensorView out, TensorView a, TensorView b) = 0;

@@ -190,15 +190,17 @@ void CpuOps::do_matmul_backward_dgelu(TensorView dinp, TensorView dweight, Tenso
 }
 void CpuOps::do_add_bias(TensorView out, TensorView bias) { cpu::add_bias(out, bias); }
 
-void CpuOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) {
+void CpuOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
+                                  int n_kv_head) {
   cpu::attention_forward(out, probabilities_view(saved, qkv, n_head, "attention saved"), qkv,
-                         n_head);
+                         n_head, n_kv_head);
 }
 void CpuOps::do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
-                                   TensorView qkv, TensorView out, TensorView saved, int n_head) {
+                                   TensorView qkv, TensorView out, TensorView saved, int n_head,
+                                   int n_kv_head) {
   cpu::attention_backward(dqkv, probabilities_view(scratch, qkv, n_head, "attention scratch"), dout,
                           qkv, out, probabilities_view(saved, qkv, n_head, "attention saved"),
-                          n_head);
+                          n_head, n_kv_head);
 }
 
 void CpuOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,

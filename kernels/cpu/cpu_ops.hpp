@@ -64,9 +64,10 @@ class CpuOps : public Ops {
                                 TensorView dout, TensorView inp, TensorView weight,
                                 TensorView pre) final;
   void do_add_bias(TensorView out, TensorView bias) final;
-  void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) final;
+  void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
+                            int n_kv_head) final;
   void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                             TensorView out, TensorView saved, int n_head) final;
+                             TensorView out, TensorView saved, int n_head, int n_kv_head) final;
   void do_gelu_forward(TensorView out, TensorView inp) final;
   void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) final;
   void do_add(TensorView out, TensorView a, TensorView b) final;

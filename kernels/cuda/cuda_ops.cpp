@@ -258,8 +258,11 @@ struct AttentionDims {
   int64_t C;
 };
 // qkv's dims; its shape (C divisible by n_head) was checked by the entry point.
-AttentionDims attention_dims(const Check& c, const TensorView& qkv, int n_head) {
+AttentionDims attention_dims(const Check& c, const TensorView& qkv, int n_head, int n_kv_head) {
   c.tensor(qkv, "qkv", kF32Bf16);
+  if (n_kv_head != n_head)
+    fail("CudaOps::", c.op, ": grouped-query attention (n_kv_head ", n_kv_head, " < n_head ",
+         n_head, ") is not implemented on CUDA yet");
   const int64_t C = qkv.shape[2] / 3;
   AttentionDims d{c.to_int(qkv.shape[0], "B"), c.to_int(qkv.shape[1], "T"), n_head,
                   static_cast<int>(C / n_head), C};
@@ -274,10 +277,11 @@ void check_flat(const Check& c, const TensorView& t, const char* what, int64_t n
 }
 }  // namespace
 
-void CudaOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) {
+void CudaOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
+                                   int n_kv_head) {
   cuda::NvtxRange range("attention_forward");
   const Check c{"attention_forward"};
-  const AttentionDims d = attention_dims(c, qkv, n_head);
+  const AttentionDims d = attention_dims(c, qkv, n_head, n_kv_head);
   c.tensor(out, "out", {qkv.dtype});
   check_flat(c, saved, "saved", attention_saved_elems(d.B, d.NH, d.T));
   if (qkv.dtype == DType::f32)
@@ -291,10 +295,11 @@ void CudaOps::do_attention_forward(TensorView out, TensorView saved, TensorView 
 }
 
 void CudaOps::do_attention_backward(TensorView dqkv, TensorView scratch_view, TensorView dout,
-                                    TensorView qkv, TensorView out, TensorView saved, int n_head) {
+                                    TensorView qkv, TensorView out, TensorView saved, int n_head,
+                                    int n_kv_head) {
   cuda::NvtxRange range("attention_backward");
   const Check c{"attention_backward"};
-  const AttentionDims d = attention_dims(c, qkv, n_head);
+  const AttentionDims d = attention_dims(c, qkv, n_head, n_kv_head);
   c.tensor(dqkv, "dqkv", {qkv.dtype});
   c.tensor(dout, "dout", {qkv.dtype});
   c.tensor(out, "out", {qkv.dtype});

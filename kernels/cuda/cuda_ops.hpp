@@ -140,9 +140,10 @@ class CudaOps final : public Ops {
                                 TensorView pre) override;
   void do_add_bias(TensorView out, TensorView bias) override;
 
-  void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head) override;
+  void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
+                            int n_kv_head) override;
   void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                             TensorView out, TensorView saved, int n_head) override;
+                             TensorView out, TensorView saved, int n_head, int n_kv_head) override;
 
   void do_gelu_forward(TensorView out, TensorView inp) override;
   void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override;

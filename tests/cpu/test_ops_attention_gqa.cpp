@@ -82,5 +82,33 @@ TEST(CpuAttentionGqa, RejectsKvHeadsThatDoNotDivideTheHeads) {
       "n_kv_head 3 must divide n_head 4");
 }
 
+// Through the Ops entry (what the model calls): the same as the kernel, and
+// the entry's own shape contract names the head counts.
+TEST(CpuAttentionGqa, OpsEntryPassesTheKeyValueHeadsThrough) {
+  const Gqa g;
+  const int64_t B = g.B, T = g.T, NH = g.NH, C = NH * g.hs;
+  auto ops = cpu_ops();
+  std::vector<float> qkv = random_vector(B * T * g.ld_gqa(), 83);
+  std::vector<float> out(B * T * C), att(B * NH * T * T), out_k(out.size()), att_k(att.size());
+  ops->attention_forward(f32(out, {B, T, C}),
+                         f32(att, {ops->attention_saved_elems(g.B, g.NH, g.T)}),
+                         f32(qkv, {B, T, g.ld_gqa()}), g.NH, g.KV);
+  cpu::attention_forward(f32(out_k, {B, T, C}), f32(att_k, {B, NH, T, T}),
+                         f32(qkv, {B, T, g.ld_gqa()}), g.NH, g.KV);
+  EXPECT_EQ(out, out_k);
+  expect_error_containing(
+      [&] {
+        ops->attention_forward(f32(out, {B, T, C}), f32(att, {B * NH * T * T}),
+                               f32(qkv, {B, T, g.ld_gqa()}), g.NH, 4);
+      },
+      "n_kv_head 4 must divide n_head 6");
+  expect_error_containing(
+      [&] {
+        ops->attention_forward(f32(out, {B, T, C}), f32(att, {B * NH * T * T}),
+                               f32(qkv, {B, T, g.ld_gqa() - 1}), g.NH, g.KV);
+      },
+      "is not (B, T, (n_head + 2 n_kv_head) hs) with n_head 6 and n_kv_head 2");
+}
+
 }  // namespace
 }  // namespace gt::test

@@ -147,8 +147,9 @@ const Formula kFormulas[] = {
     {"attention_forward",
      [](const OpCall& c) {
        const TensorView& qkv = c.view("qkv");
-       const int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
-       const int64_t NH = scalar_i(c, "n_head"), hs = NH > 0 ? C / NH : 0;
+       const int64_t B = qkv.shape[0], T = qkv.shape[1];
+       const int64_t NH = scalar_i(c, "n_head"), KV = scalar_i(c, "n_kv_head");
+       const int64_t hs = NH + 2 * KV > 0 ? qkv.shape[2] / (NH + 2 * KV) : 0;
        return OpDescription{
            fmt("B=%lld NH=%lld T=%lld hs=%lld", B, NH, T, hs),
            op_cost::attention_forward(B, NH, T, hs, c.view("saved").numel(), bytes_of(qkv))};
@@ -156,8 +157,9 @@ const Formula kFormulas[] = {
     {"attention_backward",
      [](const OpCall& c) {
        const TensorView& qkv = c.view("qkv");
-       const int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
-       const int64_t NH = scalar_i(c, "n_head"), hs = NH > 0 ? C / NH : 0;
+       const int64_t B = qkv.shape[0], T = qkv.shape[1];
+       const int64_t NH = scalar_i(c, "n_head"), KV = scalar_i(c, "n_kv_head");
+       const int64_t hs = NH + 2 * KV > 0 ? qkv.shape[2] / (NH + 2 * KV) : 0;
        return OpDescription{
            fmt("B=%lld NH=%lld T=%lld hs=%lld", B, NH, T, hs),
            op_cost::attention_backward(B, NH, T, hs, c.view("saved").numel(), bytes_of(qkv))};
