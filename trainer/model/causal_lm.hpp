@@ -1,0 +1,197 @@
+// CausalLM: what every model family (GPT-2: gpt.hpp, Llama: llama.hpp)
+// shares, and what the trainer, the sampler and the cost command see. A
+// family writes its forward and backward against the backend-neutral Ops
+// interface for one tensor-parallel rank (tp = 1 is the plain model), over
+// the tensor-parallel layers (trainer/parallelize/tp_layers.hpp), which own
+// the tp group: the model holds no communicator. Parameters come from a
+// ParameterStore unit by unit; the model owns the activations of one
+// micro-batch.
+//
+// This class owns what does not depend on the family: the parameters' views
+// (through the store, or a LocalParameters of its own at one rank), the
+// tokens, logits and losses of a micro-batch, the loss bookkeeping of
+// forward / forward_train / take_loss, and the host copy of the logits.
+//
+// Invariants (every family):
+//   * forward() with targets and grad_scale > 0 leaves d(loss)/d(logits)
+//     (scaled by grad_scale) in place of the logits, ready for backward().
+//   * backward() ACCUMULATES into the store's gradients, so micro-batches of
+//     one optimizer step simply call forward/backward in turn.
+//   * Activation buffers are sized for (max_rows, max_seq) at construction
+//     and reused; smaller (B, T) views of them are contiguous too.
+//   * Recomputation (train.recompute) reruns the forward's ops on the same
+//     inputs, so losses, gradients and parameters are bit for bit those of
+//     Recompute::none.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/core/tensor.hpp"
+#include "kernels/ops.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/activation_plan.hpp"
+#include "trainer/model/parameter_layout.hpp"
+#include "trainer/model/parameter_store.hpp"
+#include "trainer/parallelize/tp_layers.hpp"
+
+namespace gt {
+
+class CausalLM {
+ public:
+  virtual ~CausalLM();
+  CausalLM(const CausalLM&) = delete;
+  CausalLM& operator=(const CausalLM&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParameterLayout& layout() const { return layout_; }
+  int64_t num_parameters() const { return layout_.global_numel(); }
+  Recompute recompute() const { return recompute_; }
+
+  // Only for a model that owns its parameters (built without a store). The
+  // raw pointers are host memory only on a host backend (they throw
+  // otherwise); the views are the backend's memory.
+  float* params();
+  float* grads();
+  TensorView flat_params();
+  TensorView flat_grads();
+  TensorView param(const std::string& name);  // view of one parameter (owned store)
+  void zero_grads();                          // owned store only
+
+  // tokens, targets: (B, T) int32 HOST arrays (uploaded to the backend), the
+  // same on every tp rank; targets may be null (then no loss is computed and
+  // logits() holds the logits). Returns the mean loss over the B*T positions
+  // (0 without targets), equal on every tp rank. grad_scale > 0 prepares
+  // backward(): dlogits = (softmax - onehot) * grad_scale.
+  // Waits for the step so far: the losses are read back.
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
+  // forward() in two halves, for a caller that must settle something before
+  // the host reads (the trainer drains the mesh's device-waited collectives,
+  // Communicator::drain): queue the forward, then read its mean loss.
+  // forward() is exactly these two calls.
+  bool queue_forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
+  float read_forward_loss(int B, int T);
+  // Training's forward: the same, except that the per-position losses are
+  // added up on the device and not read back, so a micro-batch costs no wait
+  // on the host; take_loss() reads them once per optimizer step. Every
+  // micro-batch between two take_loss() calls has the same B*T rows.
+  void forward_train(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale);
+  // The mean loss over every position of the forward_train() calls since the
+  // last take_loss() (NaN when there were none), which it forgets.
+  double take_loss();
+  // The per-position loss sums take_loss() will read (R), on the backend:
+  // for a check on the device (the optimizer's finiteness test) before it.
+  TensorView pending_loss_sums();
+  // Gradients of the last forward() with targets and grad_scale > 0.
+  void backward();
+
+  // (B, T, vocab_size) logits of the last forward() without a backward
+  // pending (tp = 1), copied to the host without the padding columns.
+  const float* logits();
+  // Per-position losses (B*T) of the last forward() with targets, on the host
+  // (forward_train() does not read them back).
+  const float* losses() const { return host_losses_.data(); }
+  // Bytes of every activation and activation-gradient buffer this rank
+  // allocated, with the bf16 GEMM operand copies (what the planner's memory
+  // model predicts, trainer/plan/).
+  virtual int64_t activation_bytes() const = 0;
+
+ protected:
+  // A per-layer activation: `slots` slices of the (max_rows, max_seq) size,
+  // one per block (n_layer) or one all blocks share (1, dropped by recompute).
+  struct LayerBuffer {
+    Buffer buf;
+    int slots = 0;
+    DType dtype = DType::f32;
+  };
+  // What every family's forward reads and writes at its ends.
+  struct Ends {
+    Buffer tokens, targets;  // (R) int32
+    Buffer logits;           // (R, V/p), bf16 in the bf16 model
+    Buffer losses;           // (R)
+    Buffer loss_sum;         // (R) forward_train's running sum
+  };
+
+  // `family` names the model in messages ("GPT", "Llama"). One rank: the
+  // model owns its parameters (LocalParameters over the tp = 1 layout).
+  CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+           Recompute recompute, ComputeDType dtype);
+  // A tensor-parallel rank whose parameters (laid out by `layout`, built for
+  // group.rank() of group.size()) live in `store`.
+  CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+           const ParameterLayout& layout, ParameterStore& store, const TensorParallelGroup& group,
+           Recompute recompute, ComputeDType dtype);
+
+  // The family's forward up to the losses (and dlogits with grad_scale > 0),
+  // without reading them back; false when there were no targets. It must set
+  // B_, T_ and backward_ready_.
+  virtual bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                           float grad_scale) = 0;
+  virtual void run_backward() = 0;
+
+  // Sizes the activation shape's common fields for this rank (tp, overlap,
+  // recompute, dtype, attention sizes for n_head / tp query heads, the
+  // store's bf16 copy) and checks max_seq against the block size.
+  ActivationShape activation_shape(const TensorParallelGroup& group) const;
+  // Allocates the ends and the tensor-parallel layers' context from `plan`.
+  void allocate_common(const ActivationPlan& plan, const TensorParallelGroup& group);
+  Buffer allocate(const BufferSize& b);
+  LayerBuffer allocate_layer(const BufferSize& b);
+  // Bytes of the ends and the tensor-parallel context (activation_bytes()'s common part).
+  int64_t common_bytes() const;
+
+  TensorView p(const std::string& name);  // parameter through the store
+  // A linear layer's weight or bias as its GEMMs take it: the store's bf16
+  // copy in a bf16 run where the store keeps one, else p(name) (which
+  // LinearPrecision rounds per call).
+  TensorView gemm_param(const std::string& name);
+  TensorView g(const std::string& name);  // its gradient
+  // Parameters [first .. last] (adjacent in the layout, same column count)
+  // as one matrix: the fused GEMMs' weights (q|k|v, gate|up). Throws unless
+  // they are adjacent in storage.
+  TensorView p_rows(const std::string& first, const std::string& last);
+  TensorView gemm_rows(const std::string& first, const std::string& last);
+  TensorView g_rows(const std::string& first, const std::string& last);
+  TensorView layer_act(const LayerBuffer& buf, int layer, std::initializer_list<int64_t> shape);
+  // The logits' storage (bf16 in the bf16 model) and a (rows, cols) view of them.
+  DType logits_dtype() const;
+  TensorView logits_view(int64_t rows, int64_t cols) const;
+  // Views of the backend's memory (device views on CUDA).
+  TensorView view(float* p, std::initializer_list<int64_t> shape) const;
+  // An activation view in the activations' dtype (act_dtype_).
+  TensorView aview(const Buffer& b, std::initializer_list<int64_t> shape) const;
+  TensorView iview(int32_t* p, std::initializer_list<int64_t> shape) const;
+  // This rank's rows (its sequence shard) of a gathered (R, cols) view.
+  TensorView own_rows(TensorView full) const;
+
+  const char* family_;
+  ModelConfig cfg_;
+  Ops& ops_;
+  ParameterLayout layout_;
+  std::unique_ptr<LocalParameters> owned_;
+  ParameterStore* store_;
+  int shards_ = 1;  // tensor-parallel ranks: the model's width is split this many ways
+  Recompute recompute_ = Recompute::none;
+  int max_rows_, max_seq_;
+  ComputeDType dtype_;
+  DType act_dtype_;  // the activations' storage: bf16 under runtime.dtype=bf16
+  Ends ends_;
+  std::unique_ptr<TpLayerContext> parallel_;  // the layers' tp group, precision and scratch
+  int B_ = 0, T_ = 0;
+  bool backward_ready_ = false;
+
+ private:
+  // `one`(first) widened to the rows of every parameter through `last`.
+  TensorView fused(const std::string& first, const std::string& last,
+                   TensorView (CausalLM::*one)(const std::string&));
+
+  std::vector<float> host_losses_;  // (R) losses downloaded for the mean
+  std::vector<float> host_logits_;  // logits() copy
+  int64_t pending_rows_ = 0;        // rows of each forward_train() since take_loss()
+  int pending_losses_ = 0;          // how many
+};
+
+}  // namespace gt
