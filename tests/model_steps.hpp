@@ -1,5 +1,5 @@
-// A few optimizer steps of a small GPT-2 through the real ShardedParameters
-// (accumulation 2, clipping, AdamW), on whatever backend and layout is given,
+// A few optimizer steps of a small model (GPT-2, or Llama: tiny_llama()) through the real
+// ShardedParameters (accumulation 2, clipping, AdamW), on whatever backend and layout is given,
 // recording what two runs that should agree must agree on: losses, grad norms
 // and the final checkpoint pieces (parameters and AdamW moments, on the host).
 // Used by the OffHostOps, mixed-precision and recompute tests (CPU and MPI)
@@ -12,7 +12,7 @@
 
 #include "kernels/ops.hpp"
 #include "parallel/mesh.hpp"
-#include "trainer/model/gpt.hpp"
+#include "trainer/model/make_model.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
@@ -25,6 +25,23 @@ inline ModelConfig tiny_gpt() {
   m.n_embd = 16;
   m.vocab_size = 64;
   m.block_size = 8;
+  return m;
+}
+
+// A Llama small enough for finite differences and quick layouts: grouped-query
+// attention (4 query heads over 2 key/value heads, hs 4), an untied head, an
+// MLP width tp = 2 splits, RMSNorm and RoPE at their HF defaults.
+inline ModelConfig tiny_llama() {
+  ModelConfig m;
+  m.arch = ModelArch::llama;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.n_embd = 16;
+  m.ffn_hidden = 24;
+  m.vocab_size = 64;
+  m.block_size = 8;
+  m.rope_theta = 10000.0;
   return m;
 }
 
@@ -71,8 +88,10 @@ inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
     params.load_global(s.name, data);
   });
   const int B = o.B;
-  GPT model(m, ops, B, o.T, layout, params, TensorParallelGroup{&mesh.tp(), o.tp_overlap},
-            o.recompute, o.dtype);
+  const auto built =
+      make_model(m, ops, B, o.T, layout, params, TensorParallelGroup{&mesh.tp(), o.tp_overlap},
+                 o.recompute, o.dtype);
+  CausalLM& model = *built;
   TrainConfig tc;
   StepTrace t;
   std::vector<int32_t> tokens(static_cast<size_t>(B * o.T)), targets(tokens.size());

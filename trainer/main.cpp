@@ -25,8 +25,8 @@
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/checkpoint/hf_export.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/gpt.hpp"
 #include "trainer/model/hf_weights.hpp"
+#include "trainer/model/make_model.hpp"
 #include "trainer/plan/costs_command.hpp"
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/profile/bench.hpp"
@@ -126,7 +126,7 @@ gt::Config checkpoint_config(const std::string& dir) {
   return gt::parse_config(j["config_yaml"].get<std::string>(), path, {});
 }
 
-std::vector<gt::NamedTensor> param_tensors(gt::GPT& model) {
+std::vector<gt::NamedTensor> param_tensors(gt::CausalLM& model) {
   std::vector<gt::NamedTensor> out;
   for (const auto& s : model.layout().specs())
     out.push_back({"param." + s.name, s.shape, model.params() + s.offset});
@@ -198,7 +198,8 @@ int cmd_sample(const Args& a) {
     gt::fail("sample decodes with the byte-level tokenizer (vocab 256), but the checkpoint's "
              "model.vocab_size is ", cfg.model.vocab_size);
   auto ops = gt::make_cpu_ops(cfg.runtime.threads);
-  gt::GPT model(cfg.model, *ops, 1, cfg.model.block_size);
+  auto model_ptr = gt::make_model(cfg.model, *ops, 1, cfg.model.block_size);
+  gt::CausalLM& model = *model_ptr;
   gt::load_checkpoint(dir, gt::model_signature(cfg.model),
                       gt::whole_tensor_pieces(param_tensors(model)));
   gt::SampleOptions opt;

@@ -11,6 +11,7 @@
 #include "model_steps.hpp"
 #include "offhost_ops.hpp"
 #include "test_util.hpp"
+#include "trainer/model/gpt.hpp"
 #include "trainer/parallelize/linear_precision.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 

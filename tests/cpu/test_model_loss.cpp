@@ -63,9 +63,8 @@ TEST(ModelLoss, MicroBatchesOfOneStepMustHaveTheSameRows) {
   }
 }
 
-// A Llama config must not train GPT-2 in its place: GPT (and the planner,
-// tests/cpu/test_planner.cpp) stop with the family named until its model
-// exists.
+// A Llama config must not train GPT-2 in its place: GPT stops with the
+// family named (make_model picks the right class).
 TEST(ModelLoss, AnotherFamilysConfigStopsAtTheGptModel) {
   ModelConfig m = test::tiny_gpt();
   m.arch = ModelArch::llama;
@@ -74,7 +73,7 @@ TEST(ModelLoss, AnotherFamilysConfigStopsAtTheGptModel) {
     GPT model(m, *ops, 2, 8, Recompute::none, ComputeDType::fp32);
     ADD_FAILURE() << "GPT accepted model.arch=llama";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.arch=llama: this build trains GPT-2 only"),
+    EXPECT_NE(std::string(e.what()).find("model.arch=llama given to the GPT-2 model"),
               std::string::npos)
         << e.what();
   }

@@ -101,6 +101,10 @@ void validate(const Config& c, const Locations& where) {
       bad("model.n_embd", m.n_embd,
           detail::concat("an even head size (model.n_embd / model.n_head), got ", m.head_size()),
           "rotary embeddings turn pairs of channels");
+    if (m.n_embd % 16 != 0)
+      bad("model.n_embd", m.n_embd, "a multiple of 16",
+          "the fused q|k|v and gate|up GEMMs read adjacent weights, which the parameter layout "
+          "aligns to 16 elements");
     at_least("model.ffn_hidden", m.ffn_hidden, 0);
     at_least("model.multiple_of", m.multiple_of, 1);
     if (m.ffn_dim_multiplier < 0)

@@ -78,17 +78,18 @@ CausalLM::LayerBuffer CausalLM::allocate_layer(const BufferSize& b) {
   return LayerBuffer{allocate(b), b.slots, b.dtype};
 }
 
-void CausalLM::allocate_common(const ActivationPlan& plan, const TensorParallelGroup& group) {
+void CausalLM::allocate_ends(const EndSizes& ends, const TpLayerContext::Scratch& scratch,
+                             const LinearPrecision::Sizes& precision,
+                             const TensorParallelGroup& group) {
   shards_ = group.size();
   act_dtype_ = dtype_ == ComputeDType::bf16 ? DType::bf16 : DType::f32;
-  host_losses_.assign(static_cast<size_t>(plan.losses.elems), 0.f);
-  ends_.tokens = allocate(plan.tokens);
-  ends_.targets = allocate(plan.targets);
-  ends_.logits = allocate(plan.logits);
-  ends_.losses = allocate(plan.losses);
-  ends_.loss_sum = allocate(plan.loss_sum);
-  parallel_ =
-      std::make_unique<TpLayerContext>(ops_, group, dtype_, plan.parallel_scratch, plan.precision);
+  host_losses_.assign(static_cast<size_t>(ends.losses.elems), 0.f);
+  ends_.tokens = allocate(ends.tokens);
+  ends_.targets = allocate(ends.targets);
+  ends_.logits = allocate(ends.logits);
+  ends_.losses = allocate(ends.losses);
+  ends_.loss_sum = allocate(ends.loss_sum);
+  parallel_ = std::make_unique<TpLayerContext>(ops_, group, dtype_, scratch, precision);
 }
 
 int64_t CausalLM::common_bytes() const {

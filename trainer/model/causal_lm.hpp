@@ -136,8 +136,13 @@ class CausalLM {
   // recompute, dtype, attention sizes for n_head / tp query heads, the
   // store's bf16 copy) and checks max_seq against the block size.
   ActivationShape activation_shape(const TensorParallelGroup& group) const;
-  // Allocates the ends and the tensor-parallel layers' context from `plan`.
-  void allocate_common(const ActivationPlan& plan, const TensorParallelGroup& group);
+  // Allocates the ends and the tensor-parallel layers' context from a
+  // family's activation plan (ActivationPlan, LlamaActivationPlan).
+  template <class Plan>
+  void allocate_common(const Plan& plan, const TensorParallelGroup& group) {
+    allocate_ends({plan.tokens, plan.targets, plan.logits, plan.losses, plan.loss_sum},
+                  plan.parallel_scratch, plan.precision, group);
+  }
   Buffer allocate(const BufferSize& b);
   LayerBuffer allocate_layer(const BufferSize& b);
   // Bytes of the ends and the tensor-parallel context (activation_bytes()'s common part).
@@ -184,6 +189,11 @@ class CausalLM {
   bool backward_ready_ = false;
 
  private:
+  struct EndSizes {
+    BufferSize tokens, targets, logits, losses, loss_sum;
+  };
+  void allocate_ends(const EndSizes& ends, const TpLayerContext::Scratch& scratch,
+                     const LinearPrecision::Sizes& precision, const TensorParallelGroup& group);
   // `one`(first) widened to the rows of every parameter through `last`.
   TensorView fused(const std::string& first, const std::string& last,
                    TensorView (CausalLM::*one)(const std::string&));

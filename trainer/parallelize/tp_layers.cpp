@@ -147,8 +147,11 @@ void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorVi
   const int64_t Rl = out.shape[0];
   // Computed in fp32 (the tp sum too) and rounded once.
   const TensorView emb = out.dtype == DType::f32 ? out : ctx_.sum_rows(Rl, C);
-  if (ctx_.size() == 1) {
+  if (ctx_.size() == 1 && !wpe.empty()) {
     ops.embedding_forward(make_view(emb.data, DType::f32, emb.device, {B, T, C}), tokens, wte, wpe);
+  } else if (ctx_.size() == 1) {  // no learned positions (Llama: RoPE in attention)
+    ops.token_embedding_forward(emb, make_view(tokens.data, DType::i32, tokens.device, {B * T}),
+                                wte, 0);
   } else {
     const int64_t vocab0 = ctx_.rank() * wte.shape[0];
     auto* tok = static_cast<int32_t*>(tokens.data);
@@ -159,7 +162,8 @@ void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorVi
               partial, make_view(tok + row0, DType::i32, tokens.device, {rows}), wte, vocab0);
         },
         ctx_.ring_workspace());
-    ops.position_embedding_forward(emb, wpe, ctx_.rank() * Rl, static_cast<int>(T));
+    if (!wpe.empty())
+      ops.position_embedding_forward(emb, wpe, ctx_.rank() * Rl, static_cast<int>(T));
   }
   if (out.dtype != DType::f32) ops.cast(out, emb);
 }
@@ -168,11 +172,15 @@ void VocabParallelEmbedding::backward(TensorView dwte, TensorView dwpe, TensorVi
                                       TensorView tokens) {
   Ops& ops = ctx_.ops();
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = dout.shape[1];
-  if (ctx_.size() == 1)
+  if (ctx_.size() == 1 && !dwpe.empty())
     return ops.embedding_backward(dwte, dwpe,
                                   make_view(dout.data, DType::f32, dout.device, {B, T, C}), tokens);
+  if (ctx_.size() == 1)
+    return ops.token_embedding_backward(
+        dwte, dout, make_view(tokens.data, DType::i32, tokens.device, {B * T}), 0);
   const int64_t Rl = dout.shape[0], vocab0 = ctx_.rank() * dwte.shape[0];
-  ops.position_embedding_backward(dwpe, dout, ctx_.rank() * Rl, static_cast<int>(T));
+  if (!dwpe.empty())
+    ops.position_embedding_backward(dwpe, dout, ctx_.rank() * Rl, static_cast<int>(T));
   const TensorView full = ctx_.stage_for_gather(dout);
   auto* tok = static_cast<int32_t*>(tokens.data);
   ctx_.maps().gather_from_sequence(full, [&](int64_t row0, int64_t rows) {

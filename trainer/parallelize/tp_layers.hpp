@@ -129,9 +129,9 @@ class RowParallelLinear {
 };
 
 // The token embedding with the vocabulary split (plus GPT-2's learned
-// positions, replicated): each rank looks up the tokens of its vocabulary
-// rows for all R rows (zeros for the others); the sum over ranks,
-// reduce-scattered by rows, is the embedding of this rank's rows.
+// positions, replicated; an empty wpe means none, as in Llama): each rank looks up the tokens of
+// its vocabulary rows for all R rows (zeros for the others); the sum over ranks, reduce-scattered
+// by rows, is the embedding of this rank's rows.
 class VocabParallelEmbedding {
  public:
   explicit VocabParallelEmbedding(TpLayerContext& ctx) : ctx_(ctx) {}

@@ -9,7 +9,7 @@
 #include "kernels/core/error.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/gpt.hpp"
+#include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/plan/dry_run_ops.hpp"
 #include "trainer/plan/hardware.hpp"
@@ -129,7 +129,7 @@ int run_costs_command(const CostsArgs& a) {
     const ParallelModel pm =
         parallelize(cfg.model, parallel_plan(cfg), mesh, *ops, {B, T, tc.recompute});
     ShardedParameters& params = *pm.params;
-    GPT& model = *pm.model;
+    CausalLM& model = *pm.model;
     std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 0);
     // Loading leaves the parameters' bf16 copy to be cast once by the first
     // forward; in a steady step AdamW writes it, so that cast stays out of

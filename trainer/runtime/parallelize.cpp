@@ -1,5 +1,7 @@
 #include "trainer/runtime/parallelize.hpp"
 
+#include "trainer/model/make_model.hpp"
+
 namespace gt {
 
 ParallelPlan parallel_plan(const Config& cfg) {
@@ -23,9 +25,9 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
       std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,
                                           plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
   // 3. the model over the tensor-parallel layers.
-  out.model = std::make_unique<GPT>(model, ops, shape.micro_batch, shape.seq_len, *out.layout,
-                                    *out.params, TensorParallelGroup{&mesh.tp(), plan.tp_overlap},
-                                    shape.recompute, plan.dtype);
+  out.model =
+      make_model(model, ops, shape.micro_batch, shape.seq_len, *out.layout, *out.params,
+                 TensorParallelGroup{&mesh.tp(), plan.tp_overlap}, shape.recompute, plan.dtype);
   return out;
 }
 

@@ -12,7 +12,8 @@
 //                     per-unit gathers), GradientReducer (DDP buckets,
 //                     ZeRO-1, ZeRO-2/3, with HSDP's dp all-reduce and the
 //                     tp-partial sums) and ShardOptimizer.
-//   3. the model      GPT over the tensor-parallel layers (the tp group and
+//   3. the model      the family's CausalLM (GPT, Llama: make_model.hpp)
+//                     over the tensor-parallel layers (the tp group and
 //                     its collective-matmul switch, with sequence
 //                     parallelism), reading its parameters from (2). The
 //                     model holds no communicator.
@@ -26,7 +27,7 @@
 #include "kernels/ops.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/gpt.hpp"
+#include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
@@ -57,7 +58,7 @@ struct ModelShape {
 struct ParallelModel {
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
-  std::unique_ptr<GPT> model;
+  std::unique_ptr<CausalLM> model;  // the family model.arch names
 };
 
 // `mesh` and `ops` outlive the result.

@@ -9,7 +9,7 @@
 
 namespace gt {
 
-std::vector<int32_t> sample_tokens(GPT& model, std::vector<int32_t> context,
+std::vector<int32_t> sample_tokens(CausalLM& model, std::vector<int32_t> context,
                                    const SampleOptions& opt) {
   const int V = model.config().vocab_size;
   const int block = model.config().block_size;

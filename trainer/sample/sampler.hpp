@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/model/gpt.hpp"
+#include "trainer/model/causal_lm.hpp"
 
 namespace gt {
 
@@ -19,7 +19,7 @@ struct SampleOptions {
   uint64_t seed = 1;
 };
 
-std::vector<int32_t> sample_tokens(GPT& model, std::vector<int32_t> context,
+std::vector<int32_t> sample_tokens(CausalLM& model, std::vector<int32_t> context,
                                    const SampleOptions& opt);
 
 // Byte-level tokenizer (vocab 256): UTF-8 bytes in, bytes out.

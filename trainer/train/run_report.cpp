@@ -60,7 +60,7 @@ void log_run_banner(const Run& run, const Config& cfg) {
   const int accum = cfg.grad_accum_steps();
   const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
   const int64_t tokens_per_step = static_cast<int64_t>(tc.global_batch) * T;
-  const GPT& model = *run.model;
+  const CausalLM& model = *run.model;
   const DeviceMesh& mesh = *run.mesh;
   const ShardedParameters& params = *run.params;
   const std::string ckpt_root = cfg.checkpoint_dir();

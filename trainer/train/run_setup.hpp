@@ -14,7 +14,7 @@
 #include "parallel/parallel_dims.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/data/data_loader.hpp"
-#include "trainer/model/gpt.hpp"
+#include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/profile/profile_session.hpp"
 #include "trainer/runtime/compute_backend.hpp"
@@ -36,7 +36,7 @@ struct Run {
   std::unique_ptr<DataLoader> train_data, val_data;
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
-  std::unique_ptr<GPT> model;
+  std::unique_ptr<CausalLM> model;
   std::string resume_dir;
   int64_t start_step = 0;
   int64_t optimizer_step = 0;

@@ -169,7 +169,7 @@ TrainSummary Trainer::run() {
 StepResult Trainer::train_step(int64_t step) {
   const int B = tc_.micro_batch, T = tc_.seq_len;
   ShardedParameters& params = *run_.params;
-  GPT& model = *run_.model;
+  CausalLM& model = *run_.model;
   reset_comm_bytes(*run_.mesh);
   const auto t_train = Clock::now();
   run_.profile->begin_step(step);

@@ -1,0 +1,260 @@
+#include "trainer/model/llama.hpp"
+
+#include "kernels/core/error.hpp"
+#include "trainer/model/llama_activation_plan.hpp"
+#include "trainer/model/rope_table.hpp"
+
+namespace gt {
+
+namespace {
+const ModelConfig& require_llama(const ModelConfig& m) {
+  if (m.arch != ModelArch::llama)
+    fail("model.arch=", to_string(m.arch), " given to the Llama model (model.arch: llama)");
+  return m;
+}
+std::string block(int l) { return "layers." + std::to_string(l) + "."; }
+}  // namespace
+
+Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute recompute,
+             ComputeDType dtype)
+    : CausalLM("Llama", require_llama(cfg), ops, max_rows, max_seq, recompute, dtype) {
+  allocate(TensorParallelGroup{});
+}
+
+Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+             const ParameterLayout& layout, ParameterStore& store, const TensorParallelGroup& group,
+             Recompute recompute, ComputeDType dtype)
+    : CausalLM("Llama", require_llama(cfg), ops, max_rows, max_seq, layout, store, group, recompute,
+               dtype) {
+  allocate(group);
+}
+
+Llama::~Llama() = default;
+
+void Llama::allocate(const TensorParallelGroup& group) {
+  const int tp = group.size();
+  NHl_ = cfg_.n_head / tp;
+  KVl_ = cfg_.kv_heads() / tp;
+  qkv_width_ = int64_t(NHl_ + 2 * KVl_) * cfg_.head_size();
+  ffn_ = cfg_.ffn_width() / tp;
+  head_weight_ = cfg_.tied_embeddings() ? "embed_tokens.weight" : "lm_head.weight";
+  // Every buffer as the plan sizes it (the planner sums the same plan).
+  const LlamaActivationPlan plan = plan_llama_activations(cfg_, activation_shape(group));
+  allocate_common(plan, group);
+  auto& a = acts_;
+  a.rope = CausalLM::allocate(plan.rope);
+  const std::vector<float> table = rope_cos_sin(cfg_, max_seq_);
+  ops_.upload(view(a.rope.f32(), {max_seq_, cfg_.head_size()}), table.data());
+  a.encoded = CausalLM::allocate(plan.encoded);
+  a.ln1 = allocate_layer(plan.ln1);
+  a.ln1_rstd = allocate_layer(plan.ln1_rstd);
+  a.qkv = allocate_layer(plan.qkv);
+  a.atty = allocate_layer(plan.atty);
+  a.att = allocate_layer(plan.att);
+  a.res2 = allocate_layer(plan.res2);
+  a.ln2 = allocate_layer(plan.ln2);
+  a.ln2_rstd = allocate_layer(plan.ln2_rstd);
+  a.gu = allocate_layer(plan.gu);
+  a.swiglu = allocate_layer(plan.swiglu);
+  a.res3 = allocate_layer(plan.res3);
+  a.lnf = CausalLM::allocate(plan.lnf);
+  a.lnf_rstd = CausalLM::allocate(plan.lnf_rstd);
+  a.proj_tmp = CausalLM::allocate(plan.proj_tmp);
+  auto& d = dacts_;
+  d.dresidual = CausalLM::allocate(plan.dresidual);
+  d.dln = CausalLM::allocate(plan.dln);
+  d.datty = CausalLM::allocate(plan.datty);
+  d.dswiglu = CausalLM::allocate(plan.dswiglu);
+  d.dgu = CausalLM::allocate(plan.dgu);
+  d.dqkv = CausalLM::allocate(plan.dqkv);
+  d.datt = CausalLM::allocate(plan.datt);
+  layers_ = std::make_unique<Layers>(*parallel_);
+}
+
+// ---- One block's forward ----------------------------------------------------
+
+void Llama::block_attention_forward(int l, TensorView x) {
+  const int B = B_, T = T_;
+  const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / shards_, hs = cfg_.head_size();
+  const int64_t Ql = int64_t(NHl_) * hs;
+  const std::string h = block(l);
+  auto& a = acts_;
+  const TensorView ln1 = layer_act(a.ln1, l, {R, C});
+  const TensorView qkv = layer_act(a.qkv, l, {R, qkv_width_});
+  const TensorView proj = aview(a.proj_tmp, {Rl, C});
+  ops_.rmsnorm_forward(own_rows(ln1), layer_act(a.ln1_rstd, l, {Rl}), x,
+                       p(h + "input_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
+  const TensorView none;
+  layers_->qkv.forward(
+      qkv, ln1, gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"), none);
+  // q and k heads turn in place; the attention (and its backward) reads the
+  // rotated values, which are what the layer keeps.
+  ops_.rope_forward(layer_act(a.qkv, l, {R, NHl_ + 2 * KVl_, hs}),
+                    view(a.rope.f32(), {max_seq_, hs}), NHl_ + KVl_, 0, T);
+  ops_.attention_forward(layer_act(a.atty, l, {B, T, Ql}),
+                         layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl_, T)}),
+                         layer_act(a.qkv, l, {B, T, qkv_width_}), NHl_, KVl_);
+  layers_->o_proj.forward(proj, layer_act(a.atty, l, {R, Ql}),
+                          gemm_param(h + "self_attn.o_proj.weight"), none);
+  ops_.add(layer_act(a.res2, l, {Rl, C}), x, proj);
+}
+
+void Llama::block_mlp_up_forward(int l) {
+  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_;
+  const std::string h = block(l);
+  auto& a = acts_;
+  const TensorView ln2 = layer_act(a.ln2, l, {R, C});
+  const TensorView gu = layer_act(a.gu, l, {R, 2 * ffn_});
+  ops_.rmsnorm_forward(own_rows(ln2), layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
+                       p(h + "post_attention_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
+  layers_->gate_up.forward(gu, ln2, gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
+                           TensorView{});
+  ops_.swiglu_forward(layer_act(a.swiglu, l, {R, ffn_}), gu);
+}
+
+// ---- Forward ----------------------------------------------------------------
+
+bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                        float grad_scale) {
+  GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
+  const int tp = shards_;
+  const int64_t R = int64_t(B) * T;
+  GT_CHECK(R % tp == 0, "B*T = ", R, " rows do not split into ", tp, " sequence shards");
+  B_ = B;
+  T_ = T;
+  const int64_t C = cfg_.n_embd, Rl = R / tp, Vl = cfg_.padded_vocab_size() / tp;
+  const bool want_grad = targets && grad_scale > 0.f;
+  const int embed = layout_.embed_unit(), head = layout_.head_unit();
+  auto& a = acts_;
+  const TensorView none;
+  auto tok = iview(ends_.tokens.i32(), {B, T});
+  ops_.upload(tok, tokens);
+  store_->begin_forward(want_grad);
+
+  store_->before_forward(embed);
+  const TensorView encoded = aview(a.encoded, {Rl, C});
+  layers_->embedding.forward(encoded, tok, p("embed_tokens.weight"), none);
+
+  TensorView x = encoded;  // (R/p, C) the residual stream entering block l
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    store_->before_forward(layout_.block_unit(l));
+    block_attention_forward(l, x);
+    block_mlp_up_forward(l);
+    const TensorView proj = aview(a.proj_tmp, {Rl, C});
+    layers_->down.forward(proj, layer_act(a.swiglu, l, {R, ffn_}),
+                          gemm_param(block(l) + "mlp.down_proj.weight"), none);
+    x = layer_act(a.res3, l, {Rl, C});
+    ops_.add(x, layer_act(a.res2, l, {Rl, C}), proj);
+    store_->after_forward(layout_.block_unit(l));
+  }
+
+  // The final norm and, when untied, the LM head live in the head unit; a
+  // tied head reads embed_tokens, valid until after_forward(embed).
+  store_->before_forward(head);
+  const TensorView lnf = aview(a.lnf, {R, C});
+  ops_.rmsnorm_forward(own_rows(lnf), view(a.lnf_rstd.f32(), {Rl}), x, p("norm.weight"),
+                       static_cast<float>(cfg_.norm_eps));
+  const TensorView logits = logits_view(R, Vl);
+  layers_->lm_head.forward(logits, lnf, gemm_param(head_weight_), none);
+  store_->after_forward(head);
+  store_->after_forward(embed);
+
+  backward_ready_ = false;
+  if (!targets) return false;
+  auto tgt = iview(ends_.targets.i32(), {R});
+  ops_.upload(tgt, targets);
+  layers_->cross_entropy.forward(view(ends_.losses.f32(), {R}), want_grad ? logits : none, logits,
+                                 tgt, cfg_.vocab_size, grad_scale);
+  backward_ready_ = want_grad;
+  return true;
+}
+
+// ---- Backward ---------------------------------------------------------------
+
+void Llama::run_backward() {
+  const int B = B_, T = T_, tp = shards_;
+  const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / tp, hs = cfg_.head_size();
+  const int64_t Ql = int64_t(NHl_) * hs, Vl = cfg_.padded_vocab_size() / tp;
+  const int embed = layout_.embed_unit(), head = layout_.head_unit();
+  auto& a = acts_;
+  auto& d = dacts_;
+  const TensorView none;
+  // dresidual: d(loss)/d(residual stream), fp32, every norm's backward adds
+  // into it. dln: a norm's output gradient (a column-parallel layer's input
+  // gradient).
+  const TensorView dresidual = view(d.dresidual.f32(), {Rl, C});
+  const TensorView dln = tp > 1 ? view(d.dln.f32(), {Rl, C}) : aview(d.dln, {Rl, C});
+  const int last = cfg_.n_layer - 1;
+  const TensorView x_last =
+      cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C}) : aview(a.encoded, {Rl, C});
+
+  store_->before_backward(embed);
+  store_->before_backward(head);
+  layers_->lm_head.backward(dln, g(head_weight_), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
+                            gemm_param(head_weight_));
+  ops_.zero(dresidual);
+  ops_.rmsnorm_backward(dresidual, g("norm.weight"), dln, x_last, p("norm.weight"),
+                        view(a.lnf_rstd.f32(), {Rl}));
+  store_->after_backward(head);
+
+  for (int l = last; l >= 0; --l) {
+    store_->before_backward(layout_.block_unit(l));
+    const std::string h = block(l);
+    const TensorView x_in = l == 0 ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    // What recomputation dropped, rerun into the shared slots.
+    if (recompute_ == Recompute::block) block_attention_forward(l, x_in);
+    if (recompute_ != Recompute::none) block_mlp_up_forward(l);
+    const TensorView dswiglu = aview(d.dswiglu, {R, ffn_});
+    const TensorView dgu = aview(d.dgu, {R, 2 * ffn_});
+    const TensorView datty = aview(d.datty, {R, Ql});
+
+    // MLP: res3 = res2 + down(swiglu(gate_up(norm(res2)))); dresidual = d res3.
+    layers_->down.backward(dswiglu, g(h + "mlp.down_proj.weight"), none, dresidual,
+                           layer_act(a.swiglu, l, {R, ffn_}),
+                           gemm_param(h + "mlp.down_proj.weight"));
+    ops_.swiglu_backward(dgu, dswiglu, layer_act(a.gu, l, {R, 2 * ffn_}));
+    layers_->gate_up.backward(dln, g_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
+                              none, dgu, layer_act(a.ln2, l, {R, C}),
+                              gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"));
+    ops_.rmsnorm_backward(dresidual, g(h + "post_attention_layernorm.weight"), dln,
+                          layer_act(a.res2, l, {Rl, C}), p(h + "post_attention_layernorm.weight"),
+                          layer_act(a.ln2_rstd, l, {Rl}));
+    // Attention: res2 = x_in + o_proj(attn(rope(qkv(norm(x_in))))); dresidual = d res2.
+    layers_->o_proj.backward(datty, g(h + "self_attn.o_proj.weight"), none, dresidual,
+                             layer_act(a.atty, l, {R, Ql}),
+                             gemm_param(h + "self_attn.o_proj.weight"));
+    ops_.attention_backward(
+        aview(d.dqkv, {B, T, qkv_width_}),
+        view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl_, T)}), aview(d.datty, {B, T, Ql}),
+        layer_act(a.qkv, l, {B, T, qkv_width_}), layer_act(a.atty, l, {B, T, Ql}),
+        layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl_, T)}), NHl_, KVl_);
+    // RoPE's backward turns the q and k gradients back (in place).
+    ops_.rope_backward(aview(d.dqkv, {R, NHl_ + 2 * KVl_, hs}), view(a.rope.f32(), {max_seq_, hs}),
+                       NHl_ + KVl_, 0, T);
+    layers_->qkv.backward(dln, g_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"),
+                          none, aview(d.dqkv, {R, qkv_width_}), layer_act(a.ln1, l, {R, C}),
+                          gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"));
+    ops_.rmsnorm_backward(dresidual, g(h + "input_layernorm.weight"), dln, x_in,
+                          p(h + "input_layernorm.weight"), layer_act(a.ln1_rstd, l, {Rl}));
+    store_->after_backward(layout_.block_unit(l));
+  }
+
+  layers_->embedding.backward(g("embed_tokens.weight"), none, dresidual,
+                              iview(ends_.tokens.i32(), {B, T}));
+  store_->after_backward(embed);
+}
+
+int64_t Llama::activation_bytes() const {
+  const auto& a = acts_;
+  const auto& d = dacts_;
+  size_t n = 0;
+  for (const LayerBuffer* b : {&a.ln1, &a.ln1_rstd, &a.qkv, &a.atty, &a.att, &a.res2, &a.ln2,
+                               &a.ln2_rstd, &a.gu, &a.swiglu, &a.res3})
+    n += b->buf.bytes();
+  for (const Buffer* b : {&a.rope, &a.encoded, &a.lnf, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
+                          &d.dln, &d.datty, &d.dswiglu, &d.dgu, &d.dqkv, &d.datt})
+    n += b->bytes();
+  return static_cast<int64_t>(n) + common_bytes();
+}
+
+}  // namespace gt

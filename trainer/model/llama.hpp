@@ -1,0 +1,130 @@
+// Llama: the Llama 2/3 forward and backward pass (HF LlamaForCausalLM), a
+// CausalLM (causal_lm.hpp: the interface, parameter views, loss bookkeeping
+// and the invariants every family keeps), for one tensor-parallel rank.
+//
+//   x = embed_tokens[tokens]                                  (no positions)
+//   per block:  h = x + o_proj(attn(rope(q|k|v_proj(rmsnorm_1(x)))))
+//               x = h + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm_2(h)
+//   logits = lm_head(norm(x))         (embed_tokens when tie_embeddings)
+//
+// The math is HF's: RMSNorm with weight and no bias (model.norm_eps), rotary
+// embeddings on q and k in the rotate_half convention (positions 0..T-1 of
+// each sequence, the table of trainer/model/rope_table.hpp, Llama 3.1
+// scaling included), grouped-query causal attention (n_kv_head key/value
+// heads, each shared by n_head / n_kv_head query heads), SwiGLU, no biases
+// anywhere, and an untied LM head unless model.tie_embeddings.
+//
+// Fused GEMMs: q_proj, k_proj and v_proj are separate tensors (HF's names,
+// each split by heads under tp) but adjacent in the layout, so one GEMM
+// reads them as one ((NH + 2 KV) hs / p, C) matrix and writes qkv (R,
+// (NH + 2 KV) hs / p) = [q heads | k heads | v heads] of this rank, the
+// layout the attention op takes; gate_proj and up_proj likewise give gu (R,
+// 2F/p) = [gate | up], the layout the SwiGLU op takes.
+//
+// Tensor parallelism (Megatron-LM with sequence parallelism, as GPT): the
+// residual stream and the norms hold R/p rows; q|k|v and gate|up are
+// column-parallel (each rank NH/p query heads, KV/p key/value heads, F/p of
+// the MLP), o_proj and down_proj row-parallel; the embedding and the LM head
+// split the vocabulary; the norms' weights are replicated and their
+// gradients tp-partial (summed by the store's reducer).
+//
+// Recomputation (train.recompute), as GPT:
+//   none   every block's activations are kept;
+//   mlp    post_attention_layernorm's output and rstd, gate|up and the SwiGLU
+//          share one slot; backward recomputes them from the kept res2;
+//   block  only each block's input is kept; backward reruns the block up to
+//          the SwiGLU first.
+//
+// Precision (runtime.dtype=bf16), as GPT's: activations and the activation
+// gradients a GEMM or attention reads are bf16; master weights, their
+// gradients, the norms' rstd, attention's statistics, the losses and the
+// residual stream's gradient dresidual (an accumulator) stay fp32, the
+// latter rounded to bf16 where a row-parallel layer's backward reads it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/ops.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/causal_lm.hpp"
+#include "trainer/model/parameter_layout.hpp"
+#include "trainer/model/parameter_store.hpp"
+#include "trainer/parallelize/tp_layers.hpp"
+
+namespace gt {
+
+class Llama final : public CausalLM {
+ public:
+  // One rank owning its parameters (LocalParameters).
+  Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+        Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32);
+  // One tensor-parallel rank over `store` (see GPT's constructor).
+  Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
+        ParameterStore& store, const TensorParallelGroup& group,
+        Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32);
+  ~Llama() override;
+
+  int64_t activation_bytes() const override;
+
+ private:
+  struct Activations {
+    Buffer rope;                // (max_seq, hs) fp32 [cos | sin]
+    Buffer encoded;             // (R/p, C)
+    LayerBuffer ln1, ln1_rstd;  // (L, R, C) gathered, (L, R/p)
+    LayerBuffer qkv;            // (L, R, (NH + 2 KV) hs / p), q and k rotated
+    LayerBuffer atty;           // (L, R, NH hs / p)
+    LayerBuffer att;            // (L, attention_saved_elems)
+    LayerBuffer res2;           // (L, R/p, C)
+    LayerBuffer ln2, ln2_rstd;  // (L, R, C) gathered, (L, R/p)
+    LayerBuffer gu, swiglu;     // (L, R, 2F/p), (L, R, F/p)
+    LayerBuffer res3;           // (L, R/p, C): every block's output
+    Buffer lnf, lnf_rstd;       // (R, C) gathered, (R/p)
+    Buffer proj_tmp;            // (R/p, C) a row-parallel output before its residual add
+  };
+  struct Gradients {                   // reused across blocks
+    Buffer dresidual, dln;             // (R/p, C) fp32, (R/p, C) (act at tp = 1)
+    Buffer datty, dswiglu, dgu, dqkv;  // (R, NH hs/p), (R, F/p), (R, 2F/p), (R, (NH+2KV) hs/p)
+    Buffer datt;                       // attention_scratch_elems
+  };
+  struct Layers {
+    explicit Layers(TpLayerContext& ctx)
+        : qkv(ctx),
+          o_proj(ctx),
+          gate_up(ctx),
+          down(ctx),
+          lm_head(ctx),
+          embedding(ctx),
+          cross_entropy(ctx) {}
+    ColumnParallelLinear qkv;  // q_proj | k_proj | v_proj
+    RowParallelLinear o_proj;
+    ColumnParallelLinear gate_up;  // gate_proj | up_proj
+    RowParallelLinear down;
+    ColumnParallelLinear lm_head;  // lm_head.weight, or embed_tokens when tied
+    VocabParallelEmbedding embedding;
+    VocabParallelCrossEntropy cross_entropy;
+  };
+
+  void allocate(const TensorParallelGroup& group);
+  bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                   float grad_scale) override;
+  void run_backward() override;
+
+  // Block l's forward in two parts, run by forward() and again by backward()
+  // for what recomputation dropped. x (R/p, C): the block's input.
+  // input_layernorm, q|k|v, RoPE, attention, o_proj and the residual add into res2.
+  void block_attention_forward(int l, TensorView x);
+  // post_attention_layernorm, gate|up and SwiGLU: down_proj's input.
+  void block_mlp_up_forward(int l);
+
+  // Per-rank widths: query heads, key/value heads, q|k|v features, MLP width.
+  int NHl_ = 0, KVl_ = 0;
+  int64_t qkv_width_ = 0, ffn_ = 0;
+  std::string head_weight_;  // lm_head.weight, or embed_tokens.weight when tied
+  Activations acts_;
+  Gradients dacts_;
+  std::unique_ptr<Layers> layers_;
+};
+
+}  // namespace gt

@@ -1,0 +1,83 @@
+#include "trainer/model/llama_activation_plan.hpp"
+
+#include <algorithm>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const ActivationShape& s) {
+  const int tp = s.tp;
+  const int64_t R = static_cast<int64_t>(s.max_rows) * s.max_seq;
+  GT_CHECK(R % tp == 0, "micro_batch x seq_len = ", R, " rows must divide into parallel.tp=", tp,
+           " sequence-parallel shards");
+  const int L = m.n_layer;
+  const int64_t C = m.n_embd, V = m.padded_vocab_size(), hs = m.head_size();
+  const int64_t Ql = int64_t(m.n_head) * hs / tp, Kl = int64_t(m.kv_heads()) * hs / tp;
+  const int64_t Fl = m.ffn_width() / tp, Rl = R / tp, Vl = V / tp;
+  const bool bf16 = s.dtype == ComputeDType::bf16;
+  const DType act = bf16 ? DType::bf16 : DType::f32, f32 = DType::f32;
+  // Slots: what recomputation drops, all blocks share (llama.hpp).
+  const int one = std::min(L, 1);
+  const int La = s.recompute == Recompute::block ? one : L;
+  const int Lm = s.recompute == Recompute::none ? L : one;
+
+  LlamaActivationPlan p;
+  p.tokens = p.targets = {R, 1, DType::i32};
+  p.rope = {int64_t(s.max_seq) * hs, 1, f32};
+  p.encoded = {Rl * C, 1, act};
+  p.ln1 = {R * C, La, act};
+  p.ln1_rstd = {Rl, La, f32};
+  p.qkv = {R * (Ql + 2 * Kl), La, act};
+  p.atty = {R * Ql, La, act};
+  p.att = {s.attention_saved, La, f32};
+  p.res2 = {Rl * C, La, act};
+  p.ln2 = {R * C, Lm, act};
+  p.ln2_rstd = {Rl, Lm, f32};
+  p.gu = {R * 2 * Fl, Lm, act};
+  p.swiglu = {R * Fl, Lm, act};
+  p.res3 = {Rl * C, L, act};
+  p.lnf = {R * C, 1, act};
+  p.lnf_rstd = {Rl, 1, f32};
+  p.logits = {R * Vl, 1, act};
+  p.losses = p.loss_sum = {R, 1, f32};
+  p.proj_tmp = {Rl * C, 1, act};
+  p.dresidual = {Rl * C, 1, f32};
+  // dln: a GEMM writes it whole at tp = 1 (act); under tp it is the
+  // reduce-scatter's fp32 sum.
+  p.dln = {Rl * C, 1, tp > 1 ? f32 : act};
+  p.datty = {R * Ql, 1, act};
+  p.dswiglu = {R * Fl, 1, act};
+  p.dgu = {R * 2 * Fl, 1, act};
+  p.dqkv = {R * (Ql + 2 * Kl), 1, act};
+  p.datt = {s.attention_scratch, 1, f32};
+  // bf16: the inputs and output gradients are bf16 already except the
+  // residual stream's fp32 gradient, which the row-parallel layers' backward
+  // reads: (R/p, C) at tp = 1, its gathered (R, C) rows under tp. The
+  // weights are cast per call unless the store keeps their bf16 copy; Llama
+  // has no biases.
+  if (bf16) {
+    p.precision.max_grad = tp > 1 ? R * C : Rl * C;
+    p.precision.max_weight =
+        s.store_keeps_bf16_params ? 0 : std::max({Vl * C, (Ql + 2 * Kl) * C, 2 * Fl * C, C * Fl});
+  }
+  p.parallel_scratch = TpLayerContext::scratch(tp, s.overlap, s.dtype, R, C);
+  return p;
+}
+
+int64_t LlamaActivationPlan::bytes() const {
+  int64_t n = 0;
+  for (const BufferSize* b :
+       {&tokens,    &targets, &rope,     &encoded, &ln1,      &ln1_rstd, &qkv,
+        &atty,      &att,     &res2,     &ln2,     &ln2_rstd, &gu,       &swiglu,
+        &res3,      &lnf,     &lnf_rstd, &logits,  &losses,   &loss_sum, &proj_tmp,
+        &dresidual, &dln,     &datty,    &dswiglu, &dgu,      &dqkv,     &datt})
+    n += b->bytes();
+  const int64_t bf16 = static_cast<int64_t>(dtype_size(DType::bf16));
+  n +=
+      (precision.max_input + precision.max_grad + precision.max_weight + precision.max_bias) * bf16;
+  n += precision.max_bias_f32 * static_cast<int64_t>(dtype_size(DType::f32));
+  return n + parallel_scratch.bytes();
+}
+
+}  // namespace gt

@@ -1,0 +1,35 @@
+#include "trainer/model/make_model.hpp"
+
+#include "kernels/core/error.hpp"
+#include "trainer/model/gpt.hpp"
+#include "trainer/model/llama.hpp"
+
+namespace gt {
+
+std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+                                     Recompute recompute, ComputeDType dtype) {
+  switch (cfg.arch) {
+    case ModelArch::gpt2:
+      return std::make_unique<GPT>(cfg, ops, max_rows, max_seq, recompute, dtype);
+    case ModelArch::llama:
+      return std::make_unique<Llama>(cfg, ops, max_rows, max_seq, recompute, dtype);
+  }
+  fail("model.arch=", to_string(cfg.arch), ": no model of that family");
+}
+
+std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
+                                     const ParameterLayout& layout, ParameterStore& store,
+                                     const TensorParallelGroup& group, Recompute recompute,
+                                     ComputeDType dtype) {
+  switch (cfg.arch) {
+    case ModelArch::gpt2:
+      return std::make_unique<GPT>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
+                                   dtype);
+    case ModelArch::llama:
+      return std::make_unique<Llama>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
+                                     dtype);
+  }
+  fail("model.arch=", to_string(cfg.arch), ": no model of that family");
+}
+
+}  // namespace gt
