@@ -183,7 +183,7 @@ void Llama::run_backward() {
   // into it. dln: a norm's output gradient (a column-parallel layer's input
   // gradient).
   const TensorView dresidual = view(d.dresidual.f32(), {Rl, C});
-  const TensorView dln = tp > 1 ? view(d.dln.f32(), {Rl, C}) : aview(d.dln, {Rl, C});
+  const TensorView dln = view(d.dln.f32(), {Rl, C});  // fp32 at every tp (the plan's note)
   const int last = cfg_.n_layer - 1;
   const TensorView x_last =
       cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C}) : aview(a.encoded, {Rl, C});

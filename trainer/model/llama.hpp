@@ -39,7 +39,9 @@
 // gradients a GEMM or attention reads are bf16; master weights, their
 // gradients, the norms' rstd, attention's statistics, the losses and the
 // residual stream's gradient dresidual (an accumulator) stay fp32, the
-// latter rounded to bf16 where a row-parallel layer's backward reads it.
+// latter rounded to bf16 where a row-parallel layer's backward reads it. A
+// norm's output gradient dln is fp32 at every tp (GPT's is bf16 at tp = 1):
+// the layouts then differ only in summation order, not in a rounding.
 #pragma once
 
 #include <cstdint>
@@ -84,7 +86,7 @@ class Llama final : public CausalLM {
     Buffer proj_tmp;            // (R/p, C) a row-parallel output before its residual add
   };
   struct Gradients {                   // reused across blocks
-    Buffer dresidual, dln;             // (R/p, C) fp32, (R/p, C) (act at tp = 1)
+    Buffer dresidual, dln;             // (R/p, C) fp32 x2
     Buffer datty, dswiglu, dgu, dqkv;  // (R, NH hs/p), (R, F/p), (R, 2F/p), (R, (NH+2KV) hs/p)
     Buffer datt;                       // attention_scratch_elems
   };

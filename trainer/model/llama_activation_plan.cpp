@@ -43,9 +43,11 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   p.losses = p.loss_sum = {R, 1, f32};
   p.proj_tmp = {Rl * C, 1, act};
   p.dresidual = {Rl * C, 1, f32};
-  // dln: a GEMM writes it whole at tp = 1 (act); under tp it is the
-  // reduce-scatter's fp32 sum.
-  p.dln = {Rl * C, 1, tp > 1 ? f32 : act};
+  // dln, a norm's output gradient, is fp32 at every tp: under tp it is the
+  // reduce-scatter's fp32 sum, and at tp = 1 the GEMM writes it in fp32 too,
+  // so that the layouts differ only in summation order (a bf16 dln at tp = 1
+  // alone put every norm's gradient a rounding away from the tp runs').
+  p.dln = {Rl * C, 1, f32};
   p.datty = {R * Ql, 1, act};
   p.dswiglu = {R * Fl, 1, act};
   p.dgu = {R * 2 * Fl, 1, act};

@@ -34,7 +34,7 @@ struct LlamaActivationPlan {
   BufferSize losses, loss_sum;               // (R) fp32
   BufferSize proj_tmp;                       // (R/p, C) act
   BufferSize dresidual;                      // (R/p, C) fp32: an accumulator
-  BufferSize dln;                            // (R/p, C): act at tp = 1, fp32 sum under tp
+  BufferSize dln;                            // (R/p, C) fp32 at every tp
   BufferSize datty, dswiglu, dgu, dqkv;      // (R, Q/p), (R, F/p), (R, 2F/p), (R, (Q+2K)/p) act
   BufferSize datt;                           // attention_scratch_elems fp32
   LinearPrecision::Sizes precision;          // the GEMMs' bf16 operand copies

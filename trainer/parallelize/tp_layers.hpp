@@ -115,8 +115,8 @@ class ColumnParallelLinear {
 class RowParallelLinear {
  public:
   explicit RowParallelLinear(TpLayerContext& ctx) : ctx_(ctx) {}
-  // out (R/p, N) = RS(x (R, K/p) @ w^T) + b; the partial sums add in fp32 and
-  // a bf16 out is rounded once.
+  // out (R/p, N) = RS(x (R, K/p) @ w^T) + b (b may be empty: no bias); the
+  // partial sums add in fp32 and a bf16 out is rounded once.
   void forward(TensorView out, TensorView x, TensorView w, TensorView b);
   // dout (R/p, N) is gathered; dx (R, K/p) assigned; dw, db accumulate (db
   // from all rows: complete on every rank); gelu_pre (R, K/p) multiplies dx
