@@ -29,6 +29,8 @@ using gt::test::random_vector;
 
 struct Case {
   int B, T, NH, hs;
+  int KV = 0;  // key/value heads; 0: NH (multi-head attention)
+  int kv() const { return KV > 0 ? KV : NH; }
 };
 const Case kCases[] = {{1, 1, 1, 8},    {2, 7, 3, 16},  {1, 64, 2, 64},  {2, 65, 2, 64},
                        {1, 130, 2, 128}, {2, 100, 3, 48}, {1, 200, 1, 32}, {1, 129, 2, 72},
@@ -38,16 +40,16 @@ const Case kCases[] = {{1, 1, 1, 8},    {2, 7, 3, 16},  {1, 64, 2, 64},  {2, 65,
 bool small_case(const Case& c) { return c.T <= 130; }
 
 std::string name(const Case& c) {
-  return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " NH=" +
-         std::to_string(c.NH) + " hs=" + std::to_string(c.hs);
+  return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " NH=" + std::to_string(c.NH) +
+         " KV=" + std::to_string(c.kv()) + " hs=" + std::to_string(c.hs);
 }
 
 struct Sizes {
-  int64_t B, T, NH, C, qkv, out, att, lse;
+  int64_t B, T, NH, C, W, qkv, out, att, lse;  // W: qkv's row, (NH + 2 KV) hs
 };
 Sizes sizes(const Case& c) {
-  Sizes s{c.B, c.T, c.NH, int64_t{c.NH} * c.hs, 0, 0, 0, 0};
-  s.qkv = s.B * s.T * 3 * s.C;
+  Sizes s{c.B, c.T, c.NH, int64_t{c.NH} * c.hs, int64_t{c.NH + 2 * c.kv()} * c.hs, 0, 0, 0, 0};
+  s.qkv = s.B * s.T * s.W;
   s.out = s.B * s.T * s.C;
   s.att = s.B * s.NH * s.T * s.T;
   s.lse = s.B * s.NH * s.T;
@@ -63,7 +65,7 @@ CpuResult cpu_forward(const Case& c, std::vector<float> qkv, int threads) {
   CpuResult r{std::vector<float>(z.out), std::vector<float>(z.att)};
   cpu->attention_forward(gt::cpu_f32(r.out.data(), {z.B, z.T, z.C}),
                          gt::cpu_f32(r.att.data(), {z.att}),
-                         gt::cpu_f32(qkv.data(), {z.B, z.T, 3 * z.C}), c.NH);
+                         gt::cpu_f32(qkv.data(), {z.B, z.T, z.W}), c.NH, c.kv());
   return r;
 }
 
@@ -72,12 +74,10 @@ std::vector<float> cpu_backward(const Case& c, std::vector<float> qkv, std::vect
   const Sizes z = sizes(c);
   auto cpu = gt::make_cpu_ops(threads);
   std::vector<float> dqkv(z.qkv), scratch(z.att);
-  cpu->attention_backward(gt::cpu_f32(dqkv.data(), {z.B, z.T, 3 * z.C}),
-                          gt::cpu_f32(scratch.data(), {z.att}),
-                          gt::cpu_f32(dout.data(), {z.B, z.T, z.C}),
-                          gt::cpu_f32(qkv.data(), {z.B, z.T, 3 * z.C}),
-                          gt::cpu_f32(out.data(), {z.B, z.T, z.C}),
-                          gt::cpu_f32(att.data(), {z.att}), c.NH);
+  cpu->attention_backward(
+      gt::cpu_f32(dqkv.data(), {z.B, z.T, z.W}), gt::cpu_f32(scratch.data(), {z.att}),
+      gt::cpu_f32(dout.data(), {z.B, z.T, z.C}), gt::cpu_f32(qkv.data(), {z.B, z.T, z.W}),
+      gt::cpu_f32(out.data(), {z.B, z.T, z.C}), gt::cpu_f32(att.data(), {z.att}), c.NH, c.kv());
   return dqkv;
 }
 
@@ -96,7 +96,7 @@ CpuBf16Result cpu_forward_bf16(const Case& c, std::vector<uint16_t> qkv, int thr
   auto cpu = gt::make_cpu_ops(threads);
   CpuBf16Result r{std::vector<uint16_t>(z.out), std::vector<float>(z.att)};
   cpu->attention_forward(cpu_bf16(r.out, {z.B, z.T, z.C}), gt::cpu_f32(r.att.data(), {z.att}),
-                         cpu_bf16(qkv, {z.B, z.T, 3 * z.C}), c.NH);
+                         cpu_bf16(qkv, {z.B, z.T, z.W}), c.NH, c.kv());
   return r;
 }
 
@@ -107,14 +107,15 @@ std::vector<uint16_t> cpu_backward_bf16(const Case& c, std::vector<uint16_t> qkv
   auto cpu = gt::make_cpu_ops(threads);
   std::vector<uint16_t> dqkv(z.qkv);
   std::vector<float> scratch(z.att);
-  cpu->attention_backward(cpu_bf16(dqkv, {z.B, z.T, 3 * z.C}),
-                          gt::cpu_f32(scratch.data(), {z.att}), cpu_bf16(dout, {z.B, z.T, z.C}),
-                          cpu_bf16(qkv, {z.B, z.T, 3 * z.C}), cpu_bf16(out, {z.B, z.T, z.C}),
-                          gt::cpu_f32(att.data(), {z.att}), c.NH);
+  cpu->attention_backward(cpu_bf16(dqkv, {z.B, z.T, z.W}), gt::cpu_f32(scratch.data(), {z.att}),
+                          cpu_bf16(dout, {z.B, z.T, z.C}), cpu_bf16(qkv, {z.B, z.T, z.W}),
+                          cpu_bf16(out, {z.B, z.T, z.C}), gt::cpu_f32(att.data(), {z.att}), c.NH,
+                          c.kv());
   return dqkv;
 }
 
-// log sum_{j<=t} exp(q_t . k_j / sqrt(hs)) per (b, h, t), in double.
+// log sum_{j<=t} exp(q_t . k_j / sqrt(hs)) per (b, h, t), in double; query
+// head h reads key head h / (NH / KV).
 std::vector<float> reference_lse(const Case& c, const std::vector<float>& qkv) {
   const Sizes z = sizes(c);
   std::vector<float> lse(z.lse);
@@ -122,11 +123,12 @@ std::vector<float> reference_lse(const Case& c, const std::vector<float>& qkv) {
   for (int64_t b = 0; b < z.B; ++b)
     for (int64_t h = 0; h < z.NH; ++h)
       for (int64_t t = 0; t < z.T; ++t) {
-        const float* q = &qkv[(b * z.T + t) * 3 * z.C + h * c.hs];
+        const float* q = &qkv[(b * z.T + t) * z.W + h * c.hs];
+        const int64_t kv = h / (c.NH / c.kv());
         std::vector<double> s(t + 1);
         double mx = -1e300;
         for (int64_t j = 0; j <= t; ++j) {
-          const float* k = &qkv[(b * z.T + j) * 3 * z.C + z.C + h * c.hs];
+          const float* k = &qkv[(b * z.T + j) * z.W + z.C + kv * c.hs];
           double d = 0.0;
           for (int e = 0; e < c.hs; ++e) d += static_cast<double>(q[e]) * k[e];
           s[j] = d * scale;
@@ -153,20 +155,21 @@ void check_fp32(const Case& c, cudaStream_t s, int threads = 1) {
       d_dqkv(z.qkv, s), d_scratch(z.lse, s);
   d_out.poison();
   d_lse.poison();
-  gt::cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), c.B, c.T, c.NH, c.hs, s);
+  gt::cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), c.B, c.T, c.NH, c.kv(), c.hs,
+                              s);
   EXPECT_TRUE(all_close(d_out.download(), fwd.out, 1e-5f, 1e-4f)) << "out";
   EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), 1e-5f, 1e-5f)) << "lse";
 
   d_dqkv.poison();
   d_scratch.poison();
   gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
-                               d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+                               d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.kv(), c.hs, s);
   const auto dqkv = d_dqkv.download();
   EXPECT_TRUE(all_close(dqkv, want_dqkv, 5e-5f, 1e-4f)) << "dqkv";
 
   d_dqkv.poison();
   gt::cuda::attention_backward(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
-                               d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+                               d_out.get(), d_lse.get(), c.B, c.T, c.NH, c.kv(), c.hs, s);
   EXPECT_TRUE(gt::test::bitwise_equal(d_dqkv.download(), dqkv)) << "backward not repeatable";
 }
 
@@ -210,14 +213,14 @@ void check_bf16(const Case& c, cudaStream_t s, const Bf16Kernels& k, int threads
                                       d_lse.get(), c.B, c.T, c.NH, c.hs, s);
     else
       gt::cuda::attention_backward(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                                   d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+                                   d_lse.get(), c.B, c.T, c.NH, c.kv(), c.hs, s);
   };
   d_out.poison();
   d_lse.poison();
   if (k.tensor_cores)
     gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
   else
-    gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+    gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.kv(), c.hs, s);
   EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, k.out_tol, k.out_tol))
       << "out";
   EXPECT_TRUE(all_close(d_lse.download(), reference_lse(c, qkv), k.lse_tol, k.lse_tol)) << "lse";
@@ -273,7 +276,7 @@ TEST(CudaAttention, HeadSizeAbove128IsAnError) {
   gt::cuda::CudaStream stream;
   DeviceArray<float> qkv(3 * 129, stream.get()), out(129, stream.get()), lse(1, stream.get());
   const std::string msg = gt::test::error_message([&] {
-    gt::cuda::attention_forward(out.get(), lse.get(), qkv.get(), 1, 1, 1, 129, stream.get());
+    gt::cuda::attention_forward(out.get(), lse.get(), qkv.get(), 1, 1, 1, 1, 129, stream.get());
   });
   EXPECT_NE(msg.find("head size 129"), std::string::npos) << msg;
 }
