@@ -72,7 +72,8 @@ void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_b
                                int B, int T, int NH, int hs, cudaStream_t stream);
 
 // ---- tensor-core variant (attention_tc.cu): bf16 only, hs % 16 == 0, hs <= 128 ----
-// Same contract as above (outputs, saved lse, scratch); FlashAttention-2's
+// Same contract as above (layouts, grouped-query heads, outputs, saved lse,
+// scratch, the dK/dV loop over a group's query heads); FlashAttention-2's
 // structure: the products run on mma.sync bf16 tensor cores with fp32
 // accumulation, one pass over the keys with an online softmax, S and P in
 // registers (P's accumulators reused as the next product's A operand), causal
@@ -86,9 +87,9 @@ void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_b
 // ("The kernels' resources").
 bool attention_tc_supported(int hs);
 void attention_forward_tc(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                          int NH, int hs, cudaStream_t stream);
+                          int NH, int KV, int hs, cudaStream_t stream);
 void attention_backward_tc(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
                            const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                           int B, int T, int NH, int hs, cudaStream_t stream);
+                           int B, int T, int NH, int KV, int hs, cudaStream_t stream);
 
 }  // namespace gt::cuda

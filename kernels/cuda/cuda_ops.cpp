@@ -288,8 +288,8 @@ void CudaOps::do_attention_forward(TensorView out, TensorView saved, TensorView 
     cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), d.B, d.T, d.NH, d.KV, d.hs,
                             stream());
   else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
-    cuda::attention_forward_tc(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.hs,
-                               stream());
+    cuda::attention_forward_tc(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.KV,
+                               d.hs, stream());
   else
     cuda::attention_forward(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.KV, d.hs,
                             stream());
@@ -311,7 +311,7 @@ void CudaOps::do_attention_backward(TensorView dqkv, TensorView scratch_view, Te
                              saved.f32(), d.B, d.T, d.NH, d.KV, d.hs, stream());
   else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
     cuda::attention_backward_tc(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout),
-                                ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH,
+                                ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH, d.KV,
                                 d.hs, stream());
   else
     cuda::attention_backward(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout), ptr<bf16>(qkv),

@@ -210,7 +210,7 @@ void check_bf16(const Case& c, cudaStream_t s, const Bf16Kernels& k, int threads
     // The bf16 forward output feeds D = rowsum(dout * out), as in training.
     if (k.tensor_cores)
       gt::cuda::attention_backward_tc(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
-                                      d_lse.get(), c.B, c.T, c.NH, c.hs, s);
+                                      d_lse.get(), c.B, c.T, c.NH, c.kv(), c.hs, s);
     else
       gt::cuda::attention_backward(bf(d_dqkv), d_scratch.get(), bf(d_dout), bf(d_qkv), bf(d_out),
                                    d_lse.get(), c.B, c.T, c.NH, c.kv(), c.hs, s);
@@ -218,7 +218,8 @@ void check_bf16(const Case& c, cudaStream_t s, const Bf16Kernels& k, int threads
   d_out.poison();
   d_lse.poison();
   if (k.tensor_cores)
-    gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.hs, s);
+    gt::cuda::attention_forward_tc(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.kv(), c.hs,
+                                   s);
   else
     gt::cuda::attention_forward(bf(d_out), d_lse.get(), bf(d_qkv), c.B, c.T, c.NH, c.kv(), c.hs, s);
   EXPECT_TRUE(all_close(gt::test::from_bf16(d_out.download()), want_out, k.out_tol, k.out_tol))
