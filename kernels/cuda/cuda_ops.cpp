@@ -260,9 +260,6 @@ struct AttentionDims {
 // (KV divides NH; KV = NH is multi-head attention, qkv (B, T, 3C)).
 AttentionDims attention_dims(const Check& c, const TensorView& qkv, int n_head, int n_kv_head) {
   c.tensor(qkv, "qkv", kF32Bf16);
-  if (n_kv_head != n_head)
-    fail("CudaOps::", c.op, ": grouped-query attention (n_kv_head ", n_kv_head, " < n_head ",
-         n_head, ") is not implemented on CUDA yet");
   const int64_t hs = qkv.shape[2] / (int64_t{n_head} + 2 * int64_t{n_kv_head});
   AttentionDims d{c.to_int(qkv.shape[0], "B"), c.to_int(qkv.shape[1], "T"), n_head, n_kv_head,
                   static_cast<int>(hs)};
