@@ -26,7 +26,9 @@
 //     by the block that owns a query tile of a query head (looping over key
 //     tiles); each in registers. With KV = NH the group is one head and the
 //     order, hence every bit, is multi-head attention's. The price is
-//     recomputing the scores and dP in both passes.
+//     recomputing the scores and dP in both passes; with KV < NH also a dkdv
+//     grid of B*KV (not B*NH) x key tiles, each block NH/KV times longer (its
+//     K/V tiles loaded once for the group). Tiling is unchanged by KV.
 //   * dtypes: qkv, out, dout, dqkv all fp32 or all bf16 (converted to fp32 on
 //     load, rounded on store); lse and scratch fp32; all math fp32.
 //   * Shapes: 1 <= hs <= 128 (the head is zero-padded to 32, 64 or 128 in
