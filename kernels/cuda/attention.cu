@@ -1,15 +1,19 @@
 // Flash-style causal attention kernels and launchers (see attention.cuh).
 //
-// Forward, one block per (b*NH + h, query tile):
+// Forward, one block per (b*NH + h, query tile), h a query head reading
+// key/value head h / (NH / KV):
 //   Q tile (pre-scaled by 1/sqrt(hs)) stays in shared memory; for each key
 //   tile up to the diagonal: S = Q K^T (4x4 per thread), causal mask, online
 //   softmax (row max / sum over the 16 threads sharing a row, by shuffles),
 //   P to shared memory, O += P V. Out = O / l, lse = m + log l.
 // Backward, after D = rowsum(dO * O) (one warp per row):
-//   dkdv kernel, one block per key tile, over query tiles from the diagonal:
+//   dkdv kernel, one block per (b*KV + key/value head, key tile), over the
+//   query heads of the head's group in order and, for each, over the query
+//   tiles from the diagonal (with KV = NH: one head, multi-head attention):
 //     S^T = K Q^T, P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D),
 //     dV += P^T dO, dK += dS^T Q (Q pre-scaled, so this is scale * dS^T Q).
-//   dq kernel, one block per query tile, over key tiles up to the diagonal:
+//   dq kernel, one block per (b*NH + h, query tile), over key tiles up to the
+//   diagonal of h's key/value head:
 //     S, P, dP = dO V^T, dS as above, dQ += dS K; dQ *= scale at the end.
 // Every processed tile holds at least one unmasked key per row (key tiles
 // start at or before the row's own position), so the running max is finite
@@ -117,9 +121,14 @@ __device__ __forceinline__ float row_sum(float v) {
 }
 
 struct Dims {
-  int T, NH, hs, C;
+  int T, NH, KV, hs;
+  int C;    // NH hs: out's row, and the column of qkv where the keys start
+  int Ckv;  // KV hs: the width of the keys (and of the values) in qkv's row
+  int ld;   // qkv's row, C + 2 Ckv: 3C for multi-head attention
   float scale;
   bool vec;  // 16-byte loads are legal for qkv, out, dout, dqkv
+  // The key/value head query head h reads (HF's repeat_kv).
+  __device__ int kv_head(int h) const { return h / (NH / KV); }
 };
 
 template <int HSP>
@@ -144,12 +153,15 @@ __global__ void __launch_bounds__(kThreads)
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);  // longest rows first
   const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
-  const int C3 = 3 * dm.C;
+  const int C3 = dm.ld;  // qkv's row (the name is multi-head attention's 3C)
   const int ty = threadIdx.x / kLanes, tx = threadIdx.x % kLanes;
   const int q0 = qt * kTile;
-  const T* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;  // row 0 of q, head h
+  const T* row0 = qkv + static_cast<int64_t>(b) * dm.T * C3;
+  const T* q_base = row0 + h * dm.hs;  // row 0 of query head h
+  // Row 0 at h's key/value head's offset: its keys at + C, its values at + C + Ckv.
+  const T* base = row0 + dm.kv_head(h) * dm.hs;
 
-  load_tile<T, HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, min(kTile, dm.T - q0), dm.hs,
+  load_tile<T, HSP>(q_s, q_base + static_cast<int64_t>(q0) * C3, C3, min(kTile, dm.T - q0), dm.hs,
                     dm.scale, dm.vec);
 
   float m[kPerThread], l[kPerThread], o[kPerThread][NJ];
@@ -166,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the previous tile's readers of k_s, v_s, p_s are done
     const T* kv = base + static_cast<int64_t>(k0) * C3;
     load_tile<T, HSP>(k_s, kv + dm.C, C3, min(kTile, dm.T - k0), dm.hs, 1.f, dm.vec);
-    load_tile<T, HSP>(v_s, kv + 2 * dm.C, C3, min(kTile, dm.T - k0), dm.hs, 1.f, dm.vec);
+    load_tile<T, HSP>(v_s, kv + dm.C + dm.Ckv, C3, min(kTile, dm.T - k0), dm.hs, 1.f, dm.vec);
     __syncthreads();
 
     float s[kPerThread][kPerThread] = {};
@@ -253,54 +265,64 @@ __global__ void __launch_bounds__(kThreads)
 
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int kt = blockIdx.y;  // key tile 0 sees every query tile: the longest first
-  const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
-  const int C3 = 3 * dm.C;
+  const int bj = blockIdx.x, b = bj / dm.KV, kvh = bj % dm.KV;
+  const int group = dm.NH / dm.KV;  // kvh serves query heads [kvh group, (kvh + 1) group)
+  const int C3 = dm.ld;             // qkv's row (the name is multi-head attention's 3C)
   const int ty = threadIdx.x / kLanes, tx = threadIdx.x % kLanes;
   const int k0 = kt * kTile;
-  const T* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
-  const T* dout_base = dout + static_cast<int64_t>(b) * dm.T * dm.C + h * dm.hs;
-  const float* lse_bh = lse + static_cast<int64_t>(bh) * dm.T;
-  const float* d_bh = D + static_cast<int64_t>(bh) * dm.T;
+  const int64_t row0 = static_cast<int64_t>(b) * dm.T * C3;
+  // Row 0 at kvh's offset: its keys at + C, its values at + C + Ckv.
+  const T* base = qkv + row0 + kvh * dm.hs;
 
   load_tile<T, HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, min(kTile, dm.T - k0),
                     dm.hs, 1.f, dm.vec);
-  load_tile<T, HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3,
+  load_tile<T, HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + dm.C + dm.Ckv, C3,
                     min(kTile, dm.T - k0), dm.hs, 1.f, dm.vec);
 
+  // dK, dV of head kvh summed over its group's query heads and their query
+  // tiles, in this order, in registers.
   float dk[kPerThread][NJ] = {}, dv[kPerThread][NJ] = {};
-  for (int qt = kt; qt < n_tiles; ++qt) {
-    const int q0 = qt * kTile, rows = min(kTile, dm.T - q0);
-    __syncthreads();  // the previous query tile's readers are done
-    load_tile<T, HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, rows, dm.hs, dm.scale, dm.vec);
-    load_tile<T, HSP>(do_s, dout_base + static_cast<int64_t>(q0) * dm.C, dm.C, rows, dm.hs, 1.f,
-                      dm.vec);
-    for (int r = threadIdx.x; r < kTile; r += kThreads) {
-      lse_s[r] = r < rows ? lse_bh[q0 + r] : 0.f;
-      d_s[r] = r < rows ? d_bh[q0 + r] : 0.f;
-    }
-    __syncthreads();
-
-    float st[kPerThread][kPerThread] = {}, dpt[kPerThread][kPerThread] = {};
-    mma_abt<HSP, LDH, LDH>(st, k_s, q_s, ty, tx);   // S^T[key][query]
-    mma_abt<HSP, LDH, LDH>(dpt, v_s, do_s, ty, tx);  // dP^T[key][query]
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int c = ty + kLanes * i, kc = k0 + c;
-#pragma unroll
-      for (int j = 0; j < kPerThread; ++j) {
-        const int r = tx + kLanes * j, qr = q0 + r;
-        const bool valid = kc <= qr && qr < dm.T && kc < dm.T;
-        const float p = valid ? expf(st[i][j] - lse_s[r]) : 0.f;
-        pt_s[c * kLdS + r] = p;
-        dst_s[c * kLdS + r] = p * (dpt[i][j] - d_s[r]);
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const int64_t bh = static_cast<int64_t>(b) * dm.NH + h;
+    const T* q_base = qkv + row0 + h * dm.hs;
+    const T* dout_base = dout + static_cast<int64_t>(b) * dm.T * dm.C + h * dm.hs;
+    const float* lse_bh = lse + bh * dm.T;
+    const float* d_bh = D + bh * dm.T;
+    for (int qt = kt; qt < n_tiles; ++qt) {
+      const int q0 = qt * kTile, rows = min(kTile, dm.T - q0);
+      __syncthreads();  // the previous query tile's readers are done
+      load_tile<T, HSP>(q_s, q_base + static_cast<int64_t>(q0) * C3, C3, rows, dm.hs, dm.scale,
+                        dm.vec);
+      load_tile<T, HSP>(do_s, dout_base + static_cast<int64_t>(q0) * dm.C, dm.C, rows, dm.hs, 1.f,
+                        dm.vec);
+      for (int r = threadIdx.x; r < kTile; r += kThreads) {
+        lse_s[r] = r < rows ? lse_bh[q0 + r] : 0.f;
+        d_s[r] = r < rows ? d_bh[q0 + r] : 0.f;
       }
+      __syncthreads();
+
+      float st[kPerThread][kPerThread] = {}, dpt[kPerThread][kPerThread] = {};
+      mma_abt<HSP, LDH, LDH>(st, k_s, q_s, ty, tx);    // S^T[key][query]
+      mma_abt<HSP, LDH, LDH>(dpt, v_s, do_s, ty, tx);  // dP^T[key][query]
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) {
+        const int c = ty + kLanes * i, kc = k0 + c;
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+          const int r = tx + kLanes * j, qr = q0 + r;
+          const bool valid = kc <= qr && qr < dm.T && kc < dm.T;
+          const float p = valid ? expf(st[i][j] - lse_s[r]) : 0.f;
+          pt_s[c * kLdS + r] = p;
+          dst_s[c * kLdS + r] = p * (dpt[i][j] - d_s[r]);
+        }
+      }
+      __syncthreads();
+      mma_ab<NJ, kLdS, LDH>(dv, pt_s, do_s, ty, tx);  // dV += P^T dO
+      mma_ab<NJ, kLdS, LDH>(dk, dst_s, q_s, ty, tx);  // dK += dS^T (scale Q)
     }
-    __syncthreads();
-    mma_ab<NJ, kLdS, LDH>(dv, pt_s, do_s, ty, tx);   // dV += P^T dO
-    mma_ab<NJ, kLdS, LDH>(dk, dst_s, q_s, ty, tx);   // dK += dS^T (scale Q)
   }
 
-  T* dk_base = dqkv + static_cast<int64_t>(b) * dm.T * C3 + dm.C + h * dm.hs;
+  T* dk_base = dqkv + row0 + dm.C + kvh * dm.hs;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int kc = k0 + ty + kLanes * i;
@@ -311,7 +333,7 @@ __global__ void __launch_bounds__(kThreads)
       if (col >= dm.hs) continue;
       T* row = dk_base + static_cast<int64_t>(kc) * C3 + col;
       row[0] = dev::from_float<T>(dk[i][j]);
-      row[dm.C] = dev::from_float<T>(dv[i][j]);
+      row[dm.Ckv] = dev::from_float<T>(dv[i][j]);
     }
   }
 }
@@ -334,14 +356,17 @@ __global__ void __launch_bounds__(kThreads)
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);  // longest rows first
   const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
-  const int C3 = 3 * dm.C;
+  const int C3 = dm.ld;  // qkv's row (the name is multi-head attention's 3C)
   const int ty = threadIdx.x / kLanes, tx = threadIdx.x % kLanes;
   const int q0 = qt * kTile, rows = min(kTile, dm.T - q0);
-  const T* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
+  const T* row0 = qkv + static_cast<int64_t>(b) * dm.T * C3;
+  const T* q_base = row0 + h * dm.hs;  // row 0 of query head h
+  // Row 0 at h's key/value head's offset: its keys at + C, its values at + C + Ckv.
+  const T* base = row0 + dm.kv_head(h) * dm.hs;
   const float* lse_bh = lse + static_cast<int64_t>(bh) * dm.T;
   const float* d_bh = D + static_cast<int64_t>(bh) * dm.T;
 
-  load_tile<T, HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, rows, dm.hs, dm.scale, dm.vec);
+  load_tile<T, HSP>(q_s, q_base + static_cast<int64_t>(q0) * C3, C3, rows, dm.hs, dm.scale, dm.vec);
   load_tile<T, HSP>(do_s, dout + (static_cast<int64_t>(b) * dm.T + q0) * dm.C + h * dm.hs, dm.C,
                     rows, dm.hs, 1.f, dm.vec);
   for (int r = threadIdx.x; r < kTile; r += kThreads) {
@@ -355,7 +380,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the previous key tile's readers are done (and q_s etc. loaded)
     const T* kv = base + static_cast<int64_t>(k0) * C3;
     load_tile<T, HSP>(k_s, kv + dm.C, C3, min(kTile, dm.T - k0), dm.hs, 1.f, dm.vec);
-    load_tile<T, HSP>(v_s, kv + 2 * dm.C, C3, min(kTile, dm.T - k0), dm.hs, 1.f, dm.vec);
+    load_tile<T, HSP>(v_s, kv + dm.C + dm.Ckv, C3, min(kTile, dm.T - k0), dm.hs, 1.f, dm.vec);
     __syncthreads();
 
     float s[kPerThread][kPerThread] = {}, dp[kPerThread][kPerThread] = {};
@@ -376,7 +401,7 @@ __global__ void __launch_bounds__(kThreads)
     mma_ab<NJ, kLdS, LDH>(dq, ds_s, k_s, ty, tx);  // dQ += dS K
   }
 
-  T* dq_base = dqkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
+  T* dq_base = dqkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;  // query head h
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int qr = q0 + ty + kLanes * i;
@@ -391,19 +416,21 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- launchers ------------------------------------------------------------------
-void check_shape(const char* what, int B, int T, int NH, int hs) {
+void check_shape(const char* what, int B, int T, int NH, int KV, int hs) {
   GT_CHECK(B >= 0 && T >= 1 && NH >= 1 && hs >= 1, what, ": B = ", B, ", T = ", T, ", NH = ", NH,
            ", hs = ", hs);
+  GT_CHECK(KV >= 1 && NH % KV == 0, what, ": KV = ", KV, " key/value heads must divide NH = ", NH);
   if (hs > 128) fail(what, ": head size ", hs, " is larger than the 128 the kernel supports");
   GT_CHECK(static_cast<int64_t>(B) * NH <= 0x7fffffff, what, ": B*NH too large");
   GT_CHECK((T + kTile - 1) / kTile <= 65535, what, ": T = ", T, " exceeds the grid");
 }
 
 template <typename T>
-Dims make_dims(int T_, int NH, int hs, std::initializer_list<const void*> ptrs) {
-  Dims d{T_, NH, hs, NH * hs, 1.f / std::sqrt(static_cast<float>(hs)), false};
+Dims make_dims(int T_, int NH, int KV, int hs, std::initializer_list<const void*> ptrs) {
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  Dims d{T_, NH, KV, hs, NH * hs, KV * hs, (NH + 2 * KV) * hs, scale, false};
   constexpr int N = 16 / static_cast<int>(sizeof(T));
-  d.vec = hs % N == 0 && d.C % N == 0;  // row strides 3C and C, head offsets h*hs
+  d.vec = hs % N == 0;  // row strides (NH + 2 KV) hs and C, head offsets: all multiples of hs
   for (const void* p : ptrs) d.vec = d.vec && dev::aligned16(p);
   return d;
 }
@@ -417,8 +444,10 @@ void launch_with_smem(Kernel kernel, size_t smem_bytes, dim3 grid, cudaStream_t 
   CUDA_CHECK_LAUNCH();
 }
 
-dim3 tile_grid(int B, int NH, int T) {
-  return dim3(static_cast<unsigned>(B * NH), static_cast<unsigned>((T + kTile - 1) / kTile));
+// One block per (b * heads + head, 64-row tile): heads = NH for the forward
+// and dq kernels (query heads), KV for dkdv (key/value heads).
+dim3 tile_grid(int B, int heads, int T) {
+  return dim3(static_cast<unsigned>(B * heads), static_cast<unsigned>((T + kTile - 1) / kTile));
 }
 
 template <typename T, int HSP>
@@ -428,11 +457,12 @@ void forward_hsp(T* out, float* lse, const T* qkv, int B, const Dims& d, cudaStr
 }
 
 template <typename T>
-void forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int hs, cudaStream_t stream) {
-  check_shape("attention_forward", B, T_, NH, hs);
+void forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int KV, int hs,
+             cudaStream_t stream) {
+  check_shape("attention_forward", B, T_, NH, KV, hs);
   if (B == 0) return;
   dev::NvtxRange range("attention_forward");
-  const Dims d = make_dims<T>(T_, NH, hs, {out, qkv});
+  const Dims d = make_dims<T>(T_, NH, KV, hs, {out, qkv});
   if (hs <= 32) forward_hsp<T, 32>(out, lse, qkv, B, d, stream);
   else if (hs <= 64) forward_hsp<T, 64>(out, lse, qkv, B, d, stream);
   else forward_hsp<T, 128>(out, lse, qkv, B, d, stream);
@@ -442,18 +472,18 @@ template <typename T, int HSP>
 void backward_hsp(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B,
                   const Dims& d, cudaStream_t stream) {
   launch_with_smem(attention_dkdv_kernel<T, HSP>, sizeof(float) * dkdv_smem_floats<HSP>(),
-                   tile_grid(B, d.NH, d.T), stream, dqkv, dout, qkv, lse, D, d);
+                   tile_grid(B, d.KV, d.T), stream, dqkv, dout, qkv, lse, D, d);
   launch_with_smem(attention_dq_kernel<T, HSP>, sizeof(float) * dq_smem_floats<HSP>(),
                    tile_grid(B, d.NH, d.T), stream, dqkv, dout, qkv, lse, D, d);
 }
 
 template <typename T>
-void backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* out,
-              const float* lse, int B, int T_, int NH, int hs, cudaStream_t stream) {
-  check_shape("attention_backward", B, T_, NH, hs);
+void backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* out, const float* lse,
+              int B, int T_, int NH, int KV, int hs, cudaStream_t stream) {
+  check_shape("attention_backward", B, T_, NH, KV, hs);
   if (B == 0) return;
   dev::NvtxRange range("attention_backward");
-  const Dims d = make_dims<T>(T_, NH, hs, {dqkv, dout, qkv, out});
+  const Dims d = make_dims<T>(T_, NH, KV, hs, {dqkv, dout, qkv, out});
   attention_backward_rowdot(scratch, dout, out, B, T_, NH, hs, stream);
   if (hs <= 32) backward_hsp<T, 32>(dqkv, dout, qkv, lse, scratch, B, d, stream);
   else if (hs <= 64) backward_hsp<T, 64>(dqkv, dout, qkv, lse, scratch, B, d, stream);
@@ -466,7 +496,7 @@ void rowdot(float* D, const T* dout, const T* out, int B, int T_, int NH, int hs
   GT_CHECK(B >= 0 && T_ >= 1 && NH >= 1 && hs >= 1, "attention_backward_rowdot: B = ", B,
            ", T = ", T_, ", NH = ", NH, ", hs = ", hs);
   if (B == 0) return;
-  const Dims d{T_, NH, hs, NH * hs, 1.f, false};
+  const Dims d{T_, NH, NH, hs, NH * hs, NH * hs, 3 * NH * hs, 1.f, false};  // out and dout only
   const int64_t rows = static_cast<int64_t>(B) * T_ * NH;
   constexpr int kDotThreads = 256;
   const int64_t blocks = (rows * dev::kWarpSize + kDotThreads - 1) / kDotThreads;
@@ -487,23 +517,23 @@ void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_b
   rowdot(D, dout, out, B, T, NH, hs, stream);
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,
-                       cudaStream_t stream) {
-  forward(out, lse, qkv, B, T, NH, hs, stream);
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KV,
+                       int hs, cudaStream_t stream) {
+  forward(out, lse, qkv, B, T, NH, KV, hs, stream);
 }
 void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                       int NH, int hs, cudaStream_t stream) {
-  forward(out, lse, qkv, B, T, NH, hs, stream);
+                       int NH, int KV, int hs, cudaStream_t stream) {
+  forward(out, lse, qkv, B, T, NH, KV, hs, stream);
 }
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* out, const float* lse, int B, int T, int NH, int hs,
+                        const float* out, const float* lse, int B, int T, int NH, int KV, int hs,
                         cudaStream_t stream) {
-  backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, hs, stream);
+  backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, KV, hs, stream);
 }
 void attention_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
-                        const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                        int B, int T, int NH, int hs, cudaStream_t stream) {
-  backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, hs, stream);
+                        const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B,
+                        int T, int NH, int KV, int hs, cudaStream_t stream) {
+  backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, KV, hs, stream);
 }
 
 }  // namespace gt::cuda

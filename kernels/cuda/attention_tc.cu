@@ -1,9 +1,11 @@
 // Tensor-core causal attention for bf16 tensors with hs % 16 == 0, in
 // FlashAttention-2's shape: one pass over the keys with an online softmax, S
 // and P never leave registers, and P's accumulator fragments are reused as
-// the A operand of P V. Same layouts, saved log-sum-exp, D scratch and
-// assigned outputs as the SIMT kernels in attention.cu; see attention.cuh for
-// the contract (the *_tc launchers).
+// the A operand of P V. Same layouts (qkv (B,T,(NH + 2 KV) hs): NH query
+// heads, KV key heads, KV value heads; query head h reads key/value head
+// h / (NH / KV); KV = NH is multi-head attention), saved log-sum-exp, D
+// scratch and assigned outputs as the SIMT kernels in attention.cu; see
+// attention.cuh for the contract (the *_tc launchers).
 //
 // Products are mma.sync.m16n8k16 (bf16 in, fp32 accumulate) on fragments
 // loaded from shared memory with ldmatrix (kernels/cuda/mma_sm80.cuh, which
@@ -18,10 +20,14 @@
 //            the log2 domain, O rescaled by exp2(m_old - m_new), P = exp2(S -
 //            m) rounded to bf16 as A fragments, O += P V. At the end O /= l
 //            and lse = (m + log2 l) ln 2.
-//   dkdv:    per key tile, over query tiles kt..last: S^T = K Q^T, P^T =
-//            exp(S^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T -
-//            D) scale, dK += dS^T Q; dK, dV accumulated in registers.
-//   dq:      per query tile, over key tiles 0..qt: S, P, dP = dO V^T, dS, dQ += dS K.
+//   dkdv:    per key tile of a key/value head, over the query heads of its
+//            group in order and, for each, over query tiles kt..last: S^T =
+//            K Q^T, P^T = exp(S^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T =
+//            P^T (dP^T - D) scale, dK += dS^T Q; dK, dV accumulated in
+//            registers, so a key/value head's are its group's sums (with KV =
+//            NH one head: multi-head attention's order, bit for bit).
+//   dq:      per query tile of a query head, over key tiles 0..qt of its
+//            key/value head: S, P, dP = dO V^T, dS, dQ += dS K.
 // P and dS are rounded to bf16 for their products (FlashAttention-2's
 // precision); statistics, accumulators and softmax math are fp32.
 // Deterministic: no atomics, a fixed order of tiles and products.
@@ -52,9 +58,14 @@ template <int HSP>
 constexpr int kLd = HSP + 8;  // bf16 elements per shared row (a 16-byte multiple)
 
 struct Dims {
-  int T, NH, hs, C;
+  int T, NH, KV, hs;
+  int C;    // NH hs: out's row, and the column of qkv where the keys start
+  int Ckv;  // KV hs: the width of the keys (and of the values) in qkv's row
+  int ld;   // qkv's row, C + 2 Ckv: 3C for multi-head attention
   float scale;
-  bool vec;  // 16-byte global accesses legal (base pointers aligned; C, hs multiples of 8)
+  bool vec;  // 16-byte global accesses legal (base pointers aligned; hs a multiple of 8)
+  // The key/value head query head h reads (HF's repeat_kv).
+  __device__ int kv_head(int h) const { return h / (NH / KV); }
 };
 
 // Rows [0, rows) x columns [0, hs) of a strided bf16 slice into a (64 x HSP)
@@ -229,13 +240,16 @@ __global__ void __launch_bounds__(kThreads)
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);  // longest rows first
   const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
-  const int C3 = 3 * dm.C;
+  const int C3 = dm.ld;  // qkv's row (the name is multi-head attention's 3C)
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const int q0 = qt * kTile;
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  const bf16* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
-  load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, min(kTile, dm.T - q0), dm.hs,
+  const bf16* row0 = qkv + static_cast<int64_t>(b) * dm.T * C3;
+  const bf16* q_base = row0 + h * dm.hs;  // row 0 of query head h
+  // Row 0 at h's key/value head's offset: its keys at + C, its values at + C + Ckv.
+  const bf16* base = row0 + dm.kv_head(h) * dm.hs;
+  load_tile<HSP>(q_s, q_base + static_cast<int64_t>(q0) * C3, C3, min(kTile, dm.T - q0), dm.hs,
                  dm.vec);
 
   __syncthreads();
@@ -254,8 +268,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // everyone is done with the previous k_s / v_s
     load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, min(kTile, dm.T - k0),
                    dm.hs, dm.vec);
-    load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, min(kTile, dm.T - k0),
-                   dm.hs, dm.vec);
+    load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + dm.C + dm.Ckv, C3,
+                   min(kTile, dm.T - k0), dm.hs, dm.vec);
     __syncthreads();
     scores<HSP>(s, qf, k_s);
 
@@ -337,64 +351,75 @@ __global__ void __launch_bounds__(kThreads)
 
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int kt = blockIdx.y;  // the first key tiles see the most queries: they run first
-  const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
-  const int C3 = 3 * dm.C;
+  const int bj = blockIdx.x, b = bj / dm.KV, kvh = bj % dm.KV;
+  const int group = dm.NH / dm.KV;  // kvh serves query heads [kvh group, (kvh + 1) group)
+  const int C3 = dm.ld;             // qkv's row (the name is multi-head attention's 3C)
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const int k0 = kt * kTile;
   const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
-  const bf16* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
-  const bf16* dout_base = dout + static_cast<int64_t>(b) * dm.T * dm.C + h * dm.hs;
+  const int64_t row0 = static_cast<int64_t>(b) * dm.T * C3;
+  // Row 0 at kvh's offset: its keys at + C, its values at + C + Ckv.
+  const bf16* base = qkv + row0 + kvh * dm.hs;
   const int key_rows = min(kTile, dm.T - k0);
   load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, key_rows, dm.hs, dm.vec);
-  load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, key_rows, dm.hs, dm.vec);
+  load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + dm.C + dm.Ckv, C3, key_rows, dm.hs,
+                 dm.vec);
 
   const float sl2 = dm.scale * kLog2e;
+  // dK, dV of head kvh summed over its group's query heads and their query
+  // tiles, in this order, in registers.
   float dk[HSP / 8][4], dv[HSP / 8][4];
   zero(dk);
   zero(dv);
   float p[kKeyNTiles][4], dp[kKeyNTiles][4];  // (16 keys x 64 queries): P^T, dP^T
-  for (int qt = kt; qt < n_tiles; ++qt) {
-    const int q0 = qt * kTile, q_rows = min(kTile, dm.T - q0);
-    __syncthreads();  // everyone is done with the previous q_s / do_s / lse_s / d_s
-    load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, q_rows, dm.hs, dm.vec);
-    load_tile<HSP>(do_s, dout_base + static_cast<int64_t>(q0) * dm.C, dm.C, q_rows, dm.hs, dm.vec);
-    for (int i = threadIdx.x; i < kTile; i += kThreads) {
-      const int64_t at = static_cast<int64_t>(bh) * dm.T + q0 + i;
-      lse_s[i] = i < q_rows ? lse[at] * kLog2e : 0.f;
-      d_s[i] = i < q_rows ? D[at] : 0.f;
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const int64_t bh = static_cast<int64_t>(b) * dm.NH + h;
+    const bf16* q_base = qkv + row0 + h * dm.hs;
+    const bf16* dout_base = dout + static_cast<int64_t>(b) * dm.T * dm.C + h * dm.hs;
+    for (int qt = kt; qt < n_tiles; ++qt) {
+      const int q0 = qt * kTile, q_rows = min(kTile, dm.T - q0);
+      __syncthreads();  // everyone is done with the previous q_s / do_s / lse_s / d_s
+      load_tile<HSP>(q_s, q_base + static_cast<int64_t>(q0) * C3, C3, q_rows, dm.hs, dm.vec);
+      load_tile<HSP>(do_s, dout_base + static_cast<int64_t>(q0) * dm.C, dm.C, q_rows, dm.hs,
+                     dm.vec);
+      for (int i = threadIdx.x; i < kTile; i += kThreads) {
+        const int64_t at = bh * dm.T + q0 + i;
+        lse_s[i] = i < q_rows ? lse[at] * kLog2e : 0.f;
+        d_s[i] = i < q_rows ? D[at] : 0.f;
+      }
+      __syncthreads();
+
+      scores<HSP>(p, k_s, warp * 16, q_s);  // S^T = K Q^T
+      const bool masked = qt == kt || q0 + kTile > dm.T;
+#pragma unroll
+      for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int qc = j * 8 + 2 * t + (i & 1), q = q0 + qc;
+          const bool live = !masked || (key[i >> 1] <= q && q < dm.T);
+          p[j][i] = live ? exp2f(p[j][i] * sl2 - lse_s[qc]) : 0.f;
+        }
+      accumulate_pv<HSP>(dv, p, do_s);  // dV += P^T dO
+
+      scores<HSP>(dp, v_s, warp * 16, do_s);  // dP^T = V dO^T
+#pragma unroll
+      for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int qc = j * 8 + 2 * t + (i & 1);
+          dp[j][i] = p[j][i] * (dp[j][i] - d_s[qc]) * dm.scale;  // dS^T, scaled
+        }
+      accumulate_pv<HSP>(dk, dp, q_s);  // dK += dS^T Q
     }
-    __syncthreads();
-
-    scores<HSP>(p, k_s, warp * 16, q_s);  // S^T = K Q^T
-    const bool masked = qt == kt || q0 + kTile > dm.T;
-#pragma unroll
-    for (int j = 0; j < kKeyNTiles; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int qc = j * 8 + 2 * t + (i & 1), q = q0 + qc;
-        const bool live = !masked || (key[i >> 1] <= q && q < dm.T);
-        p[j][i] = live ? exp2f(p[j][i] * sl2 - lse_s[qc]) : 0.f;
-      }
-    accumulate_pv<HSP>(dv, p, do_s);  // dV += P^T dO
-
-    scores<HSP>(dp, v_s, warp * 16, do_s);  // dP^T = V dO^T
-#pragma unroll
-    for (int j = 0; j < kKeyNTiles; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int qc = j * 8 + 2 * t + (i & 1);
-        dp[j][i] = p[j][i] * (dp[j][i] - d_s[qc]) * dm.scale;  // dS^T, scaled
-      }
-    accumulate_pv<HSP>(dk, dp, q_s);  // dK += dS^T Q
   }
 
   __syncthreads();  // every warp is done with q_s / do_s: they stage the results
   const float one[2] = {1.f, 1.f};
   const int valid = dm.T - k0 - warp * 16;
-  bf16* rows = dqkv + (static_cast<int64_t>(b) * dm.T + k0 + warp * 16) * C3 + h * dm.hs;
-  write_rows<HSP>(rows + dm.C, C3, valid, q_s + warp * 16 * LD, dk, one, dm.hs, dm.vec);
-  write_rows<HSP>(rows + 2 * dm.C, C3, valid, do_s + warp * 16 * LD, dv, one, dm.hs, dm.vec);
+  bf16* rows = dqkv + row0 + static_cast<int64_t>(k0 + warp * 16) * C3 + dm.C + kvh * dm.hs;
+  write_rows<HSP>(rows, C3, valid, q_s + warp * 16 * LD, dk, one, dm.hs, dm.vec);
+  write_rows<HSP>(rows + dm.Ckv, C3, valid, do_s + warp * 16 * LD, dv, one, dm.hs, dm.vec);
   (void)key;
 }
 
@@ -417,13 +442,16 @@ __global__ void __launch_bounds__(kThreads)
   const int n_tiles = (dm.T + kTile - 1) / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);  // longest rows first
   const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
-  const int C3 = 3 * dm.C;
+  const int C3 = dm.ld;  // qkv's row (the name is multi-head attention's 3C)
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const int q0 = qt * kTile, q_rows = min(kTile, dm.T - q0);
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  const bf16* base = qkv + static_cast<int64_t>(b) * dm.T * C3 + h * dm.hs;
-  load_tile<HSP>(q_s, base + static_cast<int64_t>(q0) * C3, C3, q_rows, dm.hs, dm.vec);
+  const bf16* row0 = qkv + static_cast<int64_t>(b) * dm.T * C3;
+  const bf16* q_base = row0 + h * dm.hs;  // row 0 of query head h
+  // Row 0 at h's key/value head's offset: its keys at + C, its values at + C + Ckv.
+  const bf16* base = row0 + dm.kv_head(h) * dm.hs;
+  load_tile<HSP>(q_s, q_base + static_cast<int64_t>(q0) * C3, C3, q_rows, dm.hs, dm.vec);
   load_tile<HSP>(do_s, dout + (static_cast<int64_t>(b) * dm.T + q0) * dm.C + h * dm.hs, dm.C,
                  q_rows, dm.hs, dm.vec);
   float row_lse[2], row_d[2];
@@ -442,7 +470,7 @@ __global__ void __launch_bounds__(kThreads)
     const int k0 = kt * kTile, key_rows = min(kTile, dm.T - k0);
     __syncthreads();  // everyone is done with the previous k_s / v_s
     load_tile<HSP>(k_s, base + static_cast<int64_t>(k0) * C3 + dm.C, C3, key_rows, dm.hs, dm.vec);
-    load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + 2 * dm.C, C3, key_rows, dm.hs,
+    load_tile<HSP>(v_s, base + static_cast<int64_t>(k0) * C3 + dm.C + dm.Ckv, C3, key_rows, dm.hs,
                    dm.vec);
     __syncthreads();
 
@@ -466,19 +494,23 @@ __global__ void __launch_bounds__(kThreads)
 
   // q_s's rows of this warp were read by this warp only.
   const float one[2] = {1.f, 1.f};
-  bf16* rows = dqkv + (static_cast<int64_t>(b) * dm.T + q0 + warp * 16) * C3 + h * dm.hs;
+  bf16* rows = dqkv + (static_cast<int64_t>(b) * dm.T + q0 + warp * 16) * C3 + h * dm.hs;  // dQ
   write_rows<HSP>(rows, C3, dm.T - q0 - warp * 16, q_s + warp * 16 * LD, dq, one, dm.hs, dm.vec);
 }
 
 // ---- launchers ------------------------------------------------------------------
-Dims make_dims(int T, int NH, int hs, std::initializer_list<const void*> ptrs) {
-  Dims d{T, NH, hs, NH * hs, 1.f / std::sqrt(static_cast<float>(hs)), hs % 8 == 0};
+Dims make_dims(int T, int NH, int KV, int hs, std::initializer_list<const void*> ptrs) {
+  // Every row stride and head offset is a multiple of hs, so hs % 8 == 0
+  // and aligned bases make every 8-element access 16-byte aligned.
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  Dims d{T, NH, KV, hs, NH * hs, KV * hs, (NH + 2 * KV) * hs, scale, hs % 8 == 0};
   for (const void* p : ptrs) d.vec = d.vec && dev::aligned16(p);
   return d;
 }
 
-void check_shape(const char* what, int B, int T, int NH, int hs) {
+void check_shape(const char* what, int B, int T, int NH, int KV, int hs) {
   GT_CHECK(B >= 0 && T >= 1 && NH >= 1, what, ": B = ", B, ", T = ", T, ", NH = ", NH);
+  GT_CHECK(KV >= 1 && NH % KV == 0, what, ": KV = ", KV, " key/value heads must divide NH = ", NH);
   if (!attention_tc_supported(hs))
     fail(what,
          ": the tensor-core kernel needs a head size that is a multiple of 16 up to 128, got ", hs);
@@ -493,35 +525,37 @@ void launch(Kernel kernel, size_t smem, dim3 grid, cudaStream_t stream, Args... 
   CUDA_CHECK_LAUNCH();
 }
 
-dim3 grid_of(int B, const Dims& d) {
-  return dim3(static_cast<unsigned>(B * d.NH), static_cast<unsigned>((d.T + kTile - 1) / kTile));
+// One block per (b * heads + head, 64-row tile): heads = NH for the forward
+// and dq kernels (query heads), KV for dkdv (key/value heads).
+dim3 grid_of(int B, int heads, const Dims& d) {
+  return dim3(static_cast<unsigned>(B * heads), static_cast<unsigned>((d.T + kTile - 1) / kTile));
 }
 
 template <int HSP>
 void forward_hsp(bf16* out, float* lse, const bf16* qkv, int B, const Dims& d, cudaStream_t s) {
-  launch(attention_forward_tc_kernel<HSP>, forward_smem_bytes<HSP>(), grid_of(B, d), s, out, lse,
-         qkv, d);
+  launch(attention_forward_tc_kernel<HSP>, forward_smem_bytes<HSP>(), grid_of(B, d.NH, d), s, out,
+         lse, qkv, d);
 }
 
 template <int HSP>
 void backward_hsp(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
                   int B, const Dims& d, cudaStream_t s) {
-  launch(attention_dkdv_tc_kernel<HSP>, dkdv_smem_bytes<HSP>(), grid_of(B, d), s, dqkv, dout, qkv,
+  launch(attention_dkdv_tc_kernel<HSP>, dkdv_smem_bytes<HSP>(), grid_of(B, d.KV, d), s, dqkv, dout,
+         qkv, lse, D, d);
+  launch(attention_dq_tc_kernel<HSP>, dq_smem_bytes<HSP>(), grid_of(B, d.NH, d), s, dqkv, dout, qkv,
          lse, D, d);
-  launch(attention_dq_tc_kernel<HSP>, dq_smem_bytes<HSP>(), grid_of(B, d), s, dqkv, dout, qkv, lse,
-         D, d);
 }
 
 }  // namespace
 
 bool attention_tc_supported(int hs) { return tensor_core_attention_supported(hs); }
 
-void attention_forward_tc(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int hs,
-                          cudaStream_t stream) {
-  check_shape("attention_forward_tc", B, T, NH, hs);
+void attention_forward_tc(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int KV,
+                          int hs, cudaStream_t stream) {
+  check_shape("attention_forward_tc", B, T, NH, KV, hs);
   if (B == 0) return;
   dev::NvtxRange range("attention_forward_tc");
-  const Dims d = make_dims(T, NH, hs, {qkv, out});
+  const Dims d = make_dims(T, NH, KV, hs, {qkv, out});
   if (hs <= 64)
     forward_hsp<64>(out, lse, qkv, B, d, stream);
   else
@@ -529,13 +563,13 @@ void attention_forward_tc(bf16* out, float* lse, const bf16* qkv, int B, int T, 
 }
 
 void attention_backward_tc(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv,
-                           const bf16* out, const float* lse, int B, int T, int NH, int hs,
+                           const bf16* out, const float* lse, int B, int T, int NH, int KV, int hs,
                            cudaStream_t stream) {
-  check_shape("attention_backward_tc", B, T, NH, hs);
+  check_shape("attention_backward_tc", B, T, NH, KV, hs);
   if (B == 0) return;
   dev::NvtxRange range("attention_backward_tc");
   attention_backward_rowdot(scratch, dout, out, B, T, NH, hs, stream);
-  const Dims d = make_dims(T, NH, hs, {qkv, dout, dqkv});
+  const Dims d = make_dims(T, NH, KV, hs, {qkv, dout, dqkv});
   if (hs <= 64)
     backward_hsp<64>(dqkv, dout, qkv, lse, scratch, B, d, stream);
   else

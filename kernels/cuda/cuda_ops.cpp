@@ -254,18 +254,15 @@ int64_t CudaOps::attention_scratch_elems(int B, int n_head, int T) const {
 
 namespace {
 struct AttentionDims {
-  int B, T, NH, hs;
-  int64_t C;
+  int B, T, NH, KV, hs;
 };
-// qkv's dims; its shape (C divisible by n_head) was checked by the entry point.
+// qkv's dims: (B, T, (NH + 2 KV) hs), its shape checked by the entry point
+// (KV divides NH; KV = NH is multi-head attention, qkv (B, T, 3C)).
 AttentionDims attention_dims(const Check& c, const TensorView& qkv, int n_head, int n_kv_head) {
   c.tensor(qkv, "qkv", kF32Bf16);
-  if (n_kv_head != n_head)
-    fail("CudaOps::", c.op, ": grouped-query attention (n_kv_head ", n_kv_head, " < n_head ",
-         n_head, ") is not implemented on CUDA yet");
-  const int64_t C = qkv.shape[2] / 3;
-  AttentionDims d{c.to_int(qkv.shape[0], "B"), c.to_int(qkv.shape[1], "T"), n_head,
-                  static_cast<int>(C / n_head), C};
+  const int64_t hs = qkv.shape[2] / (int64_t{n_head} + 2 * int64_t{n_kv_head});
+  AttentionDims d{c.to_int(qkv.shape[0], "B"), c.to_int(qkv.shape[1], "T"), n_head, n_kv_head,
+                  static_cast<int>(hs)};
   if (d.hs > 128)
     fail("CudaOps::", c.op, ": head size ", d.hs, " > 128 is not supported by the flash kernel");
   return d;
@@ -285,12 +282,13 @@ void CudaOps::do_attention_forward(TensorView out, TensorView saved, TensorView 
   c.tensor(out, "out", {qkv.dtype});
   check_flat(c, saved, "saved", attention_saved_elems(d.B, d.NH, d.T));
   if (qkv.dtype == DType::f32)
-    cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), d.B, d.T, d.NH, d.hs, stream());
+    cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), d.B, d.T, d.NH, d.KV, d.hs,
+                            stream());
   else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
-    cuda::attention_forward_tc(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.hs,
-                               stream());
+    cuda::attention_forward_tc(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.KV,
+                               d.hs, stream());
   else
-    cuda::attention_forward(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.hs,
+    cuda::attention_forward(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.KV, d.hs,
                             stream());
 }
 
@@ -307,15 +305,14 @@ void CudaOps::do_attention_backward(TensorView dqkv, TensorView scratch_view, Te
   check_flat(c, scratch_view, "scratch", attention_scratch_elems(d.B, d.NH, d.T));
   if (qkv.dtype == DType::f32)
     cuda::attention_backward(dqkv.f32(), scratch_view.f32(), dout.f32(), qkv.f32(), out.f32(),
-                             saved.f32(), d.B, d.T, d.NH, d.hs, stream());
+                             saved.f32(), d.B, d.T, d.NH, d.KV, d.hs, stream());
   else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
     cuda::attention_backward_tc(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout),
-                                ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH,
+                                ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH, d.KV,
                                 d.hs, stream());
   else
-    cuda::attention_backward(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout),
-                             ptr<bf16>(qkv), ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH, d.hs,
-                             stream());
+    cuda::attention_backward(ptr<bf16>(dqkv), scratch_view.f32(), ptr<bf16>(dout), ptr<bf16>(qkv),
+                             ptr<bf16>(out), saved.f32(), d.B, d.T, d.NH, d.KV, d.hs, stream());
 }
 
 std::unique_ptr<Ops> make_cuda_ops(const CudaContextOptions& options) {
