@@ -57,6 +57,43 @@ TEST(CudaTraining, OddShapesMatchTheCpuBackend) {
   expect_traces_close(test::train_steps(cuda, 2, m, 3, 37), test::train_steps(*cpu, 2, m, 3, 37));
 }
 
+// Llama (grouped-query attention, RoPE, RMSNorm, SwiGLU, untied head) in
+// fp32 on CudaOps: the CPU backend's steps to 1e-4, with recomputation too.
+TEST(CudaTraining, LlamaFp32StepsMatchTheCpuBackendTo1e4) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto cpu = make_cpu_ops(1);
+  CudaOps cuda;
+  test::StepOptions o;
+  o.model = test::tiny_llama();
+  expect_traces_close(test::train_steps(cuda, o), test::train_steps(*cpu, o));
+  o.recompute = Recompute::block;
+  o.model.n_kv_head = 1;  // every query head on one key/value head
+  expect_traces_close(test::train_steps(cuda, o), test::train_steps(*cpu, o));
+}
+
+// Llama in bf16 on the tensor-core attention (head size 16): the CPU
+// backend's bf16 losses to bf16 accuracy, and no weight further than AdamW's
+// bound (2 lr per step) from the CPU's (the reasoning of the GPT-2 test below).
+TEST(CudaTraining, LlamaBf16TensorCoreStepsMatchTheCpuBackendsBf16) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto cpu = make_cpu_ops(1);
+  CudaContextOptions options;
+  options.attention_tensor_cores = true;
+  CudaOps cuda(options);
+  test::StepOptions o;
+  o.model = test::tiny_llama();
+  o.model.n_embd = 64;  // 4 query heads, 2 key/value heads of 16 channels
+  o.dtype = ComputeDType::bf16;
+  constexpr float kLr = 1e-2f;  // test::train_steps' learning rate
+  const test::StepTrace got = test::train_steps(cuda, o), want = test::train_steps(*cpu, o);
+  EXPECT_TRUE(test::all_close(got.losses, want.losses, 1e-2f, 1e-2f));
+  for (size_t i = 0; i < want.pieces.size(); ++i) {
+    if (want.piece_names[i].rfind("param.", 0) != 0) continue;
+    EXPECT_TRUE(test::all_close(got.pieces[i], want.pieces[i], 2 * o.steps * kLr * 1.01f, 0.f))
+        << want.piece_names[i];
+  }
+}
+
 // What bf16 can promise. AdamW's first step moves a weight by about
 // lr * sign(g), so wherever a gradient is rounding noise its step is decided
 // by the noise: the attention key bias (its gradient is exactly zero: a
