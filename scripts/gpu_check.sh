@@ -28,6 +28,9 @@
 #         train-tc          GPT-2 124M bf16, 12 steps (10-11 profiled), with
 #                           the tensor-core attention if its gate test passed
 #         train-simt        the same on the SIMT attention, unprofiled
+#         train-llama       Llama 3 8B's dimensions (GQA 32/8 heads, SwiGLU
+#                           14336, vocabulary 128256) cut to 4 layers, bf16,
+#                           T=2048, 10 steps, unprofiled
 #         pytorch-fp32/bf16 scripts/check_against_pytorch.py with
 #                           runtime.device=cuda (fp32 to 1e-4, bf16 to 2e-2)
 #         tests-production  the production-shape tests (attention 12 heads x
@@ -416,8 +419,12 @@ tests_bin="$exe_dir/gt_cuda_tests"
 # A rehearsal keeps 124M's vocabulary and step count and shrinks the rest,
 # for the cost table and the training runs alike (so their op names match).
 shrink=()
+shrink_llama=(model.n_layer=4 train.seq_len=2048 train.micro_batch=4 train.global_batch=4)
 [[ $mode == rehearse ]] && shrink=(model.n_layer=2 model.n_head=4 model.n_embd=128
                                    train.seq_len=64 train.micro_batch=1 train.global_batch=1)
+[[ $mode == rehearse ]] && shrink_llama=(model.n_layer=2 model.n_head=4 model.n_kv_head=2
+                                         model.n_embd=128 model.ffn_hidden=256
+                                         train.seq_len=64 train.micro_batch=1 train.global_batch=1)
 # The cost table needs the trainer, not a GPU: it runs in --trial too.
 if [[ -n "$exe_dir" ]]; then
   # Twice: the SIMT attention (costs.json) and the tensor-core one
@@ -430,7 +437,7 @@ if [[ -n "$exe_dir" ]]; then
 else
   wanted costs && record costs FAILED "" "" "no usable binaries (see the binaries row)"
 fi
-ours_stages=(tests-core data train-tc train-simt pytorch-fp32 pytorch-bf16 tests-production
+ours_stages=(tests-core data train-tc train-simt train-llama pytorch-fp32 pytorch-bf16 tests-production
              tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2)
 # check_against_pytorch.py runs under python3, or re-runs itself under
 # Debian's /usr/bin/python3 when that one has torch.
@@ -479,6 +486,10 @@ os.makedirs(out, exist_ok=True)
 rng = random.Random(1234)
 prepare_data.write_shard(os.path.join(out, "train_000000.bin"),
                          [rng.randrange(50257) for _ in range(1 << 20)])
+out = os.path.join(sys.argv[2], "llama_random")  # uint32 ids (Llama 3's vocabulary)
+os.makedirs(out, exist_ok=True)
+prepare_data.write_shard(os.path.join(out, "train_000000.bin"),
+                         [rng.randrange(128256) for _ in range(1 << 17)], vocab=128256)
 texts = [os.path.join(sys.argv[1], d, "**", p) for d in ("trainer", "kernels", "parallel")
          for p in ("*.cpp", "*.hpp", "*.cu")]
 texts = [t for t in texts if glob.glob(t, recursive=True)]
@@ -502,6 +513,13 @@ PY
   fi
   run_stage train-simt 150 "${train[@]}" "log.dir=$logs/train_simt" runtime.attention=simt \
     profile.every=0
+  # Llama 3 8B's layers, 4 of them (1.9 B parameters with the untied 128256
+  # x 4096 embedding and head, ~35 GB of weights, gradients and AdamW state).
+  run_stage train-llama 150 "$trainer" train --config "$root/configs/llama3_8b.yaml" \
+    "data.train=$logs/data/llama_random/train_*.bin" data.val=[] train.steps=10 \
+    train.warmup_steps=2 train.recompute=none train.eval_every=0 checkpoint.final=false \
+    "profile.hardware=$root/configs/hardware/h200.yaml" profile.every=0 \
+    "log.dir=$logs/train_llama" "${shrink_llama[@]}"
 
   for dt in fp32 bf16; do
     if ! have_torch; then skip "pytorch-$dt" "no python3 with torch"; continue; fi

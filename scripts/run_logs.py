@@ -174,15 +174,44 @@ def median_of(recs, key):
     return statistics.median(vals) if vals else None
 
 
+def llama_ffn_width(cfg):
+    """ModelConfig::ffn_width (trainer/config/config.cpp): model.ffn_hidden, or
+    Meta's rule from multiple_of and ffn_dim_multiplier."""
+    C = config_int(cfg, "model", "n_embd")
+    hidden = config_int(cfg, "model", "ffn_hidden")
+    if hidden > 0:
+        return hidden
+    hidden = 2 * (4 * C) // 3
+    try:
+        mult = float(cfg["model"]["ffn_dim_multiplier"])
+    except (KeyError, ValueError):
+        mult = 0.0
+    if mult > 0:
+        hidden = int(mult * hidden)
+    m = max(config_int(cfg, "model", "multiple_of", 256), 1)
+    return (hidden + m - 1) // m * m
+
+
 def model_flops_per_token(cfg):
-    """trainer/profile/model_flops.cpp: 6 N + 12 L T C, N = 12 L C^2 + V C."""
+    """trainer/profile/model_flops.cpp: 6 N + 12 L T C with N the matmul
+    weights: GPT-2 12 L C^2 + V C; Llama per block q, k, v, o (k and v at
+    n_kv_head heads) and gate, up, down, plus the LM head's V C."""
     L = config_int(cfg, "model", "n_layer")
     C = config_int(cfg, "model", "n_embd")
     V = config_int(cfg, "model", "vocab_size")
     T = config_int(cfg, "train", "seq_len")
     if not (L and C and V and T):
         return None
-    return 6.0 * (12.0 * L * C * C + V * C) + 12.0 * L * T * C
+    if cfg.get("model", {}).get("arch") == "llama":
+        heads = config_int(cfg, "model", "n_head")
+        if not heads:
+            return None
+        kv = config_int(cfg, "model", "n_kv_head") or heads
+        K = kv * (C // heads)
+        N = L * (C * (C + 2 * K) + C * C + 3 * C * llama_ffn_width(cfg)) + V * C
+    else:
+        N = 12.0 * L * C * C + V * C
+    return 6.0 * N + 12.0 * L * T * C
 
 
 def run_summary(run_dir, warmup):

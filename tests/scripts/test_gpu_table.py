@@ -212,6 +212,14 @@ class Readers(unittest.TestCase):
         cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
         self.assertEqual(run_logs.model_flops_per_token(cfg), FLOPS_PER_TOKEN_124M)
 
+    def test_llama_flops_count_every_matmul_weight_once(self):
+        # Llama 3 8B: N is every parameter but the embedding and the norms,
+        # HF's 8,030,261,248 less 128256 x 4096 and 65 x 4096.
+        cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "llama3_8b.yaml"))
+        n = 8030261248 - 128256 * 4096 - 65 * 4096
+        self.assertEqual(run_logs.llama_ffn_width(cfg), 14336)
+        self.assertEqual(run_logs.model_flops_per_token(cfg), 6.0 * n + 12.0 * 32 * 8192 * 4096)
+
     def test_hand_written_config_gives_the_124m_shape(self):
         cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
         self.assertEqual(bench_vs_pytorch.shape_of(cfg), dict(
