@@ -43,7 +43,7 @@ const char* kUsage =
     "                                                          train (see configs/default.yaml)\n"
     "  trainer sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]\n"
     "                 [--top-k K] [--seed S]                     generate text (byte tokenizer)\n"
-    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF GPT-2 weights\n"
+    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF weights (GPT-2 or Llama)\n"
     "  trainer bench [--config FILE] [--out FILE.json]          measure GEMM, memory and\n"
     "                                                          collective peaks (README "
     "Profiling)\n"

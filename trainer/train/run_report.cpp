@@ -68,9 +68,15 @@ void log_run_banner(const Run& run, const Config& cfg) {
     spdlog::info("resumed from {} at step {}", run.resume_dir, run.start_step);
   else if (!cfg.model.init_from.empty())
     spdlog::info("initial weights from {}", cfg.model.init_from);
-  spdlog::info("model: {} parameters ({} layers, {} heads, {} embd, vocab {}, block {})",
-               human_count(static_cast<double>(model.num_parameters())), cfg.model.n_layer,
-               cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, cfg.model.block_size);
+  const ModelConfig& mc = cfg.model;
+  // Llama: the key/value heads of grouped-query attention and the MLP width too.
+  const std::string heads = mc.arch == ModelArch::llama
+                                ? detail::concat(mc.n_head, " heads over ", mc.kv_heads(),
+                                                 " kv heads, MLP ", mc.ffn_width())
+                                : detail::concat(mc.n_head, " heads");
+  spdlog::info("model: {} {} parameters ({} layers, {}, {} embd, vocab {}, block {})",
+               to_string(mc.arch), human_count(static_cast<double>(model.num_parameters())),
+               mc.n_layer, heads, mc.n_embd, mc.vocab_size, mc.block_size);
   if (run.backend.device == Device::cpu && cfg.runtime.dtype == ComputeDType::bf16)
     spdlog::info(
         "runtime.dtype=bf16 on the CPU backend: the bf16 model's function (bf16 "
