@@ -15,6 +15,8 @@ const char* mesh_axis_name(MeshAxis axis) {
     case MeshAxis::fsdp: return "fsdp";
     case MeshAxis::tp: return "tp";
     case MeshAxis::data: return "data";
+    case MeshAxis::pp:
+      return "pp";
   }
   return "?";
 }
@@ -25,15 +27,17 @@ MeshCoord mesh_coord_of(const ParallelDims& d, int rank) {
   MeshCoord c;
   c.tp = rank % d.tp;
   c.fsdp = (rank / d.tp) % d.fsdp;
-  c.dp = rank / (d.tp * d.fsdp);
+  c.dp = (rank / (d.tp * d.fsdp)) % d.dp;
+  c.pp = rank / (d.tp * d.fsdp * d.dp);
   return c;
 }
 
 int mesh_rank_of(const ParallelDims& d, const MeshCoord& c) {
-  if (c.dp < 0 || c.dp >= d.dp || c.fsdp < 0 || c.fsdp >= d.fsdp || c.tp < 0 || c.tp >= d.tp)
-    fail("mesh: coordinate (dp=", c.dp, ", fsdp=", c.fsdp, ", tp=", c.tp, ") is outside ",
-         d.str());
-  return (c.dp * d.fsdp + c.fsdp) * d.tp + c.tp;
+  if (c.dp < 0 || c.dp >= d.dp || c.fsdp < 0 || c.fsdp >= d.fsdp || c.tp < 0 || c.tp >= d.tp ||
+      c.pp < 0 || c.pp >= d.pp)
+    fail("mesh: coordinate (pp=", c.pp, ", dp=", c.dp, ", fsdp=", c.fsdp, ", tp=", c.tp,
+         ") is outside ", d.str());
+  return ((c.pp * d.dp + c.dp) * d.fsdp + c.fsdp) * d.tp + c.tp;
 }
 
 int mesh_axis_index(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
@@ -42,6 +46,8 @@ int mesh_axis_index(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
     case MeshAxis::fsdp: return c.fsdp;
     case MeshAxis::tp: return c.tp;
     case MeshAxis::data: return c.dp * d.fsdp + c.fsdp;
+    case MeshAxis::pp:
+      return c.pp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -52,16 +58,25 @@ int mesh_axis_size(const ParallelDims& d, MeshAxis axis) {
     case MeshAxis::fsdp: return d.fsdp;
     case MeshAxis::tp: return d.tp;
     case MeshAxis::data: return d.dp * d.fsdp;
+    case MeshAxis::pp:
+      return d.pp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
 
 int mesh_axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
   switch (axis) {
-    case MeshAxis::dp: return c.fsdp * d.tp + c.tp;
-    case MeshAxis::fsdp: return c.dp * d.tp + c.tp;
-    case MeshAxis::tp: return c.dp * d.fsdp + c.fsdp;
-    case MeshAxis::data: return c.tp;
+    // The coordinates the axis does not vary, flattened (pp outermost).
+    case MeshAxis::dp:
+      return (c.pp * d.fsdp + c.fsdp) * d.tp + c.tp;
+    case MeshAxis::fsdp:
+      return (c.pp * d.dp + c.dp) * d.tp + c.tp;
+    case MeshAxis::tp:
+      return (c.pp * d.dp + c.dp) * d.fsdp + c.fsdp;
+    case MeshAxis::data:
+      return c.pp * d.tp + c.tp;
+    case MeshAxis::pp:
+      return (c.dp * d.fsdp + c.fsdp) * d.tp + c.tp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -116,7 +131,7 @@ DeviceMesh::DeviceMesh(const ParallelDims& dims, int rank, MeshComms comms)
 }
 
 DeviceMesh DeviceMesh::in_process() {
-  DeviceMesh m(ParallelDims{1, 1, 1}, 0);
+  DeviceMesh m(ParallelDims{1, 1, 1, 1}, 0);
   m.world_ = std::make_unique<InProcessCommunicator>("world");
   for (MeshAxis a : kMeshAxes)
     m.axes_[static_cast<size_t>(a)] = std::make_unique<InProcessCommunicator>(mesh_axis_name(a));
@@ -144,14 +159,18 @@ Communicator& DeviceMesh::axis(MeshAxis a) const {
 
 std::string DeviceMesh::describe() const {
   std::ostringstream os;
-  os << "device mesh " << dims_.str() << ", rank = ((dp_i * " << dims_.fsdp
-     << ") + fsdp_i) * " << dims_.tp << " + tp_i\n";
-  os << "  rank |   dp fsdp   tp | data\n";
+  // The pipeline column only when there is a pipeline (the familiar table otherwise).
+  const bool pp = dims_.pp > 1;
+  os << "device mesh " << dims_.str() << ", rank = "
+     << (pp ? detail::concat("(((pp_i * ", dims_.dp, " + dp_i) * ") : std::string("((dp_i * "))
+     << dims_.fsdp << ") + fsdp_i) * " << dims_.tp << " + tp_i\n";
+  os << "  rank |" << (pp ? "   pp" : "") << "   dp fsdp   tp | data\n";
   for (int r = 0; r < dims_.world_size(); ++r) {
     const MeshCoord c = mesh_coord_of(dims_, r);
-    os << "  " << std::setw(4) << r << " | " << std::setw(4) << c.dp << ' ' << std::setw(4)
-       << c.fsdp << ' ' << std::setw(4) << c.tp << " | " << std::setw(4)
-       << mesh_axis_index(dims_, c, MeshAxis::data) << '\n';
+    os << "  " << std::setw(4) << r << " |";
+    if (pp) os << ' ' << std::setw(4) << c.pp;
+    os << ' ' << std::setw(4) << c.dp << ' ' << std::setw(4) << c.fsdp << ' ' << std::setw(4)
+       << c.tp << " | " << std::setw(4) << mesh_axis_index(dims_, c, MeshAxis::data) << '\n';
   }
   return os.str();
 }

@@ -1,11 +1,14 @@
-// DeviceMesh: the ranks of a job laid out as dp x fsdp x tp, tp innermost so
-// that tensor-parallel peers are neighbouring ranks (the same host, NVLink):
+// DeviceMesh: the ranks of a job laid out as pp x dp x fsdp x tp, tp
+// innermost so that tensor-parallel peers are neighbouring ranks (the same
+// host, NVLink), pp outermost so that a pipeline's stages are the farthest
+// apart (across hosts, where only point-to-point activations travel):
 //
-//   rank = ((dp_i * fsdp) + fsdp_i) * tp + tp_i
+//   rank = (((pp_i * dp + dp_i) * fsdp) + fsdp_i) * tp + tp_i
 //
-// The mesh owns one Communicator per axis: "dp", "fsdp", "tp" (the ranks that
-// differ only in that coordinate, ordered by it) and "data" = dp x fsdp (the
-// ranks with the same tp_i, ordered by dp_i * fsdp + fsdp_i: the rank in
+// The mesh owns one Communicator per axis: "pp", "dp", "fsdp", "tp" (the
+// ranks that differ only in that coordinate, ordered by it; "pp" ranks are a
+// pipeline's stages, in order) and "data" = dp x fsdp (the ranks of the same
+// stage with the same tp_i, ordered by dp_i * fsdp + fsdp_i: the rank in
 // "data" is the index of this rank's data shard). It also keeps a private
 // "world" copy. With MPI each is an MPI_Comm_split of the world; for world
 // size 1 every axis is an InProcessCommunicator. Other backends (NCCL, MPI
@@ -17,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,23 +32,27 @@ namespace gt {
 
 class MpiCommunicator;
 
-enum class MeshAxis { dp, fsdp, tp, data };
-const char* mesh_axis_name(MeshAxis axis);  // "dp", "fsdp", "tp", "data"
-// Every axis, in that order (for loops over the mesh's communicators).
-inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp,
-                                         MeshAxis::data};
+enum class MeshAxis { dp, fsdp, tp, data, pp };
+const char* mesh_axis_name(MeshAxis axis);  // "dp", "fsdp", "tp", "data", "pp"
+// Every axis (for loops over the mesh's communicators; every rank splits
+// them in this order).
+inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data,
+                                         MeshAxis::pp};
 
 struct MeshCoord {
   int dp = 0;
   int fsdp = 0;
   int tp = 0;
-  bool operator==(const MeshCoord& o) const { return dp == o.dp && fsdp == o.fsdp && tp == o.tp; }
+  int pp = 0;
+  bool operator==(const MeshCoord& o) const {
+    return dp == o.dp && fsdp == o.fsdp && tp == o.tp && pp == o.pp;
+  }
 };
 
 // Pure layout arithmetic, usable without any communicator.
 MeshCoord mesh_coord_of(const ParallelDims& dims, int rank);
 int mesh_rank_of(const ParallelDims& dims, const MeshCoord& c);
-// Index of `c` along `axis`: dp_i, fsdp_i, tp_i, or dp_i * fsdp + fsdp_i for data.
+// Index of `c` along `axis`: dp_i, fsdp_i, tp_i, pp_i, or dp_i * fsdp + fsdp_i for data.
 int mesh_axis_index(const ParallelDims& dims, const MeshCoord& c, MeshAxis axis);
 int mesh_axis_size(const ParallelDims& dims, MeshAxis axis);
 // World ranks in `rank`'s group along `axis`, ordered by their index on it.
@@ -58,7 +66,7 @@ int mesh_axis_color(const ParallelDims& dims, const MeshCoord& c, MeshAxis axis)
 // takes them over.
 struct MeshComms {
   std::unique_ptr<Communicator> world;
-  std::array<std::unique_ptr<Communicator>, 4> axes;  // indexed by MeshAxis
+  std::array<std::unique_ptr<Communicator>, std::size(kMeshAxes)> axes;  // indexed by MeshAxis
 };
 // Collective over `world`: its private copy and the four axes, each an
 // MPI_Comm_split with mesh_axis_color / mesh_axis_index. Fails (on every
@@ -91,12 +99,13 @@ class DeviceMesh {
   Communicator& fsdp() const { return axis(MeshAxis::fsdp); }
   Communicator& tp() const { return axis(MeshAxis::tp); }
   Communicator& data() const { return axis(MeshAxis::data); }
+  Communicator& pp() const { return axis(MeshAxis::pp); }
   Communicator& world() const { return *world_; }
   // Communicator::drain on world and every axis: before the host reads what
   // device-waited collectives (NCCL) produced.
   void drain() const;
 
-  // Multi-line table, one row per rank: rank -> (dp, fsdp, tp) and its data
+  // Multi-line table, one row per rank: rank -> (pp, dp, fsdp, tp) and its data
   // shard. For rank 0 to print at start-up.
   std::string describe() const;
 
@@ -106,7 +115,7 @@ class DeviceMesh {
   int rank_ = 0;
   MeshCoord coord_;
   std::unique_ptr<Communicator> world_;
-  std::array<std::unique_ptr<Communicator>, 4> axes_;  // indexed by MeshAxis
+  std::array<std::unique_ptr<Communicator>, std::size(kMeshAxes)> axes_;  // indexed by MeshAxis
 };
 
 }  // namespace gt

@@ -1,4 +1,4 @@
-// ParallelDims: the layout dp x fsdp x tp as a validated value type
+// ParallelDims: the layout pp x dp x fsdp x tp as a validated value type
 // (torchtitan's idea). Constructing one checks the product against the world
 // size and the degrees against the model, with a message naming every number.
 #pragma once
@@ -11,15 +11,16 @@ struct ParallelDims {
   int dp = 1;
   int fsdp = 1;
   int tp = 1;
+  int pp = 1;  // pipeline stages (outermost: a pipeline crosses hosts, tp stays in one)
 
-  int world_size() const { return dp * fsdp * tp; }
+  int world_size() const { return pp * dp * fsdp * tp; }
   int data_parallel() const { return dp * fsdp; }
-  std::string str() const;  // "dp=2 x fsdp=1 x tp=2 (4 ranks)"
+  std::string str() const;  // "dp=2 x fsdp=1 x tp=2 (4 ranks)", "pp=2 x " first when pp > 1
 
-  // Throws gt::Error unless dp*fsdp*tp == world_size and every degree >= 1.
+  // Throws gt::Error unless pp*dp*fsdp*tp == world_size and every degree >= 1.
   // (Whether tp splits the model is the config's check: tp_split_problem,
   // trainer/config/config.hpp.)
-  static ParallelDims validated(int dp, int fsdp, int tp, int world_size);
+  static ParallelDims validated(int dp, int fsdp, int tp, int world_size, int pp = 1);
 };
 
 }  // namespace gt

@@ -13,7 +13,45 @@
 namespace gt::test {
 namespace {
 
-constexpr MeshAxis kAllAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data};
+constexpr const auto& kAllAxes = kMeshAxes;
+
+// layouts_for's, each with every pipeline degree that fits: pp x dp x fsdp x tp.
+std::vector<ParallelDims> mesh_layouts_for(int world) {
+  std::vector<ParallelDims> out;
+  for (int pp = 1; pp <= world; ++pp)
+    if (world % pp == 0)
+      for (ParallelDims d : layouts_for(world / pp)) {
+        d.pp = pp;
+        out.push_back(d);
+      }
+  return out;
+}
+
+// pp outermost: a pipeline's stages are the farthest-apart ranks, tp the
+// nearest; the pp axis joins the ranks of equal (dp, fsdp, tp).
+TEST(MeshLayout, RankFormulaPpOutermost) {
+  const ParallelDims d{2, 1, 2, 3};  // 12 ranks
+  for (int r = 0; r < d.world_size(); ++r) {
+    const MeshCoord c = mesh_coord_of(d, r);
+    EXPECT_EQ(((c.pp * 2 + c.dp) * 1 + c.fsdp) * 2 + c.tp, r);
+    EXPECT_EQ(mesh_rank_of(d, c), r);
+  }
+  EXPECT_EQ(mesh_coord_of(d, 7), (MeshCoord{1, 0, 1, 1}));
+  EXPECT_EQ(mesh_axis_ranks(d, 7, MeshAxis::pp), (std::vector<int>{3, 7, 11}));
+  EXPECT_EQ(mesh_axis_ranks(d, 7, MeshAxis::tp), (std::vector<int>{6, 7}));
+  EXPECT_EQ(mesh_axis_ranks(d, 7, MeshAxis::dp), (std::vector<int>{5, 7}));
+  EXPECT_EQ(mesh_axis_ranks(d, 7, MeshAxis::data), (std::vector<int>{5, 7}));
+  EXPECT_EQ(d.str(), "pp=3 x dp=2 x fsdp=1 x tp=2 (12 ranks)");
+  EXPECT_NE(error_message([&] {
+              mesh_rank_of(d, MeshCoord{0, 0, 0, 3});
+            }).find("pp=3"),
+            std::string::npos);
+  const std::string e = error_message([&] { ParallelDims::validated(2, 1, 2, 8, 3); });
+  EXPECT_NE(e.find("parallel.pp x parallel.dp x parallel.fsdp x parallel.tp = the number of "
+                   "ranks, got 3 x 2 x 1 x 2 = 12 for 8 ranks"),
+            std::string::npos)
+      << e;
+}
 
 TEST(MeshLayout, RankFormulaTpInnermost) {
   const ParallelDims d{2, 3, 4};
@@ -78,7 +116,7 @@ TEST(Mesh, DescribeTable) {
 // exactly mesh_axis_ranks, in that order.
 TEST(Mesh, CoordinatesAndAxisMembership) {
   auto w = test_world();
-  for (const ParallelDims& d : layouts_for(w->size())) {
+  for (const ParallelDims& d : mesh_layouts_for(w->size())) {
     SCOPED_TRACE(d.str());
     DeviceMesh m(d, *w);
     EXPECT_EQ(m.rank(), w->rank());
@@ -170,7 +208,7 @@ void check_every_collective_on_every_axis(const DeviceMesh& m, int g) {
 // Every layout over MPI.
 TEST(Mesh, EveryCollectiveOnEveryAxis) {
   auto w = test_world();
-  for (const ParallelDims& d : layouts_for(w->size())) {
+  for (const ParallelDims& d : mesh_layouts_for(w->size())) {
     SCOPED_TRACE(d.str());
     check_every_collective_on_every_axis(DeviceMesh(d, *w), w->rank());
   }
@@ -181,7 +219,7 @@ TEST(Mesh, EveryCollectiveOnEveryAxis) {
 // staging, which must then have carried the data of every collective.
 TEST(Mesh, EveryCollectiveOnEveryAxisOfEachHostBackend) {
   auto w = test_world();
-  for (const ParallelDims& d : layouts_for(w->size())) {
+  for (const ParallelDims& d : mesh_layouts_for(w->size())) {
     SCOPED_TRACE(d.str());
     MeshCommOptions mpi;
     DeviceMesh plain = make_device_mesh(d, w.get(), mpi);
@@ -256,7 +294,7 @@ TEST(Mesh, RejectsCommunicatorsThatDoNotFitTheLayout) {
 TEST(Mesh, OverlapAcrossAxes) {
   auto w = test_world();
   const int g = w->rank();
-  for (const ParallelDims& d : layouts_for(w->size())) {
+  for (const ParallelDims& d : mesh_layouts_for(w->size())) {
     SCOPED_TRACE(d.str());
     DeviceMesh m(d, *w);
     const auto tp_members = mesh_axis_ranks(d, g, MeshAxis::tp);

@@ -7,7 +7,8 @@
     kernels/cuda/ or of parallel/'s CUDA and NCCL parts, and no #if on
     TRAINER_HAVE_CUDA, TRAINER_HAVE_NCCL or TRAINER_CUDA_EMULATOR (what the
     build has is asked of kernels/backends.hpp and parallel/comm_backends.hpp);
-  * the model holds no communicator: trainer/model/gpt.cpp never names one
+  * the model holds no communicator: trainer/model/gpt.cpp, llama.cpp and
+    causal_lm.cpp never name one
     (tensor parallelism lives in trainer/parallelize/).
 
 Standard library only. Exit status 1, with every violation listed, on failure.
@@ -26,6 +27,8 @@ CUDA_IF = re.compile(r'^\s*#\s*(if|ifdef|ifndef|elif)\b.*\b(TRAINER_HAVE_CUDA|TR
 CUDA_HEADER = re.compile(r'^(cuda|cublas|cudnn|nccl|nvtx|curand|cuda_runtime|driver_types)|'
                          r'^kernels/cuda/|^parallel/(cuda_|nccl_)')
 MODEL_COMM = re.compile(r'comm|Communicator|tp_')
+# The model families and what they share (trainer/model/causal_lm.hpp).
+MODEL_FILES = ("gpt.cpp", "llama.cpp", "causal_lm.cpp", "make_model.cpp")
 
 
 def sources(root):
@@ -87,11 +90,14 @@ def check(root):
     cycle = find_cycle(graph)
     if cycle:
         problems.append("include circle between trainer/ folders: " + " -> ".join(cycle))
-    gpt = os.path.join(root, "trainer", "model", "gpt.cpp")
-    for i, line in enumerate(open(gpt, encoding="utf-8"), 1):
-        if MODEL_COMM.search(line):
-            problems.append(f"trainer/model/gpt.cpp:{i}: names a communicator or tp group: "
-                            f"{line.strip()}")
+    for name in MODEL_FILES:
+        path = os.path.join(root, "trainer", "model", name)
+        if not os.path.exists(path):
+            continue
+        for i, line in enumerate(open(path, encoding="utf-8"), 1):
+            if MODEL_COMM.search(line):
+                problems.append(f"trainer/model/{name}:{i}: names a communicator or tp group: "
+                                f"{line.strip()}")
     return problems, graph
 
 

@@ -92,7 +92,7 @@ void CausalLM::allocate_ends(const EndSizes& ends, const TpLayerContext::Scratch
   parallel_ = std::make_unique<TpLayerContext>(ops_, group, dtype_, scratch, precision);
 }
 
-int64_t CausalLM::common_bytes() const {
+int64_t CausalLM::shared_bytes() const {
   size_t n = 0;
   for (const Buffer* b :
        {&ends_.tokens, &ends_.targets, &ends_.logits, &ends_.losses, &ends_.loss_sum})

@@ -139,14 +139,14 @@ class CausalLM {
   // Allocates the ends and the tensor-parallel layers' context from a
   // family's activation plan (ActivationPlan, LlamaActivationPlan).
   template <class Plan>
-  void allocate_common(const Plan& plan, const TensorParallelGroup& group) {
+  void allocate_shared(const Plan& plan, const TensorParallelGroup& group) {
     allocate_ends({plan.tokens, plan.targets, plan.logits, plan.losses, plan.loss_sum},
                   plan.parallel_scratch, plan.precision, group);
   }
   Buffer allocate(const BufferSize& b);
   LayerBuffer allocate_layer(const BufferSize& b);
   // Bytes of the ends and the tensor-parallel context (activation_bytes()'s common part).
-  int64_t common_bytes() const;
+  int64_t shared_bytes() const;
 
   TensorView p(const std::string& name);  // parameter through the store
   // A linear layer's weight or bias as its GEMMs take it: the store's bf16

@@ -38,7 +38,7 @@ GPT::~GPT() = default;
 void GPT::allocate(const TensorParallelGroup& group) {
   // Every buffer as the plan sizes it (the planner sums the same plan).
   const ActivationPlan plan = plan_activations(cfg_, activation_shape(group));
-  allocate_common(plan, group);
+  allocate_shared(plan, group);
   auto& a = acts_;
   a.encoded = CausalLM::allocate(plan.encoded);
   a.ln1 = allocate_layer(plan.ln1);
@@ -283,7 +283,7 @@ int64_t GPT::activation_bytes() const {
   for (const Buffer* b : {&a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
                           &d.dln, &d.dresidual_bf16, &d.datty, &d.dfch, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + common_bytes();
+  return static_cast<int64_t>(n) + shared_bytes();
 }
 
 }  // namespace gt

@@ -40,7 +40,7 @@ void Llama::allocate(const TensorParallelGroup& group) {
   head_weight_ = cfg_.tied_embeddings() ? "embed_tokens.weight" : "lm_head.weight";
   // Every buffer as the plan sizes it (the planner sums the same plan).
   const LlamaActivationPlan plan = plan_llama_activations(cfg_, activation_shape(group));
-  allocate_common(plan, group);
+  allocate_shared(plan, group);
   auto& a = acts_;
   a.rope = CausalLM::allocate(plan.rope);
   const std::vector<float> table = rope_cos_sin(cfg_, max_seq_);
@@ -254,7 +254,7 @@ int64_t Llama::activation_bytes() const {
   for (const Buffer* b : {&a.rope, &a.encoded, &a.lnf, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
                           &d.dln, &d.datty, &d.dswiglu, &d.dgu, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + common_bytes();
+  return static_cast<int64_t>(n) + shared_bytes();
 }
 
 }  // namespace gt
