@@ -34,7 +34,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt2_torch as gt  # noqa: E402  (re-executes under /usr/bin/python3 if torch is missing)
+import torch_reference as tr  # noqa: E402  (re-executes under /usr/bin/python3 if torch is missing)
+import gpt2_torch as gt  # noqa: E402
 import prepare_data  # noqa: E402
 import torch  # noqa: E402
 
@@ -79,7 +80,7 @@ def write_shards(tmp, n_tokens, n_shards, seed):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(gt.REPO_ROOT, "build"),
+    ap.add_argument("--build", default=os.path.join(tr.REPO_ROOT, "build"),
                     help="build directory holding the trainer executable (default <repo>/build)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=20_000, help="train tokens in all shards")
@@ -94,7 +95,7 @@ def main():
     ap.add_argument("--json", metavar="FILE",
                     help="also write the verdict and the largest differences as JSON")
     args = ap.parse_args()
-    exe = gt.find_trainer(os.path.abspath(args.build))
+    exe = tr.find_trainer(os.path.abspath(args.build))
     loss_rtol, gnorm_rtol, weight_tol = TOLERANCES[args.dtype]
     summary = dict(device=args.device, dtype=args.dtype, steps=args.steps,
                    tolerances=dict(loss=loss_rtol, grad_norm=gnorm_rtol, weights=weight_tol),
@@ -114,11 +115,11 @@ def main():
     torch.set_num_threads(args.threads)
     model = gt.init_gpt2(gt.GPT2(mcfg), seed=args.seed, perturb=True)
     init_path = os.path.join(tmp, "init.safetensors")
-    gt.write_safetensors(init_path, gt.hf_state_dict(model), {"format": "pt"})
+    tr.write_safetensors(init_path, gt.hf_state_dict(model), {"format": "pt"})
 
     run_dir = os.path.join(tmp, "run")
     cfg_path = os.path.join(tmp, "cfg.yaml")
-    gt.write_trainer_config(cfg_path, {
+    tr.write_trainer_config(cfg_path, {
         "model": dict(mcfg.as_dict(), init_from=init_path),
         "data": dict(train=shards, val=[], shuffle=False),
         "train": dict(t, seed=args.seed, eval_every=0, eval_batches=1),
@@ -129,13 +130,13 @@ def main():
     })
     print(f"trainer: {exe} --config {cfg_path} (runtime.device={args.device}, "
           f"runtime.dtype={args.dtype}; torch: cpu, fp32)")
-    gt.run_trainer(exe, cfg_path, os.path.join(tmp, "trainer.log"))
-    ours = gt.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    tr.run_trainer(exe, cfg_path, os.path.join(tmp, "trainer.log"))
+    ours = tr.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
 
     # The same steps in torch, from the same initial weights.
-    loader = gt.WindowLoader(shards, t["seq_len"])
-    opt = gt.make_adamw(model, t["lr"], t["weight_decay"], t["beta1"], t["beta2"], t["eps"])
-    ref = [gt.train_step(model, opt, loader, s, t) for s in range(t["steps"])]
+    loader = tr.WindowLoader(shards, t["seq_len"])
+    opt = tr.make_adamw(model, t["lr"], t["weight_decay"], t["beta1"], t["beta2"], t["eps"])
+    ref = [tr.train_step(model, opt, loader, s, t) for s in range(t["steps"])]
     boundary = loader.first[1] if len(loader.windows) > 1 else None
 
     ok = True
@@ -196,7 +197,7 @@ def main():
         print(f"FAIL: the trainer wrote no {out_path}")
         ok = False
     else:
-        mine = gt.read_safetensors(out_path)
+        mine = tr.read_safetensors(out_path)
         want = gt.expected_shapes(mcfg)
         names_ok = set(mine) == set(want) and all(list(mine[k].shape) == want[k] for k in want)
         if not names_ok:
