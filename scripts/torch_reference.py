@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The model-independent Python side of the trainer's contracts, for the PyTorch references.
 
-scripts/gpt2_torch.py (the model) and the scripts that drive it
-(check_against_pytorch.py, bench_cpu.py) share:
+scripts/gpt2_torch.py and scripts/llama_torch.py (the models) and the scripts
+that drive them (check_against_pytorch.py, bench_cpu.py) share:
   * ensure_torch: importing this module needs torch; if it is missing and
     /usr/bin/python3 is another interpreter, the process re-executes itself
-    with that one (Debian's python3-torch), else it exits 2 with a message.
+    with that one (Debian's python3-torch), else it exits 2 (or
+    $GT_NO_TORCH_EXIT) with a message.
   * read_safetensors / write_safetensors: struct + json, no safetensors package
     (write: F32 only; read: F32 and BF16); load_state: HF-named tensors into a
     module whose state_dict has exactly those names and shapes.
@@ -13,8 +14,8 @@ scripts/gpt2_torch.py (the model) and the scripts that drive it
   * lr_at: the LR schedule; make_adamw, train_step: one optimizer step as the
     trainer defines it (accumulation, clipping, AdamW param groups), for any
     module whose forward(idx, targets) returns (logits, mean loss).
-  * Small helpers that write a trainer YAML config, run the trainer and read
-    metrics.jsonl.
+  * Small helpers that write a trainer YAML config, run the trainer (one
+    process, or under mpirun) and read metrics.jsonl.
 
     python3 scripts/torch_reference.py      # self-test: formats, loader, schedule
 """
@@ -44,7 +45,9 @@ def ensure_torch():
     print("this script needs PyTorch: apt-get install python3-torch "
           f"(tried {sys.executable}" + (f" and {alt}" if os.path.exists(alt) else "") + ")",
           file=sys.stderr)
-    sys.exit(2)
+    # ctest registers the cross-checks with GT_NO_TORCH_EXIT=77 and
+    # SKIP_RETURN_CODE 77: skipped, not failed, where no torch is installed.
+    sys.exit(int(os.environ.get("GT_NO_TORCH_EXIT", "2")))
 
 
 ensure_torch()
@@ -245,12 +248,16 @@ _YAML_SPECIAL = {"true", "false", "yes", "no", "on", "off", "y", "n", "null"}
 
 
 def _yaml_scalar(v):
+    if v is None:
+        return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
+    if isinstance(v, dict):  # a flow map: model.rope_scaling
+        return "{" + ", ".join(f"{k}: {_yaml_scalar(x)}" for k, x in v.items()) + "}"
     s = str(v)
     # Enum values must be plain: the trainer's schema rejects quoted enums, and
     # quotes everything else (paths), which its string keys accept.
@@ -279,9 +286,21 @@ def find_trainer(build):
     return exe
 
 
-def run_trainer(exe, cfg_path, log_path, timeout=1800, env=None):
-    """Runs `exe --config cfg_path`, output to log_path; exits 2 with the log tail on failure."""
-    cmd = [exe, "--config", cfg_path]
+def mpirun_launcher(ranks):
+    """The command prefix and environment that start `ranks` processes of the
+    trainer on this host: none for one rank, else mpirun with more ranks than
+    cores allowed (and, as root, allowed at all), one BLAS/OpenMP thread each."""
+    if ranks == 1:
+        return [], None
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return ["mpirun", "--oversubscribe", "-np", str(ranks)], env
+
+
+def run_trainer(exe, cfg_path, log_path, timeout=1800, env=None, launcher=()):
+    """Runs `[launcher...] exe --config cfg_path`, output to log_path; exits 2
+    with the log tail on failure."""
+    cmd = [*launcher, exe, "--config", cfg_path]
     with open(log_path, "w") as log:
         try:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -356,11 +375,20 @@ def _self_test():
         x, y = ld.micro_batch(step=1, k=1, micro_batch=2, global_batch=4)
         assert x[0].tolist() == ld.window(6)[0] and y[1].tolist() == ld.window(7)[1]
 
+        # The config writer's nested values.
+        c = os.path.join(d, "c.yaml")
+        write_trainer_config(c, {"model": {"arch": "llama", "rope_scaling": {"factor": 8.0},
+                                           "init_from": "/x y/z", "none": None}})
+        with open(c) as f:
+            assert f.read() == ('model:\n  arch: llama\n  rope_scaling: {factor: 8.0}\n'
+                                '  init_from: "/x y/z"\n  none: null\n')
+
     sched = [lr_at(s, 1e-3, 10, 3, 1e-4) for s in range(10)]
     assert abs(sched[0] - 1e-3 / 3) < 1e-15 and abs(sched[2] - 1e-3) < 1e-15
     assert abs(sched[3] - 1e-3) < 1e-15 and sched[9] > 1e-4
     assert lr_at(5, 1e-3, 10, 3, 1e-4, "constant") == 1e-3
     print("lr (cosine, 10 steps, warmup 3): " + " ".join(f"{v:.3e}" for v in sched))
+    assert mpirun_launcher(1) == ([], None) and mpirun_launcher(4)[0][-1] == "4"
     print("torch_reference self-test: PASS")
 
 
