@@ -68,7 +68,8 @@ def _same_blas_for_torch():
 _pin_blas_threads()
 _same_blas_for_torch()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt2_torch as gt  # noqa: E402  (re-executes under /usr/bin/python3 if torch is missing)
+import torch_reference as tr  # noqa: E402  (re-executes under /usr/bin/python3 if torch is missing)
+import gpt2_torch as gt  # noqa: E402
 import prepare_data  # noqa: E402
 import torch  # noqa: E402
 
@@ -76,7 +77,7 @@ BLAS_LIB = re.compile(r"lib(openblas|blas|cblas|mkl\w*|blis|flexiblas)[\w.-]*\.s
 
 
 class _FixedBatches:
-    """The loader interface of gt.train_step over pre-built tensors, so that
+    """The loader interface of tr.train_step over pre-built tensors, so that
     building Python lists is not part of torch's timed step."""
 
     def __init__(self, loader, steps, micro_batch, global_batch):
@@ -109,7 +110,7 @@ def trainer_blas(exe):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(gt.REPO_ROOT, "build"))
+    ap.add_argument("--build", default=os.path.join(tr.REPO_ROOT, "build"))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=2, help="steps left out of the median")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -133,7 +134,7 @@ def main():
         sys.exit(f"error: --global-batch {gb} is not a multiple of --micro-batch {args.micro_batch}")
     if args.steps <= args.warmup:
         sys.exit(f"error: --steps {args.steps} must exceed --warmup {args.warmup}")
-    exe = None if args.skip_ours else gt.find_trainer(os.path.abspath(args.build))
+    exe = None if args.skip_ours else tr.find_trainer(os.path.abspath(args.build))
 
     mcfg = gt.GPT2Config(args.n_layer, args.n_head, args.n_embd, args.vocab, args.block)
     t = dict(seq_len=args.seq_len, micro_batch=args.micro_batch, global_batch=gb, steps=args.steps,
@@ -154,7 +155,7 @@ def main():
         if exe:
             run_dir = os.path.join(tmp, "run")
             cfg_path = os.path.join(tmp, "cfg.yaml")
-            gt.write_trainer_config(cfg_path, {
+            tr.write_trainer_config(cfg_path, {
                 "model": mcfg.as_dict(),
                 "data": dict(train=[shard], val=[], shuffle=False),
                 "train": dict(t, seed=args.seed, eval_every=0),
@@ -164,9 +165,9 @@ def main():
             })
             print(f"ours:  {exe} --config {cfg_path}")
             t0 = time.perf_counter()
-            gt.run_trainer(exe, cfg_path, os.path.join(tmp, "trainer.log"))
+            tr.run_trainer(exe, cfg_path, os.path.join(tmp, "trainer.log"))
             wall = time.perf_counter() - t0
-            metrics = gt.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+            metrics = tr.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
             tps = [float(metrics[s]["tokens_per_s"]) for s in sorted(metrics) if s >= args.warmup]
             if not tps:
                 sys.exit("error: metrics.jsonl has no steps after the warmup")
@@ -178,12 +179,12 @@ def main():
         torch.set_num_threads(args.threads)
         model = gt.init_gpt2(gt.GPT2(mcfg), seed=args.seed)
         n_params = sum(p.numel() for p in model.parameters())
-        opt = gt.make_adamw(model, t["lr"], t["weight_decay"], t["beta1"], t["beta2"], t["eps"])
-        batches = _FixedBatches(gt.WindowLoader([shard], args.seq_len), args.steps, args.micro_batch, gb)
+        opt = tr.make_adamw(model, t["lr"], t["weight_decay"], t["beta1"], t["beta2"], t["eps"])
+        batches = _FixedBatches(tr.WindowLoader([shard], args.seq_len), args.steps, args.micro_batch, gb)
         times = []
         for s in range(args.steps):
             t0 = time.perf_counter()
-            gt.train_step(model, opt, batches, s, t)  # .item() calls: the step has finished
+            tr.train_step(model, opt, batches, s, t)  # .item() calls: the step has finished
             times.append(time.perf_counter() - t0)
         torch_tps = tokens_per_step / statistics.median(times[args.warmup:])
         torch_spread = (tokens_per_step / max(times[args.warmup:]), tokens_per_step / min(times[args.warmup:]))

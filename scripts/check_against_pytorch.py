@@ -1,25 +1,31 @@
 #!/usr/bin/env python3
-"""Cross-checks build/trainer against an independent PyTorch GPT-2, step by step.
+"""Cross-checks build/trainer against an independent PyTorch GPT-2 or Llama, step by step.
 
 In a temporary directory: writes train shards from this repository's text
-(byte tokens), builds a seeded random GPT-2 in torch and saves it as
-safetensors, trains it for --steps steps with build/trainer (model.init_from =
-that file) and with torch (fp32, torch.optim.AdamW, clip_grad_norm_), then
-compares per step `loss`, `grad_norm` and `lr` from <run>/metrics.jsonl, and
-the exported <run>/model.safetensors with torch's final parameters.
+(byte tokens), builds a seeded random model of --arch in torch
+(scripts/gpt2_torch.py, scripts/llama_torch.py) and saves it as safetensors
+with HF's names, trains it for --steps steps with build/trainer
+(model.init_from = that file) and with torch (fp32, torch.optim.AdamW,
+clip_grad_norm_), then compares per step `loss`, `grad_norm` and `lr` from
+<run>/metrics.jsonl, and the exported <run>/model.safetensors with torch's
+final parameters.
 
-The trainer runs on --device (cpu, or cuda: the CUDA backend, on a GPU or on
-the emulated device) in --dtype (bf16 on either device); torch is always the
-fp32 reference on the CPU. Tolerances (relative, per step; final weights per
-tensor against max(1, max |w|)):
+The trainer runs in the layout --dp x --fsdp x --tp (under `mpirun
+--oversubscribe` past one rank, one thread per rank) on --device (cpu, or
+cuda: the CUDA backend, on a GPU or on the emulated device) in --dtype (bf16
+on either device); torch is always the fp32 reference on the CPU, one
+process, the same global batch. Tolerances (relative, per step; final
+weights per tensor against max(1, max |w|)):
 
     dtype   loss    grad_norm  weights
     fp32    1e-4    1e-3       1e-4      the same function in the same precision
     bf16    2e-2    2e-2       2e-2      bf16 activation storage against fp32 math
 
-Exit status: 0 PASS, 1 a mismatch (table printed), 2 could not run.
+Exit status: 0 PASS, 1 a mismatch (table printed), 2 could not run (no torch:
+$GT_NO_TORCH_EXIT if set, which ctest sets to its skip code).
 
     python3 scripts/check_against_pytorch.py --build build-scripts
+    python3 scripts/check_against_pytorch.py --arch llama --tp 2 --fsdp 2
     python3 scripts/check_against_pytorch.py --build build-gpu --device cuda --dtype bf16 \
         --json bf16.json
 """
@@ -34,7 +40,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt2_torch as gt  # noqa: E402  (re-executes under /usr/bin/python3 if torch is missing)
+import torch_reference as tr  # noqa: E402  (re-executes under /usr/bin/python3 if torch is missing)
+import gpt2_torch  # noqa: E402
+import llama_torch  # noqa: E402
 import prepare_data  # noqa: E402
 import torch  # noqa: E402
 
@@ -47,6 +55,39 @@ LR_RTOL = 1e-6
 # normalised steps can turn into sign flips of tiny gradients: 2e-2 still
 # catches a wrong op, a missing term or a wrong layout by orders of magnitude.
 TOLERANCES = {"fp32": (1e-4, 1e-3, 1e-4), "bf16": (2e-2, 2e-2, 2e-2)}
+
+
+# Where a first divergence points, per family: (step-0 loss, step-0 grad norm).
+DIAGNOSIS = {
+    "gpt2": ("forward pass, weight import (init_from, Conv1D layout, q|k|v order) or data order",
+             "backward pass (or the norm: tied wte counted once, before clipping)"),
+    "llama": ("forward pass (RMSNorm, RoPE pairs and frequencies, kv head grouping, SwiGLU), "
+              "weight import (init_from, (out, in) layout, lm_head vs embed_tokens) or data order",
+              "backward pass (or the norm: the norms' tp-partial gradients counted once, "
+              "before clipping)"),
+}
+
+
+def make_model(arch, seed):
+    """(module, config, seeded model) of a tiny model of `arch`.
+
+    vocab 300 (the data is bytes): the trainer stores it padded to 384 rows,
+    torch does not, so the padding's masking is checked too. Both split over
+    tp = 2 (GPT-2 also over 4; Llama's 2 key/value heads do not). Llama: 4
+    query heads sharing 2 key/value heads, an MLP width that is not a
+    multiple of C, an untied head, and Llama 3.1's RoPE scaling with a short
+    original context, so that the head's 8 frequencies fall in all three of
+    its bands (kept, interpolated, divided by factor).
+    """
+    if arch == "gpt2":
+        cfg = gpt2_torch.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=300, block_size=64)
+        return gpt2_torch, cfg, gpt2_torch.init_gpt2(gpt2_torch.GPT2(cfg), seed=seed, perturb=True)
+    cfg = llama_torch.LlamaConfig(
+        n_layer=2, n_head=4, n_kv_head=2, n_embd=64, ffn_hidden=176, vocab_size=300, block_size=64,
+        rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=False,
+        rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position=32))
+    return llama_torch, cfg, llama_torch.init_llama(llama_torch.Llama(cfg), seed=seed, perturb=True)
 
 
 def rel(a, b):
@@ -79,8 +120,15 @@ def write_shards(tmp, n_tokens, n_shards, seed):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(gt.REPO_ROOT, "build"),
+    ap.add_argument("--build", default=os.path.join(tr.REPO_ROOT, "build"),
                     help="build directory holding the trainer executable (default <repo>/build)")
+    ap.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2",
+                    help="the model family (torch reference: scripts/<arch>_torch.py)")
+    ap.add_argument("--dp", type=int, default=1, help="the trainer's parallel.dp")
+    ap.add_argument("--fsdp", type=int, default=1, help="the trainer's parallel.fsdp")
+    ap.add_argument("--tp", type=int, default=1, help="the trainer's parallel.tp")
+    ap.add_argument("--fsdp-stage", type=int, choices=(1, 2, 3), default=3,
+                    help="the trainer's parallel.fsdp_stage (where fsdp > 1)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=20_000, help="train tokens in all shards")
     ap.add_argument("--shards", type=int, default=2, help="train shards (default 2: crosses a boundary)")
@@ -94,15 +142,20 @@ def main():
     ap.add_argument("--json", metavar="FILE",
                     help="also write the verdict and the largest differences as JSON")
     args = ap.parse_args()
-    exe = gt.find_trainer(os.path.abspath(args.build))
+    exe = tr.find_trainer(os.path.abspath(args.build))
+    if min(args.dp, args.fsdp, args.tp) < 1:
+        ap.error(f"--dp {args.dp} --fsdp {args.fsdp} --tp {args.tp}: each must be >= 1")
+    ranks = args.dp * args.fsdp * args.tp
+    layout = f"dp{args.dp}_fsdp{args.fsdp}_tp{args.tp}"
+    if args.fsdp > 1:
+        layout += f"_stage{args.fsdp_stage}"
     loss_rtol, gnorm_rtol, weight_tol = TOLERANCES[args.dtype]
-    summary = dict(device=args.device, dtype=args.dtype, steps=args.steps,
+    summary = dict(arch=args.arch, layout=layout, device=args.device, dtype=args.dtype, steps=args.steps,
                    tolerances=dict(loss=loss_rtol, grad_norm=gnorm_rtol, weights=weight_tol),
                    max_rel_loss=None, max_rel_grad_norm=None, max_weight_diff=None)
 
-    # vocab 300 (the data is bytes): the trainer stores it padded to 384 rows,
-    # torch does not, so the padding's masking is checked here too.
-    mcfg = gt.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=300, block_size=64)
+    # global_batch 8 of micro_batch 4: two accumulated micro-batches on one
+    # rank, one per data rank at dp or fsdp 2.
     t = dict(seq_len=32, micro_batch=4, global_batch=8, steps=args.steps, lr=1e-3,
              lr_schedule="cosine", warmup_steps=3, min_lr=1e-4, weight_decay=0.1,
              beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0)
@@ -112,30 +165,33 @@ def main():
     shards = write_shards(tmp, args.tokens, args.shards, args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    model = gt.init_gpt2(gt.GPT2(mcfg), seed=args.seed, perturb=True)
+    ref_module, mcfg, model = make_model(args.arch, args.seed)
     init_path = os.path.join(tmp, "init.safetensors")
-    gt.write_safetensors(init_path, gt.hf_state_dict(model), {"format": "pt"})
+    tr.write_safetensors(init_path, ref_module.hf_state_dict(model), {"format": "pt"})
 
     run_dir = os.path.join(tmp, "run")
     cfg_path = os.path.join(tmp, "cfg.yaml")
-    gt.write_trainer_config(cfg_path, {
+    tr.write_trainer_config(cfg_path, {
         "model": dict(mcfg.as_dict(), init_from=init_path),
         "data": dict(train=shards, val=[], shuffle=False),
         "train": dict(t, seed=args.seed, eval_every=0, eval_batches=1),
-        "runtime": dict(device=args.device, dtype=args.dtype, threads=args.threads),
-        "parallel": dict(dp=1, fsdp=1, tp=1),
+        "runtime": dict(device=args.device, dtype=args.dtype,
+                        threads=args.threads if ranks == 1 else 1),
+        "parallel": dict(dp=args.dp, fsdp=args.fsdp, tp=args.tp, fsdp_stage=args.fsdp_stage),
         "log": dict(dir=run_dir, every=1),
         "checkpoint": dict(every=0, resume="none"),
     })
-    print(f"trainer: {exe} --config {cfg_path} (runtime.device={args.device}, "
-          f"runtime.dtype={args.dtype}; torch: cpu, fp32)")
-    gt.run_trainer(exe, cfg_path, os.path.join(tmp, "trainer.log"))
-    ours = gt.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    launcher, env = tr.mpirun_launcher(ranks)
+    print(f"trainer: {' '.join(launcher + [exe])} --config {cfg_path} (model.arch={args.arch}, "
+          f"layout {layout}, runtime.device={args.device}, runtime.dtype={args.dtype}; "
+          f"torch: one process, cpu, fp32)")
+    tr.run_trainer(exe, cfg_path, os.path.join(tmp, "trainer.log"), env=env, launcher=launcher)
+    ours = tr.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
 
     # The same steps in torch, from the same initial weights.
-    loader = gt.WindowLoader(shards, t["seq_len"])
-    opt = gt.make_adamw(model, t["lr"], t["weight_decay"], t["beta1"], t["beta2"], t["eps"])
-    ref = [gt.train_step(model, opt, loader, s, t) for s in range(t["steps"])]
+    loader = tr.WindowLoader(shards, t["seq_len"])
+    opt = tr.make_adamw(model, t["lr"], t["weight_decay"], t["beta1"], t["beta2"], t["eps"])
+    ref = [tr.train_step(model, opt, loader, s, t) for s in range(t["steps"])]
     boundary = loader.first[1] if len(loader.windows) > 1 else None
 
     ok = True
@@ -180,15 +236,16 @@ def main():
         if "lr" in first_bad and first_bad["lr"] == s0:
             print("diagnosis: the LR schedule differs (warmup/cosine formula or step indexing)")
         elif first_bad.get("loss") == 0:
-            print("diagnosis: the step-0 loss differs: forward pass, weight import (init_from, "
-                  "Conv1D layout, q|k|v order) or data order")
+            print(f"diagnosis: the step-0 loss differs: {DIAGNOSIS[args.arch][0]}")
         elif first_bad.get("grad_norm") == 0:
-            print("diagnosis: step-0 loss agrees but grad_norm does not: backward pass "
-                  "(or the norm: tied wte counted once, before clipping)")
+            print(f"diagnosis: step-0 loss agrees but grad_norm does not: {DIAGNOSIS[args.arch][1]}")
         elif "loss" in first_bad:
             print("diagnosis: forward and gradients agree first, later losses drift: the update "
                   "(AdamW, weight decay groups, bias correction, clipping, accumulation) "
                   "or the data order of later steps (check the shard-boundary step)")
+        if ranks > 1:
+            print(f"(one process of the same config may agree: then it is layout {layout}'s "
+                  "sharding or collectives; rerun with --dp 1 --fsdp 1 --tp 1 to tell)")
 
     # Final weights.
     out_path = os.path.join(run_dir, "model.safetensors")
@@ -196,8 +253,8 @@ def main():
         print(f"FAIL: the trainer wrote no {out_path}")
         ok = False
     else:
-        mine = gt.read_safetensors(out_path)
-        want = gt.expected_shapes(mcfg)
+        mine = tr.read_safetensors(out_path)
+        want = ref_module.expected_shapes(mcfg)
         names_ok = set(mine) == set(want) and all(list(mine[k].shape) == want[k] for k in want)
         if not names_ok:
             print(f"FAIL: exported tensors differ from HF names/shapes: missing "
@@ -205,7 +262,7 @@ def main():
                   f"shape mismatches {[k for k in want if k in mine and list(mine[k].shape) != want[k]][:5]}")
             ok = False
         else:
-            final = gt.hf_state_dict(model)
+            final = ref_module.hf_state_dict(model)
             diffs = []
             for k in sorted(want):
                 d = (mine[k] - final[k]).abs().max().item()
@@ -217,11 +274,14 @@ def main():
             print(f"\nfinal weights: max |ours - torch| = {worst[1]:.3e} in {worst[2]} "
                   f"(tolerance {weight_tol:.0e} x max(1, |w|)); worst tensors:")
             for score, d, k in diffs[:5]:
-                print(f"  {k:<28} {d:.3e}{'  !' if score > weight_tol else ''}")
+                print(f"  {k:<44} {d:.3e}{'  !' if score > weight_tol else ''}")
             if worst[0] > weight_tol:
                 print("FAIL: final weights differ beyond the tolerance")
                 ok = False
-    print("\nPASS" if ok else "\nFAIL")
+    fmt = lambda v: "n/a" if v is None else f"{v:.1e}"  # noqa: E731
+    print(f"\n{args.arch} {layout}: max relative difference loss {fmt(summary['max_rel_loss'])}, "
+          f"grad_norm {fmt(summary['max_rel_grad_norm'])}, weights {fmt(summary['max_weight_diff'])}")
+    print("PASS" if ok else "FAIL")
     if args.json:
         summary["pass"] = ok
         with open(args.json, "w") as f:

@@ -112,6 +112,29 @@ TEST_P(TpLayersMpi, RowParallelLinearIsTheMatmulsRowsAndItsGradientsColumns) {
   EXPECT_TRUE(all_close(db, db_ref, kAtol, kRtol)) << "the bias gradient is complete on every rank";
 }
 
+// Llama's o_proj and down_proj have no bias: an empty b and db, as at tp = 1.
+TEST_P(TpLayersMpi, RowParallelLinearWithoutBias) {
+  const int64_t K = 16, Kl = K / p, Rl = kR / p;
+  auto X = random_vector(kR * K, 9), W = random_vector(kC * K, 10), dOut = random_vector(kR * kC, 11);
+  std::vector<float> out_ref(kR * kC), dx_ref(kR * K), dw_ref(kC * K, 0.f);
+  const TensorView none;
+  RowParallelLinear ref(one->ctx);
+  ref.forward(v(out_ref, {kR, kC}), v(X, {kR, K}), v(W, {kC, K}), none);
+  ref.backward(v(dx_ref, {kR, K}), v(dw_ref, {kC, K}), none, v(dOut, {kR, kC}), v(X, {kR, K}),
+               v(W, {kC, K}));
+
+  auto x = cols(X, K, rank * Kl, Kl), w = cols(W, K, rank * Kl, Kl);
+  auto dout = rows(dOut, kC, rank * Rl, Rl);
+  std::vector<float> out(Rl * kC), dx(kR * Kl), dw(kC * Kl, 0.f);
+  RowParallelLinear layer(tp->ctx);
+  layer.forward(v(out, {Rl, kC}), v(x, {kR, Kl}), v(w, {kC, Kl}), none);
+  EXPECT_TRUE(all_close(out, rows(out_ref, kC, rank * Rl, Rl), kAtol, kRtol));
+  layer.backward(v(dx, {kR, Kl}), v(dw, {kC, Kl}), none, v(dout, {Rl, kC}), v(x, {kR, Kl}),
+                 v(w, {kC, Kl}));
+  EXPECT_TRUE(all_close(dx, cols(dx_ref, K, rank * Kl, Kl), kAtol, kRtol));
+  EXPECT_TRUE(all_close(dw, cols(dw_ref, K, rank * Kl, Kl), kAtol, kRtol));
+}
+
 TEST_P(TpLayersMpi, VocabParallelEmbeddingLooksUpEachTokenOnItsOwner) {
   const int64_t V = 16, Vl = V / p, Rl = kR / p;
   auto wte = random_vector(V * kC, 9), wpe = random_vector(kT * kC, 10);

@@ -5,13 +5,23 @@ Trains a tiny GPT-2 for 3 steps with build/trainer, then, under an
 interpreter that has transformers and torch (this one or /usr/bin/python3,
 Debian's python3-torch), loads log.dir with GPT2LMHeadModel.from_pretrained:
 no missing or unexpected weights, the config.json dimensions the run's, every
-weight equal to the exported safetensors, and the tied head tied. Skips
-(unittest skip, exit 0) when no interpreter has them.
+weight equal to the exported safetensors, and the tied head tied.
+
+The same for two tiny Llamas (configs/llama_tiny.yaml made small: grouped-
+query attention, one with an untied head and plain RoPE, one tied with Llama
+3.1's RoPE scaling) with LlamaForCausalLM.from_pretrained; then the trainer
+evaluates the exported weights (a second run, model.init_from = the export,
+its step-0 val_loss before any update) and transformers' loss on the same
+validation rows must agree to VAL_LOSS_RTOL: the two forwards, ours and
+HF's, on the same weights.
+
+Skips (unittest skip, exit 0) when no interpreter has them.
 
     python3 tests/scripts/test_hf_export.py --build build
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +52,48 @@ assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(
 out = model(torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]]))
 assert torch.isfinite(out.loss), out.loss
 print("ok", len(tensors), "tensors, loss", float(out.loss))
+"""
+
+
+# Ours and transformers' forward in fp32 on the same weights: a different
+# summation order only (measured: ~1e-7).
+VAL_LOSS_RTOL = 1e-5
+
+CHECK_LLAMA = r"""
+import json, sys
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from transformers import LlamaForCausalLM
+spec = json.loads(sys.argv[1])
+d = spec["run"]
+model, info = LlamaForCausalLM.from_pretrained(d, output_loading_info=True)
+assert not info["missing_keys"], f"missing {info['missing_keys']}"
+assert not info["unexpected_keys"], f"unexpected {info['unexpected_keys']}"
+assert not info["mismatched_keys"], f"mismatched {info['mismatched_keys']}"
+c, want = model.config, spec["model"]
+got = dict(n_layer=c.num_hidden_layers, n_head=c.num_attention_heads,
+           n_kv_head=c.num_key_value_heads, n_embd=c.hidden_size, ffn=c.intermediate_size,
+           vocab_size=c.vocab_size, block_size=c.max_position_embeddings,
+           tie=c.tie_word_embeddings, rope_theta=c.rope_theta, rope_scaling=c.rope_scaling)
+assert got == want, f"config.json: {got} != {want}"
+tensors = load_file(d + "/model.safetensors")
+sd = model.state_dict()
+tied = want["tie"]
+assert ("lm_head.weight" in tensors) != tied, sorted(tensors)
+for name, t in tensors.items():
+    assert torch.equal(sd[name], t), f"{name} differs"
+assert set(tensors) | ({"lm_head.weight"} if tied else set()) == set(sd), set(sd) ^ set(tensors)
+if tied:
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(), "head not tied"
+x, y = torch.tensor(spec["inputs"]), torch.tensor(spec["targets"])
+with torch.no_grad():
+    logits = model(x).logits.float()
+loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+ours = spec["val_loss"]
+rel = abs(loss - ours) / abs(ours)
+print(f"ok {len(tensors)} tensors; val loss ours {ours:.8f} transformers {loss:.8f} rel {rel:.1e}")
+assert rel <= spec["rtol"], f"val loss: ours {ours} transformers {loss}: rel {rel} > {spec['rtol']}"
 """
 
 
@@ -79,6 +131,66 @@ class HfExport(unittest.TestCase):
             c = subprocess.run([PY, "-c", CHECK, run], capture_output=True, text=True)
             self.assertEqual(c.returncode, 0, c.stdout[-2000:] + c.stderr[-3000:])
             self.assertIn("ok", c.stdout)
+
+
+    def test_llama_run_folder_opens_with_from_pretrained(self):
+        exe = os.path.join(BUILD, "trainer")
+        self.assertTrue(os.path.exists(exe), f"{exe}: build first")
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        import prepare_data  # noqa: E402
+        T, rows, vocab = 16, 4, 256
+        scaling = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=8)
+        cases = {  # name: (model.* overrides, HF's rope_scaling for them)
+            "untied": ({"tie_embeddings": "false", "rope_scaling": "null"}, None),
+            "tied_rope_scaling": (
+                {"tie_embeddings": "true",
+                 "rope_scaling": "{" + ", ".join(f"{k}: {v}" for k, v in scaling.items()) + "}"},
+                dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                     original_max_position_embeddings=8)),
+        }
+        with tempfile.TemporaryDirectory(prefix="gt_hf_export_llama_") as d:
+            train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
+            prepare_data.write_shard(train, [(i * 7) % vocab for i in range(4000)], vocab=vocab)
+            val_tokens = [(i * i * 31 + 11 * i) % vocab for i in range(rows * T + 1)]
+            prepare_data.write_shard(val, val_tokens, vocab=vocab)
+            # configs/llama_tiny.yaml, smaller: 2 layers, 4 query heads over 2
+            # key/value heads of 8 channels, MLP 96 (multiple_of 32's rule).
+            common = [f"data.train={train}", "data.shuffle=false", "model.n_layer=2",
+                      "model.n_head=4", "model.n_kv_head=2", "model.n_embd=32",
+                      f"model.block_size={T}", f"train.seq_len={T}", "train.warmup_steps=1",
+                      f"train.micro_batch={rows // 2}", f"train.global_batch={rows}",
+                      "runtime.threads=1"]
+            for name, (model_keys, hf_scaling) in cases.items():
+                with self.subTest(name):
+                    keys = common + [f"model.{k}={v}" for k, v in model_keys.items()]
+                    run, evaluated = os.path.join(d, name), os.path.join(d, name + "_eval")
+                    self.trainer(exe, keys + ["data.val=[]", "train.steps=3", "train.eval_every=0",
+                                              f"log.dir={run}"])
+                    # The exported weights' val loss in our forward: step 0's
+                    # evaluation comes before any update.
+                    self.trainer(exe, keys + [f"model.init_from={run}/model.safetensors",
+                                              f"data.val={val}", "train.steps=1",
+                                              "train.eval_every=1", "train.eval_batches=1",
+                                              f"log.dir={evaluated}"])
+                    with open(os.path.join(evaluated, "metrics.jsonl")) as f:
+                        val_loss = next(r["val_loss"] for r in map(json.loads, f) if "val_loss" in r)
+                    windows = [val_tokens[r * T:r * T + T + 1] for r in range(rows)]
+                    spec = dict(run=run, val_loss=val_loss, rtol=VAL_LOSS_RTOL,
+                                inputs=[w[:-1] for w in windows], targets=[w[1:] for w in windows],
+                                model=dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn=96,
+                                           vocab_size=vocab, block_size=T,
+                                           tie=model_keys["tie_embeddings"] == "true",
+                                           rope_theta=10000.0, rope_scaling=hf_scaling))
+                    c = subprocess.run([PY, "-c", CHECK_LLAMA, json.dumps(spec)],
+                                       capture_output=True, text=True)
+                    self.assertEqual(c.returncode, 0, c.stdout[-2000:] + c.stderr[-3000:])
+                    self.assertIn("ok", c.stdout)
+                    print(f"{name}: {c.stdout.strip()}", file=sys.stderr)
+
+    def trainer(self, exe, overrides):
+        p = subprocess.run([exe, "--config", os.path.join(REPO, "configs", "llama_tiny.yaml"),
+                            *overrides], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
 
 
 if __name__ == "__main__":

@@ -110,7 +110,8 @@ class ColumnParallelLinear {
 };
 
 // Input features split: multiply this rank's columns of W, reduce-scatter
-// the partial sums to the sequence shard, add the (replicated) bias once.
+// the partial sums to the sequence shard, add the (replicated) bias once
+// (an empty b and db: no bias, Llama's o_proj and down_proj).
 // Backward: all-gather the output gradient (the dual).
 class RowParallelLinear {
  public:
