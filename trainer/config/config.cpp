@@ -139,6 +139,35 @@ void validate(const Config& c, const Locations& where) {
   if (const auto problem = tp_split_problem(m, p.tp))
     bad("parallel.tp", p.tp, detail::concat("a divisor of ", problem->what, "=", problem->value),
         "tensor parallelism splits heads, channels and vocabulary evenly");
+  at_least("parallel.pp", p.pp, 1);
+  at_least("parallel.pp_virtual_stages", p.pp_virtual_stages, 1);
+  if (p.pp_virtual_stages > 1 && p.pp_schedule != PipeSchedule::interleaved_1f1b)
+    bad("parallel.pp_virtual_stages", p.pp_virtual_stages,
+        detail::concat("1 with parallel.pp_schedule=", to_string(p.pp_schedule)),
+        "only interleaved_1f1b runs several model chunks per pipeline rank");
+  // Every chunk of every stage holds at least one block.
+  const int chunks = p.pp * p.pp_virtual_stages;
+  if (p.pp_layers.empty() && chunks > m.n_layer)
+    bad("parallel.pp", p.pp,
+        detail::concat("pp x pp_virtual_stages = ", p.pp, " x ", p.pp_virtual_stages, " = ", chunks,
+                       " chunks of at least one block each, at most model.n_layer=", m.n_layer));
+  if (!p.pp_layers.empty()) {
+    int64_t sum = 0;
+    bool positive = true;
+    for (int n : p.pp_layers) {
+      sum += n;
+      positive = positive && n >= 1;
+    }
+    if (static_cast<int>(p.pp_layers.size()) != chunks || !positive || sum != m.n_layer) {
+      std::string list = "[";
+      for (size_t i = 0; i < p.pp_layers.size(); ++i)
+        list += (i ? ", " : "") + std::to_string(p.pp_layers[i]);
+      bad("parallel.pp_layers", list + "]",
+          detail::concat(chunks, " block counts >= 1 (pp x pp_virtual_stages = ", p.pp, " x ",
+                         p.pp_virtual_stages, ") adding up to model.n_layer=", m.n_layer),
+          detail::concat("its ", p.pp_layers.size(), " entries add up to ", sum));
+    }
+  }
 
   const TrainConfig& t = c.train;
   if (t.seq_len < 1 || t.seq_len > m.block_size)
@@ -152,6 +181,13 @@ void validate(const Config& c, const Locations& where) {
     bad("train.global_batch", t.global_batch,
         detail::concat("a multiple of train.micro_batch * parallel.dp * parallel.fsdp = ",
                        t.micro_batch, " * ", p.dp, " * ", p.fsdp, " = ", rows_per_pass));
+  // Interleaving sends the micro-batches through each chunk in groups of pp.
+  if (p.pp > 1 && p.pp_schedule == PipeSchedule::interleaved_1f1b &&
+      (t.global_batch / rows_per_pass) % p.pp != 0)
+    bad("train.global_batch", t.global_batch,
+        detail::concat("micro-batches per step (global_batch / (micro_batch * dp * fsdp) = ",
+                       t.global_batch / rows_per_pass, ") a multiple of parallel.pp=", p.pp,
+                       " with parallel.pp_schedule=interleaved_1f1b"));
   at_least("train.steps", t.steps, 0);
   if (!(t.lr > 0)) bad("train.lr", num(t.lr), "a value > 0");
   if (t.min_lr < 0 || t.min_lr > t.lr)
@@ -316,6 +352,18 @@ const char* to_string(ModelArch a) {
       return "gpt2";
     case ModelArch::llama:
       return "llama";
+  }
+  return "?";
+}
+
+const char* to_string(PipeSchedule s) {
+  switch (s) {
+    case PipeSchedule::gpipe:
+      return "gpipe";
+    case PipeSchedule::one_f_one_b:
+      return "1f1b";
+    case PipeSchedule::interleaved_1f1b:
+      return "interleaved_1f1b";
   }
   return "?";
 }

@@ -33,6 +33,9 @@ enum class ParallelComm { auto_, nccl, mpi };
 //   mlp    drop ln_2's output and statistics, c_fc's output and its GELU;
 //   block  keep only each block's input and recompute the whole block.
 enum class Recompute { none, mlp, block };
+// parallel.pp_schedule: how a pipeline's micro-batches flow through its
+// stages (trainer/parallelize/pipeline_schedule.hpp).
+enum class PipeSchedule { gpipe, one_f_one_b, interleaved_1f1b };
 
 // parallel.fsdp_stage: what FSDP shards (ZeRO's stages; used at fsdp > 1).
 //   optimizer   (1) AdamW state: gradients reduce-scattered once per step
@@ -152,6 +155,15 @@ struct ParallelConfig {
   // auto|nccl|mpi. On CUDA, mpi stages device buffers through pinned host
   // memory (several ranks may then share one GPU, which NCCL refuses).
   ParallelComm comm = ParallelComm::auto_;
+  // Pipeline parallelism: pp stages, outermost in the mesh (world = pp x dp
+  // x fsdp x tp), each running pp_virtual_stages chunks of consecutive
+  // blocks (interleaved_1f1b), pp_layers blocks per chunk in stage order
+  // (empty: the balanced split of pipeline_layer_split, the LM head
+  // counted as the blocks it costs).
+  int pp = 1;
+  PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;
+  int pp_virtual_stages = 1;
+  std::vector<int> pp_layers;
 };
 
 struct LogConfig {
@@ -219,6 +231,7 @@ const char* to_string(DeviceKind d);
 const char* to_string(ComputeDType d);
 const char* to_string(AttentionKernel a);
 const char* to_string(ParallelComm c);
+const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved_1f1b"
 
 // parallel.comm is resolved per run by choose_comm (trainer/runtime/comm_choice.hpp).
 

@@ -174,6 +174,25 @@ struct Codec<std::vector<std::string>> {
   }
 };
 
+// A list of integers ([4, 4, 5]); null is the empty list.
+template <>
+struct Codec<std::vector<int>> {
+  static std::vector<int> read(const YAML::Node& n, const std::string& where,
+                               const std::string& dotted) {
+    if (n.IsNull()) return {};
+    if (!n.IsSequence()) type_error(where, dotted, "a list of integers", n);
+    std::vector<int> out;
+    for (size_t i = 0; i < n.size(); ++i)
+      out.push_back(Codec<int>::read(n[i], where, detail::concat(dotted, "[", i, "]")));
+    return out;
+  }
+  static std::string write(const std::vector<int>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + "]";
+  }
+};
+
 // Enums: names come from gt::to_string, so there is one list of names.
 template <typename E, size_t N>
 struct EnumCodec {
@@ -197,6 +216,8 @@ constexpr AttentionKernel kAttentionKernels[] = {
     AttentionKernel::auto_, AttentionKernel::tensor_cores, AttentionKernel::simt};
 constexpr ParallelComm kComms[] = {ParallelComm::auto_, ParallelComm::nccl, ParallelComm::mpi};
 constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::mlp, Recompute::block};
+constexpr PipeSchedule kPipeSchedules[] = {PipeSchedule::gpipe, PipeSchedule::one_f_one_b,
+                                           PipeSchedule::interleaved_1f1b};
 
 template <>
 struct Codec<ModelArch> {
@@ -280,6 +301,13 @@ struct Codec<ParallelComm> {
     return EnumCodec<ParallelComm, 3>::read(n, w, k, kComms);
   }
   static std::string write(ParallelComm v) { return to_string(v); }
+};
+template <>
+struct Codec<PipeSchedule> {
+  static PipeSchedule read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<PipeSchedule, 3>::read(n, w, k, kPipeSchedules);
+  }
+  static std::string write(PipeSchedule v) { return to_string(v); }
 };
 template <>
 struct Codec<Recompute> {
@@ -379,6 +407,10 @@ std::vector<Field> make_fields() {
       bind<&C::parallel, &ParallelConfig::bucket_mb>("parallel", "bucket_mb"),
       bind<&C::parallel, &ParallelConfig::reduce_dtype>("parallel", "reduce_dtype"),
       bind<&C::parallel, &ParallelConfig::comm>("parallel", "comm"),
+      bind<&C::parallel, &ParallelConfig::pp>("parallel", "pp"),
+      bind<&C::parallel, &ParallelConfig::pp_schedule>("parallel", "pp_schedule"),
+      bind<&C::parallel, &ParallelConfig::pp_virtual_stages>("parallel", "pp_virtual_stages"),
+      bind<&C::parallel, &ParallelConfig::pp_layers>("parallel", "pp_layers"),
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),
       bind<&C::log, &LogConfig::every>("log", "every"),

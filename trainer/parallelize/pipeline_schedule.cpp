@@ -6,18 +6,6 @@
 
 namespace gt {
 
-const char* to_string(PipeSchedule s) {
-  switch (s) {
-    case PipeSchedule::gpipe:
-      return "gpipe";
-    case PipeSchedule::one_f_one_b:
-      return "1f1b";
-    case PipeSchedule::interleaved_1f1b:
-      return "interleaved_1f1b";
-  }
-  return "?";
-}
-
 const char* to_string(PipeOp op) {
   switch (op) {
     case PipeOp::forward:

@@ -34,10 +34,9 @@
 #include <string>
 #include <vector>
 
-namespace gt {
+#include "trainer/config/config.hpp"  // PipeSchedule
 
-enum class PipeSchedule { gpipe, one_f_one_b, interleaved_1f1b };
-const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved_1f1b"
+namespace gt {
 
 enum class PipeOp {
   forward,    // run micro-batch `micro` through chunk `chunk`

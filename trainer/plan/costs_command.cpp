@@ -110,8 +110,9 @@ int run_costs_command(const CostsArgs& a) {
   HardwareSpec hw = load_hardware(a.hardware);
   if (!a.peaks.empty()) apply_bench_peaks(hw, a.peaks);
   const ParallelConfig& pc = cfg.parallel;
-  if (pc.dp * pc.fsdp * pc.tp != 1)
-    fail("costs: one rank only for now (parallel.dp x fsdp x tp = ", pc.dp * pc.fsdp * pc.tp,
+  if (pc.pp * pc.dp * pc.fsdp * pc.tp != 1)
+    fail("costs: one rank only for now (parallel.pp x dp x fsdp x tp = ",
+         pc.pp * pc.dp * pc.fsdp * pc.tp,
          "); the table of a multi-rank layout is not implemented yet");
   const UnitPeaks peaks = unit_peaks(hw);
   const TrainConfig& tc = cfg.train;

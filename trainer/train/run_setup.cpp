@@ -27,8 +27,14 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
 void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
-  run.dims =
-      ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp, world_size);
+  run.dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp,
+                                     world_size, cfg.parallel.pp);
+  // The same on every rank, before the mesh: every rank stops here together.
+  if (cfg.parallel.pp > 1)
+    fail("parallel.pp=", cfg.parallel.pp, " (", cfg.source,
+         "): training with pipeline stages is not implemented yet (its schedules, mesh axis "
+         "and config are; the executor that runs them is not): train with parallel.pp=1, or "
+         "plan pp layouts with `trainer plan`");
   // The mesh is the one collective of start-up: every rank reaches it (the
   // check above is the same everywhere) before anything rank-local can fail.
   run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
