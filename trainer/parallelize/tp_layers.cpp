@@ -120,8 +120,9 @@ void RowParallelLinear::forward(TensorView out, TensorView x, TensorView w32, Te
         ctx_.gemm_forward(partial, rows_of(x, row0, rows), w, none);
       },
       ctx_.ring_workspace());
-  // The bias once, after the sum (it is replicated on every tp rank).
-  ctx_.ops().add_bias(sum, ctx_.precision().bias_as_f32(b));
+  // The bias once, after the sum (it is replicated on every tp rank); a
+  // layer without one (Llama's o_proj, down_proj) adds nothing.
+  if (!b.empty()) ctx_.ops().add_bias(sum, ctx_.precision().bias_as_f32(b));
   if (staged) ctx_.ops().cast(out, sum);
 }
 
