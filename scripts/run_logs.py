@@ -174,15 +174,49 @@ def median_of(recs, key):
     return statistics.median(vals) if vals else None
 
 
+def config_float(cfg, section, key, default=0.0):
+    try:
+        return float(cfg[section][key])
+    except (KeyError, ValueError):
+        return default
+
+
+def ffn_width(cfg):
+    """ModelConfig::ffn_width (trainer/config): gpt2 4C; llama ffn_hidden, or
+    Meta's rule from 4C (two thirds, times ffn_dim_multiplier, rounded up to
+    multiple_of), with the C++'s integer truncations."""
+    C = config_int(cfg, "model", "n_embd")
+    if cfg.get("model", {}).get("arch", "gpt2") != "llama":
+        return 4 * C
+    if config_int(cfg, "model", "ffn_hidden") > 0:
+        return config_int(cfg, "model", "ffn_hidden")
+    hidden = 2 * (4 * C) // 3
+    mult = config_float(cfg, "model", "ffn_dim_multiplier")
+    if mult > 0:
+        hidden = int(mult * hidden)
+    m = max(1, config_int(cfg, "model", "multiple_of", 256))
+    return (hidden + m - 1) // m * m
+
+
 def model_flops_per_token(cfg):
-    """trainer/profile/model_flops.cpp: 6 N + 12 L T C, N = 12 L C^2 + V C."""
+    """trainer/profile/model_flops.cpp: 6 N + 12 L T C, N = L x one block's
+    matmul weights + V C: gpt2 12 C^2; llama C (Q + 2K) + Q C + 3 C F (Q =
+    n_head hs = C query features, K = n_kv_head hs, F the MLP width)."""
     L = config_int(cfg, "model", "n_layer")
     C = config_int(cfg, "model", "n_embd")
     V = config_int(cfg, "model", "vocab_size")
     T = config_int(cfg, "train", "seq_len")
     if not (L and C and V and T):
         return None
-    return 6.0 * (12.0 * L * C * C + V * C) + 12.0 * L * T * C
+    block = 12.0 * C * C
+    if cfg.get("model", {}).get("arch", "gpt2") == "llama":
+        NH = config_int(cfg, "model", "n_head")
+        if not NH:
+            return None
+        hs = C // NH
+        Q, K, F = NH * hs, (config_int(cfg, "model", "n_kv_head") or NH) * hs, ffn_width(cfg)
+        block = float(C * (Q + 2 * K) + Q * C + 3 * C * F)
+    return 6.0 * (L * block + V * C) + 12.0 * L * T * C
 
 
 def run_summary(run_dir, warmup):

@@ -212,6 +212,16 @@ class Readers(unittest.TestCase):
         cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
         self.assertEqual(run_logs.model_flops_per_token(cfg), FLOPS_PER_TOKEN_124M)
 
+    def test_flops_per_token_is_llamas_for_a_llama_config(self):
+        # Llama 3 8B: q, k, v (8 key/value heads of 128), o; gate, up and
+        # down of the 14336 MLP Meta's rule gives; the untied LM head.
+        cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "llama3_8b.yaml"))
+        self.assertEqual(run_logs.ffn_width(cfg), 14336)
+        C, K, F, L, V, T = 4096, 8 * 128, 14336, 32, 128256, 8192
+        block = C * (C + 2 * K) + C * C + 3 * C * F
+        self.assertEqual(run_logs.model_flops_per_token(cfg),
+                         6 * (L * block + V * C) + 12 * L * T * C)
+
     def test_hand_written_config_gives_the_124m_shape(self):
         cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "gpt2_124m.yaml"))
         self.assertEqual(bench_vs_pytorch.shape_of(cfg), dict(
