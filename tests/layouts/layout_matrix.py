@@ -21,6 +21,10 @@ near zero takes AdamW steps of about lr whose sign that rounding can flip
 does not depend on at all, are left out (key_bias).
 The bytes formula counts the all-gathers that move bf16 activations at 2
 bytes an element.
+With --arch llama every run trains a small Llama instead (LLAMA_MODEL:
+grouped-query attention, RMSNorm, SwiGLU, an untied head) and the bytes
+formula is Llama's: the same collectives per block, its own unit sizes and
+tp-partial gradients (trainer/plan/step_model.hpp).
 With --reduce-dtype bf16 (parallel.reduce_dtype=bf16, in every run: a no-op
 at one rank) the gradients are summed over dp and fsdp in bf16: each
 rank's contribution and each partial sum rounded to bf16, half the bytes on
@@ -33,6 +37,7 @@ and a rank that fails or is killed ending the whole job quickly.
     python3 tests/layouts/layout_matrix.py --build build --layout dp2
     python3 tests/layouts/layout_matrix.py --build build --layout dp2 --dtype bf16
     python3 tests/layouts/layout_matrix.py --build build --layout dp2 --reduce-dtype bf16
+    python3 tests/layouts/layout_matrix.py --build build --layout tp2 --arch llama
     python3 tests/layouts/layout_matrix.py --build build --check reshard
     python3 tests/layouts/layout_matrix.py --list
 
@@ -57,6 +62,10 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import prepare_data  # noqa: E402  (pure standard library)
 
 MODEL = dict(n_layer=3, n_head=4, n_embd=32, vocab_size=256, block_size=16)
+# tp = 4 must divide the key/value heads and the MLP width too.
+LLAMA_MODEL = dict(arch="llama", n_layer=3, n_head=8, n_kv_head=4, n_embd=32, ffn_hidden=64,
+                   vocab_size=256, block_size=16, rope_theta=10000.0)
+MODELS = {"gpt2": MODEL, "llama": LLAMA_MODEL}
 TRAIN = dict(seq_len=16, global_batch=8, steps=10, lr=3e-3, lr_schedule="cosine",
              warmup_steps=2, min_lr=3e-4, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8,
              grad_clip=1.0, seed=7, eval_every=5, eval_batches=1, max_skipped=5)
@@ -121,9 +130,11 @@ def read_metrics(path):
 
 
 class Runner:
-    def __init__(self, build, work, dtype="fp32", reduce_dtype="fp32"):
+    def __init__(self, build, work, dtype="fp32", reduce_dtype="fp32", arch="gpt2"):
         self.dtype = dtype
         self.reduce_dtype = reduce_dtype
+        self.arch = arch
+        self.model = MODELS[arch]
         self.exe = os.path.join(os.path.abspath(build), "trainer")
         if not os.path.exists(self.exe):
             sys.exit(f"error: {self.exe} not found (build first)")
@@ -145,7 +156,7 @@ class Runner:
         run = os.path.join(self.work, f"{self.count:03d}_{name}")
         os.makedirs(run, exist_ok=True)
         sections = {
-            "model": dict(MODEL),
+            "model": dict(self.model),
             "data": dict(train=[os.path.join(self.data, "train_*.bin")],
                          val=[os.path.join(self.data, "val_*.bin")], shuffle=True),
             "train": dict(TRAIN, micro_batch=micro),
@@ -191,7 +202,7 @@ def key_bias(name, i):
     score of a row, and q . b_k is one), so its gradient is rounding noise,
     which AdamW turns into lr-sized steps of random sign: in bf16 two layouts'
     noise differs, and so do these parameters, by up to steps x lr."""
-    C = MODEL["n_embd"]
+    C = MODEL["n_embd"]  # GPT-2's: Llama has no biases
     return name.endswith("attn.c_attn.bias") and C <= i < 2 * C
 
 
@@ -231,14 +242,23 @@ def padded(n):
     return (n + 15) // 16 * 16
 
 
-def unit_sizes(tp, fsdp):
+def unit_sizes(tp, fsdp, model=MODEL):
     """Flat sizes of the units (embed, one block, head) of one tp rank, as
-    ParameterLayout pads them: each tensor to 16 floats, each unit to fsdp."""
-    C, V, P = MODEL["n_embd"], MODEL["vocab_size"], MODEL["block_size"]
+    ParameterLayout pads them: each tensor to 16 floats, each unit to fsdp
+    (the placement tables, trainer/parallelize/*_placement.cpp)."""
+    C, V, P = model["n_embd"], model["vocab_size"], model["block_size"]
 
     def unit(numels):
         raw = sum(padded(n) for n in numels)
         return (raw + fsdp - 1) // fsdp * fsdp
+    if model.get("arch", "gpt2") == "llama":
+        hs = C // model["n_head"]
+        Q, K, F = model["n_head"] * hs, model["n_kv_head"] * hs, model["ffn_hidden"]
+        embed = unit([V // tp * C])
+        block = unit([C, Q // tp * C, K // tp * C, K // tp * C, C * Q // tp, C,
+                      F // tp * C, F // tp * C, C * F // tp])
+        head = unit([C, V // tp * C])  # norm, the untied lm_head
+        return embed, block, head
     embed = unit([V // tp * C, P * C])
     block = unit([C, C, 3 * C // tp * C, 3 * C // tp, C * C // tp, C, C, C,
                   4 * C // tp * C, 4 * C // tp, C * 4 * C // tp, C])
@@ -246,20 +266,33 @@ def unit_sizes(tp, fsdp):
     return embed, block, head
 
 
+def tp_partial(model=MODEL):
+    """Floats of the gradients summed over the tp ranks: the replicated
+    parameters (GPT-2: LayerNorms, wpe, ln_f; Llama: the RMSNorm weights)."""
+    L, C, P = model["n_layer"], model["n_embd"], model["block_size"]
+    if model.get("arch", "gpt2") == "llama":
+        return 2 * C * L + C
+    return 4 * C * L + P * C + 2 * C
+
+
 def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
-                   reduce_dtype="fp32"):
+                   reduce_dtype="fp32", model=MODEL):
     """Bytes one rank sends per optimizer step on each axis (ring volumes).
-    Recomputation repeats per block c_fc's all-gather (mlp), and c_attn's
-    all-gather and attn.c_proj's reduce-scatter too (block). In bf16 the
-    forward's all-gathers of activations (c_attn's and c_fc's inputs per
-    block, recomputed ones included, and the LM head's) move 2-byte
-    elements; reduce-scatters sum in fp32 and the backward's gathers move
-    the fp32 residual-stream gradient. reduce_dtype bf16: the gradients'
-    reduce-scatters (fsdp) and all-reduces (dp) at 2 bytes an element; the
-    parameters' all-gathers stay fp32."""
-    L, C, P = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
+    Both families' blocks have two column-parallel layers (GPT-2 c_attn and
+    c_fc, Llama q|k|v and gate|up) and two row-parallel ones (attn.c_proj and
+    mlp.c_proj, o_proj and down_proj): an all-gather or reduce-scatter each
+    in forward and its dual in backward, plus the embedding's and the LM
+    head's. Recomputation repeats per block the up layer's all-gather (mlp),
+    and the qkv layer's all-gather and the out layer's reduce-scatter too
+    (block). In bf16 the forward's all-gathers of activations (the qkv and up
+    layers' inputs per block, recomputed ones included, and the LM head's)
+    move 2-byte elements; reduce-scatters sum in fp32 and the backward's
+    gathers move the fp32 residual-stream gradient. reduce_dtype bf16: the
+    gradients' reduce-scatters (fsdp) and all-reduces (dp) at 2 bytes an
+    element; the parameters' all-gathers stay fp32."""
+    L, C = model["n_layer"], model["n_embd"]
     A = TRAIN["global_batch"] // (micro * dp * fsdp)
-    embed, block, head = unit_sizes(tp, fsdp)
+    embed, block, head = unit_sizes(tp, fsdp, model)
     total = embed + L * block + head
     out = {"dp": 0.0, "fsdp": 0.0, "tp": 0.0}
     if tp > 1:
@@ -271,9 +304,8 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
             bf16_gathers = 2 * L + 1 + {"none": 0, "mlp": 1, "block": 2}[recompute] * L
             per_micro -= bf16_gathers * (tp - 1) * chunk / 2
         per_micro += 2 * (tp - 1) / tp * 3 * R * 4          # vocab-parallel cross-entropy
-        partial = 4 * C * L + P * C + 2 * C                  # LayerNorms, wpe, ln_f
         reductions = A if (fsdp > 1 and stage >= 2) else 1
-        out["tp"] = A * per_micro + reductions * 2 * (tp - 1) / tp * 4 * partial
+        out["tp"] = A * per_micro + reductions * 2 * (tp - 1) / tp * 4 * tp_partial(model)
     grad = 2 if reduce_dtype == "bf16" else 4
     if fsdp > 1:
         ring = (fsdp - 1) / fsdp * 4
@@ -290,9 +322,9 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
 
 
 def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
-                reduce_dtype="fp32"):
+                reduce_dtype="fp32", model=MODEL):
     fails = []
-    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype, reduce_dtype)
+    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype, reduce_dtype, model)
     for step, rec in sorted(read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
         got = rec["comm_bytes"]
         for axis, w in want.items():
@@ -311,7 +343,8 @@ def run_layout(runner, name):
     bf16 = runner.dtype == "bf16"
     tols = (dict(loss_rtol=BF16_TOL, norm_rtol=BF16_TOL, param_tol=BF16_PARAM_TOL,
                  skip_key_bias=True) if bf16 or runner.reduce_dtype == "bf16" else {})
-    tag = (" bf16" if bf16 else "") + (" reduce_dtype=bf16" if runner.reduce_dtype == "bf16" else "")
+    tag = ((" llama" if runner.arch == "llama" else "") + (" bf16" if bf16 else "") +
+           (" reduce_dtype=bf16" if runner.reduce_dtype == "bf16" else ""))
     for accum in (1, 2):
         micro = TRAIN["global_batch"] // (D * accum)
         ref_dir, ref_cfg = runner.config(f"ref_accum{accum}", micro=TRAIN["global_batch"] // accum)
@@ -323,7 +356,7 @@ def run_layout(runner, name):
             _, took = runner.run(world, cfg)
             f, worst = compare_runs(label, ref_dir, run_dir, **tols)
             f += check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute, runner.dtype,
-                             runner.reduce_dtype)
+                             runner.reduce_dtype, runner.model)
             print(f"{'FAIL' if f else 'ok  '} {label}: {world} ranks, {took:.1f} s, "
                   f"max param diff {worst:.1e}")
             fails += f
@@ -410,6 +443,8 @@ def main():
                     help="runtime.dtype of every run (bf16: --layout only)")
     ap.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default="fp32",
                     help="parallel.reduce_dtype of every run (bf16: --layout only)")
+    ap.add_argument("--arch", choices=sorted(MODELS), default="gpt2",
+                    help="the model family every run trains (llama: --layout only)")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     args = ap.parse_args()
     if args.list:
@@ -421,7 +456,9 @@ def main():
     if (args.dtype == "bf16" or args.reduce_dtype == "bf16") and args.check:
         sys.exit("error: --dtype/--reduce-dtype bf16 apply to --layout runs; the checks run in "
                  "fp32")
-    runner = Runner(args.build, work, args.dtype, args.reduce_dtype)
+    if args.arch != "gpt2" and args.check:
+        sys.exit("error: --arch applies to --layout runs; the checks run GPT-2")
+    runner = Runner(args.build, work, args.dtype, args.reduce_dtype, args.arch)
     fails = []
     try:
         for name in args.layout:
