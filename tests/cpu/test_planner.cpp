@@ -1,9 +1,10 @@
 // The planner's arithmetic (trainer/plan/): memory per rank against the
-// real buffers (GPT activations here; ShardedParameters on every layout in
-// tests/mpi/test_plan_memory_mpi.cpp), communication volumes against the
-// formulas tests/layouts/layout_matrix.py checks the trainer's logged bytes
-// with (both families), FLOPs (by hand and against the GEMMs the models
-// run), the hardware files, and the plan's choice for GPT-2 1.5B.
+// real buffers (GPT and Llama activations here; ShardedParameters and both
+// families' activations on every layout in tests/mpi/test_plan_memory_mpi.cpp),
+// communication volumes against the formulas tests/layouts/layout_matrix.py
+// checks the trainer's logged bytes with (both families), FLOPs (by hand and
+// against the GEMMs the models run), the hardware files, and the plan's
+// choice for GPT-2 1.5B.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "test_util.hpp"
 #include "trainer/model/gpt.hpp"
+#include "trainer/model/llama.hpp"
 #include "trainer/model/make_model.hpp"
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/plan/planner.hpp"
@@ -106,6 +108,32 @@ TEST(PlanMemory, ActivationsMatchGptAllocateOnCpu) {
               predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu, Recompute::none, dtype))
               << "n_embd=" << m.n_embd << " B=" << B << " T=" << T << " " << to_string(dtype);
         }
+}
+
+// The planner sums Llama's own plan: what Llama::allocate takes, in every
+// recompute mode and dtype (grouped-query attention, an MLP width and a
+// vocabulary of their own; the layouts over tp in tests/mpi).
+TEST(PlanMemory, ActivationsMatchLlamaAllocateOnCpu) {
+  auto ops = make_cpu_ops(1);
+  ModelConfig odd = matrix_llama();
+  odd.n_layer = 2;
+  odd.n_head = 4;
+  odd.n_kv_head = 1;
+  odd.n_embd = 24;
+  odd.ffn_hidden = 40;
+  odd.vocab_size = 101;
+  odd.block_size = 13;
+  for (const ModelConfig& m : {matrix_llama(), odd})
+    for (int B : {1, 3})
+      for (int T : {5, m.block_size})
+        for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16})
+          for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+            Llama model(m, *ops, B, T, r, dtype);
+            EXPECT_EQ(model.activation_bytes(),
+                      predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu, r, dtype))
+                << "n_embd=" << m.n_embd << " B=" << B << " T=" << T << " " << to_string(dtype)
+                << " recompute " << to_string(r);
+          }
 }
 
 TEST(PlanMemory, CudaKeepsRowStatisticsNotT2Probabilities) {
