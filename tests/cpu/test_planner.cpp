@@ -2,18 +2,20 @@
 // real buffers (GPT and Llama activations here; ShardedParameters and both
 // families' activations on every layout in tests/mpi/test_plan_memory_mpi.cpp),
 // communication volumes against the formulas tests/layouts/layout_matrix.py
-// checks the trainer's logged bytes with (both families), FLOPs (by hand and
-// against the GEMMs the models run), the hardware files, and the plan's
-// choice for GPT-2 1.5B.
+// checks the trainer's logged bytes with, FLOPs (by hand and against the
+// GEMMs the models run), the hardware files, and the plan's choice for GPT-2
+// 1.5B and Llama 3 8B and 70B.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 
+#include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "test_util.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/llama.hpp"
+#include "trainer/model/llama_activation_plan.hpp"
 #include "trainer/model/make_model.hpp"
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/plan/planner.hpp"
@@ -515,17 +517,81 @@ TEST(Planner, InvalidLayoutsSayWhy) {
             std::string::npos);
 }
 
-// Until Llama's step model exists the planner refuses it by name instead of
-// planning GPT-2's FLOPs and activations for it.
-TEST(Planner, AnotherFamilyIsRefusedByName) {
-  Config cfg = gpt2_xl();
-  cfg.model.arch = ModelArch::llama;
+// A Llama prediction is Llama's: its activation plan (flash attention's row
+// statistics for the n_head / tp query heads, bf16), its FLOPs and its
+// tp-partial gradients, not GPT-2's of the same depth and width.
+TEST(Planner, LlamaPredictionsAreLlamas) {
+  const Config cfg = config("llama3_8b");
+  const HardwareSpec hw = hardware("h100");
   PlanLayout l;
-  l.dp = 64;
-  EXPECT_NE(error_message([&] {
-              predict(cfg, hardware("h100"), PlanCluster{64, 8}, l);
-            }).find("model.arch=llama"),
-            std::string::npos);
+  l.dp = 2;
+  l.fsdp = 2;
+  l.tp = 2;
+  l.micro_batch = 1;
+  const Prediction p = predict(cfg, hw, PlanCluster{8, 8}, l);
+  ASSERT_TRUE(p.invalid.empty()) << p.invalid;
+  const ModelConfig& m = cfg.model;
+  const int T = cfg.train.seq_len;
+  ActivationShape s;
+  s.max_rows = 1;
+  s.max_seq = T;
+  s.tp = 2;
+  s.recompute = cfg.train.recompute;
+  s.dtype = ComputeDType::bf16;
+  s.attention_saved = attention_saved_elems(Device::cuda, 1, m.n_head / 2, T);
+  s.attention_scratch = attention_scratch_elems(Device::cuda, 1, m.n_head / 2, T);
+  s.store_keeps_bf16_params = false;  // ZeRO-3 over fsdp = 2 gathers fp32 units
+  EXPECT_EQ(p.activations, plan_llama_activations(m, s).bytes());
+  const double A = p.accum;
+  const MicroBatchFlops f = micro_batch_flops(m, 1, T, 2);
+  const MicroBatchFlops rf = recompute_flops(m, 1, T, 2, cfg.train.recompute);
+  const double compute_ms = A * (3 * f.total() + rf.total()) / hw.achieved_flops(8) * 1e3;
+  EXPECT_NEAR(p.compute_ms, compute_ms, 1e-12 * compute_ms);
+  EXPECT_GT(rf.total(), 0.0);  // the config recomputes whole blocks
+}
+
+// Llama 3 8B on 8 and 64 H100s, 70B on 64 and 512: every ranked layout
+// fits and the fastest is picked with its reasons. 16 bytes a parameter
+// (fp32 weights, gradients and AdamW moments) rule out plain data
+// parallelism for 8B on 80 GB, and 70B does not fit in 8-way sharding
+// without tp.
+TEST(Planner, Llama3PicksAFittingLayoutAndExplains) {
+  const HardwareSpec hw = hardware("h100");
+  const std::pair<const char*, int> cases[] = {
+      {"llama3_8b", 8}, {"llama3_8b", 64}, {"llama3_70b", 64}, {"llama3_70b", 512}};
+  for (const auto& [name, devices] : cases) {
+    const Config cfg = config(name);
+    const double params = static_cast<double>(ParameterLayout(cfg.model).global_numel());
+    const Plan plan = make_plan(cfg, hw, PlanCluster{devices, 8}, {});
+    const std::string at = std::string(name) + " on " + std::to_string(devices);
+    ASSERT_FALSE(plan.ranked.empty()) << at << ": " << plan.explanation;
+    for (size_t i = 1; i < plan.ranked.size(); ++i)
+      EXPECT_LE(plan.ranked[i - 1].step_ms, plan.ranked[i].step_ms) << at;
+    for (const auto& p : plan.ranked) {
+      EXPECT_LE(static_cast<double>(p.total_bytes()), hw.memory_bytes()) << at;
+      EXPECT_GT(p.mfu, 0) << at;
+      EXPECT_LT(p.mfu, hw.compute_efficiency + 1e-9) << at;
+      EXPECT_LE(p.layout.tp, cfg.model.kv_heads()) << at;  // tp splits the key/value heads
+    }
+    for (const auto& p : plan.too_big)
+      EXPECT_GT(static_cast<double>(p.total_bytes()), hw.memory_bytes()) << at;
+    EXPECT_NE(plan.explanation.find("the planner picks"), std::string::npos) << plan.explanation;
+    if (devices > 8) {
+      EXPECT_NE(plan.explanation.find("do not divide model.n_kv_head=8"), std::string::npos)
+          << plan.explanation;
+    }
+    PlanLayout dp;  // whole copies
+    dp.dp = devices;
+    const Prediction whole = predict(cfg, hw, plan.cluster, dp);
+    EXPECT_GE(static_cast<double>(whole.state.total()), 16 * params) << at;
+    EXPECT_FALSE(whole.fits) << at;
+    PlanLayout z3;  // ZeRO-3 over 8, no tp: 16 bytes x 8B / 8 fit, x 70B / 8 do not
+    z3.dp = devices / 8;
+    z3.fsdp = 8;
+    const Prediction sharded = predict(cfg, hw, plan.cluster, z3);
+    EXPECT_GE(static_cast<double>(sharded.state.total()), 16 * params / 8) << at;
+    EXPECT_EQ(sharded.fits, params < 20e9) << at;
+  }
 }
 
 TEST(Planner, Gpt2XlOn64H100PicksAFittingLayoutAndExplains) {
@@ -589,6 +655,25 @@ TEST(PlanCommand, CliPrintsTheTableAndTheParagraphOrJson) {
   EXPECT_NE(out.find("plan needs --config FILE, --hardware FILE"), std::string::npos) << out;
   EXPECT_EQ(run_command(base + " --gpus 64 --nodes 3", &out), 1);
   EXPECT_NE(out.find("does not split evenly"), std::string::npos) << out;
+}
+
+// A Llama config plans from the command line: its family and widths head
+// the table and the JSON.
+TEST(PlanCommand, LlamaConfigPlans) {
+  const std::string bin = GT_TRAINER_BIN, src = GT_SOURCE_DIR;
+  const std::string base = bin + " plan --config " + src + "/configs/llama3_8b.yaml --hardware " +
+                           src + "/configs/hardware/h100.yaml --gpus 8";
+  std::string out;
+  ASSERT_EQ(run_command(base, &out), 0) << out;
+  EXPECT_NE(out.find("(llama: 32 layers, 32 heads sharing 8 key/value heads, 4096 embd, MLP 14336"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("the planner picks"), std::string::npos) << out;
+  ASSERT_EQ(run_command(base + " --json - 2>/dev/null", &out), 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_EQ(j[0]["model"]["arch"], "llama");
+  EXPECT_EQ(j[0]["model"]["n_kv_head"], 8);
+  EXPECT_EQ(j[0]["model"]["ffn_width"], 14336);
 }
 
 // --baseline-mib replaces the hardware file's baseline_mib in every total.
