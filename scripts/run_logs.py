@@ -174,44 +174,49 @@ def median_of(recs, key):
     return statistics.median(vals) if vals else None
 
 
-def llama_ffn_width(cfg):
-    """ModelConfig::ffn_width (trainer/config/config.cpp): model.ffn_hidden, or
-    Meta's rule from multiple_of and ffn_dim_multiplier."""
-    C = config_int(cfg, "model", "n_embd")
-    hidden = config_int(cfg, "model", "ffn_hidden")
-    if hidden > 0:
-        return hidden
-    hidden = 2 * (4 * C) // 3
+def config_float(cfg, section, key, default=0.0):
     try:
-        mult = float(cfg["model"]["ffn_dim_multiplier"])
+        return float(cfg[section][key])
     except (KeyError, ValueError):
-        mult = 0.0
+        return default
+
+
+def ffn_width(cfg):
+    """ModelConfig::ffn_width (trainer/config): gpt2 4C; llama ffn_hidden, or
+    Meta's rule from 4C (two thirds, times ffn_dim_multiplier, rounded up to
+    multiple_of), with the C++'s integer truncations."""
+    C = config_int(cfg, "model", "n_embd")
+    if cfg.get("model", {}).get("arch", "gpt2") != "llama":
+        return 4 * C
+    if config_int(cfg, "model", "ffn_hidden") > 0:
+        return config_int(cfg, "model", "ffn_hidden")
+    hidden = 2 * (4 * C) // 3
+    mult = config_float(cfg, "model", "ffn_dim_multiplier")
     if mult > 0:
         hidden = int(mult * hidden)
-    m = max(config_int(cfg, "model", "multiple_of", 256), 1)
+    m = max(1, config_int(cfg, "model", "multiple_of", 256))
     return (hidden + m - 1) // m * m
 
 
 def model_flops_per_token(cfg):
-    """trainer/profile/model_flops.cpp: 6 N + 12 L T C with N the matmul
-    weights: GPT-2 12 L C^2 + V C; Llama per block q, k, v, o (k and v at
-    n_kv_head heads) and gate, up, down, plus the LM head's V C."""
+    """trainer/profile/model_flops.cpp: 6 N + 12 L T C, N = L x one block's
+    matmul weights + V C: gpt2 12 C^2; llama C (Q + 2K) + Q C + 3 C F (Q =
+    n_head hs = C query features, K = n_kv_head hs, F the MLP width)."""
     L = config_int(cfg, "model", "n_layer")
     C = config_int(cfg, "model", "n_embd")
     V = config_int(cfg, "model", "vocab_size")
     T = config_int(cfg, "train", "seq_len")
     if not (L and C and V and T):
         return None
-    if cfg.get("model", {}).get("arch") == "llama":
-        heads = config_int(cfg, "model", "n_head")
-        if not heads:
+    block = 12.0 * C * C
+    if cfg.get("model", {}).get("arch", "gpt2") == "llama":
+        NH = config_int(cfg, "model", "n_head")
+        if not NH:
             return None
-        kv = config_int(cfg, "model", "n_kv_head") or heads
-        K = kv * (C // heads)
-        N = L * (C * (C + 2 * K) + C * C + 3 * C * llama_ffn_width(cfg)) + V * C
-    else:
-        N = 12.0 * L * C * C + V * C
-    return 6.0 * N + 12.0 * L * T * C
+        hs = C // NH
+        Q, K, F = NH * hs, (config_int(cfg, "model", "n_kv_head") or NH) * hs, ffn_width(cfg)
+        block = float(C * (Q + 2 * K) + Q * C + 3 * C * F)
+    return 6.0 * (L * block + V * C) + 12.0 * L * T * C
 
 
 def run_summary(run_dir, warmup):

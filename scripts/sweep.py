@@ -50,6 +50,8 @@ import subprocess
 import sys
 import time
 
+import run_logs  # scripts/, standard library only
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 LAYOUT_KEYS = ("parallel.dp", "parallel.fsdp", "parallel.tp")
@@ -229,9 +231,21 @@ def summarise(recs):
 
 # The smallest model the sweep's data still trains: what it holds is a few
 # hundred KiB, so its peak is the process itself (binary, the libraries it
-# maps, MPI, BLAS).
+# maps, MPI, BLAS). A Llama's one head shares one key/value head (its
+# config's n_kv_head would exceed it).
 BASELINE_MODEL = {"model.n_layer": 1, "model.n_embd": 16, "model.n_head": 1,
                   "train.micro_batch": 1}
+BASELINE_LLAMA = {"model.n_kv_head": 1}
+
+
+def model_arch(args):
+    """model.arch of the swept config: a --set override, else the file's
+    (the trainer's default, gpt2, when it names none)."""
+    for item in reversed(args.set):
+        key, sep, value = item.partition("=")
+        if sep and key == "model.arch":
+            return value
+    return run_logs.read_resolved_config(args.config).get("model", {}).get("arch", "gpt2")
 
 
 def measure_baseline(args):
@@ -240,6 +254,8 @@ def measure_baseline(args):
     world, less what the planner predicts that run holds. (None, why) when
     the run or the planner fails."""
     point = dict(BASELINE_MODEL, **{"train.global_batch": args.world})
+    if model_arch(args) == "llama":
+        point.update(BASELINE_LLAMA)
     run = Run(args.world, 1, 1, None, point)
     run.dir = os.path.join(args.out, "runs", "baseline")
     os.makedirs(run.dir, exist_ok=True)

@@ -169,7 +169,7 @@ TEST(CostsCommand, ErrorsNameWhatIsMissingOrUnsupported) {
                             kSrc + "/configs/hardware/h200.yaml parallel.tp=2",
                         &out),
       1);
-  EXPECT_NE(out.find("costs: one rank only for now (parallel.dp x fsdp x tp = 2)"),
+  EXPECT_NE(out.find("costs: one rank only for now (parallel.pp x dp x fsdp x tp = 2)"),
             std::string::npos)
       << out;
 }

@@ -1,19 +1,26 @@
 // The planner's arithmetic (trainer/plan/): memory per rank against the
-// real buffers (GPT activations here; ShardedParameters on every layout in
-// tests/mpi/test_plan_memory_mpi.cpp), communication volumes against the
-// formulas tests/layouts/layout_matrix.py checks the trainer's logged bytes
-// with, FLOPs, the hardware files, and the plan's choice for GPT-2 1.5B.
+// real buffers (GPT and Llama activations here; ShardedParameters and both
+// families' activations on every layout in tests/mpi/test_plan_memory_mpi.cpp),
+// communication volumes against the formulas tests/layouts/layout_matrix.py
+// checks the trainer's logged bytes with, FLOPs (by hand and against the
+// GEMMs the models run), the hardware files, and the plan's choice for GPT-2
+// 1.5B and Llama 3 8B and 70B.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 
-#include <gtest/gtest.h>
-
+#include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "test_util.hpp"
 #include "trainer/model/gpt.hpp"
-#include "trainer/profile/model_flops.hpp"
+#include "trainer/model/llama.hpp"
+#include "trainer/model/llama_activation_plan.hpp"
+#include "trainer/model/make_model.hpp"
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/plan/planner.hpp"
+#include "trainer/profile/model_flops.hpp"
+#include "trainer/profile/profiler.hpp"
 
 namespace gt {
 namespace {
@@ -32,6 +39,18 @@ ModelConfig matrix_model() {
   return m;
 }
 
+// tests/layouts/layout_matrix.py's LLAMA_MODEL: 8 query heads sharing 4
+// key/value heads of 4 features (Q = 32, K = 16), MLP 64, an untied head.
+ModelConfig matrix_llama() {
+  ModelConfig m = matrix_model();
+  m.arch = ModelArch::llama;
+  m.n_head = 8;
+  m.n_kv_head = 4;
+  m.ffn_hidden = 64;
+  m.rope_theta = 10000.0;
+  return m;
+}
+
 TrainConfig matrix_train(int micro) {
   TrainConfig t;
   t.seq_len = 16;
@@ -40,9 +59,10 @@ TrainConfig matrix_train(int micro) {
   return t;
 }
 
-Config gpt2_xl() {
-  return load_config(std::string(GT_SOURCE_DIR) + "/configs/gpt2_1.5b.yaml", {});
+Config config(const std::string& name) {
+  return load_config(std::string(GT_SOURCE_DIR) + "/configs/" + name + ".yaml", {});
 }
+Config gpt2_xl() { return config("gpt2_1.5b"); }
 
 HardwareSpec hardware(const std::string& name) {
   return load_hardware(std::string(GT_SOURCE_DIR) + "/configs/hardware/" + name + ".yaml");
@@ -90,6 +110,32 @@ TEST(PlanMemory, ActivationsMatchGptAllocateOnCpu) {
               predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu, Recompute::none, dtype))
               << "n_embd=" << m.n_embd << " B=" << B << " T=" << T << " " << to_string(dtype);
         }
+}
+
+// The planner sums Llama's own plan: what Llama::allocate takes, in every
+// recompute mode and dtype (grouped-query attention, an MLP width and a
+// vocabulary of their own; the layouts over tp in tests/mpi).
+TEST(PlanMemory, ActivationsMatchLlamaAllocateOnCpu) {
+  auto ops = make_cpu_ops(1);
+  ModelConfig odd = matrix_llama();
+  odd.n_layer = 2;
+  odd.n_head = 4;
+  odd.n_kv_head = 1;
+  odd.n_embd = 24;
+  odd.ffn_hidden = 40;
+  odd.vocab_size = 101;
+  odd.block_size = 13;
+  for (const ModelConfig& m : {matrix_llama(), odd})
+    for (int B : {1, 3})
+      for (int T : {5, m.block_size})
+        for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16})
+          for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+            Llama model(m, *ops, B, T, r, dtype);
+            EXPECT_EQ(model.activation_bytes(),
+                      predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu, r, dtype))
+                << "n_embd=" << m.n_embd << " B=" << B << " T=" << T << " " << to_string(dtype)
+                << " recompute " << to_string(r);
+          }
 }
 
 TEST(PlanMemory, CudaKeepsRowStatisticsNotT2Probabilities) {
@@ -167,7 +213,8 @@ struct CommCase {
   int dp, fsdp, tp, stage, micro;
   double b_dp, b_fsdp, b_tp;
 };
-void expect_comm_bytes(const std::vector<CommCase>& cases, ComputeDType reduce) {
+void expect_comm_bytes(const std::vector<CommCase>& cases, ComputeDType reduce,
+                       const ModelConfig& m = matrix_model()) {
   for (const CommCase& c : cases) {
     PlanLayout l;
     l.dp = c.dp;
@@ -176,8 +223,7 @@ void expect_comm_bytes(const std::vector<CommCase>& cases, ComputeDType reduce) 
     l.stage = c.stage;
     l.micro_batch = c.micro;
     l.reduce_dtype = reduce;
-    const CommBytes b =
-        comm_bytes_per_step(matrix_model(), matrix_train(c.micro), l, PlanBackend::cpu);
+    const CommBytes b = comm_bytes_per_step(m, matrix_train(c.micro), l, PlanBackend::cpu);
     EXPECT_DOUBLE_EQ(b.dp, c.b_dp) << l.str();
     EXPECT_DOUBLE_EQ(b.fsdp, c.b_fsdp) << l.str();
     EXPECT_NEAR(b.tp, c.b_tp, 1e-6 * c.b_tp) << l.str();
@@ -205,6 +251,51 @@ TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
           {1, 1, 4, 3, 4, 0.0, 0.0, 352128.0},
       },
       ComputeDType::fp32);
+}
+
+// layout_matrix.expected_bytes(..., model=LLAMA_MODEL): Llama's units
+// (embed_tokens; nine tensors a block; norm and the untied lm_head) and its
+// tp-partial RMSNorm weights; the layout matrix holds the trainer's logged
+// bytes to the same formula (tests/CMakeLists.txt, layout_llama_*).
+TEST(PlanComm, LlamaBytesEqualLayoutMatrixFormulas) {
+  expect_comm_bytes(
+      {
+          {2, 1, 1, 3, 4, 177024.0, 0.0, 0.0},
+          {2, 2, 1, 3, 2, 88512.0, 195584.0, 0.0},
+          {2, 1, 2, 3, 2, 88960.0, 0.0, 116352.0},
+          {1, 2, 2, 3, 2, 0.0, 196608.0, 117248.0},
+          {1, 1, 2, 3, 8, 0.0, 0.0, 231808.0},
+          {1, 1, 4, 3, 4, 0.0, 0.0, 347712.0},
+          {1, 2, 2, 2, 4, 0.0, 88960.0, 116352.0},
+          {1, 2, 1, 1, 2, 0.0, 177024.0, 0.0},
+          {1, 4, 1, 3, 1, 0.0, 586752.0, 0.0},
+      },
+      ComputeDType::fp32, matrix_llama());
+}
+
+// Llama's tp traffic by hand: the same (8L + 4) sequence-parallel
+// collectives of (t-1)/t of the (B*T, C) rows as GPT-2 (two column- and two
+// row-parallel layers a block, the embedding and the LM head) and the
+// cross-entropy's all-reduces; the tp-partial gradients all-reduced once are
+// the RMSNorm weights, 2C a block and C for the final norm.
+TEST(PlanComm, LlamaTpBytesByHand) {
+  const ModelConfig m = matrix_llama();
+  const double L = 3, C = 32, tp = 2, R = 8 * 16;
+  PlanLayout l;
+  l.tp = 2;
+  l.micro_batch = 8;  // one micro-batch per step
+  const double chunk = R / tp * C * 4;
+  const double ce = 2 * (tp - 1) / tp * 3 * R * 4;
+  const double partial = 2 * (tp - 1) / tp * 4 * (2 * C * L + C);
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(m, matrix_train(8), l, PlanBackend::cpu).tp,
+                   (8 * L + 4) * (tp - 1) * chunk + ce + partial);
+  // GPT-2 of the same width and depth differs only in what is tp-partial:
+  // its LayerNorms' biases, wpe and ln_f's bias too.
+  const double P = 16;  // block_size: wpe's rows
+  const double gpt_partial = 2 * (tp - 1) / tp * 4 * (4 * C * L + P * C + 2 * C);
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(matrix_model(), matrix_train(8), l, PlanBackend::cpu).tp -
+                       comm_bytes_per_step(m, matrix_train(8), l, PlanBackend::cpu).tp,
+                   gpt_partial - partial);
 }
 
 // parallel.reduce_dtype=bf16: the gradients' all-reduces (dp) and
@@ -265,6 +356,59 @@ TEST(PlanFlops, MatmulsAttentionAndHead) {
   const double N = 12.0 * 3 * 32 * 32 + 256.0 * 32;
   EXPECT_DOUBLE_EQ(model_flops_per_step(m, t), (6 * N + 12.0 * 3 * 16 * 32) * 8 * 16);
   EXPECT_DOUBLE_EQ(model_flops_per_step(m, t), model_flops(m, 16).per_token() * 8 * 16);
+}
+
+// Llama by hand: per block q|k|v C(Q + 2K), o_proj QC, gate|up 2CF and
+// down FC; attention over the query heads' Q = C features; the untied head.
+TEST(PlanFlops, LlamaMatmulsAttentionAndHead) {
+  const ModelConfig m = matrix_llama();
+  const double L = 3, R = 2 * 16, C = 32, Q = 32, K = 16, F = 64, V = 256;
+  const double block = C * (Q + 2 * K) + Q * C + 3 * C * F;
+  const MicroBatchFlops f = micro_batch_flops(m, 2, 16, 1);
+  EXPECT_DOUBLE_EQ(f.linear, L * 2 * R * block);
+  EXPECT_DOUBLE_EQ(f.attention, L * 4.0 * 2 * Q * 16 * 17 / 2);
+  EXPECT_DOUBLE_EQ(f.lm_head, 2 * R * C * V);
+  EXPECT_DOUBLE_EQ(micro_batch_flops(m, 2, 16, 4).total(), f.total() / 4);
+  const MicroBatchFlops mlp = recompute_flops(m, 2, 16, 2, Recompute::mlp);
+  EXPECT_DOUBLE_EQ(mlp.linear, L * 2 * R * 2 * C * F / 2);  // gate|up
+  EXPECT_EQ(mlp.attention, 0.0);
+  const MicroBatchFlops again = recompute_flops(m, 2, 16, 2, Recompute::block);
+  EXPECT_DOUBLE_EQ(again.linear, L * 2 * R * (C * (Q + 2 * K) + Q * C + 2 * C * F) / 2);
+  EXPECT_DOUBLE_EQ(again.attention, micro_batch_flops(m, 2, 16, 2).attention);
+  EXPECT_EQ(again.lm_head, 0.0);
+  // MFU's numerator: 6N + 12·L·T·C per token, N = L·block + V·C.
+  const double N = L * block + V * C;
+  EXPECT_DOUBLE_EQ(model_flops_per_step(m, matrix_train(8)), (6 * N + 12 * L * 16 * C) * 8 * 16);
+}
+
+// The step model's matmul FLOPs are the GEMMs each family's model runs
+// (recorded by the profiler on the CPU): forward and backward three times
+// the forward's, and what train.recompute adds is what its backward reruns.
+TEST(PlanFlops, MatmulsAreTheGemmsEachModelRuns) {
+  auto gemm_flops = [](const ModelConfig& m, int B, int T, Recompute r) {
+    auto ops = make_cpu_ops(1);
+    Profiler prof(ProfileSchedule{1, 1}, false, 0);
+    prof.observe(*ops);
+    const std::unique_ptr<CausalLM> model = make_model(m, *ops, B, T, r);
+    std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 1);
+    prof.begin_step(0);
+    model->forward(tokens.data(), tokens.data(), B, T, 1.f / (B * T));
+    model->backward();
+    prof.end_step();
+    double sum = 0;
+    for (const OpStat& o : prof.stats().ops)
+      if (o.cls == OpClass::gemm) sum += o.flops;
+    return sum;
+  };
+  for (const ModelConfig& m : {matrix_model(), matrix_llama()}) {
+    const int B = 2, T = 16;
+    const MicroBatchFlops f = micro_batch_flops(m, B, T, 1);
+    const double none = gemm_flops(m, B, T, Recompute::none);
+    EXPECT_NEAR(none, 3 * (f.linear + f.lm_head), 1e-9 * none) << to_string(m.arch);
+    for (Recompute r : {Recompute::mlp, Recompute::block})
+      EXPECT_NEAR(gemm_flops(m, B, T, r) - none, recompute_flops(m, B, T, 1, r).linear, 1e-9 * none)
+          << to_string(m.arch) << " recompute " << to_string(r);
+  }
 }
 
 TEST(PlanFlops, RecomputeRepeatsPartOfTheForward) {
@@ -373,17 +517,81 @@ TEST(Planner, InvalidLayoutsSayWhy) {
             std::string::npos);
 }
 
-// Until Llama's step model exists the planner refuses it by name instead of
-// planning GPT-2's FLOPs and activations for it.
-TEST(Planner, AnotherFamilyIsRefusedByName) {
-  Config cfg = gpt2_xl();
-  cfg.model.arch = ModelArch::llama;
+// A Llama prediction is Llama's: its activation plan (flash attention's row
+// statistics for the n_head / tp query heads, bf16), its FLOPs and its
+// tp-partial gradients, not GPT-2's of the same depth and width.
+TEST(Planner, LlamaPredictionsAreLlamas) {
+  const Config cfg = config("llama3_8b");
+  const HardwareSpec hw = hardware("h100");
   PlanLayout l;
-  l.dp = 64;
-  EXPECT_NE(error_message([&] {
-              predict(cfg, hardware("h100"), PlanCluster{64, 8}, l);
-            }).find("model.arch=llama"),
-            std::string::npos);
+  l.dp = 2;
+  l.fsdp = 2;
+  l.tp = 2;
+  l.micro_batch = 1;
+  const Prediction p = predict(cfg, hw, PlanCluster{8, 8}, l);
+  ASSERT_TRUE(p.invalid.empty()) << p.invalid;
+  const ModelConfig& m = cfg.model;
+  const int T = cfg.train.seq_len;
+  ActivationShape s;
+  s.max_rows = 1;
+  s.max_seq = T;
+  s.tp = 2;
+  s.recompute = cfg.train.recompute;
+  s.dtype = ComputeDType::bf16;
+  s.attention_saved = attention_saved_elems(Device::cuda, 1, m.n_head / 2, T);
+  s.attention_scratch = attention_scratch_elems(Device::cuda, 1, m.n_head / 2, T);
+  s.store_keeps_bf16_params = false;  // ZeRO-3 over fsdp = 2 gathers fp32 units
+  EXPECT_EQ(p.activations, plan_llama_activations(m, s).bytes());
+  const double A = p.accum;
+  const MicroBatchFlops f = micro_batch_flops(m, 1, T, 2);
+  const MicroBatchFlops rf = recompute_flops(m, 1, T, 2, cfg.train.recompute);
+  const double compute_ms = A * (3 * f.total() + rf.total()) / hw.achieved_flops(8) * 1e3;
+  EXPECT_NEAR(p.compute_ms, compute_ms, 1e-12 * compute_ms);
+  EXPECT_GT(rf.total(), 0.0);  // the config recomputes whole blocks
+}
+
+// Llama 3 8B on 8 and 64 H100s, 70B on 64 and 512: every ranked layout
+// fits and the fastest is picked with its reasons. 16 bytes a parameter
+// (fp32 weights, gradients and AdamW moments) rule out plain data
+// parallelism for 8B on 80 GB, and 70B does not fit in 8-way sharding
+// without tp.
+TEST(Planner, Llama3PicksAFittingLayoutAndExplains) {
+  const HardwareSpec hw = hardware("h100");
+  const std::pair<const char*, int> cases[] = {
+      {"llama3_8b", 8}, {"llama3_8b", 64}, {"llama3_70b", 64}, {"llama3_70b", 512}};
+  for (const auto& [name, devices] : cases) {
+    const Config cfg = config(name);
+    const double params = static_cast<double>(ParameterLayout(cfg.model).global_numel());
+    const Plan plan = make_plan(cfg, hw, PlanCluster{devices, 8}, {});
+    const std::string at = std::string(name) + " on " + std::to_string(devices);
+    ASSERT_FALSE(plan.ranked.empty()) << at << ": " << plan.explanation;
+    for (size_t i = 1; i < plan.ranked.size(); ++i)
+      EXPECT_LE(plan.ranked[i - 1].step_ms, plan.ranked[i].step_ms) << at;
+    for (const auto& p : plan.ranked) {
+      EXPECT_LE(static_cast<double>(p.total_bytes()), hw.memory_bytes()) << at;
+      EXPECT_GT(p.mfu, 0) << at;
+      EXPECT_LT(p.mfu, hw.compute_efficiency + 1e-9) << at;
+      EXPECT_LE(p.layout.tp, cfg.model.kv_heads()) << at;  // tp splits the key/value heads
+    }
+    for (const auto& p : plan.too_big)
+      EXPECT_GT(static_cast<double>(p.total_bytes()), hw.memory_bytes()) << at;
+    EXPECT_NE(plan.explanation.find("the planner picks"), std::string::npos) << plan.explanation;
+    if (devices > 8) {
+      EXPECT_NE(plan.explanation.find("do not divide model.n_kv_head=8"), std::string::npos)
+          << plan.explanation;
+    }
+    PlanLayout dp;  // whole copies
+    dp.dp = devices;
+    const Prediction whole = predict(cfg, hw, plan.cluster, dp);
+    EXPECT_GE(static_cast<double>(whole.state.total()), 16 * params) << at;
+    EXPECT_FALSE(whole.fits) << at;
+    PlanLayout z3;  // ZeRO-3 over 8, no tp: 16 bytes x 8B / 8 fit, x 70B / 8 do not
+    z3.dp = devices / 8;
+    z3.fsdp = 8;
+    const Prediction sharded = predict(cfg, hw, plan.cluster, z3);
+    EXPECT_GE(static_cast<double>(sharded.state.total()), 16 * params / 8) << at;
+    EXPECT_EQ(sharded.fits, params < 20e9) << at;
+  }
 }
 
 TEST(Planner, Gpt2XlOn64H100PicksAFittingLayoutAndExplains) {
@@ -447,6 +655,25 @@ TEST(PlanCommand, CliPrintsTheTableAndTheParagraphOrJson) {
   EXPECT_NE(out.find("plan needs --config FILE, --hardware FILE"), std::string::npos) << out;
   EXPECT_EQ(run_command(base + " --gpus 64 --nodes 3", &out), 1);
   EXPECT_NE(out.find("does not split evenly"), std::string::npos) << out;
+}
+
+// A Llama config plans from the command line: its family and widths head
+// the table and the JSON.
+TEST(PlanCommand, LlamaConfigPlans) {
+  const std::string bin = GT_TRAINER_BIN, src = GT_SOURCE_DIR;
+  const std::string base = bin + " plan --config " + src + "/configs/llama3_8b.yaml --hardware " +
+                           src + "/configs/hardware/h100.yaml --gpus 8";
+  std::string out;
+  ASSERT_EQ(run_command(base, &out), 0) << out;
+  EXPECT_NE(out.find("(llama: 32 layers, 32 heads sharing 8 key/value heads, 4096 embd, MLP 14336"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("the planner picks"), std::string::npos) << out;
+  ASSERT_EQ(run_command(base + " --json - 2>/dev/null", &out), 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_EQ(j[0]["model"]["arch"], "llama");
+  EXPECT_EQ(j[0]["model"]["n_kv_head"], 8);
+  EXPECT_EQ(j[0]["model"]["ffn_width"], 14336);
 }
 
 // --baseline-mib replaces the hardware file's baseline_mib in every total.

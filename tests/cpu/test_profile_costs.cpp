@@ -60,6 +60,22 @@ TEST(ProfileCosts, AttentionFollowsTheFullSquareConvention) {
   EXPECT_EQ(b.bytes, 4.0 * (B * T * C + B * T * 3 * C + B * T * C + saved + B * T * 3 * C));
 }
 
+// Grouped-query attention: qkv holds NH query heads and KV key and value
+// heads each; the products are the query heads' as before.
+TEST(ProfileCosts, GroupedQueryAttentionMovesItsNarrowerKeysAndValues) {
+  const int B = 2, NH = 4, KV = 2, T = 5, hs = 4, C = NH * hs, QKV = (NH + 2 * KV) * hs;
+  const int64_t saved = int64_t(B) * NH * T;
+  const OpCost f = op_cost::attention_forward(B, NH, T, hs, saved, 2, KV);
+  EXPECT_EQ(f.flops, op_cost::attention_forward(B, NH, T, hs, saved, 2).flops);
+  EXPECT_EQ(f.bytes, 2.0 * (B * T * QKV + B * T * C) + 4.0 * saved);
+  const OpCost b = op_cost::attention_backward(B, NH, T, hs, saved, 2, KV);
+  EXPECT_EQ(b.flops, op_cost::attention_backward(B, NH, T, hs, saved, 2).flops);
+  EXPECT_EQ(b.bytes, 2.0 * (B * T * C + B * T * QKV + B * T * C + B * T * QKV) + 4.0 * saved);
+  // KV = NH is multi-head attention: the 3C of qkv.
+  EXPECT_EQ(op_cost::attention_forward(B, NH, T, hs, saved, 2, NH).bytes,
+            op_cost::attention_forward(B, NH, T, hs, saved, 2).bytes);
+}
+
 TEST(ProfileCosts, LayerNorm) {
   OpCost f = op_cost::layernorm_forward(3, 8);
   EXPECT_EQ(f.flops, 8.0 * 24);

@@ -1,9 +1,10 @@
-// The profiler's per-op FLOPs of a whole training micro-batch (a tiny GPT run
-// forward and backward through ProfilingOps) against the independent count
-// model_flops() gives from the config: 6·N per token for the matmuls and
-// 12·L·T·C per token for attention. They must agree within 1%; with the same
-// conventions on both sides they agree exactly. Also: the roofline report
-// built from those statistics, and the collective observer.
+// The profiler's per-op FLOPs of a whole training micro-batch (a tiny GPT
+// and a tiny Llama run forward and backward through ProfilingOps) against
+// the independent count model_flops() gives from the config: 6·N per token
+// for the matmuls and 12·L·T·C per token for attention. They must agree
+// within 1%; with the same conventions on both sides they agree exactly.
+// Also: the roofline report built from those statistics, and the collective
+// observer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +15,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "parallel/in_process_communicator.hpp"
 #include "test_util.hpp"
-#include "trainer/model/gpt.hpp"
+#include "trainer/model/make_model.hpp"
 #include "trainer/profile/model_flops.hpp"
 #include "trainer/profile/peaks.hpp"
 #include "trainer/profile/profiler.hpp"
@@ -33,22 +34,33 @@ ModelConfig tiny_model() {
   return m;
 }
 
+// Grouped-query attention (4 query heads sharing 2 key/value heads) and an
+// MLP width of its own; a vocabulary the padding leaves whole, so the LM
+// head's GEMM is V·C as the count says.
+ModelConfig tiny_llama_model() {
+  ModelConfig m = tiny_model();
+  m.arch = ModelArch::llama;
+  m.n_kv_head = 2;
+  m.ffn_hidden = 96;
+  return m;
+}
+
 // One profiled forward + backward of B x T tokens; returns the statistics.
 ProfileStats profile_one_micro_batch(const ModelConfig& m, int B, int T,
                                      Recompute recompute = Recompute::none) {
   auto ops = make_cpu_ops(1);
   Profiler prof(ProfileSchedule{1, 1}, false, 0);
   prof.observe(*ops);
-  GPT model(m, *ops, B, T, recompute);
-  for (const auto& s : model.layout().specs()) {
+  const std::unique_ptr<CausalLM> model = make_model(m, *ops, B, T, recompute);
+  for (const auto& s : model->layout().specs()) {
     auto v = test::random_vector(static_cast<size_t>(s.numel), 11, -0.05f, 0.05f);
-    std::copy(v.begin(), v.end(), model.params() + s.offset);
+    std::copy(v.begin(), v.end(), model->params() + s.offset);
   }
   auto tokens = test::random_ints(size_t(B) * T, 1, 0, m.vocab_size);
   auto targets = test::random_ints(size_t(B) * T, 2, 0, m.vocab_size);
   prof.begin_step(0);
-  model.forward(tokens.data(), targets.data(), B, T, 1.f / (B * T));
-  model.backward();
+  model->forward(tokens.data(), targets.data(), B, T, 1.f / (B * T));
+  model->backward();
   prof.end_step();
   return prof.stats();
 }
@@ -66,6 +78,34 @@ TEST(ProfileModelFlops, FormulaCountsMatmulWeightsAndTheLmHead) {
   EXPECT_EQ(f.matmul_params, 12.0 * 2 * 64 * 64 + 256.0 * 64);
   EXPECT_EQ(f.dense_per_token, 6.0 * f.matmul_params);
   EXPECT_EQ(f.attention_per_token, 12.0 * 2 * 32 * 64);
+}
+
+// Llama's N by hand: per block q_proj C·C, k_proj and v_proj C·K (K = 2
+// key/value heads of hs = 16), o_proj C·C, gate, up and down C·F; the untied
+// LM head V·C. Attention is the query heads': 12·L·T·C.
+TEST(ProfileModelFlops, LlamaFormulaCountsGroupedQueryAndSwiGluWeights) {
+  const ModelConfig m = tiny_llama_model();
+  const double L = 2, C = 64, K = 2 * 16, F = 96, V = 256;
+  const ModelFlops f = model_flops(m, 32);
+  EXPECT_EQ(f.matmul_params, L * (C * C + 2 * C * K + C * C + 3 * C * F) + V * C);
+  EXPECT_EQ(f.dense_per_token, 6.0 * f.matmul_params);
+  EXPECT_EQ(f.attention_per_token, 12.0 * L * 32 * C);
+  // Tying the head shares storage, not the matmul: the same count.
+  ModelConfig tied = m;
+  tied.tie_embeddings = true;
+  EXPECT_EQ(model_flops(tied, 32).per_token(), f.per_token());
+}
+
+// The recorded GEMMs and attention of the real Llama equal the count: the
+// MFU numerator metrics.jsonl uses (ProfileSession) is Llama's own.
+TEST(ProfileModelFlops, LlamaRecordedOpsAgreeWithSixNPlusAttention) {
+  const ModelConfig m = tiny_llama_model();
+  const int B = 2, T = 32;
+  const ProfileStats s = profile_one_micro_batch(m, B, T);
+  const ModelFlops f = model_flops(m, T);
+  const double tokens = double(B) * T;
+  EXPECT_NEAR(class_flops(s, OpClass::gemm) / (f.dense_per_token * tokens), 1.0, 1e-12);
+  EXPECT_NEAR(class_flops(s, OpClass::attention) / (f.attention_per_token * tokens), 1.0, 1e-12);
 }
 
 TEST(ProfileModelFlops, RecordedOpsAgreeWithSixNPlusAttention) {

@@ -1,12 +1,13 @@
 // The planner's memory model (trainer/plan/memory_model.hpp) against the
 // real thing on every layout of the running world size (1, 2 and 4 ranks)
 // and every FSDP stage: ShardedParameters::memory() byte for byte, and the
-// bytes GPT::allocate took for its activations, with tp_overlap on and off
-// and every train.recompute mode.
+// bytes GPT::allocate and Llama::allocate took for their activations, with
+// tp_overlap on and off and every train.recompute mode.
 #include "kernels/cpu/cpu_ops.hpp"
 #include "mpi_test_util.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/model/gpt.hpp"
+#include "trainer/model/llama.hpp"
 #include "trainer/plan/memory_model.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
@@ -28,6 +29,33 @@ std::vector<ModelConfig> models() {
   b.block_size = 12;
   ModelConfig c = b;  // one block: the four unit buffers with a single block
   c.n_layer = 1;
+  return {a, b, c};
+}
+
+// Llamas whose key/value heads and MLP width split over tp = 4: grouped-query
+// attention, and odd widths that make padding matter; one with a single
+// block and a tied head.
+std::vector<ModelConfig> llama_models() {
+  ModelConfig a;  // tests/layouts/layout_matrix.py's LLAMA_MODEL
+  a.arch = ModelArch::llama;
+  a.n_layer = 3;
+  a.n_head = 8;
+  a.n_kv_head = 4;
+  a.n_embd = 32;
+  a.ffn_hidden = 64;
+  a.vocab_size = 256;
+  a.block_size = 16;
+  a.rope_theta = 10000.0;
+  ModelConfig b = a;
+  b.n_layer = 2;
+  b.n_head = 4;
+  b.n_embd = 40;  // head size 10: RoPE turns pairs
+  b.ffn_hidden = 36;
+  b.vocab_size = 100;
+  b.block_size = 12;
+  ModelConfig c = b;
+  c.n_layer = 1;
+  c.tie_embeddings = true;
   return {a, b, c};
 }
 
@@ -74,6 +102,31 @@ TEST(PlanMemoryMpi, ActivationBytesEqualGptAllocateOnEveryLayout) {
             const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
             GPT model(m, *ops, B, T, layout, params, TensorParallelGroup{&mesh.tp(), overlap},
                       recompute, dtype);
+            EXPECT_EQ(
+                model.activation_bytes(),
+                predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute, dtype,
+                                         keeps_bf16_params(d.fsdp, FsdpStage::parameters, bf16)))
+                << d.str() << " overlap " << overlap << " C=" << m.n_embd << " recompute "
+                << to_string(recompute) << " " << to_string(dtype);
+          }
+  }
+}
+
+TEST(PlanMemoryMpi, ActivationBytesEqualLlamaAllocateOnEveryLayout) {
+  auto world = test_world();
+  auto ops = make_cpu_ops(1);
+  for (const ParallelDims& d : layouts_for(world->size())) {
+    const DeviceMesh mesh(d, *world);
+    for (const ModelConfig& m : llama_models())
+      for (bool overlap : {true, false})
+        for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block})
+          for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
+            const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+            const bool bf16 = dtype == ComputeDType::bf16;
+            ShardedParameters params(layout, mesh, FsdpStage::parameters, 25.0, *ops, bf16);
+            const int B = 2, T = 8;
+            Llama model(m, *ops, B, T, layout, params, TensorParallelGroup{&mesh.tp(), overlap},
+                        recompute, dtype);
             EXPECT_EQ(
                 model.activation_bytes(),
                 predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute, dtype,

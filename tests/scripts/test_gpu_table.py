@@ -217,7 +217,7 @@ class Readers(unittest.TestCase):
         # HF's 8,030,261,248 less 128256 x 4096 and 65 x 4096.
         cfg = run_logs.read_resolved_config(os.path.join(REPO, "configs", "llama3_8b.yaml"))
         n = 8030261248 - 128256 * 4096 - 65 * 4096
-        self.assertEqual(run_logs.llama_ffn_width(cfg), 14336)
+        self.assertEqual(run_logs.ffn_width(cfg), 14336)
         self.assertEqual(run_logs.model_flops_per_token(cfg), 6.0 * n + 12.0 * 32 * 8192 * 4096)
 
     def test_hand_written_config_gives_the_124m_shape(self):

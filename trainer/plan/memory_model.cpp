@@ -4,7 +4,9 @@
 #include <sstream>
 
 #include "kernels/core/attention_kernels.hpp"
+#include "kernels/core/error.hpp"
 #include "trainer/model/activation_plan.hpp"
+#include "trainer/model/llama_activation_plan.hpp"
 #include "trainer/model/parameter_layout.hpp"
 
 namespace gt {
@@ -50,8 +52,11 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend, Recompute recompute,
                                  ComputeDType dtype, bool store_keeps_bf16_params) {
-  // The table GPT::allocate allocates from (trainer/model/activation_plan.hpp),
-  // with the attention sizes of the backend's kernels.
+  // The table the family's model allocates from (GPT::allocate:
+  // trainer/model/activation_plan.hpp; Llama::allocate:
+  // llama_activation_plan.hpp), with the attention sizes of the backend's
+  // kernels for the n_head / tp query heads of a rank, as
+  // CausalLM::activation_shape sizes them.
   const Device device = backend == PlanBackend::cpu ? Device::cpu : Device::cuda;
   ActivationShape s;
   s.max_rows = micro_batch;
@@ -63,7 +68,13 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   s.attention_saved = attention_saved_elems(device, micro_batch, m.n_head / tp, seq_len);
   s.attention_scratch = attention_scratch_elems(device, micro_batch, m.n_head / tp, seq_len);
   s.store_keeps_bf16_params = store_keeps_bf16_params;
-  return plan_activations(m, s).bytes();
+  switch (m.arch) {
+    case ModelArch::gpt2:
+      return plan_activations(m, s).bytes();
+    case ModelArch::llama:
+      return plan_llama_activations(m, s).bytes();
+  }
+  fail("predict_activation_bytes: model.arch=", to_string(m.arch), " has no activation plan");
 }
 
 }  // namespace gt

@@ -1,6 +1,7 @@
-// Memory model of one rank: what ShardedParameters and GPT::allocate hold for
-// a layout, computed without allocating anything, so the planner can size
-// GPT-2 1.5B on 512 devices from a laptop.
+// Memory model of one rank: what ShardedParameters and the model
+// (GPT::allocate, Llama::allocate) hold for a layout, computed without
+// allocating anything, so the planner can size GPT-2 1.5B or Llama 3 70B on
+// 512 devices from a laptop.
 //
 // Parameters, gradients and AdamW state follow ShardedParameters exactly (the
 // same ParameterLayout: tensors padded to 16 floats, units to a multiple of
@@ -10,15 +11,16 @@
 // fp32 on both backends: the CUDA path keeps fp32 master weights, gradients
 // and moments (16 bytes per parameter, before sharding).
 //
-// Activations follow GPT::allocate for one micro-batch (B = train.micro_batch
-// rows of T = train.seq_len) and train.recompute: what recomputation drops
-// (mlp: ln_2's output and statistics, fch, fch_gelu; block: everything of a
-// block but res3) is one layer's slot instead of L:
+// Activations follow the family's activation plan (GPT::allocate,
+// Llama::allocate) for one micro-batch (B = train.micro_batch rows of T =
+// train.seq_len) and train.recompute: what recomputation drops (mlp: the
+// second norm's output and statistics and the MLP's hidden activations;
+// block: everything of a block but res3) is one layer's slot instead of L:
 //   cpu   every buffer fp32 (4 bytes), attention keeps its B*NH/tp*T^2
 //         probabilities per layer plus a scratch of the same size.
 //   cuda  activation buffers bf16 (2 bytes); a flash-style attention keeps
 //         B*NH/tp*T fp32 row statistics per layer instead of T^2
-//         probabilities; token ids, LayerNorm statistics, losses and the
+//         probabilities; token ids, norm statistics, losses and the
 //         cross-entropy statistics stay 4 bytes. This is the planner's
 //         assumption about the CUDA training path, which is not written yet.
 // Collective workspace (cpu only): Open MPI's non-blocking collectives
@@ -63,10 +65,11 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
                                bool bf16_params = false, int dp = 1,
                                ComputeDType reduce_dtype = ComputeDType::fp32);
 
-// Bytes of GPT's activation and activation-gradient buffers for one rank
-// (the same on every tp rank): the sum of the table GPT::allocate allocates
-// from (trainer/model/activation_plan.hpp), with the backend's attention
-// sizes (kernels/core/attention_kernels.hpp).
+// Bytes of the model's activation and activation-gradient buffers for one
+// rank (the same on every tp rank): the sum of the table its family
+// allocates from (m.arch: trainer/model/activation_plan.hpp for gpt2,
+// llama_activation_plan.hpp for llama), with the backend's attention sizes
+// (kernels/core/attention_kernels.hpp).
 // dtype: runtime.dtype (bf16 stores the activations in bf16).
 // store_keeps_bf16_params: keeps_bf16_params() (state_plan.hpp): no weight copy buffer.
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,

@@ -60,10 +60,19 @@ int run_plan_command(const PlanArgs& a) {
 
   nlohmann::json all = nlohmann::json::array();
   std::ostringstream text;
-  text << "# plan: " << cfg.source << " (" << cfg.model.n_layer << " layers, " << cfg.model.n_head
-       << " heads, " << cfg.model.n_embd << " embd, vocab " << cfg.model.vocab_size << ", seq "
-       << cfg.train.seq_len << ", global batch " << cfg.train.global_batch << ") on "
-       << hw.name << " [" << hw.source << "], " << hw.efficiency_note() << "\n";
+  const ModelConfig& m = cfg.model;
+  // GPT-2's line is as it always was; another family names itself and the
+  // widths that are not GPT-2's rules.
+  const bool llama = m.arch == ModelArch::llama;
+  text << "# plan: " << cfg.source << " (" << (llama ? "llama: " : "") << m.n_layer << " layers, "
+       << m.n_head << " heads";
+  if (llama) text << " sharing " << m.kv_heads() << " key/value heads";
+  text << ", " << m.n_embd << " embd";
+  if (llama)
+    text << ", MLP " << m.ffn_width() << (m.tied_embeddings() ? ", tied head" : ", untied head");
+  text << ", vocab " << m.vocab_size << ", seq " << cfg.train.seq_len << ", global batch "
+       << cfg.train.global_batch << ") on " << hw.name << " [" << hw.source << "], "
+       << hw.efficiency_note() << "\n";
   for (size_t i = 0; i < gpus.size(); ++i) {
     PlanCluster c;
     c.devices = gpus[i];

@@ -134,6 +134,13 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
   out["model"] = {{"n_layer", cfg.model.n_layer}, {"n_head", cfg.model.n_head},
                   {"n_embd", cfg.model.n_embd},   {"vocab_size", cfg.model.vocab_size},
                   {"seq_len", cfg.train.seq_len}, {"global_batch", cfg.train.global_batch}};
+  // GPT-2's object is as it always was; another family adds its name and widths.
+  if (cfg.model.arch != ModelArch::gpt2) {
+    out["model"]["arch"] = to_string(cfg.model.arch);
+    out["model"]["n_kv_head"] = cfg.model.kv_heads();
+    out["model"]["ffn_width"] = cfg.model.ffn_width();
+    out["model"]["tie_embeddings"] = cfg.model.tied_embeddings();
+  }
   out["config"] = {{"source", cfg.source},
                    {"micro_batch", cfg.train.micro_batch},
                    {"fsdp_stage", stage_number(cfg.parallel.fsdp_stage)},

@@ -61,10 +61,6 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
 
 Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster& cluster,
                    const PlanLayout& layout) {
-  // The step model's FLOPs, activations and traffic are GPT-2's.
-  if (cfg.model.arch != ModelArch::gpt2)
-    fail("model.arch=", to_string(cfg.model.arch), " (", cfg.source,
-         "): the planner models GPT-2 only so far; Llama's step model is not implemented yet");
   Prediction p;
   p.layout = layout;
   p.invalid = invalid_reason(cfg, cluster, layout);

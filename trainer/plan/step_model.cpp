@@ -11,7 +11,8 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
   const double B = micro_batch, T = seq_len, R = B * T, C = m.n_embd, L = m.n_layer;
   const double V = m.padded_vocab_size();  // the LM head computes the padding's columns too
   MicroBatchFlops f;
-  f.linear = L * 2.0 * R * 12.0 * C * C / tp;          // 3C + C + 4C + 4C output columns
+  f.linear = L * 2.0 * R * block_matmuls(m).total() / tp;
+  // C = n_head * hs: the query heads' features (GQA shares keys, not products).
   f.attention = L * 2.0 * 2.0 * B * (C / tp) * T * (T + 1) / 2.0;
   f.lm_head = 2.0 * R * C * V / tp;
   return f;
@@ -19,12 +20,16 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
 
 MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                 Recompute recompute) {
-  const MicroBatchFlops f = micro_batch_flops(m, micro_batch, seq_len, tp);
+  const double R = static_cast<double>(micro_batch) * seq_len, L = m.n_layer;
+  const BlockMatmuls b = block_matmuls(m);
   MicroBatchFlops r;
-  if (recompute == Recompute::mlp) r.linear = f.linear * 4.0 / 12.0;
+  // What each family's backward reruns: the block's MLP up to its
+  // activation (mlp), or everything up to it (block); never the down
+  // projection, whose output is the kept residual.
+  if (recompute == Recompute::mlp) r.linear = L * 2.0 * R * b.up / tp;
   if (recompute == Recompute::block) {
-    r.linear = f.linear * 8.0 / 12.0;
-    r.attention = f.attention;
+    r.linear = L * 2.0 * R * (b.qkv + b.out + b.up) / tp;
+    r.attention = micro_batch_flops(m, micro_batch, seq_len, tp).attention;
   }
   return r;
 }
@@ -43,12 +48,13 @@ UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp) {
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                               PlanBackend backend) {
   const int dp = l.dp, fsdp = l.fsdp, tp = l.tp, L = m.n_layer;
-  const double C = m.n_embd, P = m.block_size;
+  const double C = m.n_embd;
   const int A = t.global_batch / (l.micro_batch * dp * fsdp);
-  const UnitSizes u = unit_sizes(m, tp, fsdp);
+  const ParameterLayout layout(m, tp, 0, fsdp);
+  const UnitSizes u = unit_sizes(layout, fsdp);
   const double total = static_cast<double>(u.total), block = static_cast<double>(u.block);
   // The GPU plan is the bf16 model (planner.cpp): there the forward's
-  // all-gathers of activations (c_attn's and c_fc's inputs per block,
+  // all-gathers of activations (each block's two column-parallel inputs,
   // recomputed ones included, and the LM head's) move bf16 rows; the
   // reduce-scatters sum in fp32 and the backward's gathers move the fp32
   // residual-stream gradient (layout_matrix.expected_bytes, dtype bf16).
@@ -68,7 +74,11 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
       per_micro -= (2.0 * L + 1.0 + gathered_again * L) * (tp - 1) * chunk / 2.0;
     }
     per_micro += 2.0 * (tp - 1) / tp * 3.0 * R * 4.0;        // vocab-parallel cross-entropy
-    const double partial = 4.0 * C * L + P * C + 2.0 * C;    // LayerNorms, wpe, ln_f
+    // The tp-partial gradients, all-reduced whole: GPT-2's LayerNorms, wpe
+    // and ln_f (4CL + PC + 2C), Llama's RMSNorm weights (2CL + C).
+    double partial = 0;
+    for (const ParamSpec& s : layout.specs())
+      if (s.tp_partial_grad) partial += static_cast<double>(s.numel);
     const int reductions = (fsdp > 1 && l.stage >= 2) ? A : 1;
     out.tp = A * per_micro + reductions * 2.0 * (tp - 1) / tp * 4.0 * partial;
   }

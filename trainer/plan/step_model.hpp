@@ -1,23 +1,36 @@
 // Step model: the work of one optimizer step for one rank of a layout, as
 // counts (FLOPs, bytes on each mesh axis), before any hardware enters.
+// Every model family has the same tensor-parallel block (block_matmuls(),
+// model_flops.hpp): two column-parallel layers, "qkv" (GPT-2 c_attn, Llama
+// q|k|v_proj) and "up" (c_fc, gate|up_proj), and two row-parallel ones,
+// "out" (attn.c_proj, o_proj) and "down" (mlp.c_proj, down_proj), around
+// attention; the families differ in those layers' widths and in which
+// gradients are tp-partial.
 //
 // FLOPs count what the kernels compute: every matmul 2*M*N*K; causal
 // attention only the key positions <= the query (the CPU kernel and flash
-// kernels skip the masked half): QK^T and AV each 2*B*NH*hs*T(T+1)/2;
-// backward twice the forward. train.recompute adds the forward work it
-// repeats in backward (recompute_flops): c_fc for mlp; c_attn, attention,
-// attn.c_proj and c_fc for block. That is overhead: model_flops_per_step, the
-// MFU numerator, leaves it out (PaLM's definition of MFU).
+// kernels skip the masked half): QK^T and AV each 2*B*NH*hs*T(T+1)/2 over
+// the NH query heads; backward twice the forward. train.recompute adds the
+// forward work it repeats in backward (recompute_flops): the up layer for
+// mlp (c_fc; gate|up); qkv, attention, out and up for block. That is
+// overhead: model_flops_per_step, the MFU numerator, leaves it out (PaLM's
+// definition of MFU).
 //
 // Communication is the ring volume each rank sends per optimizer step, the
 // figure metrics.jsonl logs as comm_bytes and tests/layouts/layout_matrix.py
-// (expected_bytes) checks against the trainer to 1%:
+// (expected_bytes, per family) checks against the trainer to 1%:
 //   tp    per micro-batch (8L+4) all-gathers/reduce-scatters of (t-1)/t of the
-//         (B*T, C) activations (and those recomputation repeats: L for mlp,
-//         c_fc's all-gather; 3L for block, c_attn's and c_fc's all-gathers and
-//         attn.c_proj's reduce-scatter), two small all-reduces for the vocab-parallel
-//         cross-entropy, and all-reduces of the tp-partial gradients
-//         (LayerNorms, wpe) once per step (every micro-batch under ZeRO-2/3);
+//         (B*T, C) activations (per block forward: the two column-parallel
+//         layers' all-gathers and the two row-parallel ones' reduce-scatters,
+//         their duals in backward; the embedding's reduce-scatter and the LM
+//         head's all-gather with their duals), those recomputation repeats
+//         (L for mlp, the up layer's all-gather; 3L for block, the qkv and up
+//         layers' all-gathers and the out layer's reduce-scatter), two small
+//         all-reduces for the vocab-parallel cross-entropy, and all-reduces
+//         of the tp-partial gradients once per step (every micro-batch under
+//         ZeRO-2/3): what ParameterLayout marks tp_partial_grad, GPT-2's
+//         LayerNorms, wpe and ln_f (4CL + PC + 2C), Llama's RMSNorm weights
+//         (2CL + C);
 //   fsdp  stage 1: reduce-scatter + all-gather of the unit storage once;
 //         stage 2: reduce-scatter every micro-batch + one all-gather;
 //         stage 3: reduce-scatter every micro-batch, all-gather every block
@@ -36,16 +49,18 @@
 namespace gt {
 
 struct MicroBatchFlops {  // one rank, one micro-batch, forward only
-  double linear = 0;      // c_attn, attn.c_proj, c_fc, mlp.c_proj of every block
+  double linear = 0;      // qkv, out, up and down of every block
   double attention = 0;   // QK^T and AV
-  double lm_head = 0;     // the tied (vocab-parallel) LM head
+  double lm_head = 0;     // the (vocab-parallel) LM head, tied or not
   double total() const { return linear + attention + lm_head; }
 };
 MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp);
 
 // The forward FLOPs train.recompute runs again in backward, one rank, one
-// micro-batch (lm_head 0): mlp c_fc (4C of the 12C output columns); block
-// c_attn, attn.c_proj and c_fc (8C of 12C) and all of attention.
+// micro-batch (lm_head 0), as each family's backward reruns them (gpt.hpp,
+// llama.hpp): mlp the up layer (GPT-2 c_fc, 4C² of 12C² per block; Llama
+// gate|up, 2CF); block the qkv, out and up layers (everything but the down
+// projection) and all of attention.
 MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                 Recompute recompute);
 

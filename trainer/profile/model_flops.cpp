@@ -2,10 +2,29 @@
 
 namespace gt {
 
+BlockMatmuls block_matmuls(const ModelConfig& m) {
+  const double C = m.n_embd;
+  BlockMatmuls b;
+  if (m.arch == ModelArch::gpt2) {
+    b.qkv = 3.0 * C * C;
+    b.out = C * C;
+    b.up = 4.0 * C * C;
+    b.down = 4.0 * C * C;
+    return b;
+  }
+  const double hs = m.head_size(), F = m.ffn_width();
+  const double Q = m.n_head * hs, K = m.kv_heads() * hs;
+  b.qkv = C * (Q + 2.0 * K);
+  b.out = Q * C;
+  b.up = 2.0 * F * C;  // gate | up
+  b.down = F * C;
+  return b;
+}
+
 ModelFlops model_flops(const ModelConfig& m, int seq_len) {
   const double L = m.n_layer, C = m.n_embd, V = m.vocab_size, T = seq_len;
   ModelFlops f;
-  f.matmul_params = 12.0 * L * C * C + V * C;
+  f.matmul_params = L * block_matmuls(m).total() + V * C;
   f.dense_per_token = 6.0 * f.matmul_params;
   f.attention_per_token = 12.0 * L * T * C;
   return f;

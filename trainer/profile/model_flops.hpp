@@ -1,20 +1,27 @@
-// The model FLOPs of a GPT-2 training step, the numerator of MFU, counted
+// The model FLOPs of a training step, the numerator of MFU, counted
 // independently of the profiler (from the config alone) so the two can be
-// checked against each other.
+// checked against each other. The same formula for every model family:
 //
 //   FLOPs per token = 6·N + 12·L·T·C
 //
-// N counts the weights of every matmul: per block c_attn 3C², attn.c_proj C²,
-// mlp.c_fc 4C², mlp.c_proj 4C² (12·L·C² in all), plus the LM head's V·C (the
-// head reuses wte's storage but is a full matmul of its own). Each such weight
-// costs 2 FLOPs per token forward and 4 backward (dinp and dweight): 6·N.
-// Biases, LayerNorms and the position embedding are not matmuls and are left
-// out (about 13·L·C + 2·C parameters, well under 1% of N), as is the token
-// lookup.
+// N counts the weights of every matmul: L blocks' (block_matmuls(), by
+// role) plus the LM head's V·C (GPT-2's head reuses wte's storage, Llama's
+// is lm_head.weight unless tied: either way it is a full matmul of its own).
+// Per block:
+//   gpt2   c_attn 3C², attn.c_proj C², mlp.c_fc 4C², mlp.c_proj 4C²: 12·C²
+//   llama  q_proj C·Q, k_proj and v_proj C·K each, o_proj Q·C, gate_proj and
+//          up_proj C·F each, down_proj F·C: C·(Q + 2K) + Q·C + 3·C·F, with
+//          Q = n_head·hs query features (= C), K = n_kv_head·hs (grouped-query
+//          attention makes k and v narrower) and F the MLP width.
+// Each such weight costs 2 FLOPs per token forward and 4 backward (dinp and
+// dweight): 6·N. Biases, norms and the position embedding are not matmuls
+// and are left out (GPT-2: about 13·L·C + 2·C parameters; Llama: 2·L·C + C;
+// well under 1% of N), as is the token lookup, RoPE and SwiGLU.
 // Attention (PaLM appendix B, Megatron): Q·K^T and P·V cost 2·T·C each per
 // token per layer forward over the full T x T, and twice that backward: 12·L·T·C
-// per token. Not halved for causality: the convention every published MFU uses,
-// and what op_costs.hpp counts per op.
+// per token, C = n_head·hs: every query head computes its own products, so
+// sharing key/value heads (GQA) saves none of them. Not halved for causality:
+// the convention every published MFU uses, and what op_costs.hpp counts per op.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +29,18 @@
 #include "trainer/config/config.hpp"
 
 namespace gt {
+
+// The weights of one block's matmuls, by role in the tensor-parallel block
+// both families share (trainer/parallelize/tp_layers.hpp): two
+// column-parallel layers (qkv, up) and two row-parallel ones (out, down).
+struct BlockMatmuls {
+  double qkv = 0;   // c_attn | q_proj, k_proj, v_proj
+  double out = 0;   // attn.c_proj | o_proj
+  double up = 0;    // mlp.c_fc | gate_proj, up_proj
+  double down = 0;  // mlp.c_proj | down_proj
+  double total() const { return qkv + out + up + down; }
+};
+BlockMatmuls block_matmuls(const ModelConfig& m);
 
 struct ModelFlops {
   double matmul_params = 0;        // N

@@ -11,6 +11,11 @@ namespace {
 constexpr double kF = 4.0;  // bytes per fp32 / int32 element
 OpCost cost(double flops, double elems) { return {flops, kF * elems}; }
 double d(int64_t x) { return static_cast<double>(x); }
+// The features of qkv: NH query heads and KV key and value heads each
+// (kv_heads 0: NH, multi-head attention).
+double qkv_width(int64_t NH, int64_t hs, int64_t kv_heads) {
+  return d(NH + 2 * (kv_heads > 0 ? kv_heads : NH)) * d(hs);
+}
 }  // namespace
 
 OpCost matmul_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t in_bytes,
@@ -45,20 +50,20 @@ OpCost matmul_backward_dgelu(int64_t R, int64_t C, int64_t OC, bool dbias, int64
 }
 
 OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
-                         int64_t act_bytes) {
-  const double C = d(NH) * d(hs);
+                         int64_t act_bytes, int64_t kv_heads) {
+  const double C = d(NH) * d(hs), QKV = qkv_width(NH, hs, kv_heads);
   // Q K^T and P V: 2 * (2 T^2 hs) per (b, h).
   const double flops = 4.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);
-  return {flops, (d(B) * d(T) * 3.0 * C + d(B) * d(T) * C) * d(act_bytes) + kF * d(saved_elems)};
+  return {flops, (d(B) * d(T) * QKV + d(B) * d(T) * C) * d(act_bytes) + kF * d(saved_elems)};
 }
 
 OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
-                          int64_t act_bytes) {
-  const double C = d(NH) * d(hs);
+                          int64_t act_bytes, int64_t kv_heads) {
+  const double C = d(NH) * d(hs), QKV = qkv_width(NH, hs, kv_heads);
   // dP = dY V^T, dQ = dS K, dK = dS^T Q, dV = P^T dY: 4 * (2 T^2 hs).
   const double flops = 8.0 * d(B) * d(NH) * d(T) * d(T) * d(hs);
-  // reads dout (B,T,C), qkv (B,T,3C), out (B,T,C), saved; writes dqkv (B,T,3C).
-  return {flops, d(B) * d(T) * (C + 3.0 * C + C + 3.0 * C) * d(act_bytes) + kF * d(saved_elems)};
+  // reads dout (B,T,C), qkv (B,T,QKV), out (B,T,C), saved; writes dqkv (B,T,QKV).
+  return {flops, d(B) * d(T) * (C + QKV + C + QKV) * d(act_bytes) + kF * d(saved_elems)};
 }
 
 double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, int64_t hs,

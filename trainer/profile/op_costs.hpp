@@ -72,13 +72,15 @@ OpCost matmul_gelu_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t 
 OpCost matmul_backward_dgelu(int64_t R, int64_t C, int64_t OC, bool dbias, int64_t in_bytes = 4,
                              int64_t dinp_bytes = 4);
 
-// qkv (B,T,3·NH·hs) -> out (B,T,NH·hs) and `saved_elems` floats for
-// backward; act_bytes: qkv, out (dout, dqkv) element size.
+// qkv (B,T,(NH + 2·KV)·hs) -> out (B,T,NH·hs) and `saved_elems` floats for
+// backward; act_bytes: qkv, out (dout, dqkv) element size. kv_heads: KV, the
+// key/value heads grouped-query attention shares (0: NH, multi-head). The
+// FLOPs are the NH query heads' whatever KV is.
 OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
-                         int64_t act_bytes = 4);
+                         int64_t act_bytes = 4, int64_t kv_heads = 0);
 // reads dout, qkv, out, saved; writes dqkv.
 OpCost attention_backward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
-                          int64_t act_bytes = 4);
+                          int64_t act_bytes = 4, int64_t kv_heads = 0);
 // Bytes the CUDA SIMT attention backward's three kernels move beyond that one
 // pass (CudaTraffic counts them): q, k, v read twice and dout three times
 // (the rowsum D = rowsum(dout * out), dK/dV and dQ kernels), D written once

@@ -152,7 +152,7 @@ const Formula kFormulas[] = {
        const int64_t hs = NH + 2 * KV > 0 ? qkv.shape[2] / (NH + 2 * KV) : 0;
        return OpDescription{
            fmt("B=%lld NH=%lld T=%lld hs=%lld", B, NH, T, hs),
-           op_cost::attention_forward(B, NH, T, hs, c.view("saved").numel(), bytes_of(qkv))};
+           op_cost::attention_forward(B, NH, T, hs, c.view("saved").numel(), bytes_of(qkv), KV)};
      }},
     {"attention_backward",
      [](const OpCall& c) {
@@ -162,7 +162,7 @@ const Formula kFormulas[] = {
        const int64_t hs = NH + 2 * KV > 0 ? qkv.shape[2] / (NH + 2 * KV) : 0;
        return OpDescription{
            fmt("B=%lld NH=%lld T=%lld hs=%lld", B, NH, T, hs),
-           op_cost::attention_backward(B, NH, T, hs, c.view("saved").numel(), bytes_of(qkv))};
+           op_cost::attention_backward(B, NH, T, hs, c.view("saved").numel(), bytes_of(qkv), KV)};
      }},
     {"gelu_forward",
      [](const OpCall& c) {
