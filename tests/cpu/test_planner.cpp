@@ -39,7 +39,7 @@ ModelConfig matrix_model() {
   return m;
 }
 
-// tests/layouts/layout_matrix.py's LLAMA_MODEL: 8 query heads sharing 4
+// tests/layouts/layout_matrix.py's MODELS["llama"]: 8 query heads sharing 4
 // key/value heads of 4 features (Q = 32, K = 16), MLP 64, an untied head.
 ModelConfig matrix_llama() {
   ModelConfig m = matrix_model();
