@@ -253,7 +253,7 @@ TEST(PlanComm, BytesEqualLayoutMatrixFormulas) {
       ComputeDType::fp32);
 }
 
-// layout_matrix.expected_bytes(..., model=LLAMA_MODEL): Llama's units
+// layout_matrix.expected_bytes with --arch llama: Llama's units
 // (embed_tokens; nine tensors a block; norm and the untied lm_head) and its
 // tp-partial RMSNorm weights; the layout matrix holds the trainer's logged
 // bytes to the same formula (tests/CMakeLists.txt, layout_llama_*).
