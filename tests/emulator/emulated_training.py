@@ -27,8 +27,12 @@ attention kernels (runtime.attention=auto, the default); the one-rank check
 also runs the SIMT ones (runtime.attention=simt) against the CPU bf16 run.
 
     python3 tests/emulator/emulated_training.py --build build-emu --layout dp2
+    python3 tests/emulator/emulated_training.py --build build-emu --layout tp2 --arch llama
 
-Layouts: one_rank, dp2, fsdp2 (stage 3), tp2. Exit status 1 on any mismatch.
+Layouts: one_rank, dp2, fsdp2 (stage 3), tp2. With --arch llama the model is
+the layout matrix's Llama at 4 query heads of 16 over 2 key/value heads (so
+tp2 splits both, and bf16 takes the tensor-core attention with grouped-query
+attention). Exit status 1 on any mismatch.
 """
 
 import argparse
@@ -62,6 +66,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", required=True, help="an emulator build (TRAINER_CUDA_EMULATOR=ON)")
     ap.add_argument("--layout", required=True, choices=["one_rank", *LAYOUTS])
+    ap.add_argument("--arch", choices=sorted(lm.MODELS), default="gpt2")
     args = ap.parse_args()
     cache = open(os.path.join(args.build, "CMakeCache.txt")).read()
     if "TRAINER_CUDA_EMULATOR:BOOL=ON" not in cache:
@@ -69,7 +74,10 @@ def main():
     lm.TRAIN["steps"] = STEPS
     # Two heads of 16: a head size the tensor-core attention kernels take, so
     # the bf16 runs train on them (runtime.attention=auto), as on a GPU.
+    lm.MODEL = dict(lm.MODELS[args.arch])
     lm.MODEL["n_head"] = 2
+    if args.arch == "llama":  # 4 heads of 16 over 2 key/value heads
+        lm.MODEL.update(n_head=4, n_kv_head=2, n_embd=64)
     fails = []
     with tempfile.TemporaryDirectory(prefix="emulated_training_") as work:
         r = lm.Runner(args.build, work)
