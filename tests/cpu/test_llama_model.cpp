@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kernels/cpu/cpu_ops.hpp"
+#include "model_gradcheck.hpp"
 #include "model_steps.hpp"
 #include "test_util.hpp"
 #include "trainer/model/llama.hpp"
@@ -17,47 +18,8 @@ namespace {
 
 void expect_gradients_match_finite_differences(const ModelConfig& m) {
   auto ops = make_cpu_ops(1);
-  const int B = 2, T = 5;
-  Llama model(m, *ops, B, T);
-  // Larger-than-init weights so gradients are well above fp32 noise; norm
-  // weights near 1.
-  auto init = test::random_vector(static_cast<size_t>(model.layout().total()), 7, -0.5f, 0.5f);
-  std::copy(init.begin(), init.end(), model.params());
-  for (const auto& s : model.layout().specs())
-    if (s.name.find("norm") != std::string::npos)
-      for (int64_t i = 0; i < s.numel; ++i) model.params()[s.offset + i] += 1.f;
-  auto tokens = test::random_ints(B * T, 3, 0, m.vocab_size);
-  auto targets = test::random_ints(B * T, 4, 0, m.vocab_size);
-
-  model.zero_grads();
-  model.forward(tokens.data(), targets.data(), B, T, 1.f / (B * T));
-  model.backward();
-  std::vector<float> analytic(model.grads(), model.grads() + model.layout().total());
-
-  auto loss_at = [&](int64_t idx, float delta) {
-    const float saved = model.params()[idx];
-    model.params()[idx] = saved + delta;
-    const double l = model.forward(tokens.data(), targets.data(), B, T, 0.f);
-    model.params()[idx] = saved;
-    return l;
-  };
-  std::mt19937 rng(11);
-  int checked = 0;
-  for (const auto& s : model.layout().specs()) {
-    for (int k = 0; k < 4; ++k) {
-      // Padding rows of the vocabulary stay out (their gradient is 0 and the
-      // loss ignores them): draw from the real rows.
-      const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
-      const int64_t real = (s.shape[0] - s.pad_rows) * cols;
-      const int64_t idx = s.offset + static_cast<int64_t>(rng() % real);
-      const float eps = 1e-2f;
-      const double fd = (loss_at(idx, eps) - loss_at(idx, -eps)) / (2.0 * eps);
-      EXPECT_NEAR(analytic[idx], fd, 2e-3 + 3e-2 * std::fabs(fd))
-          << s.name << " element " << (idx - s.offset);
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 4 * static_cast<int>(model.layout().specs().size()));
+  Llama model(m, *ops, 2, 5);
+  test::expect_gradients_match_finite_differences(model, 2, 5);
 }
 
 ModelConfig gradcheck_llama() {

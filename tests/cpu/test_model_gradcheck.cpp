@@ -1,10 +1,11 @@
-// Whole-model finite-difference check: the analytic gradient of the mean
-// cross-entropy with respect to every parameter tensor (a few elements of
-// each) matches a central difference of the forward pass.
+// Whole-model finite-difference check of GPT-2 (tests/model_gradcheck.hpp):
+// the analytic gradient with respect to every parameter tensor matches a
+// central difference of the forward pass.
 #include <cmath>
 #include <random>
 
 #include "kernels/cpu/cpu_ops.hpp"
+#include "model_gradcheck.hpp"
 #include "test_util.hpp"
 #include "trainer/model/gpt.hpp"
 
@@ -19,43 +20,8 @@ TEST(ModelGradcheck, EveryParameterTensorMatchesFiniteDifferences) {
   m.vocab_size = 11;
   m.block_size = 8;
   auto ops = make_cpu_ops(1);
-  const int B = 2, T = 5;
-  GPT model(m, *ops, B, T);
-  // Larger-than-GPT-2 init so gradients are well above fp32 noise.
-  auto init = test::random_vector(static_cast<size_t>(model.layout().total()), 7, -0.5f, 0.5f);
-  std::copy(init.begin(), init.end(), model.params());
-  for (const auto& s : model.layout().specs())
-    if (s.name.find("ln_") != std::string::npos && s.name.find(".weight") != std::string::npos)
-      for (int64_t i = 0; i < s.numel; ++i) model.params()[s.offset + i] += 1.f;
-  auto tokens = test::random_ints(B * T, 3, 0, m.vocab_size);
-  auto targets = test::random_ints(B * T, 4, 0, m.vocab_size);
-
-  model.zero_grads();
-  model.forward(tokens.data(), targets.data(), B, T, 1.f / (B * T));
-  model.backward();
-  std::vector<float> analytic(model.grads(), model.grads() + model.layout().total());
-
-  auto loss_at = [&](int64_t idx, float delta) {
-    const float saved = model.params()[idx];
-    model.params()[idx] = saved + delta;
-    const double l = model.forward(tokens.data(), targets.data(), B, T, 0.f);
-    model.params()[idx] = saved;
-    return l;
-  };
-  std::mt19937 rng(11);
-  int checked = 0;
-  for (const auto& s : model.layout().specs()) {
-    for (int k = 0; k < 4; ++k) {
-      const int64_t idx = s.offset + static_cast<int64_t>(rng() % s.numel);
-      const float eps = 1e-2f;
-      const double fd = (loss_at(idx, eps) - loss_at(idx, -eps)) / (2.0 * eps);
-      const double an = analytic[idx];
-      EXPECT_NEAR(an, fd, 2e-3 + 3e-2 * std::fabs(fd))
-          << s.name << " element " << (idx - s.offset);
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 4 * static_cast<int>(model.layout().specs().size()));
+  GPT model(m, *ops, 2, 5);
+  test::expect_gradients_match_finite_differences(model, 2, 5);
 }
 
 TEST(ModelGradcheck, GradientsAccumulateAcrossMicroBatches) {

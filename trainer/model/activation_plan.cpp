@@ -82,10 +82,7 @@ int64_t ActivationPlan::bytes() const {
                               &losses,   &loss_sum, &proj_tmp, &dresidual, &dresidual_bf16,
                               &dln,      &datty,    &dfch,     &dqkv,      &datt})
     n += b->bytes();
-  const int64_t bf16 = static_cast<int64_t>(dtype_size(DType::bf16));
-  n +=
-      (precision.max_input + precision.max_grad + precision.max_weight + precision.max_bias) * bf16;
-  n += precision.max_bias_f32 * static_cast<int64_t>(dtype_size(DType::f32));
+  n += precision.bf16_bytes();
   return n + parallel_scratch.bytes();
 }
 

@@ -42,6 +42,11 @@ class LinearPrecision {
   // max_bias_f32: the most widened back to fp32 (a bias added after a sum).
   struct Sizes {
     int64_t max_input = 0, max_grad = 0, max_weight = 0, max_bias = 0, max_bias_f32 = 0;
+    // What a LinearPrecision of these sizes allocates in bf16 (the max_*
+    // copies, bias_f32 widened to fp32 once); the activation plans count it.
+    int64_t bf16_bytes() const {
+      return (max_input + max_grad + max_weight + max_bias) * 2 + max_bias_f32 * 4;
+    }
   };
   LinearPrecision(Ops& ops, ComputeDType dtype, const Sizes& sizes);
 
