@@ -334,6 +334,22 @@ def read_metrics(path):
 
 # ================================================================ self-test
 
+def check_init_and_causality(model, vocab):
+    """What any freshly initialised causal LM must do (the references'
+    self-tests): a loss near ln(vocab) on random tokens, and logits at a
+    position that a later token cannot change. Returns the tokens used."""
+    x = torch.randint(0, vocab, (4, 32))
+    _, loss = model(x, torch.randint(0, vocab, (4, 32)))
+    print(f"init loss {loss.item():.4f}  ln({vocab}) = {math.log(vocab):.4f}")
+    assert abs(loss.item() - math.log(vocab)) < 0.1
+    x2 = x.clone()
+    x2[:, 20] = (x2[:, 20] + 1) % vocab
+    l1, _ = model(x)
+    l2, _ = model(x2)
+    assert torch.equal(l1[:, :20], l2[:, :20]) and not torch.equal(l1[:, 20:], l2[:, 20:])
+    return x
+
+
 def _self_test():
     import random
     import tempfile
