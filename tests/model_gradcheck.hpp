@@ -13,6 +13,7 @@
 
 #include "test_util.hpp"
 #include "trainer/model/causal_lm.hpp"
+#include "trainer/model/make_model.hpp"
 
 namespace gt::test {
 
@@ -57,6 +58,31 @@ inline void expect_gradients_match_finite_differences(CausalLM& model, int B, in
     }
   }
   EXPECT_EQ(checked, 4 * static_cast<int>(model.layout().specs().size()));
+}
+
+// Two micro-batches of B/2 rows accumulate the gradients one batch of B rows
+// gives (backward() adds into the store), for the family `m` names.
+inline void expect_gradients_accumulate_across_micro_batches(const ModelConfig& m, Ops& ops, int B,
+                                                             int T) {
+  const auto whole = make_model(m, ops, B, T), halves = make_model(m, ops, B / 2, T);
+  for (CausalLM* model : {whole.get(), halves.get()})
+    for_each_initial_parameter(m, 5, [&](const ParamSpec& s, const float* data) {
+      std::copy(data, data + s.numel, model->params() + s.offset);
+    });
+  auto tokens = random_ints(static_cast<size_t>(B * T), 8, 0, m.vocab_size);
+  auto targets = random_ints(static_cast<size_t>(B * T), 9, 0, m.vocab_size);
+  const float scale = 1.f / static_cast<float>(B * T);
+  whole->zero_grads();
+  whole->forward(tokens.data(), targets.data(), B, T, scale);
+  whole->backward();
+  halves->zero_grads();
+  for (int h = 0; h < 2; ++h) {
+    const int off = h * (B / 2) * T;
+    halves->forward(tokens.data() + off, targets.data() + off, B / 2, T, scale);
+    halves->backward();
+  }
+  const size_t n = static_cast<size_t>(whole->layout().total());
+  EXPECT_TRUE(all_close(halves->grads(), whole->grads(), n, 1e-6f, 1e-4f));
 }
 
 }  // namespace gt::test
