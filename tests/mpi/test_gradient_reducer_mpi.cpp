@@ -38,6 +38,7 @@ TEST(GradientReducerMpi, OwnedGradientsAreTheSumsOverRanksAndMicroBatchesOnEvery
   auto ops = make_cpu_ops(1);
   const ModelConfig m = odd_model();
   for (const ParallelDims& d : layouts_for(world->size())) {
+    if (tp_split_problem(m, d.tp)) continue;  // a layout the config refuses (tp=3 at 3 ranks)
     const DeviceMesh mesh(d, *world);
     const int data_rank = mesh.coord().dp * d.fsdp + mesh.coord().fsdp;
     const int data_ranks = d.dp * d.fsdp;
@@ -127,7 +128,9 @@ TEST(GradientReducerMpi, OwnedGradientsAreTheSumsOverRanksAndMicroBatchesOnEvery
         }
         data_bytes[bf16] = mesh.dp().bytes_sent() + mesh.fsdp().bytes_sent() - bytes_before;
       }
-      EXPECT_DOUBLE_EQ(data_bytes[1], 0.5 * data_bytes[0])
+      // Ring volumes are (p-1)/p fractions summed in double: at p = 3 the
+      // two totals agree to rounding, not to the last bit.
+      EXPECT_NEAR(data_bytes[1], 0.5 * data_bytes[0], 1e-12 * data_bytes[0])
           << d.str() << " stage " << stage << ": bf16 reductions send half the bytes";
     }
   }

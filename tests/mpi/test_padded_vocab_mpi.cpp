@@ -38,6 +38,10 @@ TEST(PaddedVocabMpi, TensorParallelTrainsLikeOneRankWhenTpDoesNotDivideTheVocabu
   std::map<std::string, size_t> whole;                     // piece name -> index in want
   for (size_t i = 0; i < want.piece_names.size(); ++i) whole[want.piece_names[i]] = i;
 
+  // tp = the world size: 3 ranks cannot split the 4 heads (the config
+  // refuses it; this test is about the vocabulary).
+  if (tp_split_problem(solo_options.model, world->size()))
+    GTEST_SKIP() << "tp=" << world->size() << " does not split the model's heads";
   const ParallelDims d{1, 1, world->size()};
   const DeviceMesh mesh(d, *world);
   StepOptions o = options();

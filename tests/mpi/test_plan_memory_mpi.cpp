@@ -64,7 +64,7 @@ TEST(PlanMemoryMpi, StateBytesEqualShardedParametersOnEveryLayout) {
   for (const ParallelDims& d : layouts_for(world->size())) {
     const DeviceMesh mesh(d, *world);
     for (const ModelConfig& m : models())
-      for (int stage = 1; stage <= 3; ++stage)
+      for (int stage = 1; stage <= 3 && !tp_split_problem(m, d.tp); ++stage)
         for (bool bf16 : {false, true})  // bf16: the parameters' bf16 copy where whole
           for (ComputeDType reduce : {ComputeDType::fp32, ComputeDType::bf16}) {
             const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
@@ -95,25 +95,26 @@ TEST(PlanMemoryMpi, ActivationBytesEqualTheModelsAllocationOnEveryLayout) {
     const DeviceMesh mesh(d, *world);
     for (const ModelConfig& m : all)
       for (bool overlap : {true, false})
-        for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block})
-          for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
-            const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
-            // As the trainer builds it: the bf16 copy asked for in bf16 runs
-            // (kept at fsdp = 1; stage 3 with fsdp > 1 casts per GEMM).
-            const bool bf16 = dtype == ComputeDType::bf16;
-            ShardedParameters params(layout, mesh, FsdpStage::parameters, 25.0, *ops, bf16);
-            const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
-            const auto model =
-                make_model(m, *ops, B, T, layout, params, TensorParallelGroup{&mesh.tp(), overlap},
-                           recompute, dtype);
-            EXPECT_EQ(
-                model->activation_bytes(),
-                predict_activation_bytes(m, B, T, d.tp, overlap, PlanBackend::cpu, recompute, dtype,
-                                         keeps_bf16_params(d.fsdp, FsdpStage::parameters, bf16)))
-                << to_string(m.arch) << " " << d.str() << " overlap " << overlap
-                << " C=" << m.n_embd << " recompute " << to_string(recompute) << " "
-                << to_string(dtype);
-          }
+        if (!tp_split_problem(m, d.tp))  // tp = 3 at 3 ranks: a layout the config refuses
+          for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block})
+            for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
+              const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+              // As the trainer builds it: the bf16 copy asked for in bf16 runs
+              // (kept at fsdp = 1; stage 3 with fsdp > 1 casts per GEMM).
+              const bool bf16 = dtype == ComputeDType::bf16;
+              ShardedParameters params(layout, mesh, FsdpStage::parameters, 25.0, *ops, bf16);
+              const int B = 2, T = 8;  // 16 rows split over tp = 1, 2, 4
+              const auto model =
+                  make_model(m, *ops, B, T, layout, params,
+                             TensorParallelGroup{&mesh.tp(), overlap}, recompute, dtype);
+              EXPECT_EQ(model->activation_bytes(),
+                        predict_activation_bytes(
+                            m, B, T, d.tp, overlap, PlanBackend::cpu, recompute, dtype,
+                            keeps_bf16_params(d.fsdp, FsdpStage::parameters, bf16)))
+                  << to_string(m.arch) << " " << d.str() << " overlap " << overlap
+                  << " C=" << m.n_embd << " recompute " << to_string(recompute) << " "
+                  << to_string(dtype);
+            }
   }
 }
 

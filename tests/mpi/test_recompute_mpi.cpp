@@ -35,6 +35,7 @@ TEST(RecomputeMpi, MlpAndBlockTrainBitForBitLikeNoneOnEveryLayout) {
   auto world = test_world();
   auto ops = make_cpu_ops(1);
   for (const ParallelDims& d : layouts_for(world->size())) {
+    if (4 % d.tp != 0) continue;  // the model's 4 heads: tp = 3 at 3 ranks is refused
     const DeviceMesh mesh(d, *world);
     for (bool overlap : {true, false}) {
       if (!overlap && d.tp == 1) continue;

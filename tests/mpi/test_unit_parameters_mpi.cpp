@@ -24,6 +24,7 @@ TEST(UnitParametersMpi, EveryUnitReadsItsWholeValuesInTheModelsHookOrder) {
   m.vocab_size = 100;
   m.block_size = 12;
   for (const ParallelDims& d : layouts_for(world->size())) {
+    if (tp_split_problem(m, d.tp)) continue;  // tp = 3 at 3 ranks: a layout the config refuses
     const DeviceMesh mesh(d, *world);
     const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
     const ShardGeometry geom(layout, d.fsdp, mesh.coord().fsdp);
