@@ -32,7 +32,8 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       recompute_(recompute),
       max_rows_(max_rows),
       max_seq_(max_seq),
-      dtype_(dtype) {
+      dtype_(dtype),
+      end_layer_(cfg.n_layer) {
   owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
 }
@@ -48,7 +49,8 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       recompute_(recompute),
       max_rows_(max_rows),
       max_seq_(max_seq),
-      dtype_(dtype) {
+      dtype_(dtype),
+      end_layer_(cfg.n_layer) {
   layout.check_built_for(group.size(), group.rank());
 }
 
@@ -257,6 +259,10 @@ float CausalLM::read_forward_loss(int B, int T) {
 void CausalLM::forward_train(const int32_t* tokens, const int32_t* targets, int B, int T,
                              float grad_scale) {
   GT_CHECK(targets, family_, "::forward_train needs targets");
+  if (!heads()) {  // a stage before the last: no loss here
+    run_forward(tokens, targets, B, T, grad_scale);
+    return;
+  }
   const int64_t R = int64_t(B) * T;
   GT_CHECK(pending_losses_ == 0 || pending_rows_ == R, family_, "::forward_train: ", R,
            " rows after micro-batches of ", pending_rows_, " (take_loss() in between)");
@@ -286,6 +292,23 @@ double CausalLM::take_loss() {
   const double mean = sum / (static_cast<double>(R) * pending_losses_);
   pending_losses_ = 0;
   return mean;
+}
+
+void CausalLM::set_pipeline_stage(const PipelineStage& stage) {
+  const int end = stage.end_layer < 0 ? cfg_.n_layer : stage.end_layer;
+  if (stage.first_layer < 0 || end > cfg_.n_layer || stage.first_layer >= end)
+    fail(family_, ": pipeline stage of blocks [", stage.first_layer, ", ", end,
+         ") is not a non-empty span of the model's ", cfg_.n_layer, " blocks");
+  first_layer_ = stage.first_layer;
+  end_layer_ = end;
+}
+
+CausalLM::StageBoundary CausalLM::stage_boundary(int B, int T) {
+  GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
+  StageBoundary b = boundary_views(B, T);
+  if (embeds()) b.input = b.input_grad = TensorView{};
+  if (heads()) b.output = b.output_grad = TensorView{};
+  return b;
 }
 
 void CausalLM::backward() {

@@ -99,6 +99,40 @@ class CausalLM {
   // model predicts, trainer/plan/).
   virtual int64_t activation_bytes() const = 0;
 
+  // ---- Pipeline stages (parallel.pp; the executor is issue 15's next step) ----
+  // A stage runs blocks [first_layer, end_layer) of the model; the first
+  // stage (first_layer 0) also embeds the tokens, the last (end_layer
+  // n_layer) also runs the final norm, the LM head and the loss. Between
+  // stages travels the residual stream, (R/p, C) per tp rank, and its
+  // gradient. A model is the whole model (one stage) until told otherwise.
+  struct PipelineStage {
+    int first_layer = 0;
+    int end_layer = -1;  // -1: n_layer
+  };
+  // Before the first forward; throws naming the numbers on an empty or
+  // out-of-range span.
+  void set_pipeline_stage(const PipelineStage& stage);
+  bool embeds() const { return first_layer_ == 0; }
+  bool heads() const { return end_layer_ == cfg_.n_layer; }
+  int first_layer() const { return first_layer_; }
+  int end_layer() const { return end_layer_; }
+  // The boundary tensors of a (B, T) micro-batch, (R/p, C) each:
+  //   input        (not the first stage) the previous stage's output: write
+  //                it here before forward; the activations' dtype;
+  //   output       (not the last stage) after forward, what to send on; the
+  //                activations' dtype;
+  //   output_grad  (not the last stage) d(loss)/d(output): write it here
+  //                before backward; fp32;
+  //   input_grad   (not the first stage) after backward, d(loss)/d(input)
+  //                to send back; fp32.
+  // On a stage without that boundary the view is empty. Forward on a stage
+  // that is not the last computes no loss (forward_train records none);
+  // grad_scale > 0 still prepares backward.
+  struct StageBoundary {
+    TensorView input, output, output_grad, input_grad;
+  };
+  StageBoundary stage_boundary(int B, int T);
+
  protected:
   // A per-layer activation: `slots` slices of the (max_rows, max_seq) size,
   // one per block (n_layer) or one all blocks share (1, dropped by recompute).
@@ -131,6 +165,14 @@ class CausalLM {
   virtual bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                            float grad_scale) = 0;
   virtual void run_backward() = 0;
+  // The family's buffers behind stage_boundary (the base empties those a
+  // stage does not have).
+  virtual StageBoundary boundary_views(int B, int T) = 0;
+  // Whether a forward prepares backward: grad_scale > 0 with targets, or on
+  // a stage before the last (whose gradient comes from the next stage).
+  bool wants_backward(const int32_t* targets, float grad_scale) const {
+    return grad_scale > 0.f && (targets != nullptr || !heads());
+  }
 
   // Sizes the activation shape's common fields for this rank (tp, overlap,
   // recompute, dtype, attention sizes for n_head / tp query heads, the
@@ -187,6 +229,7 @@ class CausalLM {
   std::unique_ptr<TpLayerContext> parallel_;  // the layers' tp group, precision and scratch
   int B_ = 0, T_ = 0;
   bool backward_ready_ = false;
+  int first_layer_ = 0, end_layer_ = 0;  // this stage's blocks (the whole model by default)
 
  private:
   struct EndSizes {

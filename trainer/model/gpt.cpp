@@ -145,7 +145,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   T_ = T;
   const int64_t C = cfg_.n_embd, V = cfg_.padded_vocab_size(), Rl = R / tp, Vl = V / tp;
   const int64_t vocab = cfg_.vocab_size;  // logits columns past it are padding
-  const bool want_grad = targets && grad_scale > 0.f;
+  const bool want_grad = wants_backward(targets, grad_scale);
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
   auto tok = iview(ends_.tokens.i32(), {B, T});
@@ -153,14 +153,19 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   const TensorView none;
   store_->begin_forward(want_grad);
 
-  store_->before_forward(embed);
+  // A stage after the first finds its input (the previous stage's output)
+  // in `encoded` (stage_boundary().input).
   auto encoded = aview(a.encoded, {Rl, C});
-  layers_->embedding.forward(encoded, tok, p("wte.weight"), p("wpe.weight"));
+  if (embeds()) {
+    store_->before_forward(embed);
+    layers_->embedding.forward(encoded, tok, p("wte.weight"), p("wpe.weight"));
+    if (!heads()) store_->after_forward(embed);  // the tied head is another stage's
+  }
 
   // (R/p, C) the residual stream entering block l: encoded, then res3 of the
   // block before, whose add (res2 + proj_tmp) the next LayerNorm does.
   TensorView x = encoded, prev_res2;
-  for (int l = 0; l < cfg_.n_layer; ++l) {
+  for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
     block_attention_forward(l, x, /*with_ln2=*/true, prev_res2);
     block_mlp_up_forward(l, /*ln2_done=*/true);
@@ -168,6 +173,13 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
     x = layer_act(a.res3, l, {Rl, C});
     prev_res2 = layer_act(a.res2, l, {Rl, C});
     store_->after_forward(layout_.block_unit(l));
+  }
+  if (!heads()) {
+    // The stage's output, res3 of its last block: the add the next stage's
+    // first LayerNorm would have fused is done here.
+    ops_.add(x, prev_res2, aview(a.proj_tmp, {Rl, C}));
+    backward_ready_ = want_grad;
+    return false;
   }
 
   store_->before_forward(head);
@@ -179,6 +191,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
     ops_.add_layernorm_forward(x, lnf, lnf_mean, lnf_rstd, prev_res2, aview(a.proj_tmp, {Rl, C}),
                                p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
+  if (!embeds()) store_->before_forward(embed);  // the tied head reads wte
   auto logits = logits_view(R, Vl);
   layers_->lm_head.forward(logits, aview(a.lnf, {R, C}), gemm_param("wte.weight"), none);
   store_->after_forward(embed);
@@ -213,24 +226,30 @@ void GPT::run_backward() {
   const TensorView dresidual16 = residual_copy ? aview(d.dresidual_bf16, {Rl, C}) : none;
   const TensorView dresidual_gemm = residual_copy ? dresidual16 : dresidual;
 
-  // LM head (tied) and final LayerNorm.
-  store_->before_backward(embed);
-  layers_->lm_head.backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
-                            gemm_param("wte.weight"));
-  store_->before_backward(head);
-  ops_.zero(dresidual);
-  const int last = cfg_.n_layer - 1;
-  TensorView x_last =
-      cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C}) : aview(a.encoded, {Rl, C});
-  ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
-                          p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
-                          view(a.lnf_rstd.f32(), {Rl}), cfg_.n_layer > 0 ? dresidual16 : none);
-  store_->after_backward(head);
+  const int first = first_layer_, last = end_layer_ - 1;
+  if (heads()) {
+    // LM head (tied) and final LayerNorm.
+    store_->before_backward(embed);
+    layers_->lm_head.backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
+                              gemm_param("wte.weight"));
+    store_->before_backward(head);
+    ops_.zero(dresidual);
+    const TensorView x_last = layer_act(a.res3, last, {Rl, C});
+    ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
+                            p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
+                            view(a.lnf_rstd.f32(), {Rl}), dresidual16);
+    store_->after_backward(head);
+    if (!embeds()) store_->after_backward(embed);  // this stage's share of wte's gradient
+  } else if (residual_copy) {
+    // dresidual holds d(output) from the next stage (stage_boundary().output_grad);
+    // the first row-parallel backward reads its bf16 copy.
+    ops_.cast(dresidual16, dresidual);
+  }
 
-  for (int l = last; l >= 0; --l) {
+  for (int l = last; l >= first; --l) {
     store_->before_backward(layout_.block_unit(l));
     const std::string h = "h." + std::to_string(l) + ".";
-    auto x_in = l == 0 ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    auto x_in = l == first ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
     // What recomputation dropped, rerun into the shared slots (the block's
     // parameters are valid since before_backward).
     if (recompute_ == Recompute::block) block_attention_forward(l, x_in, /*with_ln2=*/false);
@@ -264,13 +283,25 @@ void GPT::run_backward() {
                              layer_act(a.ln1, l, {R, C}), gemm_param(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
                             p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
-                            layer_act(a.ln1_rstd, l, {Rl}), l > 0 ? dresidual16 : none);
+                            layer_act(a.ln1_rstd, l, {Rl}), l > first ? dresidual16 : none);
     store_->after_backward(layout_.block_unit(l));
   }
 
+  // A stage after the first leaves d(input) in dresidual (stage_boundary().input_grad).
+  if (!embeds()) return;
+  if (!heads()) store_->before_backward(embed);
   layers_->embedding.backward(g("wte.weight"), g("wpe.weight"), dresidual,
                               iview(ends_.tokens.i32(), {B, T}));
   store_->after_backward(embed);
+}
+
+CausalLM::StageBoundary GPT::boundary_views(int B, int T) {
+  const int64_t Rl = int64_t(B) * T / shards_, C = cfg_.n_embd;
+  StageBoundary b;
+  b.input = aview(acts_.encoded, {Rl, C});
+  b.output = layer_act(acts_.res3, end_layer_ - 1, {Rl, C});
+  b.output_grad = b.input_grad = view(dacts_.dresidual.f32(), {Rl, C});
+  return b;
 }
 
 int64_t GPT::activation_bytes() const {

@@ -135,6 +135,7 @@ class GPT final : public CausalLM {
   bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                    float grad_scale) override;
   void run_backward() override;
+  StageBoundary boundary_views(int B, int T) override;
 
   // Block l's forward in three parts, run by forward() in turn and again by
   // backward() for what recomputation dropped. x: (R/p, C) the block's input.

@@ -123,7 +123,7 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   B_ = B;
   T_ = T;
   const int64_t C = cfg_.n_embd, Rl = R / tp, Vl = cfg_.padded_vocab_size() / tp;
-  const bool want_grad = targets && grad_scale > 0.f;
+  const bool want_grad = wants_backward(targets, grad_scale);
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
   const TensorView none;
@@ -131,12 +131,19 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   ops_.upload(tok, tokens);
   store_->begin_forward(want_grad);
 
-  store_->before_forward(embed);
+  // The tied head reads embed_tokens too: on one stage the unit stays
+  // gathered until the head is done (the store's call order).
+  const bool tied = cfg_.tied_embeddings();
+  // A stage after the first finds its input in `encoded` (stage_boundary().input).
   const TensorView encoded = aview(a.encoded, {Rl, C});
-  layers_->embedding.forward(encoded, tok, p("embed_tokens.weight"), none);
+  if (embeds()) {
+    store_->before_forward(embed);
+    layers_->embedding.forward(encoded, tok, p("embed_tokens.weight"), none);
+    if (!heads()) store_->after_forward(embed);
+  }
 
   TensorView x = encoded;  // (R/p, C) the residual stream entering block l
-  for (int l = 0; l < cfg_.n_layer; ++l) {
+  for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
     block_attention_forward(l, x);
     block_mlp_up_forward(l);
@@ -147,9 +154,14 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
     ops_.add(x, layer_act(a.res2, l, {Rl, C}), proj);
     store_->after_forward(layout_.block_unit(l));
   }
+  if (!heads()) {  // x, res3 of the last block, is the stage's output
+    backward_ready_ = want_grad;
+    return false;
+  }
 
   // The final norm and, when untied, the LM head live in the head unit; a
   // tied head reads embed_tokens, valid until after_forward(embed).
+  if (!embeds() && tied) store_->before_forward(embed);
   store_->before_forward(head);
   const TensorView lnf = aview(a.lnf, {R, C});
   ops_.rmsnorm_forward(own_rows(lnf), view(a.lnf_rstd.f32(), {Rl}), x, p("norm.weight"),
@@ -157,7 +169,7 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   const TensorView logits = logits_view(R, Vl);
   layers_->lm_head.forward(logits, lnf, gemm_param(head_weight_), none);
   store_->after_forward(head);
-  store_->after_forward(embed);
+  if (embeds() || tied) store_->after_forward(embed);
 
   backward_ready_ = false;
   if (!targets) return false;
@@ -184,23 +196,26 @@ void Llama::run_backward() {
   // gradient).
   const TensorView dresidual = view(d.dresidual.f32(), {Rl, C});
   const TensorView dln = view(d.dln.f32(), {Rl, C});  // fp32 at every tp (the plan's note)
-  const int last = cfg_.n_layer - 1;
-  const TensorView x_last =
-      cfg_.n_layer > 0 ? layer_act(a.res3, last, {Rl, C}) : aview(a.encoded, {Rl, C});
+  const int first = first_layer_, last = end_layer_ - 1;
+  const bool tied = cfg_.tied_embeddings();
+  // A stage before the last finds d(output) in dresidual (stage_boundary().output_grad).
+  if (heads()) {
+    if (embeds() || tied) store_->before_backward(embed);
+    store_->before_backward(head);
+    layers_->lm_head.backward(dln, g(head_weight_), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
+                              gemm_param(head_weight_));
+    ops_.zero(dresidual);
+    ops_.rmsnorm_backward(dresidual, g("norm.weight"), dln, layer_act(a.res3, last, {Rl, C}),
+                          p("norm.weight"), view(a.lnf_rstd.f32(), {Rl}));
+    store_->after_backward(head);
+    if (!embeds() && tied) store_->after_backward(embed);
+  }
 
-  store_->before_backward(embed);
-  store_->before_backward(head);
-  layers_->lm_head.backward(dln, g(head_weight_), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
-                            gemm_param(head_weight_));
-  ops_.zero(dresidual);
-  ops_.rmsnorm_backward(dresidual, g("norm.weight"), dln, x_last, p("norm.weight"),
-                        view(a.lnf_rstd.f32(), {Rl}));
-  store_->after_backward(head);
-
-  for (int l = last; l >= 0; --l) {
+  for (int l = last; l >= first; --l) {
     store_->before_backward(layout_.block_unit(l));
     const std::string h = block(l);
-    const TensorView x_in = l == 0 ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    const TensorView x_in =
+        l == first ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
     // What recomputation dropped, rerun into the shared slots.
     if (recompute_ == Recompute::block) block_attention_forward(l, x_in);
     if (recompute_ != Recompute::none) block_mlp_up_forward(l);
@@ -239,9 +254,21 @@ void Llama::run_backward() {
     store_->after_backward(layout_.block_unit(l));
   }
 
+  // A stage after the first leaves d(input) in dresidual (stage_boundary().input_grad).
+  if (!embeds()) return;
+  if (!heads()) store_->before_backward(embed);
   layers_->embedding.backward(g("embed_tokens.weight"), none, dresidual,
                               iview(ends_.tokens.i32(), {B, T}));
   store_->after_backward(embed);
+}
+
+CausalLM::StageBoundary Llama::boundary_views(int B, int T) {
+  const int64_t Rl = int64_t(B) * T / shards_, C = cfg_.n_embd;
+  StageBoundary b;
+  b.input = aview(acts_.encoded, {Rl, C});
+  b.output = layer_act(acts_.res3, end_layer_ - 1, {Rl, C});
+  b.output_grad = b.input_grad = view(dacts_.dresidual.f32(), {Rl, C});
+  return b;
 }
 
 int64_t Llama::activation_bytes() const {

@@ -112,6 +112,7 @@ class Llama final : public CausalLM {
   bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                    float grad_scale) override;
   void run_backward() override;
+  StageBoundary boundary_views(int B, int T) override;
 
   // Block l's forward in two parts, run by forward() and again by backward()
   // for what recomputation dropped. x (R/p, C): the block's input.
