@@ -207,9 +207,10 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     if (best_pp != plan.ranked.end() && &*best_pp != r)
       os << "The fastest pipeline, " << describe_layout(best_pp->layout) << " at micro-batch "
          << best_pp->layout.micro_batch << ", takes " << fmt("%.0f", best_pp->step_ms) << " ms ("
-         << fmt("%+.0f", (best_pp->step_ms / w.step_ms - 1) * 100) << "%; bubble "
-         << fmt("%.0f", best_pp->bubble * 100) << "%, " << fmt("%.0f", best_pp->bubble_ms)
-         << " ms). ";
+         << fmt("%+.0f", (best_pp->step_ms / w.step_ms - 1) * 100) << "%): its bubble idles "
+         << fmt("%.0f", best_pp->bubble_ms) << " ms (" << fmt("%.0f", best_pp->bubble * 100)
+         << "% of the pipelined work) and " << fmt("%.0f", best_pp->exposed_ms)
+         << " ms of its communication is exposed. ";
   }
   if (!plan.too_big.empty())
     os << plan.too_big.size() << " layout" << (plan.too_big.size() == 1 ? " does" : "s do")
