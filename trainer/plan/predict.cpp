@@ -104,12 +104,14 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
     activations =
         pipeline_activation_peaks(shape, l, p.accum, parts, static_cast<int64_t>(boundary.forward));
   }
+  const UnitSizes whole = unit_sizes(m, l.tp, l.fsdp);
   std::vector<UnitSizes> units;
   std::vector<StateBytes> states;
   std::vector<int64_t> workspaces, totals;
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   for (int r = 0; r < P; ++r) {
-    units.push_back(unit_sizes(m, l.tp, l.fsdp, shape.ranks[static_cast<size_t>(r)]));
+    units.push_back(P == 1 ? whole
+                           : share_unit_sizes(whole, l.fsdp, shape.ranks[static_cast<size_t>(r)]));
     states.push_back(
         plan_sharded_state(units.back(), l.fsdp, fsdp_stage_of(stage), bf16, l.dp, l.reduce_dtype)
             .bytes());
@@ -175,8 +177,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // blocks (the slowest stage's).
   p.bytes = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[big]);
   if (slow != big) p.bytes.tp = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[slow]).tp;
-  p.bytes.pp = pipeline_p2p_bytes(m, l, p.accum, boundary,
-                                  static_cast<double>(unit_sizes(m, l.tp, l.fsdp).embed));
+  p.bytes.pp = pipeline_p2p_bytes(m, l, p.accum, boundary, static_cast<double>(whole.embed));
   // The mesh is pp x dp x fsdp x tp, tp innermost: an axis' group spans the
   // product of it and the axes inside it.
   p.tp_inter = l.tp > cluster.devices_per_node;

@@ -72,11 +72,9 @@ UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp) {
   return unit_sizes(ParameterLayout(m, tp, 0, fsdp), fsdp);
 }
 
-namespace {
-
 // Every block unit is alike (the same parameters, padded alike), so a
 // share's units are counts of the whole model's.
-UnitSizes share_units(const UnitSizes& whole, int fsdp, const ModelShare& share) {
+UnitSizes share_unit_sizes(const UnitSizes& whole, int fsdp, const ModelShare& share) {
   const int embeds = (share.embed ? 1 : 0) + (share.tied_copy ? 1 : 0);
   UnitSizes z;
   z.embed = embeds > 0 ? whole.embed : 0;
@@ -87,13 +85,11 @@ UnitSizes share_units(const UnitSizes& whole, int fsdp, const ModelShare& share)
   return z;
 }
 
-}  // namespace
-
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp, const ModelShare& share) {
   const UnitSizes whole = unit_sizes(m, tp, fsdp);
   const ModelShare all = whole_model(m);
   if (share.blocks == all.blocks && share.embed && share.head && !share.tied_copy) return whole;
-  return share_units(whole, fsdp, share);
+  return share_unit_sizes(whole, fsdp, share);
 }
 
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
@@ -109,7 +105,7 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   const ParameterLayout layout(m, tp, 0, fsdp);
   const UnitSizes whole = unit_sizes(layout, fsdp);
   const bool all = share.blocks == m.n_layer && share.embed && share.head && !share.tied_copy;
-  const UnitSizes u = all ? whole : share_units(whole, fsdp, share);
+  const UnitSizes u = all ? whole : share_unit_sizes(whole, fsdp, share);
   const double total = static_cast<double>(u.total), block = static_cast<double>(u.block);
   // Per micro-batch: the embedding's reduce-scatter and the LM head's
   // all-gather, each with its dual (the "+4" of 8L + 4), where they are.

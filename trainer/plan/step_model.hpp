@@ -112,5 +112,8 @@ UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp);
 // Of a share: its units only (a zero embed or head: it holds none; the tied
 // copy counts as an embedding unit).
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp, const ModelShare& share);
+// The same from the whole model's (no ParameterLayout built: the planner
+// asks it for every pipeline rank of every layout).
+UnitSizes share_unit_sizes(const UnitSizes& whole, int fsdp, const ModelShare& share);
 
 }  // namespace gt
