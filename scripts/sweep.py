@@ -136,6 +136,8 @@ def plan_predictions(args, point, baseline_mib=None):
     plan = json.loads(p.stdout)[0]
     out = {}
     for lay in plan["layouts"]:
+        if lay.get("pp", 1) > 1:
+            continue  # the trainer cannot run a pipeline yet
         out[(lay["dp"], lay["fsdp"], lay["tp"], lay["stage"], lay["micro_batch"])] = lay
     return out, plan, ""
 
@@ -164,7 +166,7 @@ def enumerate_runs(args, grid, plan_of):
         preds, plan, _ = plan_of(point)
         invalid = {(l["dp"], l["fsdp"], l["tp"]): l["invalid"]
                    for l in (plan or {}).get("layouts", []) if "invalid" in l
-                   and "does not divide" in l["invalid"]}
+                   and l.get("pp", 1) == 1 and "does not divide" in l["invalid"]}
         layouts = []
         for dp, fsdp, tp in factorisations(args.world):
             wanted = {"parallel.dp": dp, "parallel.fsdp": fsdp, "parallel.tp": tp}

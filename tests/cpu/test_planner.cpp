@@ -4,7 +4,7 @@
 // communication volumes against the formulas tests/layouts/layout_matrix.py
 // checks the trainer's logged bytes with, FLOPs (by hand and against the
 // GEMMs the models run), the hardware files, and the plan's choice for GPT-2
-// 1.5B and Llama 3 8B and 70B.
+// 1.5B and Llama 3 8B and 70B (pipelines: test_plan_pipeline.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -86,4 +86,11 @@ int64_t ActivationPlan::bytes() const {
   return n + parallel_scratch.bytes();
 }
 
+int64_t ActivationPlan::embed_bytes() const { return tokens.bytes() + encoded.bytes(); }
+
+int64_t ActivationPlan::head_bytes() const {
+  return targets.bytes() + lnf.bytes() + lnf_mean.bytes() + lnf_rstd.bytes() + logits.bytes() +
+         losses.bytes() + loss_sum.bytes();
+}
+
 }  // namespace gt

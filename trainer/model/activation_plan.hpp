@@ -66,6 +66,11 @@ struct ActivationPlan {
 
   // Everything above, in bytes: what GPT::activation_bytes() reports.
   int64_t bytes() const;
+  // The parts a pipeline's first and last stages hold of them, per
+  // micro-batch: the embedding's (tokens, its output) and the head's
+  // (targets, final norm, logits, losses).
+  int64_t embed_bytes() const;
+  int64_t head_bytes() const;
 };
 
 ActivationPlan plan_activations(const ModelConfig& m, const ActivationShape& s);

@@ -79,4 +79,11 @@ int64_t LlamaActivationPlan::bytes() const {
   return n + parallel_scratch.bytes();
 }
 
+int64_t LlamaActivationPlan::embed_bytes() const { return tokens.bytes() + encoded.bytes(); }
+
+int64_t LlamaActivationPlan::head_bytes() const {
+  return targets.bytes() + lnf.bytes() + lnf_rstd.bytes() + logits.bytes() + losses.bytes() +
+         loss_sum.bytes();
+}
+
 }  // namespace gt

@@ -42,6 +42,11 @@ struct LlamaActivationPlan {
 
   // Everything above, in bytes: what Llama::activation_bytes() reports.
   int64_t bytes() const;
+  // The parts a pipeline's first and last stages hold of them, per
+  // micro-batch: the embedding's (tokens, its output) and the head's
+  // (targets, final norm, logits, losses).
+  int64_t embed_bytes() const;
+  int64_t head_bytes() const;
 };
 
 LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const ActivationShape& s);

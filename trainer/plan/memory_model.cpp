@@ -13,6 +13,10 @@ namespace gt {
 
 std::string PlanLayout::str() const {
   std::ostringstream os;
+  if (pp > 1) {
+    os << "pp=" << pp << " " << to_string(schedule) << " ";
+    if (virtual_stages > 1) os << "v=" << virtual_stages << " ";
+  }
   os << "dp=" << dp << " fsdp=" << fsdp << " tp=" << tp;
   if (fsdp > 1) os << " stage=" << stage;
   os << " mb=" << micro_batch;
@@ -31,7 +35,13 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
                                      PlanBackend backend) {
   if (backend != PlanBackend::cpu) return 0;
-  const UnitSizes z = unit_sizes(ParameterLayout(m, l.tp, 0, l.fsdp), l.fsdp);
+  return predict_comm_workspace_bytes(m, unit_sizes(ParameterLayout(m, l.tp, 0, l.fsdp), l.fsdp), l,
+                                      seq_len, backend);
+}
+
+int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, const PlanLayout& l,
+                                     int seq_len, PlanBackend backend) {
+  if (backend != PlanBackend::cpu) return 0;
   const int64_t T = z.total, S = z.shard_total, embed = z.embed, head = z.head, block = z.block;
   // The gradient reductions' elements, at the wire's element size.
   int64_t grad_elems = 0;
@@ -49,14 +59,20 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
   return bytes;
 }
 
-int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                 bool tp_overlap, PlanBackend backend, Recompute recompute,
-                                 ComputeDType dtype, bool store_keeps_bf16_params) {
-  // The table the family's model allocates from (GPT::allocate:
-  // trainer/model/activation_plan.hpp; Llama::allocate:
-  // llama_activation_plan.hpp), with the attention sizes of the backend's
-  // kernels for the n_head / tp query heads of a rank, as
-  // CausalLM::activation_shape sizes them.
+namespace {
+
+struct PlanSums {
+  int64_t total = 0, embed = 0, head = 0;
+};
+
+// The table the family's model allocates from (GPT::allocate:
+// trainer/model/activation_plan.hpp; Llama::allocate:
+// llama_activation_plan.hpp), with the attention sizes of the backend's
+// kernels for the n_head / tp query heads of a rank, as
+// CausalLM::activation_shape sizes them.
+PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                         bool tp_overlap, PlanBackend backend, Recompute recompute,
+                         ComputeDType dtype, bool store_keeps_bf16_params) {
   const Device device = backend == PlanBackend::cpu ? Device::cpu : Device::cuda;
   ActivationShape s;
   s.max_rows = micro_batch;
@@ -69,12 +85,47 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
   s.attention_scratch = attention_scratch_elems(device, micro_batch, m.n_head / tp, seq_len);
   s.store_keeps_bf16_params = store_keeps_bf16_params;
   switch (m.arch) {
-    case ModelArch::gpt2:
-      return plan_activations(m, s).bytes();
-    case ModelArch::llama:
-      return plan_llama_activations(m, s).bytes();
+    case ModelArch::gpt2: {
+      const ActivationPlan p = plan_activations(m, s);
+      return {p.bytes(), p.embed_bytes(), p.head_bytes()};
+    }
+    case ModelArch::llama: {
+      const LlamaActivationPlan p = plan_llama_activations(m, s);
+      return {p.bytes(), p.embed_bytes(), p.head_bytes()};
+    }
   }
   fail("predict_activation_bytes: model.arch=", to_string(m.arch), " has no activation plan");
+}
+
+}  // namespace
+
+int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                 bool tp_overlap, PlanBackend backend, Recompute recompute,
+                                 ComputeDType dtype, bool store_keeps_bf16_params) {
+  return activation_sums(m, micro_batch, seq_len, tp, tp_overlap, backend, recompute, dtype,
+                         store_keeps_bf16_params)
+      .total;
+}
+
+ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                         bool tp_overlap, PlanBackend backend, Recompute recompute,
+                                         ComputeDType dtype, bool store_keeps_bf16_params) {
+  // The plans are affine in n_layer: a block's slots are the difference
+  // between a two-block and a one-block model (what recomputation drops
+  // has one slot in both, so it lands in `shared`).
+  auto sums = [&](int layers) {
+    ModelConfig c = m;
+    c.n_layer = layers;
+    return activation_sums(c, micro_batch, seq_len, tp, tp_overlap, backend, recompute, dtype,
+                           store_keeps_bf16_params);
+  };
+  const PlanSums one = sums(1), two = sums(2);
+  ActivationParts parts;
+  parts.per_block = two.total - one.total;
+  parts.embed = one.embed;
+  parts.head = one.head;
+  parts.shared = one.total - parts.per_block - one.embed - one.head;
+  return parts;
 }
 
 }  // namespace gt

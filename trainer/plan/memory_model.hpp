@@ -43,15 +43,19 @@ namespace gt {
 
 // One candidate layout of the planner.
 struct PlanLayout {
-  int dp = 1, fsdp = 1, tp = 1;
+  int pp = 1, dp = 1, fsdp = 1, tp = 1;
   int stage = 3;         // FSDP stage; only meaningful when fsdp > 1
   int micro_batch = 1;
   bool tp_overlap = true;
   // parallel.reduce_dtype: the gradient reductions' wire copies (state) and
   // bytes (bf16 halves the data axes' gradient traffic).
   ComputeDType reduce_dtype = ComputeDType::fp32;
-  int world() const { return dp * fsdp * tp; }
-  // "dp=2 fsdp=2 tp=1 stage=3 mb=4"
+  // The pipeline's schedule and chunks per rank; only meaningful when pp > 1.
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;
+  int virtual_stages = 1;
+  int world() const { return pp * dp * fsdp * tp; }
+  // "dp=2 fsdp=2 tp=1 stage=3 mb=4", led by "pp=4 1f1b " (or "pp=4
+  // interleaved_1f1b v=2 ") for a pipeline.
   std::string str() const;
 };
 
@@ -72,6 +76,23 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 // (kernels/core/attention_kernels.hpp).
 // dtype: runtime.dtype (bf16 stores the activations in bf16).
 // store_keeps_bf16_params: keeps_bf16_params() (state_plan.hpp): no weight copy buffer.
+// The same buffers as one pipeline stage holds them: per_block is what one
+// block keeps for backward per micro-batch (the buffers with a slot per
+// layer), embed and head what the embedding and the head keep per
+// micro-batch (ActivationPlan::embed_bytes, head_bytes), shared the rest,
+// allocated once whatever the blocks and micro-batches (backward scratch,
+// what recomputation drops, the GEMMs' bf16 copies, the tp layers'
+// scratch). Invariant: n_layer * per_block + embed + head + shared is
+// predict_activation_bytes() with the same arguments.
+struct ActivationParts {
+  int64_t per_block = 0, embed = 0, head = 0, shared = 0;
+};
+ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                         bool tp_overlap, PlanBackend backend,
+                                         Recompute recompute = Recompute::none,
+                                         ComputeDType dtype = ComputeDType::fp32,
+                                         bool store_keeps_bf16_params = false);
+
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend,
                                  Recompute recompute = Recompute::none,
@@ -97,5 +118,8 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
 // rings (point-to-point) need none; about 6 MiB at tp = 4 is not modelled.
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
                                      PlanBackend backend);
+// The same for the units one pipeline stage holds (unit_sizes of its share).
+int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& units,
+                                     const PlanLayout& l, int seq_len, PlanBackend backend);
 
 }  // namespace gt

@@ -22,21 +22,38 @@ struct Unit {
   const char* name;
 };
 
+// The pipeline's schedule in a column: "-" without one, "1f1b", "gpipe",
+// "int1f1b:2" (interleaved over 2 virtual stages).
+std::string schedule_cell(const PlanLayout& l) {
+  if (l.pp == 1) return "-";
+  switch (l.schedule) {
+    case PipeSchedule::gpipe:
+      return "gpipe";
+    case PipeSchedule::one_f_one_b:
+      return "1f1b";
+    case PipeSchedule::interleaved_1f1b:
+      return "int1f1b:" + std::to_string(l.virtual_stages);
+  }
+  return "?";
+}
+
 void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, bool show_mb) {
   const PlanLayout& l = p.layout;
   char buf[512];
   auto m = [&](int64_t b) { return static_cast<double>(b) / u.div; };
-  std::snprintf(buf, sizeof buf, "%4s %4d %5d %4d %5s", rank > 0 ? std::to_string(rank).c_str() : "-",
-                l.dp, l.fsdp, l.tp, l.fsdp > 1 ? std::to_string(l.stage).c_str() : "-");
+  std::snprintf(buf, sizeof buf, "%4s %3d %9s %4d %5d %4d %5s",
+                rank > 0 ? std::to_string(rank).c_str() : "-", l.pp, schedule_cell(l).c_str(), l.dp,
+                l.fsdp, l.tp, l.fsdp > 1 ? std::to_string(l.stage).c_str() : "-");
   os << buf;
   if (show_mb) {
     std::snprintf(buf, sizeof buf, " %4d %5d", l.micro_batch, p.accum);
     os << buf;
   }
-  std::snprintf(buf, sizeof buf, " %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %4s %9.1f %9.1f %10s %6.1f%%\n",
+  std::snprintf(buf, sizeof buf,
+                " %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %4s %9.1f %9.1f %6s %10s %6.1f%%\n",
                 m(p.state.params), m(p.state.grads), m(p.state.optimizer), m(p.activations),
-                m(p.comm_workspace),
-                m(p.total_bytes()), p.fits ? "yes" : "NO", p.step_ms, p.exposed_ms,
+                m(p.comm_workspace), m(p.total_bytes()), p.fits ? "yes" : "NO", p.step_ms,
+                p.exposed_ms, l.pp > 1 ? cell("%.1f%%", p.bubble * 100).c_str() : "-",
                 p.tokens_per_s >= 1e6 ? cell("%.2fM", p.tokens_per_s / 1e6).c_str()
                                       : cell("%.0f", p.tokens_per_s).c_str(),
                 p.mfu * 100);
@@ -58,10 +75,12 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
   os << "memory per device in " << u.name << " (baseline " << cell("%.0f", hw.baseline_mib)
      << " MiB, " << hw.baseline_source << ", included in total; capacity "
      << cell("%.1f", hw.memory_bytes() / u.div) << " " << u.name
-     << "); step time per optimizer step\n";
-  os << "rank   dp  fsdp   tp stage";
+     << "); step time per optimizer step; pp > 1: the heaviest pipeline rank's memory, "
+        "the bubble's idle share of the pipelined work\n";
+  os << "rank  pp     sched   dp  fsdp   tp stage";
   if (show_mb) os << "   mb accum";
-  os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms   tokens/s    MFU\n";
+  os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms "
+        "bubble   tokens/s    MFU\n";
   int k = 0;
   for (const auto& p : plan.ranked) row(os, p, ++k, u, show_mb);
   for (const auto& p : plan.too_big) row(os, p, 0, u, show_mb);
@@ -87,6 +106,11 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
   auto add = [&](const Prediction& p, int rank) {
     const PlanLayout& l = p.layout;
     nlohmann::json j;
+    j["pp"] = l.pp;
+    if (l.pp > 1) {
+      j["pp_schedule"] = to_string(l.schedule);
+      j["pp_virtual_stages"] = l.virtual_stages;
+    }
     j["dp"] = l.dp;
     j["fsdp"] = l.fsdp;
     j["tp"] = l.tp;
@@ -108,8 +132,16 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
     j["step_ms"] = p.step_ms;
     j["compute_ms"] = p.compute_ms;
     j["memory_bound_ms"] = p.memory_ms;
-    j["comm_ms"] = {{"dp", p.dp_ms}, {"fsdp", p.fsdp_ms}, {"tp", p.tp_ms}};
-    j["comm_bytes"] = {{"dp", p.bytes.dp}, {"fsdp", p.bytes.fsdp}, {"tp", p.bytes.tp}};
+    j["comm_ms"] = {{"dp", p.dp_ms}, {"fsdp", p.fsdp_ms}, {"tp", p.tp_ms}, {"pp", p.pp_ms}};
+    j["comm_bytes"] = {
+        {"dp", p.bytes.dp}, {"fsdp", p.bytes.fsdp}, {"tp", p.bytes.tp}, {"pp", p.bytes.pp}};
+    if (l.pp > 1) {
+      j["pp_ms"] = p.pp_ms;
+      j["bubble"] = p.bubble;
+      j["bubble_ms"] = p.bubble_ms;
+      j["pp_layers"] = p.stage_layers;
+      j["heaviest_pp_rank"] = p.heaviest_rank;
+    }
     j["exposed_comm_ms"] = p.exposed_ms;
     j["tokens_per_s"] = p.tokens_per_s;
     j["mfu"] = p.mfu;

@@ -31,125 +31,26 @@ std::string gb(double bytes) {
   return fmt("%.1f MB", bytes / 1e6);
 }
 
+std::string micro_batches(int n) {
+  return std::to_string(n) + (n == 1 ? " micro-batch" : " micro-batches");
+}
+
 std::string describe_layout(const PlanLayout& l) {
   std::ostringstream os;
+  if (l.pp > 1) os << "pp=" << l.pp << " x ";
   os << "dp=" << l.dp << " x fsdp=" << l.fsdp << " x tp=" << l.tp;
   if (l.fsdp > 1) os << " (ZeRO-" << l.stage << ")";
+  if (l.pp > 1) {
+    os << " " << to_string(l.schedule);
+    if (l.virtual_stages > 1) os << " over " << l.virtual_stages << " virtual stages";
+  }
   return os.str();
 }
-
-// Why a layout cannot run this config at all ("" = it can).
-std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLayout& l) {
-  const auto& m = cfg.model;
-  const auto& t = cfg.train;
-  std::ostringstream os;
-  if (l.world() != c.devices)
-    os << "dp x fsdp x tp = " << l.world() << " is not " << c.devices << " devices";
-  else if (const auto problem = tp_split_problem(m, l.tp))
-    os << "tp=" << l.tp << " does not divide " << problem->what << "=" << problem->value;
-  else if (l.micro_batch < 1 || t.global_batch % (l.micro_batch * l.dp * l.fsdp))
-    os << "train.global_batch=" << t.global_batch << " is not a multiple of micro_batch x dp x fsdp = "
-       << l.micro_batch * l.dp * l.fsdp;
-  else if ((static_cast<int64_t>(l.micro_batch) * t.seq_len) % l.tp)
-    os << "micro_batch x seq_len is not a multiple of tp=" << l.tp;
-  else if (l.fsdp > 1 && !fsdp_stage_numbered(l.stage))
-    os << "fsdp_stage=" << l.stage << " is not 1, 2 or 3";
-  return os.str();
-}
-
-}  // namespace
-
-Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster& cluster,
-                   const PlanLayout& layout) {
-  Prediction p;
-  p.layout = layout;
-  p.invalid = invalid_reason(cfg, cluster, layout);
-  if (!p.invalid.empty()) return p;
-  const auto& m = cfg.model;
-  const auto& t = cfg.train;
-  const PlanLayout& l = layout;
-  const int stage = l.fsdp > 1 ? l.stage : 3;
-  p.accum = t.global_batch / (l.micro_batch * l.dp * l.fsdp);
-  const double A = p.accum;
-
-  // Memory per device.
-  // The GPU plan is the bf16 model (the hardware files' peaks are bf16's).
-  const ComputeDType dtype =
-      hw.backend == PlanBackend::cuda ? ComputeDType::bf16 : ComputeDType::fp32;
-  const bool bf16 = dtype == ComputeDType::bf16;
-  p.state = predict_state_bytes(m, l.fsdp, l.tp, stage, bf16, l.dp, l.reduce_dtype);
-  p.activations = predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
-                                           hw.backend, t.recompute, dtype,
-                                           keeps_bf16_params(l.fsdp, fsdp_stage_of(stage), bf16));
-  p.comm_workspace = predict_comm_workspace_bytes(m, l, t.seq_len, hw.backend);
-  p.baseline = static_cast<int64_t>(hw.baseline_bytes());
-  p.fits = static_cast<double>(p.total_bytes()) <= hw.memory_bytes();
-
-  // Compute and memory-bound work.
-  const int per_node = std::min(cluster.devices, cluster.devices_per_node);
-  const double flops_per_s = hw.achieved_flops(per_node);
-  const MicroBatchFlops f = micro_batch_flops(m, l.micro_batch, t.seq_len, l.tp);
-  // Recomputation's forward work runs inside backward: it lengthens backward.
-  const MicroBatchFlops rf = recompute_flops(m, l.micro_batch, t.seq_len, l.tp, t.recompute);
-  const double fwd_ms = f.total() / flops_per_s * 1e3;
-  const double bwd_ms = 2 * fwd_ms + rf.total() / flops_per_s * 1e3;
-  p.compute_ms = A * (fwd_ms + bwd_ms);
-  const double owned_params = static_cast<double>(p.state.optimizer) / 8.0;  // m + v, fp32
-  // Activation traffic is what the step writes and reads, whatever it keeps:
-  // recomputation writes the dropped tensors again (into one block's slot).
-  const double traffic = static_cast<double>(predict_activation_bytes(
-      m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none, dtype));
-  const double mem_bytes = owned_params * 28.0 + 3.0 * A * traffic;
-  p.memory_ms = mem_bytes / hw.memory_bytes_per_s(per_node) * 1e3;
-
-  // Communication: each axis over its link.
-  p.bytes = comm_bytes_per_step(m, t, l, hw.backend);
-  p.tp_inter = l.tp > cluster.devices_per_node;
-  p.fsdp_inter = l.tp * l.fsdp > cluster.devices_per_node;
-  p.dp_inter = l.world() > cluster.devices_per_node;
-  auto bw = [&](bool inter, bool all_reduce) {
-    return inter ? hw.inter_busbw() : hw.intra_busbw(all_reduce);
-  };
-  p.tp_ms = p.bytes.tp / bw(p.tp_inter, false) * 1e3;
-  p.fsdp_ms = p.bytes.fsdp / bw(p.fsdp_inter, false) * 1e3;
-  p.dp_ms = p.bytes.dp / bw(p.dp_inter, true) * 1e3;
-
-  // Overlap: each part hidden up to the compute it runs under.
-  if (l.tp > 1) {
-    const double linear_ms = A * (3.0 * f.linear + rf.linear) / flops_per_s * 1e3;
-    p.tp_exposed_ms = l.tp_overlap ? std::max(0.0, p.tp_ms - linear_ms) : p.tp_ms;
-  }
-  if (l.fsdp > 1) {
-    const double hidden_part = p.bytes.fsdp > 0 ? p.bytes.fsdp_overlapped / p.bytes.fsdp : 0;
-    const double ov = p.fsdp_ms * hidden_part, exposed = p.fsdp_ms - ov;
-    const double window = stage == 1 ? bwd_ms : stage == 2 ? A * bwd_ms : p.compute_ms;
-    p.fsdp_exposed_ms = exposed + std::max(0.0, ov - window);
-  }
-  if (l.dp > 1) {
-    const UnitSizes u = unit_sizes(m, l.tp, l.fsdp);
-    // The part that can only start once backward is over: the last bucket
-    // (dp) or the last unit, embed (HSDP).
-    double tail;
-    if (l.fsdp == 1) {
-      const double bucket = cfg.parallel.bucket_mb * 1048576.0;
-      tail = std::min(1.0, bucket / (4.0 * static_cast<double>(u.total)));
-    } else {
-      tail = static_cast<double>(u.embed) / static_cast<double>(u.total);
-    }
-    p.dp_exposed_ms = std::max(p.dp_ms * tail, p.dp_ms - bwd_ms);
-  }
-  p.exposed_ms = p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms;
-  p.step_ms = p.compute_ms + p.memory_ms + p.exposed_ms;
-  const double tokens = static_cast<double>(t.global_batch) * t.seq_len;
-  p.tokens_per_s = tokens / (p.step_ms / 1e3);
-  p.mfu = model_flops_per_step(m, t) / (p.step_ms / 1e3 * cluster.devices * hw.peak_flops());
-  return p;
-}
-
-namespace {
 
 bool same_shape(const PlanLayout& a, const PlanLayout& b) {
-  return a.dp == b.dp && a.fsdp == b.fsdp && a.tp == b.tp && (a.fsdp == 1 || a.stage == b.stage);
+  return a.pp == b.pp && a.dp == b.dp && a.fsdp == b.fsdp && a.tp == b.tp &&
+         (a.fsdp == 1 || a.stage == b.stage) &&
+         (a.pp == 1 || (a.schedule == b.schedule && a.virtual_stages == b.virtual_stages));
 }
 
 std::string link_name(bool inter, const HardwareSpec& hw) {
@@ -164,13 +65,38 @@ struct AxisCost {
   bool inter;
 };
 AxisCost worst_axis(const Prediction& p) {
-  AxisCost axes[] = {{"the dp all-reduce", p.dp_exposed_ms, p.dp_ms, p.bytes.dp, p.dp_inter},
-                     {"the fsdp gathers and reduce-scatters", p.fsdp_exposed_ms, p.fsdp_ms,
-                      p.bytes.fsdp, p.fsdp_inter},
-                     {"the tp activation collectives", p.tp_exposed_ms, p.tp_ms, p.bytes.tp,
-                      p.tp_inter}};
+  AxisCost axes[] = {
+      {"the dp all-reduce", p.dp_exposed_ms, p.dp_ms, p.bytes.dp, p.dp_inter},
+      {"the fsdp gathers and reduce-scatters", p.fsdp_exposed_ms, p.fsdp_ms, p.bytes.fsdp,
+       p.fsdp_inter},
+      {"the tp activation collectives", p.tp_exposed_ms, p.tp_ms, p.bytes.tp, p.tp_inter},
+      {"the pipeline's activation messages", p.pp_exposed_ms, p.pp_ms, p.bytes.pp, p.pp_inter}};
   return *std::max_element(std::begin(axes), std::end(axes),
                            [](const AxisCost& a, const AxisCost& b) { return a.exposed < b.exposed; });
+}
+
+// What the picked pipeline buys and costs: its heaviest stage's state, the
+// traffic that crosses between stages, the bubble.
+std::string explain_pipeline(const Prediction& w, const Config& cfg, const HardwareSpec& hw) {
+  const PlanLayout& l = w.layout;
+  std::ostringstream os;
+  const int blocks = [&] {
+    int n = 0;
+    for (size_t c = static_cast<size_t>(w.heaviest_rank); c < w.stage_layers.size();
+         c += static_cast<size_t>(l.pp))
+      n += w.stage_layers[c];
+    return n;
+  }();
+  os << "pp=" << l.pp << " keeps the weights, gradients and AdamW state at "
+     << gib(static_cast<double>(w.state.total())) << " GiB per device (pipeline rank "
+     << w.heaviest_rank << ", the heaviest: " << blocks << " of " << cfg.model.n_layer << " blocks"
+     << (w.heaviest_rank == 0 ? " and the embedding" : "")
+     << (w.heaviest_rank == l.pp - 1 ? " and the head" : "") << ") and "
+     << (w.pp_inter ? "crosses nodes" : "moves between stages") << " with only activations ("
+     << gb(w.bytes.pp) << " per step, " << fmt("%.0f", w.pp_ms) << " ms over the "
+     << link_name(w.pp_inter, hw) << " links); bubble " << fmt("%.1f", w.bubble * 100) << "% ("
+     << fmt("%.0f", w.bubble_ms) << " ms at " << micro_batches(w.accum) << " per step).";
+  return os.str();
 }
 
 std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw) {
@@ -203,15 +129,21 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     return os.str();
   }
   const Prediction& w = plan.ranked.front();
-  const double comm_ms = w.dp_ms + w.fsdp_ms + w.tp_ms;
+  const double comm_ms = w.dp_ms + w.fsdp_ms + w.tp_ms + w.pp_ms;
   os << "the planner picks " << describe_layout(w.layout) << " at micro-batch "
-     << w.layout.micro_batch << " (" << w.accum
-     << (w.accum == 1 ? " micro-batch" : " micro-batches") << " per step): " << fmt("%.0f", w.step_ms)
-     << " ms per step, " << human_rate(w.tokens_per_s) << " tokens/s, MFU "
-     << fmt("%.0f", w.mfu * 100) << "%, " << gib(static_cast<double>(w.total_bytes())) << " of "
-     << gib(hw.memory_bytes()) << " GiB per device. ";
-  const double busy = w.compute_ms + w.memory_ms;
-  if (w.exposed_ms < busy) {
+     << w.layout.micro_batch << " (" << micro_batches(w.accum)
+     << " per step): " << fmt("%.0f", w.step_ms) << " ms per step, " << human_rate(w.tokens_per_s)
+     << " tokens/s, MFU " << fmt("%.0f", w.mfu * 100) << "%, "
+     << gib(static_cast<double>(w.total_bytes())) << " of " << gib(hw.memory_bytes())
+     << " GiB per device. ";
+  const double busy = w.compute_ms + w.memory_ms + w.bubble_ms;
+  if (w.bubble_ms > w.compute_ms && w.bubble_ms > w.exposed_ms) {
+    os << "It is bound by the pipeline's bubble: at " << micro_batches(w.accum) << " per step its "
+       << w.layout.pp << " stages idle " << fmt("%.0f", w.bubble * 100)
+       << "% of the pipelined work (" << fmt("%.0f", w.bubble_ms) << " ms beside "
+       << fmt("%.0f", w.compute_ms)
+       << " ms of matmuls); more micro-batches per step or virtual stages would shrink it. ";
+  } else if (w.exposed_ms < busy) {
     os << "It is bound by compute: " << fmt("%.0f", w.compute_ms) << " ms of matmuls at "
        << hw.efficiency_note() << " and " << fmt("%.0f", w.memory_ms)
        << " ms of memory-bound work (AdamW, activations); of its " << fmt("%.0f", comm_ms)
@@ -221,6 +153,7 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     if (w.layout.fsdp > 1) links.push_back(gb(w.bytes.fsdp) + " of fsdp gathers and reduce-scatters" + on(w.fsdp_inter));
     if (w.layout.dp > 1) links.push_back("the " + gb(w.bytes.dp) + " dp all-reduce" + on(w.dp_inter));
     if (w.layout.tp > 1) links.push_back(gb(w.bytes.tp) + " of tp collectives" + on(w.tp_inter));
+    if (w.layout.pp > 1) links.push_back(gb(w.bytes.pp) + " of pipeline messages" + on(w.pp_inter));
     if (!links.empty()) {
       os << " (";
       for (size_t i = 0; i < links.size(); ++i) os << (i ? "; " : "") << links[i];
@@ -234,6 +167,7 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
        << fmt("%.0f", a.exposed) << " ms of it exposed beside " << fmt("%.0f", busy)
        << " ms of compute; no layout that fits hides more of it. ";
   }
+  if (w.layout.pp > 1) os << explain_pipeline(w, cfg, hw) << " ";
   const Prediction* r = nullptr;
   for (const auto& p : plan.ranked)
     if (!same_shape(p.layout, w.layout)) {
@@ -245,8 +179,12 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
        << r->layout.micro_batch << ", takes " << fmt("%.0f", r->step_ms) << " ms ("
        << fmt("%+.0f", (r->step_ms / w.step_ms - 1) * 100) << "%): ";
     const double d_exposed = r->exposed_ms - w.exposed_ms, d_memory = r->memory_ms - w.memory_ms,
-                 d_compute = r->compute_ms - w.compute_ms;
-    if (d_exposed >= d_memory && d_exposed >= d_compute) {
+                 d_compute = r->compute_ms - w.compute_ms, d_bubble = r->bubble_ms - w.bubble_ms;
+    if (d_bubble > d_exposed && d_bubble > d_memory && d_bubble > d_compute) {
+      os << "its pipeline bubble idles " << fmt("%.0f", r->bubble_ms) << " ms ("
+         << fmt("%.0f", r->bubble * 100) << "% of the pipelined work at " << micro_batches(r->accum)
+         << " per step). ";
+    } else if (d_exposed >= d_memory && d_exposed >= d_compute) {
       const AxisCost a = worst_axis(*r);
       os << a.name << " (" << gb(a.bytes) << " per step over the " << link_name(a.inter, hw)
          << " links, " << fmt("%.0f", a.total) << " ms) leaves " << fmt("%.0f", r->exposed_ms)
@@ -261,6 +199,18 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     }
     if (r->step_ms < 1.05 * w.step_ms)
       os << "A margin under 5% is within this model's error: measure both before committing. ";
+  }
+  // Whether a pipeline would pay: the best one's figures, when it lost.
+  if (w.layout.pp == 1) {
+    const auto best_pp = std::find_if(plan.ranked.begin(), plan.ranked.end(),
+                                      [](const Prediction& p) { return p.layout.pp > 1; });
+    if (best_pp != plan.ranked.end() && &*best_pp != r)
+      os << "The fastest pipeline, " << describe_layout(best_pp->layout) << " at micro-batch "
+         << best_pp->layout.micro_batch << ", takes " << fmt("%.0f", best_pp->step_ms) << " ms ("
+         << fmt("%+.0f", (best_pp->step_ms / w.step_ms - 1) * 100) << "%): its bubble idles "
+         << fmt("%.0f", best_pp->bubble_ms) << " ms (" << fmt("%.0f", best_pp->bubble * 100)
+         << "% of the pipelined work) and " << fmt("%.0f", best_pp->exposed_ms)
+         << " ms of its communication is exposed. ";
   }
   if (!plan.too_big.empty())
     os << plan.too_big.size() << " layout" << (plan.too_big.size() == 1 ? " does" : "s do")
@@ -293,27 +243,48 @@ Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& clu
   plan.cluster = cluster;
   const std::vector<int> mbs =
       micro_batches.empty() ? std::vector<int>{cfg.train.micro_batch} : micro_batches;
+  // The pipelines tried: 1f1b, and interleaved over two virtual stages.
+  struct Pipe {
+    PipeSchedule schedule;
+    int virtual_stages;
+  };
+  const Pipe pipes[] = {{PipeSchedule::one_f_one_b, 1}, {PipeSchedule::interleaved_1f1b, 2}};
   const int n = cluster.devices;
-  for (int tp = 1; tp <= n; ++tp) {
-    if (n % tp) continue;
-    for (int fsdp = 1; fsdp <= n / tp; ++fsdp) {
-      if ((n / tp) % fsdp) continue;
-      const int dp = n / tp / fsdp;
-      for (int stage = 1; stage <= 3; ++stage) {
-        if (fsdp == 1 && stage != 3) continue;  // the stage only matters with fsdp
-        for (int mb : mbs) {
-          PlanLayout l;
-          l.dp = dp;
-          l.fsdp = fsdp;
-          l.tp = tp;
-          l.stage = fsdp > 1 ? stage : stage_number(cfg.parallel.fsdp_stage);
-          l.micro_batch = mb;
-          l.tp_overlap = cfg.parallel.tp_overlap;
-          l.reduce_dtype = cfg.parallel.reduce_dtype;
-          Prediction p = predict(cfg, hw, cluster, l);
-          if (!p.invalid.empty()) plan.invalid.push_back(std::move(p));
-          else if (p.fits) plan.ranked.push_back(std::move(p));
-          else plan.too_big.push_back(std::move(p));
+  // pp = 1 first: its layouts keep their order among themselves (ties rank
+  // in enumeration order).
+  for (int pp = 1; pp <= n; ++pp) {
+    if (n % pp) continue;
+    for (const Pipe& pipe : pipes) {
+      if (pp == 1 && pipe.virtual_stages > 1) continue;
+      const int n_pp = n / pp;  // ranks per pipeline stage
+      for (int tp = 1; tp <= n_pp; ++tp) {
+        if (n_pp % tp) continue;
+        for (int fsdp = 1; fsdp <= n_pp / tp; ++fsdp) {
+          if ((n_pp / tp) % fsdp) continue;
+          const int dp = n_pp / tp / fsdp;
+          for (int stage = 1; stage <= 3; ++stage) {
+            if (fsdp == 1 && stage != 3) continue;  // the stage only matters with fsdp
+            for (int mb : mbs) {
+              PlanLayout l;
+              l.pp = pp;
+              l.schedule = pipe.schedule;
+              l.virtual_stages = pipe.virtual_stages;
+              l.dp = dp;
+              l.fsdp = fsdp;
+              l.tp = tp;
+              l.stage = fsdp > 1 ? stage : stage_number(cfg.parallel.fsdp_stage);
+              l.micro_batch = mb;
+              l.tp_overlap = cfg.parallel.tp_overlap;
+              l.reduce_dtype = cfg.parallel.reduce_dtype;
+              Prediction p = predict(cfg, hw, cluster, l);
+              if (!p.invalid.empty())
+                plan.invalid.push_back(std::move(p));
+              else if (p.fits)
+                plan.ranked.push_back(std::move(p));
+              else
+                plan.too_big.push_back(std::move(p));
+            }
+          }
         }
       }
     }

@@ -1,7 +1,8 @@
 // Planner: for a model, a training config and a device count, every layout
-// dp x fsdp x tp (x FSDP stage x micro-batch) with its predicted memory per
-// device and step time, the ones that do not fit flagged, the rest ranked by
-// step time, and a paragraph on the choice.
+// pp x dp x fsdp x tp (x FSDP stage x micro-batch, and for pp > 1 the 1f1b
+// schedule and interleaved_1f1b over 2 virtual stages) with its predicted
+// memory per device and step time, the ones that do not fit flagged, the
+// rest ranked by step time, and a paragraph on the choice.
 //
 // Step time = compute + memory-bound work + exposed communication:
 //   compute      the step's FLOPs (step_model.hpp), with the forward work
@@ -22,6 +23,16 @@
 //                all-gather after the optimizer is exposed; tp is hidden
 //                under the linear layers' matmuls with tp_overlap, else exposed.
 //                Each is hidden up to the compute time it runs under.
+//   pipeline     (pp > 1; pipeline_model.hpp) each rank holds its stages'
+//                units and activations, the memory is the heaviest rank's;
+//                compute, activation traffic and tp are the slowest stage's,
+//                AdamW and the dp/fsdp reductions the largest stage's; the
+//                bubble adds (p - 1) / v of the slowest stage's micro-batch
+//                time (pipeline_bubble_fraction b of the pipelined work W:
+//                W / (1 - b) in all); the point-to-point messages between
+//                stages (and a tied embedding's gradient all-reduce) go over
+//                the inter-node link once the pipeline spans nodes, counted
+//                whole (exposed).
 #pragma once
 
 #include <string>
@@ -53,10 +64,16 @@ struct Prediction {
   bool fits = false;
   // Time per optimizer step, ms.
   double compute_ms = 0, memory_ms = 0;
-  double dp_ms = 0, fsdp_ms = 0, tp_ms = 0;  // each axis' whole communication time
-  bool dp_inter = false, fsdp_inter = false, tp_inter = false;  // crosses nodes
+  double dp_ms = 0, fsdp_ms = 0, tp_ms = 0, pp_ms = 0;  // each axis' whole communication time
+  bool dp_inter = false, fsdp_inter = false, tp_inter = false, pp_inter = false;  // crosses nodes
   double exposed_ms = 0;     // communication not hidden under compute (the sum of:)
-  double dp_exposed_ms = 0, fsdp_exposed_ms = 0, tp_exposed_ms = 0;
+  double dp_exposed_ms = 0, fsdp_exposed_ms = 0, tp_exposed_ms = 0, pp_exposed_ms = 0;
+  // The pipeline (pp > 1): idle fraction of the pipelined work
+  // (pipeline_bubble_fraction) and the time it adds; blocks per chunk; the
+  // rank whose memory is reported and the one whose micro-batch is slowest.
+  double bubble = 0, bubble_ms = 0;
+  std::vector<int> stage_layers;
+  int heaviest_rank = 0, slowest_rank = 0;
   double step_ms = 0, tokens_per_s = 0, mfu = 0;
   CommBytes bytes;
 };
@@ -75,7 +92,9 @@ struct Plan {
 };
 
 // Every layout of `cluster.devices` (FSDP stages 1-3 when fsdp > 1; each of
-// `micro_batches`, or train.micro_batch when empty).
+// `micro_batches`, or train.micro_batch when empty; pp over the divisors of
+// the devices, each pp > 1 as 1f1b and as interleaved_1f1b with 2 virtual
+// stages).
 Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& cluster,
                const std::vector<int>& micro_batches);
 

@@ -48,6 +48,19 @@
 
 namespace gt {
 
+// The part of the model one rank holds: all of it without a pipeline, one
+// pipeline rank's chunks with one (trainer/plan/pipeline_model.hpp). Every
+// count below is of the share's units and blocks.
+struct ModelShare {
+  int blocks = 0;
+  bool embed = true, head = true;
+  // The last stage's copy of a tied embedding (GPT-2 under pp > 1: the LM
+  // head multiplies by wte, which the first stage owns; Megatron keeps a
+  // copy on the last stage and all-reduces its gradient with the first).
+  bool tied_copy = false;
+};
+ModelShare whole_model(const ModelConfig& m);
+
 struct MicroBatchFlops {  // one rank, one micro-batch, forward only
   double linear = 0;      // qkv, out, up and down of every block
   double attention = 0;   // QK^T and AV
@@ -55,6 +68,9 @@ struct MicroBatchFlops {  // one rank, one micro-batch, forward only
   double total() const { return linear + attention + lm_head; }
 };
 MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp);
+// Of a share: its blocks' part of linear and attention, the head if it holds it.
+MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                  const ModelShare& share);
 
 // The forward FLOPs train.recompute runs again in backward, one rank, one
 // micro-batch (lm_head 0), as each family's backward reruns them (gpt.hpp,
@@ -63,6 +79,8 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
 // projection) and all of attention.
 MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                 Recompute recompute);
+MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                Recompute recompute, const ModelShare& share);
 
 // Forward + backward model FLOPs of one optimizer step over the whole job
 // (global_batch rows): MFU's numerator, model_flops() x tokens, the same
@@ -73,12 +91,29 @@ double model_flops_per_step(const ModelConfig& m, const TrainConfig& t);
 struct CommBytes {          // bytes one rank sends per optimizer step
   double dp = 0, fsdp = 0, tp = 0;
   double fsdp_overlapped = 0;  // the part that runs under backward/forward compute
+  // pp: the busiest pipeline rank's point-to-point sends (pipeline_model.hpp:
+  // activations forward, their gradients back, and the tied embedding's
+  // gradient all-reduce between the first and the last stage).
+  double pp = 0;
 };
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                               PlanBackend backend);
+// Of one pipeline rank's share (its units and blocks; a stage reduces only
+// its own parameters over dp and fsdp). Under pp > 1 ZeRO-3 gathers every
+// block again for backward (1F1B interleaves other micro-batches' forwards
+// between a block's forward and its backward, so none stays gathered); the
+// embedding and the head keep their own slots. pp is not set here.
+CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
+                              PlanBackend backend, const ModelShare& share);
 
 // Unit sizes (floats) of one tp rank, padded as ParameterLayout pads them
 // (the sharded state's own: trainer/sharding/state_plan.hpp).
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp);
+// Of a share: its units only (a zero embed or head: it holds none; the tied
+// copy counts as an embedding unit).
+UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp, const ModelShare& share);
+// The same from the whole model's (no ParameterLayout built: the planner
+// asks it for every pipeline rank of every layout).
+UnitSizes share_unit_sizes(const UnitSizes& whole, int fsdp, const ModelShare& share);
 
 }  // namespace gt

@@ -24,8 +24,12 @@ UnitSizes unit_sizes(const ParameterLayout& layout, int fsdp) {
 
 ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
                                     bool bf16_params, int dp, ComputeDType reduce_dtype) {
-  GT_CHECK(dp >= 1, "dp ", dp);
-  const UnitSizes z = unit_sizes(layout, fsdp);
+  return plan_sharded_state(unit_sizes(layout, fsdp), fsdp, stage, bf16_params, dp, reduce_dtype);
+}
+
+ShardedStatePlan plan_sharded_state(const UnitSizes& z, int fsdp, FsdpStage stage, bool bf16_params,
+                                    int dp, ComputeDType reduce_dtype) {
+  GT_CHECK(dp >= 1 && fsdp >= 1, "dp ", dp, " fsdp ", fsdp);
   const int64_t T = z.total, S = z.shard_total;
   ShardedStatePlan p;
   p.fsdp = fsdp;

@@ -84,5 +84,11 @@ inline bool keeps_bf16_params(int fsdp, FsdpStage stage, bool bf16_params) {
 ShardedStatePlan plan_sharded_state(const ParameterLayout& layout, int fsdp, FsdpStage stage,
                                     bool bf16_params, int dp = 1,
                                     ComputeDType reduce_dtype = ComputeDType::fp32);
+// The same from the unit sizes alone: what the planner asks for the units
+// one pipeline stage holds (a size of 0 for the embedding or the head: the
+// stage holds none, and its slot is empty).
+ShardedStatePlan plan_sharded_state(const UnitSizes& units, int fsdp, FsdpStage stage,
+                                    bool bf16_params, int dp = 1,
+                                    ComputeDType reduce_dtype = ComputeDType::fp32);
 
 }  // namespace gt

@@ -1,0 +1,229 @@
+// predict(): one layout's memory per device and step time (planner.hpp has
+// the model; pipeline_model.hpp what a pipeline adds). Without a pipeline
+// the one rank holds the whole model; with one, every pipeline rank is
+// sized and the figures are its heaviest's: memory of the rank that holds
+// the most, compute and activation traffic of the slowest stage (whose
+// micro-batch takes longest), AdamW and the dp/fsdp reductions of the rank
+// with the most parameters.
+#include <algorithm>
+#include <sstream>
+
+#include "trainer/plan/pipeline_model.hpp"
+#include "trainer/plan/planner.hpp"
+
+namespace gt {
+
+namespace {
+
+// Why a layout cannot run this config at all ("" = it can).
+std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLayout& l) {
+  const auto& m = cfg.model;
+  const auto& t = cfg.train;
+  std::ostringstream os;
+  const int chunks = l.pp * l.virtual_stages;
+  const int rows = l.micro_batch * l.dp * l.fsdp;
+  if (l.world() != c.devices)
+    os << (l.pp > 1 ? "pp x " : "") << "dp x fsdp x tp = " << l.world() << " is not " << c.devices
+       << " devices";
+  else if (const auto problem = tp_split_problem(m, l.tp))
+    os << "tp=" << l.tp << " does not divide " << problem->what << "=" << problem->value;
+  else if (l.pp < 1 || l.virtual_stages < 1)
+    os << "pp=" << l.pp << " with " << l.virtual_stages << " virtual stages is not a pipeline";
+  else if (l.virtual_stages > 1 && l.schedule != PipeSchedule::interleaved_1f1b)
+    os << "virtual stages need pp_schedule=interleaved_1f1b, not " << to_string(l.schedule);
+  else if (chunks > m.n_layer)
+    os << "pp=" << l.pp << " x v=" << l.virtual_stages << " = " << chunks
+       << " chunks of at least one block need model.n_layer >= " << chunks << " (it is "
+       << m.n_layer << ")";
+  else if (l.micro_batch < 1 || t.global_batch % rows)
+    os << "train.global_batch=" << t.global_batch
+       << " is not a multiple of micro_batch x dp x fsdp = " << rows;
+  else if ((static_cast<int64_t>(l.micro_batch) * t.seq_len) % l.tp)
+    os << "micro_batch x seq_len is not a multiple of tp=" << l.tp;
+  else if (l.fsdp > 1 && !fsdp_stage_numbered(l.stage))
+    os << "fsdp_stage=" << l.stage << " is not 1, 2 or 3";
+  else if (l.pp > 1 && l.schedule == PipeSchedule::interleaved_1f1b &&
+           (t.global_batch / rows) % l.pp)
+    os << "interleaved_1f1b needs the micro-batches per step a multiple of pp=" << l.pp;
+  return os.str();
+}
+
+template <class T, class Key>
+size_t argmax(const std::vector<T>& xs, Key key) {
+  size_t best = 0;
+  for (size_t i = 1; i < xs.size(); ++i)
+    if (key(xs[i]) > key(xs[best])) best = i;
+  return best;
+}
+
+}  // namespace
+
+Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster& cluster,
+                   const PlanLayout& layout) {
+  Prediction p;
+  p.layout = layout;
+  p.invalid = invalid_reason(cfg, cluster, layout);
+  if (!p.invalid.empty()) return p;
+  const auto& m = cfg.model;
+  const auto& t = cfg.train;
+  const PlanLayout& l = layout;
+  const int stage = l.fsdp > 1 ? l.stage : 3;
+  p.accum = t.global_batch / (l.micro_batch * l.dp * l.fsdp);
+  const double A = p.accum;
+  const int P = l.pp;
+
+  // The GPU plan is the bf16 model (the hardware files' peaks are bf16's).
+  const ComputeDType dtype =
+      hw.backend == PlanBackend::cuda ? ComputeDType::bf16 : ComputeDType::fp32;
+  const bool bf16 = dtype == ComputeDType::bf16;
+  const bool keeps = keeps_bf16_params(l.fsdp, fsdp_stage_of(stage), bf16);
+  const int act_bytes = bf16 ? 2 : 4;
+
+  // The pipeline ranks, each with its share of the model (one rank, all of
+  // it, without a pipeline).
+  PipelineShape shape;
+  if (P > 1) {
+    shape = pipeline_shape(m, l, cfg.parallel.pp_layers, cfg.parallel.pp,
+                           cfg.parallel.pp_virtual_stages);
+    p.bubble = pipeline_bubble_fraction(pipeline_spec(l, p.accum));
+  } else {
+    shape.split = {m.n_layer};
+    shape.ranks = {whole_model(m)};
+  }
+  p.stage_layers = shape.split;
+  const BoundaryBytes boundary = boundary_bytes(m, l.micro_batch, t.seq_len, l.tp, act_bytes);
+
+  // Memory per device: the heaviest rank's.
+  std::vector<int64_t> activations;
+  if (P == 1) {
+    activations = {predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
+                                            hw.backend, t.recompute, dtype, keeps)};
+  } else {
+    const ActivationParts parts = predict_activation_parts(
+        m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, t.recompute, dtype, keeps);
+    activations =
+        pipeline_activation_peaks(shape, l, p.accum, parts, static_cast<int64_t>(boundary.forward));
+  }
+  const UnitSizes whole = unit_sizes(m, l.tp, l.fsdp);
+  std::vector<UnitSizes> units;
+  std::vector<StateBytes> states;
+  std::vector<int64_t> workspaces, totals;
+  p.baseline = static_cast<int64_t>(hw.baseline_bytes());
+  for (int r = 0; r < P; ++r) {
+    units.push_back(P == 1 ? whole
+                           : share_unit_sizes(whole, l.fsdp, shape.ranks[static_cast<size_t>(r)]));
+    states.push_back(
+        plan_sharded_state(units.back(), l.fsdp, fsdp_stage_of(stage), bf16, l.dp, l.reduce_dtype)
+            .bytes());
+    workspaces.push_back(predict_comm_workspace_bytes(m, units.back(), l, t.seq_len, hw.backend));
+    totals.push_back(states.back().total() + activations[static_cast<size_t>(r)] +
+                     workspaces.back() + p.baseline);
+  }
+  const size_t heavy = argmax(totals, [](int64_t x) { return x; });
+  p.heaviest_rank = static_cast<int>(heavy);
+  p.state = states[heavy];
+  p.activations = activations[heavy];
+  p.comm_workspace = workspaces[heavy];
+  p.fits = static_cast<double>(p.total_bytes()) <= hw.memory_bytes();
+
+  // Compute and memory-bound work, per rank and micro-batch.
+  const int per_node = std::min(cluster.devices, cluster.devices_per_node);
+  const double flops_per_s = hw.achieved_flops(per_node);
+  const double mem_bw = hw.memory_bytes_per_s(per_node);
+  // Activation traffic is what the step writes and reads, whatever it keeps:
+  // recomputation writes the dropped tensors again (into one block's slot).
+  std::vector<double> traffic;
+  if (P == 1) {
+    traffic = {static_cast<double>(predict_activation_bytes(
+        m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none, dtype))};
+  } else {
+    const ActivationParts none = predict_activation_parts(
+        m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none, dtype);
+    traffic.assign(static_cast<size_t>(P), static_cast<double>(none.shared));
+    for (int s = 0; s < static_cast<int>(shape.split.size()); ++s)
+      traffic[static_cast<size_t>(s % P)] += static_cast<double>(
+          stage_activation_bytes(shape, s, none, static_cast<int64_t>(boundary.forward)));
+  }
+  struct Work {
+    MicroBatchFlops f, rf;
+    double fwd_ms = 0, bwd_ms = 0, slot_ms = 0;
+  };
+  std::vector<Work> work;
+  for (int r = 0; r < P; ++r) {
+    const ModelShare& share = shape.ranks[static_cast<size_t>(r)];
+    Work w;
+    w.f = micro_batch_flops(m, l.micro_batch, t.seq_len, l.tp, share);
+    // Recomputation's forward work runs inside backward: it lengthens backward.
+    w.rf = recompute_flops(m, l.micro_batch, t.seq_len, l.tp, t.recompute, share);
+    w.fwd_ms = w.f.total() / flops_per_s * 1e3;
+    w.bwd_ms = 2 * w.fwd_ms + w.rf.total() / flops_per_s * 1e3;
+    w.slot_ms = w.fwd_ms + w.bwd_ms + 3.0 * traffic[static_cast<size_t>(r)] / mem_bw * 1e3;
+    work.push_back(w);
+  }
+  const size_t slow = argmax(work, [](const Work& w) { return w.slot_ms; });
+  const size_t big = argmax(units, [](const UnitSizes& z) { return z.total; });
+  p.slowest_rank = static_cast<int>(slow);
+  const Work& w = work[slow];
+  p.compute_ms = A * (w.fwd_ms + w.bwd_ms);
+  const double owned_params = static_cast<double>(states[big].optimizer) / 8.0;  // m + v, fp32
+  const double mem_bytes = owned_params * 28.0 + 3.0 * A * traffic[slow];
+  p.memory_ms = mem_bytes / mem_bw * 1e3;
+  // The pipeline's fill and drain: (p - 1) / v slots of the slowest stage
+  // idle on top of the m it computes, i.e. the work / (1 - bubble).
+  if (P > 1) p.bubble_ms = p.bubble / (1.0 - p.bubble) * A * w.slot_ms;
+
+  // Communication: each axis over its link. A stage reduces its own
+  // parameters over dp and fsdp (the largest stage's bytes); tp follows the
+  // blocks (the slowest stage's).
+  p.bytes = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[big]);
+  if (slow != big) p.bytes.tp = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[slow]).tp;
+  p.bytes.pp = pipeline_p2p_bytes(m, l, p.accum, boundary, static_cast<double>(whole.embed));
+  // The mesh is pp x dp x fsdp x tp, tp innermost: an axis' group spans the
+  // product of it and the axes inside it.
+  p.tp_inter = l.tp > cluster.devices_per_node;
+  p.fsdp_inter = l.tp * l.fsdp > cluster.devices_per_node;
+  p.dp_inter = l.tp * l.fsdp * l.dp > cluster.devices_per_node;
+  p.pp_inter = P > 1 && l.world() > cluster.devices_per_node;
+  auto bw = [&](bool inter, bool all_reduce) {
+    return inter ? hw.inter_busbw() : hw.intra_busbw(all_reduce);
+  };
+  p.tp_ms = p.bytes.tp / bw(p.tp_inter, false) * 1e3;
+  p.fsdp_ms = p.bytes.fsdp / bw(p.fsdp_inter, false) * 1e3;
+  p.dp_ms = p.bytes.dp / bw(p.dp_inter, true) * 1e3;
+  p.pp_ms = p.bytes.pp / bw(p.pp_inter, false) * 1e3;
+
+  // Overlap: each part hidden up to the compute it runs under.
+  if (l.tp > 1) {
+    const double linear_ms = A * (3.0 * w.f.linear + w.rf.linear) / flops_per_s * 1e3;
+    p.tp_exposed_ms = l.tp_overlap ? std::max(0.0, p.tp_ms - linear_ms) : p.tp_ms;
+  }
+  if (l.fsdp > 1) {
+    const double hidden_part = p.bytes.fsdp > 0 ? p.bytes.fsdp_overlapped / p.bytes.fsdp : 0;
+    const double ov = p.fsdp_ms * hidden_part, exposed = p.fsdp_ms - ov;
+    const double window = stage == 1 ? w.bwd_ms : stage == 2 ? A * w.bwd_ms : p.compute_ms;
+    p.fsdp_exposed_ms = exposed + std::max(0.0, ov - window);
+  }
+  if (l.dp > 1) {
+    const UnitSizes& u = units[big];
+    // The part that can only start once backward is over: the last bucket
+    // (dp) or the last unit, the embedding or a stage's first block (HSDP).
+    double tail;
+    if (l.fsdp == 1) {
+      const double bucket = cfg.parallel.bucket_mb * 1048576.0;
+      tail = std::min(1.0, bucket / (4.0 * static_cast<double>(u.total)));
+    } else {
+      tail = static_cast<double>(u.embed > 0 ? u.embed : u.block) / static_cast<double>(u.total);
+    }
+    p.dp_exposed_ms = std::max(p.dp_ms * tail, p.dp_ms - w.bwd_ms);
+  }
+  // A stage waits for its input: the pipeline's messages are counted whole.
+  p.pp_exposed_ms = p.pp_ms;
+  p.exposed_ms = p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms + p.pp_exposed_ms;
+  p.step_ms = p.compute_ms + p.bubble_ms + p.memory_ms + p.exposed_ms;
+  const double tokens = static_cast<double>(t.global_batch) * t.seq_len;
+  p.tokens_per_s = tokens / (p.step_ms / 1e3);
+  p.mfu = model_flops_per_step(m, t) / (p.step_ms / 1e3 * cluster.devices * hw.peak_flops());
+  return p;
+}
+
+}  // namespace gt
