@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "plan_test_models.hpp"
 #include "trainer/parallelize/pipeline_schedule.hpp"
 #include "trainer/parallelize/pipeline_stages.hpp"
 #include "trainer/plan/pipeline_model.hpp"
@@ -18,43 +19,12 @@
 namespace gt {
 namespace {
 
-// tests/layouts/layout_matrix.py's GPT-2 and its Llama (test_planner.cpp).
-ModelConfig matrix_model() {
-  ModelConfig m;
-  m.n_layer = 3;
-  m.n_head = 4;
-  m.n_embd = 32;
-  m.vocab_size = 256;
-  m.block_size = 16;
-  return m;
-}
-
-ModelConfig matrix_llama() {
-  ModelConfig m = matrix_model();
-  m.arch = ModelArch::llama;
-  m.n_head = 8;
-  m.n_kv_head = 4;
-  m.ffn_hidden = 64;
-  m.rope_theta = 10000.0;
-  return m;
-}
-
-TrainConfig matrix_train(int micro) {
-  TrainConfig t;
-  t.seq_len = 16;
-  t.global_batch = 8;
-  t.micro_batch = micro;
-  return t;
-}
-
-Config config(const std::string& name) {
-  return load_config(std::string(GT_SOURCE_DIR) + "/configs/" + name + ".yaml", {});
-}
+using test::matrix_llama;
+using test::matrix_model;
+using test::matrix_train;
+Config config(const std::string& name) { return test::repo_config(name); }
 Config gpt2_xl() { return config("gpt2_1.5b"); }
-
-HardwareSpec hardware(const std::string& name) {
-  return load_hardware(std::string(GT_SOURCE_DIR) + "/configs/hardware/" + name + ".yaml");
-}
+HardwareSpec hardware(const std::string& name) { return test::repo_hardware(name); }
 
 // The activation plan splits into what a block keeps
 // per micro-batch, the embedding's, the head's and the rest, and the parts

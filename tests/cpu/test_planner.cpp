@@ -12,6 +12,7 @@
 
 #include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "plan_test_models.hpp"
 #include "test_util.hpp"
 #include "trainer/model/gpt.hpp"
 #include "trainer/model/llama.hpp"
@@ -28,45 +29,12 @@ namespace {
 using test::error_message;
 using test::run_command;
 
-// tests/layouts/layout_matrix.py's MODEL and TRAIN.
-ModelConfig matrix_model() {
-  ModelConfig m;
-  m.n_layer = 3;
-  m.n_head = 4;
-  m.n_embd = 32;
-  m.vocab_size = 256;
-  m.block_size = 16;
-  return m;
-}
-
-// tests/layouts/layout_matrix.py's MODELS["llama"]: 8 query heads sharing 4
-// key/value heads of 4 features (Q = 32, K = 16), MLP 64, an untied head.
-ModelConfig matrix_llama() {
-  ModelConfig m = matrix_model();
-  m.arch = ModelArch::llama;
-  m.n_head = 8;
-  m.n_kv_head = 4;
-  m.ffn_hidden = 64;
-  m.rope_theta = 10000.0;
-  return m;
-}
-
-TrainConfig matrix_train(int micro) {
-  TrainConfig t;
-  t.seq_len = 16;
-  t.global_batch = 8;
-  t.micro_batch = micro;
-  return t;
-}
-
-Config config(const std::string& name) {
-  return load_config(std::string(GT_SOURCE_DIR) + "/configs/" + name + ".yaml", {});
-}
+using test::matrix_llama;
+using test::matrix_model;
+using test::matrix_train;
+Config config(const std::string& name) { return test::repo_config(name); }
 Config gpt2_xl() { return config("gpt2_1.5b"); }
-
-HardwareSpec hardware(const std::string& name) {
-  return load_hardware(std::string(GT_SOURCE_DIR) + "/configs/hardware/" + name + ".yaml");
-}
+HardwareSpec hardware(const std::string& name) { return test::repo_hardware(name); }
 
 TEST(PlanMemory, StateBytesByHandForTheMatrixModel) {
   // Units of one tp rank as layout_matrix.unit_sizes pads them: embed 8704,
