@@ -50,7 +50,8 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       max_rows_(max_rows),
       max_seq_(max_seq),
       dtype_(dtype),
-      end_layer_(cfg.n_layer) {
+      first_layer_(layout.first_layer()),
+      end_layer_(layout.end_layer()) {
   layout.check_built_for(group.size(), group.rank());
 }
 
@@ -299,6 +300,13 @@ void CausalLM::set_pipeline_stage(const PipelineStage& stage) {
   if (stage.first_layer < 0 || end > cfg_.n_layer || stage.first_layer >= end)
     fail(family_, ": pipeline stage of blocks [", stage.first_layer, ", ", end,
          ") is not a non-empty span of the model's ", cfg_.n_layer, " blocks");
+  // A layout of one stage's units (ParameterLayout's StageSpan) holds only
+  // those blocks; the whole model's serves any stage.
+  if (!layout_.whole_model() &&
+      (layout_.first_layer() != stage.first_layer || layout_.end_layer() != end))
+    fail(family_, ": pipeline stage of blocks [", stage.first_layer, ", ", end,
+         ") on a parameter layout of blocks [", layout_.first_layer(), ", ", layout_.end_layer(),
+         ")");
   first_layer_ = stage.first_layer;
   end_layer_ = end;
 }

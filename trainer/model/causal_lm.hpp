@@ -104,13 +104,14 @@ class CausalLM {
   // stage (first_layer 0) also embeds the tokens, the last (end_layer
   // n_layer) also runs the final norm, the LM head and the loss. Between
   // stages travels the residual stream, (R/p, C) per tp rank, and its
-  // gradient. A model is the whole model (one stage) until told otherwise.
+  // gradient. A model is the whole model (one stage) until told otherwise,
+  // or the stage of its parameter layout (ParameterLayout's StageSpan).
   struct PipelineStage {
     int first_layer = 0;
     int end_layer = -1;  // -1: n_layer
   };
   // Before the first forward; throws naming the numbers on an empty or
-  // out-of-range span.
+  // out-of-range span, or one other than a stage layout's.
   void set_pipeline_stage(const PipelineStage& stage);
   bool embeds() const { return first_layer_ == 0; }
   bool heads() const { return end_layer_ == cfg_.n_layer; }

@@ -10,9 +10,22 @@
 namespace gt {
 
 ParameterLayout::ParameterLayout(const ModelConfig& m, int tp, int tp_rank, int unit_multiple)
+    : ParameterLayout(m, StageSpan{}, tp, tp_rank, unit_multiple) {}
+
+ParameterLayout::ParameterLayout(const ModelConfig& m, StageSpan span, int tp, int tp_rank,
+                                 int unit_multiple)
     : tp_(tp), tp_rank_(tp_rank) {
   GT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " of ", tp);
   GT_CHECK(unit_multiple >= 1, "unit_multiple ", unit_multiple);
+  const int end = span.end_layer < 0 ? m.n_layer : span.end_layer;
+  const bool whole_span = span.first_layer == 0 && end == m.n_layer;  // always valid
+  if (!whole_span && (span.first_layer < 0 || end > m.n_layer || span.first_layer >= end))
+    fail("pipeline stage of blocks [", span.first_layer, ", ", end,
+         ") is not a non-empty span of the model's ", m.n_layer, " blocks");
+  first_layer_ = span.first_layer;
+  end_layer_ = end;
+  const bool first = first_layer_ == 0, last = end_layer_ == m.n_layer;
+  whole_ = first && last;
   if (tp_split_problem(m, tp)) {
     const std::string split =
         m.arch == ModelArch::gpt2
@@ -22,16 +35,36 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, int tp, int tp_rank, int 
          " and the padded vocabulary (model.vocab_size=", m.vocab_size,
          " rounded up to a multiple of ", kVocabPadMultiple, ": ", m.padded_vocab_size(), ")");
   }
-  for (const PlacedUnit& unit : model_placement(m)) {
-    const int64_t begin = total_;
-    for (const PlacedParameter& p : unit.params) add(p);
-    close_unit(unit.name, begin, unit_multiple);
-  }
+  // The placement lists "embed", the blocks in order, then "head".
+  const std::vector<PlacedUnit> placed = model_placement(m);
+  GT_CHECK(placed.size() == static_cast<size_t>(m.n_layer) + 2, "placement of ", placed.size(),
+           " units for ", m.n_layer, " blocks");
+  const PlacedUnit &embed = placed.front(), &head = placed.back();
+  if (first) embed_unit_ = add_unit(embed, unit_multiple, false);
+  first_block_unit_ = static_cast<int>(units_.size());
+  for (int l = first_layer_; l < end_layer_; ++l)
+    add_unit(placed[static_cast<size_t>(1 + l)], unit_multiple, false);
+  // The mirror sits between the blocks and the head: the last stage's
+  // backward finishes the head, then the tied LM head's wte, then the blocks.
+  if (last && !first && m.tied_embeddings()) embed_unit_ = add_unit(embed, unit_multiple, true);
+  if (last) head_unit_ = add_unit(head, unit_multiple, false);
+  for (const PlacedUnit& unit : placed)
+    for (const PlacedParameter& p : unit.params)
+      if (!find(p.name)) elsewhere_.insert(p.name);
 }
 
-void ParameterLayout::add(const PlacedParameter& p) {
+int ParameterLayout::add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror) {
+  const int64_t begin = total_;
+  for (const PlacedParameter& p : unit.params) add(p, mirror);
+  total_ = (total_ + unit_multiple - 1) / unit_multiple * unit_multiple;
+  units_.push_back(ParamUnit{unit.name, begin, total_, mirror});
+  return static_cast<int>(units_.size()) - 1;
+}
+
+void ParameterLayout::add(const PlacedParameter& p, bool mirror) {
   ParamSpec s;
   s.name = p.name;
+  s.mirror = mirror;
   s.global_shape = p.shape;
   s.split = tp_ > 1 ? p.placement.split() : TpSplit::replicated;
   std::vector<int64_t> shape = p.shape;
@@ -55,11 +88,6 @@ void ParameterLayout::add(const PlacedParameter& p) {
   specs_.push_back(std::move(s));
 }
 
-void ParameterLayout::close_unit(const std::string& name, int64_t begin, int unit_multiple) {
-  total_ = (total_ + unit_multiple - 1) / unit_multiple * unit_multiple;
-  units_.push_back(ParamUnit{name, begin, total_});
-}
-
 void ParameterLayout::check_built_for(int size, int rank) const {
   GT_CHECK(tp_ == size && tp_rank_ == rank, "layout for tp rank ", tp_rank_, " of ", tp_,
            " used on tp rank ", rank, " of ", size);
@@ -79,6 +107,7 @@ const ParamSpec& ParameterLayout::at(const std::string& name) const {
 int64_t ParameterLayout::global_numel() const {
   int64_t n = 0;
   for (const auto& s : specs_) {
+    if (s.mirror) continue;  // the first stage's tensor
     int64_t k = 1;
     for (int64_t d : s.global_shape) k *= d;
     n += k - s.pad_rows * (k / s.global_shape[0]);

@@ -18,12 +18,23 @@
 // shards and gathers as one piece: "embed" (wte, wpe), one per block "h.<l>",
 // and "head" (ln_f). Each unit's end is padded to a multiple of
 // unit_multiple elements so that it splits evenly into that many shards.
+//
+// Pipeline stages (parallel.pp): a layout can hold only the units of one
+// stage, blocks [first_layer, end_layer): "embed" on the first stage, the
+// blocks, "head" on the last. With tied embeddings the last stage's LM head
+// reads wte too, so it holds its own copy of the embed unit, marked `mirror`
+// (unit and specs): the same names and values, its gradient the last
+// stage's share, to be summed with the first stage's; never saved nor
+// exported (the first stage owns the tensor). A stage's flat order stays the
+// reverse of its backward order: [embed] blocks [mirror head]. The
+// whole-model layout is the stage [0, n_layer) and unchanged by this.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "trainer/config/config.hpp"
@@ -48,6 +59,7 @@ struct ParamSpec {
   // Trailing rows of global_shape that are padding (wte: the vocabulary
   // rounded up). They stay zero in training; HF import and export skip them.
   int64_t pad_rows = 0;
+  bool mirror = false;  // in the last stage's copy of the embed unit
   int64_t real_rows() const { return global_shape[0] - pad_rows; }
 };
 
@@ -55,7 +67,15 @@ struct ParamUnit {
   std::string name;   // "embed", "h.3", "head"
   int64_t begin = 0;  // flat range [begin, end), end padded to unit_multiple
   int64_t end = 0;
+  bool mirror = false;  // the last pipeline stage's copy of "embed" (tied head)
   int64_t size() const { return end - begin; }
+};
+
+// The blocks [first_layer, end_layer) of one pipeline stage; end_layer -1
+// means n_layer. The default is the whole model.
+struct StageSpan {
+  int first_layer = 0;
+  int end_layer = -1;
 };
 
 class ParameterLayout {
@@ -63,6 +83,10 @@ class ParameterLayout {
   // The layout of tp rank `tp_rank` of `tp`; units padded to `unit_multiple`.
   explicit ParameterLayout(const ModelConfig& m, int tp = 1, int tp_rank = 0,
                            int unit_multiple = 1);
+  // The same for the units pipeline stage `span` holds; throws naming the
+  // numbers unless it is a non-empty span of the model's blocks.
+  ParameterLayout(const ModelConfig& m, StageSpan span, int tp = 1, int tp_rank = 0,
+                  int unit_multiple = 1);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const std::vector<ParamUnit>& units() const { return units_; }
@@ -73,12 +97,26 @@ class ParameterLayout {
   void check_built_for(int size, int rank) const;
   const ParamSpec& at(const std::string& name) const;  // throws naming the parameter
   const ParamSpec* find(const std::string& name) const;
-  // Unit indices: embed first, then the blocks, head last.
-  int embed_unit() const { return 0; }
-  int block_unit(int layer) const { return 1 + layer; }
-  int head_unit() const { return static_cast<int>(units_.size()) - 1; }
+  // Unit indices, -1 for a unit this stage does not hold. embed_unit() is
+  // where this stage reads the embedding: "embed", or on the last stage of a
+  // tied model its mirror. The whole model: embed 0, block l at 1 + l, head
+  // last.
+  int embed_unit() const { return embed_unit_; }
+  int block_unit(int layer) const {
+    return layer >= first_layer_ && layer < end_layer_ ? first_block_unit_ + layer - first_layer_
+                                                       : -1;
+  }
+  int head_unit() const { return head_unit_; }
+  int first_layer() const { return first_layer_; }
+  int end_layer() const { return end_layer_; }
+  bool whole_model() const { return whole_; }
+  // Whether `name` is a parameter of the model, held by this stage or not.
+  bool in_model(const std::string& name) const {
+    return find(name) != nullptr || elsewhere_.count(name) > 0;
+  }
   // Parameters in the full model (global shapes, wte counted once: tied),
-  // without the vocabulary padding: GPT-2 124M is 124,439,808 as in HF.
+  // without the vocabulary padding: GPT-2 124M is 124,439,808 as in HF. On
+  // a stage layout, those the stage owns (not its mirror).
   int64_t global_numel() const;
 
   // Global (row, col) of this rank's element (local_row, local_col) of `s`,
@@ -87,13 +125,17 @@ class ParameterLayout {
   int64_t global_col(const ParamSpec& s, int64_t local_col) const;
 
  private:
-  void add(const PlacedParameter& p);
-  void close_unit(const std::string& name, int64_t begin, int unit_multiple);
+  void add(const PlacedParameter& p, bool mirror);
+  int add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror);
   std::vector<ParamSpec> specs_;
   std::vector<ParamUnit> units_;
   std::unordered_map<std::string, size_t> index_;
+  std::unordered_set<std::string> elsewhere_;  // the model's names other stages hold
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
+  int first_layer_ = 0, end_layer_ = 0;
+  bool whole_ = true;
+  int embed_unit_ = -1, head_unit_ = -1, first_block_unit_ = 0;
 };
 
 // The values of every parameter at initialisation, each by its placement's

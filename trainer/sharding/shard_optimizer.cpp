@@ -16,7 +16,8 @@ ShardOptimizer::ShardOptimizer(Ops& ops, Communicator& world, const ShardGeometr
     append_run(adamw_runs_,
                {full_params ? seg.flat : seg.storage, state, seg.size(), seg.spec->decay});
     // The norm reads only state offsets (param and decay are placeholders).
-    if (owns_replica(seg.spec->split, dp_rank, tp_rank))
+    // A pipeline stage's mirror of wte is counted by the first stage.
+    if (owns_replica(seg.spec->split, dp_rank, tp_rank) && !seg.spec->mirror)
       append_run(norm_runs_, {state, state, seg.size(), true});
   }
   m_ = allocate_floats(ops, moments);

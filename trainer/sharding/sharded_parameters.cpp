@@ -155,6 +155,9 @@ TensorView ShardedParameters::view(float* p, std::initializer_list<int64_t> shap
 }
 
 void ShardedParameters::load_global(const std::string& name, const float* data) {
+  // A pipeline stage is fed every tensor of the model and keeps its own; a
+  // name no stage holds is an error, as at() says.
+  if (!layout_.find(name) && layout_.in_model(name)) return;
   const ParamSpec& spec = layout_.at(name);
   const int64_t gcols = cols_2d(spec.global_shape);
   std::vector<float> box_data;  // one box, contiguous on the host, then one upload
@@ -176,8 +179,9 @@ std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegmen
                                                    bool params, bool moments, bool dedup) {
   std::vector<TensorPiece> out;
   for (const auto& seg : segs) {
-    // Deduplicated: each replica written by its owner only.
-    if (dedup && !owns_replica(seg.spec->split, dp_rank_, tp_rank_)) continue;
+    // Deduplicated: each replica written by its owner only, a pipeline
+    // stage's mirror of wte by the first stage.
+    if (dedup && (!owns_replica(seg.spec->split, dp_rank_, tp_rank_) || seg.spec->mirror)) continue;
     const int64_t at = geom_.fsdp() == 1 ? seg.flat : seg.storage;
     for (const auto& b : segment_boxes(layout_, *seg.spec, seg.local_begin, seg.local_end)) {
       const TensorBox box{b.row0, b.rows, b.col0, b.cols};

@@ -32,6 +32,10 @@
 //   dp > 1 with fsdp > 1 (HSDP): the reduced shards are all-reduced over dp.
 //   bf16 runs with whole parameters add their bf16 copy (T/2 in fp32 terms),
 //   written by AdamW in the same pass, and the model casts no weight.
+// On a pipeline stage's layout (ParameterLayout's StageSpan) all of this
+// holds within the stage, except stage 3, refused for now; the grad norm
+// skips the mirror of wte (counted by the first stage), so its world-wide
+// sum is the whole model's.
 // Under tensor parallelism the gradients of parameters marked tp_partial_grad
 // (LayerNorms, wpe) are all-reduced over tp before the data-axis reduction.
 //
@@ -114,10 +118,14 @@ class ShardedParameters final : public ParameterStore {
   StepOutcome step_outcome();
 
   // Copies this rank's part of a global parameter (the whole tensor of
-  // `global.global_shape`, as for_each_initial_parameter gives it).
+  // `global.global_shape`, as for_each_initial_parameter gives it). On a
+  // pipeline stage's layout a parameter of another stage is skipped (every
+  // stage can be fed every tensor); one of no stage throws.
   void load_global(const std::string& name, const float* data);
   // Checkpoint pieces: what this rank writes (its own, deduplicated across
-  // replicas) and what it reads (everything it stores). Their data is host
+  // replicas; never a pipeline stage's mirror of wte) and what it reads
+  // (everything it stores, the mirror included: it reads the first stage's
+  // wte and, kept equal by the executor, its moments). Their data is host
   // memory: on a device backend a host copy (downloaded for saving), valid
   // until the next call; after reading into pieces_to_load()'s pieces call
   // finish_load(), which uploads them (nothing to do on a host backend).

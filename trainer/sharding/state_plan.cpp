@@ -11,13 +11,16 @@ UnitSizes unit_sizes(const ParameterLayout& layout, int fsdp) {
   const auto& units = layout.units();
   UnitSizes z;
   z.total = layout.total();
-  z.embed = units.front().size();
-  z.head = units.back().size();
+  // A pipeline stage may hold no embedding or head (size 0: an empty slot).
+  const int embed = layout.embed_unit(), head = layout.head_unit();
+  if (embed >= 0) z.embed = units[static_cast<size_t>(embed)].size();
+  if (head >= 0) z.head = units[static_cast<size_t>(head)].size();
   for (size_t u = 0; u < units.size(); ++u) {
     GT_CHECK(units[u].size() % fsdp == 0, "unit ", units[u].name, " of ", units[u].size(),
              " floats does not split into fsdp=", fsdp, " shards");
     z.shard_total += units[u].size() / fsdp;
-    if (u > 0 && u + 1 < units.size()) z.block = std::max(z.block, units[u].size());
+    const int unit = static_cast<int>(u);
+    if (unit != embed && unit != head) z.block = std::max(z.block, units[u].size());
   }
   return z;
 }

@@ -40,11 +40,12 @@ UnitSizes unit_sizes(const ParameterLayout& layout, int fsdp);
 // blocks (one in use, one being gathered or reduced).
 enum UnitSlot { kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2, kUnitSlots = 4 };
 // The slot unit `unit` uses: its own for the embedding and the head,
-// alternating block slots for the blocks (the one in use, the next).
+// alternating block slots for the blocks (the one in use, the next). On a
+// pipeline stage the embedding's slot holds its unit or its mirror.
 inline int unit_slot(const ParameterLayout& layout, int unit) {
   if (unit == layout.embed_unit()) return kEmbedSlot;
   if (unit == layout.head_unit()) return kHeadSlot;
-  return kBlockSlot + (unit - 1) % 2;
+  return kBlockSlot + (unit - layout.block_unit(layout.first_layer())) % 2;
 }
 
 struct ShardedStatePlan {

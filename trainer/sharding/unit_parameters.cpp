@@ -125,6 +125,12 @@ std::unique_ptr<UnitParameters> make_unit_parameters(const ParameterLayout& layo
                                                      const Buffer& params, Ops& ops,
                                                      Communicator& fsdp) {
   if (plan.full_params) return std::make_unique<WholeParameters>(layout, params);
+  // The prefetch order below (embed, blocks, head; then back) is the whole
+  // model's; a pipeline stage's order is left for the pipeline executor.
+  if (!layout.whole_model())
+    fail(
+        "parallel.fsdp_stage=3 is not supported with parallel.pp > 1 yet (the stage-3 "
+        "prefetch assumes the whole model's units); use parallel.fsdp_stage=1 or 2");
   return std::make_unique<GatheredParameters>(layout, geom, plan, params, ops, fsdp);
 }
 
