@@ -43,15 +43,18 @@ const char* kUsage =
     "                                                          train (see configs/default.yaml)\n"
     "  trainer sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]\n"
     "                 [--top-k K] [--seed S]                     generate text (byte tokenizer)\n"
-    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF weights (GPT-2 or Llama)\n"
+    "  trainer export --checkpoint DIR --out FILE.safetensors   export HF weights (GPT-2 or "
+    "Llama)\n"
     "  trainer bench [--config FILE] [--out FILE.json]          measure GEMM, memory and\n"
     "                                                          collective peaks (README "
     "Profiling)\n"
     "  trainer plan --config FILE --hardware FILE --gpus N[,N...] [--nodes N[,N...]]\n"
     "               [--micro-batch B[,B...]] [--peaks BENCH.json] [--json FILE|-]\n"
-    "               [--baseline-mib MIB]     predict memory and step time (MIB: the\n"
+    "               [--baseline-mib MIB] [--top N]\n"
+    "                                        predict memory and step time (MIB: the\n"
     "                                        measured per-process baseline, instead of\n"
-    "                                        the hardware file's baseline_mib)\n"
+    "                                        the hardware file's baseline_mib; N: the\n"
+    "                                        best N layouts of each table only)\n"
     "  trainer costs --config FILE --hardware FILE [--peaks BENCH.json] [--json FILE|-]\n"
     "                [section.key=value ...]   every op of one CUDA step: FLOPs, bytes, floor\n";
 
@@ -232,7 +235,7 @@ int main(int argc, char** argv) {
     Args a = parse_args(
         argc, argv,
         {"config", "checkpoint", "out", "prompt", "tokens", "temperature", "top-k", "seed", "peaks",
-         "hardware", "gpus", "nodes", "micro-batch", "json", "baseline-mib"});
+         "hardware", "gpus", "nodes", "micro-batch", "json", "baseline-mib", "top"});
     if (a.command == "help") {
       std::cout << kUsage;
       return 0;
@@ -247,7 +250,8 @@ int main(int argc, char** argv) {
     if (a.command == "plan")
       return gt::run_plan_command({a.flag("config"), a.flag("hardware"), a.flag("gpus"),
                                    a.flag("nodes"), a.flag("micro-batch"), a.flag("peaks"),
-                                   a.flag("json"), a.flag("baseline-mib"), a.overrides});
+                                   a.flag("json"), a.flag("baseline-mib"), a.flag("top"),
+                                   a.overrides});
     if (a.command == "costs")
       return gt::run_costs_command(
           {a.flag("config"), a.flag("hardware"), a.flag("peaks"), a.flag("json"), a.overrides});

@@ -625,6 +625,33 @@ TEST(PlanCommand, CliPrintsTheTableAndTheParagraphOrJson) {
   EXPECT_NE(out.find("does not split evenly"), std::string::npos) << out;
 }
 
+// --top N prints the N best rows of each table and counts the rest; the
+// JSON keeps every layout; a bad count is named.
+TEST(PlanCommand, TopPrintsTheBestRowsAndCountsTheRest) {
+  const std::string bin = GT_TRAINER_BIN, src = GT_SOURCE_DIR;
+  const std::string base = bin + " plan --config " + src + "/configs/gpt2_1.5b.yaml --hardware " +
+                           src + "/configs/hardware/h100.yaml --gpus 64";
+  std::string all, top;
+  ASSERT_EQ(run_command(base + " --json - 2>/dev/null", &all), 0) << all;
+  const nlohmann::json j = nlohmann::json::parse(all);
+  size_t fit = 0, too_big = 0;
+  for (const auto& l : j[0]["layouts"]) {
+    if (l.contains("invalid")) continue;
+    ++(l["fits"].get<bool>() ? fit : too_big);
+  }
+  ASSERT_GT(fit, 3u);
+  ASSERT_EQ(run_command(base + " --top 3", &top), 0) << top;
+  EXPECT_NE(top.find("\n   3 "), std::string::npos) << top;  // the third ranked row
+  EXPECT_EQ(top.find("\n   4 "), std::string::npos) << top;
+  EXPECT_NE(top.find("(" + std::to_string(fit - 3) + " more layouts that fit and " +
+                     std::to_string(too_big) + " that do not: --top 0 lists every one)"),
+            std::string::npos)
+      << top;
+  EXPECT_NE(top.find("the planner picks"), std::string::npos) << top;
+  EXPECT_EQ(run_command(base + " --top 2,3", &top), 1);
+  EXPECT_NE(top.find("--top 2,3: expected a number of layouts >= 0"), std::string::npos) << top;
+}
+
 // A Llama config plans from the command line: its family and widths head
 // the table and the JSON.
 TEST(PlanCommand, LlamaConfigPlans) {

@@ -57,6 +57,18 @@ int run_plan_command(const PlanArgs& a) {
   }
   const std::vector<int> mbs =
       a.micro_batch.empty() ? std::vector<int>{} : parse_int_list(a.micro_batch, "micro-batch");
+  // --top: one count of layouts; 0 (or absent) lists every one.
+  int top = 0;
+  if (!a.top.empty()) {
+    size_t used = 0;
+    try {
+      top = std::stoi(a.top, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != a.top.size() || top < 0)
+      fail("--top ", a.top, ": expected a number of layouts >= 0 (0 lists every one)");
+  }
 
   nlohmann::json all = nlohmann::json::array();
   std::ostringstream text;
@@ -84,7 +96,7 @@ int run_plan_command(const PlanArgs& a) {
       c.devices_per_node = hw.gpus_per_node;
     }
     const Plan plan = make_plan(cfg, hw, c, mbs);
-    text << "\n" << format_plan(plan, cfg, hw);
+    text << "\n" << format_plan(plan, cfg, hw, top);
     all.push_back(plan_json(plan, cfg, hw));
   }
   print_report(text.str(), all, a.json);

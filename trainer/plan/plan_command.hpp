@@ -4,7 +4,8 @@
 //
 //   trainer plan --config FILE --hardware FILE --gpus 8,64,512 [--nodes 1,8,64]
 //                [--micro-batch 1,2,4] [--peaks bench.json] [--json FILE|-]
-//                [section.key=value ...]
+//                [--top N] [section.key=value ...]
+// --top N prints only the N best layouts of each table (the JSON has every one).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@ namespace gt {
 struct PlanArgs {
   std::string config, hardware, gpus, nodes, micro_batch, peaks, json;
   std::string baseline_mib;  // "" = the hardware file's baseline_mib
+  std::string top;           // "" or "0" = every layout in the text tables
   std::vector<std::string> overrides;
 };
 

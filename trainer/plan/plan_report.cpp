@@ -62,7 +62,7 @@ void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, b
 
 }  // namespace
 
-std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec& hw) {
+std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec& hw, int top) {
   std::ostringstream os;
   const PlanCluster& c = plan.cluster;
   os << "== " << c.devices << " x " << hw.name << ", " << c.nodes() << " node(s) of "
@@ -82,8 +82,17 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
   os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms "
         "bubble   tokens/s    MFU\n";
   int k = 0;
-  for (const auto& p : plan.ranked) row(os, p, ++k, u, show_mb);
-  for (const auto& p : plan.too_big) row(os, p, 0, u, show_mb);
+  const size_t shown =
+      top > 0 ? std::min(plan.ranked.size(), static_cast<size_t>(top)) : plan.ranked.size();
+  for (size_t i = 0; i < shown; ++i) row(os, plan.ranked[i], ++k, u, show_mb);
+  if (top > 0) {
+    const size_t more = plan.ranked.size() - shown;
+    if (more + plan.too_big.size() > 0)
+      os << "(" << more << " more layout" << (more == 1 ? "" : "s") << " that fit and "
+         << plan.too_big.size() << " that do not: --top 0 lists every one)\n";
+  } else {
+    for (const auto& p : plan.too_big) row(os, p, 0, u, show_mb);
+  }
   if (!plan.invalid.empty()) {
     // One line per reason: a 25-head model rules out every tp > 1 at every stage.
     std::vector<std::pair<std::string, int>> reasons;

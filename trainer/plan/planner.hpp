@@ -99,7 +99,8 @@ Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& clu
                const std::vector<int>& micro_batches);
 
 // The table and the paragraph, for a terminal.
-std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec& hw);
+// top > 0: only the `top` best layouts, then a line counting the others.
+std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec& hw, int top = 0);
 nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec& hw);
 
 }  // namespace gt
