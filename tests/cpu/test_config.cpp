@@ -861,6 +861,50 @@ TEST(Config, LlamaKeyOnGpt2AndBadLlamaValuesNameTheKey) {
                   "model.arch (override 'model.arch=mamba'): expected one of gpt2|llama"));
 }
 
+TEST(Config, LlamaWidthMustBeAMultipleOf16ForTheFusedGemms) {
+  EXPECT_TRUE(has(error_of(kLlama8b, {"model.n_embd=4072", "model.n_head=4", "model.n_kv_head=4"}),
+                  "model.n_embd (override 'model.n_embd=4072'): expected a multiple of 16"));
+}
+
+// parallel.pp and its keys: read, written back, and every impossible
+// combination named with its numbers.
+TEST(Config, PipelineKeysAreReadAndChecked) {
+  const std::string model = kMinimal + "model:\n  n_layer: 4\n";
+  const Config c = parse_config(model, kSource,
+                                {"parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
+                                 "parallel.pp_virtual_stages=2", "parallel.pp_layers=[1, 1, 1, 1]",
+                                 "train.micro_batch=1", "train.global_batch=4"});
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_EQ(c.parallel.pp_schedule, PipeSchedule::interleaved_1f1b);
+  EXPECT_EQ(c.parallel.pp_virtual_stages, 2);
+  EXPECT_EQ(c.parallel.pp_layers, (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_TRUE(has(to_yaml(c), "  pp_layers: [1, 1, 1, 1]"));
+  EXPECT_EQ(parse_config(to_yaml(c), kSource, {}).parallel.pp_layers, c.parallel.pp_layers);
+
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp=0"}), "parallel.pp"));
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp_virtual_stages=2"}),
+                  "parallel.pp_virtual_stages (override 'parallel.pp_virtual_stages=2'): "
+                  "expected 1 with parallel.pp_schedule=1f1b"));
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp=8"}),
+                  "parallel.pp (override 'parallel.pp=8'): expected pp x pp_virtual_stages = 8 x "
+                  "1 = 8 chunks of at least one block each, at most model.n_layer=4"));
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp=2", "parallel.pp_layers=[3, 2]"}),
+                  "parallel.pp_layers (override 'parallel.pp_layers=[3, 2]'): expected 2 block "
+                  "counts >= 1 (pp x pp_virtual_stages = 2 x 1) adding up to model.n_layer=4, got "
+                  "[3, 2]; its 2 entries add up to 5"));
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp=2", "parallel.pp_layers=[4, 0]"}),
+                  "its 2 entries add up to 4"));
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp=2", "parallel.pp_layers=[4]"}),
+                  "its 1 entries add up to 4"));
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp_schedule=zero_bubble"}),
+                  "expected one of gpipe|1f1b|interleaved_1f1b"));
+  EXPECT_TRUE(has(error_of(model, {"parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
+                                   "train.micro_batch=1", "train.global_batch=3"}),
+                  "train.global_batch (override 'train.global_batch=3'): expected micro-batches "
+                  "per step (global_batch / (micro_batch * dp * fsdp) = 3) a multiple of "
+                  "parallel.pp=2 with parallel.pp_schedule=interleaved_1f1b"));
+}
+
 TEST(Config, Bf16IsAcceptedOnEveryDevice) {
   for (const char* device : {"cuda", "auto", "cpu"}) {
     const Config c = parse_config(kMinimal, kSource,

@@ -158,15 +158,11 @@ void validate(const Config& c, const Locations& where) {
       sum += n;
       positive = positive && n >= 1;
     }
-    if (static_cast<int>(p.pp_layers.size()) != chunks || !positive || sum != m.n_layer) {
-      std::string list = "[";
-      for (size_t i = 0; i < p.pp_layers.size(); ++i)
-        list += (i ? ", " : "") + std::to_string(p.pp_layers[i]);
-      bad("parallel.pp_layers", list + "]",
+    if (static_cast<int>(p.pp_layers.size()) != chunks || !positive || sum != m.n_layer)
+      bad("parallel.pp_layers", config_detail::find_field("parallel", "pp_layers")->write(c),
           detail::concat(chunks, " block counts >= 1 (pp x pp_virtual_stages = ", p.pp, " x ",
                          p.pp_virtual_stages, ") adding up to model.n_layer=", m.n_layer),
           detail::concat("its ", p.pp_layers.size(), " entries add up to ", sum));
-    }
   }
 
   const TrainConfig& t = c.train;
