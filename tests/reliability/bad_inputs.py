@@ -108,6 +108,10 @@ def bad_launch(runner):
            ["train.global_batch", "4 * 2 * 1 = 8"])
     b.case("seq_len_over_block_size", ["--config", good, "train.seq_len=32"],
            ["train.seq_len", "model.block_size=16"])
+    # A valid pipeline layout the trainer cannot run yet: refused on every
+    # rank before the mesh, by name.
+    b.case("pipeline_not_trainable_yet", ["--config", good, "parallel.dp=1", "parallel.pp=2"],
+           ["parallel.pp=2", "training with pipeline stages is not implemented yet"])
     if runner.cuda_build:
         b.case("cuda_without_a_visible_gpu", ["--config", good, "runtime.device=cuda"],
                ["runtime.device=cuda", "expected a visible CUDA device, got none"],

@@ -32,9 +32,9 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
   // The same on every rank, before the mesh: every rank stops here together.
   if (cfg.parallel.pp > 1)
     fail("parallel.pp=", cfg.parallel.pp, " (", cfg.source,
-         "): training with pipeline stages is not implemented yet (its schedules, mesh axis "
-         "and config are; the executor that runs them is not): train with parallel.pp=1, or "
-         "plan pp layouts with `trainer plan`");
+         "): training with pipeline stages is not implemented yet (the mesh axis, config, "
+         "schedules, model stages and stage state exist; the executor that runs them across "
+         "ranks does not): train with parallel.pp=1, or plan pp layouts with `trainer plan`");
   // The mesh is the one collective of start-up: every rank reaches it (the
   // check above is the same everywhere) before anything rank-local can fail.
   run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
