@@ -1,52 +1,23 @@
-// The models and inputs the planner tests share: tests/layouts/layout_matrix.py's
-// GPT-2 and Llama (MODELS) and TRAIN, the repository's configs and hardware
-// files.
+// What the planner's CPU tests share: the layout matrix's models
+// (layout_matrix_models.hpp) and this repository's configs and hardware
+// files (GT_SOURCE_DIR, the gt_tests build's).
 #pragma once
 
 #include <string>
 
+#include "layout_matrix_models.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/plan/hardware.hpp"
 
 namespace gt::test {
 
-// layout_matrix.py's MODELS["gpt2"].
-inline ModelConfig matrix_model() {
-  ModelConfig m;
-  m.n_layer = 3;
-  m.n_head = 4;
-  m.n_embd = 32;
-  m.vocab_size = 256;
-  m.block_size = 16;
-  return m;
-}
-
-// layout_matrix.py's MODELS["llama"]: 8 query heads sharing 4 key/value
-// heads of 4 features (Q = 32, K = 16), MLP 64, an untied head.
-inline ModelConfig matrix_llama() {
-  ModelConfig m = matrix_model();
-  m.arch = ModelArch::llama;
-  m.n_head = 8;
-  m.n_kv_head = 4;
-  m.ffn_hidden = 64;
-  m.rope_theta = 10000.0;
-  return m;
-}
-
-// layout_matrix.py's TRAIN at micro-batch `micro`.
-inline TrainConfig matrix_train(int micro) {
-  TrainConfig t;
-  t.seq_len = 16;
-  t.global_batch = 8;
-  t.micro_batch = micro;
-  return t;
-}
-
-inline Config repo_config(const std::string& name) {
+// configs/<name>.yaml and configs/hardware/<name>.yaml of this repository.
+inline Config config(const std::string& name) {
   return load_config(std::string(GT_SOURCE_DIR) + "/configs/" + name + ".yaml", {});
 }
+inline Config gpt2_xl() { return config("gpt2_1.5b"); }
 
-inline HardwareSpec repo_hardware(const std::string& name) {
+inline HardwareSpec hardware(const std::string& name) {
   return load_hardware(std::string(GT_SOURCE_DIR) + "/configs/hardware/" + name + ".yaml");
 }
 

@@ -19,12 +19,12 @@
 namespace gt {
 namespace {
 
+using test::config;
+using test::gpt2_xl;
+using test::hardware;
 using test::matrix_llama;
 using test::matrix_model;
 using test::matrix_train;
-Config config(const std::string& name) { return test::repo_config(name); }
-Config gpt2_xl() { return config("gpt2_1.5b"); }
-HardwareSpec hardware(const std::string& name) { return test::repo_hardware(name); }
 
 // The activation plan splits into what a block keeps
 // per micro-batch, the embedding's, the head's and the rest, and the parts

@@ -29,12 +29,12 @@ namespace {
 using test::error_message;
 using test::run_command;
 
+using test::config;
+using test::gpt2_xl;
+using test::hardware;
 using test::matrix_llama;
 using test::matrix_model;
 using test::matrix_train;
-Config config(const std::string& name) { return test::repo_config(name); }
-Config gpt2_xl() { return config("gpt2_1.5b"); }
-HardwareSpec hardware(const std::string& name) { return test::repo_hardware(name); }
 
 TEST(PlanMemory, StateBytesByHandForTheMatrixModel) {
   // Units of one tp rank as layout_matrix.unit_sizes pads them: embed 8704,

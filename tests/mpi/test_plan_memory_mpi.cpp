@@ -4,6 +4,7 @@
 // bytes GPT::allocate and Llama::allocate took for their activations, with
 // tp_overlap on and off and every train.recompute mode.
 #include "kernels/cpu/cpu_ops.hpp"
+#include "layout_matrix_models.hpp"
 #include "mpi_test_util.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/model/make_model.hpp"
@@ -14,12 +15,7 @@ namespace gt::test {
 namespace {
 
 std::vector<ModelConfig> models() {
-  ModelConfig a;  // tests/layouts/layout_matrix.py's model
-  a.n_layer = 3;
-  a.n_head = 4;
-  a.n_embd = 32;
-  a.vocab_size = 256;
-  a.block_size = 16;
+  const ModelConfig a = matrix_model();  // tests/layouts/layout_matrix.py's model
   ModelConfig b;  // odd sizes: padding to 16 floats and to fsdp both matter
   b.n_layer = 2;
   b.n_head = 4;
@@ -35,16 +31,7 @@ std::vector<ModelConfig> models() {
 // attention, and odd widths that make padding matter; one with a single
 // block and a tied head.
 std::vector<ModelConfig> llama_models() {
-  ModelConfig a;  // tests/layouts/layout_matrix.py's LLAMA_MODEL
-  a.arch = ModelArch::llama;
-  a.n_layer = 3;
-  a.n_head = 8;
-  a.n_kv_head = 4;
-  a.n_embd = 32;
-  a.ffn_hidden = 64;
-  a.vocab_size = 256;
-  a.block_size = 16;
-  a.rope_theta = 10000.0;
+  const ModelConfig a = matrix_llama();  // tests/layouts/layout_matrix.py's MODELS["llama"]
   ModelConfig b = a;
   b.n_layer = 2;
   b.n_head = 4;

@@ -319,6 +319,16 @@ CausalLM::StageBoundary CausalLM::stage_boundary(int B, int T) {
   return b;
 }
 
+CausalLM::StageBoundary CausalLM::residual_boundary(const Buffer& encoded, const LayerBuffer& res3,
+                                                    const Buffer& dresidual, int B, int T) {
+  const int64_t Rl = int64_t(B) * T / shards_, C = cfg_.n_embd;
+  StageBoundary b;
+  b.input = aview(encoded, {Rl, C});
+  b.output = layer_act(res3, end_layer_ - 1, {Rl, C});
+  b.output_grad = b.input_grad = view(dresidual.f32(), {Rl, C});
+  return b;
+}
+
 void CausalLM::backward() {
   GT_CHECK(backward_ready_, "backward() needs a forward() with targets and grad_scale > 0");
   backward_ready_ = false;

@@ -169,6 +169,11 @@ class CausalLM {
   // The family's buffers behind stage_boundary (the base empties those a
   // stage does not have).
   virtual StageBoundary boundary_views(int B, int T) = 0;
+  // The boundaries as every family keeps them: the input in `encoded` (where
+  // the first stage embeds), the output in `res3`'s slot of the stage's last
+  // block, both gradients in the residual stream's fp32 gradient.
+  StageBoundary residual_boundary(const Buffer& encoded, const LayerBuffer& res3,
+                                  const Buffer& dresidual, int B, int T);
   // Whether a forward prepares backward: grad_scale > 0 with targets, or on
   // a stage before the last (whose gradient comes from the next stage).
   bool wants_backward(const int32_t* targets, float grad_scale) const {

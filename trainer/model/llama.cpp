@@ -263,12 +263,7 @@ void Llama::run_backward() {
 }
 
 CausalLM::StageBoundary Llama::boundary_views(int B, int T) {
-  const int64_t Rl = int64_t(B) * T / shards_, C = cfg_.n_embd;
-  StageBoundary b;
-  b.input = aview(acts_.encoded, {Rl, C});
-  b.output = layer_act(acts_.res3, end_layer_ - 1, {Rl, C});
-  b.output_grad = b.input_grad = view(dacts_.dresidual.f32(), {Rl, C});
-  return b;
+  return residual_boundary(acts_.encoded, acts_.res3, dacts_.dresidual, B, T);
 }
 
 int64_t Llama::activation_bytes() const {
