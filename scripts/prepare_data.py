@@ -65,6 +65,24 @@ def _u32_typecode():
     return "I" if array.array("I").itemsize == 4 else "L"
 
 
+def write_atomic(path, chunks):
+    """Writes the byte strings `chunks` to `path` through a temporary file
+    renamed over it once synced: a reader never sees half a file, and a
+    failure leaves no temporary behind."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 def write_shard(path, tokens, vocab=0):
     """Writes `tokens` as an llm.c shard, atomically: uint16 when `vocab`
     (the tokenizer's size, recorded in header int 3; 0 = unknown) is at most
@@ -81,18 +99,7 @@ def write_shard(path, tokens, vocab=0):
     header = [0] * HEADER_INTS
     header[0], header[1] = (MAGIC_U32, VERSION_U32) if wide else (MAGIC, VERSION)
     header[2], header[3] = len(toks), vocab
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack(f"<{HEADER_INTS}i", *header))
-            f.write(toks.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    write_atomic(path, [struct.pack(f"<{HEADER_INTS}i", *header), toks.tobytes()])
 
 
 def read_shard(path):

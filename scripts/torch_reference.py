@@ -81,18 +81,7 @@ def write_safetensors(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
     hjson += b" " * (-len(hjson) % 8)  # the data section starts 8-aligned
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(hjson)))
-            f.write(hjson)
-            for blob in blobs:
-                f.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    prepare_data.write_atomic(path, [struct.pack("<Q", len(hjson)), hjson, *blobs])
 
 
 def read_safetensors(path):
