@@ -419,12 +419,14 @@ tests_bin="$exe_dir/gt_cuda_tests"
 # A rehearsal keeps 124M's vocabulary and step count and shrinks the rest,
 # for the cost table and the training runs alike (so their op names match).
 shrink=()
-shrink_llama=(model.n_layer=4 train.seq_len=2048 train.micro_batch=4 train.global_batch=4)
+# The Llama run's size: Llama 3 8B's layers, 4 of them, at T=2048 on the
+# GPU; a rehearsal shrinks it like the GPT-2 runs.
+llama_size=(model.n_layer=4 train.seq_len=2048 train.micro_batch=4 train.global_batch=4)
 [[ $mode == rehearse ]] && shrink=(model.n_layer=2 model.n_head=4 model.n_embd=128
                                    train.seq_len=64 train.micro_batch=1 train.global_batch=1)
-[[ $mode == rehearse ]] && shrink_llama=(model.n_layer=2 model.n_head=4 model.n_kv_head=2
-                                         model.n_embd=128 model.ffn_hidden=256
-                                         train.seq_len=64 train.micro_batch=1 train.global_batch=1)
+[[ $mode == rehearse ]] && llama_size=(model.n_layer=2 model.n_head=4 model.n_kv_head=2
+                                       model.n_embd=128 model.ffn_hidden=256
+                                       train.seq_len=64 train.micro_batch=1 train.global_batch=1)
 # The cost table needs the trainer, not a GPU: it runs in --trial too.
 if [[ -n "$exe_dir" ]]; then
   # Twice: the SIMT attention (costs.json) and the tensor-core one
@@ -519,7 +521,7 @@ PY
     "data.train=$logs/data/llama_random/train_*.bin" data.val=[] train.steps=10 \
     train.warmup_steps=2 train.recompute=none train.eval_every=0 checkpoint.final=false \
     "profile.hardware=$root/configs/hardware/h200.yaml" profile.every=0 \
-    "log.dir=$logs/train_llama" "${shrink_llama[@]}"
+    "log.dir=$logs/train_llama" "${llama_size[@]}"
 
   for dt in fp32 bf16; do
     if ! have_torch; then skip "pytorch-$dt" "no python3 with torch"; continue; fi
