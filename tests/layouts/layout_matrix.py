@@ -90,6 +90,27 @@ LAYOUTS = {
     # tp collectives inside backward (with FSDP: tests/mpi/test_recompute_mpi.cpp).
     "tp2_recompute_block": (1, 1, 2, 3, "block"),
 }
+# Pipeline layouts, on the family's model with PP_LAYERS blocks (the
+# one-rank reference too): name -> Pipe. Each runs with PP_MICRO_BATCHES
+# micro-batches per step on each data rank (interleaved: multiples of pp).
+class Pipe:
+    def __init__(self, pp, schedule, dp=1, fsdp=1, tp=1, stage=2, v=1, layers=None):
+        self.pp, self.schedule, self.dp, self.fsdp, self.tp = pp, schedule, dp, fsdp, tp
+        self.stage, self.v = stage, v
+        # blocks per chunk, given (the default split is tests/cpu's to check)
+        self.layers = layers or [PP_LAYERS // (pp * v)] * (pp * v)
+
+
+PP_LAYERS = 4
+PP_LAYOUTS = {
+    "pp2_gpipe": Pipe(2, "gpipe"), "pp2_1f1b": Pipe(2, "1f1b"),
+    "pp4_gpipe": Pipe(4, "gpipe"), "pp4_1f1b": Pipe(4, "1f1b"),
+    "pp2_dp2_1f1b": Pipe(2, "1f1b", dp=2), "pp2_tp2_1f1b": Pipe(2, "1f1b", tp=2),
+    "pp2_fsdp2_stage2_1f1b": Pipe(2, "1f1b", fsdp=2, stage=2),
+    "pp2_dp2_gpipe": Pipe(2, "gpipe", dp=2),
+}
+PP_MICRO_BATCHES = (1, 4)
+
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
 BF16_TOL = 2e-3        # losses and grad norms
@@ -284,7 +305,7 @@ def unit_sizes(tp, fsdp):
 
 
 def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
-                   reduce_dtype="fp32"):
+                   reduce_dtype="fp32", pipe=None):
     """Bytes one rank sends per optimizer step on each axis (ring volumes).
     Recomputation repeats per block c_fc's all-gather (mlp), and c_attn's
     all-gather and attn.c_proj's reduce-scatter too (block). In bf16 the
@@ -293,25 +314,46 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
     elements; reduce-scatters sum in fp32 and the backward's gathers move
     the fp32 residual-stream gradient. reduce_dtype bf16: the gradients'
     reduce-scatters (fsdp) and all-reduces (dp) at 2 bytes an element; the
-    parameters' all-gathers stay fp32."""
+    parameters' all-gathers stay fp32.
+    pipe (a Pipe): the bytes of rank 0, pipeline rank 0: its chunks' blocks
+    and the embedding, no head; on pp, each micro-batch's residual stream
+    (R/tp rows, activations' dtype) sent on from every chunk, its fp32
+    gradient sent back from every chunk after the first, the tied
+    embedding's gradient sum with the last stage (its owned shard of the
+    embed unit), and the loss shared over pp (an 8-byte all-reduce)."""
     L, C, P = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
     A = TRAIN["global_batch"] // (micro * dp * fsdp)
     embed, block, head = unit_sizes(tp, fsdp)
+    has_head = pipe is None
+    if pipe is not None:
+        L = sum(pipe.layers[c * pipe.pp] for c in range(pipe.v))
+        head = 0
     total = embed + L * block + head
     out = {"dp": 0.0, "fsdp": 0.0, "tp": 0.0}
+    if pipe is not None:
+        R = micro * TRAIN["seq_len"]
+        boundary = R // tp * C
+        act = 2 if dtype == "bf16" else 4
+        tied = MODEL.get("arch") != "llama" or MODEL.get("tie_embeddings", True)
+        out["pp"] = (A * pipe.v * boundary * act + A * (pipe.v - 1) * boundary * 4 +
+                     (embed // fsdp * 4 if tied else 0) +
+                     2 * (pipe.pp - 1) / pipe.pp * 8)
     if tp > 1:
         R = micro * TRAIN["seq_len"]
         chunk = R // tp * C * 4
         again = {"none": 0, "mlp": 1, "block": 3}[recompute] * L
-        per_micro = (8 * L + 4 + again) * (tp - 1) * chunk  # AG/RS of the sequence shards
+        # AG/RS of the sequence shards: 8 per block, 2 for the embedding's
+        # and 2 for the LM head's (its stage's).
+        per_micro = (8 * L + 2 + 2 * has_head + again) * (tp - 1) * chunk
         if dtype == "bf16":
-            bf16_gathers = 2 * L + 1 + {"none": 0, "mlp": 1, "block": 2}[recompute] * L
+            bf16_gathers = 2 * L + has_head + {"none": 0, "mlp": 1, "block": 2}[recompute] * L
             per_micro -= bf16_gathers * (tp - 1) * chunk / 2
-        per_micro += 2 * (tp - 1) / tp * 3 * R * 4          # vocab-parallel cross-entropy
+        if has_head:
+            per_micro += 2 * (tp - 1) / tp * 3 * R * 4      # vocab-parallel cross-entropy
         if MODEL.get("arch") == "llama":
-            partial = 2 * C * L + C                          # the RMSNorms' weights
+            partial = 2 * C * L + C * has_head               # the RMSNorms' weights
         else:
-            partial = 4 * C * L + P * C + 2 * C              # LayerNorms, wpe, ln_f
+            partial = 4 * C * L + P * C + 2 * C * has_head   # LayerNorms, wpe, ln_f
         reductions = A if (fsdp > 1 and stage >= 2) else 1
         out["tp"] = A * per_micro + reductions * 2 * (tp - 1) / tp * 4 * partial
     grad = 2 if reduce_dtype == "bf16" else 4
@@ -330,9 +372,9 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
 
 
 def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
-                reduce_dtype="fp32"):
+                reduce_dtype="fp32", pipe=None):
     fails = []
-    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype, reduce_dtype)
+    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype, reduce_dtype, pipe)
     for step, rec in sorted(read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
         got = rec["comm_bytes"]
         for axis, w in want.items():
@@ -369,6 +411,69 @@ def run_layout(runner, name):
             print(f"{'FAIL' if f else 'ok  '} {label}: {world} ranks, {took:.1f} s, "
                   f"max param diff {worst:.1e}")
             fails += f
+    return fails
+
+
+def run_pp_layout(runner, name):
+    """A pipeline layout against one rank with the same blocks (fp32). In
+    bf16 (either dtype) against the same dp x fsdp x tp layout without
+    stages (itself checked against one rank above), at the bf16 tolerances:
+    the grad norm is summed in another order over the stages, its clip
+    factor differs in the last bits, and bf16 storage turns that into whole
+    bf16 steps as it does between any two layouts (GPT-2 stays within 1e-7
+    of the layout without stages, Llama's untied head drifts to 1e-3 in 10
+    steps). With reduce_dtype=bf16 a tied wte's gradient is also rounded to
+    bf16 in two halves (the embedding's on the first stage, the head's on the
+    last) before they are summed in fp32."""
+    pipe = PP_LAYOUTS[name]
+    D = pipe.dp * pipe.fsdp
+    world = pipe.pp * D * pipe.tp
+    model = {"model.n_layer": PP_LAYERS}
+    bf16 = runner.dtype == "bf16" or runner.reduce_dtype == "bf16"
+    tag = (" bf16" if runner.dtype == "bf16" else "") + (
+        " reduce_dtype=bf16" if runner.reduce_dtype == "bf16" else "")
+    fails = []
+    for m in PP_MICRO_BATCHES:
+        if pipe.schedule == "interleaved_1f1b" and m % pipe.pp:
+            m = pipe.pp
+        micro = TRAIN["global_batch"] // (D * m)
+        if bf16:
+            ref_dir, ref_cfg = runner.config(f"ref_{name}_m{m}", pipe.dp, pipe.fsdp, pipe.tp,
+                                             pipe.stage, micro, extra=model)
+            runner.run(D * pipe.tp, ref_cfg)
+        else:
+            ref_dir, ref_cfg = runner.config(f"ref_pp_m{m}", micro=TRAIN["global_batch"] // m,
+                                             extra=model)
+            runner.run(1, ref_cfg)
+        extra = dict(model, **{"parallel.pp": pipe.pp, "parallel.pp_schedule": pipe.schedule,
+                               "parallel.pp_virtual_stages": pipe.v,
+                               "parallel.pp_layers": pipe.layers})
+        label = f"{name}{tag} micro-batches={m}"
+        run_dir, cfg = runner.config(name, pipe.dp, pipe.fsdp, pipe.tp, pipe.stage, micro,
+                                     extra=extra)
+        _, took = runner.run(world, cfg)
+        tols = (dict(loss_rtol=BF16_TOL, norm_rtol=BF16_TOL,
+                     param_tol=BF16_PARAM_TOL[MODEL.get("arch", "gpt2")], skip_key_bias=True,
+                     rms_tol=BF16_RMS_TOL) if bf16 else {})
+        f, worst = compare_runs(label, ref_dir, run_dir, **tols)
+        f += check_bytes(label, run_dir, pipe.dp, pipe.fsdp, pipe.tp, pipe.stage, micro,
+                         dtype=runner.dtype, reduce_dtype=runner.reduce_dtype, pipe=pipe)
+        f += check_bubble(label, run_dir)
+        against = "the same layout without pp" if bf16 else "one rank"
+        print(f"{'FAIL' if f else 'ok  '} {label}: {world} ranks, {took:.1f} s, "
+              f"max param diff {worst:.1e} against {against}")
+        fails += f
+    return fails
+
+
+def check_bubble(label, run_dir):
+    """Every step of a pipeline run reports its bubble, a fraction of the step."""
+    fails = []
+    for step, rec in sorted(read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
+        b = rec.get("bubble_fraction")
+        if b is None or not 0 <= b <= 1 or rec.get("pipeline_wait_ms") is None:
+            fails.append(f"{label}: step {step} bubble_fraction {b}, pipeline_wait_ms "
+                         f"{rec.get('pipeline_wait_ms')}")
     return fails
 
 
@@ -445,7 +550,8 @@ def check_rank_failure(runner):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--layout", action="append", default=[], choices=sorted(LAYOUTS))
+    ap.add_argument("--layout", action="append", default=[],
+                    choices=sorted(LAYOUTS) + sorted(PP_LAYOUTS))
     ap.add_argument("--check", action="append", default=[], choices=("reshard", "failure"))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
@@ -459,10 +565,10 @@ def main():
     global MODEL
     MODEL = MODELS[args.arch]
     if args.list:
-        print("\n".join(sorted(LAYOUTS)))
+        print("\n".join(sorted(LAYOUTS) + sorted(PP_LAYOUTS)))
         return 0
     if not args.layout and not args.check:
-        args.layout = sorted(LAYOUTS)
+        args.layout = sorted(LAYOUTS) + sorted(PP_LAYOUTS)
     work = tempfile.mkdtemp(prefix="gt_layouts_")
     if (args.dtype == "bf16" or args.reduce_dtype == "bf16") and args.check:
         sys.exit("error: --dtype/--reduce-dtype bf16 apply to --layout runs; the checks run in "
@@ -471,7 +577,7 @@ def main():
     fails = []
     try:
         for name in args.layout:
-            fails += run_layout(runner, name)
+            fails += run_pp_layout(runner, name) if name in PP_LAYOUTS else run_layout(runner, name)
         if "reshard" in args.check:
             fails += check_reshard(runner)
         if "failure" in args.check:

@@ -108,10 +108,13 @@ def bad_launch(runner):
            ["train.global_batch", "4 * 2 * 1 = 8"])
     b.case("seq_len_over_block_size", ["--config", good, "train.seq_len=32"],
            ["train.seq_len", "model.block_size=16"])
-    # A valid pipeline layout the trainer cannot run yet: refused on every
-    # rank before the mesh, by name.
-    b.case("pipeline_not_trainable_yet", ["--config", good, "parallel.dp=1", "parallel.pp=2"],
-           ["parallel.pp=2", "training with pipeline stages is not implemented yet"])
+    # An interleaved pipeline whose step has fewer micro-batches than stages
+    # (it sends them through each chunk in groups of pp): refused by name.
+    b.case("pipeline_micro_batches_not_in_groups",
+           ["--config", good, "parallel.dp=1", "parallel.pp=2", "model.n_layer=4",
+            "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_virtual_stages=2",
+            "train.micro_batch=8"],
+           ["train.global_batch", "a multiple of parallel.pp=2"])
     if runner.cuda_build:
         b.case("cuda_without_a_visible_gpu", ["--config", good, "runtime.device=cuda"],
                ["runtime.device=cuda", "expected a visible CUDA device, got none"],

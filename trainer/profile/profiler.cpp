@@ -16,6 +16,8 @@ namespace gt {
 namespace {
 constexpr int kComputeTid = 1;
 constexpr int kFirstCommTid = 2;
+// The pipeline schedule's blocks sort after the comm tracks.
+constexpr int kPipelineTid = 1000;
 
 double seconds_between(OpTimer::Clock::time_point a, OpTimer::Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -195,6 +197,15 @@ void Profiler::on_complete(uint64_t token, const CommOp& op, Clock::time_point t
   }
 }
 
+void Profiler::record_block(const std::string& name, Clock::time_point begin,
+                            Clock::time_point end) {
+  if (!recording_ || !trace_) return;
+  has_pipeline_blocks_ = true;
+  events_.push_back({name, "pipeline", 'X', kPipelineTid, us(begin),
+                     std::chrono::duration<double, std::micro>(end - begin).count(), 0, -1, -1,
+                     ""});
+}
+
 nlohmann::json Profiler::trace_json() const {
   using nlohmann::json;
   json ev = json::array();
@@ -208,6 +219,10 @@ nlohmann::json Profiler::trace_json() const {
   for (const auto& [axis, tid] : comm_tids_) {
     meta("thread_name", tid, {{"name", "comm " + axis}});
     meta("thread_sort_index", tid, {{"sort_index", tid}});
+  }
+  if (has_pipeline_blocks_) {
+    meta("thread_name", kPipelineTid, {{"name", "pipeline schedule"}});
+    meta("thread_sort_index", kPipelineTid, {{"sort_index", kPipelineTid}});
   }
   for (const TraceEvent& e : events_) {
     json j = {{"name", e.name}, {"cat", e.cat},   {"ph", std::string(1, e.ph)},

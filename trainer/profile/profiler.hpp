@@ -120,6 +120,11 @@ class Profiler final : public CommObserver, public OpObserver {
 
   const ProfileStats& stats() const { return stats_; }
 
+  // A block of a pipeline schedule ("F3@s1": micro-batch 3's forward on
+  // stage 1, host time) on its own "pipeline schedule" track, in traced
+  // profiled steps only: Perfetto then shows each stage's schedule.
+  void record_block(const std::string& name, Clock::time_point begin, Clock::time_point end);
+
   // Chrome trace event format (Perfetto, chrome://tracing): pid = rank; tid 1
   // "compute" (a "step N" span enclosing one span per op, args: shape, FLOPs,
   // bytes), tid 2.. "comm <axis>" (one span per exposed wait, args: bytes,
@@ -175,6 +180,7 @@ class Profiler final : public CommObserver, public OpObserver {
   std::map<std::string, size_t> op_index_, comm_index_;
   std::map<std::string, int> comm_tids_;  // axis name -> tid
   std::vector<TraceEvent> events_;
+  bool has_pipeline_blocks_ = false;
 };
 
 }  // namespace gt

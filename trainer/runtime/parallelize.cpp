@@ -1,6 +1,11 @@
 #include "trainer/runtime/parallelize.hpp"
 
+#include <numeric>
+
 #include "trainer/model/make_model.hpp"
+#include "trainer/parallelize/accumulation_runner.hpp"
+#include "trainer/parallelize/pipeline_executor.hpp"
+#include "trainer/parallelize/pipeline_stages.hpp"
 
 namespace gt {
 
@@ -11,23 +16,78 @@ ParallelPlan parallel_plan(const Config& cfg) {
   p.reduce_dtype = cfg.parallel.reduce_dtype;
   p.tp_overlap = cfg.parallel.tp_overlap;
   p.dtype = cfg.runtime.dtype;
+  p.pp_schedule = cfg.parallel.pp_schedule;
+  p.pp_virtual_stages = cfg.parallel.pp_virtual_stages;
+  p.pp_layers = cfg.parallel.pp_layers;
   return p;
 }
 
+namespace {
+
+// The blocks of each of pipeline rank `rank`'s chunks (chunk c is global
+// stage c * pp + rank), in chunk order.
+std::vector<StageSpan> rank_chunks(const std::vector<int>& split, int pp, int rank) {
+  std::vector<StageSpan> out;
+  for (size_t s = static_cast<size_t>(rank); s < split.size(); s += static_cast<size_t>(pp)) {
+    const int first = std::accumulate(split.begin(), split.begin() + static_cast<long>(s), 0);
+    out.push_back({first, first + split[s]});
+  }
+  return out;
+}
+
+}  // namespace
+
 ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
-                          const DeviceMesh& mesh, Ops& ops, const ModelShape& shape) {
+                          const DeviceMesh& mesh, Ops& ops, const ModelShape& shape,
+                          CollectiveContext* context) {
   const ParallelDims& d = mesh.dims();
+  const TensorParallelGroup tp_group{&mesh.tp(), plan.tp_overlap};
+  const int B = shape.micro_batch, T = shape.seq_len;
   ParallelModel out;
-  // 1. placement: this tp rank's shards, units padded to fsdp.
-  out.layout = std::make_unique<ParameterLayout>(model, d.tp, mesh.coord().tp, d.fsdp);
+  // 0. pipeline stage: this pp rank's blocks.
+  const int v = plan.pp_virtual_stages;
+  const std::vector<StageSpan> chunks =
+      d.pp > 1
+          ? rank_chunks(pipeline_layer_split(model, d.pp, v, plan.pp_layers), d.pp, mesh.coord().pp)
+          : std::vector<StageSpan>{StageSpan{}};
+  if (chunks.size() != 1)
+    fail("parallel.pp_schedule=interleaved_1f1b with parallel.pp_virtual_stages=", v,
+         ": a rank holding several model chunks is not implemented yet; use "
+         "parallel.pp_virtual_stages=1 or parallel.pp_schedule=1f1b");
+  // 1. placement: this tp rank's shards of the stage's units, padded to fsdp.
+  out.layout =
+      std::make_unique<ParameterLayout>(model, chunks.front(), d.tp, mesh.coord().tp, d.fsdp);
   // 2. data parallel: the state over dp x fsdp and its strategies.
   out.params =
       std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,
                                           plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
-  // 3. the model over the tensor-parallel layers.
-  out.model =
-      make_model(model, ops, shape.micro_batch, shape.seq_len, *out.layout, *out.params,
-                 TensorParallelGroup{&mesh.tp(), plan.tp_overlap}, shape.recompute, plan.dtype);
+  auto build_model = [&] {
+    return make_model(model, ops, B, T, *out.layout, *out.params, tp_group, shape.recompute,
+                      plan.dtype);
+  };
+  if (d.pp == 1) {
+    // 3. the model over the tensor-parallel layers; 4. gradient accumulation.
+    out.model = build_model();
+    out.runner = std::make_unique<AccumulationRunner>(*out.model, *out.params, mesh, B, T);
+    return out;
+  }
+  // 3. one model instance per micro-batch the stage holds at once; 4. the schedule.
+  const PipeScheduleSpec spec{plan.pp_schedule, d.pp, shape.micro_batches, v};
+  std::vector<PipeAction> actions =
+      build_pipeline_schedule(spec)[static_cast<size_t>(mesh.coord().pp)];
+  const std::vector<int> counts = instances_per_chunk(actions, d.pp, v);
+  std::vector<PipelineExecutor::Chunk> stage_chunks;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    PipelineExecutor::Chunk chunk;
+    chunk.stage = static_cast<int>(c) * d.pp + mesh.coord().pp;
+    for (int i = 0; i < std::max(1, counts[c]); ++i) {
+      chunk.instances.push_back(build_model());
+      chunk.instances.back()->set_pipeline_stage({chunks[c].first_layer, chunks[c].end_layer});
+    }
+    stage_chunks.push_back(std::move(chunk));
+  }
+  out.runner = std::make_unique<PipelineExecutor>(spec, std::move(actions), std::move(stage_chunks),
+                                                  *out.params, mesh, ops, B, T, context);
   return out;
 }
 

@@ -17,18 +17,29 @@
 //                     its collective-matmul switch, with sequence
 //                     parallelism), reading its parameters from (2). The
 //                     model holds no communicator.
+//   4. the step       a StepRunner: gradient accumulation over the one
+//                     model (pp = 1), or the PipelineExecutor over this
+//                     pipeline stage's model instances and the pp axis.
+//
+// Pipeline parallelism (pp > 1) comes first of all, as 0: the stage split
+// (pipeline_stages.hpp) gives this pp rank its blocks, and (1) lays out only
+// that stage's units; (2) and (3) then apply within the stage, and (4) runs
+// the schedule (pipeline_schedule.hpp) this rank's list of which names.
 //
 // The weights are not set here: the caller loads a checkpoint, HF weights or
 // the seed's initial values into params.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kernels/ops.hpp"
+#include "parallel/collective_context.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/parallelize/step_runner.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {
@@ -43,6 +54,11 @@ struct ParallelPlan {
   // A bf16 run: the model stores bf16 activations, and the parameters keep
   // their bf16 copy where they are whole.
   ComputeDType dtype = ComputeDType::fp32;
+  // Pipeline stages (parallel.pp_*): the schedule, chunks per rank and the
+  // blocks per chunk (empty: the balanced split).
+  PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;
+  int pp_virtual_stages = 1;
+  std::vector<int> pp_layers;
 };
 // The plan a validated config asks for.
 ParallelPlan parallel_plan(const Config& cfg);
@@ -51,18 +67,24 @@ ParallelPlan parallel_plan(const Config& cfg);
 struct ModelShape {
   int micro_batch = 1, seq_len = 1;
   Recompute recompute = Recompute::none;
+  int micro_batches = 1;  // per optimizer step on each data rank (the pipeline's m)
 };
 
-// Built in the order above; destroyed model first, then parameters, then
-// layout (members in reverse).
+// Built in the order above; destroyed runner first, then the model, the
+// parameters, the layout (members in reverse).
 struct ParallelModel {
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
-  std::unique_ptr<CausalLM> model;  // the family model.arch names
+  // The family model.arch names; null on a pipeline stage, whose model
+  // instances the runner owns.
+  std::unique_ptr<CausalLM> model;
+  std::unique_ptr<StepRunner> runner;
 };
 
-// `mesh` and `ops` outlive the result.
+// `mesh` and `ops` outlive the result; so does `context` (may be null), where
+// a pipeline names the action in progress for collective-deadline messages.
 ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
-                          const DeviceMesh& mesh, Ops& ops, const ModelShape& shape);
+                          const DeviceMesh& mesh, Ops& ops, const ModelShape& shape,
+                          CollectiveContext* context = nullptr);
 
 }  // namespace gt

@@ -99,6 +99,14 @@ void ShardedParameters::after_backward(int unit) {
 
 void ShardedParameters::finish_gradients() { reducer_->finish(); }
 
+TensorView ShardedParameters::owned_unit_grads(int unit) {
+  const ParamUnit& u = layout_.units().at(static_cast<size_t>(unit));
+  // owned(): the flat gradients at fsdp = 1, shard storage otherwise.
+  float* base = reducer_->owned().f32();
+  if (geom_.fsdp() == 1) return view(base + u.begin, {u.size()});
+  return view(base + geom_.shard_storage(unit), {geom_.shard_size(unit)});
+}
+
 // ---- Norm and optimizer -----------------------------------------------------------
 
 float* ShardedParameters::owned_params(const ParamSegment& s) {

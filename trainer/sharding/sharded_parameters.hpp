@@ -105,6 +105,10 @@ class ShardedParameters final : public ParameterStore {
   void begin_micro_batch(bool last);
   void finish_gradients();
   double grad_norm();  // collective over the world; the unsharded model's norm
+  // After finish_gradients: the reduced gradients this rank owns of unit
+  // `unit` (the whole unit at fsdp = 1, else its shard), to be changed in
+  // place before the optimizer (the pipeline's tied-embedding sum).
+  TensorView owned_unit_grads(int unit);
   void adamw_step(const TrainConfig& tc, double lr, float clip, int64_t t);
   // Collective over the world. The global sum of squared gradients and a
   // finiteness check of `losses` (this rank's, any 1-D fp32 view of the

@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "trainer/io/human_bytes.hpp"
+#include "trainer/parallelize/pipeline_schedule.hpp"
+#include "trainer/parallelize/pipeline_stages.hpp"
 
 namespace gt {
 
@@ -55,12 +57,32 @@ void reset_comm_bytes(const DeviceMesh& mesh) {
   mesh.world().reset_bytes();
 }
 
+namespace {
+
+// The pipeline's split, schedule and the bubble its formula gives.
+void log_pipeline(const Run& run, const Config& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  const std::vector<int> split =
+      pipeline_layer_split(cfg.model, p.pp, p.pp_virtual_stages, p.pp_layers);
+  std::string blocks;
+  for (size_t i = 0; i < split.size(); ++i) blocks += (i ? ", " : "") + std::to_string(split[i]);
+  const PipeScheduleSpec spec{p.pp_schedule, p.pp, cfg.grad_accum_steps(), p.pp_virtual_stages};
+  spdlog::info(
+      "pipeline: {} stages x {} chunk(s), blocks per chunk [{}], schedule {}, {} micro-batches "
+      "per step; bubble {:.1f}% by the formula (metrics.jsonl bubble_fraction: measured); "
+      "{} of activations on rank 0",
+      p.pp, p.pp_virtual_stages, blocks, to_string(p.pp_schedule), spec.micro_batches,
+      100.0 * pipeline_bubble_fraction(spec),
+      human_bytes(static_cast<double>(run.runner->activation_bytes())));
+}
+
+}  // namespace
+
 void log_run_banner(const Run& run, const Config& cfg) {
   const auto& tc = cfg.train;
   const int accum = cfg.grad_accum_steps();
   const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
   const int64_t tokens_per_step = static_cast<int64_t>(tc.global_batch) * T;
-  const CausalLM& model = *run.model;
   const DeviceMesh& mesh = *run.mesh;
   const ShardedParameters& params = *run.params;
   const std::string ckpt_root = cfg.checkpoint_dir();
@@ -75,8 +97,9 @@ void log_run_banner(const Run& run, const Config& cfg) {
                                                  " kv heads, MLP ", mc.ffn_width())
                                 : detail::concat(mc.n_head, " heads");
   spdlog::info("model: {} {} parameters ({} layers, {}, {} embd, vocab {}, block {})",
-               to_string(mc.arch), human_count(static_cast<double>(model.num_parameters())),
-               mc.n_layer, heads, mc.n_embd, mc.vocab_size, mc.block_size);
+               to_string(mc.arch),
+               human_count(static_cast<double>(ParameterLayout(mc).global_numel())), mc.n_layer,
+               heads, mc.n_embd, mc.vocab_size, mc.block_size);
   if (run.backend.device == Device::cpu && cfg.runtime.dtype == ComputeDType::bf16)
     spdlog::info(
         "runtime.dtype=bf16 on the CPU backend: the bf16 model's function (bf16 "
@@ -95,6 +118,7 @@ void log_run_banner(const Run& run, const Config& cfg) {
                       : "",
       bf16_reductions ? ", gradients summed in bf16 (parallel.reduce_dtype)" : "");
   if (run.dims.world_size() > 1) spdlog::info("{}", mesh.describe());
+  if (run.dims.pp > 1) log_pipeline(run, cfg);
   log_memory(params.memory(), cfg.parallel);
   spdlog::info("data: {} train tokens in {} shard(s), {} windows of {}; val: {}",
                human_count(static_cast<double>(run.train_data->num_tokens())),

@@ -24,17 +24,11 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
          static_cast<int64_t>(data_rank) * micro_batch;
 }
 
-void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
+void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveContext* context) {
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
   run.dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp,
                                      world_size, cfg.parallel.pp);
-  // The same on every rank, before the mesh: every rank stops here together.
-  if (cfg.parallel.pp > 1)
-    fail("parallel.pp=", cfg.parallel.pp, " (", cfg.source,
-         "): training with pipeline stages is not implemented yet (the mesh axis, config, "
-         "schedules, model stages and stage state exist; the executor that runs them across "
-         "ranks does not): train with parallel.pp=1, or plan pp layouts with `trainer plan`");
   // The mesh is the one collective of start-up: every rank reaches it (the
   // check above is the same everywhere) before anything rank-local can fail.
   run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
@@ -83,11 +77,17 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
 
   const MeshCoord& me = run.mesh->coord();
   // Placement, data-parallel state, then the model (runtime/parallelize.hpp).
-  ParallelModel pm = parallelize(cfg.model, parallel_plan(cfg), *run.mesh, *run.backend.ops,
-                                 {tc.micro_batch, tc.seq_len, tc.recompute});
+  ParallelModel pm =
+      parallelize(cfg.model, parallel_plan(cfg), *run.mesh, *run.backend.ops,
+                  {tc.micro_batch, tc.seq_len, tc.recompute, cfg.grad_accum_steps()}, context);
   run.layout = std::move(pm.layout);
   run.params = std::move(pm.params);
   run.model = std::move(pm.model);
+  run.runner = std::move(pm.runner);
+  Profiler* profiler = &run.profile->profiler();  // outlives the runner (Run's member order)
+  run.runner->set_block_hook(
+      [profiler](const std::string& name, Profiler::Clock::time_point begin,
+                 Profiler::Clock::time_point end) { profiler->record_block(name, begin, end); });
 
   const std::string ckpt_root = cfg.checkpoint_dir();
   if (cfg.checkpoint.resume == "auto") {
@@ -122,21 +122,16 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world) {
   }
 }
 
-double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
-                std::vector<int32_t>& targets) {
+double evaluate(Run& run, const Config& cfg) {
   const auto& tc = cfg.train;
-  const int B = tc.micro_batch, T = tc.seq_len, D = run.dims.data_parallel();
+  const int B = tc.micro_batch, D = run.dims.data_parallel();
   const int accum = cfg.grad_accum_steps();
   const int d = run.mesh->data().rank();  // this rank's data shard
   double sum = 0.0;
   for (int e = 0; e < tc.eval_batches; ++e)
-    for (int k = 0; k < accum; ++k) {
-      run.val_data->fill(first_row(int64_t(e) * tc.global_batch, k, B, D, d), B, inputs.data(),
-                         targets.data());
-      run.model->queue_forward(inputs.data(), targets.data(), B, T, 0.f);
-      run.mesh->drain();  // the forward's collectives, with their deadlines, before the read
-      sum += run.model->read_forward_loss(B, T);
-    }
+    sum += run.runner->eval_loss_sum(accum, [&](int k, int32_t* x, int32_t* y) {
+      run.val_data->fill(first_row(int64_t(e) * tc.global_batch, k, B, D, d), B, x, y);
+    });
   sum = run.mesh->data().all_reduce_f64(sum, ReduceOp::sum);
   return sum / (static_cast<double>(tc.eval_batches) * accum * D);
 }

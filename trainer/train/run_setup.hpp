@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/ops.hpp"
+#include "parallel/collective_context.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/parallel_dims.hpp"
@@ -16,6 +17,7 @@
 #include "trainer/data/data_loader.hpp"
 #include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/parallelize/step_runner.hpp"
 #include "trainer/profile/profile_session.hpp"
 #include "trainer/runtime/compute_backend.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
@@ -36,7 +38,8 @@ struct Run {
   std::unique_ptr<DataLoader> train_data, val_data;
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
-  std::unique_ptr<CausalLM> model;
+  std::unique_ptr<CausalLM> model;     // null on a pipeline stage (the runner owns its models)
+  std::unique_ptr<StepRunner> runner;  // the step's micro-batches (step_runner.hpp)
   std::string resume_dir;
   int64_t start_step = 0;
   int64_t optimizer_step = 0;
@@ -54,12 +57,14 @@ int64_t first_row(int64_t batch_start, int k, int micro_batch, int data_size, in
 // output checks (agreed over the ranks before anything large is allocated),
 // the device mesh, the profiler, the layout, sharded parameters and model,
 // then the weights: a resumed checkpoint, HF init weights, or the seed's.
-void build_run(Run& run, const Config& cfg, MpiCommunicator* world);
+// `context` (may be null) is where a pipeline stage names its action in
+// progress for collective-deadline messages; it outlives the run.
+void build_run(Run& run, const Config& cfg, MpiCommunicator* world,
+               CollectiveContext* context = nullptr);
 
 // Mean validation loss over eval_batches global batches of data.val from its
-// start (the same rows for every layout and every evaluation). inputs and
-// targets: (micro_batch * seq_len) host scratch.
-double evaluate(Run& run, const Config& cfg, std::vector<int32_t>& inputs,
-                std::vector<int32_t>& targets);
+// start (the same rows for every layout and every evaluation), through the
+// run's StepRunner (every pipeline stage takes part).
+double evaluate(Run& run, const Config& cfg);
 
 }  // namespace gt

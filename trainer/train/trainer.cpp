@@ -81,7 +81,6 @@ class Trainer {
   int accum_ = 1, data_size_ = 1, data_rank_ = 0;
   int64_t tokens_per_step_ = 0;
   float grad_scale_ = 1.f;
-  std::vector<int32_t> inputs_, targets_;  // (B*T) host rows of one micro-batch
   int64_t opt_t_ = 0;                      // AdamW step count t (skipped steps do not count)
   int skipped_in_row_ = 0;
   double last_loss_ = 0.0;
@@ -106,7 +105,7 @@ Trainer::Trainer(const Config& cfg, MpiCommunicator* world)
   // Validate every input on every rank; agree before any output.
   std::exception_ptr setup_error;
   try {
-    build_run(run_, cfg, world);
+    build_run(run_, cfg, world, context_.get());
   } catch (const CollectiveError&) {
     throw;  // agreed inside build_run already (every rank has it)
   } catch (const std::exception&) {
@@ -131,8 +130,6 @@ Trainer::Trainer(const Config& cfg, MpiCommunicator* world)
   tokens_per_step_ = static_cast<int64_t>(tc_.global_batch) * tc_.seq_len;
   const int64_t rows = static_cast<int64_t>(tc_.micro_batch) * tc_.seq_len;
   grad_scale_ = 1.f / static_cast<float>(rows * accum_ * data_size_);
-  inputs_.resize(static_cast<size_t>(rows));
-  targets_.resize(inputs_.size());
   opt_t_ = run_.optimizer_step;
   last_saved_ = run_.resume_dir.empty() ? -1 : run_.start_step;
   last_dir_ = run_.resume_dir;
@@ -151,7 +148,7 @@ TrainSummary Trainer::run() {
     rec["step"] = step;
     if (run_.val_data && (step % tc_.eval_every == 0 || step + 1 == tc_.steps)) {
       context_->phase = "eval";
-      const double val_loss = evaluate(run_, cfg_, inputs_, targets_);
+      const double val_loss = evaluate(run_, cfg_);
       context_->phase = "train";
       rec["val_loss"] = json_number(val_loss);
       if (rank0_) spdlog::info("step {:>5} | val loss {:.4f}", step, val_loss);
@@ -167,27 +164,27 @@ TrainSummary Trainer::run() {
 }
 
 StepResult Trainer::train_step(int64_t step) {
-  const int B = tc_.micro_batch, T = tc_.seq_len;
+  const int B = tc_.micro_batch;
   ShardedParameters& params = *run_.params;
-  CausalLM& model = *run_.model;
+  StepRunner& runner = *run_.runner;
   reset_comm_bytes(*run_.mesh);
   const auto t_train = Clock::now();
   run_.profile->begin_step(step);
 
-  params.begin_step();
-  for (int k = 0; k < accum_; ++k) {
-    params.begin_micro_batch(k + 1 == accum_);
-    run_.train_data->fill(first_row(step * tc_.global_batch, k, B, data_size_, data_rank_), B,
-                          inputs_.data(), targets_.data());
-    // nan fault: an infinite loss scale on this rank makes its gradients
-    // inf/NaN, as an overflow in backward would.
-    const float scale = run_.faults.poison_gradients(job_.rank(), step)
-                            ? std::numeric_limits<float>::infinity()
-                            : grad_scale_;
-    model.forward_train(inputs_.data(), targets_.data(), B, T, scale);
-    model.backward();
-  }
-  params.finish_gradients();
+  // nan fault: an infinite loss scale on this rank makes its gradients
+  // inf/NaN, as an overflow in backward would (on a pipeline, a rank of the
+  // last stage: the loss scale is where the backward starts).
+  const float scale = run_.faults.poison_gradients(job_.rank(), step)
+                          ? std::numeric_limits<float>::infinity()
+                          : grad_scale_;
+  const int64_t batch_start = step * tc_.global_batch;
+  runner.train(
+      accum_,
+      [&](int k, int32_t* tokens, int32_t* targets) {
+        run_.train_data->fill(first_row(batch_start, k, B, data_size_, data_rank_), B, tokens,
+                              targets);
+      },
+      scale);
   // The gradient norm, clip_grad_norm_'s factor (coef = max_norm / (norm +
   // 1e-6), clamped to 1) and the skip decision (a non-finite norm or loss on
   // any rank) are made on the device and read by AdamW there; the host
@@ -196,11 +193,11 @@ StepResult Trainer::train_step(int64_t step) {
   // branch.
   StepResult r;
   r.lr = learning_rate(tc_, step);
-  params.clipped_adamw_step(tc_, r.lr, opt_t_ + 1, model.pending_loss_sums());
+  params.clipped_adamw_step(tc_, r.lr, opt_t_ + 1, runner.pending_loss_sums());
   // Collectives waited on the device (NCCL) end here, each within its
   // deadline, before the host reads anything of the step.
   run_.mesh->drain();
-  r.loss = run_.mesh->data().all_reduce_f64(model.take_loss(), ReduceOp::sum) / data_size_;
+  r.loss = run_.mesh->data().all_reduce_f64(runner.take_loss(), ReduceOp::sum) / data_size_;
   const ShardedParameters::StepOutcome outcome = params.step_outcome();
   r.grad_norm = outcome.grad_norm;
   r.applied = outcome.applied;
@@ -229,6 +226,12 @@ void Trainer::log_step(int64_t step, const StepResult& r, nlohmann::json& rec) {
   rec["step_ms"] = r.step_ms;
   rec["tokens_per_s"] = tokens_per_s;
   rec["comm_bytes"] = comm_bytes(*run_.mesh);
+  if (run_.dims.pp > 1) {
+    // The bubble as this rank saw it: its host waiting on a neighbour stage.
+    const double wait_ms = run_.runner->last_wait_ms();
+    rec["pipeline_wait_ms"] = wait_ms;
+    rec["bubble_fraction"] = r.step_ms > 0 ? wait_ms / r.step_ms : 0.0;
+  }
   run_.profile->end_step(rec, r.step_ms / 1000.0, tokens_per_step_);
   if (rank0_ && (step % cfg_.log.every == 0 || step + 1 == tc_.steps))
     spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s",
