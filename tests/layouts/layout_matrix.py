@@ -499,6 +499,34 @@ def check_reshard(runner):
     return fails
 
 
+def check_reshard_pp(runner):
+    """Checkpoints across pipeline layouts (PP_LAYERS blocks): train 5 steps
+    at pp=2 x tp=2, resume at fsdp=4 and at pp=4, and from fsdp=4 at
+    pp=2 x tp=2; steps 5..9 equal the uninterrupted one-rank run's."""
+    fails = []
+    model = {"model.n_layer": PP_LAYERS}
+    ref_dir, ref_cfg = runner.config("reshard_pp_ref", micro=4, extra=model)
+    runner.run(1, ref_cfg)
+    # (pp, dp, fsdp, tp)
+    pp2_tp2, fsdp4, pp4 = (2, 1, 1, 2), (1, 1, 4, 1), (4, 1, 1, 1)
+    for a, b in [(pp2_tp2, fsdp4), (pp2_tp2, pp4), (fsdp4, pp2_tp2)]:
+        def layout(x, name, more=None):
+            pp, dp, fsdp, tp = x
+            extra = dict(model, **{"parallel.pp": pp}, **(more or {}))
+            return runner.config(name, dp, fsdp, tp, 2, micro=4 // (dp * fsdp), extra=extra)
+        label = "reshard pp={},dp={},fsdp={},tp={} -> pp={},dp={},fsdp={},tp={}".format(*a, *b)
+        first_dir, first_cfg = layout(a, "reshard_pp_from")
+        runner.run(a[0] * a[1] * a[2] * a[3], first_cfg)
+        ckpt = os.path.join(first_dir, "checkpoints", "step_00000005")
+        second_dir, second_cfg = layout(b, "reshard_pp_to", {"checkpoint.resume": ckpt})
+        runner.run(b[0] * b[1] * b[2] * b[3], second_cfg)
+        f, worst = compare_runs(label, ref_dir, second_dir, first_step=5)
+        print(f"{'FAIL' if f else 'ok  '} {label}: steps 5..9 after resume, "
+              f"max param diff {worst:.1e}")
+        fails += f
+    return fails
+
+
 def check_rank_failure(runner):
     """A bad data file on rank 3 only: every rank exits non-zero fast, and the
     message comes from rank 3."""
@@ -552,7 +580,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--layout", action="append", default=[],
                     choices=sorted(LAYOUTS) + sorted(PP_LAYOUTS))
-    ap.add_argument("--check", action="append", default=[], choices=("reshard", "failure"))
+    ap.add_argument("--check", action="append", default=[],
+                    choices=("reshard", "reshard_pp", "failure"))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                     help="runtime.dtype of every run (bf16: --layout only)")
@@ -580,6 +609,8 @@ def main():
             fails += run_pp_layout(runner, name) if name in PP_LAYOUTS else run_layout(runner, name)
         if "reshard" in args.check:
             fails += check_reshard(runner)
+        if "reshard_pp" in args.check:
+            fails += check_reshard_pp(runner)
         if "failure" in args.check:
             fails += check_rank_failure(runner)
     finally:

@@ -215,3 +215,46 @@ def sigterm_one_rank(runner):
     fails = stop_and_resume(runner, "sigterm_rank1", 2, send_rank1)
     fails += stop_and_resume(runner, "sigint_one_process", 0, send_sigint)
     return fails
+
+
+def pipeline(runner):
+    """A pipeline pp=2 x dp=2 (4 ranks): a killed rank ends the job within
+    30 s; a pipeline pp=2 whose last stage hangs aborts within the collective
+    timeout, the fatal line naming the step, the stage, its action (a recv
+    from the hung stage) and the rank; a resume at step 10 of the killed job
+    equals the uninterrupted run bit for bit."""
+    fails = []
+    pp_dp = {"pp": 2, "dp": 2}
+    ref_dir, ref_cfg = runner.config("pp_uninterrupted", parallel=pp_dp,
+                                     extra={"train.micro_batch": 1})
+    runner.train_ok(4, ref_cfg)
+    run_dir, cfg = runner.config("pp_killed", parallel=pp_dp, extra={"train.micro_batch": 1})
+    rc, out, took = runner.run(4, ["--config", cfg], env={"TRAINER_FAULT": "kill:rank=3:step=12"})
+    ok = rc != 0 and took <= 30 and "kill -9" in out
+    print(f"{'ok  ' if ok else 'FAIL'} pp=2 x dp=2, kill -9 of rank 3 (last stage) at step 12: "
+          f"exit {rc} after {took:.1f} s")
+    if not ok:
+        fails.append(f"pipeline kill: exit {rc} after {took:.1f} s:\n{out[-2000:]}")
+    out, _ = runner.train_ok(4, cfg, ["checkpoint.resume=auto"])
+    if "resumed from " + os.path.join(run_dir, "checkpoints", "step_00000010") not in out:
+        fails.append(f"pipeline kill: the resume did not start from step 10:\n{out[-2000:]}")
+    fails += same_steps("pipeline kill resume", ref_dir, run_dir, range(10, 20))
+    if not same_file(os.path.join(ref_dir, "model.safetensors"),
+                     os.path.join(run_dir, "model.safetensors")):
+        fails.append("pipeline kill: final weights differ from the uninterrupted run")
+
+    timeout_s = 3
+    run_dir, cfg = runner.config("pp_hang", parallel={"pp": 2},
+                                 extra={"runtime.collective_timeout_s": timeout_s,
+                                        "train.micro_batch": 2})
+    rc, out, took = runner.run(2, ["--config", cfg], env={"TRAINER_FAULT": "hang:rank=1:step=7"},
+                               timeout=timeout_s + 60)
+    fatal = [line for line in out.splitlines() if "fatal:" in line]
+    ok = (rc != 0 and took <= timeout_s + 10 and fatal and "step 7" in fatal[0] and
+          "pipeline stage 0" in fatal[0] and "recv_grad" in fatal[0] and
+          "rank 0 on" in fatal[0] and "collective_timeout_s" in fatal[0])
+    print(f"{'ok  ' if ok else 'FAIL'} pp=2, hang of rank 1 (stage 1) at step 7: exit {rc} after "
+          f"{took:.1f} s (timeout {timeout_s} s): {fatal[0] if fatal else 'no fatal line'}")
+    if not ok:
+        fails.append(f"pipeline hang: exit {rc} after {took:.1f} s:\n{out[-3000:]}")
+    return fails

@@ -17,6 +17,10 @@ under mpirun, one scenario per ctest (label `reliability`):
                     with a committed checkpoint
   sigterm           SIGTERM to mpirun mid-run: every rank exits 0 after a committed
                     checkpoint; the resume is bitwise the uninterrupted run
+  pipeline          pp=2 x dp=2: a kill -9 ends the job within 30 s and the resume
+                    is bitwise the uninterrupted run; a hung stage aborts the job
+                    within collective_timeout_s + 10 s naming the step, the stage,
+                    its action and the rank
   sigterm_one_rank  SIGTERM to one rank (by the pid it wrote): all ranks stop after
                     the same step, exit 0; SIGINT to a one-process run does the same
 
@@ -45,7 +49,7 @@ SCENARIOS = {
     "bad_safetensors": bad_inputs.bad_safetensors, "bad_output": bad_inputs.bad_output,
     "kill_resume": faults.kill_resume, "kill_in_save": faults.kill_in_save,
     "hang": faults.hang, "nan": faults.nan, "sigterm": faults.sigterm,
-    "sigterm_one_rank": faults.sigterm_one_rank,
+    "sigterm_one_rank": faults.sigterm_one_rank, "pipeline": faults.pipeline,
 }
 
 
