@@ -45,7 +45,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "layouts"))
 import layout_matrix as lm  # noqa: E402  (the layout matrix's runner and readers)
 
 STEPS = 6
-LAYOUTS = {"dp2": (2, 1, 1), "fsdp2": (1, 2, 1), "tp2": (1, 1, 2)}
+# name: (dp, fsdp, tp, pp); a pipeline runs 4 micro-batches per step (1f1b).
+LAYOUTS = {"dp2": (2, 1, 1, 1), "fsdp2": (1, 2, 1, 1), "tp2": (1, 1, 2, 1),
+           "pp2": (1, 1, 1, 2)}
 FP32_TOL = 1e-4
 BF16_LAYOUT_TOL = 1e-2
 BF16_VS_FP32_TOL = 5e-2
@@ -86,19 +88,20 @@ def main():
         r.run(1, cpu_cfg)
 
         def cuda_run(name, world, dims, dtype, comm, reduce_dtype="fp32"):
-            dp, fsdp, tp = dims
+            dp, fsdp, tp, pp = dims
             extra = dict(common, **{"runtime.device": "cuda", "runtime.dtype": dtype,
                                     "parallel.comm": comm,
-                                    "parallel.reduce_dtype": reduce_dtype})
-            d, cfg = r.config(name, dp, fsdp, tp, 3, lm.TRAIN["global_batch"] // (dp * fsdp),
-                              True, extra)
+                                    "parallel.reduce_dtype": reduce_dtype, "parallel.pp": pp})
+            micro_batches = 4 if pp > 1 else 1
+            d, cfg = r.config(name, dp, fsdp, tp, 3,
+                              lm.TRAIN["global_batch"] // (dp * fsdp * micro_batches), True, extra)
             _, took = r.run(world, cfg, timeout=900)
             print(f"     {name}: {world} rank(s) on the emulated device, {took:.1f} s")
             return d
 
-        one_bf16 = cuda_run("cuda_bf16_one_rank", 1, (1, 1, 1), "bf16", "auto")
+        one_bf16 = cuda_run("cuda_bf16_one_rank", 1, (1, 1, 1, 1), "bf16", "auto")
         if args.layout == "one_rank":
-            one_fp32 = cuda_run("cuda_fp32_one_rank", 1, (1, 1, 1), "fp32", "auto")
+            one_fp32 = cuda_run("cuda_fp32_one_rank", 1, (1, 1, 1, 1), "fp32", "auto")
             fails += compare("one rank fp32 vs CPU", cpu_dir, one_fp32, FP32_TOL)
             cpu16_dir, cpu16_cfg = r.config("cpu_bf16",
                                             extra=dict(common, **{"runtime.dtype": "bf16"}))
