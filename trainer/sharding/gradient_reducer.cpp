@@ -205,7 +205,22 @@ class ShardAfterLastMicroBatch final : public ReducerBase {
 };
 
 // Stages 2-3: each unit's gradients in a slot, reduce-scattered into the
-// shard every micro-batch.
+// shard every micro-batch. Invariants, for the whole model and a pipeline
+// stage's units ([embed] blocks [mirror head]: embed only on the first
+// stage, head and the mirror of embed (a tied head) on the last) alike:
+//   * every unit has one slot (unit_slot: embed or its mirror, head, blocks
+//     alternating), so a unit's reductions complete in the order they
+//     started, and the step's last one is the last accumulated into the
+//     shard before its dp all-reduce (HSDP) starts;
+//   * a slot is taken by a unit (before_backward) only once the unit before
+//     it there has had its after_backward: at most one block is open at a
+//     time, and embed (or the mirror) and head have slots of their own;
+//   * forwards touch no gradients, so backwards of different micro-batches
+//     may interleave with any forwards (a pipeline schedule): the reductions
+//     of one backward complete in a later backward or in finish(), and
+//     begin_micro_batch(last) before each backward says which is the last.
+// The mirror's gradient is stored like any unit's: the executor sums it
+// with the first stage's over the owned shard.
 class ShardEveryMicroBatch final : public ReducerBase {
  public:
   explicit ShardEveryMicroBatch(const GradientReducerContext& ctx) : ReducerBase(ctx) {
@@ -219,7 +234,10 @@ class ShardEveryMicroBatch final : public ReducerBase {
     check_wire_plan();
   }
 
-  void begin_step() override { c_.ops.zero(view(shard_grads_.f32(), c_.geom.storage_total())); }
+  void begin_step() override {
+    c_.ops.zero(view(shard_grads_.f32(), c_.geom.storage_total()));
+    for (auto& s : slots_) s.open = false;  // none is, unless a backward threw on its way
+  }
   void begin_micro_batch(bool last) override { last_micro_ = last; }
   float* unit_grads(int unit) override {
     Slot& s = slot(unit);
@@ -229,12 +247,17 @@ class ShardEveryMicroBatch final : public ReducerBase {
   }
   void before_backward(int unit) override {
     Slot& s = slot(unit);
+    GT_CHECK(!s.open, "backward of unit ", c_.layout.units()[static_cast<size_t>(unit)].name,
+             " while unit ", c_.layout.units()[static_cast<size_t>(s.unit)].name,
+             " holds its gradient slot");
     complete(s);  // the unit that used this buffer before (fixed schedule)
     s.unit = unit;
+    s.open = true;
     c_.ops.zero(view(s.buf.f32(), c_.layout.units()[static_cast<size_t>(unit)].size()));
   }
   void after_backward(int unit) override {
     Slot& s = slot(unit);
+    s.open = false;
     sum_tp_partial(unit, s.buf.f32());
     s.wire.reduce_scatter(c_.fsdp, s.buf.f32(), s.out.f32(), c_.geom.shard_size(unit));
     s.busy = true;
@@ -260,6 +283,7 @@ class ShardEveryMicroBatch final : public ReducerBase {
     Buffer buf;  // the unit's gradients
     Buffer out;  // the reduce-scatter's output (one shard)
     int unit = -1;
+    bool open = false;   // between the unit's before_backward and after_backward
     GradientWire wire;   // the reduce-scatter in flight
     bool busy = false;   // its result waits to be accumulated into the shard
     bool last = false;   // ... and it is the step's last micro-batch's

@@ -33,9 +33,13 @@
 //   bf16 runs with whole parameters add their bf16 copy (T/2 in fp32 terms),
 //   written by AdamW in the same pass, and the model casts no weight.
 // On a pipeline stage's layout (ParameterLayout's StageSpan) all of this
-// holds within the stage, except stage 3, refused for now; the grad norm
-// skips the mirror of wte (counted by the first stage), so its world-wide
-// sum is the whole model's.
+// holds within the stage, its units [embed] blocks [mirror head]; the
+// forwards and backwards of different micro-batches may interleave as a
+// pipeline schedule runs them, over several model instances sharing the
+// store (stage 3's gathers and stages 2-3's reductions hold for any such
+// order: unit_parameters.hpp, gradient_reducer.cpp). The mirror of wte is
+// stored like any unit; the grad norm skips it (counted by the first
+// stage), so its world-wide sum is the whole model's.
 // Under tensor parallelism the gradients of parameters marked tp_partial_grad
 // (LayerNorms, wpe) are all-reduced over tp before the data-axis reduction.
 //

@@ -1,6 +1,7 @@
 #include "trainer/sharding/unit_parameters.hpp"
 
 #include <array>
+#include <string>
 
 #include "kernels/core/error.hpp"
 
@@ -28,6 +29,22 @@ class WholeParameters final : public UnitParameters {
   const Buffer& params_;
 };
 
+// Stage 3. Invariants, for any sequence of whole passes (a pipeline stage
+// interleaves forwards and backwards of different micro-batches):
+//   * every unit has one slot (unit_slot: embed or its mirror, head, and the
+//     blocks alternating between two), so a unit is never in two slots;
+//   * a slot's `unit` is what its buffer holds or is being gathered into
+//     (`pending`), -1 for nothing; a buffer is regathered only after its
+//     gather in flight is waited, and never while its unit is open (between
+//     before_* and after_*): at most one block is open at a time and a
+//     prefetch targets the block next to it, in the other slot;
+//   * what a slot holds is the current parameters': they change only between
+//     optimizer steps (or by loading), and every forward starts with
+//     begin_forward, which empties the slots. Within a step a gathered unit
+//     serves any pass of any micro-batch (1F1B's B0 reads F1's gathers);
+//   * the gathers started depend only on the hook sequence and the layout,
+//     never on completion, so every rank of the fsdp group starts the same
+//     ones in the same order.
 class GatheredParameters final : public UnitParameters {
  public:
   GatheredParameters(const ParameterLayout& layout, const ShardGeometry& geom,
@@ -40,32 +57,34 @@ class GatheredParameters final : public UnitParameters {
 
   float* unit_params(int unit) override {
     Slot& s = slot(unit);
-    GT_CHECK(s.unit == unit && s.pending.done(), "unit ",
-             layout_.units()[static_cast<size_t>(unit)].name, " used while not gathered");
+    GT_CHECK(s.unit == unit && s.pending.done(), "unit ", name(unit), " used while not gathered");
     return s.buf.f32();
   }
   void begin_forward(bool backward_follows) override {
     backward_follows_ = backward_follows;
-    for (auto& s : slots_) {  // each micro-batch gathers afresh
+    // Each forward gathers afresh (the parameters may have changed). No unit
+    // is open between passes, unless a pass threw on its way.
+    for (auto& s : slots_) {
       s.pending.wait();
       s.unit = -1;
+      s.open = false;
     }
   }
   void before_forward(int unit) override {
-    ensure_gathered(unit);
-    const int next = next_forward(unit);
-    if (next >= 0) start_gather(next);
+    open(unit);
+    start_gather(forward_prefetch(layout_, unit));
   }
   void after_forward(int unit) override {
+    slot(unit).open = false;
     // Without a backward, embed and head are not kept to the end.
     if (!backward_follows_ && is_embed_or_head(unit)) slot(unit).unit = -1;
   }
   void before_backward(int unit) override {
-    ensure_gathered(unit);
-    const int next = next_backward(unit);
-    if (next >= 0) start_gather(next);
+    open(unit);
+    start_gather(backward_prefetch(layout_, unit));
   }
   void after_backward(int unit) override {
+    slot(unit).open = false;
     if (is_embed_or_head(unit)) slot(unit).unit = -1;
   }
   void progress() override {
@@ -81,32 +100,36 @@ class GatheredParameters final : public UnitParameters {
   struct Slot {  // holds one unit's gathered parameters at a time
     Buffer buf;
     int unit = -1;
+    bool open = false;   // `unit` is in use (between its before_* and after_*)
     CommHandle pending;  // the gather in flight
   };
   Slot& slot(int unit) { return slots_[static_cast<size_t>(unit_slot(layout_, unit))]; }
+  const std::string& name(int unit) const {
+    static const std::string none = "(none)";
+    return unit < 0 ? none : layout_.units()[static_cast<size_t>(unit)].name;
+  }
   bool is_embed_or_head(int unit) const {
     return unit == layout_.embed_unit() || unit == layout_.head_unit();
   }
-  int next_forward(int unit) const {
-    return unit == layout_.head_unit() ? -1 : unit + 1;  // embed, blocks, head
+  // Gathered (resident, or started now) and waited; in use until its after_*.
+  void open(int unit) {
+    start_gather(unit);
+    Slot& s = slot(unit);
+    s.pending.wait();
+    s.open = true;
   }
-  int next_backward(int unit) const {
-    if (unit == layout_.embed_unit()) return layout_.head_unit();
-    if (unit == layout_.head_unit())
-      return layout_.head_unit() - 1 > 0 ? layout_.head_unit() - 1 : -1;
-    return unit - 1 > 0 ? unit - 1 : -1;  // the block below, none below block 0
-  }
+  // Starts gathering `unit` into its slot unless it is there or on its way
+  // (nothing for -1).
   void start_gather(int unit) {
+    if (unit < 0) return;
     Slot& s = slot(unit);
     if (s.unit == unit) return;  // resident or in flight
-    GT_CHECK(s.pending.done(), "gather into a busy buffer");
+    GT_CHECK(!s.open, "gathering unit ", name(unit), " into the slot of unit ", name(s.unit),
+             ", which is in use");
+    s.pending.wait();  // an earlier gather into this buffer (a prefetch no pass read)
     s.unit = unit;
     s.pending = fsdp_.all_gather(shard_.f32() + geom_.shard_storage(unit), s.buf.f32(),
                                  geom_.shard_size(unit));
-  }
-  void ensure_gathered(int unit) {
-    start_gather(unit);
-    slot(unit).pending.wait();
   }
 
   const ParameterLayout& layout_;
@@ -117,7 +140,29 @@ class GatheredParameters final : public UnitParameters {
   bool backward_follows_ = false;
 };
 
+int first_block(const ParameterLayout& layout) { return layout.block_unit(layout.first_layer()); }
+int last_block(const ParameterLayout& layout) { return layout.block_unit(layout.end_layer() - 1); }
+// The last stage's copy of embed (a tied head), -1 when the layout has none.
+int mirror_unit(const ParameterLayout& layout) {
+  const int e = layout.embed_unit();
+  return e >= 0 && layout.units()[static_cast<size_t>(e)].mirror ? e : -1;
+}
+
 }  // namespace
+
+int forward_prefetch(const ParameterLayout& layout, int unit) {
+  if (unit == layout.head_unit()) return mirror_unit(layout);
+  if (unit == layout.embed_unit()) return unit == mirror_unit(layout) ? -1 : first_block(layout);
+  return unit == last_block(layout) ? layout.head_unit() : unit + 1;  // blocks
+}
+
+int backward_prefetch(const ParameterLayout& layout, int unit) {
+  if (unit == layout.embed_unit()) return layout.head_unit();  // embed, or the mirror
+  if (unit == layout.head_unit()) return last_block(layout);
+  if (unit != first_block(layout)) return unit - 1;  // the block below
+  const int embed = layout.embed_unit();             // a first stage's embed, none on a later one
+  return embed == mirror_unit(layout) ? -1 : embed;
+}
 
 std::unique_ptr<UnitParameters> make_unit_parameters(const ParameterLayout& layout,
                                                      const ShardGeometry& geom,
@@ -125,12 +170,6 @@ std::unique_ptr<UnitParameters> make_unit_parameters(const ParameterLayout& layo
                                                      const Buffer& params, Ops& ops,
                                                      Communicator& fsdp) {
   if (plan.full_params) return std::make_unique<WholeParameters>(layout, params);
-  // The prefetch order below (embed, blocks, head; then back) is the whole
-  // model's; a pipeline stage's order is left for the pipeline executor.
-  if (!layout.whole_model())
-    fail(
-        "parallel.fsdp_stage=3 is not supported with parallel.pp > 1 yet (the stage-3 "
-        "prefetch assumes the whole model's units); use parallel.fsdp_stage=1 or 2");
   return std::make_unique<GatheredParameters>(layout, geom, plan, params, ops, fsdp);
 }
 

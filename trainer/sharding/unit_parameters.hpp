@@ -11,7 +11,7 @@
 //                       two most recent blocks stay in their slots, so
 //                       backward re-gathers all but the last two; embed and
 //                       head stay gathered from their forward to their
-//                       backward. Each micro-batch gathers afresh (the
+//                       backward. Each forward gathers afresh (the
 //                       parameters may have changed).
 //
 // Hooks, as ParameterStore calls them (trainer/model/parameter_store.hpp):
@@ -19,6 +19,15 @@
 // (embed, blocks, head), before_backward/after_backward per unit in backward
 // order. Gathers start in the same order on every rank (a fixed schedule);
 // completion never starts anything.
+//
+// Pipeline stages (ParameterLayout's StageSpan): the same, over the stage's
+// units [embed] blocks [mirror head], for any order of whole forward and
+// backward passes of different micro-batches (a pipeline schedule's: 1F1B
+// runs F1 between F0 and B0, so B0 finds F1's gathers in the slots; they
+// hold the same values within a step). A pass asks for whatever it needs and
+// gets it gathered, resident or not; the prefetch (forward_prefetch,
+// backward_prefetch) never looks past the stage's ends, since what comes
+// after a pass (a forward or a backward) is the executor's.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +56,20 @@ class UnitParameters {
   // Bytes of the unit slots (0 when the parameters are whole).
   virtual int64_t slot_bytes() const = 0;
 };
+
+// The unit stage 3 prefetches when `unit`'s forward (backward) begins on
+// `layout`, -1 for none: the next unit of the pass within the layout's
+// units, a pure function of the layout so that every rank of an fsdp group
+// starts the same gathers. Whole model, forward: embed, block 0 .. the last
+// block, head; backward: embed -> head -> the last block .. block 0 ->
+// embed (resident then: the whole model's embed is in use throughout its
+// backward). A stage: its own ends (a first stage's last block and a last
+// stage's first block prefetch nothing, nor does a middle stage's lowest
+// block in backward); a tied last stage's head prefetches its mirror of
+// embed (GPT's LM head reads it next), and the mirror prefetches the head
+// in backward, as embed does.
+int forward_prefetch(const ParameterLayout& layout, int unit);
+int backward_prefetch(const ParameterLayout& layout, int unit);
 
 // `params` is the rank's parameter storage (the whole flat parameters, or
 // its shard at stage 3, as plan.full_params says); it outlives the strategy.
