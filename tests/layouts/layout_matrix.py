@@ -108,6 +108,8 @@ PP_LAYOUTS = {
     "pp2_dp2_1f1b": Pipe(2, "1f1b", dp=2), "pp2_tp2_1f1b": Pipe(2, "1f1b", tp=2),
     "pp2_fsdp2_stage2_1f1b": Pipe(2, "1f1b", fsdp=2, stage=2),
     "pp2_dp2_gpipe": Pipe(2, "gpipe", dp=2),
+    "pp2_fsdp2_stage3_1f1b": Pipe(2, "1f1b", fsdp=2, stage=3),
+    "pp2_fsdp2_stage3_gpipe": Pipe(2, "gpipe", fsdp=2, stage=3),
 }
 PP_MICRO_BATCHES = (1, 4)
 
@@ -366,6 +368,16 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
             out["fsdp"] = A * rs * total + ring * total
         else:
             out["fsdp"] = A * rs * total + A * ring * (total + max(0, L - 2) * block)
+            if pipe is not None:
+                # Stage 3 on a stage: every forward gathers afresh and a
+                # backward right after a forward finds embed and the last two
+                # blocks gathered (as above); a backward right after another
+                # backward finds embed released (after its backward) and, with
+                # at most two blocks (asserted), both blocks still there.
+                assert L <= 2 and pipe.schedule in ("gpipe", "1f1b"), "formula not derived"
+                warmup = A if pipe.schedule == "gpipe" else min(pipe.pp - 1, A)
+                after_backward = warmup if A > warmup else A - 1
+                out["fsdp"] += after_backward * ring * embed
     if dp > 1:
         out["dp"] = 2 * (dp - 1) / dp * grad * (total if fsdp == 1 else total // fsdp)
     return out
