@@ -32,8 +32,9 @@
 //   dp > 1 with fsdp > 1 (HSDP): the reduced shards are all-reduced over dp.
 //   bf16 runs with whole parameters add their bf16 copy (T/2 in fp32 terms),
 //   written by AdamW in the same pass, and the model casts no weight.
-// On a pipeline stage's layout (ParameterLayout's StageSpan) all of this
-// holds within the stage, except stage 3, refused for now; the grad norm
+// On a pipeline stage's layout (ParameterLayout's StageSpan), or a pipeline
+// rank's layout of several chunks (interleaved_1f1b), all of this holds
+// within the rank's units, except stage 3, refused for now; the grad norm
 // skips the mirror of wte (counted by the first stage), so its world-wide
 // sum is the whole model's.
 // Under tensor parallelism the gradients of parameters marked tp_partial_grad
