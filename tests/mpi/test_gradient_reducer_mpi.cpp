@@ -8,10 +8,15 @@
 // every sum is exact in fp32 and compared bit for bit. With
 // parallel.reduce_dtype=bf16 the same sums hold within bf16's rounding of
 // each data rank's contribution and partial sum, and the data axes move
-// exactly half the bytes.
+// exactly half the bytes. On a pipeline rank's layout of two chunks
+// (interleaved_1f1b), driven in the schedule's order of backwards with
+// begin_micro_batch(last) before each, the same sums hold.
+#include <functional>
+
 #include "kernels/cpu/cpu_ops.hpp"
 #include "mpi_test_util.hpp"
 #include "parallel/mesh.hpp"
+#include "trainer/parallelize/pipeline_schedule.hpp"
 #include "trainer/sharding/gradient_reducer.hpp"
 
 namespace gt::test {
@@ -132,6 +137,106 @@ TEST(GradientReducerMpi, OwnedGradientsAreTheSumsOverRanksAndMicroBatchesOnEvery
       // two totals agree to rounding, not to the last bit.
       EXPECT_NEAR(data_bytes[1], 0.5 * data_bytes[0], 1e-12 * data_bytes[0])
           << d.str() << " stage " << stage << ": bf16 reductions send half the bytes";
+    }
+  }
+}
+
+// The units' backward hooks of one chunk's backward, in the model's order
+// (gpt.cpp, llama.cpp): the last chunk opens the tied head's embed (or its
+// mirror) with the head, blocks from the top, the first chunk ends on embed.
+void chunk_backward(GradientReducer& reducer, const ParameterLayout& layout, const StageSpan& c,
+                    int n_layer, const std::function<void(int)>& add) {
+  const int embed = layout.embed_unit(), head = layout.head_unit();
+  const bool embeds = c.first_layer == 0, heads = c.end_layer == n_layer;
+  if (heads) {
+    reducer.before_backward(embed);
+    add(embed);  // the tied LM head's share (a mirror on a rank without block 0)
+    reducer.before_backward(head);
+    add(head);
+    reducer.after_backward(head);
+    if (!embeds) reducer.after_backward(embed);
+  }
+  for (int l = c.end_layer - 1; l >= c.first_layer; --l) {
+    reducer.before_backward(layout.block_unit(l));
+    add(layout.block_unit(l));
+    reducer.after_backward(layout.block_unit(l));
+    reducer.progress();
+  }
+  if (!embeds) return;
+  if (!heads) reducer.before_backward(embed);
+  add(embed);
+  reducer.after_backward(embed);
+}
+
+TEST(GradientReducerMpi, ARanksTwoChunksReduceInTheInterleavedScheduleOrder) {
+  auto world = test_world();
+  auto ops = make_cpu_ops(1);
+  ModelConfig m = odd_model();
+  m.n_layer = 4;
+  const int p = 2, v = 2, micro_batches = 4;
+  const auto schedule =
+      build_pipeline_schedule({PipeSchedule::interleaved_1f1b, p, micro_batches, v});
+  for (const ParallelDims& d : layouts_for(world->size())) {
+    if (tp_split_problem(m, d.tp)) continue;
+    const DeviceMesh mesh(d, *world);
+    const int data_rank = mesh.coord().dp * d.fsdp + mesh.coord().fsdp;
+    const int data_ranks = d.dp * d.fsdp;
+    for (int rank = 0; rank < p; ++rank) {  // every data rank plays pipeline rank `rank`
+      // Rank r holds stages r and r + p: blocks [r, r+1) and [r+p, r+p+1).
+      const ParameterLayout layout(
+          m, std::vector<StageSpan>{{rank, rank + 1}, {rank + p, rank + p + 1}}, d.tp,
+          mesh.coord().tp, d.fsdp);
+      const ShardGeometry geom(layout, d.fsdp, mesh.coord().fsdp);
+      std::vector<int> kind(static_cast<size_t>(layout.total()), 0);
+      for (const auto& s : layout.specs())
+        for (int64_t i = s.offset; i < s.offset + s.numel; ++i)
+          kind[static_cast<size_t>(i)] = s.tp_partial_grad ? 2 : 1;
+      for (int stage = 1; stage <= 3; ++stage) {
+        const std::string at =
+            d.str() + " pipeline rank " + std::to_string(rank) + " stage " + std::to_string(stage);
+        const ShardedStatePlan plan = plan_sharded_state(layout, d.fsdp, fsdp_stage_of(stage),
+                                                         false, d.dp, ComputeDType::fp32);
+        auto reducer =
+            make_gradient_reducer({layout, geom, plan, *ops, mesh.dp(), mesh.fsdp(), mesh.tp(),
+                                   64.0 * 4 / (1024 * 1024), ComputeDType::fp32});
+        reducer->begin_step();
+        for (const PipeAction& a : schedule[static_cast<size_t>(rank)]) {
+          if (a.op != PipeOp::backward) continue;
+          reducer->begin_micro_batch(a.micro == micro_batches - 1);
+          auto add = [&](int unit) {
+            const ParamUnit& u = layout.units()[static_cast<size_t>(unit)];
+            float* g = reducer->unit_grads(unit);
+            for (int64_t i = u.begin; i < u.end; ++i)
+              if (kind[static_cast<size_t>(i)] != 0)
+                g[i - u.begin] += written(i, data_rank, mesh.coord().tp, a.micro);
+          };
+          chunk_backward(*reducer, layout,
+                         layout.chunks()[static_cast<size_t>(stage_chunk(a.stage, p))], m.n_layer,
+                         add);
+        }
+        reducer->finish();
+
+        std::vector<float> g, w;
+        const float* got = reducer->owned().f32();
+        for (size_t u = 0; u < layout.units().size(); ++u) {
+          const int unit = static_cast<int>(u);
+          const int64_t n = geom.shard_size(unit), at_flat = geom.shard_begin(unit),
+                        at_owned = d.fsdp == 1 ? at_flat : geom.shard_storage(unit);
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t i = at_flat + j;
+            const int k_kind = kind[static_cast<size_t>(i)];
+            float sum = 0.f;
+            if (k_kind != 0)
+              for (int t = 0; t < (k_kind == 2 ? d.tp : 1); ++t)
+                for (int r = 0; r < data_ranks; ++r)
+                  for (int k = 0; k < micro_batches; ++k)
+                    sum += written(i, r, k_kind == 2 ? t : mesh.coord().tp, k);
+            g.push_back(got[at_owned + j]);
+            w.push_back(sum);
+          }
+        }
+        EXPECT_TRUE(exactly(g, w)) << at;
+      }
     }
   }
 }

@@ -50,9 +50,16 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       max_rows_(max_rows),
       max_seq_(max_seq),
       dtype_(dtype),
-      first_layer_(layout.first_layer()),
-      end_layer_(layout.end_layer()) {
+      first_layer_(-1),
+      end_layer_(-1) {
   layout.check_built_for(group.size(), group.rank());
+  // A layout of one chunk (the whole model or one stage) is the model's
+  // stage until told otherwise; one of several chunks waits for
+  // set_pipeline_stage (stage_set() is false until then).
+  if (layout.chunks().size() == 1) {
+    first_layer_ = layout.chunks().front().first_layer;
+    end_layer_ = layout.chunks().front().end_layer;
+  }
 }
 
 CausalLM::~CausalLM() = default;
@@ -240,12 +247,14 @@ TensorView CausalLM::own_rows(TensorView full) const { return parallel_->maps().
 
 float CausalLM::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                         float grad_scale) {
+  check_stage_set("forward");
   if (!run_forward(tokens, targets, B, T, grad_scale)) return 0.f;
   return read_forward_loss(B, T);
 }
 
 bool CausalLM::queue_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                              float grad_scale) {
+  check_stage_set("forward");
   return run_forward(tokens, targets, B, T, grad_scale);
 }
 
@@ -260,6 +269,7 @@ float CausalLM::read_forward_loss(int B, int T) {
 void CausalLM::forward_train(const int32_t* tokens, const int32_t* targets, int B, int T,
                              float grad_scale) {
   GT_CHECK(targets, family_, "::forward_train needs targets");
+  check_stage_set("forward");
   if (!heads()) {  // a stage before the last: no loss here
     run_forward(tokens, targets, B, T, grad_scale);
     return;
@@ -300,19 +310,39 @@ void CausalLM::set_pipeline_stage(const PipelineStage& stage) {
   if (stage.first_layer < 0 || end > cfg_.n_layer || stage.first_layer >= end)
     fail(family_, ": pipeline stage of blocks [", stage.first_layer, ", ", end,
          ") is not a non-empty span of the model's ", cfg_.n_layer, " blocks");
-  // A layout of one stage's units (ParameterLayout's StageSpan) holds only
-  // those blocks; the whole model's serves any stage.
-  if (!layout_.whole_model() &&
-      (layout_.first_layer() != stage.first_layer || layout_.end_layer() != end))
+  // A layout of a pipeline rank's chunks (ParameterLayout's StageSpan, one
+  // or several) holds only those blocks, so the stage must be one of them;
+  // the whole model's serves any stage.
+  if (!layout_.whole_model() && !is_layout_chunk(stage.first_layer, end))
     fail(family_, ": pipeline stage of blocks [", stage.first_layer, ", ", end,
-         ") on a parameter layout of blocks [", layout_.first_layer(), ", ", layout_.end_layer(),
-         ")");
+         ") is not one of the parameter layout's chunks ", describe_chunks());
   first_layer_ = stage.first_layer;
   end_layer_ = end;
 }
 
+bool CausalLM::is_layout_chunk(int first_layer, int end_layer) const {
+  for (const StageSpan& c : layout_.chunks())
+    if (c.first_layer == first_layer && c.end_layer == end_layer) return true;
+  return false;
+}
+
+std::string CausalLM::describe_chunks() const {
+  std::string out;
+  for (const StageSpan& c : layout_.chunks())
+    out += detail::concat(out.empty() ? "" : " ", "[", c.first_layer, ", ", c.end_layer, ")");
+  return out;
+}
+
+void CausalLM::check_stage_set(const char* what) const {
+  if (!stage_set())
+    fail(family_, ": ", what, " on a parameter layout of ", layout_.chunks().size(),
+         " pipeline chunks (", describe_chunks(),
+         ") before set_pipeline_stage() chose which one this model runs");
+}
+
 CausalLM::StageBoundary CausalLM::stage_boundary(int B, int T) {
   GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
+  check_stage_set("stage_boundary");
   StageBoundary b = boundary_views(B, T);
   if (embeds()) b.input = b.input_grad = TensorView{};
   if (heads()) b.output = b.output_grad = TensorView{};

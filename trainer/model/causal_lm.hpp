@@ -105,14 +105,20 @@ class CausalLM {
   // n_layer) also runs the final norm, the LM head and the loss. Between
   // stages travels the residual stream, (R/p, C) per tp rank, and its
   // gradient. A model is the whole model (one stage) until told otherwise,
-  // or the stage of its parameter layout (ParameterLayout's StageSpan).
+  // or the stage of its parameter layout (ParameterLayout's StageSpan). On a
+  // layout of several chunks (one pipeline rank's, interleaved_1f1b) there
+  // is one model per chunk over the one store, each told its chunk with
+  // set_pipeline_stage before its first forward (which refuses until then).
   struct PipelineStage {
     int first_layer = 0;
     int end_layer = -1;  // -1: n_layer
   };
   // Before the first forward; throws naming the numbers on an empty or
-  // out-of-range span, or one other than a stage layout's.
+  // out-of-range span, or one that is not one of a stage layout's chunks.
   void set_pipeline_stage(const PipelineStage& stage);
+  // Whether the model knows its blocks: always, but on a layout of several
+  // chunks before set_pipeline_stage.
+  bool stage_set() const { return first_layer_ >= 0; }
   bool embeds() const { return first_layer_ == 0; }
   bool heads() const { return end_layer_ == cfg_.n_layer; }
   int first_layer() const { return first_layer_; }
@@ -235,12 +241,18 @@ class CausalLM {
   std::unique_ptr<TpLayerContext> parallel_;  // the layers' tp group, precision and scratch
   int B_ = 0, T_ = 0;
   bool backward_ready_ = false;
-  int first_layer_ = 0, end_layer_ = 0;  // this stage's blocks (the whole model by default)
+  // This stage's blocks (the whole model by default); -1 until
+  // set_pipeline_stage on a layout of several chunks.
+  int first_layer_ = 0, end_layer_ = 0;
 
  private:
   struct EndSizes {
     BufferSize tokens, targets, logits, losses, loss_sum;
   };
+  bool is_layout_chunk(int first_layer, int end_layer) const;
+  std::string describe_chunks() const;  // "[0, 1) [2, 3)"
+  // Throws, naming `what`, on a model of several chunks before set_pipeline_stage.
+  void check_stage_set(const char* what) const;
   void allocate_ends(const EndSizes& ends, const TpLayerContext::Scratch& scratch,
                      const LinearPrecision::Sizes& precision, const TensorParallelGroup& group);
   // `one`(first) widened to the rows of every parameter through `last`.

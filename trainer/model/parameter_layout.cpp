@@ -14,18 +14,20 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, int tp, int tp_rank, int 
 
 ParameterLayout::ParameterLayout(const ModelConfig& m, StageSpan span, int tp, int tp_rank,
                                  int unit_multiple)
+    : ParameterLayout(m, std::vector<StageSpan>{span}, tp, tp_rank, unit_multiple) {}
+
+ParameterLayout::ParameterLayout(const ModelConfig& m, const std::vector<StageSpan>& chunks, int tp,
+                                 int tp_rank, int unit_multiple)
     : tp_(tp), tp_rank_(tp_rank) {
   GT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " of ", tp);
   GT_CHECK(unit_multiple >= 1, "unit_multiple ", unit_multiple);
-  const int end = span.end_layer < 0 ? m.n_layer : span.end_layer;
-  const bool whole_span = span.first_layer == 0 && end == m.n_layer;  // always valid
-  if (!whole_span && (span.first_layer < 0 || end > m.n_layer || span.first_layer >= end))
-    fail("pipeline stage of blocks [", span.first_layer, ", ", end,
-         ") is not a non-empty span of the model's ", m.n_layer, " blocks");
-  first_layer_ = span.first_layer;
-  end_layer_ = end;
-  const bool first = first_layer_ == 0, last = end_layer_ == m.n_layer;
-  whole_ = first && last;
+  for (const StageSpan& c : chunks)
+    chunks_.push_back({c.first_layer, c.end_layer < 0 ? m.n_layer : c.end_layer});
+  check_chunks(m);
+  const bool first = chunks_.front().first_layer == 0;
+  const bool last = chunks_.back().end_layer == m.n_layer;
+  whole_ = chunks_.size() == 1 && first && last;
+  embed_two_chunks_ = chunks_.size() > 1 && first && last && m.tied_embeddings();
   if (tp_split_problem(m, tp)) {
     const std::string split =
         m.arch == ModelArch::gpt2
@@ -42,8 +44,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, StageSpan span, int tp, i
   const PlacedUnit &embed = placed.front(), &head = placed.back();
   if (first) embed_unit_ = add_unit(embed, unit_multiple, false);
   first_block_unit_ = static_cast<int>(units_.size());
-  for (int l = first_layer_; l < end_layer_; ++l)
-    add_unit(placed[static_cast<size_t>(1 + l)], unit_multiple, false);
+  block_units_.assign(static_cast<size_t>(m.n_layer), -1);
+  for (const StageSpan& c : chunks_)
+    for (int l = c.first_layer; l < c.end_layer; ++l)
+      block_units_[static_cast<size_t>(l)] =
+          add_unit(placed[static_cast<size_t>(1 + l)], unit_multiple, false);
   // The mirror sits between the blocks and the head: the last stage's
   // backward finishes the head, then the tied LM head's wte, then the blocks.
   if (last && !first && m.tied_embeddings()) embed_unit_ = add_unit(embed, unit_multiple, true);
@@ -51,6 +56,34 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, StageSpan span, int tp, i
   for (const PlacedUnit& unit : placed)
     for (const PlacedParameter& p : unit.params)
       if (!find(p.name)) elsewhere_.insert(p.name);
+}
+
+// Each chunk a non-empty span of the blocks, after the one before it. The
+// whole model as one chunk is always valid (a model of no blocks included).
+void ParameterLayout::check_chunks(const ModelConfig& m) const {
+  if (chunks_.empty()) fail("a parameter layout of no pipeline chunks");
+  const bool whole =
+      chunks_.size() == 1 && chunks_[0].first_layer == 0 && chunks_[0].end_layer == m.n_layer;
+  if (whole) return;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    const StageSpan& c = chunks_[k];
+    const std::string which = chunks_.size() == 1
+                                  ? std::string("pipeline stage")
+                                  : detail::concat("pipeline chunk ", k, " of ", chunks_.size());
+    if (c.first_layer < 0 || c.end_layer > m.n_layer || c.first_layer >= c.end_layer)
+      fail(which, " of blocks [", c.first_layer, ", ", c.end_layer,
+           ") is not a non-empty span of the model's ", m.n_layer, " blocks");
+    if (k > 0 && c.first_layer < chunks_[k - 1].end_layer)
+      fail(which, " of blocks [", c.first_layer, ", ", c.end_layer, ") does not come after chunk ",
+           k - 1, " of blocks [", chunks_[k - 1].first_layer, ", ", chunks_[k - 1].end_layer,
+           "): chunks are given in increasing block order, apart");
+  }
+}
+
+const StageSpan& ParameterLayout::one_chunk() const {
+  GT_CHECK(chunks_.size() == 1, "first_layer()/end_layer() of a layout of ", chunks_.size(),
+           " pipeline chunks: its blocks are no one span (use chunks())");
+  return chunks_.front();
 }
 
 int ParameterLayout::add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror) {

@@ -28,6 +28,23 @@
 // exported (the first stage owns the tensor). A stage's flat order stays the
 // reverse of its backward order: [embed] blocks [mirror head]. The
 // whole-model layout is the stage [0, n_layer) and unchanged by this.
+//
+// Several chunks (interleaved_1f1b's virtual stages: pipeline rank r holds
+// the chunks of stages r, r + p, ...): one layout, one flat buffer, for all
+// of a rank's chunks, given in increasing block order. Units: [embed if a
+// chunk starts at block 0] the blocks of every chunk in increasing layer
+// order [mirror if tied, a chunk ends at n_layer and none starts at 0]
+// [head if a chunk ends at n_layer]. What holds of the order: one
+// micro-batch's backward on this rank runs its chunks last to first (chunk
+// k's backward waits on stage k*p + r + 1, which waits on chunk k + 1's), each
+// chunk's units in reverse flat order, so the flat order is still the reverse
+// of one micro-batch's backward order. Across micro-batches the chunks'
+// backwards interleave, so a unit's gradient is final only after its own
+// chunk's last micro-batch. One exception: a rank holding both the first and
+// the last chunk of a tied model (p = 1) reads "embed" from two chunks (the
+// tied LM head, then the embedding): embed_read_by_two_chunks().
+// first_layer()/end_layer() are the one chunk's span and refused on a
+// layout of several chunks: use chunks().
 #pragma once
 
 #include <cstdint>
@@ -87,6 +104,12 @@ class ParameterLayout {
   // numbers unless it is a non-empty span of the model's blocks.
   ParameterLayout(const ModelConfig& m, StageSpan span, int tp = 1, int tp_rank = 0,
                   int unit_multiple = 1);
+  // The units of the pipeline chunks `chunks` one rank holds (interleaved
+  // 1F1B: several, in increasing block order). Throws naming the numbers
+  // unless each is a non-empty span of the model's blocks, after the one
+  // before it; the one-chunk case is the constructor above.
+  ParameterLayout(const ModelConfig& m, const std::vector<StageSpan>& chunks, int tp = 1,
+                  int tp_rank = 0, int unit_multiple = 1);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const std::vector<ParamUnit>& units() const { return units_; }
@@ -102,14 +125,30 @@ class ParameterLayout {
   // tied model its mirror. The whole model: embed 0, block l at 1 + l, head
   // last.
   int embed_unit() const { return embed_unit_; }
+  // Block l's unit, -1 unless one of the chunks holds block l.
   int block_unit(int layer) const {
-    return layer >= first_layer_ && layer < end_layer_ ? first_block_unit_ + layer - first_layer_
-                                                       : -1;
+    return layer >= 0 && layer < static_cast<int>(block_units_.size())
+               ? block_units_[static_cast<size_t>(layer)]
+               : -1;
   }
   int head_unit() const { return head_unit_; }
-  int first_layer() const { return first_layer_; }
-  int end_layer() const { return end_layer_; }
+  // The unit of the lowest block held: the block units are consecutive
+  // from it, in layer order (over every chunk).
+  int first_block_unit() const { return first_block_unit_; }
+  // The chunks this layout holds, in block order, end_layer resolved (never
+  // -1): one for a stage layout and the whole model, several for a rank of
+  // an interleaved pipeline.
+  const std::vector<StageSpan>& chunks() const { return chunks_; }
+  // The blocks [first_layer, end_layer) of a one-chunk layout; throws on a
+  // layout of several chunks, whose blocks are no one span (use chunks()).
+  int first_layer() const { return one_chunk().first_layer; }
+  int end_layer() const { return one_chunk().end_layer; }
   bool whole_model() const { return whole_; }
+  // A tied model whose first and last chunks are both here, apart (p = 1
+  // with several chunks): "embed" is read, and its gradient written, by the
+  // last chunk's LM head and the first chunk's embedding, so its backward
+  // comes twice per micro-batch, at both ends of the flat order.
+  bool embed_read_by_two_chunks() const { return embed_two_chunks_; }
   // Whether `name` is a parameter of the model, held by this stage or not.
   bool in_model(const std::string& name) const {
     return find(name) != nullptr || elsewhere_.count(name) > 0;
@@ -125,6 +164,8 @@ class ParameterLayout {
   int64_t global_col(const ParamSpec& s, int64_t local_col) const;
 
  private:
+  const StageSpan& one_chunk() const;
+  void check_chunks(const ModelConfig& m) const;
   void add(const PlacedParameter& p, bool mirror);
   int add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror);
   std::vector<ParamSpec> specs_;
@@ -133,8 +174,10 @@ class ParameterLayout {
   std::unordered_set<std::string> elsewhere_;  // the model's names other stages hold
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
-  int first_layer_ = 0, end_layer_ = 0;
+  std::vector<StageSpan> chunks_;  // end_layer resolved
+  std::vector<int> block_units_;   // per layer of the model: its unit, or -1
   bool whole_ = true;
+  bool embed_two_chunks_ = false;
   int embed_unit_ = -1, head_unit_ = -1, first_block_unit_ = 0;
 };
 

@@ -50,13 +50,9 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
       d.pp > 1
           ? rank_chunks(pipeline_layer_split(model, d.pp, v, plan.pp_layers), d.pp, mesh.coord().pp)
           : std::vector<StageSpan>{StageSpan{}};
-  if (chunks.size() != 1)
-    fail("parallel.pp_schedule=interleaved_1f1b with parallel.pp_virtual_stages=", v,
-         ": a rank holding several model chunks is not implemented yet; use "
-         "parallel.pp_virtual_stages=1 or parallel.pp_schedule=1f1b");
-  // 1. placement: this tp rank's shards of the stage's units, padded to fsdp.
-  out.layout =
-      std::make_unique<ParameterLayout>(model, chunks.front(), d.tp, mesh.coord().tp, d.fsdp);
+  // 1. placement: this tp rank's shards of the stage's units (every chunk's
+  // of an interleaved rank), padded to fsdp.
+  out.layout = std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp, d.fsdp);
   // 2. data parallel: the state over dp x fsdp and its strategies.
   out.params =
       std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,

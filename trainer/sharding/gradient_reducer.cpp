@@ -310,6 +310,15 @@ class ShardEveryMicroBatch final : public ReducerBase {
 
 std::unique_ptr<GradientReducer> make_gradient_reducer(const GradientReducerContext& ctx) {
   GT_CHECK(ctx.bucket_mb > 0, "bucket_mb ", ctx.bucket_mb);
+  // Every strategy reduces a unit once its backward is done, and a unit's
+  // backward comes once per micro-batch, in reverse flat order. Not so for
+  // "embed" on a rank holding both ends of a tied model in two chunks: the
+  // LM head's share would be reduced before the embedding's arrives.
+  if (ctx.layout.embed_read_by_two_chunks() && (ctx.dp.size() > 1 || ctx.fsdp.size() > 1))
+    fail("a pipeline rank holding the first and the last of ", ctx.layout.chunks().size(),
+         " chunks of a tied model cannot reduce its gradients over dp=", ctx.dp.size(),
+         " x fsdp=", ctx.fsdp.size(),
+         " ranks yet (the embedding's gradient is written by two chunks); use parallel.pp > 1");
   if (ctx.plan.fsdp == 1) return std::make_unique<DdpBuckets>(ctx);
   if (ctx.plan.full_grads) return std::make_unique<ShardAfterLastMicroBatch>(ctx);
   return std::make_unique<ShardEveryMicroBatch>(ctx);

@@ -35,7 +35,12 @@
 // unit_grads(u), after_backward(u); finally finish(), after which owned()
 // holds the reduced gradients of what this rank owns (T at fsdp = 1, else
 // its shard S). progress() polls the collectives in flight (MPI moves them
-// only inside MPI calls).
+// only inside MPI calls). On a pipeline rank of several chunks
+// (interleaved_1f1b) the backwards of chunks and micro-batches interleave:
+// begin_micro_batch(last) comes before each chunk's backward, `last` when it
+// is that chunk's last micro-batch of the step. This works since a chunk's
+// last backward follows the last backward of every chunk above it (flat
+// order is the reverse of one micro-batch's backward order).
 #pragma once
 
 #include <cstdint>

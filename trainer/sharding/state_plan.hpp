@@ -45,7 +45,7 @@ enum UnitSlot { kEmbedSlot = 0, kHeadSlot = 1, kBlockSlot = 2, kUnitSlots = 4 };
 inline int unit_slot(const ParameterLayout& layout, int unit) {
   if (unit == layout.embed_unit()) return kEmbedSlot;
   if (unit == layout.head_unit()) return kHeadSlot;
-  return kBlockSlot + (unit - layout.block_unit(layout.first_layer())) % 2;
+  return kBlockSlot + (unit - layout.first_block_unit()) % 2;
 }
 
 struct ShardedStatePlan {
