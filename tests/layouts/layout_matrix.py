@@ -104,6 +104,10 @@ class Pipe:
 PP_LAYERS = 4
 PP_LAYOUTS = {
     "pp2_gpipe": Pipe(2, "gpipe"), "pp2_1f1b": Pipe(2, "1f1b"),
+    "pp2_interleaved": Pipe(2, "interleaved_1f1b", v=2),
+    "pp2_dp2_interleaved": Pipe(2, "interleaved_1f1b", dp=2, v=2),
+    "pp2_tp2_interleaved": Pipe(2, "interleaved_1f1b", tp=2, v=2),
+    "pp2_fsdp2_stage2_interleaved": Pipe(2, "interleaved_1f1b", fsdp=2, stage=2, v=2),
     "pp4_gpipe": Pipe(4, "gpipe"), "pp4_1f1b": Pipe(4, "1f1b"),
     "pp2_dp2_1f1b": Pipe(2, "1f1b", dp=2), "pp2_tp2_1f1b": Pipe(2, "1f1b", tp=2),
     "pp2_fsdp2_stage2_1f1b": Pipe(2, "1f1b", fsdp=2, stage=2),
