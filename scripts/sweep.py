@@ -5,12 +5,16 @@
     scripts/sweep.py --world 4 --config configs/default.yaml \\
         --grid parallel.fsdp_stage=1,2,3 train.micro_batch=2,4
 
-Layouts: every factorisation dp x fsdp x tp = N whose tp divides the model's
-heads, channels and vocabulary (FSDP stages only where fsdp > 1), crossed with
-the grid. A layout axis named in the grid (parallel.dp, parallel.fsdp,
-parallel.tp) restricts the enumeration to those values, and a value that
-cannot make N ranks or does not divide the model is still attempted, so its
-failure is recorded with the trainer's own error line.
+Layouts: every factorisation pp x dp x fsdp x tp = N whose tp divides the
+model's heads, channels and vocabulary and whose pipeline has at most one
+chunk per layer (pp x parallel.pp_virtual_stages <= model.n_layer), with FSDP
+stages only where fsdp > 1, crossed with the grid. A layout axis named in the
+grid (parallel.pp, parallel.dp, parallel.fsdp, parallel.tp) restricts the
+enumeration to those values, and a value that cannot make N ranks or that the
+model rules out is still attempted, so its failure is recorded with the
+trainer's own error line. Pipeline runs (pp > 1) use the config's
+parallel.pp_schedule and parallel.pp_virtual_stages unless the grid names
+them; like parallel.fsdp_stage, those two apply only where pp > 1.
 
 Each run is `mpirun --oversubscribe -np N build/trainer --config FILE ...` for
 --steps steps (evaluation off), under a timeout. A run that fails (invalid
@@ -33,7 +37,11 @@ Writes into --out (default runs/sweep-<timestamp>):
 Measured: median tokens/s and step_ms over the steps after the first,
 max peak_mem_bytes (rank 0's peak resident set), mean comm_exposed_ms and
 median mfu when metrics.jsonl has them (otherwise MFU is derived from the
-planner's FLOP count: predicted MFU x predicted / measured step time).
+planner's FLOP count: predicted MFU x predicted / measured step time); for
+pipeline runs the mean bubble_fraction and pipeline_wait_ms, beside the
+plan's predicted bubble for the same pp, schedule and virtual stages (a run
+whose schedule and virtual stages the plan does not list, gpipe for one, has
+no prediction).
 
 Standard library only, except matplotlib for the plot.
 """
@@ -54,7 +62,10 @@ import run_logs  # scripts/, standard library only
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-LAYOUT_KEYS = ("parallel.dp", "parallel.fsdp", "parallel.tp")
+LAYOUT_KEYS = ("parallel.dp", "parallel.fsdp", "parallel.tp", "parallel.pp")
+# Keys that apply only where pp > 1 (as parallel.fsdp_stage does where fsdp > 1).
+PP_KEYS = ("parallel.pp_schedule", "parallel.pp_virtual_stages")
+PER_LAYOUT_KEYS = ("parallel.fsdp_stage",) + PP_KEYS
 MIB = 1048576.0
 # glibc raises its mmap threshold to the size of each large block freed, after
 # which MPI's collective temporaries come from the heap and stay resident: the
@@ -77,20 +88,31 @@ def parse_grid(items):
 
 
 def factorisations(n):
-    for tp in range(1, n + 1):
-        if n % tp:
+    """(dp, fsdp, tp, pp) with dp x fsdp x tp x pp = n; pp = 1 first, so the
+    layouts without a pipeline come in the order they always did."""
+    for pp in range(1, n + 1):
+        if n % pp:
             continue
-        for fsdp in range(1, n // tp + 1):
-            if (n // tp) % fsdp == 0:
-                yield n // tp // fsdp, fsdp, tp
+        m = n // pp
+        for tp in range(1, m + 1):
+            if m % tp:
+                continue
+            for fsdp in range(1, m // tp + 1):
+                if (m // tp) % fsdp == 0:
+                    yield m // tp // fsdp, fsdp, tp, pp
 
 
 class Run:
     """One attempt: a layout, the non-layout grid values, and what came of it."""
 
-    def __init__(self, dp, fsdp, tp, stage, point):
+    def __init__(self, dp, fsdp, tp, stage, point, pp=1, schedule=None, vstages=None):
         self.dp, self.fsdp, self.tp, self.stage = dp, fsdp, tp, stage
+        self.pp = pp
+        # Pipeline runs only: the grid's parallel.pp_schedule /
+        # pp_virtual_stages, or None for the config's.
+        self.schedule, self.vstages = schedule, vstages
         self.point = dict(point)  # non-layout grid key -> value
+        self.config_schedule, self.config_vstages = "1f1b", 1  # the config's (enumerate_runs)
         self.status, self.reason = "pending", ""
         self.measured, self.predicted = {}, {}
         self.micro_batch = None
@@ -101,24 +123,44 @@ class Run:
         s = f"dp={self.dp} fsdp={self.fsdp} tp={self.tp}"
         if self.fsdp > 1 and self.stage is not None:
             s += f" stage={self.stage}"
+        if self.pp > 1:
+            s += f" pp={self.pp} {self.pp_schedule()}"
+            if self.pp_vstages() > 1:
+                s += f" v={self.pp_vstages()}"
         for k, v in self.point.items():
-            if k != "parallel.fsdp_stage":
+            if k not in PER_LAYOUT_KEYS:
                 s += f" {k.split('.')[-1]}={v}"
         return s
+
+    def pp_schedule(self):
+        """The schedule this run uses (None without a pipeline)."""
+        if self.pp <= 1:
+            return None
+        return self.schedule if self.schedule is not None else self.config_schedule
+
+    def pp_vstages(self):
+        if self.pp <= 1:
+            return 1
+        return int(self.vstages if self.vstages is not None else self.config_vstages)
 
     def name(self):
         return self.label().replace(" ", "_").replace("=", "")
 
     def overrides(self):
-        o = [f"parallel.dp={self.dp}", f"parallel.fsdp={self.fsdp}", f"parallel.tp={self.tp}"]
+        o = [f"parallel.dp={self.dp}", f"parallel.fsdp={self.fsdp}", f"parallel.tp={self.tp}",
+             f"parallel.pp={self.pp}"]
         if self.stage is not None:
             o.append(f"parallel.fsdp_stage={self.stage}")
-        o += [f"{k}={v}" for k, v in self.point.items() if k != "parallel.fsdp_stage"]
+        if self.schedule is not None:
+            o.append(f"parallel.pp_schedule={self.schedule}")
+        if self.vstages is not None:
+            o.append(f"parallel.pp_virtual_stages={self.vstages}")
+        o += [f"{k}={v}" for k, v in self.point.items() if k not in PER_LAYOUT_KEYS]
         return o
 
 
 def plan_predictions(args, point, baseline_mib=None):
-    """(predictions keyed by (dp, fsdp, tp, stage|None, mb), plan json, error).
+    """(predictions keyed by pred_key, plan json, error).
     baseline_mib: the per-process memory to add (default: args.baseline_mib,
     else the hardware file's)."""
     cmd = [args.trainer, "plan", "--config", args.config, "--hardware", args.hardware,
@@ -129,17 +171,25 @@ def plan_predictions(args, point, baseline_mib=None):
         baseline_mib = args.baseline_mib
     if baseline_mib is not None:
         cmd += ["--baseline-mib", f"{baseline_mib:.1f}"]
-    cmd += args.set + [f"{k}={v}" for k, v in point.items() if k != "parallel.fsdp_stage"]
+    cmd += args.set + [f"{k}={v}" for k, v in point.items() if k not in PER_LAYOUT_KEYS]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return {}, None, error_line(p.stdout + p.stderr) or f"plan exited {p.returncode}"
     plan = json.loads(p.stdout)[0]
     out = {}
     for lay in plan["layouts"]:
-        if lay.get("pp", 1) > 1:
-            continue  # the trainer cannot run a pipeline yet
-        out[(lay["dp"], lay["fsdp"], lay["tp"], lay["stage"], lay["micro_batch"])] = lay
+        pp = lay.get("pp", 1)
+        out[pred_key(lay["dp"], lay["fsdp"], lay["tp"], pp, lay["stage"], lay["micro_batch"],
+                     lay.get("pp_schedule"), lay.get("pp_virtual_stages", 1))] = lay
     return out, plan, ""
+
+
+def pred_key(dp, fsdp, tp, pp, stage, mb, schedule=None, vstages=1):
+    """A plan layout's identity: the schedule and virtual stages count only
+    for a pipeline (the plan lists 1f1b and interleaved_1f1b for each pp)."""
+    if pp > 1:
+        return (dp, fsdp, tp, pp, stage, mb, schedule, int(vstages))
+    return (dp, fsdp, tp, 1, stage, mb, None, 1)
 
 
 def error_line(text):
@@ -158,24 +208,32 @@ def enumerate_runs(args, grid, plan_of):
     """Every Run to attempt, and lines about layouts left out."""
     layout_grid = {k: [int(v) for v in vals] for k, vals in grid if k in LAYOUT_KEYS}
     stages = next((vals for k, vals in grid if k == "parallel.fsdp_stage"), None)
-    other = [(k, vals) for k, vals in grid if k not in LAYOUT_KEYS + ("parallel.fsdp_stage",)]
+    schedules = next((vals for k, vals in grid if k == "parallel.pp_schedule"), None)
+    vstages = next((vals for k, vals in grid if k == "parallel.pp_virtual_stages"), None)
+    other = [(k, vals) for k, vals in grid if k not in LAYOUT_KEYS + PER_LAYOUT_KEYS]
     other_points = [dict(zip([k for k, _ in other], combo))
                     for combo in itertools.product(*[vals for _, vals in other])] or [{}]
+    config_v = config_value(args, "parallel", "pp_virtual_stages", "1")
     runs, skipped = [], []
     for point in other_points:
         preds, plan, _ = plan_of(point)
-        invalid = {(l["dp"], l["fsdp"], l["tp"]): l["invalid"]
+        invalid = {(l["dp"], l["fsdp"], l["tp"], l.get("pp", 1)): l["invalid"]
                    for l in (plan or {}).get("layouts", []) if "invalid" in l
-                   and l.get("pp", 1) == 1 and "does not divide" in l["invalid"]}
+                   and "does not divide" in l["invalid"]}
+        n_layer = (plan or {}).get("model", {}).get("n_layer")
+        if n_layer is None:
+            n_layer = int(point.get("model.n_layer", config_value(args, "model", "n_layer", "0")))
         layouts = []
-        for dp, fsdp, tp in factorisations(args.world):
-            wanted = {"parallel.dp": dp, "parallel.fsdp": fsdp, "parallel.tp": tp}
+        for dp, fsdp, tp, pp in factorisations(args.world):
+            wanted = {"parallel.dp": dp, "parallel.fsdp": fsdp, "parallel.tp": tp,
+                      "parallel.pp": pp}
             if any(wanted[k] not in vals for k, vals in layout_grid.items()):
                 continue
-            if not layout_grid.get("parallel.tp") and (dp, fsdp, tp) in invalid:
-                skipped.append(f"dp={dp} fsdp={fsdp} tp={tp}: {invalid[(dp, fsdp, tp)]}")
+            if not layout_grid.get("parallel.tp") and (dp, fsdp, tp, pp) in invalid:
+                skipped.append(f"dp={dp} fsdp={fsdp} tp={tp}" + (f" pp={pp}" if pp > 1 else "")
+                               + f": {invalid[(dp, fsdp, tp, pp)]}")
                 continue
-            layouts.append((dp, fsdp, tp))
+            layouts.append((dp, fsdp, tp, pp))
         # Grid values that make no factorisation of N: attempted as given.
         named = [k for k in LAYOUT_KEYS if k in layout_grid]
         for combo in itertools.product(*[layout_grid[k] for k in named]):
@@ -192,9 +250,29 @@ def enumerate_runs(args, grid, plan_of):
                 vals[free[0]] = args.world // prod
             vals.update(given)
             layouts.append(tuple(vals[k] for k in LAYOUT_KEYS))
-        for dp, fsdp, tp in layouts:
+        for dp, fsdp, tp, pp in layouts:
             for stage in (stages if fsdp > 1 and stages else [None]):
-                runs.append(Run(dp, fsdp, tp, stage, point))
+                if pp == 1:
+                    runs.append(Run(dp, fsdp, tp, stage, point))
+                    continue
+                for sched in (schedules or [None]):
+                    for v in (vstages or [None]):
+                        # One block per chunk at least: pp x v chunks need
+                        # n_layer >= pp x v (attempted anyway where the grid
+                        # names parallel.pp or parallel.pp_virtual_stages).
+                        v_run = int(v if v is not None else config_v)
+                        if (n_layer and pp * v_run > n_layer and not vstages
+                                and not layout_grid.get("parallel.pp")):
+                            if stage == (stages[0] if fsdp > 1 and stages else None):
+                                skipped.append(
+                                    f"dp={dp} fsdp={fsdp} tp={tp} pp={pp}: pp x v = {pp} x "
+                                    f"{v_run} chunks need model.n_layer >= {pp * v_run} "
+                                    f"(it is {n_layer})")
+                            continue
+                        runs.append(Run(dp, fsdp, tp, stage, point, pp, sched, v))
+    config_schedule = config_value(args, "parallel", "pp_schedule", "1f1b")
+    for run in runs:
+        run.config_schedule, run.config_vstages = config_schedule, int(config_v)
     return runs, skipped
 
 
@@ -227,6 +305,10 @@ def summarise(recs):
     mfu = [r["mfu"] for r in steady if r.get("mfu") is not None]
     if mfu:
         m["mfu"] = statistics.median(mfu)
+    for key in ("bubble_fraction", "pipeline_wait_ms"):  # pipeline runs
+        vals = [r[key] for r in steady if r.get(key) is not None]
+        if vals:
+            m[key] = statistics.mean(vals)
     m["steps"] = len(recs)
     return m
 
@@ -240,14 +322,20 @@ BASELINE_MODEL = {"model.n_layer": 1, "model.n_embd": 16, "model.n_head": 1,
 BASELINE_LLAMA = {"model.n_kv_head": 1}
 
 
-def model_arch(args):
-    """model.arch of the swept config: a --set override, else the file's
-    (the trainer's default, gpt2, when it names none)."""
+def config_value(args, section, key, default):
+    """section.key of the swept config as text: a --set override, else the
+    file's, else default (the trainer's default)."""
     for item in reversed(args.set):
-        key, sep, value = item.partition("=")
-        if sep and key == "model.arch":
+        k, sep, value = item.partition("=")
+        if sep and k == f"{section}.{key}":
             return value
-    return run_logs.read_resolved_config(args.config).get("model", {}).get("arch", "gpt2")
+    value = run_logs.read_resolved_config(args.config).get(section, {}).get(key, default)
+    return value.strip("'\"")
+
+
+def model_arch(args):
+    """model.arch of the swept config (gpt2 when it names none)."""
+    return config_value(args, "model", "arch", "gpt2")
 
 
 def measure_baseline(args):
@@ -275,7 +363,7 @@ def measure_baseline(args):
         return None, f"the baseline run failed (exit {rc}; see {run.dir}/output.txt)"
     peak = summarise(read_metrics(metrics)).get("peak_mem_bytes")
     preds, _, err = plan_predictions(args, point, baseline_mib=0.0)
-    pred = preds.get((args.world, 1, 1, None, 1), {}).get("memory_bytes", {}).get("total")
+    pred = preds.get(pred_key(args.world, 1, 1, 1, None, 1), {}).get("memory_bytes", {}).get("total")
     if not peak or pred is None:
         return None, f"no peak memory or prediction for the baseline run ({err or 'no layout'})"
     return max(0.0, (peak - pred) / MIB), ""
@@ -341,7 +429,9 @@ def attach_prediction(run, preds, config_mb):
     stage = run.stage if run.fsdp > 1 else None
     if run.fsdp > 1 and stage is None:
         stage = run.config_stage
-    p = preds.get((run.dp, run.fsdp, run.tp, int(stage) if stage is not None else None, mb))
+    p = preds.get(pred_key(run.dp, run.fsdp, run.tp, run.pp,
+                           int(stage) if stage is not None else None, mb,
+                           run.pp_schedule(), run.pp_vstages()))
     if p and "invalid" not in p:
         run.predicted = p
     m, q = run.measured, run.predicted
@@ -360,13 +450,15 @@ def row_of(run):
     pm = p.get("memory_bytes", {})
     r = {
         "status": run.status, "reason": run.reason,
-        "dp": run.dp, "fsdp": run.fsdp, "tp": run.tp,
+        "dp": run.dp, "fsdp": run.fsdp, "tp": run.tp, "pp": run.pp,
+        "pp_schedule": run.pp_schedule() or "",
+        "pp_virtual_stages": run.pp_vstages() if run.pp > 1 else "",
         "stage": run.stage if run.fsdp > 1 and run.stage is not None else
         (run.config_stage if run.fsdp > 1 else ""),
         "micro_batch": run.micro_batch,
     }
     for k, v in run.point.items():
-        if k not in ("train.micro_batch", "parallel.fsdp_stage"):
+        if k not in ("train.micro_batch",) + PER_LAYOUT_KEYS:
             r[k] = v
     r.update({
         "tokens_per_s": m.get("tokens_per_s"),
@@ -375,10 +467,13 @@ def row_of(run):
         "step_ms": m.get("step_ms"),
         "peak_mem_bytes": m.get("peak_mem_bytes"),
         "comm_exposed_ms": m.get("comm_exposed_ms"),
+        "bubble_fraction": m.get("bubble_fraction"),
+        "pipeline_wait_ms": m.get("pipeline_wait_ms"),
         "pred_step_ms": p.get("step_ms"),
         "pred_tokens_per_s": p.get("tokens_per_s"),
         "pred_mfu": p.get("mfu"),
         "pred_exposed_comm_ms": p.get("exposed_comm_ms"),
+        "pred_bubble": p.get("bubble"),
         "pred_mem_bytes": pm.get("total"),
         "pred_params_bytes": pm.get("params"), "pred_grads_bytes": pm.get("grads"),
         "pred_optimizer_bytes": pm.get("optimizer"),
@@ -394,6 +489,14 @@ def row_of(run):
 
 def fmt(x, f="{:.1f}"):
     return "" if x is None or x == "" else f.format(x)
+
+
+def pp_cell(r):
+    """'1', or '2 1f1b', '2 interleaved_1f1b v=2' for a pipeline."""
+    if r["pp"] <= 1:
+        return "1"
+    v = r["pp_virtual_stages"]
+    return f"{r['pp']} {r['pp_schedule']}" + (f" v={v}" if v and v > 1 else "")
 
 
 def write_outputs(args, runs, skipped, hardware_note):
@@ -419,19 +522,29 @@ def write_outputs(args, runs, skipped, hardware_note):
              "Gap = (predicted - measured) / measured.",
              "" if args.glibc_dynamic_mmap else
              f"Runs had MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (see --glibc-dynamic-mmap).", ""]
-    head = ["#", "dp", "fsdp", "tp", "stage", "mb"] + [k.split(".")[-1] for k in extra] + [
-        "tokens/s", "MFU", "step ms", "peak MiB", "exposed comm ms", "pred step ms",
-        "pred tokens/s", "pred MiB", "mem gap", "step gap"]
+    piped = any(r["pp"] > 1 for r in ok)
+    head = ["#", "dp", "fsdp", "tp", "pp", "stage", "mb"] + [k.split(".")[-1] for k in extra] + [
+        "tokens/s", "MFU", "step ms", "peak MiB", "exposed comm ms"] + (
+        ["bubble", "pred bubble", "pipeline wait ms"] if piped else []) + [
+        "pred step ms", "pred tokens/s", "pred MiB", "mem gap", "step gap"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for i, r in enumerate(ok, 1):
-        cells = [str(i), str(r["dp"]), str(r["fsdp"]), str(r["tp"]), str(r["stage"] or "-"),
+        bubble = []
+        if piped:
+            bubble = [fmt(r["bubble_fraction"] * 100 if r["bubble_fraction"] is not None
+                          else None, "{:.1f}%") or "-",
+                      fmt(r["pred_bubble"] * 100 if r["pred_bubble"] is not None
+                          else None, "{:.1f}%") or "-",
+                      fmt(r["pipeline_wait_ms"]) or "-"]
+        cells = [str(i), str(r["dp"]), str(r["fsdp"]), str(r["tp"]), pp_cell(r),
+                 str(r["stage"] or "-"),
                  str(r["micro_batch"])] + [str(r.get(k, "")) for k in extra] + [
             fmt(r["tokens_per_s"], "{:.0f}"),
             fmt(r["mfu"] * 100 if r["mfu"] is not None else None, "{:.2f}%")
             + ("*" if r["mfu_source"] == "derived" else ""),
             fmt(r["step_ms"]), fmt(r["peak_mem_bytes"] / MIB if r["peak_mem_bytes"] else None),
-            fmt(r["comm_exposed_ms"]) or "n/a", fmt(r["pred_step_ms"]),
+            fmt(r["comm_exposed_ms"]) or "n/a"] + bubble + [fmt(r["pred_step_ms"]),
             fmt(r["pred_tokens_per_s"], "{:.0f}"),
             fmt(r["pred_mem_bytes"] / MIB if r["pred_mem_bytes"] else None),
             fmt(r["mem_gap_pct"], "{:+.1f}%"), fmt(r["step_gap_pct"], "{:+.0f}%")]
@@ -441,6 +554,15 @@ def write_outputs(args, runs, skipped, hardware_note):
                   "no `mfu`)."]
     if not any(r["comm_exposed_ms"] is not None for r in ok):
         lines += ["", "exposed comm: n/a (metrics.jsonl has no `comm_exposed_ms` in this build)."]
+    if piped:
+        lines += ["", "pp: pipeline stages (schedule, virtual stages v where > 1). bubble: mean "
+                  "`bubble_fraction` of metrics.jsonl over steps >= 1; pred bubble: the plan's "
+                  "`bubble` for the same pp, schedule and v; pipeline wait: mean "
+                  "`pipeline_wait_ms`."]
+        if any(r["pp"] > 1 and r["pred_step_ms"] is None for r in ok):
+            lines += ["Pipeline rows without predictions: the plan lists no layout with that "
+                      "schedule and v (its pipelines: "
+                      + (", ".join(args.plan_pipelines) or "none") + ")."]
     gaps = [abs(r["mem_gap_pct"]) for r in ok if r["mem_gap_pct"] is not None]
     if gaps:
         lines += ["", f"Memory: predicted vs measured peak within {max(gaps):.1f}% on every "
@@ -450,17 +572,19 @@ def write_outputs(args, runs, skipped, hardware_note):
         lines += [f"Step time: predicted vs measured from {min(sgaps):+.0f}% to "
                   f"{max(sgaps):+.0f}%."]
     if bad:
-        lines += ["", "## Failed", "", "| dp | fsdp | tp | stage | mb | reason |", "|---|---|---|---|---|---|"]
+        lines += ["", "## Failed", "", "| dp | fsdp | tp | pp | stage | mb | reason |",
+                  "|---|---|---|---|---|---|---|"]
         for r in bad:
-            lines.append(f"| {r['dp']} | {r['fsdp']} | {r['tp']} | {r['stage'] or '-'} | "
+            lines.append(f"| {r['dp']} | {r['fsdp']} | {r['tp']} | {pp_cell(r)} | "
+                         f"{r['stage'] or '-'} | "
                          f"{r['micro_batch']} | {r['reason'].replace('|', '/')} |")
     if any("global_batch" in r["reason"] for r in bad):
         lines += ["", "Batch failures: these layouts have more data ranks than train.global_batch "
                   "/ train.micro_batch allows; sweep a smaller micro-batch "
                   "(`--grid train.micro_batch=...`)."]
     if skipped:
-        lines += ["", "Not run (the model rules them out; name parallel.tp in --grid to attempt "
-                  "them anyway): " + "; ".join(skipped) + "."]
+        lines += ["", "Not run (the model rules them out; name parallel.tp, or for pipelines "
+                  "parallel.pp, in --grid to attempt them anyway): " + "; ".join(skipped) + "."]
     with open(os.path.join(args.out, "sweep.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return ok
@@ -473,7 +597,8 @@ def plot(args, ok):
         return
     from plotting import pyplot
     plt = pyplot(path)
-    labels = [f"{r['dp']}x{r['fsdp']}x{r['tp']}" + (f" z{r['stage']}" if r["stage"] else "")
+    labels = [(f"pp{r['pp']} " if r["pp"] > 1 else "") + f"{r['dp']}x{r['fsdp']}x{r['tp']}"
+              + (f" z{r['stage']}" if r["stage"] else "")
               + f" mb{r['micro_batch']}" for r in ok]
     x = range(len(ok))
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(max(7, 0.9 * len(ok) + 3), 8), sharex=True)
@@ -482,7 +607,8 @@ def plot(args, ok):
     a1.bar([i + w / 2 for i in x], [r["pred_tokens_per_s"] or 0 for r in ok], w,
            label="predicted", alpha=0.6)
     a1.set_ylabel("tokens/s")
-    a1.set_title(f"sweep: {args.world} ranks, {os.path.basename(args.config)} (dp x fsdp x tp)")
+    a1.set_title(f"sweep: {args.world} ranks, {os.path.basename(args.config)} "
+                 "([pp] dp x fsdp x tp)")
     a1.legend()
     a2.bar([i - w / 2 for i in x], [(r["peak_mem_bytes"] or 0) / MIB for r in ok], w,
            label="measured peak (rank 0)")
@@ -510,7 +636,8 @@ def main():
     ap.add_argument("--world", type=int, required=True, help="ranks per run")
     ap.add_argument("--config", required=True)
     ap.add_argument("--grid", nargs="*", default=[], metavar="KEY=V1,V2",
-                    help="config keys to sweep (parallel.fsdp_stage applies where fsdp > 1)")
+                    help="config keys to sweep (parallel.fsdp_stage applies where fsdp > 1, "
+                    "parallel.pp_schedule and parallel.pp_virtual_stages where pp > 1)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=V",
                     help="overrides applied to every run and to the planner")
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -569,7 +696,7 @@ def main():
     cache = {}
 
     def plan_of(point):
-        key = tuple(sorted((k, v) for k, v in point.items() if k != "parallel.fsdp_stage"))
+        key = tuple(sorted((k, v) for k, v in point.items() if k not in PER_LAYOUT_KEYS))
         if key not in cache:
             cache[key] = plan_predictions(args, dict(key))
             if cache[key][2]:
@@ -587,6 +714,10 @@ def main():
         print(f"skipped {s}")
     print(f"sweep: {len(runs)} runs of {args.world} rank(s), {args.steps} steps each, "
           f"into {os.path.relpath(args.out, REPO)}", flush=True)
+    args.plan_pipelines = sorted({f"{l['pp_schedule']}" + (
+        f" v={l['pp_virtual_stages']}" if l.get("pp_virtual_stages", 1) > 1 else "")
+        for l in (base_plan or {}).get("layouts", [])
+        if l.get("pp", 1) > 1 and "invalid" not in l and l.get("pp_schedule")})
     for i, run in enumerate(runs, 1):
         run.config_stage = cfg_stage
         execute(args, run, i, len(runs))

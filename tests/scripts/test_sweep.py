@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/sweep.py end to end on a tiny model at 2 ranks: every layout runs
-2 steps, an invalid layout named in the grid (tp=3: no factorisation of 2,
+2 steps (the 2-stage pipeline included, with its bubble measured and
+predicted), an invalid layout named in the grid (tp=3: no factorisation of 2,
 and it does not divide 4 heads) is recorded as failed with the trainer's
 own error line instead of ending the sweep, sweep.csv / sweep.md (and
 sweep.png, where this interpreter has matplotlib) are written and parse, and
@@ -85,8 +86,17 @@ def main():
     if not have_mpl and (p.returncode != 1 or "matplotlib is not installed" not in p.stderr):
         fails.append("without matplotlib the sweep must say so and exit 1")
     rows = list(csv.DictReader(open(os.path.join(out, "sweep.csv"))))
-    got = {(r["dp"], r["fsdp"], r["tp"], r["stage"]): r for r in rows}
+    got = {(r["dp"], r["fsdp"], r["tp"], r["stage"]): r for r in rows if r["pp"] == "1"}
     want_ok = {("2", "1", "1", ""), ("1", "2", "1", "1"), ("1", "2", "1", "3"), ("1", "1", "2", "")}
+    piped = [r for r in rows if r["pp"] == "2"]
+    if len(piped) != 1 or piped[0]["status"] != "ok":
+        fails.append(f"the pp=2 layout must run: {piped}")
+    else:
+        for col in ("tokens_per_s", "bubble_fraction", "pred_bubble", "pred_mem_bytes"):
+            try:
+                float(piped[0][col])
+            except ValueError:
+                fails.append(f"pp=2: {col}={piped[0][col]!r} is not a number")
     for key in want_ok:
         r = got.get(key)
         if not r or r["status"] != "ok":
@@ -109,15 +119,16 @@ def main():
     bad = got.get(("1", "1", "3", ""))
     if not bad or bad["status"] != "failed" or "tp=3" not in bad["reason"]:
         fails.append(f"tp=3 must be recorded as failed with the trainer's reason, got {bad}")
-    if len(rows) != 5:
-        fails.append(f"expected 5 runs, got {len(rows)}")
+    if len(rows) != 6:
+        fails.append(f"expected 6 runs, got {len(rows)}")
     md = open(os.path.join(out, "sweep.md")).read()
-    if "## Failed" not in md or "tp=3" not in md or md.count("\n| ") < 6:
+    if "## Failed" not in md or "tp=3" not in md or md.count("\n| ") < 7 \
+            or "pred bubble" not in md:
         fails.append("sweep.md lacks the table or the failed run:\n" + md)
     png = os.path.join(out, "sweep.png")
     if have_mpl and (not os.path.exists(png) or open(png, "rb").read(4) != b"\x89PNG"):
         fails.append("no sweep.png")
-    if "[5/5]" not in p.stdout:
+    if "[6/6]" not in p.stdout:
         fails.append("no progress lines")
     for f in fails:
         print("FAIL:", f, file=sys.stderr)
