@@ -94,9 +94,10 @@ LAYOUTS = {
 # one-rank reference too): name -> Pipe. Each runs with PP_MICRO_BATCHES
 # micro-batches per step on each data rank (interleaved: multiples of pp).
 class Pipe:
-    def __init__(self, pp, schedule, dp=1, fsdp=1, tp=1, stage=2, v=1, layers=None):
+    def __init__(self, pp, schedule, dp=1, fsdp=1, tp=1, stage=2, v=1, layers=None,
+                 recompute="none"):
         self.pp, self.schedule, self.dp, self.fsdp, self.tp = pp, schedule, dp, fsdp, tp
-        self.stage, self.v = stage, v
+        self.stage, self.v, self.recompute = stage, v, recompute
         # blocks per chunk, given (the default split is tests/cpu's to check)
         self.layers = layers or [PP_LAYERS // (pp * v)] * (pp * v)
 
@@ -108,6 +109,7 @@ PP_LAYOUTS = {
     "pp2_dp2_interleaved": Pipe(2, "interleaved_1f1b", dp=2, v=2),
     "pp2_tp2_interleaved": Pipe(2, "interleaved_1f1b", tp=2, v=2),
     "pp2_fsdp2_stage2_interleaved": Pipe(2, "interleaved_1f1b", fsdp=2, stage=2, v=2),
+    "pp2_tp2_recompute_block": Pipe(2, "1f1b", tp=2, recompute="block"),
     "pp4_gpipe": Pipe(4, "gpipe"), "pp4_1f1b": Pipe(4, "1f1b"),
     "pp2_dp2_1f1b": Pipe(2, "1f1b", dp=2), "pp2_tp2_1f1b": Pipe(2, "1f1b", tp=2),
     "pp2_fsdp2_stage2_1f1b": Pipe(2, "1f1b", fsdp=2, stage=2),
@@ -463,7 +465,8 @@ def run_pp_layout(runner, name):
             runner.run(1, ref_cfg)
         extra = dict(model, **{"parallel.pp": pipe.pp, "parallel.pp_schedule": pipe.schedule,
                                "parallel.pp_virtual_stages": pipe.v,
-                               "parallel.pp_layers": pipe.layers})
+                               "parallel.pp_layers": pipe.layers,
+                               "train.recompute": pipe.recompute})
         label = f"{name}{tag} micro-batches={m}"
         run_dir, cfg = runner.config(name, pipe.dp, pipe.fsdp, pipe.tp, pipe.stage, micro,
                                      extra=extra)
@@ -473,7 +476,7 @@ def run_pp_layout(runner, name):
                      rms_tol=BF16_RMS_TOL) if bf16 else {})
         f, worst = compare_runs(label, ref_dir, run_dir, **tols)
         f += check_bytes(label, run_dir, pipe.dp, pipe.fsdp, pipe.tp, pipe.stage, micro,
-                         dtype=runner.dtype, reduce_dtype=runner.reduce_dtype, pipe=pipe)
+                         pipe.recompute, runner.dtype, runner.reduce_dtype, pipe)
         f += check_bubble(label, run_dir)
         against = "the same layout without pp" if bf16 else "one rank"
         print(f"{'FAIL' if f else 'ok  '} {label}: {world} ranks, {took:.1f} s, "

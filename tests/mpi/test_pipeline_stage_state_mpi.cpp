@@ -66,6 +66,8 @@ TEST(PipelineStageStateMpi, StagesSaveTheWholeModelsPiecesOnEveryLayout) {
         using Split = std::vector<std::vector<StageSpan>>;
         for (const Split& split : {Split{{{0, 1}}, {{1, 2}}, {{2, 3}}}, Split{{{0, 2}}, {{2, 3}}},
                                    Split{{{0, 1}}, {{1, 2}, {2, 3}}}}) {
+          // Stage 3 on two chunks is refused (below).
+          if (stage == FsdpStage::parameters && d.fsdp > 1 && split.back().size() > 1) continue;
           Saved got;
           for (const std::vector<StageSpan>& chunks : split)
             save_all(ParameterLayout(m, chunks, d.tp, tp_rank, d.fsdp), stage, got,

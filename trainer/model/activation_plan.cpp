@@ -11,7 +11,8 @@ ActivationPlan plan_activations(const ModelConfig& m, const ActivationShape& s) 
   const int64_t R = static_cast<int64_t>(s.max_rows) * s.max_seq;
   GT_CHECK(R % tp == 0, "micro_batch x seq_len = ", R, " rows must divide into parallel.tp=", tp,
            " sequence-parallel shards");
-  const int L = m.n_layer;
+  const int L = s.blocks < 0 ? m.n_layer : s.blocks;
+  const int64_t head = s.head ? 1 : 0;  // the final norm's and the LM head's buffers
   const int64_t C = m.n_embd, V = m.padded_vocab_size();
   const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
   const bool bf16 = s.dtype == ComputeDType::bf16;
@@ -36,11 +37,11 @@ ActivationPlan plan_activations(const ModelConfig& m, const ActivationShape& s) 
   p.ln2_mean = p.ln2_rstd = {Rl, Lm, f32};
   p.fch = p.fch_gelu = {R * 4 * Cl, Lm, act};
   p.res3 = {Rl * C, L, act};
-  p.lnf = {R * C, 1, act};
-  p.lnf_mean = p.lnf_rstd = {Rl, 1, f32};
+  p.lnf = {head * R * C, 1, act};
+  p.lnf_mean = p.lnf_rstd = {head * Rl, 1, f32};
   // bf16: the LM head writes bf16 logits and the cross-entropy turns them
   // into bf16 dlogits in place, so no fp32 (R, V) tensor exists.
-  p.logits = {R * Vl, 1, act};
+  p.logits = {head * R * Vl, 1, act};
   p.losses = p.loss_sum = {R, 1, f32};
   p.proj_tmp = {Rl * C, 1, act};
   p.dresidual = {Rl * C, 1, f32};

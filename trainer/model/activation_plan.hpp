@@ -40,6 +40,11 @@ struct ActivationShape {
   // and attention_scratch_elems (the rule of kernels/core/attention_kernels.hpp).
   int64_t attention_saved = 0, attention_scratch = 0;
   bool store_keeps_bf16_params = false;  // ParameterStore::keeps_bf16_params
+  // A pipeline stage's model instance: the blocks it runs (its per-block
+  // buffers hold that many slots; -1: model.n_layer) and whether it runs
+  // the LM head (without it no final norm or logits buffers).
+  int blocks = -1;
+  bool head = true;
 };
 
 struct ActivationPlan {

@@ -77,6 +77,13 @@ ActivationShape CausalLM::activation_shape(const TensorParallelGroup& group) con
   shape.attention_saved = ops_.attention_saved_elems(max_rows_, NHl, max_seq_);
   shape.attention_scratch = ops_.attention_scratch_elems(max_rows_, NHl, max_seq_);
   shape.store_keeps_bf16_params = store_->keeps_bf16_params();
+  // A stage's instance holds its longest chunk's blocks (layer_act counts
+  // from the chunk's first block) and the head's buffers only where it runs.
+  int blocks = 0;
+  for (const StageSpan& c : layout_.chunks())
+    blocks = std::max(blocks, (c.end_layer < 0 ? cfg_.n_layer : c.end_layer) - c.first_layer);
+  shape.blocks = blocks;
+  shape.head = layout_.head_unit() >= 0;
   return shape;
 }
 
@@ -214,7 +221,10 @@ TensorView CausalLM::layer_act(const LayerBuffer& buf, int layer,
            cfg_.n_layer, " in a buffer of ", buf.slots, " slots");
   const size_t elem = dtype_size(buf.dtype);
   const int64_t per_slot_max = static_cast<int64_t>(buf.buf.bytes() / elem) / buf.slots;
-  const int slot = buf.slots == 1 ? 0 : layer;
+  // Slots count from this stage's first block (the whole model: block 0).
+  const int slot = buf.slots == 1 ? 0 : layer - first_layer_;
+  GT_CHECK(slot < buf.slots, "layer ", layer, " of a stage from block ", first_layer_, " in a buffer of ",
+           buf.slots, " slots");
   TensorView v = make_view(static_cast<char*>(buf.buf.data()) + slot * per_slot_max * elem,
                            buf.dtype, ops_.device(), shape);
   GT_CHECK(v.numel() <= per_slot_max, "layer activation ", v.shape_str(), " exceeds its slot of ",

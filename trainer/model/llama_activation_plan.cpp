@@ -11,7 +11,8 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   const int64_t R = static_cast<int64_t>(s.max_rows) * s.max_seq;
   GT_CHECK(R % tp == 0, "micro_batch x seq_len = ", R, " rows must divide into parallel.tp=", tp,
            " sequence-parallel shards");
-  const int L = m.n_layer;
+  const int L = s.blocks < 0 ? m.n_layer : s.blocks;
+  const int64_t head = s.head ? 1 : 0;  // the final norm's and the LM head's buffers
   const int64_t C = m.n_embd, V = m.padded_vocab_size(), hs = m.head_size();
   const int64_t Ql = int64_t(m.n_head) * hs / tp, Kl = int64_t(m.kv_heads()) * hs / tp;
   const int64_t Fl = m.ffn_width() / tp, Rl = R / tp, Vl = V / tp;
@@ -37,9 +38,9 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   p.gu = {R * 2 * Fl, Lm, act};
   p.swiglu = {R * Fl, Lm, act};
   p.res3 = {Rl * C, L, act};
-  p.lnf = {R * C, 1, act};
-  p.lnf_rstd = {Rl, 1, f32};
-  p.logits = {R * Vl, 1, act};
+  p.lnf = {head * R * C, 1, act};
+  p.lnf_rstd = {head * Rl, 1, f32};
+  p.logits = {head * R * Vl, 1, act};
   p.losses = p.loss_sum = {R, 1, f32};
   p.proj_tmp = {Rl * C, 1, act};
   p.dresidual = {Rl * C, 1, f32};
