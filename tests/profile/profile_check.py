@@ -177,6 +177,43 @@ def check_trace(build, work):
     check_metrics(run_dir, 2, j)
 
 
+def check_trace_pipeline(build, work):
+    """A pp=2 1F1B run's traces: each rank's "pipeline schedule" track holds,
+    per profiled step, one forward and one backward block per micro-batch
+    of its stage (F<j>@s<r>, B<j>@s<r>), in the schedule's order, and its
+    metrics carry bubble_fraction."""
+    micro_batches = 4
+    cfg, run_dir = write_config(
+        work, "parallel: {pp: 2}\nprofile: {every: 2, steps: 1, trace: true}\n")
+    with open(cfg) as f:
+        text = f.read().replace("micro_batch: 4", "micro_batch: 2")
+    with open(cfg, "w") as f:
+        f.write(text)
+    run(mpirun(2, [os.path.join(build, "trainer"), "--config", cfg]))
+    for r in (0, 1):
+        t = load_json(os.path.join(run_dir, f"trace_rank{r}.json"))
+        ev = t["traceEvents"]
+        threads = {e["tid"]: e["args"]["name"] for e in ev
+                   if e["ph"] == "M" and e["name"] == "thread_name"}
+        blocks = [e for e in ev if e.get("cat") == "pipeline"]
+        if not blocks or any(threads.get(e["tid"]) != "pipeline schedule" for e in blocks):
+            fail(f"rank {r}: no pipeline schedule track (threads {threads})")
+        profiled_steps = 2  # steps 1 and 3 of 4
+        names = [e["name"] for e in blocks]
+        want = {f"{k}{j}@s{r}" for k in "FB" for j in range(micro_batches)}
+        if len(names) != profiled_steps * 2 * micro_batches or set(names) != want:
+            fail(f"rank {r}: pipeline blocks {names}, want {sorted(want)} per profiled step")
+        first = names[:2 * micro_batches]
+        if r == 0 and first[:3] != ["F0@s0", "F1@s0", "B0@s0"]:
+            fail(f"rank 0: 1F1B order expected (one warm-up forward), got {first}")
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    if any(not 0 <= rec.get("bubble_fraction", -1) <= 1 for rec in recs):
+        fail(f"metrics without a bubble_fraction in [0, 1]: {recs}")
+    print(f"ok: pipeline traces of 2 ranks, {len(names)} blocks each; bubble_fraction "
+          f"{[round(rec['bubble_fraction'], 3) for rec in recs]}")
+
+
 def check_bench(build, work, ranks):
     out_json = os.path.join(work, "peaks.json")
     cmd = [os.path.join(build, "trainer"), "bench", "--out", out_json]
@@ -201,7 +238,8 @@ def check_bench(build, work, ranks):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
-    ap.add_argument("--check", required=True, choices=["report", "trace", "bench1", "bench2"])
+    ap.add_argument("--check", required=True,
+                    choices=["report", "trace", "trace_pipeline", "bench1", "bench2"])
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     with tempfile.TemporaryDirectory(prefix=f"gt_profile_{a.check}_") as work:
@@ -209,6 +247,8 @@ def main():
             check_report(build, work)
         elif a.check == "trace":
             check_trace(build, work)
+        elif a.check == "trace_pipeline":
+            check_trace_pipeline(build, work)
         else:
             check_bench(build, work, 1 if a.check == "bench1" else 2)
     print(f"PASS: {a.check}")
