@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "model_steps.hpp"
 #include "parallel/mesh.hpp"
+#include "pipeline_test_support.hpp"
 #include "test_util.hpp"
 #include "trainer/model/make_model.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
@@ -23,11 +24,7 @@
 namespace gt {
 namespace {
 
-struct Case {
-  const char* name;
-  ModelArch arch;
-  bool tie;  // Llama's model.tie_embeddings (GPT-2 is always tied)
-};
+using Case = test::FamilyCase;
 
 ModelConfig model_of(const Case& c, int n_layer) {
   ModelConfig m = c.arch == ModelArch::llama ? test::tiny_llama() : test::tiny_gpt();
@@ -172,27 +169,15 @@ TEST_P(PipelineChunks, ChunksOutOfOrderOverlappingOrEmptyAreRefusedByTheirNumber
   }
 }
 
-// name -> (box -> values) of the pieces a store saves.
-using Saved =
-    std::map<std::string,
-             std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::vector<float>>>;
-void collect(const std::vector<TensorPiece>& pieces, Saved& out, const std::string& at) {
-  for (const TensorPiece& p : pieces) {
-    const auto key = std::make_tuple(p.box.row0, p.box.rows, p.box.col0, p.box.cols);
-    EXPECT_EQ(out[p.name].count(key), 0u) << at << ": " << p.name << " saved twice";
-    out[p.name][key] = std::vector<float>(p.data, p.data + p.box.rows * p.box.cols);
-  }
-}
+using Saved = test::SavedPieces;
+constexpr auto collect = test::collect_pieces;
 
 TEST_P(PipelineChunks, TheRanksCheckpointPiecesAreTheWholeModelsAndNoMirror) {
   auto ops = make_cpu_ops(1);
   const DeviceMesh mesh = DeviceMesh::in_process();
   for (const int p : {2, 3}) {
     const ModelConfig m = model_of(GetParam(), 2 * p);
-    auto load_all = [&](ShardedParameters& params) {
-      for_each_initial_parameter(
-          m, 5, [&](const ParamSpec& s, const float* data) { params.load_global(s.name, data); });
-    };
+    auto load_all = [&](ShardedParameters& params) { test::load_every_initial(m, params, 5); };
     const ParameterLayout whole(m);
     ShardedParameters whole_params(whole, mesh, FsdpStage::optimizer, 25.0, *ops);
     load_all(whole_params);
@@ -231,20 +216,13 @@ TEST_P(PipelineChunks, OneModelPerChunkOverOneStoreComputesTheWholeModelsGradien
   const auto tokens = test::random_ints(B * T, 1, 0, m.vocab_size);
   const auto targets = test::random_ints(B * T, 2, 0, m.vocab_size);
   auto fill = [&](const ParameterLayout& layout, LocalParameters& store) {
-    for_each_initial_parameter(m, 9, [&](const ParamSpec& s, const float* data) {
-      if (const ParamSpec* mine = layout.find(s.name))
-        std::copy(data, data + s.numel, store.params() + mine->offset);
-    });
-    ops->zero(make_view(store.grads(), DType::f32, Device::cpu, {layout.total()}));
+    test::fill_initial(m, layout, store, *ops, 9);
   };
 
-  const ParameterLayout whole_layout(m);
-  LocalParameters whole_store(whole_layout, *ops);
-  fill(whole_layout, whole_store);
-  const auto whole = make_model(m, *ops, B, T, whole_layout, whole_store, TensorParallelGroup{},
-                                Recompute::none, ComputeDType::fp32);
-  const float want_loss = whole->forward(tokens.data(), targets.data(), B, T, scale);
-  whole->backward();
+  test::WholeModelStep whole(m, *ops, B, T, tokens.data(), targets.data(), scale, 9);
+  const ParameterLayout& whole_layout = whole.layout;
+  LocalParameters& whole_store = whole.store;
+  const float want_loss = whole.loss;
 
   struct Rank {
     ParameterLayout layout;
@@ -331,11 +309,7 @@ TEST_P(PipelineChunks, BothEndsOnOneRankShareTheEmbedUnit) {
   EXPECT_EQ(layout.units().size(), 6u);  // embed, four blocks, head: no mirror
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, PipelineChunks,
-                         ::testing::Values(Case{"gpt2", ModelArch::gpt2, false},
-                                           Case{"llama", ModelArch::llama, false},
-                                           Case{"llama_tied", ModelArch::llama, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, PipelineChunks, test::pipeline_families(), test::family_name);
 
 }  // namespace
 }  // namespace gt

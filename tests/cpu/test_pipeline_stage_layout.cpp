@@ -14,17 +14,14 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "model_steps.hpp"
 #include "parallel/mesh.hpp"
+#include "pipeline_test_support.hpp"
 #include "test_util.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {
 namespace {
 
-struct Case {
-  const char* name;
-  ModelArch arch;
-  bool tie;  // Llama's model.tie_embeddings (GPT-2 is always tied)
-};
+using Case = test::FamilyCase;
 
 ModelConfig model_of(const Case& c) {
   ModelConfig m = c.arch == ModelArch::llama ? test::tiny_llama() : test::tiny_gpt();
@@ -100,26 +97,14 @@ TEST_P(PipelineStageLayout, SpansOutsideTheModelAreRefusedByTheirNumbers) {
   }
 }
 
-// name -> (box -> values) of the pieces a store saves.
-using Saved =
-    std::map<std::string,
-             std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::vector<float>>>;
-void collect(std::vector<TensorPiece> pieces, Saved& out, const std::string& at) {
-  for (const TensorPiece& p : pieces) {
-    const auto key = std::make_tuple(p.box.row0, p.box.rows, p.box.col0, p.box.cols);
-    EXPECT_EQ(out[p.name].count(key), 0u) << at << ": " << p.name << " saved twice";
-    out[p.name][key] = std::vector<float>(p.data, p.data + p.box.rows * p.box.cols);
-  }
-}
+using Saved = test::SavedPieces;
+constexpr auto collect = test::collect_pieces;
 
 TEST_P(PipelineStageLayout, TheStagesCheckpointPiecesAreTheWholeModelsAndNoMirror) {
   const ModelConfig m = model_of(GetParam());
   auto ops = make_cpu_ops(1);
   const DeviceMesh mesh = DeviceMesh::in_process();
-  auto load_all = [&](ShardedParameters& params) {
-    for_each_initial_parameter(
-        m, 5, [&](const ParamSpec& s, const float* data) { params.load_global(s.name, data); });
-  };
+  auto load_all = [&](ShardedParameters& params) { test::load_every_initial(m, params, 5); };
   const ParameterLayout whole(m);
   ShardedParameters whole_params(whole, mesh, FsdpStage::optimizer, 25.0, *ops);
   load_all(whole_params);
@@ -158,11 +143,8 @@ TEST_P(PipelineStageLayout, TheStagesCheckpointPiecesAreTheWholeModelsAndNoMirro
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, PipelineStageLayout,
-                         ::testing::Values(Case{"gpt2", ModelArch::gpt2, false},
-                                           Case{"llama", ModelArch::llama, false},
-                                           Case{"llama_tied", ModelArch::llama, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, PipelineStageLayout, test::pipeline_families(),
+                         test::family_name);
 
 }  // namespace
 }  // namespace gt

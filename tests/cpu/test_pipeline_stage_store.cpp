@@ -10,17 +10,14 @@
 
 #include "kernels/cpu/cpu_ops.hpp"
 #include "model_steps.hpp"
+#include "pipeline_test_support.hpp"
 #include "test_util.hpp"
 #include "trainer/model/make_model.hpp"
 
 namespace gt {
 namespace {
 
-struct Case {
-  const char* name;
-  ModelArch arch;
-  bool tie;
-};
+using Case = test::FamilyCase;
 
 class PipelineStageStore : public ::testing::TestWithParam<Case> {};
 
@@ -34,20 +31,13 @@ TEST_P(PipelineStageStore, StagesOnTheirOwnStoresComputeTheWholeModelsGradients)
   const auto tokens = test::random_ints(B * T, 1, 0, m.vocab_size);
   const auto targets = test::random_ints(B * T, 2, 0, m.vocab_size);
   auto fill = [&](const ParameterLayout& layout, LocalParameters& store) {
-    for_each_initial_parameter(m, 9, [&](const ParamSpec& s, const float* data) {
-      if (const ParamSpec* mine = layout.find(s.name))
-        std::copy(data, data + s.numel, store.params() + mine->offset);
-    });
-    ops->zero(make_view(store.grads(), DType::f32, Device::cpu, {layout.total()}));
+    test::fill_initial(m, layout, store, *ops, 9);
   };
 
-  const ParameterLayout whole_layout(m);
-  LocalParameters whole_store(whole_layout, *ops);
-  fill(whole_layout, whole_store);
-  const auto whole = make_model(m, *ops, B, T, whole_layout, whole_store, TensorParallelGroup{},
-                                Recompute::none, ComputeDType::fp32);
-  const float want_loss = whole->forward(tokens.data(), targets.data(), B, T, scale);
-  whole->backward();
+  test::WholeModelStep whole(m, *ops, B, T, tokens.data(), targets.data(), scale, 9);
+  const ParameterLayout& whole_layout = whole.layout;
+  LocalParameters& whole_store = whole.store;
+  const float want_loss = whole.loss;
 
   struct Stage {
     ParameterLayout layout;
@@ -121,11 +111,8 @@ TEST_P(PipelineStageStore, StagesOnTheirOwnStoresComputeTheWholeModelsGradients)
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, PipelineStageStore,
-                         ::testing::Values(Case{"gpt2", ModelArch::gpt2, false},
-                                           Case{"llama", ModelArch::llama, false},
-                                           Case{"llama_tied", ModelArch::llama, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, PipelineStageStore, test::pipeline_families(),
+                         test::family_name);
 
 }  // namespace
 }  // namespace gt
