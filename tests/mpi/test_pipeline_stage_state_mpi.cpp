@@ -92,8 +92,9 @@ TEST(PipelineStageStateMpi, StagesSaveTheWholeModelsPiecesOnEveryLayout) {
           const ParameterLayout layout(m, chunks, d.tp, tp_rank, d.fsdp);
           const std::string e = error_message(
               [&] { ShardedParameters(layout, mesh, FsdpStage::parameters, 25.0, *ops); });
-          EXPECT_NE(e.find("parallel.fsdp_stage=3 is not supported with parallel.pp_virtual_stages"),
-                    std::string::npos)
+          EXPECT_NE(
+              e.find("parallel.fsdp_stage=3 is not supported with parallel.pp_virtual_stages"),
+              std::string::npos)
               << e;
         }
       }

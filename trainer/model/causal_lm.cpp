@@ -223,8 +223,8 @@ TensorView CausalLM::layer_act(const LayerBuffer& buf, int layer,
   const int64_t per_slot_max = static_cast<int64_t>(buf.buf.bytes() / elem) / buf.slots;
   // Slots count from this stage's first block (the whole model: block 0).
   const int slot = buf.slots == 1 ? 0 : layer - first_layer_;
-  GT_CHECK(slot < buf.slots, "layer ", layer, " of a stage from block ", first_layer_, " in a buffer of ",
-           buf.slots, " slots");
+  GT_CHECK(slot < buf.slots, "layer ", layer, " of a stage from block ", first_layer_,
+           " in a buffer of ", buf.slots, " slots");
   TensorView v = make_view(static_cast<char*>(buf.buf.data()) + slot * per_slot_max * elem,
                            buf.dtype, ops_.device(), shape);
   GT_CHECK(v.numel() <= per_slot_max, "layer activation ", v.shape_str(), " exceeds its slot of ",

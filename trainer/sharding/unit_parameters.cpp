@@ -174,9 +174,10 @@ std::unique_ptr<UnitParameters> make_unit_parameters(const ParameterLayout& layo
   // backward_prefetch); an interleaved rank's chunks would prefetch across
   // a chunk boundary into a block the next pass may not run.
   if (layout.chunks().size() > 1)
-    fail("parallel.fsdp_stage=3 is not supported with parallel.pp_virtual_stages > 1 yet (the "
-         "stage-3 prefetch follows one span of blocks; this pipeline rank holds ",
-         layout.chunks().size(), "); use parallel.fsdp_stage=1 or 2");
+    fail(
+        "parallel.fsdp_stage=3 is not supported with parallel.pp_virtual_stages > 1 yet (the "
+        "stage-3 prefetch follows one span of blocks; this pipeline rank holds ",
+        layout.chunks().size(), "); use parallel.fsdp_stage=1 or 2");
   return std::make_unique<GatheredParameters>(layout, geom, plan, params, ops, fsdp);
 }
 
