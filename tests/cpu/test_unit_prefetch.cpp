@@ -35,14 +35,14 @@ TEST(UnitPrefetch, TheWholeModelKeepsItsOrder) {
 }
 
 // The units a family's pass asks for (before_forward / before_backward), in
-// order, on `layout`'s stage.
-std::vector<int> pass_units(const ModelConfig& m, const ParameterLayout& layout, bool forward) {
-  const bool embeds = layout.first_layer() == 0, heads = layout.end_layer() == m.n_layer;
+// order, on `chunk` of `layout` (a stage's one span, or one of a rank's chunks).
+std::vector<int> pass_units(const ModelConfig& m, const ParameterLayout& layout, StageSpan chunk,
+                            bool forward) {
+  const bool embeds = chunk.first_layer == 0, heads = chunk.end_layer == m.n_layer;
   const bool gpt = m.arch == ModelArch::gpt2, tied = m.tied_embeddings();
   const int embed = layout.embed_unit(), head = layout.head_unit();
   std::vector<int> blocks;
-  for (int l = layout.first_layer(); l < layout.end_layer(); ++l)
-    blocks.push_back(layout.block_unit(l));
+  for (int l = chunk.first_layer; l < chunk.end_layer; ++l) blocks.push_back(layout.block_unit(l));
   std::vector<int> out;
   if (forward) {
     if (embeds) out.push_back(embed);
@@ -69,30 +69,38 @@ TEST(UnitPrefetch, StagesPrefetchOnlyWhatTheirPassAsksFor) {
     ModelConfig m = f.arch == ModelArch::gpt2 ? test::tiny_gpt() : test::tiny_llama();
     m.n_layer = 4;
     m.tie_embeddings = f.tie;
-    for (const StageSpan span : {StageSpan{0, 4}, StageSpan{0, 1}, StageSpan{0, 2}, StageSpan{1, 3},
-                                 StageSpan{2, 3}, StageSpan{2, 4}, StageSpan{3, 4}}) {
-      const ParameterLayout layout(m, span);
+    // Stages of one span, and (interleaved_1f1b) ranks of two chunks.
+    using Chunks = std::vector<StageSpan>;
+    for (const Chunks& chunks :
+         {Chunks{{0, 4}}, Chunks{{0, 1}}, Chunks{{0, 2}}, Chunks{{1, 3}}, Chunks{{2, 3}},
+          Chunks{{2, 4}}, Chunks{{3, 4}}, Chunks{{0, 1}, {2, 3}}, Chunks{{1, 2}, {3, 4}}}) {
+      const ParameterLayout layout(m, chunks);
       const int n = static_cast<int>(layout.units().size());
-      const std::string at = std::string(to_string(f.arch)) + (f.tie ? " tied" : "") + " blocks [" +
-                             std::to_string(span.first_layer) + ", " +
-                             std::to_string(span.end_layer) + ")";
-      for (const bool forward : {true, false}) {
-        const std::vector<int> asked = pass_units(m, layout, forward);
-        // A backward asks for every unit of the stage.
-        if (!forward) EXPECT_EQ(static_cast<int>(asked.size()), n) << at;
-        for (size_t i = 0; i < asked.size(); ++i) {
-          const int u = asked[i];
-          ASSERT_TRUE(u >= 0 && u < n) << at << " unit " << u;
-          const int next = forward ? forward_prefetch(layout, u) : backward_prefetch(layout, u);
-          if (next < 0) continue;
-          EXPECT_LT(next, n) << at;
-          EXPECT_NE(std::find(asked.begin(), asked.end(), next), asked.end())
-              << at << (forward ? " forward" : " backward") << ": unit "
-              << layout.units()[static_cast<size_t>(u)].name << " prefetches "
-              << layout.units()[static_cast<size_t>(next)].name
-              << ", which the pass never asks for";
+      int asked_in_backward = 0;
+      for (const StageSpan span : chunks) {
+        const std::string at = std::string(to_string(f.arch)) + (f.tie ? " tied" : "") +
+                               " blocks [" + std::to_string(span.first_layer) + ", " +
+                               std::to_string(span.end_layer) + ") of " +
+                               std::to_string(chunks.size()) + " chunk(s)";
+        for (const bool forward : {true, false}) {
+          const std::vector<int> asked = pass_units(m, layout, span, forward);
+          if (!forward) asked_in_backward += static_cast<int>(asked.size());
+          for (size_t i = 0; i < asked.size(); ++i) {
+            const int u = asked[i];
+            ASSERT_TRUE(u >= 0 && u < n) << at << " unit " << u;
+            const int next = forward ? forward_prefetch(layout, u) : backward_prefetch(layout, u);
+            if (next < 0) continue;
+            EXPECT_LT(next, n) << at;
+            EXPECT_NE(std::find(asked.begin(), asked.end(), next), asked.end())
+                << at << (forward ? " forward" : " backward") << ": unit "
+                << layout.units()[static_cast<size_t>(u)].name << " prefetches "
+                << layout.units()[static_cast<size_t>(next)].name
+                << ", which the pass never asks for";
+          }
         }
       }
+      // The chunks' backwards together ask for every unit of the rank.
+      EXPECT_EQ(asked_in_backward, n) << to_string(f.arch) << " " << chunks.size() << " chunks";
     }
   }
 }

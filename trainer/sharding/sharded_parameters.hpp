@@ -37,9 +37,8 @@
 // forwards and backwards of different micro-batches may interleave as a
 // pipeline schedule runs them, over several model instances sharing the
 // store (stage 3's gathers and stages 2-3's reductions hold for any such
-// order: unit_parameters.hpp, gradient_reducer.cpp). On a pipeline rank's
-// layout of several chunks (interleaved_1f1b) the same holds except stage 3,
-// refused there (its prefetch follows one chunk's blocks). The mirror of wte
+// order: unit_parameters.hpp, gradient_reducer.cpp), and on a pipeline
+// rank's layout of several chunks (interleaved_1f1b). The mirror of wte
 // is stored like any unit; the grad norm skips it (counted by the first
 // stage), so its world-wide sum is the whole model's.
 // Under tensor parallelism the gradients of parameters marked tp_partial_grad

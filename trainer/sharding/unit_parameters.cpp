@@ -140,27 +140,63 @@ class GatheredParameters final : public UnitParameters {
   bool backward_follows_ = false;
 };
 
-int first_block(const ParameterLayout& layout) { return layout.block_unit(layout.first_layer()); }
-int last_block(const ParameterLayout& layout) { return layout.block_unit(layout.end_layer() - 1); }
+// The block units of the chunk holding block unit `unit` (a pipeline rank
+// may hold several chunks: interleaved_1f1b), and whether that chunk starts
+// the model (its first block follows the embedding) or ends it (its last
+// block precedes the head). Blocks' units are consecutive within a chunk.
+struct ChunkUnits {
+  int first = -1, last = -1;
+  bool starts_model = false, ends_model = false;
+};
+ChunkUnits chunk_units(const ParameterLayout& layout, int unit) {
+  const auto& chunks = layout.chunks();  // in block order: a head follows the last
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const StageSpan& c = chunks[i];
+    const ChunkUnits u{layout.block_unit(c.first_layer), layout.block_unit(c.end_layer - 1),
+                       c.first_layer == 0, layout.head_unit() >= 0 && i + 1 == chunks.size()};
+    if (unit >= u.first && unit <= u.last) return u;
+  }
+  return {};
+}
 // The last stage's copy of embed (a tied head), -1 when the layout has none.
 int mirror_unit(const ParameterLayout& layout) {
   const int e = layout.embed_unit();
   return e >= 0 && layout.units()[static_cast<size_t>(e)].mirror ? e : -1;
 }
+// The first block of the chunk that starts the model, and the last of the
+// one that ends it (-1 where this rank holds neither).
+int model_first_block(const ParameterLayout& layout) {
+  for (const StageSpan& c : layout.chunks())
+    if (c.first_layer == 0) return layout.block_unit(0);
+  return -1;
+}
+int model_last_block(const ParameterLayout& layout) {
+  const StageSpan& c = layout.chunks().back();  // chunks in block order
+  return layout.head_unit() >= 0 ? layout.block_unit(c.end_layer - 1) : -1;
+}
 
 }  // namespace
 
+// Within a chunk the next block in the pass's direction; past a chunk's end
+// only what the same pass runs next (the head after the model's last block,
+// the embedding before its first), never another chunk's block: the next
+// pass may be any chunk's.
 int forward_prefetch(const ParameterLayout& layout, int unit) {
   if (unit == layout.head_unit()) return mirror_unit(layout);
-  if (unit == layout.embed_unit()) return unit == mirror_unit(layout) ? -1 : first_block(layout);
-  return unit == last_block(layout) ? layout.head_unit() : unit + 1;  // blocks
+  if (unit == layout.embed_unit())
+    return unit == mirror_unit(layout) ? -1 : model_first_block(layout);
+  const ChunkUnits c = chunk_units(layout, unit);
+  if (unit != c.last) return unit + 1;
+  return c.ends_model ? layout.head_unit() : -1;
 }
 
 int backward_prefetch(const ParameterLayout& layout, int unit) {
   if (unit == layout.embed_unit()) return layout.head_unit();  // embed, or the mirror
-  if (unit == layout.head_unit()) return last_block(layout);
-  if (unit != first_block(layout)) return unit - 1;  // the block below
-  const int embed = layout.embed_unit();             // a first stage's embed, none on a later one
+  if (unit == layout.head_unit()) return model_last_block(layout);
+  const ChunkUnits c = chunk_units(layout, unit);
+  if (unit != c.first) return unit - 1;  // the block below
+  if (!c.starts_model) return -1;
+  const int embed = layout.embed_unit();  // a first stage's embed, not a later one's mirror
   return embed == mirror_unit(layout) ? -1 : embed;
 }
 
@@ -170,14 +206,6 @@ std::unique_ptr<UnitParameters> make_unit_parameters(const ParameterLayout& layo
                                                      const Buffer& params, Ops& ops,
                                                      Communicator& fsdp) {
   if (plan.full_params) return std::make_unique<WholeParameters>(layout, params);
-  // The prefetch walks one span of blocks (forward_prefetch,
-  // backward_prefetch); an interleaved rank's chunks would prefetch across
-  // a chunk boundary into a block the next pass may not run.
-  if (layout.chunks().size() > 1)
-    fail(
-        "parallel.fsdp_stage=3 is not supported with parallel.pp_virtual_stages > 1 yet (the "
-        "stage-3 prefetch follows one span of blocks; this pipeline rank holds ",
-        layout.chunks().size(), "); use parallel.fsdp_stage=1 or 2");
   return std::make_unique<GatheredParameters>(layout, geom, plan, params, ops, fsdp);
 }
 

@@ -67,7 +67,8 @@ class UnitParameters {
 // stage's first block prefetch nothing, nor does a middle stage's lowest
 // block in backward); a tied last stage's head prefetches its mirror of
 // embed (GPT's LM head reads it next), and the mirror prefetches the head
-// in backward, as embed does.
+// in backward, as embed does. A rank of several chunks (interleaved_1f1b):
+// each chunk's own ends likewise, never into another chunk's blocks.
 int forward_prefetch(const ParameterLayout& layout, int unit);
 int backward_prefetch(const ParameterLayout& layout, int unit);
 
