@@ -43,7 +43,7 @@
 #         peaks             trainer bench (the measured peaks)
 #         torch-compile     scripts/bench_vs_pytorch.py: the same 124M step in
 #                           torch.compile (runs even when our build failed)
-#         layout-*          ref, dp2, fsdp2, tp2: 2 ranks on the one GPU against 1
+#         layout-*          ref, dp2, fsdp2, tp2, pp2: 2 ranks on the one GPU against 1
 #       then one table (scripts/gpu_table.py) and, with --out DIR (default
 #       $OUT when set), DIR/gpu_check.tar.gz (every log) and DIR/table.txt.
 #       The whole run stays inside --budget (default 510 s: a 600 s device
@@ -440,7 +440,8 @@ else
   wanted costs && record costs FAILED "" "" "no usable binaries (see the binaries row)"
 fi
 ours_stages=(tests-core data train-tc train-simt train-llama pytorch-fp32 pytorch-bf16 tests-production
-             tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2)
+             tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2
+             layout-pp2)
 # check_against_pytorch.py runs under python3, or re-runs itself under
 # Debian's /usr/bin/python3 when that one has torch.
 have_torch() {
@@ -599,6 +600,10 @@ if [[ -n "$exe_dir" && $have_gpu == 1 ]]; then
     train.micro_batch=4 "log.dir=$logs/layouts/fsdp2"
   run_stage layout-tp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.tp=2 \
     train.micro_batch=8 "log.dir=$logs/layouts/tp2"
+  # Two pipeline stages, 1F1B over 4 micro-batches: the executor's sends and
+  # receives of device buffers (staged through host memory, both ranks on one GPU).
+  run_stage layout-pp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.pp=2 \
+    train.micro_batch=2 "log.dir=$logs/layouts/pp2"
 fi
 
 # ---- 3. the table, the tarball, the follow-up ----------------------------------------------

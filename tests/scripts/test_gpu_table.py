@@ -161,7 +161,7 @@ class GpuLogs:
     STAGES = ["binaries", "costs", "tests-core", "data", "train-tc", "train-simt", "pytorch-fp32",
               "pytorch-bf16", "tests-production", "tests-CudaAdamW", "memcheck", "racecheck",
               "gpu-bench", "peaks", "torch-compile", "layout-ref", "layout-dp2", "layout-fsdp2",
-              "layout-tp2"]
+              "layout-tp2", "layout-pp2"]
 
     def __init__(self, d, tp2_delta=0.0, failed=None):
         self.d = d
@@ -193,7 +193,7 @@ class GpuLogs:
             write(os.path.join(d, f"pytorch-{dt}.json"), json.dumps(pytorch_check(dt)))
         write(os.path.join(d, "memcheck.log"), "========= ERROR SUMMARY: 0 errors\n")
         write(os.path.join(d, "racecheck.log"), "========= RACECHECK SUMMARY\n")
-        for name in ("ref", "dp2", "fsdp2"):
+        for name in ("ref", "dp2", "fsdp2", "pp2"):
             jsonl(os.path.join(d, "layouts", name, "metrics.jsonl"), layout_losses(2e-6))
         jsonl(os.path.join(d, "layouts", "ref", "metrics.jsonl"), layout_losses())
         jsonl(os.path.join(d, "layouts", "tp2", "metrics.jsonl"), layout_losses(tp2_delta))
@@ -369,7 +369,8 @@ class Table(unittest.TestCase):
         stages += [f"{s}\tskipped\t\t\tno GPU" for s in
                    ("tests-core", "data", "train-tc", "train-simt", "pytorch-fp32", "pytorch-bf16",
                     "tests-production", "tests-suites", "memcheck", "racecheck", "gpu-bench",
-                    "peaks", "layout-ref", "layout-dp2", "layout-fsdp2", "layout-tp2")]
+                    "peaks", "layout-ref", "layout-dp2", "layout-fsdp2", "layout-tp2",
+                    "layout-pp2")]
         stages.append("torch-compile\tskipped\t\t\ttorch sees no CUDA device")
         write(os.path.join(self.dir, "stages.tsv"), "\n".join(stages) + "\n")
         write(os.path.join(self.dir, "gpu.txt"), "no nvidia-smi")
