@@ -82,8 +82,7 @@ PipelineExecutor::Instance& PipelineExecutor::instance_for(int micro, int stage)
     if (in.micro == micro) return in;
   for (Instance& in : row)
     if (in.micro < 0) {
-      for (CommHandle& h : in.sends) h.wait();  // its boundary buffers are about to be reused
-      in.sends.clear();
+      wait_sends(in);  // its boundary buffers are about to be reused
       in.micro = micro;
       return in;
     }
@@ -110,12 +109,17 @@ void PipelineExecutor::recv(TensorView view, int peer, int tag) {
   wait_ms_ += ms_between(t0, Clock::now());
 }
 
+void PipelineExecutor::wait_sends(Instance& in) {
+  if (in.sends.empty()) return;
+  const auto t0 = Clock::now();
+  for (CommHandle& h : in.sends) h.wait();
+  in.sends.clear();
+  wait_ms_ += ms_between(t0, Clock::now());  // a send waits on its receiver too
+}
+
 void PipelineExecutor::wait_sends() {
   for (auto& row : instances_)
-    for (Instance& in : row) {
-      for (CommHandle& h : in.sends) h.wait();
-      in.sends.clear();
-    }
+    for (Instance& in : row) wait_sends(in);
 }
 
 void PipelineExecutor::run(const PipeAction& a, const FillMicroBatch& fill, float grad_scale,

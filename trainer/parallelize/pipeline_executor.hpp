@@ -17,8 +17,10 @@
 // issue them (the simulator checks that order per channel). Sends are
 // started and waited before their buffer is used again (the instance's next
 // micro-batch) or at the end of the step; a receive is waited right before
-// the compute that needs it: that wait is the pipeline's bubble as this rank
-// sees it (last_wait_ms).
+// the compute that needs it: those waits are the pipeline's bubble as this
+// rank's host sees it (last_wait_ms). On a device backend the waits are
+// ordered on the stream and the host rarely blocks in them, so there the
+// trace's blocks, not this figure, show the bubble.
 //
 // Gradient reductions: before every backward the store is told whether it
 // is this rank's last backward of the step (begin_micro_batch), so DDP's
@@ -99,6 +101,8 @@ class PipelineExecutor final : public StepRunner {
   void run(const PipeAction& a, const FillMicroBatch& fill, float grad_scale, bool last_backward);
   void send(Instance& in, TensorView view, int peer, int tag);
   void recv(TensorView view, int peer, int tag);
+  // Waits an instance's sends (all instances'), counted as waiting on a neighbour.
+  void wait_sends(Instance& in);
   void wait_sends();
   // The tied embedding's gradient summed between the first and last stage.
   void sum_tied_embedding_grads();
