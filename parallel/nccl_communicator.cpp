@@ -258,11 +258,14 @@ void NcclCommunicator::abort() noexcept {
 
 detail::NcclWork& NcclCommunicator::p2p_group() {
   if (p2p_->launched) p2p_ = std::make_shared<detail::NcclWork>(comm_.get(), stream_.get(), aborted_);
-  if (p2p_->p2p.empty()) {  // the first of a group orders after compute
-    CUDA_CHECK(cudaSetDevice(device_));
-    ready_.record(compute_);
-    stream_.wait(ready_.get());
-  }
+  // Every op of a group orders after the compute queued before it joined:
+  // the group launches at its first wait, and a send queued after more
+  // compute (a pipeline's forward writing the buffer it sends) must not
+  // read it before that compute is done. The waits queue on the
+  // communication stream ahead of the group's launch.
+  CUDA_CHECK(cudaSetDevice(device_));
+  ready_.record(compute_);
+  stream_.wait(ready_.get());
   return *p2p_;
 }
 

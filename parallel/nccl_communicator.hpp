@@ -104,7 +104,8 @@ class NcclCommunicator final : public Communicator {
   CommHandle finish(const std::string& what) { return handle(enqueue_done(), describe(what)); }
   template <typename T>
   T scalar_all_reduce(T value, ReduceOp op, const char* what);
-  // The open group of queued sends/receives (a fresh one once launched).
+  // The open group of queued sends/receives (a fresh one once launched),
+  // the communication stream ordered after the compute queued so far.
   detail::NcclWork& p2p_group();
 
   std::string name_;

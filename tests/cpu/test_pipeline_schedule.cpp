@@ -100,6 +100,34 @@ TEST(PipelineSimulator, CatchesADeadlockAndAnOutOfOrderMessage) {
   for (auto& a : r1)
     if (a.op == PipeOp::recv_act || a.op == PipeOp::forward) a.micro = 1 - a.micro;
   EXPECT_NE(simulate_pipeline(swapped, 1).problem.find("sent out of order"), std::string::npos);
+  // Each kind in order, but an activation and a gradient between the same
+  // two ranks in opposite orders: fine with tags, wrong for NCCL's
+  // untagged matching. Rank 0 of 2 chunks each (interleaved, m = 2) sends
+  // rank 1 an activation (stage 0 -> 1) and a gradient (stage 2 -> 1);
+  // rank 1 receiving them the other way round is caught.
+  PipeScheduleSpec inter;
+  inter.kind = PipeSchedule::interleaved_1f1b;
+  inter.stages = 2;
+  inter.micro_batches = 2;
+  inter.virtual_stages = 2;
+  auto crossed = build_pipeline_schedule(inter);
+  ASSERT_EQ(simulate_pipeline(crossed, 2).problem, "");
+  auto& r1x = crossed[1];
+  auto first_recv = [&](PipeOp op) {
+    return std::find_if(r1x.begin(), r1x.end(),
+                        [&](const PipeAction& a) { return a.op == op && a.peer == 0; });
+  };
+  // Rank 1's first receive of each kind from rank 0, exchanged: each
+  // channel's order is unchanged only if each kind has one message there
+  // before the other; the pair order is broken either way.
+  const auto act = first_recv(PipeOp::recv_act), grad = first_recv(PipeOp::recv_grad);
+  ASSERT_NE(act, r1x.end());
+  ASSERT_NE(grad, r1x.end());
+  const std::string got = check_pipeline_pair_order(crossed);
+  EXPECT_EQ(got, "") << got;
+  std::iter_swap(act, grad);
+  EXPECT_NE(check_pipeline_pair_order(crossed).find("untagged point-to-point"), std::string::npos)
+      << check_pipeline_pair_order(crossed);
 }
 
 TEST(PipelineSchedule, ImpossibleSpecsNameTheNumbers) {

@@ -219,7 +219,8 @@ def sigterm_one_rank(runner):
 
 def pipeline(runner):
     """A pipeline pp=2 x dp=2 (4 ranks): a killed rank ends the job within
-    30 s; a pipeline pp=2 whose last stage hangs aborts within the collective
+    30 s; non-finite gradients on the last stage make both stages skip the
+    same step; a pipeline pp=2 whose last stage hangs aborts within the collective
     timeout, the fatal line naming the step, the stage, its action (a recv
     from the hung stage) and the rank; a resume at step 10 of the killed job
     equals the uninterrupted run bit for bit."""
@@ -242,6 +243,18 @@ def pipeline(runner):
     if not same_file(os.path.join(ref_dir, "model.safetensors"),
                      os.path.join(run_dir, "model.safetensors")):
         fails.append("pipeline kill: final weights differ from the uninterrupted run")
+
+    # Non-finite gradients on the last stage: both stages skip the same step.
+    run_dir, cfg = runner.config("pp_nan", parallel={"pp": 2},
+                                 extra={"train.micro_batch": 2, "train.steps": 10})
+    out, _ = runner.train_ok(2, cfg, env={"TRAINER_FAULT": "nan:rank=1:step=7"})
+    skips = [line for line in out.splitlines() if "update skipped" in line]
+    ok = all(any(f"[rank {r}]" in line and "step 7:" in line for line in skips) for r in (0, 1))
+    ok = ok and all("step 7:" in line for line in skips)
+    print(f"{'ok  ' if ok else 'FAIL'} pp=2, nan on rank 1 (last stage) at step 7: "
+          f"{len(skips)} skip line(s), all step 7")
+    if not ok:
+        fails.append(f"pipeline nan: skip lines {skips}:\n{out[-2000:]}")
 
     timeout_s = 3
     run_dir, cfg = runner.config("pp_hang", parallel={"pp": 2},

@@ -40,7 +40,8 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
 
 CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
                    const ParameterLayout& layout, ParameterStore& store,
-                   const TensorParallelGroup& group, Recompute recompute, ComputeDType dtype)
+                   const TensorParallelGroup& group, Recompute recompute, ComputeDType dtype,
+                   std::optional<StageSpan> chunk)
     : family_(family),
       cfg_(cfg),
       ops_(ops),
@@ -60,6 +61,18 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
     first_layer_ = layout.chunks().front().first_layer;
     end_layer_ = layout.chunks().front().end_layer;
   }
+  if (chunk) set_pipeline_stage({chunk->first_layer, chunk->end_layer});
+  // The activations' size: this instance's chunk when it has one, else the
+  // longest of the layout's chunks and the head if the layout holds it.
+  if (stage_set()) {
+    sized_blocks_ = end_layer_ - first_layer_;
+    sized_head_ = end_layer_ == cfg_.n_layer;
+  } else {
+    sized_blocks_ = 0;
+    for (const StageSpan& c : layout.chunks())
+      sized_blocks_ = std::max(sized_blocks_, c.end_layer - c.first_layer);
+    sized_head_ = layout.head_unit() >= 0;
+  }
 }
 
 CausalLM::~CausalLM() = default;
@@ -77,13 +90,10 @@ ActivationShape CausalLM::activation_shape(const TensorParallelGroup& group) con
   shape.attention_saved = ops_.attention_saved_elems(max_rows_, NHl, max_seq_);
   shape.attention_scratch = ops_.attention_scratch_elems(max_rows_, NHl, max_seq_);
   shape.store_keeps_bf16_params = store_->keeps_bf16_params();
-  // A stage's instance holds its longest chunk's blocks (layer_act counts
-  // from the chunk's first block) and the head's buffers only where it runs.
-  int blocks = 0;
-  for (const StageSpan& c : layout_.chunks())
-    blocks = std::max(blocks, (c.end_layer < 0 ? cfg_.n_layer : c.end_layer) - c.first_layer);
-  shape.blocks = blocks;
-  shape.head = layout_.head_unit() >= 0;
+  // A stage's instance holds its chunk's blocks (layer_act counts from the
+  // chunk's first block) and the head's buffers only where it runs them.
+  shape.blocks = sized_blocks_;
+  shape.head = sized_head_;
   return shape;
 }
 
@@ -223,7 +233,7 @@ TensorView CausalLM::layer_act(const LayerBuffer& buf, int layer,
   const int64_t per_slot_max = static_cast<int64_t>(buf.buf.bytes() / elem) / buf.slots;
   // Slots count from this stage's first block (the whole model: block 0).
   const int slot = buf.slots == 1 ? 0 : layer - first_layer_;
-  GT_CHECK(slot < buf.slots, "layer ", layer, " of a stage from block ", first_layer_,
+  GT_CHECK(slot >= 0 && slot < buf.slots, "layer ", layer, " of a stage from block ", first_layer_,
            " in a buffer of ", buf.slots, " slots");
   TensorView v = make_view(static_cast<char*>(buf.buf.data()) + slot * per_slot_max * elem,
                            buf.dtype, ops_.device(), shape);
@@ -326,6 +336,12 @@ void CausalLM::set_pipeline_stage(const PipelineStage& stage) {
   if (!layout_.whole_model() && !is_layout_chunk(stage.first_layer, end))
     fail(family_, ": pipeline stage of blocks [", stage.first_layer, ", ", end,
          ") is not one of the parameter layout's chunks ", describe_chunks());
+  // Once sized (sized_blocks_ > 0), within what the activations hold.
+  if (sized_blocks_ > 0 &&
+      (end - stage.first_layer > sized_blocks_ || (end == cfg_.n_layer && !sized_head_)))
+    fail(family_, ": pipeline stage of blocks [", stage.first_layer, ", ", end,
+         ") on a model whose activations were sized for ", sized_blocks_, " blocks",
+         sized_head_ ? "" : " without the LM head", " (build it for that chunk)");
   first_layer_ = stage.first_layer;
   end_layer_ = end;
 }

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -162,9 +163,13 @@ class CausalLM {
            Recompute recompute, ComputeDType dtype);
   // A tensor-parallel rank whose parameters (laid out by `layout`, built for
   // group.rank() of group.size()) live in `store`.
+  // `chunk` (one of the layout's chunks): the stage this instance runs,
+  // set now so that its activations are sized for that chunk's blocks and
+  // head; without it a layout of one chunk sizes for that chunk and one of
+  // several for its longest chunk and its head (any chunk may be set later).
   CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
            const ParameterLayout& layout, ParameterStore& store, const TensorParallelGroup& group,
-           Recompute recompute, ComputeDType dtype);
+           Recompute recompute, ComputeDType dtype, std::optional<StageSpan> chunk = std::nullopt);
 
   // The family's forward up to the losses (and dlogits with grad_scale > 0),
   // without reading them back; false when there were no targets. It must set
@@ -244,6 +249,11 @@ class CausalLM {
   // This stage's blocks (the whole model by default); -1 until
   // set_pipeline_stage on a layout of several chunks.
   int first_layer_ = 0, end_layer_ = 0;
+  // What the activations were sized for: blocks per buffer (-1: every
+  // block, a model owning its parameters) and whether the head's buffers
+  // exist (set_pipeline_stage keeps within them).
+  int sized_blocks_ = -1;
+  bool sized_head_ = true;
 
  private:
   struct EndSizes {

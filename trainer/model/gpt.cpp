@@ -27,9 +27,9 @@ GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute 
 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
          ParameterStore& store, const TensorParallelGroup& group, Recompute recompute,
-         ComputeDType dtype)
+         ComputeDType dtype, std::optional<StageSpan> chunk)
     : CausalLM("GPT", require_gpt2(cfg), ops, max_rows, max_seq, layout, store, group, recompute,
-               dtype) {
+               dtype, chunk) {
   allocate(group);
 }
 

@@ -84,9 +84,12 @@ class GPT final : public CausalLM {
   // One tensor-parallel rank whose parameters (laid out by `layout`, built
   // for group.rank() of group.size()) live in `store`; the group goes to the
   // tensor-parallel layers.
+  // `chunk`: the pipeline chunk of the layout this instance runs, its
+  // activations sized for it (CausalLM::set_pipeline_stage).
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
       ParameterStore& store, const TensorParallelGroup& group,
-      Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32);
+      Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32,
+      std::optional<StageSpan> chunk = std::nullopt);
   ~GPT() override;
 
   int64_t activation_bytes() const override;

@@ -23,9 +23,9 @@ Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recomp
 
 Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
              const ParameterLayout& layout, ParameterStore& store, const TensorParallelGroup& group,
-             Recompute recompute, ComputeDType dtype)
+             Recompute recompute, ComputeDType dtype, std::optional<StageSpan> chunk)
     : CausalLM("Llama", require_llama(cfg), ops, max_rows, max_seq, layout, store, group, recompute,
-               dtype) {
+               dtype, chunk) {
   allocate(group);
 }
 

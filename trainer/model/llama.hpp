@@ -65,7 +65,8 @@ class Llama final : public CausalLM {
   // One tensor-parallel rank over `store` (see GPT's constructor).
   Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
         ParameterStore& store, const TensorParallelGroup& group,
-        Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32);
+        Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32,
+        std::optional<StageSpan> chunk = std::nullopt);
   ~Llama() override;
 
   int64_t activation_bytes() const override;

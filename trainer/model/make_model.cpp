@@ -20,14 +20,14 @@ std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_r
 std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
                                      const ParameterLayout& layout, ParameterStore& store,
                                      const TensorParallelGroup& group, Recompute recompute,
-                                     ComputeDType dtype) {
+                                     ComputeDType dtype, std::optional<StageSpan> chunk) {
   switch (cfg.arch) {
     case ModelArch::gpt2:
       return std::make_unique<GPT>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
-                                   dtype);
+                                   dtype, chunk);
     case ModelArch::llama:
       return std::make_unique<Llama>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
-                                     dtype);
+                                     dtype, chunk);
   }
   fail("model.arch=", to_string(cfg.arch), ": no model of that family");
 }

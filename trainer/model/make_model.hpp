@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
@@ -15,10 +16,12 @@ namespace gt {
 std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
                                      Recompute recompute = Recompute::none,
                                      ComputeDType dtype = ComputeDType::fp32);
-// One tensor-parallel rank over `store` (the constructors' second form).
+// One tensor-parallel rank over `store` (the constructors' second form);
+// `chunk`: the pipeline chunk of the layout this instance runs.
 std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
                                      const ParameterLayout& layout, ParameterStore& store,
                                      const TensorParallelGroup& group, Recompute recompute,
-                                     ComputeDType dtype);
+                                     ComputeDType dtype,
+                                     std::optional<StageSpan> chunk = std::nullopt);
 
 }  // namespace gt

@@ -19,6 +19,23 @@ double ms_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// Puts the collective context's phase back when a step or an evaluation
+// ends, returning or throwing.
+class PhaseRestorer {
+ public:
+  explicit PhaseRestorer(CollectiveContext* context)
+      : context_(context), phase_(context ? context->phase : std::string()) {}
+  ~PhaseRestorer() {
+    if (context_) context_->phase = phase_;
+  }
+  PhaseRestorer(const PhaseRestorer&) = delete;
+  PhaseRestorer& operator=(const PhaseRestorer&) = delete;
+
+ private:
+  CollectiveContext* context_;
+  std::string phase_;
+};
+
 }  // namespace
 
 std::vector<int> instances_per_chunk(const std::vector<PipeAction>& list, int pp,
@@ -170,6 +187,7 @@ void PipelineExecutor::train(int micro_batches, const FillMicroBatch& fill, floa
     fail("pipeline executor: a step of ", micro_batches, " micro-batches; the schedule has ",
          spec_.micro_batches);
   phase_ = context_ ? context_->phase : std::string("train");
+  const PhaseRestorer restore(context_);
   wait_ms_ = 0.0;
   // The index of each chunk's last backward: where its gradients are final.
   std::vector<size_t> last_backward(chunks_.size(), actions_.size());
@@ -188,7 +206,6 @@ void PipelineExecutor::train(int micro_batches, const FillMicroBatch& fill, floa
   set_phase("gradient reduction");
   params_.finish_gradients();
   sum_tied_embedding_grads();
-  if (context_) context_->phase = phase_;
 }
 
 void PipelineExecutor::sum_tied_embedding_grads() {
@@ -254,6 +271,7 @@ double PipelineExecutor::eval_loss_sum(int micro_batches, const FillMicroBatch& 
   // (the (micro-batch, stage) order is a chain every rank follows, so no
   // cycle of waits): one instance per chunk, sends waited at once.
   phase_ = context_ ? context_->phase : std::string("eval");
+  const PhaseRestorer restore(context_);
   const int S = p_ * spec_.virtual_stages;
   double sum = 0.0;
   for (int k = 0; k < micro_batches; ++k) {
@@ -277,7 +295,6 @@ double PipelineExecutor::eval_loss_sum(int micro_batches, const FillMicroBatch& 
       }
     }
   }
-  if (context_) context_->phase = phase_;
   return pp_.all_reduce_f64(last_stage() ? sum : 0.0, ReduceOp::sum);
 }
 

@@ -7,7 +7,7 @@
 // CausalLM::set_pipeline_stage span) keeps the activations of every
 // micro-batch it has forwarded and not yet backwarded, so it has one model
 // instance per micro-batch it holds at once (instances_per_chunk: p on the
-// first stage under 1f1b, m under gpipe), all over the one ShardedParameters
+// first stage under 1f1b (at most m), m under gpipe), all over the one ShardedParameters
 // (their gradients accumulate there). An instance is taken by the first
 // action of a micro-batch on the chunk (its recv_act or forward) and given
 // back after its backward's send.
@@ -23,9 +23,9 @@
 // trace's blocks, not this figure, show the bubble.
 //
 // Gradient reductions: before every backward the store is told whether it
-// is this rank's last backward of the step (begin_micro_batch), so DDP's
-// buckets and ZeRO's reduce-scatters start on the last one, as in gradient
-// accumulation. After finish_gradients, a tied embedding's two copies (wte
+// is its chunk's last backward of the step (begin_micro_batch), so DDP's
+// buckets and ZeRO's reduce-scatters of that chunk's units start on it, as
+// in gradient accumulation. After finish_gradients, a tied embedding's two copies (wte
 // on the first stage, its mirror under the LM head on the last) exchange
 // their reduced gradients and both add them (a + b on both sides: equal
 // bits), so AdamW keeps the copies equal (Megatron's embedding group).

@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 
 namespace gt {
@@ -21,6 +22,37 @@ struct Message {
   double ready;
 };
 }  // namespace
+
+// NCCL matches a pair's point-to-point messages in issue order, with no
+// tags: between any two ranks, in each direction, the sender's sends (of
+// either kind) must come in the order of the receiver's receives. "" when
+// they do, else the first mismatch.
+std::string check_pipeline_pair_order(const std::vector<std::vector<PipeAction>>& lists) {
+  const int p = static_cast<int>(lists.size());
+  auto is_send = [](PipeOp op) { return op == PipeOp::send_act || op == PipeOp::send_grad; };
+  auto is_recv = [](PipeOp op) { return op == PipeOp::recv_act || op == PipeOp::recv_grad; };
+  for (int from = 0; from < p; ++from)
+    for (int to = 0; to < p; ++to) {
+      if (from == to) continue;
+      std::vector<const PipeAction*> sends, recvs;
+      for (const PipeAction& a : lists[static_cast<size_t>(from)])
+        if (is_send(a.op) && a.peer == to) sends.push_back(&a);
+      for (const PipeAction& a : lists[static_cast<size_t>(to)])
+        if (is_recv(a.op) && a.peer == from) recvs.push_back(&a);
+      for (size_t i = 0; i < std::max(sends.size(), recvs.size()); ++i) {
+        const PipeAction* s = i < sends.size() ? sends[i] : nullptr;
+        const PipeAction* r = i < recvs.size() ? recvs[i] : nullptr;
+        const bool same = s && r && s->micro == r->micro && s->stage == r->stage &&
+                          (s->op == PipeOp::send_act) == (r->op == PipeOp::recv_act);
+        if (!same)
+          return "message " + std::to_string(i) + " from rank " + std::to_string(from) +
+                 " to rank " + std::to_string(to) + ": sent " + (s ? s->str() : "nothing") +
+                 ", received as " + (r ? r->str() : "nothing") +
+                 " (untagged point-to-point matches in issue order)";
+      }
+    }
+  return "";
+}
 
 PipeSimulation simulate_pipeline(const std::vector<std::vector<PipeAction>>& lists,
                                  int virtual_stages, const PipeCosts& costs) {
@@ -95,6 +127,8 @@ PipeSimulation simulate_pipeline(const std::vector<std::vector<PipeAction>>& lis
                        std::to_string(std::get<1>(key)) + " was never received");
   if (forwarded.size() != backwarded.size())
     return fail_with("a forwarded micro-batch was never backwarded");
+  // Each kind in order on its own channel is not enough without tags.
+  if (std::string order = check_pipeline_pair_order(lists); !order.empty()) return fail_with(order);
   sim.makespan = *std::max_element(clock.begin(), clock.end());
   return sim;
 }

@@ -5,7 +5,9 @@
 // (sender, receiver), each first in first out, as two communicators would
 // carry them: a receive must meet exactly the message it names at the head
 // of its channel (NCCL matches in issue order; a mismatch would deliver the
-// wrong tensor).
+// wrong tensor). And since NCCL has no tags, the two kinds together must
+// also come in one order per direction between two ranks: every sender's
+// sends to a rank in the order of that rank's receives from it.
 //
 // It proves a schedule free of deadlock (every rank reaches the end of its
 // list), checks each (micro-batch, stage) is forwarded once and backwarded
@@ -34,6 +36,11 @@ struct PipeSimulation {
   // Idle share of the step on the most idle rank.
   double bubble_fraction() const;
 };
+
+// Between every two ranks, in each direction, whether the sends (either
+// kind) come in the order of the receives: "" when they do, else the first
+// mismatch. simulate_pipeline checks it too.
+std::string check_pipeline_pair_order(const std::vector<std::vector<PipeAction>>& lists);
 
 // `virtual_stages`: v of the schedule (a chunk's compute costs 1/v of the costs).
 PipeSimulation simulate_pipeline(const std::vector<std::vector<PipeAction>>& lists,

@@ -57,13 +57,13 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
   out.params =
       std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,
                                           plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
-  auto build_model = [&] {
+  auto build_model = [&](std::optional<StageSpan> chunk) {
     return make_model(model, ops, B, T, *out.layout, *out.params, tp_group, shape.recompute,
-                      plan.dtype);
+                      plan.dtype, chunk);
   };
   if (d.pp == 1) {
     // 3. the model over the tensor-parallel layers; 4. gradient accumulation.
-    out.model = build_model();
+    out.model = build_model(std::nullopt);
     out.runner = std::make_unique<AccumulationRunner>(*out.model, *out.params, mesh, B, T);
     return out;
   }
@@ -76,10 +76,9 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
   for (size_t c = 0; c < chunks.size(); ++c) {
     PipelineExecutor::Chunk chunk;
     chunk.stage = static_cast<int>(c) * d.pp + mesh.coord().pp;
-    for (int i = 0; i < std::max(1, counts[c]); ++i) {
-      chunk.instances.push_back(build_model());
-      chunk.instances.back()->set_pipeline_stage({chunks[c].first_layer, chunks[c].end_layer});
-    }
+    // Each instance sized for its own chunk's blocks (and head, on the last).
+    for (int i = 0; i < std::max(1, counts[c]); ++i)
+      chunk.instances.push_back(build_model(chunks[c]));
     stage_chunks.push_back(std::move(chunk));
   }
   out.runner = std::make_unique<PipelineExecutor>(spec, std::move(actions), std::move(stage_chunks),

@@ -318,7 +318,8 @@ std::unique_ptr<GradientReducer> make_gradient_reducer(const GradientReducerCont
     fail("a pipeline rank holding the first and the last of ", ctx.layout.chunks().size(),
          " chunks of a tied model cannot reduce its gradients over dp=", ctx.dp.size(),
          " x fsdp=", ctx.fsdp.size(),
-         " ranks yet (the embedding's gradient is written by two chunks); use parallel.pp > 1");
+         " ranks yet (the embedding's gradient is written by two chunks); with parallel.pp > 1 "
+         "the first and the last chunk are on different ranks");
   if (ctx.plan.fsdp == 1) return std::make_unique<DdpBuckets>(ctx);
   if (ctx.plan.full_grads) return std::make_unique<ShardAfterLastMicroBatch>(ctx);
   return std::make_unique<ShardEveryMicroBatch>(ctx);

@@ -39,6 +39,15 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
   std::exception_ptr early_error;
   try {
     run.faults = FaultInjector::from_env();
+    // A nan fault poisons the loss scale, which only the last pipeline stage
+    // applies (it starts the backward): elsewhere it would test nothing.
+    const int per_stage = run.dims.dp * run.dims.fsdp * run.dims.tp;
+    for (const Fault& f : run.faults.faults())
+      if (f.kind == FaultKind::nan && run.dims.pp > 1 && f.rank / per_stage != run.dims.pp - 1)
+        fail("TRAINER_FAULT (environment): nan:rank=", f.rank, " is on pipeline stage ",
+             f.rank / per_stage, " of parallel.pp=", run.dims.pp,
+             ", which computes no loss; name a rank of the last stage (ranks ",
+             (run.dims.pp - 1) * per_stage, "..", run.dims.pp * per_stage - 1, ")");
     run.backend = make_compute_backend(cfg, detect_run_environment());
     run.train_data = std::make_unique<DataLoader>(
         cfg.data.train, "data.train", cfg.model.vocab_size, tc.seq_len, cfg.data.shuffle, tc.seed);
