@@ -3,9 +3,9 @@
 #include <numeric>
 
 #include "trainer/model/make_model.hpp"
-#include "trainer/parallelize/accumulation_runner.hpp"
-#include "trainer/parallelize/pipeline_executor.hpp"
 #include "trainer/parallelize/pipeline_stages.hpp"
+#include "trainer/runtime/accumulation_runner.hpp"
+#include "trainer/runtime/pipeline_executor.hpp"
 
 namespace gt {
 

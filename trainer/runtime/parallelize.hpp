@@ -39,7 +39,7 @@
 #include "trainer/config/config.hpp"
 #include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
-#include "trainer/parallelize/step_runner.hpp"
+#include "trainer/runtime/step_runner.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {

@@ -17,9 +17,9 @@
 #include "trainer/data/data_loader.hpp"
 #include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
-#include "trainer/parallelize/step_runner.hpp"
 #include "trainer/profile/profile_session.hpp"
 #include "trainer/runtime/compute_backend.hpp"
+#include "trainer/runtime/step_runner.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 #include "trainer/train/fault_injection.hpp"
 

@@ -48,7 +48,7 @@
 #include "parallel/mesh.hpp"
 #include "trainer/model/causal_lm.hpp"
 #include "trainer/parallelize/pipeline_schedule.hpp"
-#include "trainer/parallelize/step_runner.hpp"
+#include "trainer/runtime/step_runner.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {

@@ -1,4 +1,4 @@
-#include "trainer/parallelize/pipeline_executor.hpp"
+#include "trainer/runtime/pipeline_executor.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -8,7 +8,7 @@
 
 #include "parallel/mesh.hpp"
 #include "trainer/model/causal_lm.hpp"
-#include "trainer/parallelize/step_runner.hpp"
+#include "trainer/runtime/step_runner.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt {

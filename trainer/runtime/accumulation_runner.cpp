@@ -1,4 +1,4 @@
-#include "trainer/parallelize/accumulation_runner.hpp"
+#include "trainer/runtime/accumulation_runner.hpp"
 
 namespace gt {
 
