@@ -122,6 +122,13 @@ PP_LAYOUTS = {
     "pp2_fsdp2_stage3_gpipe": Pipe(2, "gpipe", fsdp=2, stage=3),
 }
 PP_MICRO_BATCHES = (1, 4)
+# The grad norm of a bf16 pipeline run against the layout without stages:
+# looser than BF16_TOL because the models are deeper (pp4_interleaved has 8
+# blocks) and the norm sums every block's squares, so ten steps of bf16
+# rounding flips move it more than the loss (measured: Llama pp4
+# interleaved 2.5e-3 at step 9, its loss within 2e-3 and its fp32 run
+# within 1e-5 of one rank).
+PP_BF16_NORM_TOL = 5e-3
 
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
@@ -474,7 +481,8 @@ def run_layout(runner, name):
 def run_pp_layout(runner, name):
     """A pipeline layout against one rank with the same blocks (fp32). In
     bf16 (either dtype) against the same dp x fsdp x tp layout without
-    stages (itself checked against one rank above), at the bf16 tolerances:
+    stages (itself checked against one rank above), at the bf16 tolerances
+    (grad norms at PP_BF16_NORM_TOL):
     the grad norm is summed in another order over the stages, its clip
     factor differs in the last bits, and bf16 storage turns that into whole
     bf16 steps as it does between any two layouts (GPT-2 stays within 1e-7
@@ -510,7 +518,7 @@ def run_pp_layout(runner, name):
         run_dir, cfg = runner.config(name, pipe.dp, pipe.fsdp, pipe.tp, pipe.stage, micro,
                                      extra=extra)
         _, took = runner.run(world, cfg)
-        tols = (dict(loss_rtol=BF16_TOL, norm_rtol=BF16_TOL,
+        tols = (dict(loss_rtol=BF16_TOL, norm_rtol=PP_BF16_NORM_TOL,
                      param_tol=BF16_PARAM_TOL[MODEL.get("arch", "gpt2")], skip_key_bias=True,
                      rms_tol=BF16_RMS_TOL) if bf16 else {})
         f, worst = compare_runs(label, ref_dir, run_dir, **tols)
