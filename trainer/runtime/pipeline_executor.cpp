@@ -1,7 +1,6 @@
 #include "trainer/runtime/pipeline_executor.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "kernels/core/error.hpp"
@@ -19,22 +18,32 @@ double ms_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Puts the collective context's phase back when a step or an evaluation
-// ends, returning or throwing.
-class PhaseRestorer {
+// For the length of a step or an evaluation: `base` holds the context's
+// phase (what the executor names its actions under), put back on every
+// exit, returning or throwing.
+class PhaseScope {
  public:
-  explicit PhaseRestorer(CollectiveContext* context)
-      : context_(context), phase_(context ? context->phase : std::string()) {}
-  ~PhaseRestorer() {
-    if (context_) context_->phase = phase_;
+  PhaseScope(CollectiveContext* context, std::string& base) : context_(context), base_(base) {
+    if (context_) base_ = context_->phase;
   }
-  PhaseRestorer(const PhaseRestorer&) = delete;
-  PhaseRestorer& operator=(const PhaseRestorer&) = delete;
+  ~PhaseScope() {
+    if (context_) context_->phase = base_;
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
 
  private:
   CollectiveContext* context_;
-  std::string phase_;
+  std::string& base_;
 };
+
+// Floats of a boundary tensor on the wire (the communicator moves floats;
+// a bf16 one goes as half as many).
+int64_t wire_floats(const TensorView& view) {
+  const int64_t bytes = view.numel() * static_cast<int64_t>(dtype_size(view.dtype));
+  GT_CHECK(bytes % 4 == 0, "pipeline boundary of ", bytes, " bytes");
+  return bytes / 4;
+}
 
 }  // namespace
 
@@ -55,6 +64,7 @@ PipelineExecutor::PipelineExecutor(const PipeScheduleSpec& spec, std::vector<Pip
                                    CollectiveContext* context)
     : spec_(spec),
       actions_(std::move(actions)),
+      last_backward_(actions_.size(), false),
       chunks_(std::move(chunks)),
       params_(params),
       mesh_(mesh),
@@ -82,6 +92,13 @@ PipelineExecutor::PipelineExecutor(const PipeScheduleSpec& spec, std::vector<Pip
     slots += row.size();
     instances_.push_back(std::move(row));
   }
+  // Where each chunk's gradients are final: its last backward of the step.
+  std::vector<size_t> last(chunks_.size(), actions_.size());
+  for (size_t i = 0; i < actions_.size(); ++i)
+    if (actions_[i].op == PipeOp::backward)
+      last[static_cast<size_t>(chunk_of(actions_[i].stage))] = i;
+  for (size_t i : last)
+    if (i < actions_.size()) last_backward_[i] = true;
   // The optimizer's loss view: every instance's per-position sums side by
   // side on the last stage, one zero elsewhere.
   const int64_t R = static_cast<int64_t>(B) * T;
@@ -111,16 +128,12 @@ void PipelineExecutor::set_phase(const std::string& what) const {
   if (context_) context_->phase = phase_ + ": pipeline stage " + std::to_string(rank_) + " " + what;
 }
 
-void PipelineExecutor::send(Instance& in, TensorView view, int peer, int tag) {
-  const int64_t bytes = view.numel() * static_cast<int64_t>(dtype_size(view.dtype));
-  GT_CHECK(bytes % 4 == 0, "pipeline boundary of ", bytes, " bytes");
-  in.sends.push_back(pp_.send(static_cast<const float*>(view.data), bytes / 4, peer, tag));
+CommHandle PipelineExecutor::send(TensorView view, int peer, int tag) {
+  return pp_.send(static_cast<const float*>(view.data), wire_floats(view), peer, tag);
 }
 
 void PipelineExecutor::recv(TensorView view, int peer, int tag) {
-  const int64_t bytes = view.numel() * static_cast<int64_t>(dtype_size(view.dtype));
-  GT_CHECK(bytes % 4 == 0, "pipeline boundary of ", bytes, " bytes");
-  CommHandle h = pp_.recv(static_cast<float*>(view.data), bytes / 4, peer, tag);
+  CommHandle h = pp_.recv(static_cast<float*>(view.data), wire_floats(view), peer, tag);
   const auto t0 = Clock::now();
   h.wait();
   wait_ms_ += ms_between(t0, Clock::now());
@@ -152,12 +165,12 @@ void PipelineExecutor::run(const PipeAction& a, const FillMicroBatch& fill, floa
       return;
     case PipeOp::send_act: {  // a.stage is the receiving stage
       Instance& in = instance_for(a.micro, a.stage - 1);
-      send(in, in.model->stage_boundary(B_, T_).output, a.peer, kActTag);
+      in.sends.push_back(send(in.model->stage_boundary(B_, T_).output, a.peer, kActTag));
       return;
     }
     case PipeOp::send_grad: {  // a.stage is the receiving stage; the micro-batch is done here
       Instance& in = instance_for(a.micro, a.stage + 1);
-      send(in, in.model->stage_boundary(B_, T_).input_grad, a.peer, kGradTag);
+      in.sends.push_back(send(in.model->stage_boundary(B_, T_).input_grad, a.peer, kGradTag));
       in.micro = -1;
       return;
     }
@@ -186,21 +199,11 @@ void PipelineExecutor::train(int micro_batches, const FillMicroBatch& fill, floa
   if (micro_batches != spec_.micro_batches)
     fail("pipeline executor: a step of ", micro_batches, " micro-batches; the schedule has ",
          spec_.micro_batches);
-  phase_ = context_ ? context_->phase : std::string("train");
-  const PhaseRestorer restore(context_);
+  const PhaseScope phase(context_, phase_);
   wait_ms_ = 0.0;
-  // The index of each chunk's last backward: where its gradients are final.
-  std::vector<size_t> last_backward(chunks_.size(), actions_.size());
-  for (size_t i = 0; i < actions_.size(); ++i)
-    if (actions_[i].op == PipeOp::backward)
-      last_backward[static_cast<size_t>(chunk_of(actions_[i].stage))] = i;
-
   params_.begin_step();
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    const PipeAction& a = actions_[i];
-    run(a, fill, grad_scale,
-        a.op == PipeOp::backward && last_backward[static_cast<size_t>(chunk_of(a.stage))] == i);
-  }
+  for (size_t i = 0; i < actions_.size(); ++i)
+    run(actions_[i], fill, grad_scale, last_backward_[i]);
   set_phase("sends");
   wait_sends();
   set_phase("gradient reduction");
@@ -270,8 +273,7 @@ double PipelineExecutor::eval_loss_sum(int micro_batches, const FillMicroBatch& 
   // Forward only, one micro-batch at a time through every stage in order
   // (the (micro-batch, stage) order is a chain every rank follows, so no
   // cycle of waits): one instance per chunk, sends waited at once.
-  phase_ = context_ ? context_->phase : std::string("eval");
-  const PhaseRestorer restore(context_);
+  const PhaseScope phase(context_, phase_);
   const int S = p_ * spec_.virtual_stages;
   double sum = 0.0;
   for (int k = 0; k < micro_batches; ++k) {
@@ -286,9 +288,7 @@ double PipelineExecutor::eval_loss_sum(int micro_batches, const FillMicroBatch& 
       model.queue_forward(tokens_.data(), targets_.data(), B_, T_, 0.f);
       if (s < S - 1) {
         set_phase("eval send_act " + std::to_string(k) + "@s" + std::to_string(s + 1));
-        TensorView out = model.stage_boundary(B_, T_).output;
-        const int64_t n = out.numel() * static_cast<int64_t>(dtype_size(out.dtype)) / 4;
-        pp_.send(static_cast<const float*>(out.data), n, stage_rank(s + 1, p_), kActTag).wait();
+        send(model.stage_boundary(B_, T_).output, stage_rank(s + 1, p_), kActTag).wait();
       } else {
         mesh_.drain();  // the forward's collectives, with their deadlines, before the read
         sum += model.read_forward_loss(B_, T_);

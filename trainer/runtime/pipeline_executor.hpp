@@ -99,7 +99,9 @@ class PipelineExecutor final : public StepRunner {
   Instance& instance_for(int micro, int stage);
   // last_backward: a backward that is its chunk's last of the step.
   void run(const PipeAction& a, const FillMicroBatch& fill, float grad_scale, bool last_backward);
-  void send(Instance& in, TensorView view, int peer, int tag);
+  // A boundary tensor (fp32 or bf16) on the wire: sent in flight from the
+  // instance's buffers; received and waited (the wait counted as the bubble).
+  CommHandle send(TensorView view, int peer, int tag);
   void recv(TensorView view, int peer, int tag);
   // Waits an instance's sends (all instances'), counted as waiting on a neighbour.
   void wait_sends(Instance& in);
@@ -110,6 +112,7 @@ class PipelineExecutor final : public StepRunner {
 
   PipeScheduleSpec spec_;
   std::vector<PipeAction> actions_;
+  std::vector<bool> last_backward_;  // per action: its chunk's last backward of the step
   std::vector<Chunk> chunks_;
   std::vector<std::vector<Instance>> instances_;  // [chunk][slot]
   ShardedParameters& params_;
@@ -118,7 +121,9 @@ class PipelineExecutor final : public StepRunner {
   Ops& ops_;
   int B_, T_, p_, rank_;
   CollectiveContext* context_;
-  std::string phase_;                      // the context's phase when the step began
+  // The context's phase when the step (or evaluation) began: the pipeline
+  // names its actions under it, and it is put back on every exit.
+  std::string phase_;
   std::vector<int32_t> tokens_, targets_;  // (B*T) host rows of the micro-batch in hand
   Buffer losses_;     // (instances x B*T) the last stage's loss sums, gathered for the optimizer
   Buffer tied_peer_;  // the other stage's share of the tied embedding's gradient
