@@ -66,7 +66,6 @@ TEST(PipelineExecutorMpi, OneStepGivesTheWholeModelsGradientsOnEveryStage) {
       plan.pp_schedule = c.schedule;
       plan.pp_virtual_stages = c.virtual_stages;
       ParallelModel pm = parallelize(model, plan, mesh, *ops, {B, T, Recompute::none, m});
-      ASSERT_EQ(pm.model, nullptr) << at;
       load_every_initial(model, *pm.params, 3);
       pm.runner->train(
           m,

@@ -9,7 +9,6 @@
 #include "kernels/core/error.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/plan/dry_run_ops.hpp"
 #include "trainer/plan/hardware.hpp"
@@ -130,23 +129,23 @@ int run_costs_command(const CostsArgs& a) {
     const ParallelModel pm =
         parallelize(cfg.model, parallel_plan(cfg), mesh, *ops, {B, T, tc.recompute});
     ShardedParameters& params = *pm.params;
-    CausalLM& model = *pm.model;
-    std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 0);
+    StepRunner& runner = *pm.runner;
     // Loading leaves the parameters' bf16 copy to be cast once by the first
     // forward; in a steady step AdamW writes it, so that cast stays out of
     // the recorded step.
     params.begin_forward(false);
     profiler.begin_step(0);
-    params.begin_step();
-    for (int k = 0; k < accum; ++k) {
-      params.begin_micro_batch(k + 1 == accum);
-      model.forward_train(tokens.data(), tokens.data(), B, T,
-                          1.f / static_cast<float>(B * T * accum));
-      model.backward();
-    }
-    params.finish_gradients();
-    params.clipped_adamw_step(tc, tc.lr, 1, model.pending_loss_sums());
-    (void)model.take_loss();
+    // The trainer's step: the micro-batches (token 0 everywhere: the
+    // dry run computes nothing), then clipped AdamW.
+    runner.train(
+        accum,
+        [&](int, int32_t* tokens, int32_t* targets) {
+          std::fill_n(tokens, static_cast<size_t>(B) * T, 0);
+          std::fill_n(targets, static_cast<size_t>(B) * T, 0);
+        },
+        1.f / static_cast<float>(B * T * accum));
+    params.clipped_adamw_step(tc, tc.lr, 1, runner.pending_loss_sums());
+    (void)runner.take_loss();
     profiler.end_step();
     model_flops_step =
         model_flops(cfg.model, T).per_token() * static_cast<double>(tc.global_batch) * T;

@@ -1,9 +1,11 @@
 // AccumulationRunner: the StepRunner (step_runner.hpp) of a layout without
-// pipeline stages: one model, each micro-batch's forward then backward in
-// turn, the gradients accumulating in the store.
+// pipeline stages: one model (owned here, as the pipeline executor owns its
+// instances), each micro-batch's forward then backward in turn, the
+// gradients accumulating in the store.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "parallel/mesh.hpp"
@@ -15,18 +17,19 @@ namespace gt {
 
 class AccumulationRunner final : public StepRunner {
  public:
-  // (B, T): every micro-batch's shape. The references outlive the runner.
-  AccumulationRunner(CausalLM& model, ShardedParameters& params, const DeviceMesh& mesh, int B,
-                     int T);
+  // (B, T): every micro-batch's shape. The references outlive the runner;
+  // `model` reads its parameters from `params`.
+  AccumulationRunner(std::unique_ptr<CausalLM> model, ShardedParameters& params,
+                     const DeviceMesh& mesh, int B, int T);
 
   void train(int micro_batches, const FillMicroBatch& fill, float grad_scale) override;
-  TensorView pending_loss_sums() override { return model_.pending_loss_sums(); }
-  double take_loss() override { return model_.take_loss(); }
+  TensorView pending_loss_sums() override { return model_->pending_loss_sums(); }
+  double take_loss() override { return model_->take_loss(); }
   double eval_loss_sum(int micro_batches, const FillMicroBatch& fill) override;
-  int64_t activation_bytes() const override { return model_.activation_bytes(); }
+  int64_t activation_bytes() const override { return model_->activation_bytes(); }
 
  private:
-  CausalLM& model_;
+  std::unique_ptr<CausalLM> model_;
   ShardedParameters& params_;
   const DeviceMesh& mesh_;
   int B_, T_;

@@ -63,8 +63,8 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
   };
   if (d.pp == 1) {
     // 3. the model over the tensor-parallel layers; 4. gradient accumulation.
-    out.model = build_model(std::nullopt);
-    out.runner = std::make_unique<AccumulationRunner>(*out.model, *out.params, mesh, B, T);
+    out.runner =
+        std::make_unique<AccumulationRunner>(build_model(std::nullopt), *out.params, mesh, B, T);
     return out;
   }
   // 3. one model instance per micro-batch the stage holds at once; 4. the schedule.

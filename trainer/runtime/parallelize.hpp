@@ -70,14 +70,12 @@ struct ModelShape {
   int micro_batches = 1;  // per optimizer step on each data rank (the pipeline's m)
 };
 
-// Built in the order above; destroyed runner first, then the model, the
+// Built in the order above; destroyed runner (with the model or the
+// stage's model instances, of the family model.arch names) first, then the
 // parameters, the layout (members in reverse).
 struct ParallelModel {
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
-  // The family model.arch names; null on a pipeline stage, whose model
-  // instances the runner owns.
-  std::unique_ptr<CausalLM> model;
   std::unique_ptr<StepRunner> runner;
 };
 

@@ -91,7 +91,6 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
                   {tc.micro_batch, tc.seq_len, tc.recompute, cfg.grad_accum_steps()}, context);
   run.layout = std::move(pm.layout);
   run.params = std::move(pm.params);
-  run.model = std::move(pm.model);
   run.runner = std::move(pm.runner);
   Profiler* profiler = &run.profile->profiler();  // outlives the runner (Run's member order)
   run.runner->set_block_hook(

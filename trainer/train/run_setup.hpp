@@ -28,8 +28,8 @@ namespace gt {
 // Everything a run needs, built and validated before any output exists.
 // Members are destroyed in reverse order: the backend (a CUDA stream) outlives
 // the mesh's communicators (staged and NCCL ones order their work on it),
-// which outlive the profiler observing them and the backend's ops; the model
-// and the parameters (backend memory) go first.
+// which outlive the profiler observing them and the backend's ops; the
+// runner (with the model) and the parameters (backend memory) go first.
 struct Run {
   ParallelDims dims;
   ComputeBackend backend;
@@ -38,8 +38,9 @@ struct Run {
   std::unique_ptr<DataLoader> train_data, val_data;
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
-  std::unique_ptr<CausalLM> model;     // null on a pipeline stage (the runner owns its models)
-  std::unique_ptr<StepRunner> runner;  // the step's micro-batches (step_runner.hpp)
+  // The step's micro-batches over the model (or a pipeline stage's model
+  // instances), which it owns (step_runner.hpp).
+  std::unique_ptr<StepRunner> runner;
   std::string resume_dir;
   int64_t start_step = 0;
   int64_t optimizer_step = 0;
