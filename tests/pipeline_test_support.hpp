@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/ops.hpp"
+#include "test_util.hpp"
 #include "trainer/model/make_model.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
@@ -67,21 +68,78 @@ inline std::string family_name(const ::testing::TestParamInfo<FamilyCase>& info)
   return info.param.name;
 }
 
-// The whole model's loss and gradients on one micro-batch, from the seed's
-// initial values: what a split model must reproduce.
+// A ShardedParameters on one process (no data axes) fed every initial
+// tensor of the model (a stage keeps its own).
+struct LoadedParameters {
+  ShardedParameters params;
+  LoadedParameters(const ModelConfig& m, const ParameterLayout& layout, const DeviceMesh& mesh,
+                   Ops& ops)
+      : params(layout, mesh, FsdpStage::optimizer, 25.0, ops) {
+    load_every_initial(m, params, 5);
+  }
+};
+
+// One micro-batch of random tokens, the same for a split model and the whole one.
+struct MicroBatch {
+  static constexpr int B = 2, T = 8;
+  float scale = 1.f / (B * T);
+  std::vector<int32_t> tokens, targets;
+  explicit MicroBatch(const ModelConfig& m)
+      : tokens(random_ints(B * T, 1, 0, m.vocab_size)),
+        targets(random_ints(B * T, 2, 0, m.vocab_size)) {}
+};
+
+// The whole model's loss and gradients on `mb`, from the seed's initial
+// values (fill_initial, seed 9): what a split model must reproduce.
 struct WholeModelStep {
   ParameterLayout layout;
   LocalParameters store;
   float loss = 0.f;
-  WholeModelStep(const ModelConfig& m, Ops& ops, int B, int T, const int32_t* tokens,
-                 const int32_t* targets, float scale, uint64_t seed)
+  WholeModelStep(const ModelConfig& m, Ops& ops, const MicroBatch& mb)
       : layout(m), store(layout, ops) {
-    fill_initial(m, layout, store, ops, seed);
-    const auto model = make_model(m, ops, B, T, layout, store, TensorParallelGroup{},
+    fill_initial(m, layout, store, ops, 9);
+    const auto model = make_model(m, ops, mb.B, mb.T, layout, store, TensorParallelGroup{},
                                   Recompute::none, ComputeDType::fp32);
-    loss = model->forward(tokens, targets, B, T, scale);
+    loss = model->forward(mb.tokens.data(), mb.targets.data(), mb.B, mb.T, mb.scale);
     model->backward();
   }
 };
+
+// A part of a split model: a layout of some stages' units and its store.
+struct SplitPart {
+  const ParameterLayout* layout;
+  LocalParameters* store;
+};
+
+// A tied model's mirror gradient (the last part's LM-head share of wte's)
+// into the first part's embed unit, before the first stage's backward
+// accumulates onto it (parameter gradients add): the whole model's order of
+// additions, so the sum comes out bit for bit.
+inline void fold_mirror_grads(const SplitPart& first, const SplitPart& last) {
+  const ParamUnit& mirror = last.layout->units()[static_cast<size_t>(last.layout->embed_unit())];
+  const ParamUnit& embed = first.layout->units()[static_cast<size_t>(first.layout->embed_unit())];
+  ASSERT_TRUE(mirror.mirror && !embed.mirror);
+  ASSERT_EQ(mirror.size(), embed.size());
+  std::copy(last.store->grads() + mirror.begin, last.store->grads() + mirror.end,
+            first.store->grads() + embed.begin);
+}
+
+// Every parameter of the whole model held by exactly one part (mirrors
+// aside), with the whole model's gradient bit for bit.
+inline void expect_split_grads(WholeModelStep& whole, const std::vector<SplitPart>& parts) {
+  for (const ParamSpec& w : whole.layout.specs()) {
+    const float* want = whole.store.grads() + w.offset;
+    int holders = 0;
+    for (const SplitPart& part : parts) {
+      const ParamSpec* mine = part.layout->find(w.name);
+      if (!mine || mine->mirror) continue;
+      ++holders;
+      const float* got = part.store->grads() + mine->offset;
+      EXPECT_EQ(std::vector<float>(got, got + w.numel), std::vector<float>(want, want + w.numel))
+          << w.name;
+    }
+    EXPECT_EQ(holders, 1) << w.name;
+  }
+}
 
 }  // namespace gt::test

@@ -177,19 +177,18 @@ TEST_P(PipelineChunks, TheRanksCheckpointPiecesAreTheWholeModelsAndNoMirror) {
   const DeviceMesh mesh = DeviceMesh::in_process();
   for (const int p : {2, 3}) {
     const ModelConfig m = model_of(GetParam(), 2 * p);
-    auto load_all = [&](ShardedParameters& params) { test::load_every_initial(m, params, 5); };
     const ParameterLayout whole(m);
-    ShardedParameters whole_params(whole, mesh, FsdpStage::optimizer, 25.0, *ops);
-    load_all(whole_params);
+    test::LoadedParameters whole_state(m, whole, mesh, *ops);
     Saved want;
-    collect(whole_params.pieces_to_save(), want, "whole");
+    collect(whole_state.params.pieces_to_save(), want, "whole");
     Saved want_read;
-    collect(whole_params.pieces_to_load(), want_read, "whole");
+    collect(whole_state.params.pieces_to_load(), want_read, "whole");
     Saved got, got_read;
     for (int r = 0; r < p; ++r) {
       const ParameterLayout layout(m, rank_chunks(r, p, 2));
-      ShardedParameters params(layout, mesh, FsdpStage::optimizer, 25.0, *ops);
-      load_all(params);  // every tensor fed to every rank: the others' are skipped
+      // Every tensor fed to every rank: the others' are skipped.
+      test::LoadedParameters state(m, layout, mesh, *ops);
+      ShardedParameters& params = state.params;
       const std::string at = "p " + std::to_string(p) + " rank " + std::to_string(r);
       collect(params.pieces_to_save(), got, at);
       // A rank reads what it saves and its mirror, read, never saved.
@@ -210,19 +209,14 @@ TEST_P(PipelineChunks, TheRanksCheckpointPiecesAreTheWholeModelsAndNoMirror) {
 // store, one model per chunk.
 TEST_P(PipelineChunks, OneModelPerChunkOverOneStoreComputesTheWholeModelsGradients) {
   const ModelConfig m = model_of(GetParam(), 4);
-  const int B = 2, T = 8, p = 2, v = 2;
-  const float scale = 1.f / (B * T);
+  const int p = 2, v = 2;
   auto ops = make_cpu_ops(1);
-  const auto tokens = test::random_ints(B * T, 1, 0, m.vocab_size);
-  const auto targets = test::random_ints(B * T, 2, 0, m.vocab_size);
-  auto fill = [&](const ParameterLayout& layout, LocalParameters& store) {
-    test::fill_initial(m, layout, store, *ops, 9);
-  };
-
-  test::WholeModelStep whole(m, *ops, B, T, tokens.data(), targets.data(), scale, 9);
-  const ParameterLayout& whole_layout = whole.layout;
-  LocalParameters& whole_store = whole.store;
-  const float want_loss = whole.loss;
+  const test::MicroBatch mb(m);
+  const int B = mb.B, T = mb.T;
+  const auto& tokens = mb.tokens;
+  const auto& targets = mb.targets;
+  const float scale = mb.scale;
+  test::WholeModelStep whole(m, *ops, mb);
 
   struct Rank {
     ParameterLayout layout;
@@ -233,7 +227,7 @@ TEST_P(PipelineChunks, OneModelPerChunkOverOneStoreComputesTheWholeModelsGradien
   for (int r = 0; r < p; ++r) {
     const ParameterLayout layout(m, rank_chunks(r, p, v));
     auto rank = std::unique_ptr<Rank>(new Rank{layout, LocalParameters(layout, *ops), {}});
-    fill(rank->layout, rank->store);
+    test::fill_initial(m, rank->layout, rank->store, *ops, 9);
     for (const StageSpan& chunk : rank->layout.chunks()) {
       auto model = make_model(m, *ops, B, T, rank->layout, rank->store, TensorParallelGroup{},
                               Recompute::none, ComputeDType::fp32);
@@ -270,33 +264,16 @@ TEST_P(PipelineChunks, OneModelPerChunkOverOneStoreComputesTheWholeModelsGradien
       ops->copy(stage_model(s).stage_boundary(B, T).output_grad,
                 stage_model(s + 1).stage_boundary(B, T).input_grad);
     if (s == 0 && m.tied_embeddings()) {
-      // The mirror's gradient (the LM head's share of wte's) into the first
-      // rank's embed unit before stage 0's backward accumulates onto it, in
-      // the whole model's order of additions (test_pipeline_stage_store.cpp).
-      const ParamUnit& mirror = unit_at(last.layout, last.layout.embed_unit());
-      const ParamUnit& embed = unit_at(first.layout, first.layout.embed_unit());
-      ASSERT_TRUE(mirror.mirror && !embed.mirror);
-      ASSERT_EQ(mirror.size(), embed.size());
-      std::copy(last.store.grads() + mirror.begin, last.store.grads() + mirror.end,
-                first.store.grads() + embed.begin);
+      test::fold_mirror_grads({&first.layout, &first.store}, {&last.layout, &last.store});
+      if (HasFatalFailure()) return;
     }
     stage_model(s).backward();
   }
 
-  EXPECT_EQ(got_loss, want_loss);
-  for (const ParamSpec& w : whole_layout.specs()) {
-    const float* want = whole_store.grads() + w.offset;
-    int holders = 0;
-    for (const auto& rank : ranks) {
-      const ParamSpec* mine = rank->layout.find(w.name);
-      if (!mine || mine->mirror) continue;
-      ++holders;
-      const float* got = rank->store.grads() + mine->offset;
-      EXPECT_EQ(std::vector<float>(got, got + w.numel), std::vector<float>(want, want + w.numel))
-          << w.name;
-    }
-    EXPECT_EQ(holders, 1) << w.name;
-  }
+  EXPECT_EQ(got_loss, whole.loss);
+  std::vector<test::SplitPart> parts;
+  for (const auto& rank : ranks) parts.push_back({&rank->layout, &rank->store});
+  test::expect_split_grads(whole, parts);
 }
 
 // p = 1 with two chunks of a tied model: "embed" read by both ends.

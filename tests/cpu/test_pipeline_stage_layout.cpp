@@ -104,19 +104,18 @@ TEST_P(PipelineStageLayout, TheStagesCheckpointPiecesAreTheWholeModelsAndNoMirro
   const ModelConfig m = model_of(GetParam());
   auto ops = make_cpu_ops(1);
   const DeviceMesh mesh = DeviceMesh::in_process();
-  auto load_all = [&](ShardedParameters& params) { test::load_every_initial(m, params, 5); };
   const ParameterLayout whole(m);
-  ShardedParameters whole_params(whole, mesh, FsdpStage::optimizer, 25.0, *ops);
-  load_all(whole_params);
+  test::LoadedParameters whole_state(m, whole, mesh, *ops);
   Saved want;
-  collect(whole_params.pieces_to_save(), want, "whole");
+  collect(whole_state.params.pieces_to_save(), want, "whole");
 
   for (const Split& split : kSplits) {
     Saved got;
     for (size_t k = 0; k < split.size(); ++k) {
       const ParameterLayout layout(m, split[k]);
-      ShardedParameters params(layout, mesh, FsdpStage::optimizer, 25.0, *ops);
-      load_all(params);  // every tensor fed to every stage: the others' are skipped
+      // Every tensor fed to every stage: the others' are skipped.
+      test::LoadedParameters state(m, layout, mesh, *ops);
+      ShardedParameters& params = state.params;
       const std::string at = "stage " + std::to_string(k);
       const std::string e = test::error_message([&] {
         const std::vector<float> x(4);

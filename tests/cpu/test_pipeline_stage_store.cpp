@@ -25,19 +25,10 @@ TEST_P(PipelineStageStore, StagesOnTheirOwnStoresComputeTheWholeModelsGradients)
   ModelConfig m = GetParam().arch == ModelArch::llama ? test::tiny_llama() : test::tiny_gpt();
   m.n_layer = 4;
   m.tie_embeddings = GetParam().tie;
-  const int B = 2, T = 8;
-  const float scale = 1.f / (B * T);
   auto ops = make_cpu_ops(1);
-  const auto tokens = test::random_ints(B * T, 1, 0, m.vocab_size);
-  const auto targets = test::random_ints(B * T, 2, 0, m.vocab_size);
-  auto fill = [&](const ParameterLayout& layout, LocalParameters& store) {
-    test::fill_initial(m, layout, store, *ops, 9);
-  };
-
-  test::WholeModelStep whole(m, *ops, B, T, tokens.data(), targets.data(), scale, 9);
-  const ParameterLayout& whole_layout = whole.layout;
-  LocalParameters& whole_store = whole.store;
-  const float want_loss = whole.loss;
+  const test::MicroBatch mb(m);
+  const int B = mb.B, T = mb.T;
+  test::WholeModelStep whole(m, *ops, mb);
 
   struct Stage {
     ParameterLayout layout;
@@ -48,7 +39,7 @@ TEST_P(PipelineStageStore, StagesOnTheirOwnStoresComputeTheWholeModelsGradients)
   for (const StageSpan span : {StageSpan{0, 1}, StageSpan{1, 3}, StageSpan{3, 4}}) {
     const ParameterLayout layout(m, span);
     auto s = std::unique_ptr<Stage>(new Stage{layout, LocalParameters(layout, *ops), nullptr});
-    fill(s->layout, s->store);
+    test::fill_initial(m, s->layout, s->store, *ops, 9);
     s->model = make_model(m, *ops, B, T, s->layout, s->store, TensorParallelGroup{},
                           Recompute::none, ComputeDType::fp32);
     // The model is its layout's stage; set_pipeline_stage agrees or refuses.
@@ -67,7 +58,7 @@ TEST_P(PipelineStageStore, StagesOnTheirOwnStoresComputeTheWholeModelsGradients)
     if (k > 0)
       ops->copy(model.stage_boundary(B, T).input,
                 stages[k - 1]->model->stage_boundary(B, T).output);
-    got_loss = model.forward(tokens.data(), targets.data(), B, T, scale);
+    got_loss = model.forward(mb.tokens.data(), mb.targets.data(), B, T, mb.scale);
   }
   for (size_t k = stages.size(); k-- > 0;) {
     CausalLM& model = *stages[k]->model;
@@ -75,33 +66,16 @@ TEST_P(PipelineStageStore, StagesOnTheirOwnStoresComputeTheWholeModelsGradients)
       ops->copy(model.stage_boundary(B, T).output_grad,
                 stages[k + 1]->model->stage_boundary(B, T).input_grad);
     if (k == 0 && m.tied_embeddings()) {
-      // The mirror's gradient (the LM head's share of wte's) into the first
-      // stage's before its backward: the embedding then accumulates onto it
-      // (parameter gradients add), in the whole model's order of additions.
-      const ParamUnit& mirror = last.layout.units()[static_cast<size_t>(last.layout.embed_unit())];
-      const ParamUnit& embed = first.layout.units()[static_cast<size_t>(first.layout.embed_unit())];
-      ASSERT_TRUE(mirror.mirror && !embed.mirror);
-      ASSERT_EQ(mirror.size(), embed.size());
-      std::copy(last.store.grads() + mirror.begin, last.store.grads() + mirror.end,
-                first.store.grads() + embed.begin);
+      test::fold_mirror_grads({&first.layout, &first.store}, {&last.layout, &last.store});
+      if (HasFatalFailure()) return;
     }
     model.backward();
   }
 
-  EXPECT_EQ(got_loss, want_loss);
-  for (const ParamSpec& w : whole_layout.specs()) {
-    const float* want = whole_store.grads() + w.offset;
-    int holders = 0;
-    for (const auto& s : stages) {
-      const ParamSpec* mine = s->layout.find(w.name);
-      if (!mine || mine->mirror) continue;
-      ++holders;
-      const float* got = s->store.grads() + mine->offset;
-      EXPECT_EQ(std::vector<float>(got, got + w.numel), std::vector<float>(want, want + w.numel))
-          << w.name;
-    }
-    EXPECT_EQ(holders, 1) << w.name;
-  }
+  EXPECT_EQ(got_loss, whole.loss);
+  std::vector<test::SplitPart> parts;
+  for (const auto& s : stages) parts.push_back({&s->layout, &s->store});
+  test::expect_split_grads(whole, parts);
   if (m.arch == ModelArch::gpt2) {  // the mirror's wpe: the last stage never embeds
     const ParamSpec& wpe = last.layout.at("wpe.weight");
     EXPECT_TRUE(wpe.mirror);
