@@ -165,11 +165,7 @@ int mirror_unit(const ParameterLayout& layout) {
 }
 // The first block of the chunk that starts the model, and the last of the
 // one that ends it (-1 where this rank holds neither).
-int model_first_block(const ParameterLayout& layout) {
-  for (const StageSpan& c : layout.chunks())
-    if (c.first_layer == 0) return layout.block_unit(0);
-  return -1;
-}
+int model_first_block(const ParameterLayout& layout) { return layout.block_unit(0); }
 int model_last_block(const ParameterLayout& layout) {
   const StageSpan& c = layout.chunks().back();  // chunks in block order
   return layout.head_unit() >= 0 ? layout.block_unit(c.end_layer - 1) : -1;
