@@ -191,6 +191,52 @@ class Ops {
   void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
                           TensorView out, TensorView saved, int n_head, int n_kv_head = 0);
 
+  // ---- Attention over blocks (context parallelism) ----
+  // Causal attention cut into blocks of queries and blocks of keys, each at
+  // its global positions, for sequences split across ranks
+  // (trainer/parallelize/context_parallel.hpp): query row i of a block sits
+  // at position q_pos + i, key row j at k_pos + j, and query i sees key j
+  // iff k_pos + j <= q_pos + i. Query head h reads key/value head
+  // h / (NH / KV) (n_kv_head 0 means n_head); scores are scaled by
+  // 1/sqrt(hs). Every tensor is 3-D with its last dimension contiguous and
+  // its first two strided as they come, so a block can be a slice of a
+  // packed qkv row or one chunk of a longer sequence, nothing copied:
+  //   q, dout     (B, Tq, NH hs)   fp32 or bf16: q, k, v and dout share one dtype
+  //   k, v        (B, Tk, KV hs)
+  //   out         (B, Tq, NH hs)   fp32 (partial results merge in fp32)
+  //   lse, delta  (B, NH, Tq)      fp32
+  //   dq          (B, Tq, NH hs)   fp32;   dk, dv (B, Tk, KV hs) fp32
+  // scratch (1-D, attention_block_scratch_elems floats) is workspace the
+  // backend may clobber.
+  //
+  // forward: the block's attention over the keys each query sees, and its
+  // log-sum-exp (natural log). A query that sees none of the block's keys
+  // gets out 0 and lse -inf. accumulate false: out and lse ASSIGNED.
+  // accumulate true: out and lse hold the same queries' attention over other
+  // keys (lse -inf where there was none) and become the attention over both,
+  // merged in fp32 in the stable form, with m = max(lse, lse_b):
+  //   lse' = m + log(e^(lse - m) + e^(lse_b - m)),
+  //   out' = out e^(lse - lse') + out_b e^(lse_b - lse').
+  virtual int64_t attention_block_scratch_elems(int B, int n_head, int Tq, int Tk) const = 0;
+  void attention_block_forward(TensorView out, TensorView lse, TensorView scratch, TensorView q,
+                               TensorView k, TensorView v, int64_t q_pos, int64_t k_pos,
+                               int n_head, int n_kv_head, bool accumulate);
+  // backward: the block's share of the gradients, given lse and delta of the
+  // queries' GLOBAL output (merged over every key block they see; delta from
+  // attention_row_dot), never the block's own: P = exp(S - lse) on the keys
+  // each query sees (0 elsewhere), dS = P o (dout v^T - delta), and
+  //   dq += dS k / sqrt(hs),  dk += dS^T q / sqrt(hs),  dv += P^T dout,
+  // all three ACCUMULATED in fp32 (dk and dv of a key/value head sum over
+  // its group's query heads, in head order).
+  void attention_block_backward(TensorView dq, TensorView dk, TensorView dv, TensorView scratch,
+                                TensorView dout, TensorView q, TensorView k, TensorView v,
+                                TensorView lse, TensorView delta, int64_t q_pos, int64_t k_pos,
+                                int n_head, int n_kv_head);
+  // delta (B, NH, T) fp32 ASSIGNED: for each query head and row, the sum over
+  // the head's hs columns of dout o out (the backward's D = rowsum(dO o O)).
+  // dout and out (B, T, NH hs), each fp32 or bf16, strided as above.
+  void attention_row_dot(TensorView delta, TensorView dout, TensorView out, int n_head);
+
   // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on
   // any shape. bf16 storage: every tensor of a call bf16.
   void gelu_forward(TensorView out, TensorView inp);
@@ -217,6 +263,11 @@ class Ops {
   // The bf16 copies of fp32 weights and activations that mixed precision
   // feeds to the GEMMs.
   void cast(TensorView dst, TensorView src);
+  // cast between 2-D (rows, cols) views whose rows may be strided (strides
+  // (ld, 1), ld >= cols): columns moved out of or into wider rows (the
+  // key/value columns of a packed qkv), converted as cast converts. dst and
+  // src do not overlap.
+  void cast_rows(TensorView dst, TensorView src);
 
   // Padded vocabulary: the logits may have more columns than the vocabulary
   // has rows (the model pads it to a multiple of 128, trainer/model). Column
@@ -391,6 +442,17 @@ class Ops {
   virtual void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout,
                                      TensorView qkv, TensorView out, TensorView saved, int n_head,
                                      int n_kv_head) = 0;
+  virtual void do_attention_block_forward(TensorView out, TensorView lse, TensorView scratch,
+                                          TensorView q, TensorView k, TensorView v, int64_t q_pos,
+                                          int64_t k_pos, int n_head, int n_kv_head,
+                                          bool accumulate) = 0;
+  virtual void do_attention_block_backward(TensorView dq, TensorView dk, TensorView dv,
+                                           TensorView scratch, TensorView dout, TensorView q,
+                                           TensorView k, TensorView v, TensorView lse,
+                                           TensorView delta, int64_t q_pos, int64_t k_pos,
+                                           int n_head, int n_kv_head) = 0;
+  virtual void do_attention_row_dot(TensorView delta, TensorView dout, TensorView out,
+                                    int n_head) = 0;
   virtual void do_gelu_forward(TensorView out, TensorView inp) = 0;
   virtual void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) = 0;
   virtual void do_add(TensorView out, TensorView a, TensorView b) = 0;
@@ -398,6 +460,7 @@ class Ops {
   virtual void do_zero(TensorView t) = 0;
   virtual void do_copy(TensorView dst, TensorView src) = 0;
   virtual void do_cast(TensorView dst, TensorView src) = 0;
+  virtual void do_cast_rows(TensorView dst, TensorView src) = 0;
   virtual void do_softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                                         TensorView targets, int64_t vocab_size,
                                         float grad_scale) = 0;

@@ -70,6 +70,28 @@ void Ops::cast(TensorView dst, TensorView src) {
   if (scope.run()) do_cast(dst, src);
 }
 
+void Ops::cast_rows(TensorView dst, TensorView src) {
+  OpCall call("cast_rows", OpClass::elementwise);
+  call.write("dst", dst).read("src", src);
+  const Contract c{*this, call.name()};
+  c.ndim(dst, "dst", 2, "(rows, cols)");
+  c.ndim(src, "src", 2, "(rows, cols)");
+  if (!Contract::same_shapes(dst, src))
+    c.fail("cannot cast dst ", dst.shape_str(), " from src ", src.shape_str(),
+           ": they must have the same shape");
+  for (const TensorView* t : {&dst, &src}) {
+    const char* what = t == &dst ? "dst" : "src";
+    if (t->shape[1] > 1 && t->strides[1] != 1)
+      c.fail(what, " ", t->shape_str(), " must have contiguous rows, got column stride ",
+             t->strides[1]);
+    if (t->shape[0] > 1 && t->strides[0] < t->shape[1])
+      c.fail(what, " ", t->shape_str(), " has row stride ", t->strides[0],
+             " < its ", t->shape[1], " columns (rows would overlap)");
+  }
+  Scope scope(*this, call);
+  if (scope.run()) do_cast_rows(dst, src);
+}
+
 // ---- cross-entropy --------------------------------------------------------------
 
 namespace {

@@ -33,4 +33,15 @@ constexpr int64_t attention_scratch_elems(Device device, int B, int n_head, int 
   return device == Device::cpu ? rows * T : rows;
 }
 
+// Floats of workspace attention over blocks (Ops::attention_block_forward /
+// _backward) needs for a block of Tq queries against Tk keys: the CPU
+// backend's scores and probabilities, and in backward their gradients, per
+// (batch, query head): 2 (Tq, Tk) matrices each; the CUDA kernels keep
+// their tiles on chip and need none.
+constexpr int64_t attention_block_scratch_elems(Device device, int B, int n_head, int Tq, int Tk) {
+  return device == Device::cpu
+             ? 2 * static_cast<int64_t>(B) * n_head * static_cast<int64_t>(Tq) * Tk
+             : 0;
+}
+
 }  // namespace gt

@@ -67,6 +67,18 @@ void attention_forward(TensorView out, TensorView att, TensorView qkv, int n_hea
 void attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
                         TensorView out, TensorView att, int n_head, int n_kv_head = 0);
 
+// Attention over blocks (attention_blocks.cpp; Ops::attention_block_* in
+// kernels/ops.hpp states the contract). scratch: at least
+// attention_block_scratch_elems(Device::cpu, ...) floats.
+void attention_block_forward(TensorView out, TensorView lse, TensorView scratch, TensorView q,
+                             TensorView k, TensorView v, int64_t q_pos, int64_t k_pos, int n_head,
+                             int n_kv_head, bool accumulate);
+void attention_block_backward(TensorView dq, TensorView dk, TensorView dv, TensorView scratch,
+                              TensorView dout, TensorView q, TensorView k, TensorView v,
+                              TensorView lse, TensorView delta, int64_t q_pos, int64_t k_pos,
+                              int n_head, int n_kv_head);
+void attention_row_dot(TensorView delta, TensorView dout, TensorView out, int n_head);
+
 void gelu_forward(TensorView out, TensorView inp);
 void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);
 
@@ -76,6 +88,8 @@ void accumulate(TensorView acc, TensorView x);
 void zero(TensorView t);
 void copy(TensorView dst, TensorView src);
 void cast(TensorView dst, TensorView src);
+// cast between row-strided 2-D views (Ops::cast_rows).
+void cast_rows(TensorView dst, TensorView src);
 // dst[i] = the fp32 value of the bf16 bits src[i] (exact); n elements.
 void widen_bf16(float* dst, const uint16_t* src, int64_t n);
 // dst[i] = src[i] rounded to bf16 bits (nearest even, bf16.hpp); n elements.

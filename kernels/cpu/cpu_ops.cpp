@@ -128,6 +128,9 @@ int64_t CpuOps::attention_saved_elems(int B, int n_head, int T) const {
 int64_t CpuOps::attention_scratch_elems(int B, int n_head, int T) const {
   return gt::attention_scratch_elems(Device::cpu, B, n_head, T);
 }
+int64_t CpuOps::attention_block_scratch_elems(int B, int n_head, int Tq, int Tk) const {
+  return gt::attention_block_scratch_elems(Device::cpu, B, n_head, Tq, Tk);
+}
 
 // ---- ops: one kernel family each (cpu_kernels.hpp) ------------------------------
 
@@ -203,6 +206,25 @@ void CpuOps::do_attention_backward(TensorView dqkv, TensorView scratch, TensorVi
                           n_head, n_kv_head);
 }
 
+void CpuOps::do_attention_block_forward(TensorView out, TensorView lse, TensorView scratch,
+                                        TensorView q, TensorView k, TensorView v, int64_t q_pos,
+                                        int64_t k_pos, int n_head, int n_kv_head,
+                                        bool accumulate) {
+  cpu::attention_block_forward(out, lse, scratch, q, k, v, q_pos, k_pos, n_head, n_kv_head,
+                               accumulate);
+}
+void CpuOps::do_attention_block_backward(TensorView dq, TensorView dk, TensorView dv,
+                                         TensorView scratch, TensorView dout, TensorView q,
+                                         TensorView k, TensorView v, TensorView lse,
+                                         TensorView delta, int64_t q_pos, int64_t k_pos,
+                                         int n_head, int n_kv_head) {
+  cpu::attention_block_backward(dq, dk, dv, scratch, dout, q, k, v, lse, delta, q_pos, k_pos,
+                                n_head, n_kv_head);
+}
+void CpuOps::do_attention_row_dot(TensorView delta, TensorView dout, TensorView out, int n_head) {
+  cpu::attention_row_dot(delta, dout, out, n_head);
+}
+
 void CpuOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
                                 float eps) {
   cpu::rmsnorm_forward(out, rstd, inp, weight, eps);
@@ -233,6 +255,7 @@ void CpuOps::do_accumulate(TensorView acc, TensorView x) { cpu::accumulate(acc, 
 void CpuOps::do_zero(TensorView t) { cpu::zero(t); }
 void CpuOps::do_copy(TensorView dst, TensorView src) { cpu::copy(dst, src); }
 void CpuOps::do_cast(TensorView dst, TensorView src) { cpu::cast(dst, src); }
+void CpuOps::do_cast_rows(TensorView dst, TensorView src) { cpu::cast_rows(dst, src); }
 
 void CpuOps::do_softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                                       TensorView targets, int64_t vocab_size, float grad_scale) {

@@ -33,6 +33,7 @@ class CpuOps : public Ops {
   // another Q K^T product per head.
   int64_t attention_saved_elems(int B, int n_head, int T) const override;
   int64_t attention_scratch_elems(int B, int n_head, int T) const override;
+  int64_t attention_block_scratch_elems(int B, int n_head, int Tq, int Tk) const override;
 
  protected:
   void do_embedding_forward(TensorView out, TensorView tokens, TensorView wte,
@@ -68,6 +69,14 @@ class CpuOps : public Ops {
                             int n_kv_head) final;
   void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
                              TensorView out, TensorView saved, int n_head, int n_kv_head) final;
+  void do_attention_block_forward(TensorView out, TensorView lse, TensorView scratch, TensorView q,
+                                  TensorView k, TensorView v, int64_t q_pos, int64_t k_pos,
+                                  int n_head, int n_kv_head, bool accumulate) final;
+  void do_attention_block_backward(TensorView dq, TensorView dk, TensorView dv, TensorView scratch,
+                                   TensorView dout, TensorView q, TensorView k, TensorView v,
+                                   TensorView lse, TensorView delta, int64_t q_pos, int64_t k_pos,
+                                   int n_head, int n_kv_head) final;
+  void do_attention_row_dot(TensorView delta, TensorView dout, TensorView out, int n_head) final;
   void do_gelu_forward(TensorView out, TensorView inp) final;
   void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) final;
   void do_add(TensorView out, TensorView a, TensorView b) final;
@@ -75,6 +84,7 @@ class CpuOps : public Ops {
   void do_zero(TensorView t) final;
   void do_copy(TensorView dst, TensorView src) final;
   void do_cast(TensorView dst, TensorView src) final;
+  void do_cast_rows(TensorView dst, TensorView src) final;
   void do_softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                                 TensorView targets, int64_t vocab_size, float grad_scale) final;
   void do_cross_entropy_shard_max(TensorView row_max, TensorView logits, int64_t vocab_start,

@@ -90,6 +90,7 @@ class CudaOps final : public Ops {
 
   int64_t attention_saved_elems(int B, int n_head, int T) const override;
   int64_t attention_scratch_elems(int B, int n_head, int T) const override;
+  int64_t attention_block_scratch_elems(int B, int n_head, int Tq, int Tk) const override;
 
   // ---- CUDA-only extras ----------------------------------------------------
 
@@ -144,6 +145,15 @@ class CudaOps final : public Ops {
                             int n_kv_head) override;
   void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
                              TensorView out, TensorView saved, int n_head, int n_kv_head) override;
+  void do_attention_block_forward(TensorView out, TensorView lse, TensorView scratch, TensorView q,
+                                  TensorView k, TensorView v, int64_t q_pos, int64_t k_pos,
+                                  int n_head, int n_kv_head, bool accumulate) override;
+  void do_attention_block_backward(TensorView dq, TensorView dk, TensorView dv, TensorView scratch,
+                                   TensorView dout, TensorView q, TensorView k, TensorView v,
+                                   TensorView lse, TensorView delta, int64_t q_pos, int64_t k_pos,
+                                   int n_head, int n_kv_head) override;
+  void do_attention_row_dot(TensorView delta, TensorView dout, TensorView out,
+                            int n_head) override;
 
   void do_gelu_forward(TensorView out, TensorView inp) override;
   void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override;
@@ -154,6 +164,7 @@ class CudaOps final : public Ops {
   void do_copy(TensorView dst, TensorView src) override;
   // fp32 <-> bf16 by kernels/cuda/cast.cu; same dtype: copy().
   void do_cast(TensorView dst, TensorView src) override;
+  void do_cast_rows(TensorView dst, TensorView src) override;
 
   void do_softmax_cross_entropy(TensorView losses, TensorView dlogits, TensorView logits,
                                 TensorView targets, int64_t vocab_size, float grad_scale) override;

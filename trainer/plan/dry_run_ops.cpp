@@ -53,6 +53,9 @@ class DryRunOps final : public CpuOps {
   int64_t attention_scratch_elems(int B, int n_head, int T) const override {
     return gt::attention_scratch_elems(Device::cuda, B, n_head, T);
   }
+  int64_t attention_block_scratch_elems(int B, int n_head, int Tq, int Tk) const override {
+    return gt::attention_block_scratch_elems(Device::cuda, B, n_head, Tq, Tk);
+  }
 
  protected:
   // The dry run: every op's shapes are checked and the observer (the
