@@ -15,10 +15,26 @@ const char* mesh_axis_name(MeshAxis axis) {
     case MeshAxis::fsdp: return "fsdp";
     case MeshAxis::tp: return "tp";
     case MeshAxis::data: return "data";
-    case MeshAxis::pp:
-      return "pp";
+    case MeshAxis::pp: return "pp";
+    case MeshAxis::cp: return "cp";
+    case MeshAxis::dp_cp: return "dp_cp";
+    case MeshAxis::fsdp_cp:
+      return "fsdp_cp";
   }
   return "?";
+}
+
+MeshAxis mesh_axis_alias(const ParallelDims& d, MeshAxis axis) {
+  if (d.cp == 1 && axis == MeshAxis::dp_cp) return MeshAxis::dp;
+  if (d.cp == 1 && axis == MeshAxis::fsdp_cp) return MeshAxis::fsdp;
+  return axis;
+}
+
+std::vector<MeshAxis> mesh_split_axes(const ParallelDims& d) {
+  std::vector<MeshAxis> out;
+  for (MeshAxis a : kMeshAxes)
+    if (mesh_axis_alias(d, a) == a) out.push_back(a);
+  return out;
 }
 
 MeshCoord mesh_coord_of(const ParallelDims& d, int rank) {
@@ -26,18 +42,19 @@ MeshCoord mesh_coord_of(const ParallelDims& d, int rank) {
     fail("mesh: rank ", rank, " is outside the mesh ", d.str());
   MeshCoord c;
   c.tp = rank % d.tp;
-  c.fsdp = (rank / d.tp) % d.fsdp;
-  c.dp = (rank / (d.tp * d.fsdp)) % d.dp;
-  c.pp = rank / (d.tp * d.fsdp * d.dp);
+  c.cp = (rank / d.tp) % d.cp;
+  c.fsdp = (rank / (d.tp * d.cp)) % d.fsdp;
+  c.dp = (rank / (d.tp * d.cp * d.fsdp)) % d.dp;
+  c.pp = rank / (d.tp * d.cp * d.fsdp * d.dp);
   return c;
 }
 
 int mesh_rank_of(const ParallelDims& d, const MeshCoord& c) {
   if (c.dp < 0 || c.dp >= d.dp || c.fsdp < 0 || c.fsdp >= d.fsdp || c.tp < 0 || c.tp >= d.tp ||
-      c.pp < 0 || c.pp >= d.pp)
-    fail("mesh: coordinate (pp=", c.pp, ", dp=", c.dp, ", fsdp=", c.fsdp, ", tp=", c.tp,
-         ") is outside ", d.str());
-  return ((c.pp * d.dp + c.dp) * d.fsdp + c.fsdp) * d.tp + c.tp;
+      c.pp < 0 || c.pp >= d.pp || c.cp < 0 || c.cp >= d.cp)
+    fail("mesh: coordinate (pp=", c.pp, ", dp=", c.dp, ", fsdp=", c.fsdp, ", cp=", c.cp,
+         ", tp=", c.tp, ") is outside ", d.str());
+  return (((c.pp * d.dp + c.dp) * d.fsdp + c.fsdp) * d.cp + c.cp) * d.tp + c.tp;
 }
 
 int mesh_axis_index(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
@@ -46,8 +63,11 @@ int mesh_axis_index(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
     case MeshAxis::fsdp: return c.fsdp;
     case MeshAxis::tp: return c.tp;
     case MeshAxis::data: return c.dp * d.fsdp + c.fsdp;
-    case MeshAxis::pp:
-      return c.pp;
+    case MeshAxis::pp: return c.pp;
+    case MeshAxis::cp: return c.cp;
+    case MeshAxis::dp_cp: return c.dp * d.cp + c.cp;
+    case MeshAxis::fsdp_cp:
+      return c.fsdp * d.cp + c.cp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -58,8 +78,11 @@ int mesh_axis_size(const ParallelDims& d, MeshAxis axis) {
     case MeshAxis::fsdp: return d.fsdp;
     case MeshAxis::tp: return d.tp;
     case MeshAxis::data: return d.dp * d.fsdp;
-    case MeshAxis::pp:
-      return d.pp;
+    case MeshAxis::pp: return d.pp;
+    case MeshAxis::cp: return d.cp;
+    case MeshAxis::dp_cp: return d.dp * d.cp;
+    case MeshAxis::fsdp_cp:
+      return d.fsdp * d.cp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -68,15 +91,21 @@ int mesh_axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
   switch (axis) {
     // The coordinates the axis does not vary, flattened (pp outermost).
     case MeshAxis::dp:
-      return (c.pp * d.fsdp + c.fsdp) * d.tp + c.tp;
+      return ((c.pp * d.fsdp + c.fsdp) * d.cp + c.cp) * d.tp + c.tp;
     case MeshAxis::fsdp:
-      return (c.pp * d.dp + c.dp) * d.tp + c.tp;
+      return ((c.pp * d.dp + c.dp) * d.cp + c.cp) * d.tp + c.tp;
     case MeshAxis::tp:
-      return (c.pp * d.dp + c.dp) * d.fsdp + c.fsdp;
+      return ((c.pp * d.dp + c.dp) * d.fsdp + c.fsdp) * d.cp + c.cp;
     case MeshAxis::data:
-      return c.pp * d.tp + c.tp;
+      return (c.pp * d.cp + c.cp) * d.tp + c.tp;
     case MeshAxis::pp:
-      return (c.dp * d.fsdp + c.fsdp) * d.tp + c.tp;
+      return ((c.dp * d.fsdp + c.fsdp) * d.cp + c.cp) * d.tp + c.tp;
+    case MeshAxis::cp:
+      return ((c.pp * d.dp + c.dp) * d.fsdp + c.fsdp) * d.tp + c.tp;
+    case MeshAxis::dp_cp:
+      return (c.pp * d.fsdp + c.fsdp) * d.tp + c.tp;
+    case MeshAxis::fsdp_cp:
+      return (c.pp * d.dp + c.dp) * d.tp + c.tp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -103,7 +132,7 @@ MeshComms split_mpi_mesh(const ParallelDims& dims, const MpiCommunicator& world)
   // Same order on every rank: each split is collective over world.
   MeshComms comms;
   auto world_copy = world.split(0, world.rank(), "world");
-  for (MeshAxis a : kMeshAxes)
+  for (MeshAxis a : mesh_split_axes(dims))
     comms.axes[static_cast<size_t>(a)] = world_copy->split(
         mesh_axis_color(dims, coord, a), mesh_axis_index(dims, coord, a), mesh_axis_name(a));
   comms.world = std::move(world_copy);
@@ -121,7 +150,7 @@ DeviceMesh::DeviceMesh(const ParallelDims& dims, int rank, MeshComms comms)
     fail("mesh ", dims_.str(), ": expected a world communicator of ", dims_.world_size(),
          " ranks in which this is rank ", rank_, ", got ",
          world_ ? detail::concat("rank ", world_->rank(), " of ", world_->size()) : "none");
-  for (MeshAxis a : kMeshAxes) {
+  for (MeshAxis a : mesh_split_axes(dims_)) {
     const Communicator& c = axis(a);  // fails naming a missing axis
     if (c.size() != mesh_axis_size(dims_, a) || c.rank() != mesh_axis_index(dims_, coord_, a))
       fail("mesh ", dims_.str(), " rank ", rank_, ": expected axis ", mesh_axis_name(a),
@@ -131,9 +160,9 @@ DeviceMesh::DeviceMesh(const ParallelDims& dims, int rank, MeshComms comms)
 }
 
 DeviceMesh DeviceMesh::in_process() {
-  DeviceMesh m(ParallelDims{1, 1, 1, 1}, 0);
+  DeviceMesh m(ParallelDims{1, 1, 1, 1, 1}, 0);
   m.world_ = std::make_unique<InProcessCommunicator>("world");
-  for (MeshAxis a : kMeshAxes)
+  for (MeshAxis a : mesh_split_axes(m.dims_))
     m.axes_[static_cast<size_t>(a)] = std::make_unique<InProcessCommunicator>(mesh_axis_name(a));
   return m;
 }
@@ -152,25 +181,33 @@ void DeviceMesh::drain() const {
 }
 
 Communicator& DeviceMesh::axis(MeshAxis a) const {
-  const auto i = static_cast<size_t>(a);
-  if (i >= axes_.size() || !axes_[i]) fail("mesh: no communicator for axis ", static_cast<int>(a));
+  const auto i = static_cast<size_t>(mesh_axis_alias(dims_, a));
+  if (i >= axes_.size() || !axes_[i])
+    fail("mesh: no communicator for axis ", i < axes_.size() ? mesh_axis_name(a) : "?");
   return *axes_[i];
 }
 
 std::string DeviceMesh::describe() const {
   std::ostringstream os;
   // The pipeline column only when there is a pipeline (the familiar table otherwise).
-  const bool pp = dims_.pp > 1;
-  os << "device mesh " << dims_.str() << ", rank = "
+  // The pipeline and context columns only when there are pipeline stages
+  // or context ranks (the familiar table otherwise).
+  const bool pp = dims_.pp > 1, cp = dims_.cp > 1;
+  os << "device mesh " << dims_.str() << ", rank = " << (cp ? "(" : "")
      << (pp ? detail::concat("(((pp_i * ", dims_.dp, " + dp_i) * ") : std::string("((dp_i * "))
-     << dims_.fsdp << ") + fsdp_i) * " << dims_.tp << " + tp_i\n";
-  os << "  rank |" << (pp ? "   pp" : "") << "   dp fsdp   tp | data\n";
+     << dims_.fsdp << ") + fsdp_i) * "
+     << (cp ? detail::concat(dims_.cp, " + cp_i) * ") : std::string()) << dims_.tp
+     << " + tp_i\n";
+  os << "  rank |" << (pp ? "   pp" : "") << "   dp fsdp" << (cp ? "   cp" : "")
+     << "   tp | data\n";
   for (int r = 0; r < dims_.world_size(); ++r) {
     const MeshCoord c = mesh_coord_of(dims_, r);
     os << "  " << std::setw(4) << r << " |";
     if (pp) os << ' ' << std::setw(4) << c.pp;
-    os << ' ' << std::setw(4) << c.dp << ' ' << std::setw(4) << c.fsdp << ' ' << std::setw(4)
-       << c.tp << " | " << std::setw(4) << mesh_axis_index(dims_, c, MeshAxis::data) << '\n';
+    os << ' ' << std::setw(4) << c.dp << ' ' << std::setw(4) << c.fsdp;
+    if (cp) os << ' ' << std::setw(4) << c.cp;
+    os << ' ' << std::setw(4) << c.tp << " | " << std::setw(4)
+       << mesh_axis_index(dims_, c, MeshAxis::data) << '\n';
   }
   return os.str();
 }

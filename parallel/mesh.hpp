@@ -1,19 +1,26 @@
-// DeviceMesh: the ranks of a job laid out as pp x dp x fsdp x tp, tp
+// DeviceMesh: the ranks of a job laid out as pp x dp x fsdp x cp x tp, tp
 // innermost so that tensor-parallel peers are neighbouring ranks (the same
-// host, NVLink), pp outermost so that a pipeline's stages are the farthest
-// apart (across hosts, where only point-to-point activations travel):
+// host, NVLink), cp next to it (context-parallel peers exchange every
+// layer's keys and values: Llama 3 puts CP right outside TP), pp outermost
+// so that a pipeline's stages are the farthest apart (across hosts, where
+// only point-to-point activations travel):
 //
-//   rank = (((pp_i * dp + dp_i) * fsdp) + fsdp_i) * tp + tp_i
+//   rank = ((((pp_i * dp + dp_i) * fsdp + fsdp_i) * cp + cp_i) * tp + tp_i
 //
-// The mesh owns one Communicator per axis: "pp", "dp", "fsdp", "tp" (the
-// ranks that differ only in that coordinate, ordered by it; "pp" ranks are a
-// pipeline's stages, in order) and "data" = dp x fsdp (the ranks of the same
-// stage with the same tp_i, ordered by dp_i * fsdp + fsdp_i: the rank in
-// "data" is the index of this rank's data shard). It also keeps a private
-// "world" copy. With MPI each is an MPI_Comm_split of the world; for world
-// size 1 every axis is an InProcessCommunicator. Other backends (NCCL, MPI
-// staged for device buffers) build their communicators with the same split
-// colors and keys and hand them over as MeshComms: see mesh_factory.hpp.
+// The mesh owns one Communicator per axis: "pp", "dp", "fsdp", "cp", "tp"
+// (the ranks that differ only in that coordinate, ordered by it; "pp" ranks
+// are a pipeline's stages, in order), "data" = dp x fsdp (the ranks of the
+// same stage with the same cp_i and tp_i, ordered by dp_i * fsdp + fsdp_i:
+// the rank in "data" is the index of this rank's data shard), and the two
+// groups that fold cp into a data axis, "dp_cp" = dp x cp (ordered by dp_i *
+// cp + cp_i) and "fsdp_cp" = fsdp x cp (fsdp_i * cp + cp_i): the parameters
+// are replicated over cp, so their gradients are summed over it too. At cp =
+// 1 those two are the dp and fsdp communicators themselves (the same ranks;
+// no communicator of their own). It also keeps a private "world" copy. With
+// MPI each is an MPI_Comm_split of the world; for world size 1 every axis is
+// an InProcessCommunicator. Other backends (NCCL, MPI staged for device
+// buffers) build their communicators with the same split colors and keys and
+// hand them over as MeshComms: see mesh_factory.hpp.
 //
 // The mesh says who talks to whom; what is sharded over which axis belongs to
 // the placements, not here.
@@ -32,27 +39,39 @@ namespace gt {
 
 class MpiCommunicator;
 
-enum class MeshAxis { dp, fsdp, tp, data, pp };
-const char* mesh_axis_name(MeshAxis axis);  // "dp", "fsdp", "tp", "data", "pp"
-// Every axis (for loops over the mesh's communicators; every rank splits
-// them in this order).
-inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::dp, MeshAxis::fsdp, MeshAxis::tp, MeshAxis::data,
-                                         MeshAxis::pp};
+enum class MeshAxis { dp, fsdp, tp, data, pp, cp, dp_cp, fsdp_cp };
+// "dp", "fsdp", "tp", "data", "pp", "cp", "dp_cp", "fsdp_cp"
+const char* mesh_axis_name(MeshAxis axis);
+// Every axis, in the order every rank splits them.
+inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::dp, MeshAxis::fsdp,  MeshAxis::tp,
+                                         MeshAxis::data, MeshAxis::pp,  MeshAxis::cp,
+                                         MeshAxis::dp_cp, MeshAxis::fsdp_cp};
+// The axes that have a communicator of their own in a mesh of `dims`, in
+// kMeshAxes order: all but dp_cp and fsdp_cp at cp = 1, which are then the
+// same ranks as dp and fsdp (mesh_axis_alias). Loops that split, observe or
+// count communicators go over these, so no communicator is seen twice.
+std::vector<MeshAxis> mesh_split_axes(const ParallelDims& dims);
+// The axis whose communicator `axis` uses in a mesh of `dims`: itself, or
+// dp (fsdp) for dp_cp (fsdp_cp) at cp = 1.
+MeshAxis mesh_axis_alias(const ParallelDims& dims, MeshAxis axis);
 
 struct MeshCoord {
   int dp = 0;
   int fsdp = 0;
   int tp = 0;
   int pp = 0;
+  int cp = 0;
   bool operator==(const MeshCoord& o) const {
-    return dp == o.dp && fsdp == o.fsdp && tp == o.tp && pp == o.pp;
+    return dp == o.dp && fsdp == o.fsdp && tp == o.tp && pp == o.pp && cp == o.cp;
   }
 };
 
 // Pure layout arithmetic, usable without any communicator.
 MeshCoord mesh_coord_of(const ParallelDims& dims, int rank);
 int mesh_rank_of(const ParallelDims& dims, const MeshCoord& c);
-// Index of `c` along `axis`: dp_i, fsdp_i, tp_i, pp_i, or dp_i * fsdp + fsdp_i for data.
+// Index of `c` along `axis`: dp_i, fsdp_i, tp_i, pp_i, cp_i, or for the
+// groups dp_i * fsdp + fsdp_i (data), dp_i * cp + cp_i (dp_cp), fsdp_i * cp +
+// cp_i (fsdp_cp).
 int mesh_axis_index(const ParallelDims& dims, const MeshCoord& c, MeshAxis axis);
 int mesh_axis_size(const ParallelDims& dims, MeshAxis axis);
 // World ranks in `rank`'s group along `axis`, ordered by their index on it.
@@ -63,12 +82,12 @@ std::vector<int> mesh_axis_ranks(const ParallelDims& dims, int rank, MeshAxis ax
 int mesh_axis_color(const ParallelDims& dims, const MeshCoord& c, MeshAxis axis);
 
 // One rank's communicators for a mesh, from any backend, before a DeviceMesh
-// takes them over.
+// takes them over: one per mesh_split_axes(dims), the others null.
 struct MeshComms {
   std::unique_ptr<Communicator> world;
   std::array<std::unique_ptr<Communicator>, std::size(kMeshAxes)> axes;  // indexed by MeshAxis
 };
-// Collective over `world`: its private copy and the four axes, each an
+// Collective over `world`: its private copy and the split axes, each an
 // MPI_Comm_split with mesh_axis_color / mesh_axis_index. Fails (on every
 // rank alike) when world's size is not dims.world_size().
 MeshComms split_mpi_mesh(const ParallelDims& dims, const MpiCommunicator& world);
@@ -94,10 +113,12 @@ class DeviceMesh {
   int rank() const { return rank_; }
   const MeshCoord& coord() const { return coord_; }
 
+  // The communicator of `a` (dp's for dp_cp at cp = 1, fsdp's for fsdp_cp).
   Communicator& axis(MeshAxis a) const;
   Communicator& dp() const { return axis(MeshAxis::dp); }
   Communicator& fsdp() const { return axis(MeshAxis::fsdp); }
   Communicator& tp() const { return axis(MeshAxis::tp); }
+  Communicator& cp() const { return axis(MeshAxis::cp); }
   Communicator& data() const { return axis(MeshAxis::data); }
   Communicator& pp() const { return axis(MeshAxis::pp); }
   Communicator& world() const { return *world_; }
@@ -105,8 +126,8 @@ class DeviceMesh {
   // device-waited collectives (NCCL) produced.
   void drain() const;
 
-  // Multi-line table, one row per rank: rank -> (pp, dp, fsdp, tp) and its data
-  // shard. For rank 0 to print at start-up.
+  // Multi-line table, one row per rank: rank -> (pp, dp, fsdp, cp, tp) and
+  // its data shard. For rank 0 to print at start-up.
   std::string describe() const;
 
  private:

@@ -22,7 +22,7 @@ namespace {
 MeshComms in_process_comms() {
   MeshComms comms;
   comms.world = std::make_unique<InProcessCommunicator>("world");
-  for (MeshAxis a : kMeshAxes)
+  for (MeshAxis a : mesh_split_axes(ParallelDims{}))
     comms.axes[static_cast<size_t>(a)] = std::make_unique<InProcessCommunicator>(mesh_axis_name(a));
   return comms;
 }
@@ -31,7 +31,8 @@ MeshComms in_process_comms() {
 
 MeshComms staged_mesh_comms(MeshComms comms, const std::shared_ptr<HostStaging>& staging) {
   comms.world = std::make_unique<StagedCommunicator>(std::move(comms.world), staging);
-  for (auto& axis : comms.axes) axis = std::make_unique<StagedCommunicator>(std::move(axis), staging);
+  for (auto& axis : comms.axes)
+    if (axis) axis = std::make_unique<StagedCommunicator>(std::move(axis), staging);
   return comms;
 }
 

@@ -19,7 +19,7 @@ MeshComms nccl_mesh_comms(const ParallelDims& dims, const MpiCommunicator* world
             : NcclCommunicator::create_single(device, compute, "world", 0.0);
   // Same order on every rank: each split is collective over the NCCL world.
   MeshComms comms;
-  for (MeshAxis a : kMeshAxes)
+  for (MeshAxis a : mesh_split_axes(dims))
     comms.axes[static_cast<size_t>(a)] = nccl_world->split(
         mesh_axis_color(dims, coord, a), mesh_axis_index(dims, coord, a), mesh_axis_name(a));
   comms.world = std::move(nccl_world);

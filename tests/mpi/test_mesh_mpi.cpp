@@ -13,17 +13,18 @@
 namespace gt::test {
 namespace {
 
-constexpr const auto& kAllAxes = kMeshAxes;
-
-// layouts_for's, each with every pipeline degree that fits: pp x dp x fsdp x tp.
+// layouts_for's, each with every pipeline and context degree that fits:
+// pp x dp x fsdp x cp x tp.
 std::vector<ParallelDims> mesh_layouts_for(int world) {
   std::vector<ParallelDims> out;
   for (int pp = 1; pp <= world; ++pp)
-    if (world % pp == 0)
-      for (ParallelDims d : layouts_for(world / pp)) {
-        d.pp = pp;
-        out.push_back(d);
-      }
+    for (int cp = 1; pp * cp <= world; ++cp)
+      if (world % (pp * cp) == 0)
+        for (ParallelDims d : layouts_for(world / (pp * cp))) {
+          d.pp = pp;
+          d.cp = cp;
+          out.push_back(d);
+        }
   return out;
 }
 
@@ -51,6 +52,42 @@ TEST(MeshLayout, RankFormulaPpOutermost) {
                    "ranks, got 3 x 2 x 1 x 2 = 12 for 8 ranks"),
             std::string::npos)
       << e;
+}
+
+// cp between fsdp and tp; its groups: cp (the ranks of one sequence's
+// chunks), dp_cp and fsdp_cp (the data axis the replicated parameters'
+// gradients sum over), data (the distinct rows: the same cp_i).
+TEST(MeshLayout, RankFormulaCpNextToTp) {
+  const ParallelDims d{2, 1, 2, 1, 3};  // dp 2, fsdp 1, tp 2, pp 1, cp 3: 12 ranks
+  for (int r = 0; r < d.world_size(); ++r) {
+    const MeshCoord c = mesh_coord_of(d, r);
+    EXPECT_EQ(((c.dp * 1 + c.fsdp) * 3 + c.cp) * 2 + c.tp, r);
+    EXPECT_EQ(mesh_rank_of(d, c), r);
+  }
+  // rank 9 = dp 1, cp 1, tp 1
+  EXPECT_EQ(mesh_coord_of(d, 9), (MeshCoord{1, 0, 1, 0, 1}));
+  EXPECT_EQ(mesh_axis_ranks(d, 9, MeshAxis::cp), (std::vector<int>{7, 9, 11}));
+  EXPECT_EQ(mesh_axis_ranks(d, 9, MeshAxis::tp), (std::vector<int>{8, 9}));
+  EXPECT_EQ(mesh_axis_ranks(d, 9, MeshAxis::dp), (std::vector<int>{3, 9}));
+  EXPECT_EQ(mesh_axis_ranks(d, 9, MeshAxis::data), (std::vector<int>{3, 9}));
+  EXPECT_EQ(mesh_axis_ranks(d, 9, MeshAxis::dp_cp), (std::vector<int>{1, 3, 5, 7, 9, 11}));
+  EXPECT_EQ(mesh_axis_index(d, mesh_coord_of(d, 9), MeshAxis::dp_cp), 4);
+  EXPECT_EQ(mesh_axis_ranks(d, 9, MeshAxis::fsdp_cp), (std::vector<int>{7, 9, 11}));
+  EXPECT_EQ(d.str(), "dp=2 x fsdp=1 x cp=3 x tp=2 (12 ranks)");
+  const ParallelDims f{1, 2, 1, 1, 2};  // fsdp 2 x cp 2: fsdp_cp = all four
+  EXPECT_EQ(mesh_axis_ranks(f, 2, MeshAxis::fsdp_cp), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(mesh_axis_ranks(f, 2, MeshAxis::fsdp), (std::vector<int>{0, 2}));
+  const std::string e = error_message([&] { ParallelDims::validated(2, 1, 2, 8, 1, 3); });
+  EXPECT_NE(e.find("parallel.dp x parallel.fsdp x parallel.cp x parallel.tp = the number of "
+                   "ranks, got 2 x 1 x 3 x 2 = 12 for 8 ranks"),
+            std::string::npos)
+      << e;
+  // At cp = 1 the folded groups are dp and fsdp: no communicator of their own.
+  const ParallelDims one{2, 2, 1};
+  EXPECT_EQ(mesh_axis_alias(one, MeshAxis::dp_cp), MeshAxis::dp);
+  EXPECT_EQ(mesh_axis_alias(one, MeshAxis::fsdp_cp), MeshAxis::fsdp);
+  EXPECT_EQ(mesh_split_axes(one).size(), std::size(kMeshAxes) - 2);
+  EXPECT_EQ(mesh_split_axes(d).size(), std::size(kMeshAxes));
 }
 
 TEST(MeshLayout, RankFormulaTpInnermost) {
@@ -123,7 +160,7 @@ TEST(Mesh, CoordinatesAndAxisMembership) {
     EXPECT_EQ(m.coord(), mesh_coord_of(d, w->rank()));
     EXPECT_EQ(m.world().size(), w->size());
     EXPECT_EQ(m.world().rank(), w->rank());
-    for (MeshAxis a : kAllAxes) {
+    for (MeshAxis a : mesh_split_axes(d)) {
       SCOPED_TRACE(mesh_axis_name(a));
       Communicator& c = m.axis(a);
       EXPECT_EQ(c.name(), mesh_axis_name(a));
@@ -135,6 +172,13 @@ TEST(Mesh, CoordinatesAndAxisMembership) {
       const auto want = mesh_axis_ranks(d, w->rank(), a);
       for (size_t s = 0; s < want.size(); ++s) EXPECT_EQ(got[s], static_cast<float>(want[s]));
     }
+    // An axis without a communicator of its own (dp_cp, fsdp_cp at cp = 1)
+    // is its alias's: the same ranks in the same order.
+    for (MeshAxis a : kMeshAxes) {
+      const MeshAxis alias = mesh_axis_alias(d, a);
+      EXPECT_EQ(&m.axis(a), &m.axis(alias)) << mesh_axis_name(a);
+      EXPECT_EQ(mesh_axis_ranks(d, w->rank(), a), mesh_axis_ranks(d, w->rank(), alias));
+    }
   }
 }
 
@@ -142,7 +186,7 @@ TEST(Mesh, CoordinatesAndAxisMembership) {
 // against the formulas (p = the axis size).
 void check_every_collective_on_every_axis(const DeviceMesh& m, int g) {
   const ParallelDims& d = m.dims();
-  for (MeshAxis a : kAllAxes) {
+  for (MeshAxis a : mesh_split_axes(d)) {
     Communicator& c = m.axis(a);
     const std::vector<int> members = mesh_axis_ranks(d, g, a);
     const int p = c.size(), me = c.rank();
@@ -234,7 +278,7 @@ TEST(Mesh, EveryCollectiveOnEveryAxisOfEachHostBackend) {
     EXPECT_EQ(m.rank(), w->rank());
     EXPECT_EQ(m.coord(), mesh_coord_of(d, w->rank()));
     ASSERT_NE(dynamic_cast<StagedCommunicator*>(&m.world()), nullptr);
-    for (MeshAxis a : kAllAxes) ASSERT_NE(dynamic_cast<StagedCommunicator*>(&m.axis(a)), nullptr);
+    for (MeshAxis a : mesh_split_axes(m.dims())) ASSERT_NE(dynamic_cast<StagedCommunicator*>(&m.axis(a)), nullptr);
     check_every_collective_on_every_axis(m, w->rank());
     EXPECT_GT(staging->bytes_to_host(), 0);
     EXPECT_GT(staging->bytes_to_device(), 0);

@@ -57,7 +57,7 @@ cuda::DeviceBuffer to_device(const std::vector<float>& h) {
 // On every axis: an all-reduce and an in-place all-gather of device buffers,
 // both in flight at once, against the closed forms of test_mesh_mpi.cpp.
 void check_device_collectives(const DeviceMesh& m, int g) {
-  for (MeshAxis a : kMeshAxes) {
+  for (MeshAxis a : mesh_split_axes(m.dims())) {
     SCOPED_TRACE(mesh_axis_name(a));
     Communicator& c = m.axis(a);
     const std::vector<int> members = mesh_axis_ranks(m.dims(), g, a);

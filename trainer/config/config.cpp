@@ -198,19 +198,39 @@ void validate(const Config& c, const Locations& where) {
   at_least("train.eval_every", t.eval_every, 0);
   at_least("train.eval_batches", t.eval_batches, 1);
   at_least("train.max_skipped", t.max_skipped, 1);
-  // Sequence parallelism splits each micro-batch's rows over the tp ranks.
-  if (p.tp > 1 && (1LL * t.micro_batch * t.seq_len) % p.tp != 0)
-    bad("train.micro_batch", detail::concat(t.micro_batch, " * ", t.seq_len, " rows"),
-        detail::concat("train.micro_batch * train.seq_len rows divisible by parallel.tp=", p.tp),
+  // Context parallelism cuts every row into chunks of equal length.
+  at_least("parallel.cp", p.cp, 1);
+  const int cp_chunks = p.cp_load_balance ? 2 * p.cp : p.cp;
+  if (p.cp > 1 && t.seq_len % cp_chunks != 0)
+    bad("train.seq_len", t.seq_len,
+        detail::concat("a multiple of ", p.cp_load_balance ? "2 * parallel.cp = " : "parallel.cp = ",
+                       cp_chunks),
+        p.cp_load_balance
+            ? "each row is cut into 2 cp chunks, rank r holding chunks r and 2 cp - 1 - r "
+              "(parallel.cp_load_balance)"
+            : "each row is cut into cp chunks, one per rank");
+  // Sequence parallelism splits each cp rank's rows of a micro-batch over
+  // the tp ranks.
+  const long long cp_rows = 1LL * t.micro_batch * t.seq_len / p.cp;
+  if (p.tp > 1 && cp_rows % p.tp != 0)
+    bad("train.micro_batch",
+        p.cp > 1 ? detail::concat(t.micro_batch, " * ", t.seq_len, " / ", p.cp, " = ", cp_rows,
+                                  " rows per cp rank")
+                 : detail::concat(t.micro_batch, " * ", t.seq_len, " rows"),
+        p.cp > 1 ? detail::concat("train.micro_batch * train.seq_len / parallel.cp rows divisible "
+                                  "by parallel.tp=",
+                                  p.tp)
+                 : detail::concat("train.micro_batch * train.seq_len rows divisible by "
+                                  "parallel.tp=",
+                                  p.tp),
         "sequence parallelism splits a micro-batch's rows over the tp ranks");
 
   const RuntimeConfig& r = c.runtime;
   // bf16 activations cross the tp all-gathers two to an fp32 word.
-  if (p.tp > 1 && r.dtype == ComputeDType::bf16 &&
-      (1LL * t.micro_batch * t.seq_len / p.tp * c.model.n_embd) % 2 != 0)
+  if (p.tp > 1 && r.dtype == ComputeDType::bf16 && (cp_rows / p.tp * c.model.n_embd) % 2 != 0)
     bad("model.n_embd", std::to_string(c.model.n_embd),
-        detail::concat("an even (train.micro_batch * train.seq_len / parallel.tp) * model.n_embd "
-                       "with runtime.dtype=bf16 and parallel.tp=",
+        detail::concat("an even (train.micro_batch * train.seq_len / parallel.cp / parallel.tp) "
+                       "* model.n_embd with runtime.dtype=bf16 and parallel.tp=",
                        p.tp),
         "the tensor-parallel all-gathers move bf16 activations in pairs");
   if (p.comm == ParallelComm::nccl && r.device == DeviceKind::cpu)
@@ -377,6 +397,14 @@ const char* to_string(DeviceKind d) {
     case DeviceKind::cpu: return "cpu";
     case DeviceKind::cuda: return "cuda";
     case DeviceKind::auto_: return "auto";
+  }
+  return "?";
+}
+
+const char* to_string(CpComm c) {
+  switch (c) {
+    case CpComm::allgather: return "allgather";
+    case CpComm::ring: return "ring";
   }
   return "?";
 }

@@ -36,6 +36,13 @@ enum class Recompute { none, mlp, block };
 // parallel.pp_schedule: how a pipeline's micro-batches flow through its
 // stages (trainer/parallelize/pipeline_schedule.hpp).
 enum class PipeSchedule { gpipe, one_f_one_b, interleaved_1f1b };
+// parallel.cp_comm: how context-parallel ranks share keys and values
+// (trainer/parallelize/context_parallel.hpp). allgather: each layer gathers
+// them once (forward) and reduce-scatters their gradients (backward); ring:
+// key/value blocks pass round the cp ranks point to point, each hop
+// overlapped with attention on the block at hand, and their gradients travel
+// back the same way. (Megatron's a2a and a2a+p2p modes are not supported.)
+enum class CpComm { allgather, ring };
 
 // parallel.fsdp_stage: what FSDP shards (ZeRO's stages; used at fsdp > 1).
 //   optimizer   (1) AdamW state: gradients reduce-scattered once per step
@@ -164,6 +171,13 @@ struct ParallelConfig {
   PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;
   int pp_virtual_stages = 1;
   std::vector<int> pp_layers;
+  // Context parallelism: each sequence cut over cp ranks (world = pp x dp x
+  // fsdp x cp x tp), which hold its chunks: with cp_load_balance each row in
+  // 2 cp chunks, rank r holding chunks r and 2 cp - 1 - r (equal causal
+  // work), else cp chunks, rank r holding chunk r.
+  int cp = 1;
+  CpComm cp_comm = CpComm::allgather;
+  bool cp_load_balance = true;
 };
 
 struct LogConfig {
@@ -232,6 +246,7 @@ const char* to_string(ComputeDType d);
 const char* to_string(AttentionKernel a);
 const char* to_string(ParallelComm c);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved_1f1b"
+const char* to_string(CpComm c);        // "allgather", "ring"
 
 // parallel.comm is resolved per run by choose_comm (trainer/runtime/comm_choice.hpp).
 

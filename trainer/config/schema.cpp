@@ -218,6 +218,7 @@ constexpr ParallelComm kComms[] = {ParallelComm::auto_, ParallelComm::nccl, Para
 constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::mlp, Recompute::block};
 constexpr PipeSchedule kPipeSchedules[] = {PipeSchedule::gpipe, PipeSchedule::one_f_one_b,
                                            PipeSchedule::interleaved_1f1b};
+constexpr CpComm kCpComms[] = {CpComm::allgather, CpComm::ring};
 
 template <>
 struct Codec<ModelArch> {
@@ -308,6 +309,25 @@ struct Codec<PipeSchedule> {
     return EnumCodec<PipeSchedule, 3>::read(n, w, k, kPipeSchedules);
   }
   static std::string write(PipeSchedule v) { return to_string(v); }
+};
+// parallel.cp_comm: Megatron's other modes are named as not supported
+// rather than met with a bare "expected one of".
+template <>
+struct Codec<CpComm> {
+  static CpComm read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      if (s == "a2a" || s == "a2a+p2p" || s == "alltoall")
+        fail(k, " (", w, "): ", s,
+             " (Megatron's all-to-all / Ulysses mode) is not supported; expected one of "
+             "allgather|ring");
+      if (s == "p2p")
+        fail(k, " (", w, "): p2p is Megatron's name for the ring; write ring (expected one of "
+             "allgather|ring)");
+    }
+    return EnumCodec<CpComm, 2>::read(n, w, k, kCpComms);
+  }
+  static std::string write(CpComm v) { return to_string(v); }
 };
 template <>
 struct Codec<Recompute> {
@@ -411,6 +431,9 @@ std::vector<Field> make_fields() {
       bind<&C::parallel, &ParallelConfig::pp_schedule>("parallel", "pp_schedule"),
       bind<&C::parallel, &ParallelConfig::pp_virtual_stages>("parallel", "pp_virtual_stages"),
       bind<&C::parallel, &ParallelConfig::pp_layers>("parallel", "pp_layers"),
+      bind<&C::parallel, &ParallelConfig::cp>("parallel", "cp"),
+      bind<&C::parallel, &ParallelConfig::cp_comm>("parallel", "cp_comm"),
+      bind<&C::parallel, &ParallelConfig::cp_load_balance>("parallel", "cp_load_balance"),
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),
       bind<&C::log, &LogConfig::every>("log", "every"),

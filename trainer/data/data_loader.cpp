@@ -64,6 +64,18 @@ int64_t DataLoader::window_for_sample(int64_t g) {
 }
 
 void DataLoader::fill(int64_t first_sample, int rows, int32_t* inputs, int32_t* targets) {
+  fill(first_sample, rows, inputs, targets, {Span{0, seq_len_}});
+}
+
+void DataLoader::fill(int64_t first_sample, int rows, int32_t* inputs, int32_t* targets,
+                      const std::vector<Span>& spans) {
+  int64_t width = 0;
+  for (const Span& sp : spans) {
+    GT_CHECK(sp.start >= 0 && sp.length >= 0 && sp.start + sp.length <= seq_len_,
+             "DataLoader::fill: span [", sp.start, ", ", sp.start + sp.length,
+             ") outside a window of ", seq_len_, " tokens");
+    width += sp.length;
+  }
   for (int r = 0; r < rows; ++r) {
     const int64_t w = window_for_sample(first_sample + r);
     const size_t shard = static_cast<size_t>(
@@ -71,10 +83,12 @@ void DataLoader::fill(int64_t first_sample, int rows, int32_t* inputs, int32_t* 
         1);
     const int64_t start = (w - first_window_[shard]) * seq_len_;
     const TokenShard& s = shards_[shard];
-    for (int t = 0; t < seq_len_; ++t) {
-      inputs[static_cast<int64_t>(r) * seq_len_ + t] = s.token(start + t);
-      targets[static_cast<int64_t>(r) * seq_len_ + t] = s.token(start + t + 1);
-    }
+    int64_t at = static_cast<int64_t>(r) * width;
+    for (const Span& sp : spans)
+      for (int t = sp.start; t < sp.start + sp.length; ++t, ++at) {
+        inputs[at] = s.token(start + t);
+        targets[at] = s.token(start + t + 1);
+      }
   }
 }
 

@@ -32,6 +32,16 @@ class DataLoader {
   // Rows [first_sample, first_sample + rows) of the global sample stream
   // into inputs/targets, each (rows, seq_len) int32.
   void fill(int64_t first_sample, int rows, int32_t* inputs, int32_t* targets);
+  // Tokens [start, start + length) of a window (its inputs; the targets are
+  // the next tokens, as always).
+  struct Span {
+    int start = 0, length = 0;
+  };
+  // The same rows, only the given spans of each window, concatenated in
+  // order: each (rows, sum of the lengths). What a context-parallel rank
+  // holds of each sequence (its chunks, parallel.cp).
+  void fill(int64_t first_sample, int rows, int32_t* inputs, int32_t* targets,
+            const std::vector<Span>& spans);
 
  private:
   int64_t window_for_sample(int64_t g);

@@ -71,6 +71,15 @@ ActivationPlan plan_activations(const ModelConfig& m, const ActivationShape& s) 
     p.precision.max_bias_f32 = tp > 1 ? C : 0;
   }
   p.parallel_scratch = TpLayerContext::scratch(tp, s.overlap, s.dtype, R, C);
+  // Context parallelism: GPT-2's learned positions looked up by each row's
+  // position in the sequence (a cp rank's rows are not positions 0..T-1),
+  // and the attention layer's buffers.
+  const bool cp = s.cp > 1;
+  p.positions = {cp ? R : 0, 1, DType::i32};
+  p.position_rows = {cp ? Rl * C : 0, 1, f32};
+  const int NHl = m.n_head / tp;
+  p.attention_cp = ContextParallelAttention::scratch(s.chunks(), s.cp_comm, s.dtype, s.max_rows,
+                                                     NHl, NHl, m.head_size(), s.cp_block_scratch);
   return p;
 }
 
@@ -81,10 +90,11 @@ int64_t ActivationPlan::bytes() const {
                               &ln2,      &ln2_mean, &ln2_rstd, &fch,       &fch_gelu,
                               &res3,     &lnf,      &lnf_mean, &lnf_rstd,  &logits,
                               &losses,   &loss_sum, &proj_tmp, &dresidual, &dresidual_bf16,
-                              &dln,      &datty,    &dfch,     &dqkv,      &datt})
+                              &dln,      &datty,    &dfch,     &dqkv,      &datt,
+                              &positions, &position_rows})
     n += b->bytes();
   n += precision.bf16_bytes();
-  return n + parallel_scratch.bytes();
+  return n + parallel_scratch.bytes() + attention_cp.bytes();
 }
 
 int64_t ActivationPlan::embed_bytes() const { return tokens.bytes() + encoded.bytes(); }

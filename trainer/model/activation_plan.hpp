@@ -14,6 +14,7 @@
 
 #include "kernels/core/tensor.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/parallelize/context_parallel.hpp"
 #include "trainer/parallelize/linear_precision.hpp"
 #include "trainer/parallelize/tp_layers.hpp"
 
@@ -30,7 +31,9 @@ struct BufferSize {
 
 // What the plan depends on besides the model.
 struct ActivationShape {
-  int max_rows = 1, max_seq = 1;  // the largest micro-batch (B) and sequence (T)
+  // The largest micro-batch (B) and sequence (T): under context parallelism
+  // a rank's T / cp rows of each sequence.
+  int max_rows = 1, max_seq = 1;
   int tp = 1;
   bool overlap = true;  // parallel.tp_overlap: the ring collective matmuls
   Recompute recompute = Recompute::none;
@@ -45,6 +48,15 @@ struct ActivationShape {
   // the LM head (without it no final norm or logits buffers).
   int blocks = -1;
   bool head = true;
+  // Context parallelism (trainer/parallelize/context_parallel.hpp): the
+  // degree, how keys and values move, the chunking; cp_block_scratch is the
+  // backend's attention_block_scratch_elems(max_rows, n_head/tp, chunk, chunk).
+  int cp = 1;
+  CpComm cp_comm = CpComm::allgather;
+  bool cp_load_balance = true;
+  int64_t cp_block_scratch = 0;
+  // The sequence's chunks (cp = 1: one chunk, the whole sequence).
+  SequenceChunks chunks() const { return SequenceChunks(max_seq * cp, cp, cp_load_balance); }
 };
 
 struct ActivationPlan {
@@ -66,8 +78,11 @@ struct ActivationPlan {
   BufferSize dln;                            // (R/p, C): act at tp = 1, fp32 sum under tp
   BufferSize datty, dfch, dqkv;              // (R, C/p), (R, 4C/p), (R, 3C/p) act
   BufferSize datt;                           // attention_scratch_elems fp32
+  BufferSize positions;                      // cp > 1: (R) int32, each row's position
+  BufferSize position_rows;                  // cp > 1: (R/p, C) fp32, wpe of the own rows
   LinearPrecision::Sizes precision;          // the GEMMs' bf16 operand copies
   TpLayerContext::Scratch parallel_scratch;  // the tensor-parallel layers' scratch
+  ContextParallelAttention::Scratch attention_cp;  // cp > 1: the attention layer's
 
   // Everything above, in bytes: what GPT::activation_bytes() reports.
   int64_t bytes() const;

@@ -33,7 +33,8 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       max_rows_(max_rows),
       max_seq_(max_seq),
       dtype_(dtype),
-      end_layer_(cfg.n_layer) {
+      end_layer_(cfg.n_layer),
+      seq_(max_seq, 1, false) {
   owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
 }
@@ -41,7 +42,7 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
 CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
                    const ParameterLayout& layout, ParameterStore& store,
                    const TensorParallelGroup& group, Recompute recompute, ComputeDType dtype,
-                   std::optional<StageSpan> chunk)
+                   std::optional<StageSpan> chunk, const ContextParallelGroup& cp)
     : family_(family),
       cfg_(cfg),
       ops_(ops),
@@ -52,7 +53,9 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       max_seq_(max_seq),
       dtype_(dtype),
       first_layer_(-1),
-      end_layer_(-1) {
+      end_layer_(-1),
+      cp_(cp),
+      seq_(max_seq * cp.size(), cp.size(), cp.load_balance) {
   layout.check_built_for(group.size(), group.rank());
   // A layout of one chunk (the whole model or one stage) is the model's
   // stage until told otherwise; one of several chunks waits for
@@ -78,7 +81,8 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
 CausalLM::~CausalLM() = default;
 
 ActivationShape CausalLM::activation_shape(const TensorParallelGroup& group) const {
-  GT_CHECK(max_seq_ <= cfg_.block_size, "seq ", max_seq_, " > block_size ", cfg_.block_size);
+  GT_CHECK(seq_.seq_len() <= cfg_.block_size, "seq ", seq_.seq_len(), " > block_size ",
+           cfg_.block_size);
   ActivationShape shape;
   shape.max_rows = max_rows_;
   shape.max_seq = max_seq_;
@@ -87,14 +91,28 @@ ActivationShape CausalLM::activation_shape(const TensorParallelGroup& group) con
   shape.recompute = recompute_;
   shape.dtype = dtype_;
   const int NHl = cfg_.n_head / group.size();
-  shape.attention_saved = ops_.attention_saved_elems(max_rows_, NHl, max_seq_);
-  shape.attention_scratch = ops_.attention_scratch_elems(max_rows_, NHl, max_seq_);
+  shape.cp = cp_.size();
+  shape.cp_comm = cp_.mode;
+  shape.cp_load_balance = cp_.load_balance;
+  if (cp_.size() > 1)
+    shape.cp_block_scratch =
+        ops_.attention_block_scratch_elems(max_rows_, NHl, seq_.chunk_len(), seq_.chunk_len());
+  shape.attention_saved =
+      ContextParallelAttention::saved_elems(ops_, cp_.size(), max_rows_, NHl, max_seq_);
+  shape.attention_scratch =
+      ContextParallelAttention::scratch_elems(ops_, cp_.size(), max_rows_, NHl, max_seq_);
   shape.store_keeps_bf16_params = store_->keeps_bf16_params();
   // A stage's instance holds its chunk's blocks (layer_act counts from the
   // chunk's first block) and the head's buffers only where it runs them.
   shape.blocks = sized_blocks_;
   shape.head = sized_head_;
   return shape;
+}
+
+std::unique_ptr<ContextParallelAttention> CausalLM::make_attention(int n_head,
+                                                                   int n_kv_head) const {
+  return std::make_unique<ContextParallelAttention>(ops_, cp_, seq_, dtype_, max_rows_, n_head,
+                                                    n_kv_head, cfg_.head_size());
 }
 
 Buffer CausalLM::allocate(const BufferSize& b) {

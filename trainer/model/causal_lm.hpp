@@ -37,6 +37,7 @@
 #include "trainer/model/activation_plan.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
+#include "trainer/parallelize/context_parallel.hpp"
 #include "trainer/parallelize/tp_layers.hpp"
 
 namespace gt {
@@ -167,9 +168,12 @@ class CausalLM {
   // set now so that its activations are sized for that chunk's blocks and
   // head; without it a layout of one chunk sizes for that chunk and one of
   // several for its longest chunk and its head (any chunk may be set later).
+  // `cp`: the context-parallel group; max_seq is then this rank's T / cp
+  // rows of each sequence (context_parallel.hpp: which positions they are).
   CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
            const ParameterLayout& layout, ParameterStore& store, const TensorParallelGroup& group,
-           Recompute recompute, ComputeDType dtype, std::optional<StageSpan> chunk = std::nullopt);
+           Recompute recompute, ComputeDType dtype, std::optional<StageSpan> chunk = std::nullopt,
+           const ContextParallelGroup& cp = {});
 
   // The family's forward up to the losses (and dlogits with grad_scale > 0),
   // without reading them back; false when there were no targets. It must set
@@ -193,7 +197,8 @@ class CausalLM {
 
   // Sizes the activation shape's common fields for this rank (tp, overlap,
   // recompute, dtype, attention sizes for n_head / tp query heads, the
-  // store's bf16 copy) and checks max_seq against the block size.
+  // store's bf16 copy, the cp group's chunks) and checks the sequence
+  // against the block size.
   ActivationShape activation_shape(const TensorParallelGroup& group) const;
   // Allocates the ends and the tensor-parallel layers' context from a
   // family's activation plan (ActivationPlan, LlamaActivationPlan).
@@ -231,6 +236,21 @@ class CausalLM {
   // This rank's rows (its sequence shard) of a gathered (R, cols) view.
   TensorView own_rows(TensorView full) const;
 
+  // The position of each of this rank's rows of a sequence (max_seq; 0..T-1
+  // without context parallelism).
+  std::vector<int32_t> local_positions() const { return seq_.positions(cp_.rank()); }
+  // Floats attention keeps per block for backward, and the backward scratch
+  // the model passes it, for B sequences of T rows and n_head heads here:
+  // the backend's without context parallelism, the cp layer's with it.
+  int64_t attention_saved(int B, int n_head, int T) const {
+    return ContextParallelAttention::saved_elems(ops_, cp_.size(), B, n_head, T);
+  }
+  int64_t attention_scratch(int B, int n_head, int T) const {
+    return ContextParallelAttention::scratch_elems(ops_, cp_.size(), B, n_head, T);
+  }
+  // The attention layer of this rank's heads (context-parallel at cp > 1).
+  std::unique_ptr<ContextParallelAttention> make_attention(int n_head, int n_kv_head) const;
+
   const char* family_;
   ModelConfig cfg_;
   Ops& ops_;
@@ -246,6 +266,8 @@ class CausalLM {
   std::unique_ptr<TpLayerContext> parallel_;  // the layers' tp group, precision and scratch
   int B_ = 0, T_ = 0;
   bool backward_ready_ = false;
+  ContextParallelGroup cp_;  // this rank's cp group (size 1: none)
+  SequenceChunks seq_;       // the sequence of max_seq * cp tokens over the cp ranks
   // This stage's blocks (the whole model by default); -1 until
   // set_pipeline_stage on a layout of several chunks.
   int first_layer_ = 0, end_layer_ = 0;

@@ -27,9 +27,9 @@ GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recompute 
 
 GPT::GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
          ParameterStore& store, const TensorParallelGroup& group, Recompute recompute,
-         ComputeDType dtype, std::optional<StageSpan> chunk)
+         ComputeDType dtype, std::optional<StageSpan> chunk, const ContextParallelGroup& cp)
     : CausalLM("GPT", require_gpt2(cfg), ops, max_rows, max_seq, layout, store, group, recompute,
-               dtype, chunk) {
+               dtype, chunk, cp) {
   allocate(group);
 }
 
@@ -58,6 +58,15 @@ void GPT::allocate(const TensorParallelGroup& group) {
   a.lnf_mean = CausalLM::allocate(plan.lnf_mean);
   a.lnf_rstd = CausalLM::allocate(plan.lnf_rstd);
   a.proj_tmp = CausalLM::allocate(plan.proj_tmp);
+  a.positions = CausalLM::allocate(plan.positions);
+  a.position_rows = CausalLM::allocate(plan.position_rows);
+  if (plan.positions.elems > 0) {
+    // Row n of a (max_rows, max_seq) batch is local index n % max_seq.
+    const std::vector<int32_t> local = local_positions();
+    std::vector<int32_t> rows(static_cast<size_t>(plan.positions.elems));
+    for (size_t n = 0; n < rows.size(); ++n) rows[n] = local[n % local.size()];
+    ops_.upload(iview(a.positions.i32(), {plan.positions.elems}), rows.data());
+  }
   auto& d = dacts_;
   d.dresidual = CausalLM::allocate(plan.dresidual);
   d.dresidual_bf16 = CausalLM::allocate(plan.dresidual_bf16);
@@ -66,7 +75,14 @@ void GPT::allocate(const TensorParallelGroup& group) {
   d.dfch = CausalLM::allocate(plan.dfch);
   d.dqkv = CausalLM::allocate(plan.dqkv);
   d.datt = CausalLM::allocate(plan.datt);
-  layers_ = std::make_unique<Layers>(*parallel_);
+  const int NHl = cfg_.n_head / group.size();
+  layers_ = std::make_unique<Layers>(*parallel_, make_attention(NHl, NHl));
+}
+
+TensorView GPT::own_positions(int B, int T) {
+  if (acts_.positions.bytes() == 0) return {};
+  const int64_t Rl = int64_t(B) * T / shards_;
+  return iview(acts_.positions.i32() + parallel_->rank() * Rl, {Rl});
 }
 
 // ---- One block's forward ----------------------------------------------------
@@ -82,7 +98,7 @@ void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView
   auto ln1 = layer_act(a.ln1, l, {R, C});
   auto qkv = layer_act(a.qkv, l, {R, 3 * Cl});
   auto atty = layer_act(a.atty, l, {R, Cl});
-  auto att = layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)});
+  auto att = layer_act(a.att, l, {attention_saved(B, NHl, T)});
   auto res2 = layer_act(a.res2, l, {Rl, C});
   auto proj = aview(a.proj_tmp, {Rl, C});
   if (prev_res2.empty()) {
@@ -98,8 +114,8 @@ void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView
   }
   layers_->c_attn.forward(qkv, ln1, gemm_param(h + "attn.c_attn.weight"),
                           gemm_param(h + "attn.c_attn.bias"));
-  ops_.attention_forward(layer_act(a.atty, l, {B, T, Cl}), att, layer_act(a.qkv, l, {B, T, 3 * Cl}),
-                         NHl);
+  layers_->attention->forward(layer_act(a.atty, l, {B, T, Cl}), att,
+                              layer_act(a.qkv, l, {B, T, 3 * Cl}), NHl, NHl);
   layers_->attn_proj.forward(proj, atty, gemm_param(h + "attn.c_proj.weight"),
                              gemm_param(h + "attn.c_proj.bias"));
   if (!with_ln2) return ops_.add(res2, x, proj);
@@ -158,7 +174,10 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   auto encoded = aview(a.encoded, {Rl, C});
   if (embeds()) {
     store_->before_forward(embed);
-    layers_->embedding.forward(encoded, tok, p("wte.weight"), p("wpe.weight"));
+    layers_->embedding.forward(encoded, tok, p("wte.weight"), p("wpe.weight"),
+                               own_positions(B, T),
+                               a.position_rows.bytes() ? view(a.position_rows.f32(), {Rl, C})
+                                                       : TensorView{});
     if (!heads()) store_->after_forward(embed);  // the tied head is another stage's
   }
 
@@ -274,11 +293,11 @@ void GPT::run_backward() {
     layers_->attn_proj.backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"),
                                 dresidual_gemm, layer_act(a.atty, l, {R, Cl}),
                                 gemm_param(h + "attn.c_proj.weight"));
-    ops_.attention_backward(aview(d.dqkv, {B, T, 3 * Cl}),
-                            view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl, T)}),
-                            aview(d.datty, {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
-                            layer_act(a.atty, l, {B, T, Cl}),
-                            layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl, T)}), NHl);
+    layers_->attention->backward(aview(d.dqkv, {B, T, 3 * Cl}),
+                                 view(d.datt.f32(), {attention_scratch(B, NHl, T)}),
+                                 aview(d.datty, {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
+                                 layer_act(a.atty, l, {B, T, Cl}),
+                                 layer_act(a.att, l, {attention_saved(B, NHl, T)}), NHl, NHl);
     layers_->c_attn.backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
                              layer_act(a.ln1, l, {R, C}), gemm_param(h + "attn.c_attn.weight"));
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
@@ -291,7 +310,7 @@ void GPT::run_backward() {
   if (!embeds()) return;
   if (!heads()) store_->before_backward(embed);
   layers_->embedding.backward(g("wte.weight"), g("wpe.weight"), dresidual,
-                              iview(ends_.tokens.i32(), {B, T}));
+                              iview(ends_.tokens.i32(), {B, T}), own_positions(B, T));
   store_->after_backward(embed);
 }
 
@@ -306,10 +325,11 @@ int64_t GPT::activation_bytes() const {
   for (const LayerBuffer* b : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty, &a.att, &a.res2,
                                &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res3})
     n += b->buf.bytes();
-  for (const Buffer* b : {&a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
-                          &d.dln, &d.dresidual_bf16, &d.datty, &d.dfch, &d.dqkv, &d.datt})
+  for (const Buffer* b :
+       {&a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.proj_tmp, &a.positions, &a.position_rows,
+        &d.dresidual, &d.dln, &d.dresidual_bf16, &d.datty, &d.dfch, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + shared_bytes();
+  return static_cast<int64_t>(n) + shared_bytes() + layers_->attention->bytes();
 }
 
 }  // namespace gt

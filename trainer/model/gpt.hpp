@@ -86,10 +86,11 @@ class GPT final : public CausalLM {
   // tensor-parallel layers.
   // `chunk`: the pipeline chunk of the layout this instance runs, its
   // activations sized for it (CausalLM::set_pipeline_stage).
+  // `cp`: the context-parallel group (CausalLM's constructor).
   GPT(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
       ParameterStore& store, const TensorParallelGroup& group,
       Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32,
-      std::optional<StageSpan> chunk = std::nullopt);
+      std::optional<StageSpan> chunk = std::nullopt, const ContextParallelGroup& cp = {});
   ~GPT() override;
 
   int64_t activation_bytes() const override;
@@ -107,6 +108,8 @@ class GPT final : public CausalLM {
     LayerBuffer res3;                       // (L, R/p, C): always every block's
     Buffer lnf, lnf_mean, lnf_rstd;         // (R, C) gathered, (R/p) x2
     Buffer proj_tmp;                        // (R/p, C) row-parallel output before the residual add
+    Buffer positions;                       // cp > 1: (R) int32, each row's position
+    Buffer position_rows;                   // cp > 1: (R/p, C) fp32, wpe of the own rows
   };
   struct Gradients {  // activation gradients, reused across layers
     Buffer dresidual, dln;                  // (R/p, C) x2 (dln bf16 at tp = 1 in bf16)
@@ -117,8 +120,9 @@ class GPT final : public CausalLM {
   // The layers that carry tensor parallelism, one per role (the weights come
   // per call, so one object serves every block).
   struct Layers {
-    explicit Layers(TpLayerContext& ctx)
+    Layers(TpLayerContext& ctx, std::unique_ptr<ContextParallelAttention> attn)
         : c_attn(ctx),
+          attention(std::move(attn)),
           attn_proj(ctx),
           c_fc(ctx),
           mlp_proj(ctx),
@@ -126,6 +130,7 @@ class GPT final : public CausalLM {
           embedding(ctx),
           cross_entropy(ctx) {}
     ColumnParallelLinear c_attn;
+    std::unique_ptr<ContextParallelAttention> attention;  // n_head/p heads; cp > 1: over cp ranks
     RowParallelLinear attn_proj;
     ColumnParallelLinear c_fc;
     RowParallelLinear mlp_proj;
@@ -135,6 +140,9 @@ class GPT final : public CausalLM {
   };
 
   void allocate(const TensorParallelGroup& group);
+  // The positions (R/p) int32 of this tp rank's own rows of a (B, T)
+  // micro-batch under context parallelism; empty without.
+  TensorView own_positions(int B, int T);
   bool run_forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                    float grad_scale) override;
   void run_backward() override;

@@ -1,5 +1,7 @@
 #include "trainer/model/llama.hpp"
 
+#include <algorithm>
+
 #include "kernels/core/error.hpp"
 #include "trainer/model/llama_activation_plan.hpp"
 #include "trainer/model/rope_table.hpp"
@@ -23,9 +25,10 @@ Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recomp
 
 Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
              const ParameterLayout& layout, ParameterStore& store, const TensorParallelGroup& group,
-             Recompute recompute, ComputeDType dtype, std::optional<StageSpan> chunk)
+             Recompute recompute, ComputeDType dtype, std::optional<StageSpan> chunk,
+             const ContextParallelGroup& cp)
     : CausalLM("Llama", require_llama(cfg), ops, max_rows, max_seq, layout, store, group, recompute,
-               dtype, chunk) {
+               dtype, chunk, cp) {
   allocate(group);
 }
 
@@ -43,8 +46,17 @@ void Llama::allocate(const TensorParallelGroup& group) {
   allocate_shared(plan, group);
   auto& a = acts_;
   a.rope = CausalLM::allocate(plan.rope);
-  const std::vector<float> table = rope_cos_sin(cfg_, max_seq_);
-  ops_.upload(view(a.rope.f32(), {max_seq_, cfg_.head_size()}), table.data());
+  // Row i holds local row i's angles: its position in the sequence (under
+  // context parallelism a rank's rows are chunks of it, not 0..T-1).
+  const int hs = cfg_.head_size();
+  const std::vector<int32_t> positions = local_positions();
+  const int last = *std::max_element(positions.begin(), positions.end());
+  const std::vector<float> all = rope_cos_sin(cfg_, last + 1);
+  std::vector<float> table(static_cast<size_t>(max_seq_) * hs);
+  for (int i = 0; i < max_seq_; ++i)
+    std::copy_n(all.begin() + int64_t(positions[static_cast<size_t>(i)]) * hs, hs,
+                table.begin() + int64_t(i) * hs);
+  ops_.upload(view(a.rope.f32(), {max_seq_, hs}), table.data());
   a.encoded = CausalLM::allocate(plan.encoded);
   a.ln1 = allocate_layer(plan.ln1);
   a.ln1_rstd = allocate_layer(plan.ln1_rstd);
@@ -68,7 +80,7 @@ void Llama::allocate(const TensorParallelGroup& group) {
   d.dgu = CausalLM::allocate(plan.dgu);
   d.dqkv = CausalLM::allocate(plan.dqkv);
   d.datt = CausalLM::allocate(plan.datt);
-  layers_ = std::make_unique<Layers>(*parallel_);
+  layers_ = std::make_unique<Layers>(*parallel_, make_attention(NHl_, KVl_));
 }
 
 // ---- One block's forward ----------------------------------------------------
@@ -91,9 +103,9 @@ void Llama::block_attention_forward(int l, TensorView x) {
   // rotated values, which are what the layer keeps.
   ops_.rope_forward(layer_act(a.qkv, l, {R, NHl_ + 2 * KVl_, hs}),
                     view(a.rope.f32(), {max_seq_, hs}), NHl_ + KVl_, 0, T);
-  ops_.attention_forward(layer_act(a.atty, l, {B, T, Ql}),
-                         layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl_, T)}),
-                         layer_act(a.qkv, l, {B, T, qkv_width_}), NHl_, KVl_);
+  layers_->attention->forward(layer_act(a.atty, l, {B, T, Ql}),
+                              layer_act(a.att, l, {attention_saved(B, NHl_, T)}),
+                              layer_act(a.qkv, l, {B, T, qkv_width_}), NHl_, KVl_);
   layers_->o_proj.forward(proj, layer_act(a.atty, l, {R, Ql}),
                           gemm_param(h + "self_attn.o_proj.weight"), none);
   ops_.add(layer_act(a.res2, l, {Rl, C}), x, proj);
@@ -238,11 +250,11 @@ void Llama::run_backward() {
     layers_->o_proj.backward(datty, g(h + "self_attn.o_proj.weight"), none, dresidual,
                              layer_act(a.atty, l, {R, Ql}),
                              gemm_param(h + "self_attn.o_proj.weight"));
-    ops_.attention_backward(
-        aview(d.dqkv, {B, T, qkv_width_}),
-        view(d.datt.f32(), {ops_.attention_scratch_elems(B, NHl_, T)}), aview(d.datty, {B, T, Ql}),
-        layer_act(a.qkv, l, {B, T, qkv_width_}), layer_act(a.atty, l, {B, T, Ql}),
-        layer_act(a.att, l, {ops_.attention_saved_elems(B, NHl_, T)}), NHl_, KVl_);
+    layers_->attention->backward(
+        aview(d.dqkv, {B, T, qkv_width_}), view(d.datt.f32(), {attention_scratch(B, NHl_, T)}),
+        aview(d.datty, {B, T, Ql}), layer_act(a.qkv, l, {B, T, qkv_width_}),
+        layer_act(a.atty, l, {B, T, Ql}), layer_act(a.att, l, {attention_saved(B, NHl_, T)}), NHl_,
+        KVl_);
     // RoPE's backward turns the q and k gradients back (in place).
     ops_.rope_backward(aview(d.dqkv, {R, NHl_ + 2 * KVl_, hs}), view(a.rope.f32(), {max_seq_, hs}),
                        NHl_ + KVl_, 0, T);
@@ -276,7 +288,7 @@ int64_t Llama::activation_bytes() const {
   for (const Buffer* b : {&a.rope, &a.encoded, &a.lnf, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
                           &d.dln, &d.datty, &d.dswiglu, &d.dgu, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + shared_bytes();
+  return static_cast<int64_t>(n) + shared_bytes() + layers_->attention->bytes();
 }
 
 }  // namespace gt

@@ -66,14 +66,14 @@ class Llama final : public CausalLM {
   Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
         ParameterStore& store, const TensorParallelGroup& group,
         Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32,
-        std::optional<StageSpan> chunk = std::nullopt);
+        std::optional<StageSpan> chunk = std::nullopt, const ContextParallelGroup& cp = {});
   ~Llama() override;
 
   int64_t activation_bytes() const override;
 
  private:
   struct Activations {
-    Buffer rope;                // (max_seq, hs) fp32 [cos | sin]
+    Buffer rope;                // (max_seq, hs) fp32 [cos | sin] at each local row's position
     Buffer encoded;             // (R/p, C)
     LayerBuffer ln1, ln1_rstd;  // (L, R, C) gathered, (L, R/p)
     LayerBuffer qkv;            // (L, R, (NH + 2 KV) hs / p), q and k rotated
@@ -92,8 +92,9 @@ class Llama final : public CausalLM {
     Buffer datt;                       // attention_scratch_elems
   };
   struct Layers {
-    explicit Layers(TpLayerContext& ctx)
+    Layers(TpLayerContext& ctx, std::unique_ptr<ContextParallelAttention> attn)
         : qkv(ctx),
+          attention(std::move(attn)),
           o_proj(ctx),
           gate_up(ctx),
           down(ctx),
@@ -101,6 +102,7 @@ class Llama final : public CausalLM {
           embedding(ctx),
           cross_entropy(ctx) {}
     ColumnParallelLinear qkv;  // q_proj | k_proj | v_proj
+    std::unique_ptr<ContextParallelAttention> attention;  // cp > 1: over the cp ranks
     RowParallelLinear o_proj;
     ColumnParallelLinear gate_up;  // gate_proj | up_proj
     RowParallelLinear down;

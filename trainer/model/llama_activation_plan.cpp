@@ -65,6 +65,9 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
         s.store_keeps_bf16_params ? 0 : std::max({Vl * C, (Ql + 2 * Kl) * C, 2 * Fl * C, C * Fl});
   }
   p.parallel_scratch = TpLayerContext::scratch(tp, s.overlap, s.dtype, R, C);
+  p.attention_cp = ContextParallelAttention::scratch(s.chunks(), s.cp_comm, s.dtype, s.max_rows,
+                                                     m.n_head / tp, m.kv_heads() / tp, int(hs),
+                                                     s.cp_block_scratch);
   return p;
 }
 
@@ -77,7 +80,7 @@ int64_t LlamaActivationPlan::bytes() const {
         &dresidual, &dln,     &datty,    &dswiglu, &dgu,      &dqkv,     &datt})
     n += b->bytes();
   n += precision.bf16_bytes();
-  return n + parallel_scratch.bytes();
+  return n + parallel_scratch.bytes() + attention_cp.bytes();
 }
 
 int64_t LlamaActivationPlan::embed_bytes() const { return tokens.bytes() + encoded.bytes(); }

@@ -18,7 +18,7 @@ namespace gt {
 
 struct LlamaActivationPlan {
   BufferSize tokens, targets;                // (R) int32
-  BufferSize rope;                           // (max_seq, hs) fp32: the [cos | sin] table
+  BufferSize rope;                           // (max_seq, hs) fp32: [cos | sin] per local position
   BufferSize encoded;                        // (R/p, C) act
   BufferSize ln1, ln1_rstd;                  // (L, R, C) act gathered, (L, R/p) fp32
   BufferSize qkv;                            // (L, R, (Q + 2K)/p) act, q and k rotated
@@ -39,6 +39,7 @@ struct LlamaActivationPlan {
   BufferSize datt;                           // attention_scratch_elems fp32
   LinearPrecision::Sizes precision;          // the GEMMs' bf16 operand copies
   TpLayerContext::Scratch parallel_scratch;  // the tensor-parallel layers' scratch
+  ContextParallelAttention::Scratch attention_cp;  // cp > 1: the attention layer's
 
   // Everything above, in bytes: what Llama::activation_bytes() reports.
   int64_t bytes() const;

@@ -20,14 +20,15 @@ std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_r
 std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
                                      const ParameterLayout& layout, ParameterStore& store,
                                      const TensorParallelGroup& group, Recompute recompute,
-                                     ComputeDType dtype, std::optional<StageSpan> chunk) {
+                                     ComputeDType dtype, std::optional<StageSpan> chunk,
+                                     const ContextParallelGroup& cp) {
   switch (cfg.arch) {
     case ModelArch::gpt2:
       return std::make_unique<GPT>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
-                                   dtype, chunk);
+                                   dtype, chunk, cp);
     case ModelArch::llama:
       return std::make_unique<Llama>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
-                                     dtype, chunk);
+                                     dtype, chunk, cp);
   }
   fail("model.arch=", to_string(cfg.arch), ": no model of that family");
 }

@@ -22,6 +22,7 @@ std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_r
                                      const ParameterLayout& layout, ParameterStore& store,
                                      const TensorParallelGroup& group, Recompute recompute,
                                      ComputeDType dtype,
-                                     std::optional<StageSpan> chunk = std::nullopt);
+                                     std::optional<StageSpan> chunk = std::nullopt,
+                                     const ContextParallelGroup& cp = {});
 
 }  // namespace gt

@@ -142,15 +142,17 @@ void RowParallelLinear::backward(TensorView dx, TensorView dw, TensorView db, Te
 // ---- VocabParallelEmbedding -------------------------------------------------
 
 void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorView wte,
-                                     TensorView wpe) {
+                                     TensorView wpe, TensorView positions,
+                                     TensorView position_rows) {
   Ops& ops = ctx_.ops();
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[1];
   const int64_t Rl = out.shape[0];
+  const bool chunked = !positions.empty();  // positions given per row (context parallelism)
   // Computed in fp32 (the tp sum too) and rounded once.
   const TensorView emb = out.dtype == DType::f32 ? out : ctx_.sum_rows(Rl, C);
-  if (ctx_.size() == 1 && !wpe.empty()) {
+  if (ctx_.size() == 1 && !wpe.empty() && !chunked) {
     ops.embedding_forward(make_view(emb.data, DType::f32, emb.device, {B, T, C}), tokens, wte, wpe);
-  } else if (ctx_.size() == 1) {  // no learned positions (Llama: RoPE in attention)
+  } else if (ctx_.size() == 1) {  // the positions apart (below), or none (Llama: RoPE)
     ops.token_embedding_forward(emb, make_view(tokens.data, DType::i32, tokens.device, {B * T}),
                                 wte, 0);
   } else {
@@ -163,25 +165,34 @@ void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorVi
               partial, make_view(tok + row0, DType::i32, tokens.device, {rows}), wte, vocab0);
         },
         ctx_.ring_workspace());
-    if (!wpe.empty())
-      ops.position_embedding_forward(emb, wpe, ctx_.rank() * Rl, static_cast<int>(T));
+  }
+  if (!wpe.empty() && chunked) {
+    // wpe's rows looked up by position, as tokens look up wte's: the same
+    // fp32 sum as the fused op's wte[token] + wpe[position].
+    ops.token_embedding_forward(position_rows, positions, wpe, 0);
+    ops.accumulate(emb, position_rows);
+  } else if (!wpe.empty() && ctx_.size() > 1) {
+    ops.position_embedding_forward(emb, wpe, ctx_.rank() * Rl, static_cast<int>(T));
   }
   if (out.dtype != DType::f32) ops.cast(out, emb);
 }
 
 void VocabParallelEmbedding::backward(TensorView dwte, TensorView dwpe, TensorView dout,
-                                      TensorView tokens) {
+                                      TensorView tokens, TensorView positions) {
   Ops& ops = ctx_.ops();
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = dout.shape[1];
-  if (ctx_.size() == 1 && !dwpe.empty())
+  const bool chunked = !positions.empty();
+  if (ctx_.size() == 1 && !dwpe.empty() && !chunked)
     return ops.embedding_backward(dwte, dwpe,
                                   make_view(dout.data, DType::f32, dout.device, {B, T, C}), tokens);
+  const int64_t Rl = dout.shape[0], vocab0 = ctx_.rank() * dwte.shape[0];
+  if (!dwpe.empty() && chunked)
+    ops.token_embedding_backward(dwpe, dout, positions, 0);
+  else if (!dwpe.empty())
+    ops.position_embedding_backward(dwpe, dout, ctx_.rank() * Rl, static_cast<int>(T));
   if (ctx_.size() == 1)
     return ops.token_embedding_backward(
         dwte, dout, make_view(tokens.data, DType::i32, tokens.device, {B * T}), 0);
-  const int64_t Rl = dout.shape[0], vocab0 = ctx_.rank() * dwte.shape[0];
-  if (!dwpe.empty())
-    ops.position_embedding_backward(dwpe, dout, ctx_.rank() * Rl, static_cast<int>(T));
   const TensorView full = ctx_.stage_for_gather(dout);
   auto* tok = static_cast<int32_t*>(tokens.data);
   ctx_.maps().gather_from_sequence(full, [&](int64_t row0, int64_t rows) {

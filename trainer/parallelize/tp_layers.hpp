@@ -130,20 +130,26 @@ class RowParallelLinear {
 };
 
 // The token embedding with the vocabulary split (plus GPT-2's learned
-// positions, replicated; an empty wpe means none, as in Llama): each rank looks up the tokens of
-// its vocabulary rows for all R rows (zeros for the others); the sum over ranks, reduce-scattered
-// by rows, is the embedding of this rank's rows.
+// positions, replicated; an empty wpe means none, as in Llama): each rank
+// looks up the tokens of its vocabulary rows for all R rows (zeros for the
+// others); the sum over ranks, reduce-scattered by rows, is the embedding of
+// this rank's rows.
 class VocabParallelEmbedding {
  public:
   explicit VocabParallelEmbedding(TpLayerContext& ctx) : ctx_(ctx) {}
   // out (R/p, C) = wte[tokens] + wpe[positions] of this rank's rows;
   // tokens (B, T) int32, all rows, the same on every tp rank; wte (V/p, C)
   // this rank's vocabulary rows; wpe (block_size, C). Summed in fp32, a bf16
-  // out rounded once.
-  void forward(TensorView out, TensorView tokens, TensorView wte, TensorView wpe);
+  // out rounded once. A row's position is its index in its sequence, or,
+  // given `positions` (R/p) int32 (context parallelism: a rank holds chunks
+  // of each sequence), positions[i] for own row i; wpe's rows are then
+  // looked up into `position_rows` (R/p, C) fp32 scratch and added.
+  void forward(TensorView out, TensorView tokens, TensorView wte, TensorView wpe,
+               TensorView positions = {}, TensorView position_rows = {});
   // dout (R/p, C) fp32; dwte, dwpe accumulate (dwpe: this rank's rows only,
-  // a partial sum over tp).
-  void backward(TensorView dwte, TensorView dwpe, TensorView dout, TensorView tokens);
+  // a partial sum over tp, and over cp with `positions`).
+  void backward(TensorView dwte, TensorView dwpe, TensorView dout, TensorView tokens,
+                TensorView positions = {});
 
  private:
   TpLayerContext& ctx_;

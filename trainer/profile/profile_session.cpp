@@ -52,7 +52,7 @@ void ProfileSession::start(DeviceMesh& mesh, Ops& ops) {
   device_ = device_name(ops.device());
   // Observed always: comm_exposed_ms is a metric of every step.
   // (Axes of one rank have nothing to wait for.)
-  for (MeshAxis a : kMeshAxes)
+  for (MeshAxis a : mesh_split_axes(mesh.dims()))
     if (mesh.axis(a).size() > 1) profiler_.observe(mesh.axis(a));
   if (mesh.world().size() > 1) profiler_.observe(mesh.world());
   const int world = mesh.dims().world_size();

@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "kernels/core/error.hpp"
 #include "trainer/model/make_model.hpp"
 #include "trainer/parallelize/pipeline_stages.hpp"
 #include "trainer/runtime/accumulation_runner.hpp"
@@ -19,6 +20,8 @@ ParallelPlan parallel_plan(const Config& cfg) {
   p.pp_schedule = cfg.parallel.pp_schedule;
   p.pp_virtual_stages = cfg.parallel.pp_virtual_stages;
   p.pp_layers = cfg.parallel.pp_layers;
+  p.cp_comm = cfg.parallel.cp_comm;
+  p.cp_load_balance = cfg.parallel.cp_load_balance;
   return p;
 }
 
@@ -42,7 +45,10 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
                           CollectiveContext* context) {
   const ParallelDims& d = mesh.dims();
   const TensorParallelGroup tp_group{&mesh.tp(), plan.tp_overlap};
-  const int B = shape.micro_batch, T = shape.seq_len;
+  const ContextParallelGroup cp_group{&mesh.cp(), plan.cp_comm, plan.cp_load_balance};
+  // Each cp rank's model holds its chunks of every sequence: seq_len / cp rows.
+  const int B = shape.micro_batch, T = shape.seq_len / d.cp;
+  GT_CHECK(T * d.cp == shape.seq_len, "seq_len ", shape.seq_len, " over parallel.cp=", d.cp);
   ParallelModel out;
   // 0. pipeline stage: this pp rank's blocks.
   const int v = plan.pp_virtual_stages;
@@ -52,14 +58,15 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
           : std::vector<StageSpan>{StageSpan{}};
   // 1. placement: this tp rank's shards of the stage's units (every chunk's
   // of an interleaved rank), padded to fsdp.
-  out.layout = std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp, d.fsdp);
+  out.layout =
+      std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp, shard_degree(d));
   // 2. data parallel: the state over dp x fsdp and its strategies.
   out.params =
       std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,
                                           plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
   auto build_model = [&](std::optional<StageSpan> chunk) {
     return make_model(model, ops, B, T, *out.layout, *out.params, tp_group, shape.recompute,
-                      plan.dtype, chunk);
+                      plan.dtype, chunk, cp_group);
   };
   if (d.pp == 1) {
     // 3. the model over the tensor-parallel layers; 4. gradient accumulation.

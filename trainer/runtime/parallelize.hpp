@@ -6,16 +6,21 @@
 //                     (trainer/parallelize/, e.g. gpt2_placement.cpp) cut
 //                     for this tp rank: which rows/columns of each parameter
 //                     it holds, which gradients are tp-partial; units padded
-//                     to a multiple of fsdp for the sharding below.
-//   2. data parallel  ShardedParameters over dp x fsdp at the ZeRO stage:
-//                     its strategies UnitParameters (whole, or stage 3's
-//                     per-unit gathers), GradientReducer (DDP buckets,
+//                     to a multiple of the shard degree for the sharding below.
+//   2. data parallel  ShardedParameters over the data-parallel groups at the
+//                     ZeRO stage (data_parallel_groups.hpp: dp x fsdp, with
+//                     cp folded in, the parameters being replicated over
+//                     cp): its strategies UnitParameters (whole, or stage
+//                     3's per-unit gathers), GradientReducer (DDP buckets,
 //                     ZeRO-1, ZeRO-2/3, with HSDP's dp all-reduce and the
 //                     tp-partial sums) and ShardOptimizer.
 //   3. the model      the family's CausalLM (GPT, Llama: make_model.hpp)
 //                     over the tensor-parallel layers (the tp group and
 //                     its collective-matmul switch, with sequence
-//                     parallelism), reading its parameters from (2). The
+//                     parallelism) and the context-parallel attention (the
+//                     cp group, its mode and chunks: context_parallel.hpp;
+//                     each rank's model holds seq_len / cp rows of each
+//                     sequence), reading its parameters from (2). The
 //                     model holds no communicator.
 //   4. the step       a StepRunner: gradient accumulation over the one
 //                     model (pp = 1), or the PipelineExecutor over this
@@ -59,13 +64,17 @@ struct ParallelPlan {
   PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;
   int pp_virtual_stages = 1;
   std::vector<int> pp_layers;
+  // Context parallelism (parallel.cp_*): how keys and values move, and the
+  // load-balanced chunking.
+  CpComm cp_comm = CpComm::allgather;
+  bool cp_load_balance = true;
 };
 // The plan a validated config asks for.
 ParallelPlan parallel_plan(const Config& cfg);
 
 // What one micro-batch looks like to the model (its activation buffers).
 struct ModelShape {
-  int micro_batch = 1, seq_len = 1;
+  int micro_batch = 1, seq_len = 1;  // seq_len: the whole sequence (each cp rank holds / cp)
   Recompute recompute = Recompute::none;
   int micro_batches = 1;  // per optimizer step on each data rank (the pipeline's m)
 };

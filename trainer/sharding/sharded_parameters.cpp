@@ -12,16 +12,17 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
                                      FsdpStage fsdp_stage, double bucket_mb, Ops& ops,
                                      bool bf16_params, ComputeDType reduce_dtype)
     : layout_(layout),
-      geom_(layout, mesh.dims().fsdp, mesh.coord().fsdp),
+      geom_(layout, mesh.axis(shard_axis(mesh.dims())).size(),
+            mesh.axis(shard_axis(mesh.dims())).rank()),
       ops_(ops),
-      dp_(mesh.dp()),
-      fsdp_(mesh.fsdp()),
+      dp_(mesh.axis(replica_axis(mesh.dims()))),
+      fsdp_(mesh.axis(shard_axis(mesh.dims()))),
       tp_(mesh.tp()),
       world_(mesh.world()),
-      dp_rank_(mesh.coord().dp),
+      dp_rank_(dp_.rank()),
       tp_rank_(mesh.coord().tp),
       stage_(fsdp_stage),
-      plan_(plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params, mesh.dims().dp,
+      plan_(plan_sharded_state(layout, geom_.fsdp(), stage_, bf16_params, dp_.size(),
                                reduce_dtype)) {
   // Every buffer as the state plan sizes it (the planner sums the same plan).
   const ShardedStatePlan& plan = plan_;

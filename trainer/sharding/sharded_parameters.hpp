@@ -1,7 +1,10 @@
 // ShardedParameters: one rank's parameters, gradients and AdamW state for a
-// layout dp x fsdp x tp, and every data-axis collective of a training step.
-// It is the ParameterStore the model reads from; the model's unit hooks are
-// where communication starts (DeviceMesh axes: dp, fsdp, tp). It holds the
+// layout dp x fsdp x cp x tp, and every data-axis collective of a training
+// step. It is the ParameterStore the model reads from; the model's unit
+// hooks are where communication starts (DeviceMesh axes: dp, fsdp, tp).
+// Under context parallelism the "dp" and "fsdp" below are the replica and
+// shard groups of data_parallel_groups.hpp, cp folded into one of them
+// (dp x cp at fsdp = 1, fsdp x cp beyond): f then counts fsdp x cp ranks. It holds the
 // parameters, their bf16 copy and the checkpoint pieces, and delegates to
 // strategies chosen at construction: reading a unit's parameters (whole, or
 // gathered with prefetch at stage 3) to UnitParameters
@@ -63,6 +66,7 @@
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_store.hpp"
+#include "trainer/sharding/data_parallel_groups.hpp"
 #include "trainer/sharding/gradient_reducer.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
 #include "trainer/sharding/shard_optimizer.hpp"

@@ -47,13 +47,16 @@ std::string human_count(double x) {
 
 nlohmann::json comm_bytes(const DeviceMesh& mesh) {
   nlohmann::json j;
-  for (MeshAxis a : kMeshAxes) j[mesh_axis_name(a)] = mesh.axis(a).bytes_sent();
+  // Each communicator once, under its own name: dp_cp and fsdp_cp only where
+  // cp > 1 gives them ranks of their own (at cp = 1 their bytes are dp's and
+  // fsdp's).
+  for (MeshAxis a : mesh_split_axes(mesh.dims())) j[mesh_axis_name(a)] = mesh.axis(a).bytes_sent();
   j["world"] = mesh.world().bytes_sent();
   return j;
 }
 
 void reset_comm_bytes(const DeviceMesh& mesh) {
-  for (MeshAxis a : kMeshAxes) mesh.axis(a).reset_bytes();
+  for (MeshAxis a : mesh_split_axes(mesh.dims())) mesh.axis(a).reset_bytes();
   mesh.world().reset_bytes();
 }
 

@@ -28,7 +28,7 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
   run.dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp,
-                                     world_size, cfg.parallel.pp);
+                                     world_size, cfg.parallel.pp, cfg.parallel.cp);
   // The mesh is the one collective of start-up: every rank reaches it (the
   // check above is the same everywhere) before anything rank-local can fail.
   run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
@@ -41,7 +41,7 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
     run.faults = FaultInjector::from_env();
     // A nan fault poisons the loss scale, which only the last pipeline stage
     // applies (it starts the backward): elsewhere it would test nothing.
-    const int per_stage = run.dims.dp * run.dims.fsdp * run.dims.tp;
+    const int per_stage = run.dims.world_size() / run.dims.pp;
     for (const Fault& f : run.faults.faults())
       if (f.kind == FaultKind::nan && run.dims.pp > 1 && f.rank / per_stage != run.dims.pp - 1)
         fail("TRAINER_FAULT (environment): nan:rank=", f.rank, " is on pipeline stage ",
@@ -85,6 +85,9 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
   }
 
   const MeshCoord& me = run.mesh->coord();
+  const SequenceChunks sequence(tc.seq_len, run.dims.cp, cfg.parallel.cp_load_balance);
+  for (int chunk : sequence.chunks(me.cp))
+    run.sequence_spans.push_back({chunk * sequence.chunk_len(), sequence.chunk_len()});
   // Placement, data-parallel state, then the model (runtime/parallelize.hpp).
   ParallelModel pm =
       parallelize(cfg.model, parallel_plan(cfg), *run.mesh, *run.backend.ops,
@@ -138,10 +141,17 @@ double evaluate(Run& run, const Config& cfg) {
   double sum = 0.0;
   for (int e = 0; e < tc.eval_batches; ++e)
     sum += run.runner->eval_loss_sum(accum, [&](int k, int32_t* x, int32_t* y) {
-      run.val_data->fill(first_row(int64_t(e) * tc.global_batch, k, B, D, d), B, x, y);
+      run.val_data->fill(first_row(int64_t(e) * tc.global_batch, k, B, D, d), B, x, y,
+                         run.sequence_spans);
     });
-  sum = run.mesh->data().all_reduce_f64(sum, ReduceOp::sum);
+  sum = run.mesh->data().all_reduce_f64(mean_over_sequence(run, sum), ReduceOp::sum);
   return sum / (static_cast<double>(tc.eval_batches) * accum * D);
+}
+
+double mean_over_sequence(const Run& run, double local_mean) {
+  const int cp = run.dims.cp;
+  if (cp == 1) return local_mean;
+  return run.mesh->cp().all_reduce_f64(local_mean, ReduceOp::sum) / cp;
 }
 
 }  // namespace gt

@@ -36,6 +36,9 @@ struct Run {
   std::unique_ptr<DeviceMesh> mesh;
   std::unique_ptr<ProfileSession> profile;
   std::unique_ptr<DataLoader> train_data, val_data;
+  // This rank's part of each sequence the loaders read: its context-parallel
+  // chunks (the whole window at cp = 1).
+  std::vector<DataLoader::Span> sequence_spans;
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
   // The step's micro-batches over the model (or a pipeline stage's model
@@ -67,5 +70,10 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world,
 // start (the same rows for every layout and every evaluation), through the
 // run's StepRunner (every pipeline stage takes part).
 double evaluate(Run& run, const Config& cfg);
+
+// A loss averaged over this rank's positions, averaged over the cp ranks
+// (each holds as many positions of the same rows): the mean over the whole
+// sequences. Collective over cp; the identity at cp = 1.
+double mean_over_sequence(const Run& run, double local_mean);
 
 }  // namespace gt

@@ -182,7 +182,7 @@ StepResult Trainer::train_step(int64_t step) {
       accum_,
       [&](int k, int32_t* tokens, int32_t* targets) {
         run_.train_data->fill(first_row(batch_start, k, B, data_size_, data_rank_), B, tokens,
-                              targets);
+                              targets, run_.sequence_spans);
       },
       scale);
   // The gradient norm, clip_grad_norm_'s factor (coef = max_norm / (norm +
@@ -197,7 +197,9 @@ StepResult Trainer::train_step(int64_t step) {
   // Collectives waited on the device (NCCL) end here, each within its
   // deadline, before the host reads anything of the step.
   run_.mesh->drain();
-  r.loss = run_.mesh->data().all_reduce_f64(runner.take_loss(), ReduceOp::sum) / data_size_;
+  r.loss = run_.mesh->data().all_reduce_f64(mean_over_sequence(run_, runner.take_loss()),
+                                            ReduceOp::sum) /
+           data_size_;
   const ShardedParameters::StepOutcome outcome = params.step_outcome();
   r.grad_norm = outcome.grad_norm;
   r.applied = outcome.applied;
