@@ -37,7 +37,8 @@ lr-sized steps), and the bytes formula counts those reductions at 2 bytes.
 Other checks, each its own --check: resharding a checkpoint between layouts,
 and a rank that fails or is killed ending the whole job quickly. The
 pipeline layouts (pp*) and their resharding (--check reshard_pp) are in
-pipeline_layouts.py beside this file.
+pipeline_layouts.py beside this file, the context-parallel ones (cp*,
+--check reshard_cp) in cp_layouts.py.
 
     python3 tests/layouts/layout_matrix.py --build build --layout dp2
     python3 tests/layouts/layout_matrix.py --build build --layout dp2 --dtype bf16
@@ -65,6 +66,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import prepare_data  # noqa: E402  (pure standard library)
+import cp_layouts  # noqa: E402  (tests/layouts/, beside this file)
 import pipeline_layouts  # noqa: E402  (tests/layouts/, beside this file)
 
 # The model of every run, per family (--arch). The Llama has grouped-query
@@ -288,7 +290,7 @@ def unit_sizes(tp, fsdp):
 
 
 def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
-                   reduce_dtype="fp32", pipe=None):
+                   reduce_dtype="fp32", pipe=None, ctx=None):
     """Bytes one rank sends per optimizer step on each axis (ring volumes).
     Recomputation repeats per block c_fc's all-gather (mlp), and c_attn's
     all-gather and attn.c_proj's reduce-scatter too (block). In bf16 the
@@ -303,26 +305,37 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
     (R/tp rows, activations' dtype) sent on from every chunk, its fp32
     gradient sent back from every chunk after the first, the tied
     embedding's gradient sum with the last stage (its owned shard of the
-    embed unit), and the loss shared over pp (an 8-byte all-reduce)."""
+    embed unit), and the loss shared over pp (an 8-byte all-reduce).
+    ctx (cp_layouts.Ctx): context parallelism; its formulas are
+    cp_layouts.cp_bytes, and the gradients' reductions move to the groups
+    that fold cp in (trainer/sharding/data_parallel_groups.hpp): dp x cp
+    ("dp_cp") at fsdp 1, ZeRO over fsdp x cp ("fsdp_cp") beyond."""
     L, C, P = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
+    cp = ctx.cp if ctx else 1
     A = TRAIN["global_batch"] // (micro * dp * fsdp)
-    embed, block, head = unit_sizes(tp, fsdp)
+    # The data-parallel groups: f shards, d replicas (cp folded into one).
+    f = fsdp * cp if fsdp > 1 else 1
+    d = dp if fsdp > 1 else dp * cp
+    rep_key = "dp" if cp == 1 or fsdp > 1 else "dp_cp"
+    shard_key = "fsdp" if cp == 1 else "fsdp_cp"
+    embed, block, head = unit_sizes(tp, f)
     has_head = pipe is None
     if pipe is not None:
         L = sum(pipe.layers[c * pipe.pp] for c in range(pipe.v))
         head = 0
     total = embed + L * block + head
     out = {"dp": 0.0, "fsdp": 0.0, "tp": 0.0}
+    if cp > 1:
+        out.update({"dp_cp": 0.0, "fsdp_cp": 0.0})
+    R = micro * TRAIN["seq_len"] // cp  # a rank's rows of a micro-batch
     if pipe is not None:
-        R = micro * TRAIN["seq_len"]
         boundary = R // tp * C
         act = 2 if dtype == "bf16" else 4
         tied = MODEL.get("arch") != "llama" or MODEL.get("tie_embeddings", True)
         out["pp"] = (A * pipe.v * boundary * act + A * (pipe.v - 1) * boundary * 4 +
-                     (embed // fsdp * 4 if tied else 0) +
+                     (embed // f * 4 if tied else 0) +
                      2 * (pipe.pp - 1) / pipe.pp * 8)
     if tp > 1:
-        R = micro * TRAIN["seq_len"]
         chunk = R // tp * C * 4
         again = {"none": 0, "mlp": 1, "block": 3}[recompute] * L
         # AG/RS of the sequence shards: 8 per block, 2 for the embedding's
@@ -339,27 +352,30 @@ def expected_bytes(dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
             partial = 4 * C * L + P * C + 2 * C * has_head   # LayerNorms, wpe, ln_f
         reductions = A if (fsdp > 1 and stage >= 2) else 1
         out["tp"] = A * per_micro + reductions * 2 * (tp - 1) / tp * 4 * partial
+    if cp > 1:
+        out["cp"] = cp_layouts.cp_bytes(sys.modules[__name__], ctx, tp, L, R, A, recompute,
+                                        dtype)
     grad = 2 if reduce_dtype == "bf16" else 4
-    if fsdp > 1:
-        ring = (fsdp - 1) / fsdp * 4
-        rs = (fsdp - 1) / fsdp * grad  # the gradients' reduce-scatter
+    if f > 1:
+        ring = (f - 1) / f * 4
+        rs = (f - 1) / f * grad  # the gradients' reduce-scatter
         if stage == 1:
-            out["fsdp"] = rs * total + ring * total
+            out[shard_key] = rs * total + ring * total
         elif stage == 2:
-            out["fsdp"] = A * rs * total + ring * total
+            out[shard_key] = A * rs * total + ring * total
         else:
-            out["fsdp"] = A * rs * total + A * ring * (total + max(0, L - 2) * block)
+            out[shard_key] = A * rs * total + A * ring * (total + max(0, L - 2) * block)
             if pipe is not None:
-                out["fsdp"] += ring * pipeline_layouts.stage3_regathers(pipe, A, embed, block)
-    if dp > 1:
-        out["dp"] = 2 * (dp - 1) / dp * grad * (total if fsdp == 1 else total // fsdp)
+                out[shard_key] += ring * pipeline_layouts.stage3_regathers(pipe, A, embed, block)
+    if d > 1:
+        out[rep_key] = 2 * (d - 1) / d * grad * (total if f == 1 else total // f)
     return out
 
 
 def check_bytes(label, run_dir, dp, fsdp, tp, stage, micro, recompute="none", dtype="fp32",
-                reduce_dtype="fp32", pipe=None):
+                reduce_dtype="fp32", pipe=None, ctx=None):
     fails = []
-    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype, reduce_dtype, pipe)
+    want = expected_bytes(dp, fsdp, tp, stage, micro, recompute, dtype, reduce_dtype, pipe, ctx)
     for step, rec in sorted(read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
         got = rec["comm_bytes"]
         for axis, w in want.items():
@@ -473,9 +489,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--layout", action="append", default=[],
-                    choices=sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS))
+                    choices=sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS) +
+                    sorted(cp_layouts.CP_LAYOUTS))
     ap.add_argument("--check", action="append", default=[],
-                    choices=("reshard", "reshard_pp", "failure"))
+                    choices=("reshard", "reshard_pp", "reshard_cp", "failure"))
+    ap.add_argument("--cp-comm", choices=cp_layouts.CP_COMMS,
+                    help="context-parallel layouts: only this parallel.cp_comm (default: both)")
+    ap.add_argument("--cp-load-balance", choices=("true", "false"),
+                    help="context-parallel layouts: only this parallel.cp_load_balance "
+                         "(default: both)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                     help="runtime.dtype of every run (bf16: --layout only)")
@@ -487,11 +509,12 @@ def main():
     args = ap.parse_args()
     global MODEL
     MODEL = MODELS[args.arch]
+    every = sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS) + sorted(cp_layouts.CP_LAYOUTS)
     if args.list:
-        print("\n".join(sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS)))
+        print("\n".join(every))
         return 0
     if not args.layout and not args.check:
-        args.layout = sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS)
+        args.layout = every
     work = tempfile.mkdtemp(prefix="gt_layouts_")
     if (args.dtype == "bf16" or args.reduce_dtype == "bf16") and args.check:
         sys.exit("error: --dtype/--reduce-dtype bf16 apply to --layout runs; the checks run in "
@@ -501,12 +524,18 @@ def main():
     fails = []
     try:
         for name in args.layout:
-            fails += (pipeline_layouts.run_pp_layout(this, runner, name)
-                      if name in pipeline_layouts.PP_LAYOUTS else run_layout(runner, name))
+            if name in pipeline_layouts.PP_LAYOUTS:
+                fails += pipeline_layouts.run_pp_layout(this, runner, name)
+            elif name in cp_layouts.CP_LAYOUTS:
+                fails += cp_layouts.run_cp_layout(this, runner, name, args)
+            else:
+                fails += run_layout(runner, name)
         if "reshard" in args.check:
             fails += check_reshard(runner)
         if "reshard_pp" in args.check:
             fails += pipeline_layouts.check_reshard_pp(this, runner)
+        if "reshard_cp" in args.check:
+            fails += cp_layouts.check_reshard_cp(this, runner)
         if "failure" in args.check:
             fails += check_rank_failure(runner)
     finally:
