@@ -229,8 +229,9 @@ void validate(const Config& c, const Locations& where) {
   // bf16 activations cross the tp all-gathers two to an fp32 word.
   if (p.tp > 1 && r.dtype == ComputeDType::bf16 && (cp_rows / p.tp * c.model.n_embd) % 2 != 0)
     bad("model.n_embd", std::to_string(c.model.n_embd),
-        detail::concat("an even (train.micro_batch * train.seq_len / parallel.cp / parallel.tp) "
-                       "* model.n_embd with runtime.dtype=bf16 and parallel.tp=",
+        detail::concat("an even (train.micro_batch * train.seq_len",
+                       p.cp > 1 ? " / parallel.cp" : "",
+                       " / parallel.tp) * model.n_embd with runtime.dtype=bf16 and parallel.tp=",
                        p.tp),
         "the tensor-parallel all-gathers move bf16 activations in pairs");
   if (p.comm == ParallelComm::nccl && r.device == DeviceKind::cpu)

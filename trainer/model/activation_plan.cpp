@@ -78,7 +78,7 @@ ActivationPlan plan_activations(const ModelConfig& m, const ActivationShape& s) 
   p.positions = {cp ? R : 0, 1, DType::i32};
   p.position_rows = {cp ? Rl * C : 0, 1, f32};
   const int NHl = m.n_head / tp;
-  p.attention_cp = ContextParallelAttention::scratch(s.chunks(), s.cp_comm, s.dtype, s.max_rows,
+  p.attention_cp = ContextParallelAttention::scratch(s.chunks(), s.cp_mode, s.dtype, s.max_rows,
                                                      NHl, NHl, m.head_size(), s.cp_block_scratch);
   return p;
 }

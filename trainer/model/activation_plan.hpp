@@ -52,7 +52,7 @@ struct ActivationShape {
   // degree, how keys and values move, the chunking; cp_block_scratch is the
   // backend's attention_block_scratch_elems(max_rows, n_head/tp, chunk, chunk).
   int cp = 1;
-  CpComm cp_comm = CpComm::allgather;
+  CpComm cp_mode = CpComm::allgather;  // parallel.cp_comm
   bool cp_load_balance = true;
   int64_t cp_block_scratch = 0;
   // The sequence's chunks (cp = 1: one chunk, the whole sequence).

@@ -92,7 +92,7 @@ ActivationShape CausalLM::activation_shape(const TensorParallelGroup& group) con
   shape.dtype = dtype_;
   const int NHl = cfg_.n_head / group.size();
   shape.cp = cp_.size();
-  shape.cp_comm = cp_.mode;
+  shape.cp_mode = cp_.mode;
   shape.cp_load_balance = cp_.load_balance;
   if (cp_.size() > 1)
     shape.cp_block_scratch =

@@ -65,7 +65,7 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
         s.store_keeps_bf16_params ? 0 : std::max({Vl * C, (Ql + 2 * Kl) * C, 2 * Fl * C, C * Fl});
   }
   p.parallel_scratch = TpLayerContext::scratch(tp, s.overlap, s.dtype, R, C);
-  p.attention_cp = ContextParallelAttention::scratch(s.chunks(), s.cp_comm, s.dtype, s.max_rows,
+  p.attention_cp = ContextParallelAttention::scratch(s.chunks(), s.cp_mode, s.dtype, s.max_rows,
                                                      m.n_head / tp, m.kv_heads() / tp, int(hs),
                                                      s.cp_block_scratch);
   return p;
