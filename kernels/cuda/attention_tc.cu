@@ -35,10 +35,16 @@
 // Shared memory: bf16 tiles of 64 rows with a row stride of HSP + 8 elements
 // (HSP = hs rounded up to 64 or 128), so the 8 row addresses of an ldmatrix
 // fall in distinct bank groups and the fragment stores are conflict-free.
+//
+// Attention over blocks (attention_blocks.cuh, context parallelism): the same
+// three kernels on strided q, k, v at global positions, with fp32 outputs
+// merged or accumulated from the fragments, after the unsplit ones.
 #include <cmath>
 
 #include "kernels/core/attention_kernels.hpp"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_block_dims.cuh"
+#include "kernels/cuda/attention_blocks.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mma_sm80.cuh"
 
@@ -498,6 +504,322 @@ __global__ void __launch_bounds__(kThreads)
   write_rows<HSP>(rows, C3, dm.T - q0 - warp * 16, q_s + warp * 16 * LD, dq, one, dm.hs, dm.vec);
 }
 
+// ---- attention over blocks (attention_blocks.cuh) -------------------------------
+// The three kernels above with separate, strided q, k, v (and dout), Tq
+// queries against Tk keys at global positions (blocks::BlockDims), and fp32
+// outputs merged (forward) or accumulated (backward) straight from the
+// accumulator fragments: lane (g, t) owns rows g, g + 8 and columns 2t, 2t + 1
+// of every 8-column tile, reads them and writes them, so no staging in shared
+// memory and no lane touches another's elements. Fragments, products, the
+// order of every sum and the bf16 rounding of P and dS are the unsplit
+// kernels'; what changes is where a tile's rows come from, which tiles run and
+// which (query, key) pairs are masked (only in tiles that are not entirely
+// visible: blocks::BlockDims::tile_unmasked).
+using blocks::BlockDims;
+static_assert(blocks::kTile == kTile, "blocks::BlockDims counts tiles of this file's size");
+
+// Forward, one block per (b*NH + h, query tile), over the key tiles its rows
+// see. A row that sees no key keeps m = -inf and l = 0; the exponents then
+// use 0 for m, so they are exp2(-inf) = 0, never -inf - -inf.
+template <int HSP>
+__global__ void __launch_bounds__(kThreads)
+    attention_block_forward_tc_kernel(float* out, float* lse, const bf16* q, const bf16* k,
+                                      const bf16* v, BlockDims dm, bool accumulate) {
+  constexpr int LD = kLd<HSP>;
+  bf16* q_s = dev::dynamic_shared_memory<bf16>();
+  bf16* k_s = q_s + kTile * LD;
+  bf16* v_s = k_s + kTile * LD;
+
+  const int qt = dm.q_tiles() - 1 - static_cast<int>(blockIdx.y);  // longest rows first
+  const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
+  const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+  const int q0 = qt * kTile, q_rows = min(kTile, dm.Tq - q0);
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  // The last key each row sees (< 0: none). Rows past Tq compute on zero
+  // queries and are never written.
+  const int last[2] = {dm.last_key(row[0]), dm.last_key(row[1])};
+  const bf16* k_base = k + b * dm.k_sb + dm.kv_head(h) * dm.hs;  // key row 0 of h's head
+  const bf16* v_base = v + b * dm.v_sb + dm.kv_head(h) * dm.hs;
+  load_tile<HSP>(q_s, q + b * dm.q_sb + q0 * dm.q_st + h * dm.hs, dm.q_st, q_rows, dm.hs, dm.vec);
+
+  __syncthreads();
+  // The warp's Q rows as A fragments, in registers for the whole key loop.
+  uint32_t qf[HSP / 16][4];
+#pragma unroll
+  for (int kd = 0; kd < HSP / 16; ++kd) load_a<HSP>(qf[kd], q_s, warp * 16, kd * 16);
+
+  const float sl2 = dm.scale * kLog2e;  // scores go straight to the log2 domain
+  float o[HSP / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float s[kKeyNTiles][4];
+  const int n_kt = dm.key_tiles(q0, q_rows);
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int k0 = kt * kTile, keys = min(kTile, dm.Tk - k0);
+    __syncthreads();  // everyone is done with the previous k_s / v_s
+    load_tile<HSP>(k_s, k_base + k0 * dm.k_st, dm.k_st, keys, dm.hs, dm.vec);
+    load_tile<HSP>(v_s, v_base + k0 * dm.v_st, dm.v_st, keys, dm.hs, dm.vec);
+    __syncthreads();
+    scores<HSP>(s, qf, k_s);
+
+    // Mask keys a row does not see (and keys past Tk) where the tile has any.
+    const bool masked = !dm.tile_unmasked(q0, k0);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + j * 8 + 2 * t + (i & 1);
+        float x = s[j][i] * sl2;
+        if (masked && key > last[i >> 1]) x = -INFINITY;
+        s[j][i] = x;
+        mx[i >> 1] = fmaxf(mx[i >> 1], x);
+      }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFullMask, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(dev::kFullMask, mx[r], 2));
+      const float m_new = fmaxf(m[r], mx[r]);
+      m_use[r] = m_new == -INFINITY ? 0.f : m_new;  // no key seen yet
+      alpha[r] = exp2f(m[r] - m_use[r]);            // 0 while m = -inf
+      m[r] = m_new;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int j = 0; j < HSP / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[j][i] *= alpha[i >> 1];
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2f(s[j][i] - m_use[i >> 1]);  // masked: exp2(-inf) = 0
+        s[j][i] = p;
+        l[i >> 1] += p;
+      }
+    accumulate_pv<HSP>(o, s, v_s);
+  }
+
+  // Each row's old lse: read by the quad's first lane alone, which also
+  // writes it back, and handed to the other three by shuffle (no lane reads
+  // an element another lane writes). Every lane takes part.
+  float* lse_bh = lse + b * dm.l_sb + h * dm.l_sh;
+  float old[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(dev::kFullMask, l[r], 1);
+    l[r] += __shfl_xor_sync(dev::kFullMask, l[r], 2);
+    const float mine = accumulate && t == 0 && row[r] < dm.Tq ? lse_bh[row[r]] : -INFINITY;
+    old[r] = __shfl_sync(dev::kFullMask, mine, lane & ~3);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= dm.Tq) continue;
+    float* orow = out + b * dm.o_sb + row[r] * dm.o_st + h * dm.hs;
+    // l >= 1 once the row saw a key (its max's term is exp2(0)), 0 otherwise.
+    if (l[r] == 0.f) {
+      if (accumulate) continue;  // lse_b = -inf: the merge leaves out and lse as they are
+#pragma unroll
+      for (int j = 0; j < HSP / 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          if (j * 8 + 2 * t + c < dm.hs) orow[j * 8 + 2 * t + c] = 0.f;
+      if (t == 0) lse_bh[row[r]] = -INFINITY;
+      continue;
+    }
+    const float inv = 1.f / l[r];
+    // Without accumulate old is -inf: weights (0, 1), out_b and lse_b as they are.
+    const blocks::Merged mg = blocks::merge_rows(old[r], (m[r] + log2f(l[r])) * kLn2);
+#pragma unroll
+    for (int j = 0; j < HSP / 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = j * 8 + 2 * t + c;
+        if (col >= dm.hs) continue;
+        const float ob = o[j][2 * r + c] * inv;
+        orow[col] = mg.w_old == 0.f ? ob * mg.w_new : orow[col] * mg.w_old + ob * mg.w_new;
+      }
+    if (t == 0) lse_bh[row[r]] = mg.lse;
+  }
+}
+
+// dK, dV of a block, one block per (b*KV + key/value head, key tile), over its
+// group's query heads in order and, for each, the query tiles that see the
+// key tile. lse and delta are the global ones; a row with lse -inf (it sees
+// no key anywhere) gets +inf, so its P is exp2(-inf) = 0.
+template <int HSP>
+__global__ void __launch_bounds__(kThreads)
+    attention_block_dkdv_tc_kernel(float* dk, float* dv, const bf16* dout, const bf16* q,
+                                   const bf16* k, const bf16* v, const float* lse,
+                                   const float* delta, BlockDims dm) {
+  constexpr int LD = kLd<HSP>;
+  bf16* k_s = dev::dynamic_shared_memory<bf16>();
+  bf16* v_s = k_s + kTile * LD;
+  bf16* q_s = v_s + kTile * LD;
+  bf16* do_s = q_s + kTile * LD;
+  float* lse_s = reinterpret_cast<float*>(do_s + kTile * LD);
+  float* d_s = lse_s + kTile;
+
+  const int kt = blockIdx.y;  // the first key tiles are seen by the most queries
+  const int bj = blockIdx.x, b = bj / dm.KV, kvh = bj % dm.KV;
+  const int group = dm.NH / dm.KV;  // kvh serves query heads [kvh group, (kvh + 1) group)
+  const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+  const int k0 = kt * kTile, key_rows = min(kTile, dm.Tk - k0);
+  const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  const int qt0 = dm.first_query_tile(k0), n_qt = dm.q_tiles();
+  if (qt0 >= n_qt) return;  // no query sees these keys (the whole block leaves: no barrier yet)
+  load_tile<HSP>(k_s, k + b * dm.k_sb + k0 * dm.k_st + kvh * dm.hs, dm.k_st, key_rows, dm.hs,
+                 dm.vec);
+  load_tile<HSP>(v_s, v + b * dm.v_sb + k0 * dm.v_st + kvh * dm.hs, dm.v_st, key_rows, dm.hs,
+                 dm.vec);
+
+  const float sl2 = dm.scale * kLog2e;
+  float acc_k[HSP / 8][4], acc_v[HSP / 8][4];
+  zero(acc_k);
+  zero(acc_v);
+  float p[kKeyNTiles][4], dp[kKeyNTiles][4];  // (16 keys x 64 queries): P^T, dP^T
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const bf16* q_base = q + b * dm.q_sb + h * dm.hs;
+    const bf16* g_base = dout + b * dm.g_sb + h * dm.hs;
+    const float* lse_bh = lse + b * dm.l_sb + h * dm.l_sh;
+    const float* d_bh = delta + b * dm.d_sb + h * dm.d_sh;
+    for (int qt = qt0; qt < n_qt; ++qt) {
+      const int q0 = qt * kTile, q_rows = min(kTile, dm.Tq - q0);
+      __syncthreads();  // everyone is done with the previous q_s / do_s / lse_s / d_s
+      load_tile<HSP>(q_s, q_base + q0 * dm.q_st, dm.q_st, q_rows, dm.hs, dm.vec);
+      load_tile<HSP>(do_s, g_base + q0 * dm.g_st, dm.g_st, q_rows, dm.hs, dm.vec);
+      for (int i = threadIdx.x; i < kTile; i += kThreads) {
+        const float x = i < q_rows ? lse_bh[q0 + i] : 0.f;
+        lse_s[i] = x == -INFINITY ? INFINITY : x * kLog2e;
+        d_s[i] = i < q_rows ? d_bh[q0 + i] : 0.f;
+      }
+      __syncthreads();
+
+      scores<HSP>(p, k_s, warp * 16, q_s);  // S^T = K Q^T
+      const bool masked = !dm.tile_unmasked(q0, k0);
+#pragma unroll
+      for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int qc = j * 8 + 2 * t + (i & 1), qr = q0 + qc;
+          const bool live = !masked || (key[i >> 1] <= qr + dm.off && qr < dm.Tq);
+          p[j][i] = live ? exp2f(p[j][i] * sl2 - lse_s[qc]) : 0.f;
+        }
+      accumulate_pv<HSP>(acc_v, p, do_s);  // dV += P^T dO
+
+      scores<HSP>(dp, v_s, warp * 16, do_s);  // dP^T = V dO^T
+#pragma unroll
+      for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int qc = j * 8 + 2 * t + (i & 1);
+          dp[j][i] = p[j][i] * (dp[j][i] - d_s[qc]) * dm.scale;  // dS^T, scaled
+        }
+      accumulate_pv<HSP>(acc_k, dp, q_s);  // dK += dS^T Q
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= dm.Tk || !dm.key_seen(key[r])) continue;  // a key no query sees gets nothing
+    float* dk_row = dk + b * dm.dk_sb + key[r] * dm.dk_st + kvh * dm.hs;
+    float* dv_row = dv + b * dm.dv_sb + key[r] * dm.dv_st + kvh * dm.hs;
+#pragma unroll
+    for (int j = 0; j < HSP / 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = j * 8 + 2 * t + c;
+        if (col >= dm.hs) continue;
+        dk_row[col] += acc_k[j][2 * r + c];
+        dv_row[col] += acc_v[j][2 * r + c];
+      }
+  }
+}
+
+// dQ of a block, one block per (b*NH + h, query tile), over the key tiles its
+// rows see.
+template <int HSP>
+__global__ void __launch_bounds__(kThreads)
+    attention_block_dq_tc_kernel(float* dq, const bf16* dout, const bf16* q, const bf16* k,
+                                 const bf16* v, const float* lse, const float* delta,
+                                 BlockDims dm) {
+  constexpr int LD = kLd<HSP>;
+  bf16* q_s = dev::dynamic_shared_memory<bf16>();
+  bf16* do_s = q_s + kTile * LD;
+  bf16* k_s = do_s + kTile * LD;
+  bf16* v_s = k_s + kTile * LD;
+
+  const int qt = dm.q_tiles() - 1 - static_cast<int>(blockIdx.y);  // longest rows first
+  const int bh = blockIdx.x, b = bh / dm.NH, h = bh % dm.NH;
+  const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+  const int q0 = qt * kTile, q_rows = min(kTile, dm.Tq - q0);
+  const int n_kt = dm.key_tiles(q0, q_rows);
+  if (n_kt == 0) return;  // no row of the tile sees a key (the whole block leaves: no barrier yet)
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  // The last key each row sees (< 0: none, and rows past Tq see none).
+  const int last[2] = {row[0] < dm.Tq ? dm.last_key(row[0]) : -1,
+                       row[1] < dm.Tq ? dm.last_key(row[1]) : -1};
+  const bf16* k_base = k + b * dm.k_sb + dm.kv_head(h) * dm.hs;  // key row 0 of h's head
+  const bf16* v_base = v + b * dm.v_sb + dm.kv_head(h) * dm.hs;
+  load_tile<HSP>(q_s, q + b * dm.q_sb + q0 * dm.q_st + h * dm.hs, dm.q_st, q_rows, dm.hs, dm.vec);
+  load_tile<HSP>(do_s, dout + b * dm.g_sb + q0 * dm.g_st + h * dm.hs, dm.g_st, q_rows, dm.hs,
+                 dm.vec);
+  float row_lse[2], row_d[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool in = row[r] < dm.Tq;
+    const float x = in ? lse[b * dm.l_sb + h * dm.l_sh + row[r]] : 0.f;
+    row_lse[r] = x == -INFINITY ? INFINITY : x * kLog2e;  // sees no key anywhere: P = 0
+    row_d[r] = in ? delta[b * dm.d_sb + h * dm.d_sh + row[r]] : 0.f;
+  }
+
+  const float sl2 = dm.scale * kLog2e;
+  float acc[HSP / 8][4];
+  zero(acc);
+  float p[kKeyNTiles][4], dp[kKeyNTiles][4];  // (16 queries x 64 keys): P, dP
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int k0 = kt * kTile, keys = min(kTile, dm.Tk - k0);
+    __syncthreads();  // everyone is done with the previous k_s / v_s
+    load_tile<HSP>(k_s, k_base + k0 * dm.k_st, dm.k_st, keys, dm.hs, dm.vec);
+    load_tile<HSP>(v_s, v_base + k0 * dm.v_st, dm.v_st, keys, dm.hs, dm.vec);
+    __syncthreads();
+
+    scores<HSP>(p, q_s, warp * 16, k_s);  // S = Q K^T
+    const bool masked = !dm.tile_unmasked(q0, k0);
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + j * 8 + 2 * t + (i & 1);
+        const bool live = !masked || key <= last[i >> 1];
+        p[j][i] = live ? exp2f(p[j][i] * sl2 - row_lse[i >> 1]) : 0.f;
+      }
+    scores<HSP>(dp, do_s, warp * 16, v_s);  // dP = dO V^T
+#pragma unroll
+    for (int j = 0; j < kKeyNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dp[j][i] = p[j][i] * (dp[j][i] - row_d[i >> 1]) * dm.scale;
+    accumulate_pv<HSP>(acc, dp, k_s);  // dQ += dS K
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (last[r] < 0) continue;  // past Tq, or a row that sees no key of the block
+    float* drow = dq + b * dm.o_sb + row[r] * dm.o_st + h * dm.hs;
+#pragma unroll
+    for (int j = 0; j < HSP / 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = j * 8 + 2 * t + c;
+        if (col < dm.hs) drow[col] += acc[j][2 * r + c];
+      }
+  }
+}
+
 // ---- launchers ------------------------------------------------------------------
 Dims make_dims(int T, int NH, int KV, int hs, std::initializer_list<const void*> ptrs) {
   // Every row stride and head offset is a multiple of hs, so hs % 8 == 0
@@ -546,6 +868,37 @@ void backward_hsp(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* ls
          lse, D, d);
 }
 
+// ---- launchers: attention over blocks ---------------------------------------------
+void check_block_tc(const char* what, const AttentionBlock& blk) {
+  blocks::check_block(what, blk);
+  if (!attention_tc_supported(blk.hs))
+    fail(what,
+         ": the tensor-core kernel needs a head size that is a multiple of 16 up to 128, got ",
+         blk.hs);
+}
+
+template <int HSP>
+void block_forward_hsp(RowsView<float> out, StatsView<float> lse, RowsView<const bf16> q,
+                       RowsView<const bf16> k, RowsView<const bf16> v, int B, const BlockDims& d,
+                       bool accumulate, cudaStream_t s) {
+  launch(attention_block_forward_tc_kernel<HSP>, forward_smem_bytes<HSP>(),
+         dim3(static_cast<unsigned>(B * d.NH), static_cast<unsigned>(d.q_tiles())), s, out.p,
+         lse.p, q.p, k.p, v.p, d, accumulate);
+}
+
+template <int HSP>
+void block_backward_hsp(RowsView<float> dq, RowsView<float> dk, RowsView<float> dv,
+                        RowsView<const bf16> dout, RowsView<const bf16> q, RowsView<const bf16> k,
+                        RowsView<const bf16> v, StatsView<const float> lse,
+                        StatsView<const float> delta, int B, const BlockDims& d, cudaStream_t s) {
+  launch(attention_block_dkdv_tc_kernel<HSP>, dkdv_smem_bytes<HSP>(),
+         dim3(static_cast<unsigned>(B * d.KV), static_cast<unsigned>(d.k_tiles())), s, dk.p, dv.p,
+         dout.p, q.p, k.p, v.p, lse.p, delta.p, d);
+  launch(attention_block_dq_tc_kernel<HSP>, dq_smem_bytes<HSP>(),
+         dim3(static_cast<unsigned>(B * d.NH), static_cast<unsigned>(d.q_tiles())), s, dq.p,
+         dout.p, q.p, k.p, v.p, lse.p, delta.p, d);
+}
+
 }  // namespace
 
 bool attention_tc_supported(int hs) { return tensor_core_attention_supported(hs); }
@@ -574,6 +927,37 @@ void attention_backward_tc(bf16* dqkv, float* scratch, const bf16* dout, const b
     backward_hsp<64>(dqkv, dout, qkv, lse, scratch, B, d, stream);
   else
     backward_hsp<128>(dqkv, dout, qkv, lse, scratch, B, d, stream);
+}
+
+void attention_block_forward_tc(RowsView<float> out, StatsView<float> lse,
+                                RowsView<const bf16> q, RowsView<const bf16> k,
+                                RowsView<const bf16> v, const AttentionBlock& blk,
+                                bool accumulate, cudaStream_t stream) {
+  check_block_tc("attention_block_forward_tc", blk);
+  if (blk.B == 0 || blk.Tq == 0) return;
+  // Merging a block no query sees changes nothing; assigned, it still writes 0 and -inf.
+  if (accumulate && blocks::block_fully_masked(blk)) return;
+  dev::NvtxRange range("attention_block_forward_tc");
+  const BlockDims d = blocks::forward_dims(blk, out, lse, q, k, v);
+  if (blk.hs <= 64)
+    block_forward_hsp<64>(out, lse, q, k, v, blk.B, d, accumulate, stream);
+  else
+    block_forward_hsp<128>(out, lse, q, k, v, blk.B, d, accumulate, stream);
+}
+
+void attention_block_backward_tc(RowsView<float> dq, RowsView<float> dk, RowsView<float> dv,
+                                 RowsView<const bf16> dout, RowsView<const bf16> q,
+                                 RowsView<const bf16> k, RowsView<const bf16> v,
+                                 StatsView<const float> lse, StatsView<const float> delta,
+                                 const AttentionBlock& blk, cudaStream_t stream) {
+  check_block_tc("attention_block_backward_tc", blk);
+  if (blk.B == 0 || blk.Tq == 0 || blocks::block_fully_masked(blk)) return;  // adds nothing
+  dev::NvtxRange range("attention_block_backward_tc");
+  const BlockDims d = blocks::backward_dims(blk, dq, dk, dv, dout, q, k, v, lse, delta);
+  if (blk.hs <= 64)
+    block_backward_hsp<64>(dq, dk, dv, dout, q, k, v, lse, delta, blk.B, d, stream);
+  else
+    block_backward_hsp<128>(dq, dk, dv, dout, q, k, v, lse, delta, blk.B, d, stream);
 }
 
 }  // namespace gt::cuda

@@ -18,14 +18,18 @@
 //   * attention's saved/scratch buffers are the caller's, sized by
 //     attention_saved_elems / attention_scratch_elems (B*NH*T floats each: the
 //     log-sum-exp and D = rowsum(dout*out)); the T x T matrix never exists.
+//     Attention over blocks needs no scratch at all
+//     (attention_block_scratch_elems is 0): its tiles stay on chip.
 //   * The cuBLASLt workspace is fixed at construction (options.workspace_bytes).
 //
 // dtypes: fp32 everywhere; bf16 views are accepted by matmul_forward/backward
 // (bf16 inp/weight/dout/dinp; out bf16 or fp32; dweight bf16 or fp32; dbias
 // fp32), attention_forward/backward, gelu_*, layernorm_forward (weight and
 // bias bf16, or fp32 for bf16 storage), layernorm_backward's inp and dout, add,
-// accumulate, add_bias, zero, copy, cast, and as the logits/dlogits of the
-// cross-entropy ops; the others throw gt::Error naming the op.
+// accumulate, add_bias, zero, copy, cast, cast_rows, as the logits/dlogits of
+// the cross-entropy ops, and as q, k, v, dout of attention over blocks (whose
+// out, lse, delta, dq, dk, dv are fp32) and either input of
+// attention_row_dot; the others throw gt::Error naming the op.
 //
 // Synchronisation: ops are asynchronous on stream(); sum_squares returns a
 // host double and therefore waits for the stream. Differences from CpuOps

@@ -37,15 +37,25 @@ struct Check {
   const char* op;
 
   void tensor(const TensorView& t, const char* what, std::initializer_list<DType> ok) const {
+    device_and_dtype(t, what, ok);
+    if (!t.contiguous())
+      fail("CudaOps::", op, ": ", what, " must be contiguous, got a strided ", t.shape_str());
+    if (t.data == nullptr && t.numel() > 0) fail("CudaOps::", op, ": ", what, " has no data");
+  }
+  // A view of any strides, for the ops whose entry point checked the layout
+  // they need (the attention blocks' and cast_rows' contiguous rows).
+  void strided(const TensorView& t, const char* what, std::initializer_list<DType> ok) const {
+    device_and_dtype(t, what, ok);
+    if (t.data == nullptr && t.numel() > 0) fail("CudaOps::", op, ": ", what, " has no data");
+  }
+  void device_and_dtype(const TensorView& t, const char* what,
+                        std::initializer_list<DType> ok) const {
     if (t.device != Device::cuda)
       fail("CudaOps::", op, ": ", what, " must be a cuda tensor, got a ", device_name(t.device),
            " one");
     if (std::find(ok.begin(), ok.end(), t.dtype) == ok.end())
       fail("CudaOps::", op, ": ", what, " must be ", dtype_list(ok), ", got ",
            dtype_name(t.dtype));
-    if (!t.contiguous())
-      fail("CudaOps::", op, ": ", what, " must be contiguous, got a strided ", t.shape_str());
-    if (t.data == nullptr && t.numel() > 0) fail("CudaOps::", op, ": ", what, " has no data");
   }
   int to_int(int64_t v, const char* what) const {
     if (v < 0 || v > INT_MAX) fail("CudaOps::", op, ": ", what, " = ", v, " is out of range");

@@ -97,6 +97,25 @@ BUGS = [
          find="    CUDA_CHECK(cudaStreamWaitEvent(compute_, work_->done.get(), 0));\n",
          repl="",
          build="emu", tests="NcclCommunicator.WaitOrdersTheComputeStreamAfterTheCollective"),
+    # Attention over blocks (context parallelism): the mask by position one
+    # key short, the merge of partial results losing the old share, and a
+    # block kernel's barrier before the next query tile.
+    dict(name="attention block: mask off by one position",
+         file="kernels/cuda/attention.cu",
+         find="        if (k0 + tx + kLanes * j > last[i]) s[i][j] = -INFINITY;  // also every key past Tk\n",
+         repl="        if (k0 + tx + kLanes * j >= last[i]) s[i][j] = -INFINITY;  // also every key past Tk\n",
+         build="asan", tests="CudaAttentionBlocks.Fp32*"),
+    dict(name="attention block: the merge drops the old output's share",
+         file="kernels/cuda/attention_tc.cu",
+         find="        orow[col] = mg.w_old == 0.f ? ob * mg.w_new : orow[col] * mg.w_old + ob * mg.w_new;\n",
+         repl="        orow[col] = ob * mg.w_new;\n",
+         build="asan", tests="CudaAttentionBlocks.Bf16TensorCore*"),
+    dict(name="attention block: WAR, barrier removed before the next query tile",
+         file="kernels/cuda/attention_tc.cu",
+         find="      __syncthreads();  // everyone is done with the previous q_s / do_s / lse_s / d_s\n"
+              "      load_tile<HSP>(q_s, q_base + q0 * dm.q_st, dm.q_st, q_rows, dm.hs, dm.vec);\n",
+         repl="      load_tile<HSP>(q_s, q_base + q0 * dm.q_st, dm.q_st, q_rows, dm.hs, dm.vec);\n",
+         build="tsan", tests="CudaAttentionBlocks.Bf16TensorCoreBlocksMatchCpu"),
     # The control: every caller of write_rows either exits after it or next
     # writes other rows, so its trailing __syncwarp orders nothing and
     # nothing may report its removal.
@@ -105,6 +124,13 @@ BUGS = [
          find="      if (r < valid_rows) dst[r * row_stride + d] = stage[r * LD + d];\n    }\n  }\n  __syncwarp();\n}",
          repl="      if (r < valid_rows) dst[r * row_stride + d] = stage[r * LD + d];\n    }\n  }\n}",
          build="tsan", tests="CudaAttention.Bf16TensorCore*", control=True),
+    # The same control under the block kernels' tests (attention_tc.cu holds
+    # both families): their ThreadSanitizer run must stay silent too.
+    dict(name="control: a redundant __syncwarp removed, attention block tests",
+         file="kernels/cuda/attention_tc.cu",
+         find="      if (r < valid_rows) dst[r * row_stride + d] = stage[r * LD + d];\n    }\n  }\n  __syncwarp();\n}",
+         repl="      if (r < valid_rows) dst[r * row_stride + d] = stage[r * LD + d];\n    }\n  }\n}",
+         build="tsan", tests="CudaAttentionBlocks.Bf16TensorCore*", control=True),
 ]
 
 
