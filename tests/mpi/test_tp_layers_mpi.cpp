@@ -35,6 +35,15 @@ std::vector<float> cols(const std::vector<float>& m, int64_t ncols, int64_t c0, 
 TensorView v(std::vector<float>& x, std::initializer_list<int64_t> shape) {
   return cpu_f32(x.data(), shape);
 }
+// Activations as the model hands them over (activation_placement.hpp): this
+// rank's rows of the sequence, or features cut along `d`.
+Activation rows_of_seq(TensorView t, const char* name) { return {t, sequence_shard(), name}; }
+Activation features(TensorView t, ActDim d, const char* name) {
+  return {t, {AxisPlacement::shard(d), AxisPlacement::shard(ActDim::sequence)}, name};
+}
+Activation all_rows(TensorView t, const char* name) {
+  return {t, {AxisPlacement::replicated(), AxisPlacement::shard(ActDim::sequence)}, name};
+}
 
 // One layer context per group (tp = 1 for the reference), fp32.
 struct Context {
@@ -69,10 +78,11 @@ TEST_P(TpLayersMpi, ColumnParallelLinearIsTheMatmulsColumnsAndItsGradientsRows) 
   auto X = random_vector(kR * kC, 1), W = random_vector(N * kC, 2), b = random_vector(N, 3);
   auto dOut = random_vector(kR * N, 4);
   std::vector<float> out_ref(kR * N), dx_ref(kR * kC), dw_ref(N * kC, 0.f), db_ref(N, 0.f);
-  ColumnParallelLinear ref(one->ctx);
-  ref.forward(v(out_ref, {kR, N}), v(X, {kR, kC}), v(W, {N, kC}), v(b, {N}));
-  ref.backward(v(dx_ref, {kR, kC}), v(dw_ref, {N, kC}), v(db_ref, {N}), v(dOut, {kR, N}),
-               v(X, {kR, kC}), v(W, {N, kC}));
+  ColumnParallelLinear ref(one->ctx, "ref", ActDim::hidden);
+  Activation x_ref = rows_of_seq(v(X, {kR, kC}), "X");
+  ref.forward({v(out_ref, {kR, N}), "out"}, x_ref, v(W, {N, kC}), v(b, {N}));
+  ref.backward({v(dx_ref, {kR, kC}), "dx"}, v(dw_ref, {N, kC}), v(db_ref, {N}),
+               features(v(dOut, {kR, N}), ActDim::hidden, "dOut"), x_ref, v(W, {N, kC}));
 
   // Other ranks' rows are NaN: they must arrive, not be there already.
   std::vector<float> x(kR * kC, std::numeric_limits<float>::quiet_NaN());
@@ -81,12 +91,17 @@ TEST_P(TpLayersMpi, ColumnParallelLinearIsTheMatmulsColumnsAndItsGradientsRows) 
   auto w = rows(W, kC, rank * Nl, Nl), bl = rows(b, 1, rank * Nl, Nl);
   auto dout = cols(dOut, N, rank * Nl, Nl);
   std::vector<float> out(kR * Nl), dx(Rl * kC), dw(Nl * kC, 0.f), db(Nl, 0.f);
-  ColumnParallelLinear layer(tp->ctx);
-  layer.forward(v(out, {kR, Nl}), v(x, {kR, kC}), v(w, {Nl, kC}), v(bl, {Nl}));
+  ColumnParallelLinear layer(tp->ctx, "c_fc", ActDim::hidden);
+  Activation xa = rows_of_seq(v(x, {kR, kC}), "x");
+  const Activation y = layer.forward({v(out, {kR, Nl}), "y"}, xa, v(w, {Nl, kC}), v(bl, {Nl}));
   EXPECT_TRUE(exactly(x, X)) << "the input rows are gathered in place";
+  EXPECT_EQ(xa.placement.tp, AxisPlacement::replicated()) << "and say so";
+  EXPECT_EQ(y.placement.tp, AxisPlacement::shard(ActDim::hidden));
   EXPECT_TRUE(all_close(out, cols(out_ref, N, rank * Nl, Nl), kAtol, kRtol));
-  layer.backward(v(dx, {Rl, kC}), v(dw, {Nl, kC}), v(db, {Nl}), v(dout, {kR, Nl}), v(x, {kR, kC}),
-                 v(w, {Nl, kC}));
+  const Activation dxa = layer.backward({v(dx, {Rl, kC}), "dx"}, v(dw, {Nl, kC}), v(db, {Nl}),
+                                        features(v(dout, {kR, Nl}), ActDim::hidden, "dout"), xa,
+                                        v(w, {Nl, kC}));
+  EXPECT_EQ(dxa.placement, sequence_shard());
   EXPECT_TRUE(all_close(dx, rows(dx_ref, kC, rank * Rl, Rl), kAtol, kRtol));
   EXPECT_TRUE(all_close(dw, rows(dw_ref, kC, rank * Nl, Nl), kAtol, kRtol));
   EXPECT_TRUE(all_close(db, rows(db_ref, 1, rank * Nl, Nl), kAtol, kRtol));
@@ -97,19 +112,23 @@ TEST_P(TpLayersMpi, RowParallelLinearIsTheMatmulsRowsAndItsGradientsColumns) {
   auto X = random_vector(kR * K, 5), W = random_vector(kC * K, 6), b = random_vector(kC, 7);
   auto dOut = random_vector(kR * kC, 8);
   std::vector<float> out_ref(kR * kC), dx_ref(kR * K), dw_ref(kC * K, 0.f), db_ref(kC, 0.f);
-  RowParallelLinear ref(one->ctx);
-  ref.forward(v(out_ref, {kR, kC}), v(X, {kR, K}), v(W, {kC, K}), v(b, {kC}));
-  ref.backward(v(dx_ref, {kR, K}), v(dw_ref, {kC, K}), v(db_ref, {kC}), v(dOut, {kR, kC}),
-               v(X, {kR, K}), v(W, {kC, K}));
+  RowParallelLinear ref(one->ctx, "ref", ActDim::hidden);
+  ref.forward({v(out_ref, {kR, kC}), "out"}, features(v(X, {kR, K}), ActDim::hidden, "X"),
+              v(W, {kC, K}), v(b, {kC}));
+  ref.backward({v(dx_ref, {kR, K}), "dx"}, v(dw_ref, {kC, K}), v(db_ref, {kC}),
+               rows_of_seq(v(dOut, {kR, kC}), "dOut"),
+               features(v(X, {kR, K}), ActDim::hidden, "X"), v(W, {kC, K}));
 
   auto x = cols(X, K, rank * Kl, Kl), w = cols(W, K, rank * Kl, Kl);
   auto dout = rows(dOut, kC, rank * Rl, Rl);
   std::vector<float> out(Rl * kC), dx(kR * Kl), dw(kC * Kl, 0.f), db(kC, 0.f);
-  RowParallelLinear layer(tp->ctx);
-  layer.forward(v(out, {Rl, kC}), v(x, {kR, Kl}), v(w, {kC, Kl}), v(b, {kC}));
+  RowParallelLinear layer(tp->ctx, "mlp.c_proj", ActDim::hidden);
+  const Activation xa = features(v(x, {kR, Kl}), ActDim::hidden, "x");
+  const Activation z = layer.forward({v(out, {Rl, kC}), "z"}, xa, v(w, {kC, Kl}), v(b, {kC}));
+  EXPECT_EQ(z.placement, sequence_shard()) << "the partial sums reduce-scattered";
   EXPECT_TRUE(all_close(out, rows(out_ref, kC, rank * Rl, Rl), kAtol, kRtol));
-  layer.backward(v(dx, {kR, Kl}), v(dw, {kC, Kl}), v(db, {kC}), v(dout, {Rl, kC}), v(x, {kR, Kl}),
-                 v(w, {kC, Kl}));
+  layer.backward({v(dx, {kR, Kl}), "dx"}, v(dw, {kC, Kl}), v(db, {kC}),
+                 rows_of_seq(v(dout, {Rl, kC}), "dout"), xa, v(w, {kC, Kl}));
   EXPECT_TRUE(all_close(dx, cols(dx_ref, K, rank * Kl, Kl), kAtol, kRtol));
   EXPECT_TRUE(all_close(dw, cols(dw_ref, K, rank * Kl, Kl), kAtol, kRtol));
   EXPECT_TRUE(all_close(db, db_ref, kAtol, kRtol)) << "the bias gradient is complete on every rank";
@@ -121,19 +140,22 @@ TEST_P(TpLayersMpi, RowParallelLinearWithoutBias) {
   auto X = random_vector(kR * K, 9), W = random_vector(kC * K, 10), dOut = random_vector(kR * kC, 11);
   std::vector<float> out_ref(kR * kC), dx_ref(kR * K), dw_ref(kC * K, 0.f);
   const TensorView none;
-  RowParallelLinear ref(one->ctx);
-  ref.forward(v(out_ref, {kR, kC}), v(X, {kR, K}), v(W, {kC, K}), none);
-  ref.backward(v(dx_ref, {kR, K}), v(dw_ref, {kC, K}), none, v(dOut, {kR, kC}), v(X, {kR, K}),
+  RowParallelLinear ref(one->ctx, "ref", ActDim::heads);
+  ref.forward({v(out_ref, {kR, kC}), "out"}, features(v(X, {kR, K}), ActDim::heads, "X"),
+              v(W, {kC, K}), none);
+  ref.backward({v(dx_ref, {kR, K}), "dx"}, v(dw_ref, {kC, K}), none,
+               rows_of_seq(v(dOut, {kR, kC}), "dOut"), features(v(X, {kR, K}), ActDim::heads, "X"),
                v(W, {kC, K}));
 
   auto x = cols(X, K, rank * Kl, Kl), w = cols(W, K, rank * Kl, Kl);
   auto dout = rows(dOut, kC, rank * Rl, Rl);
   std::vector<float> out(Rl * kC), dx(kR * Kl), dw(kC * Kl, 0.f);
-  RowParallelLinear layer(tp->ctx);
-  layer.forward(v(out, {Rl, kC}), v(x, {kR, Kl}), v(w, {kC, Kl}), none);
+  RowParallelLinear layer(tp->ctx, "o_proj", ActDim::heads);
+  const Activation xa = features(v(x, {kR, Kl}), ActDim::heads, "x");
+  layer.forward({v(out, {Rl, kC}), "z"}, xa, v(w, {kC, Kl}), none);
   EXPECT_TRUE(all_close(out, rows(out_ref, kC, rank * Rl, Rl), kAtol, kRtol));
-  layer.backward(v(dx, {kR, Kl}), v(dw, {kC, Kl}), none, v(dout, {Rl, kC}), v(x, {kR, Kl}),
-                 v(w, {kC, Kl}));
+  layer.backward({v(dx, {kR, Kl}), "dx"}, v(dw, {kC, Kl}), none,
+                 rows_of_seq(v(dout, {Rl, kC}), "dout"), xa, v(w, {kC, Kl}));
   EXPECT_TRUE(all_close(dx, cols(dx_ref, K, rank * Kl, Kl), kAtol, kRtol));
   EXPECT_TRUE(all_close(dw, cols(dw_ref, K, rank * Kl, Kl), kAtol, kRtol));
 }
@@ -144,18 +166,19 @@ TEST_P(TpLayersMpi, VocabParallelEmbeddingLooksUpEachTokenOnItsOwner) {
   auto dOut = random_vector(kR * kC, 11);
   std::vector<int32_t> tokens(kR);
   for (int i = 0; i < kR; ++i) tokens[i] = (7 * i + 3) % V;
-  const TensorView tok = cpu_i32(tokens.data(), {kB, kT});
+  const Activation tok = all_rows(cpu_i32(tokens.data(), {kB, kT}), "tokens");
   std::vector<float> out_ref(kR * kC), dwte_ref(V * kC, 0.f), dwpe_ref(kT * kC, 0.f);
   VocabParallelEmbedding ref(one->ctx);
-  ref.forward(v(out_ref, {kR, kC}), tok, v(wte, {V, kC}), v(wpe, {kT, kC}));
-  ref.backward(v(dwte_ref, {V, kC}), v(dwpe_ref, {kT, kC}), v(dOut, {kR, kC}), tok);
+  ref.forward({v(out_ref, {kR, kC}), "out"}, tok, v(wte, {V, kC}), v(wpe, {kT, kC}));
+  ref.backward(v(dwte_ref, {V, kC}), v(dwpe_ref, {kT, kC}), rows_of_seq(v(dOut, {kR, kC}), "d"),
+               tok);
 
   auto wte_l = rows(wte, kC, rank * Vl, Vl), dout = rows(dOut, kC, rank * Rl, Rl);
   std::vector<float> out(Rl * kC), dwte(Vl * kC, 0.f), dwpe(kT * kC, 0.f);
   VocabParallelEmbedding layer(tp->ctx);
-  layer.forward(v(out, {Rl, kC}), tok, v(wte_l, {Vl, kC}), v(wpe, {kT, kC}));
+  layer.forward({v(out, {Rl, kC}), "out"}, tok, v(wte_l, {Vl, kC}), v(wpe, {kT, kC}));
   EXPECT_TRUE(all_close(out, rows(out_ref, kC, rank * Rl, Rl), kAtol, kRtol));
-  layer.backward(v(dwte, {Vl, kC}), v(dwpe, {kT, kC}), v(dout, {Rl, kC}), tok);
+  layer.backward(v(dwte, {Vl, kC}), v(dwpe, {kT, kC}), rows_of_seq(v(dout, {Rl, kC}), "d"), tok);
   EXPECT_TRUE(all_close(dwte, rows(dwte_ref, kC, rank * Vl, Vl), kAtol, kRtol));
   // dwpe covers this rank's rows only: the ranks' partial sums add up to it.
   world->all_reduce_sum(dwpe.data(), static_cast<int64_t>(dwpe.size())).wait();
@@ -167,16 +190,17 @@ TEST_P(TpLayersMpi, VocabParallelCrossEntropyAgreesOnEveryRankAndMasksThePadding
   auto logits_all = random_vector(kR * V, 12, -3.f, 3.f);
   std::vector<int32_t> targets(kR);
   for (int i = 0; i < kR; ++i) targets[i] = (5 * i + 1) % vocab;
-  const TensorView tgt = cpu_i32(targets.data(), {kR});
+  const Activation tgt = all_rows(cpu_i32(targets.data(), {kR}), "targets");
   std::vector<float> losses_ref(kR), dlogits_ref = logits_all;
   VocabParallelCrossEntropy ref(one->ctx);
-  ref.forward(v(losses_ref, {kR}), v(dlogits_ref, {kR, V}), v(dlogits_ref, {kR, V}), tgt, vocab,
-              0.25f);
+  ref.forward({v(losses_ref, {kR}), "losses"}, v(dlogits_ref, {kR, V}),
+              features(v(dlogits_ref, {kR, V}), ActDim::vocabulary, "logits"), tgt, vocab, 0.25f);
 
   auto logits = cols(logits_all, V, rank * Vl, Vl);
   std::vector<float> losses(kR);
   VocabParallelCrossEntropy layer(tp->ctx);
-  layer.forward(v(losses, {kR}), v(logits, {kR, Vl}), v(logits, {kR, Vl}), tgt, vocab, 0.25f);
+  layer.forward({v(losses, {kR}), "losses"}, v(logits, {kR, Vl}),
+                features(v(logits, {kR, Vl}), ActDim::vocabulary, "logits"), tgt, vocab, 0.25f);
   EXPECT_TRUE(all_close(losses, losses_ref, kAtol, kRtol));
   EXPECT_TRUE(all_close(logits, cols(dlogits_ref, V, rank * Vl, Vl), kAtol, kRtol));
   for (int64_t c = 0; c < Vl; ++c) {
@@ -220,13 +244,15 @@ TEST_P(TpLayersMpi, Bf16RowsAreGatheredAsBitsAndSummedInFp32) {
   auto X = random_vector(kR * kC, 21), W = random_vector(N * kC, 22), b = random_vector(N, 23);
   auto Xb = to_bf16(X);
   std::vector<uint16_t> y_ref(kR * N), x(kR * kC, 0), y(kR * Nl);
-  ColumnParallelLinear(*ref_ctx).forward(bv(y_ref, {kR, N}), bv(Xb, {kR, kC}), v(W, {N, kC}),
-                                         v(b, {N}));
+  Activation xr = rows_of_seq(bv(Xb, {kR, kC}), "X");
+  ColumnParallelLinear(*ref_ctx, "ref", ActDim::hidden)
+      .forward({bv(y_ref, {kR, N}), "y"}, xr, v(W, {N, kC}), v(b, {N}));
   std::copy(Xb.begin() + rank * Rl * kC, Xb.begin() + (rank + 1) * Rl * kC,
             x.begin() + rank * Rl * kC);
   auto w = rows(W, kC, rank * Nl, Nl), bl = rows(b, 1, rank * Nl, Nl);
-  ColumnParallelLinear(*tp_ctx).forward(bv(y, {kR, Nl}), bv(x, {kR, kC}), v(w, {Nl, kC}),
-                                        v(bl, {Nl}));
+  Activation xt = rows_of_seq(bv(x, {kR, kC}), "x");
+  ColumnParallelLinear(*tp_ctx, "c_fc", ActDim::hidden)
+      .forward({bv(y, {kR, Nl}), "y"}, xt, v(w, {Nl, kC}), v(bl, {Nl}));
   EXPECT_EQ(x, Xb) << "the bf16 rows arrive bit for bit";
   EXPECT_TRUE(all_close(to_f32(y), cols(to_f32(y_ref), N, rank * Nl, Nl), 1e-2f, 8e-3f))
       << "within one bf16 rounding of the one-rank result";
@@ -235,12 +261,14 @@ TEST_P(TpLayersMpi, Bf16RowsAreGatheredAsBitsAndSummedInFp32) {
   auto Z = random_vector(kR * K, 24), V = random_vector(kC * K, 25), c = random_vector(kC, 26);
   auto Zb = to_bf16(Z);
   std::vector<uint16_t> z_ref(kR * kC), z(Rl * kC);
-  RowParallelLinear(*ref_ctx).forward(bv(z_ref, {kR, kC}), bv(Zb, {kR, K}), v(V, {kC, K}),
-                                      v(c, {kC}));
+  RowParallelLinear(*ref_ctx, "ref", ActDim::hidden)
+      .forward({bv(z_ref, {kR, kC}), "z"}, features(bv(Zb, {kR, K}), ActDim::hidden, "Z"),
+               v(V, {kC, K}), v(c, {kC}));
   auto zl = to_bf16(cols(to_f32(Zb), K, rank * Kl, Kl));
   auto vl = cols(V, K, rank * Kl, Kl);
-  RowParallelLinear(*tp_ctx).forward(bv(z, {Rl, kC}), bv(zl, {kR, Kl}), v(vl, {kC, Kl}),
-                                     v(c, {kC}));
+  RowParallelLinear(*tp_ctx, "mlp.c_proj", ActDim::hidden)
+      .forward({bv(z, {Rl, kC}), "z"}, features(bv(zl, {kR, Kl}), ActDim::hidden, "z"),
+               v(vl, {kC, Kl}), v(c, {kC}));
   EXPECT_TRUE(all_close(to_f32(z), rows(to_f32(z_ref), kC, rank * Rl, Rl), 1e-2f, 8e-3f))
       << "within one bf16 rounding of the one-rank result";
 }

@@ -109,10 +109,16 @@ ActivationShape CausalLM::activation_shape(const TensorParallelGroup& group) con
   return shape;
 }
 
-std::unique_ptr<ContextParallelAttention> CausalLM::make_attention(int n_head,
-                                                                   int n_kv_head) const {
-  return std::make_unique<ContextParallelAttention>(ops_, cp_, seq_, dtype_, max_rows_, n_head,
-                                                    n_kv_head, cfg_.head_size());
+void CausalLM::make_attention(int n_head, int n_kv_head) {
+  attention_ = std::make_unique<ContextParallelAttention>(ops_, cp_, seq_, dtype_, max_rows_,
+                                                          n_head, n_kv_head, cfg_.head_size());
+  attention_->set_placement_log(placement_log_);
+}
+
+void CausalLM::set_placement_log(PlacementLog* log) {
+  placement_log_ = log;
+  parallel_->set_placement_log(log);
+  if (attention_) attention_->set_placement_log(log);
 }
 
 Buffer CausalLM::allocate(const BufferSize& b) {

@@ -90,6 +90,10 @@ class CausalLM {
   // Gradients of the last forward() with targets and grad_scale > 0.
   void backward();
 
+  // Records every placement the model's layers check or give from now on
+  // (null: nothing; not owned): the placement table of docs/ARCHITECTURE.md.
+  void set_placement_log(PlacementLog* log);
+
   // (B, T, vocab_size) logits of the last forward() without a backward
   // pending (tp = 1), copied to the host without the padding columns.
   const float* logits();
@@ -248,8 +252,20 @@ class CausalLM {
   int64_t attention_scratch(int B, int n_head, int T) const {
     return ContextParallelAttention::scratch_elems(ops_, cp_.size(), B, n_head, T);
   }
-  // The attention layer of this rank's heads (context-parallel at cp > 1).
-  std::unique_ptr<ContextParallelAttention> make_attention(int n_head, int n_kv_head) const;
+  // The attention layer of this rank's heads (context-parallel at cp > 1),
+  // built by the family's allocate (make_attention) and owned here.
+  void make_attention(int n_head, int n_kv_head);
+  ContextParallelAttention& attention() { return *attention_; }
+  int64_t attention_bytes() const { return attention_ ? attention_->bytes() : 0; }
+  // The chain of placements starts at the tokens: every tp rank holds all
+  // rows of the micro-batch, every cp rank its chunks of each sequence (as
+  // the loader gave them). Targets likewise.
+  Activation token_rows(const TensorView& tokens, const char* name) const {
+    return {tokens, {AxisPlacement::replicated(), AxisPlacement::shard(ActDim::sequence)}, name};
+  }
+  // The input of a pipeline stage after the first (the residual stream the
+  // previous stage sent: its rows' placement).
+  static Activation stage_input(const TensorView& v) { return {v, sequence_shard(), "stage input"}; }
 
   const char* family_;
   ModelConfig cfg_;
@@ -266,6 +282,8 @@ class CausalLM {
   std::unique_ptr<TpLayerContext> parallel_;  // the layers' tp group, precision and scratch
   int B_ = 0, T_ = 0;
   bool backward_ready_ = false;
+  std::unique_ptr<ContextParallelAttention> attention_;
+  PlacementLog* placement_log_ = nullptr;
   ContextParallelGroup cp_;  // this rank's cp group (size 1: none)
   SequenceChunks seq_;       // the sequence of max_seq * cp tokens over the cp ranks
   // This stage's blocks (the whole model by default); -1 until

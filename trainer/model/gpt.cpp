@@ -76,7 +76,9 @@ void GPT::allocate(const TensorParallelGroup& group) {
   d.dqkv = CausalLM::allocate(plan.dqkv);
   d.datt = CausalLM::allocate(plan.datt);
   const int NHl = cfg_.n_head / group.size();
-  layers_ = std::make_unique<Layers>(*parallel_, make_attention(NHl, NHl));
+  make_attention(NHl, NHl);
+  layers_ = std::make_unique<Layers>(*parallel_);
+  blocks_.resize(static_cast<size_t>(cfg_.n_layer));
 }
 
 TensorView GPT::own_positions(int B, int T) {
@@ -87,66 +89,85 @@ TensorView GPT::own_positions(int B, int T) {
 
 // ---- One block's forward ----------------------------------------------------
 // Activations land in layer l's slots (the shared slot for what recompute
-// drops), so backward() can rerun a part into the same places.
+// drops), so backward() can rerun a part into the same places. Each is kept
+// with the placement the layer that wrote it gave (blocks_[l]); per-position
+// ops (the LayerNorms, the residual adds) keep their input's.
 
-void GPT::block_attention_forward(int l, TensorView x, bool with_ln2, TensorView prev_res2) {
+void GPT::block_attention_forward(int l, const Activation& x, bool with_ln2,
+                                  TensorView prev_res2) {
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / shards_, Cl = C / shards_;
   const int NHl = cfg_.n_head / shards_;
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
+  BlockActivations& b = blocks_[static_cast<size_t>(l)];
+  b.input = x;
   auto ln1 = layer_act(a.ln1, l, {R, C});
-  auto qkv = layer_act(a.qkv, l, {R, 3 * Cl});
-  auto atty = layer_act(a.atty, l, {R, Cl});
   auto att = layer_act(a.att, l, {attention_saved(B, NHl, T)});
   auto res2 = layer_act(a.res2, l, {Rl, C});
   auto proj = aview(a.proj_tmp, {Rl, C});
   if (prev_res2.empty()) {
     ops_.layernorm_forward(own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
-                           layer_act(a.ln1_rstd, l, {Rl}), x, p(h + "ln_1.weight"),
+                           layer_act(a.ln1_rstd, l, {Rl}), x.view, p(h + "ln_1.weight"),
                            p(h + "ln_1.bias"));
   } else {
     // The block before's residual add and ln_1 in one pass: x = prev_res2 +
     // proj_tmp (its mlp.c_proj output, not yet overwritten), not read back.
-    ops_.add_layernorm_forward(x, own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
+    ops_.add_layernorm_forward(x.view, own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
                                layer_act(a.ln1_rstd, l, {Rl}), prev_res2, proj,
                                p(h + "ln_1.weight"), p(h + "ln_1.bias"));
   }
-  layers_->c_attn.forward(qkv, ln1, gemm_param(h + "attn.c_attn.weight"),
-                          gemm_param(h + "attn.c_attn.bias"));
-  layers_->attention->forward(layer_act(a.atty, l, {B, T, Cl}), att,
-                              layer_act(a.qkv, l, {B, T, 3 * Cl}), NHl, NHl);
-  layers_->attn_proj.forward(proj, atty, gemm_param(h + "attn.c_proj.weight"),
-                             gemm_param(h + "attn.c_proj.bias"));
-  if (!with_ln2) return ops_.add(res2, x, proj);
+  b.ln1 = rowwise(ln1, x, h + "ln_1");  // this rank's rows, gathered by c_attn
+  b.qkv = layers_->c_attn.forward({layer_act(a.qkv, l, {R, 3 * Cl}), h + "qkv"}, b.ln1,
+                                  gemm_param(h + "attn.c_attn.weight"),
+                                  gemm_param(h + "attn.c_attn.bias"));
+  b.atty = attention()
+               .forward({layer_act(a.atty, l, {B, T, Cl}), h + "attn"}, att,
+                        b.qkv.as(layer_act(a.qkv, l, {B, T, 3 * Cl})), NHl, NHl)
+               .as(layer_act(a.atty, l, {R, Cl}));
+  const Activation out = layers_->attn_proj.forward({proj, h + "attn.c_proj"}, b.atty,
+                                                    gemm_param(h + "attn.c_proj.weight"),
+                                                    gemm_param(h + "attn.c_proj.bias"));
+  b.res2 = added(res2, x, out, h + "res2", "residual add", placement_log_);
+  if (!with_ln2) return ops_.add(res2, x.view, proj);
   // The residual add and ln_2 in one pass (res2 is not read back from memory).
-  ops_.add_layernorm_forward(res2, own_rows(layer_act(a.ln2, l, {R, C})),
-                             layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}), x,
-                             proj, p(h + "ln_2.weight"), p(h + "ln_2.bias"));
+  const TensorView ln2 = layer_act(a.ln2, l, {R, C});
+  ops_.add_layernorm_forward(res2, own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
+                             layer_act(a.ln2_rstd, l, {Rl}), x.view, proj, p(h + "ln_2.weight"),
+                             p(h + "ln_2.bias"));
+  b.ln2 = rowwise(ln2, b.res2, h + "ln_2");
 }
 
 void GPT::block_mlp_up_forward(int l, bool ln2_done) {
   const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_, Cl = C / shards_;
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
+  BlockActivations& b = blocks_[static_cast<size_t>(l)];
   auto ln2 = layer_act(a.ln2, l, {R, C});
   auto fch = layer_act(a.fch, l, {R, 4 * Cl});
-  if (!ln2_done)
+  if (!ln2_done) {
     ops_.layernorm_forward(own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
-                           layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
-                           p(h + "ln_2.weight"), p(h + "ln_2.bias"));
+                           layer_act(a.ln2_rstd, l, {Rl}), b.res2.view, p(h + "ln_2.weight"),
+                           p(h + "ln_2.bias"));
+    b.ln2 = rowwise(ln2, b.res2, h + "ln_2");
+  }
   // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward.
-  layers_->c_fc.forward(layer_act(a.fch_gelu, l, {R, 4 * Cl}), ln2,
-                        gemm_param(h + "mlp.c_fc.weight"), gemm_param(h + "mlp.c_fc.bias"), fch);
+  b.fch_gelu = layers_->c_fc.forward({layer_act(a.fch_gelu, l, {R, 4 * Cl}), h + "mlp.gelu"},
+                                     b.ln2, gemm_param(h + "mlp.c_fc.weight"),
+                                     gemm_param(h + "mlp.c_fc.bias"), fch);
+  b.fch = rowwise(fch, b.fch_gelu, h + "mlp.c_fc");
 }
 
 void GPT::block_mlp_down_forward(int l) {
-  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_, Cl = C / shards_;
+  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_;
   const std::string h = "h." + std::to_string(l) + ".";
   auto& a = acts_;
-  auto proj = aview(a.proj_tmp, {Rl, C});
-  layers_->mlp_proj.forward(proj, layer_act(a.fch_gelu, l, {R, 4 * Cl}),
-                            gemm_param(h + "mlp.c_proj.weight"), gemm_param(h + "mlp.c_proj.bias"));
+  BlockActivations& b = blocks_[static_cast<size_t>(l)];
+  const Activation out = layers_->mlp_proj.forward(
+      {aview(a.proj_tmp, {Rl, C}), h + "mlp.c_proj"}, b.fch_gelu,
+      gemm_param(h + "mlp.c_proj.weight"), gemm_param(h + "mlp.c_proj.bias"));
+  b.res3 = added(layer_act(a.res3, l, {Rl, C}), b.res2, out, h + "res3", "residual add",
+                 placement_log_);
 }
 
 // ---- Forward ----------------------------------------------------------------
@@ -171,32 +192,32 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
 
   // A stage after the first finds its input (the previous stage's output)
   // in `encoded` (stage_boundary().input).
-  auto encoded = aview(a.encoded, {Rl, C});
+  Activation x = stage_input(aview(a.encoded, {Rl, C}));
   if (embeds()) {
     store_->before_forward(embed);
-    layers_->embedding.forward(encoded, tok, p("wte.weight"), p("wpe.weight"),
-                               own_positions(B, T),
-                               a.position_rows.bytes() ? view(a.position_rows.f32(), {Rl, C})
-                                                       : TensorView{});
+    x = layers_->embedding.forward(
+        {x.view, "embedding"}, token_rows(tok, "tokens"), p("wte.weight"), p("wpe.weight"),
+        own_positions(B, T),
+        a.position_rows.bytes() ? view(a.position_rows.f32(), {Rl, C}) : TensorView{});
     if (!heads()) store_->after_forward(embed);  // the tied head is another stage's
   }
 
   // (R/p, C) the residual stream entering block l: encoded, then res3 of the
   // block before, whose add (res2 + proj_tmp) the next LayerNorm does.
-  TensorView x = encoded, prev_res2;
+  TensorView prev_res2;
   for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
     block_attention_forward(l, x, /*with_ln2=*/true, prev_res2);
     block_mlp_up_forward(l, /*ln2_done=*/true);
     block_mlp_down_forward(l);
-    x = layer_act(a.res3, l, {Rl, C});
-    prev_res2 = layer_act(a.res2, l, {Rl, C});
+    x = blocks_[static_cast<size_t>(l)].res3;
+    prev_res2 = blocks_[static_cast<size_t>(l)].res2.view;
     store_->after_forward(layout_.block_unit(l));
   }
   if (!heads()) {
     // The stage's output, res3 of its last block: the add the next stage's
     // first LayerNorm would have fused is done here.
-    ops_.add(x, prev_res2, aview(a.proj_tmp, {Rl, C}));
+    ops_.add(x.view, prev_res2, aview(a.proj_tmp, {Rl, C}));
     backward_ready_ = want_grad;
     return false;
   }
@@ -205,22 +226,24 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   const TensorView lnf = own_rows(aview(a.lnf, {R, C}));
   const TensorView lnf_mean = view(a.lnf_mean.f32(), {Rl}), lnf_rstd = view(a.lnf_rstd.f32(), {Rl});
   if (prev_res2.empty())
-    ops_.layernorm_forward(lnf, lnf_mean, lnf_rstd, x, p("ln_f.weight"), p("ln_f.bias"));
+    ops_.layernorm_forward(lnf, lnf_mean, lnf_rstd, x.view, p("ln_f.weight"), p("ln_f.bias"));
   else  // the last block's residual add, fused
-    ops_.add_layernorm_forward(x, lnf, lnf_mean, lnf_rstd, prev_res2, aview(a.proj_tmp, {Rl, C}),
-                               p("ln_f.weight"), p("ln_f.bias"));
+    ops_.add_layernorm_forward(x.view, lnf, lnf_mean, lnf_rstd, prev_res2,
+                               aview(a.proj_tmp, {Rl, C}), p("ln_f.weight"), p("ln_f.bias"));
   store_->after_forward(head);
   if (!embeds()) store_->before_forward(embed);  // the tied head reads wte
-  auto logits = logits_view(R, Vl);
-  layers_->lm_head.forward(logits, aview(a.lnf, {R, C}), gemm_param("wte.weight"), none);
+  lnf_ = rowwise(aview(a.lnf, {R, C}), x, "ln_f");
+  logits_ = layers_->lm_head.forward({logits_view(R, Vl), "logits"}, lnf_,
+                                     gemm_param("wte.weight"), none);
   store_->after_forward(embed);
 
   backward_ready_ = false;
   if (!targets) return false;
   auto tgt = iview(ends_.targets.i32(), {R});
   ops_.upload(tgt, targets);
-  auto losses = view(ends_.losses.f32(), {R});
-  layers_->cross_entropy.forward(losses, want_grad ? logits : none, logits, tgt, vocab, grad_scale);
+  layers_->cross_entropy.forward({view(ends_.losses.f32(), {R}), "losses"},
+                                 want_grad ? logits_.view : none, logits_,
+                                 token_rows(tgt, "targets"), vocab, grad_scale);
   backward_ready_ = want_grad;
   return true;
 }
@@ -229,8 +252,8 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
 
 void GPT::run_backward() {
   const int B = B_, T = T_, tp = shards_;
-  const int64_t C = cfg_.n_embd, V = cfg_.padded_vocab_size(), R = int64_t(B) * T;
-  const int64_t Rl = R / tp, Cl = C / tp, Vl = V / tp;
+  const int64_t C = cfg_.n_embd, R = int64_t(B) * T;
+  const int64_t Rl = R / tp, Cl = C / tp;
   const int NHl = cfg_.n_head / tp;
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
@@ -246,17 +269,22 @@ void GPT::run_backward() {
   const TensorView dresidual_gemm = residual_copy ? dresidual16 : dresidual;
 
   const int first = first_layer_, last = end_layer_ - 1;
+  // The residual stream's gradient: d(loss) through the head on the last
+  // stage, the next stage's on the others; cut as the stream is.
+  Activation dres = stage_input(dresidual);
   if (heads()) {
     // LM head (tied) and final LayerNorm.
     store_->before_backward(embed);
-    layers_->lm_head.backward(dln, g("wte.weight"), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
-                              gemm_param("wte.weight"));
+    const Activation dlnf = layers_->lm_head.backward(
+        {dln, "d(ln_f)"}, g("wte.weight"), none, rowwise(logits_.view, logits_, "d(logits)"),
+        lnf_, gemm_param("wte.weight"));
     store_->before_backward(head);
     ops_.zero(dresidual);
     const TensorView x_last = layer_act(a.res3, last, {Rl, C});
     ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
                             p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
                             view(a.lnf_rstd.f32(), {Rl}), dresidual16);
+    dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds()) store_->after_backward(embed);  // this stage's share of wte's gradient
   } else if (residual_copy) {
@@ -264,44 +292,50 @@ void GPT::run_backward() {
     // the first row-parallel backward reads its bf16 copy.
     ops_.cast(dresidual16, dresidual);
   }
+  const Activation dres_gemm = dres.as(dresidual_gemm);
 
   for (int l = last; l >= first; --l) {
     store_->before_backward(layout_.block_unit(l));
     const std::string h = "h." + std::to_string(l) + ".";
-    auto x_in = l == first ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    BlockActivations& b = blocks_[static_cast<size_t>(l)];
     // What recomputation dropped, rerun into the shared slots (the block's
-    // parameters are valid since before_backward).
-    if (recompute_ == Recompute::block) block_attention_forward(l, x_in, /*with_ln2=*/false);
+    // parameters are valid since before_backward), from the kept input.
+    if (recompute_ == Recompute::block)
+      block_attention_forward(l, Activation(b.input), /*with_ln2=*/false);
     if (recompute_ != Recompute::none) block_mlp_up_forward(l, /*ln2_done=*/false);
-    auto dfch = aview(d.dfch, {R, 4 * Cl});
-    auto datty = aview(d.datty, {R, Cl});
-    auto dqkv = aview(d.dqkv, {R, 3 * Cl});
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
     // c_proj's input gradient through GELU's derivative in one: d fch.
-    layers_->mlp_proj.backward(dfch, g(h + "mlp.c_proj.weight"), g(h + "mlp.c_proj.bias"),
-                               dresidual_gemm, layer_act(a.fch_gelu, l, {R, 4 * Cl}),
-                               gemm_param(h + "mlp.c_proj.weight"),
-                               layer_act(a.fch, l, {R, 4 * Cl}));
-    layers_->c_fc.backward(dln, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch,
-                           layer_act(a.ln2, l, {R, C}), gemm_param(h + "mlp.c_fc.weight"));
+    const Activation dfch = layers_->mlp_proj.backward(
+        {aview(d.dfch, {R, 4 * Cl}), "d(" + h + "mlp.c_fc)"}, g(h + "mlp.c_proj.weight"),
+        g(h + "mlp.c_proj.bias"), dres_gemm, b.fch_gelu, gemm_param(h + "mlp.c_proj.weight"),
+        b.fch);
+    const Activation dln2 = layers_->c_fc.backward(
+        {dln, "d(" + h + "ln_2)"}, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch, b.ln2,
+        gemm_param(h + "mlp.c_fc.weight"));
+    expect_placement(dln2, dres.placement, "ln_2 backward", "output gradient", placement_log_);
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
-                            layer_act(a.res2, l, {Rl, C}), p(h + "ln_2.weight"),
-                            layer_act(a.ln2_mean, l, {Rl}), layer_act(a.ln2_rstd, l, {Rl}),
-                            dresidual16);
+                            b.res2.view, p(h + "ln_2.weight"), layer_act(a.ln2_mean, l, {Rl}),
+                            layer_act(a.ln2_rstd, l, {Rl}), dresidual16);
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
-    layers_->attn_proj.backward(datty, g(h + "attn.c_proj.weight"), g(h + "attn.c_proj.bias"),
-                                dresidual_gemm, layer_act(a.atty, l, {R, Cl}),
-                                gemm_param(h + "attn.c_proj.weight"));
-    layers_->attention->backward(aview(d.dqkv, {B, T, 3 * Cl}),
-                                 view(d.datt.f32(), {attention_scratch(B, NHl, T)}),
-                                 aview(d.datty, {B, T, Cl}), layer_act(a.qkv, l, {B, T, 3 * Cl}),
-                                 layer_act(a.atty, l, {B, T, Cl}),
-                                 layer_act(a.att, l, {attention_saved(B, NHl, T)}), NHl, NHl);
-    layers_->c_attn.backward(dln, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
-                             layer_act(a.ln1, l, {R, C}), gemm_param(h + "attn.c_attn.weight"));
-    ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln, x_in,
-                            p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
+    const Activation datty = layers_->attn_proj.backward(
+        {aview(d.datty, {R, Cl}), "d(" + h + "attn)"}, g(h + "attn.c_proj.weight"),
+        g(h + "attn.c_proj.bias"), dres_gemm, b.atty, gemm_param(h + "attn.c_proj.weight"));
+    const Activation dqkv =
+        attention()
+            .backward({aview(d.dqkv, {B, T, 3 * Cl}), "d(" + h + "qkv)"},
+                      view(d.datt.f32(), {attention_scratch(B, NHl, T)}),
+                      datty.as(aview(d.datty, {B, T, Cl})),
+                      b.qkv.as(layer_act(a.qkv, l, {B, T, 3 * Cl})),
+                      b.atty.as(layer_act(a.atty, l, {B, T, Cl})),
+                      layer_act(a.att, l, {attention_saved(B, NHl, T)}), NHl, NHl)
+            .as(aview(d.dqkv, {R, 3 * Cl}));
+    const Activation dln1 = layers_->c_attn.backward(
+        {dln, "d(" + h + "ln_1)"}, g(h + "attn.c_attn.weight"), g(h + "attn.c_attn.bias"), dqkv,
+        b.ln1, gemm_param(h + "attn.c_attn.weight"));
+    expect_placement(dln1, dres.placement, "ln_1 backward", "output gradient", placement_log_);
+    ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln,
+                            b.input.view, p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
                             layer_act(a.ln1_rstd, l, {Rl}), l > first ? dresidual16 : none);
     store_->after_backward(layout_.block_unit(l));
   }
@@ -309,8 +343,9 @@ void GPT::run_backward() {
   // A stage after the first leaves d(input) in dresidual (stage_boundary().input_grad).
   if (!embeds()) return;
   if (!heads()) store_->before_backward(embed);
-  layers_->embedding.backward(g("wte.weight"), g("wpe.weight"), dresidual,
-                              iview(ends_.tokens.i32(), {B, T}), own_positions(B, T));
+  layers_->embedding.backward(g("wte.weight"), g("wpe.weight"), dres,
+                              token_rows(iview(ends_.tokens.i32(), {B, T}), "tokens"),
+                              own_positions(B, T));
   store_->after_backward(embed);
 }
 
@@ -329,7 +364,7 @@ int64_t GPT::activation_bytes() const {
        {&a.encoded, &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.proj_tmp, &a.positions, &a.position_rows,
         &d.dresidual, &d.dln, &d.dresidual_bf16, &d.datty, &d.dfch, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + shared_bytes() + layers_->attention->bytes();
+  return static_cast<int64_t>(n) + shared_bytes() + attention_bytes();
 }
 
 }  // namespace gt

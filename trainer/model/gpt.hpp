@@ -64,6 +64,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
@@ -119,18 +120,17 @@ class GPT final : public CausalLM {
   };
   // The layers that carry tensor parallelism, one per role (the weights come
   // per call, so one object serves every block).
+  // (attention: CausalLM::attention(), n_head/p heads, over the cp ranks.)
   struct Layers {
-    Layers(TpLayerContext& ctx, std::unique_ptr<ContextParallelAttention> attn)
-        : c_attn(ctx),
-          attention(std::move(attn)),
-          attn_proj(ctx),
-          c_fc(ctx),
-          mlp_proj(ctx),
-          lm_head(ctx),
+    explicit Layers(TpLayerContext& ctx)
+        : c_attn(ctx, "c_attn", ActDim::heads),
+          attn_proj(ctx, "attn.c_proj", ActDim::heads),
+          c_fc(ctx, "c_fc", ActDim::hidden),
+          mlp_proj(ctx, "mlp.c_proj", ActDim::hidden),
+          lm_head(ctx, "lm_head", ActDim::vocabulary),
           embedding(ctx),
           cross_entropy(ctx) {}
     ColumnParallelLinear c_attn;
-    std::unique_ptr<ContextParallelAttention> attention;  // n_head/p heads; cp > 1: over cp ranks
     RowParallelLinear attn_proj;
     ColumnParallelLinear c_fc;
     RowParallelLinear mlp_proj;
@@ -148,6 +148,12 @@ class GPT final : public CausalLM {
   void run_backward() override;
   StageBoundary boundary_views(int B, int T) override;
 
+  // Block l's activations as the layers returned them (each view with its
+  // placement): what its backward reads. Recomputation refills them.
+  struct BlockActivations {
+    Activation input, ln1, qkv, atty, res2, ln2, fch, fch_gelu, res3;
+  };
+
   // Block l's forward in three parts, run by forward() in turn and again by
   // backward() for what recomputation dropped. x: (R/p, C) the block's input.
   // ln_1, c_attn, attention, attn.c_proj and the residual add into res2;
@@ -156,17 +162,21 @@ class GPT final : public CausalLM {
   // for l > 0) the block before left its residual add pending: x is where
   // its sum goes (res3 of l-1), computed as prev_res2 + proj_tmp by ln_1's
   // pass, fused the same way; recomputation reads the kept res3 instead.
-  void block_attention_forward(int l, TensorView x, bool with_ln2, TensorView prev_res2 = {});
+  void block_attention_forward(int l, const Activation& x, bool with_ln2,
+                               TensorView prev_res2 = {});
   // ln_2 (unless ln2_done), c_fc and GELU: the MLP's activations up to
   // mlp.c_proj's input.
   void block_mlp_up_forward(int l, bool ln2_done);
   // mlp.c_proj into proj_tmp; the residual add res3 = res2 + proj_tmp is
-  // left to the next block's ln_1 or to ln_f, which do it in their pass.
+  // left to the next block's ln_1 or to ln_f, which do it in their pass
+  // (its placements are checked and res3's recorded here).
   void block_mlp_down_forward(int l);
 
   Activations acts_;
   Gradients dacts_;
   std::unique_ptr<Layers> layers_;
+  std::vector<BlockActivations> blocks_;  // (n_layer), this stage's filled
+  Activation lnf_, logits_;               // the head's: ln_f's gathered output, the logits
 };
 
 }  // namespace gt

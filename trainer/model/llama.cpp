@@ -80,48 +80,63 @@ void Llama::allocate(const TensorParallelGroup& group) {
   d.dgu = CausalLM::allocate(plan.dgu);
   d.dqkv = CausalLM::allocate(plan.dqkv);
   d.datt = CausalLM::allocate(plan.datt);
-  layers_ = std::make_unique<Layers>(*parallel_, make_attention(NHl_, KVl_));
+  make_attention(NHl_, KVl_);
+  layers_ = std::make_unique<Layers>(*parallel_);
+  blocks_.resize(static_cast<size_t>(cfg_.n_layer));
 }
 
 // ---- One block's forward ----------------------------------------------------
 
-void Llama::block_attention_forward(int l, TensorView x) {
+void Llama::block_attention_forward(int l, const Activation& x) {
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / shards_, hs = cfg_.head_size();
   const int64_t Ql = int64_t(NHl_) * hs;
   const std::string h = block(l);
   auto& a = acts_;
+  BlockActivations& b = blocks_[static_cast<size_t>(l)];
+  b.input = x;
   const TensorView ln1 = layer_act(a.ln1, l, {R, C});
-  const TensorView qkv = layer_act(a.qkv, l, {R, qkv_width_});
   const TensorView proj = aview(a.proj_tmp, {Rl, C});
-  ops_.rmsnorm_forward(own_rows(ln1), layer_act(a.ln1_rstd, l, {Rl}), x,
+  ops_.rmsnorm_forward(own_rows(ln1), layer_act(a.ln1_rstd, l, {Rl}), x.view,
                        p(h + "input_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
+  b.ln1 = rowwise(ln1, x, h + "input_layernorm");  // this rank's rows, gathered by q|k|v
   const TensorView none;
-  layers_->qkv.forward(
-      qkv, ln1, gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"), none);
-  // q and k heads turn in place; the attention (and its backward) reads the
-  // rotated values, which are what the layer keeps.
+  b.qkv = layers_->qkv.forward(
+      {layer_act(a.qkv, l, {R, qkv_width_}), h + "qkv"}, b.ln1,
+      gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"), none);
+  // q and k heads turn in place (per position: the placement stays); the
+  // attention (and its backward) reads the rotated values, which are what
+  // the layer keeps.
   ops_.rope_forward(layer_act(a.qkv, l, {R, NHl_ + 2 * KVl_, hs}),
                     view(a.rope.f32(), {max_seq_, hs}), NHl_ + KVl_, 0, T);
-  layers_->attention->forward(layer_act(a.atty, l, {B, T, Ql}),
-                              layer_act(a.att, l, {attention_saved(B, NHl_, T)}),
-                              layer_act(a.qkv, l, {B, T, qkv_width_}), NHl_, KVl_);
-  layers_->o_proj.forward(proj, layer_act(a.atty, l, {R, Ql}),
-                          gemm_param(h + "self_attn.o_proj.weight"), none);
-  ops_.add(layer_act(a.res2, l, {Rl, C}), x, proj);
+  b.atty = attention()
+               .forward({layer_act(a.atty, l, {B, T, Ql}), h + "attn"},
+                        layer_act(a.att, l, {attention_saved(B, NHl_, T)}),
+                        b.qkv.as(layer_act(a.qkv, l, {B, T, qkv_width_})), NHl_, KVl_)
+               .as(layer_act(a.atty, l, {R, Ql}));
+  const Activation out = layers_->o_proj.forward({proj, h + "o_proj"}, b.atty,
+                                                 gemm_param(h + "self_attn.o_proj.weight"), none);
+  b.res2 = added(layer_act(a.res2, l, {Rl, C}), x, out, h + "res2", "residual add",
+                 placement_log_);
+  ops_.add(b.res2.view, x.view, proj);
 }
 
 void Llama::block_mlp_up_forward(int l) {
   const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_;
   const std::string h = block(l);
   auto& a = acts_;
+  BlockActivations& b = blocks_[static_cast<size_t>(l)];
   const TensorView ln2 = layer_act(a.ln2, l, {R, C});
   const TensorView gu = layer_act(a.gu, l, {R, 2 * ffn_});
-  ops_.rmsnorm_forward(own_rows(ln2), layer_act(a.ln2_rstd, l, {Rl}), layer_act(a.res2, l, {Rl, C}),
+  ops_.rmsnorm_forward(own_rows(ln2), layer_act(a.ln2_rstd, l, {Rl}), b.res2.view,
                        p(h + "post_attention_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
-  layers_->gate_up.forward(gu, ln2, gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
-                           TensorView{});
-  ops_.swiglu_forward(layer_act(a.swiglu, l, {R, ffn_}), gu);
+  b.ln2 = rowwise(ln2, b.res2, h + "post_attention_layernorm");
+  b.gu = layers_->gate_up.forward({gu, h + "gate|up"}, b.ln2,
+                                  gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
+                                  TensorView{});
+  const TensorView swiglu = layer_act(a.swiglu, l, {R, ffn_});
+  ops_.swiglu_forward(swiglu, gu);
+  b.swiglu = rowwise(swiglu, b.gu, h + "swiglu");  // per feature pair of this rank's columns
 }
 
 // ---- Forward ----------------------------------------------------------------
@@ -147,23 +162,27 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   // gathered until the head is done (the store's call order).
   const bool tied = cfg_.tied_embeddings();
   // A stage after the first finds its input in `encoded` (stage_boundary().input).
-  const TensorView encoded = aview(a.encoded, {Rl, C});
+  Activation x = stage_input(aview(a.encoded, {Rl, C}));  // the stream entering block l
   if (embeds()) {
     store_->before_forward(embed);
-    layers_->embedding.forward(encoded, tok, p("embed_tokens.weight"), none);
+    x = layers_->embedding.forward({x.view, "embedding"}, token_rows(tok, "tokens"),
+                                   p("embed_tokens.weight"), none);
     if (!heads()) store_->after_forward(embed);
   }
 
-  TensorView x = encoded;  // (R/p, C) the residual stream entering block l
   for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
     block_attention_forward(l, x);
     block_mlp_up_forward(l);
+    BlockActivations& b = blocks_[static_cast<size_t>(l)];
     const TensorView proj = aview(a.proj_tmp, {Rl, C});
-    layers_->down.forward(proj, layer_act(a.swiglu, l, {R, ffn_}),
-                          gemm_param(block(l) + "mlp.down_proj.weight"), none);
-    x = layer_act(a.res3, l, {Rl, C});
-    ops_.add(x, layer_act(a.res2, l, {Rl, C}), proj);
+    const Activation out =
+        layers_->down.forward({proj, block(l) + "down_proj"}, b.swiglu,
+                              gemm_param(block(l) + "mlp.down_proj.weight"), none);
+    b.res3 = added(layer_act(a.res3, l, {Rl, C}), b.res2, out, block(l) + "res3", "residual add",
+                   placement_log_);
+    ops_.add(b.res3.view, b.res2.view, proj);
+    x = b.res3;
     store_->after_forward(layout_.block_unit(l));
   }
   if (!heads()) {  // x, res3 of the last block, is the stage's output
@@ -176,10 +195,11 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   if (!embeds() && tied) store_->before_forward(embed);
   store_->before_forward(head);
   const TensorView lnf = aview(a.lnf, {R, C});
-  ops_.rmsnorm_forward(own_rows(lnf), view(a.lnf_rstd.f32(), {Rl}), x, p("norm.weight"),
+  ops_.rmsnorm_forward(own_rows(lnf), view(a.lnf_rstd.f32(), {Rl}), x.view, p("norm.weight"),
                        static_cast<float>(cfg_.norm_eps));
-  const TensorView logits = logits_view(R, Vl);
-  layers_->lm_head.forward(logits, lnf, gemm_param(head_weight_), none);
+  lnf_ = rowwise(lnf, x, "norm");
+  logits_ =
+      layers_->lm_head.forward({logits_view(R, Vl), "logits"}, lnf_, gemm_param(head_weight_), none);
   store_->after_forward(head);
   if (embeds() || tied) store_->after_forward(embed);
 
@@ -187,8 +207,9 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   if (!targets) return false;
   auto tgt = iview(ends_.targets.i32(), {R});
   ops_.upload(tgt, targets);
-  layers_->cross_entropy.forward(view(ends_.losses.f32(), {R}), want_grad ? logits : none, logits,
-                                 tgt, cfg_.vocab_size, grad_scale);
+  layers_->cross_entropy.forward({view(ends_.losses.f32(), {R}), "losses"},
+                                 want_grad ? logits_.view : none, logits_,
+                                 token_rows(tgt, "targets"), cfg_.vocab_size, grad_scale);
   backward_ready_ = want_grad;
   return true;
 }
@@ -198,7 +219,7 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
 void Llama::run_backward() {
   const int B = B_, T = T_, tp = shards_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / tp, hs = cfg_.head_size();
-  const int64_t Ql = int64_t(NHl_) * hs, Vl = cfg_.padded_vocab_size() / tp;
+  const int64_t Ql = int64_t(NHl_) * hs;
   const int embed = layout_.embed_unit(), head = layout_.head_unit();
   auto& a = acts_;
   auto& d = dacts_;
@@ -211,14 +232,17 @@ void Llama::run_backward() {
   const int first = first_layer_, last = end_layer_ - 1;
   const bool tied = cfg_.tied_embeddings();
   // A stage before the last finds d(output) in dresidual (stage_boundary().output_grad).
+  Activation dres = stage_input(dresidual);
   if (heads()) {
     if (embeds() || tied) store_->before_backward(embed);
     store_->before_backward(head);
-    layers_->lm_head.backward(dln, g(head_weight_), none, logits_view(R, Vl), aview(a.lnf, {R, C}),
-                              gemm_param(head_weight_));
+    const Activation dlnf = layers_->lm_head.backward(
+        {dln, "d(norm)"}, g(head_weight_), none, rowwise(logits_.view, logits_, "d(logits)"),
+        lnf_, gemm_param(head_weight_));
     ops_.zero(dresidual);
     ops_.rmsnorm_backward(dresidual, g("norm.weight"), dln, layer_act(a.res3, last, {Rl, C}),
                           p("norm.weight"), view(a.lnf_rstd.f32(), {Rl}));
+    dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds() && tied) store_->after_backward(embed);
   }
@@ -226,42 +250,49 @@ void Llama::run_backward() {
   for (int l = last; l >= first; --l) {
     store_->before_backward(layout_.block_unit(l));
     const std::string h = block(l);
-    const TensorView x_in =
-        l == first ? aview(a.encoded, {Rl, C}) : layer_act(a.res3, l - 1, {Rl, C});
+    BlockActivations& b = blocks_[static_cast<size_t>(l)];
     // What recomputation dropped, rerun into the shared slots.
-    if (recompute_ == Recompute::block) block_attention_forward(l, x_in);
+    if (recompute_ == Recompute::block) block_attention_forward(l, Activation(b.input));
     if (recompute_ != Recompute::none) block_mlp_up_forward(l);
-    const TensorView dswiglu = aview(d.dswiglu, {R, ffn_});
-    const TensorView dgu = aview(d.dgu, {R, 2 * ffn_});
-    const TensorView datty = aview(d.datty, {R, Ql});
 
     // MLP: res3 = res2 + down(swiglu(gate_up(norm(res2)))); dresidual = d res3.
-    layers_->down.backward(dswiglu, g(h + "mlp.down_proj.weight"), none, dresidual,
-                           layer_act(a.swiglu, l, {R, ffn_}),
-                           gemm_param(h + "mlp.down_proj.weight"));
-    ops_.swiglu_backward(dgu, dswiglu, layer_act(a.gu, l, {R, 2 * ffn_}));
-    layers_->gate_up.backward(dln, g_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
-                              none, dgu, layer_act(a.ln2, l, {R, C}),
-                              gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"));
-    ops_.rmsnorm_backward(dresidual, g(h + "post_attention_layernorm.weight"), dln,
-                          layer_act(a.res2, l, {Rl, C}), p(h + "post_attention_layernorm.weight"),
-                          layer_act(a.ln2_rstd, l, {Rl}));
+    const Activation dswiglu = layers_->down.backward(
+        {aview(d.dswiglu, {R, ffn_}), "d(" + h + "swiglu)"}, g(h + "mlp.down_proj.weight"), none,
+        dres, b.swiglu, gemm_param(h + "mlp.down_proj.weight"));
+    const TensorView dgu = aview(d.dgu, {R, 2 * ffn_});
+    ops_.swiglu_backward(dgu, dswiglu.view, b.gu.view);
+    const Activation dln2 = layers_->gate_up.backward(
+        {dln, "d(" + h + "post_attention_layernorm)"},
+        g_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), none,
+        rowwise(dgu, dswiglu, "d(" + h + "gate|up)"), b.ln2,
+        gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"));
+    expect_placement(dln2, dres.placement, "post_attention_layernorm backward", "output gradient",
+                     placement_log_);
+    ops_.rmsnorm_backward(dresidual, g(h + "post_attention_layernorm.weight"), dln, b.res2.view,
+                          p(h + "post_attention_layernorm.weight"), layer_act(a.ln2_rstd, l, {Rl}));
     // Attention: res2 = x_in + o_proj(attn(rope(qkv(norm(x_in))))); dresidual = d res2.
-    layers_->o_proj.backward(datty, g(h + "self_attn.o_proj.weight"), none, dresidual,
-                             layer_act(a.atty, l, {R, Ql}),
-                             gemm_param(h + "self_attn.o_proj.weight"));
-    layers_->attention->backward(
-        aview(d.dqkv, {B, T, qkv_width_}), view(d.datt.f32(), {attention_scratch(B, NHl_, T)}),
-        aview(d.datty, {B, T, Ql}), layer_act(a.qkv, l, {B, T, qkv_width_}),
-        layer_act(a.atty, l, {B, T, Ql}), layer_act(a.att, l, {attention_saved(B, NHl_, T)}), NHl_,
-        KVl_);
+    const Activation datty = layers_->o_proj.backward(
+        {aview(d.datty, {R, Ql}), "d(" + h + "attn)"}, g(h + "self_attn.o_proj.weight"), none,
+        dres, b.atty, gemm_param(h + "self_attn.o_proj.weight"));
+    const Activation dqkv =
+        attention()
+            .backward({aview(d.dqkv, {B, T, qkv_width_}), "d(" + h + "qkv)"},
+                      view(d.datt.f32(), {attention_scratch(B, NHl_, T)}),
+                      datty.as(aview(d.datty, {B, T, Ql})),
+                      b.qkv.as(layer_act(a.qkv, l, {B, T, qkv_width_})),
+                      b.atty.as(layer_act(a.atty, l, {B, T, Ql})),
+                      layer_act(a.att, l, {attention_saved(B, NHl_, T)}), NHl_, KVl_)
+            .as(aview(d.dqkv, {R, qkv_width_}));
     // RoPE's backward turns the q and k gradients back (in place).
     ops_.rope_backward(aview(d.dqkv, {R, NHl_ + 2 * KVl_, hs}), view(a.rope.f32(), {max_seq_, hs}),
                        NHl_ + KVl_, 0, T);
-    layers_->qkv.backward(dln, g_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"),
-                          none, aview(d.dqkv, {R, qkv_width_}), layer_act(a.ln1, l, {R, C}),
-                          gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"));
-    ops_.rmsnorm_backward(dresidual, g(h + "input_layernorm.weight"), dln, x_in,
+    const Activation dln1 = layers_->qkv.backward(
+        {dln, "d(" + h + "input_layernorm)"},
+        g_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"), none, dqkv, b.ln1,
+        gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"));
+    expect_placement(dln1, dres.placement, "input_layernorm backward", "output gradient",
+                     placement_log_);
+    ops_.rmsnorm_backward(dresidual, g(h + "input_layernorm.weight"), dln, b.input.view,
                           p(h + "input_layernorm.weight"), layer_act(a.ln1_rstd, l, {Rl}));
     store_->after_backward(layout_.block_unit(l));
   }
@@ -269,8 +300,8 @@ void Llama::run_backward() {
   // A stage after the first leaves d(input) in dresidual (stage_boundary().input_grad).
   if (!embeds()) return;
   if (!heads()) store_->before_backward(embed);
-  layers_->embedding.backward(g("embed_tokens.weight"), none, dresidual,
-                              iview(ends_.tokens.i32(), {B, T}));
+  layers_->embedding.backward(g("embed_tokens.weight"), none, dres,
+                              token_rows(iview(ends_.tokens.i32(), {B, T}), "tokens"));
   store_->after_backward(embed);
 }
 
@@ -288,7 +319,7 @@ int64_t Llama::activation_bytes() const {
   for (const Buffer* b : {&a.rope, &a.encoded, &a.lnf, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
                           &d.dln, &d.datty, &d.dswiglu, &d.dgu, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + shared_bytes() + layers_->attention->bytes();
+  return static_cast<int64_t>(n) + shared_bytes() + attention_bytes();
 }
 
 }  // namespace gt

@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
@@ -91,18 +92,17 @@ class Llama final : public CausalLM {
     Buffer datty, dswiglu, dgu, dqkv;  // (R, NH hs/p), (R, F/p), (R, 2F/p), (R, (NH+2KV) hs/p)
     Buffer datt;                       // attention_scratch_elems
   };
+  // (attention: CausalLM::attention(), over the cp ranks.)
   struct Layers {
-    Layers(TpLayerContext& ctx, std::unique_ptr<ContextParallelAttention> attn)
-        : qkv(ctx),
-          attention(std::move(attn)),
-          o_proj(ctx),
-          gate_up(ctx),
-          down(ctx),
-          lm_head(ctx),
+    explicit Layers(TpLayerContext& ctx)
+        : qkv(ctx, "q|k|v_proj", ActDim::heads),
+          o_proj(ctx, "o_proj", ActDim::heads),
+          gate_up(ctx, "gate|up_proj", ActDim::hidden),
+          down(ctx, "down_proj", ActDim::hidden),
+          lm_head(ctx, "lm_head", ActDim::vocabulary),
           embedding(ctx),
           cross_entropy(ctx) {}
     ColumnParallelLinear qkv;  // q_proj | k_proj | v_proj
-    std::unique_ptr<ContextParallelAttention> attention;  // cp > 1: over the cp ranks
     RowParallelLinear o_proj;
     ColumnParallelLinear gate_up;  // gate_proj | up_proj
     RowParallelLinear down;
@@ -117,10 +117,16 @@ class Llama final : public CausalLM {
   void run_backward() override;
   StageBoundary boundary_views(int B, int T) override;
 
+  // Block l's activations as the layers returned them (each view with its
+  // placement): what its backward reads. Recomputation refills them.
+  struct BlockActivations {
+    Activation input, ln1, qkv, atty, res2, ln2, gu, swiglu, res3;
+  };
+
   // Block l's forward in two parts, run by forward() and again by backward()
   // for what recomputation dropped. x (R/p, C): the block's input.
   // input_layernorm, q|k|v, RoPE, attention, o_proj and the residual add into res2.
-  void block_attention_forward(int l, TensorView x);
+  void block_attention_forward(int l, const Activation& x);
   // post_attention_layernorm, gate|up and SwiGLU: down_proj's input.
   void block_mlp_up_forward(int l);
 
@@ -131,6 +137,8 @@ class Llama final : public CausalLM {
   Activations acts_;
   Gradients dacts_;
   std::unique_ptr<Layers> layers_;
+  std::vector<BlockActivations> blocks_;  // (n_layer), this stage's filled
+  Activation lnf_, logits_;               // the head's: the final norm's gathered output, logits
 };
 
 }  // namespace gt

@@ -195,17 +195,6 @@ void ContextParallelAttention::pack_kv(const Shape& s, TensorView dst) {
                  strided_rows(s.qkv.data, act_, dev, s.C, s.B * s.Tl, 2 * s.Ckv, s.W));
 }
 
-void ContextParallelAttention::gather_kv(const Shape& s) {
-  const int64_t n = s.kv_elems();
-  auto* all = static_cast<char*>(kv_.data());
-  char* mine = all + group_.rank() * n * int64_t(dtype_size(act_));
-  pack_kv(s, make_view(mine, act_, ops_.device(), {n}));
-  // In place: this rank's block is already at its slot.
-  group_.comm
-      ->all_gather(reinterpret_cast<const float*>(mine), reinterpret_cast<float*>(all), words(n))
-      .wait();
-}
-
 // The K|V block of `rank` in the gathered buffer.
 namespace {
 TensorView block_of(const Buffer& buf, DType dt, Device dev, int64_t n, int rank) {
@@ -217,8 +206,58 @@ TensorView block_of(const Buffer& buf, DType dt, Device dev, int64_t n, int rank
 
 // ---- Forward ----------------------------------------------------------------
 
-void ContextParallelAttention::forward_allgather(const Shape& s) {
-  gather_kv(s);
+namespace {
+const AxisPlacement kHeads = AxisPlacement::shard(ActDim::heads);
+const AxisPlacement kSequence = AxisPlacement::shard(ActDim::sequence);
+}  // namespace
+
+ContextParallelAttention::Shape ContextParallelAttention::shape_of(const TensorView& qkv,
+                                                                   const TensorView& saved,
+                                                                   int n_head,
+                                                                   int n_kv_head) const {
+  Shape s;
+  s.B = qkv.shape[0];
+  s.Tl = qkv.shape[1];
+  s.Tc = chunks_.chunk_len();
+  s.NH = n_head;
+  s.KV = n_kv_head;
+  s.W = qkv.shape[2];
+  const int64_t hs = s.W / (n_head + 2 * n_kv_head);
+  s.C = n_head * hs;
+  s.Ckv = n_kv_head * hs;
+  GT_CHECK(s.Tl == chunks_.local_len(), "context-parallel attention over ", s.Tl,
+           " rows per sequence; the sequence is cut into ", chunks_.local_len(), " per rank");
+  s.qkv = qkv;
+  s.lse = make_view(saved.data, DType::f32, saved.device, {s.B, int64_t(n_head), s.Tl});
+  return s;
+}
+
+Activation ContextParallelAttention::gather_kv(const Activation& qkv, int n_head, int n_kv_head) {
+  expect_placement(qkv, {kHeads, kSequence}, "cp gather_kv", "input", log_);
+  const Shape s = shape_of(qkv.view, make_view(nullptr, DType::f32, qkv.view.device, {0}), n_head,
+                           n_kv_head);
+  const int64_t n = s.kv_elems();
+  auto* all = static_cast<char*>(kv_.data());
+  char* mine = all + group_.rank() * n * int64_t(dtype_size(act_));
+  pack_kv(s, make_view(mine, act_, ops_.device(), {n}));
+  // In place: this rank's block is already at its slot.
+  group_.comm
+      ->all_gather(reinterpret_cast<const float*>(mine), reinterpret_cast<float*>(all), words(n))
+      .wait();
+  return given({make_view(all, act_, ops_.device(), {group_.size(), s.B, s.Tl, 2 * s.Ckv}),
+                {kHeads, AxisPlacement::replicated()}, qkv.name + " K|V"},
+               "cp gather_kv", "output", log_);
+}
+
+void ContextParallelAttention::attend(TensorView saved, const Activation& qkv, const Activation& kv,
+                                      int n_head, int n_kv_head) {
+  expect_placement(qkv, {kHeads, kSequence}, "cp attend", "queries", log_);
+  expect_placement(kv, {kHeads, AxisPlacement::replicated()}, "cp attend", "keys and values",
+                   log_);
+  const Shape s = shape_of(qkv.view, saved, n_head, n_kv_head);
+  GT_CHECK(kv.view.numel() == group_.size() * s.kv_elems(), "cp attend: keys and values '",
+           kv.name, "' hold ", kv.view.numel(), " elements, not every rank's ",
+           group_.size() * s.kv_elems());
   std::vector<bool> started(static_cast<size_t>(chunks_.chunks_per_rank()), false);
   for (int owner = 0; owner < group_.size(); ++owner)
     attend(s, block_of(kv_, act_, ops_.device(), s.kv_elems(), owner), owner, started);
@@ -247,37 +286,32 @@ void ContextParallelAttention::forward_ring(const Shape& s) {
   }
 }
 
-void ContextParallelAttention::forward(TensorView out, TensorView saved, TensorView qkv,
-                                       int n_head, int n_kv_head) {
+Activation ContextParallelAttention::forward(const Target& target, TensorView saved,
+                                             const Activation& qkv, int n_head, int n_kv_head) {
+  const TensorView out = target.view;
   gathered_for_ = nullptr;  // a forward always gathers: the same qkv buffer may hold new rows
-  if (group_.size() == 1) return ops_.attention_forward(out, saved, qkv, n_head, n_kv_head);
-  Shape s;
-  s.B = qkv.shape[0];
-  s.Tl = qkv.shape[1];
-  s.Tc = chunks_.chunk_len();
-  s.NH = n_head;
-  s.KV = n_kv_head;
-  s.W = qkv.shape[2];
-  s.C = out.shape[2];
-  s.Ckv = (s.W - s.C) / 2;
-  GT_CHECK(s.Tl == chunks_.local_len(), "context-parallel attention over ", s.Tl,
-           " rows per sequence; the sequence is cut into ", chunks_.local_len(), " per rank");
-  s.qkv = qkv;
-  s.out = out;
-  s.lse = make_view(saved.data, DType::f32, saved.device, {s.B, int64_t(n_head), s.Tl});
+  const char* layer = "attention forward";
+  expect_placement(qkv, {kHeads, kSequence}, layer, "input", log_);
+  const Activation result{out, qkv.placement, target.name};
+  if (group_.size() == 1) {
+    ops_.attention_forward(out, saved, qkv.view, n_head, n_kv_head);
+    return given(result, layer, "output", log_);
+  }
+  const Shape s = shape_of(qkv.view, saved, n_head, n_kv_head);
   if (group_.mode == CpComm::ring) {
     forward_ring(s);
   } else {
-    forward_allgather(s);
-    gathered_for_ = qkv.data;
+    attend(saved, qkv, gather_kv(qkv, n_head, n_kv_head), n_head, n_kv_head);
+    gathered_for_ = qkv.view.data;
   }
   // The merged fp32 output, rounded once into the activations' dtype.
   ops_.cast(out, make_view(out_.data(), DType::f32, ops_.device(), {s.B, s.Tl, s.C}));
+  return given(result, layer, "output", log_);
 }
 
 // ---- Backward ---------------------------------------------------------------
 
-void ContextParallelAttention::backward_allgather(const Shape& s) {
+Activation ContextParallelAttention::backward_allgather(const Shape& s, const std::string& name) {
   const int cp = group_.size();
   const int64_t n = s.kv_elems();
   const Device dev = ops_.device();
@@ -285,12 +319,18 @@ void ContextParallelAttention::backward_allgather(const Shape& s) {
   for (int owner = 0; owner < cp; ++owner)
     attend_backward(s, block_of(kv_, act_, dev, n, owner),
                     block_of(dkv_, DType::f32, dev, n, owner), owner);
+  // Every rank's dK|dV from this rank's queries: partial sums over cp.
+  const Activation partial{make_view(dkv_.data(), DType::f32, dev, {cp, s.B, s.Tl, 2 * s.Ckv}),
+                           {kHeads, AxisPlacement::partial()}, name};
+  given(partial, "cp reduce_scatter dK|dV", "input", log_);
   // Each rank's dK|dV summed over the ranks whose queries saw them.
   float* all = dkv_.f32();
   group_.comm->reduce_scatter_sum(all, all + cp * n, n).wait();
+  return given({block_of(dkv_, DType::f32, dev, n, cp), {kHeads, kSequence}, name},
+               "cp reduce_scatter dK|dV", "output", log_);
 }
 
-void ContextParallelAttention::backward_ring(const Shape& s) {
+Activation ContextParallelAttention::backward_ring(const Shape& s, const std::string& name) {
   const int cp = group_.size(), r = group_.rank();
   const int next = (r + 1) % cp, prev = (r + cp - 1) % cp;
   const int64_t n = s.kv_elems();
@@ -311,7 +351,7 @@ void ContextParallelAttention::backward_ring(const Shape& s) {
       kv_received = group_.comm->recv(static_cast<float*>(nxt.data), words(n), prev, 0);
       kv_received.test();
     }
-    // The previous accumulator of this slot left two hops ago: done by now.
+    // The previous accumulator of this slot left two hops ago and was waited.
     ops_.zero(acc);
     attend_backward(s, cur, acc, owner);
     if (step > 0) {
@@ -329,49 +369,49 @@ void ContextParallelAttention::backward_ring(const Shape& s) {
   // The last hop brought this rank's own dK|dV, every rank's share summed.
   partial_received.wait();
   partial_sent.wait();
+  return given({incoming, {kHeads, kSequence}, name}, "cp ring dK|dV", "output", log_);
 }
 
-void ContextParallelAttention::backward(TensorView dqkv, TensorView scratch, TensorView dout,
-                                        TensorView qkv, TensorView out, TensorView saved,
-                                        int n_head, int n_kv_head) {
+Activation ContextParallelAttention::backward(const Target& target, TensorView scratch,
+                                              const Activation& dout, const Activation& qkv,
+                                              const Activation& out, TensorView saved, int n_head,
+                                              int n_kv_head) {
   const void* held = gathered_for_;
   gathered_for_ = nullptr;
-  if (group_.size() == 1)
-    return ops_.attention_backward(dqkv, scratch, dout, qkv, out, saved, n_head, n_kv_head);
-  Shape s;
-  s.B = qkv.shape[0];
-  s.Tl = qkv.shape[1];
-  s.Tc = chunks_.chunk_len();
-  s.NH = n_head;
-  s.KV = n_kv_head;
-  s.W = qkv.shape[2];
-  s.C = out.shape[2];
-  s.Ckv = (s.W - s.C) / 2;
-  s.qkv = qkv;
-  s.out = out;
-  s.dout = dout;
+  const TensorView dqkv = target.view;
+  const char* layer = "attention backward";
+  expect_placement(dout, {kHeads, kSequence}, layer, "output gradient", log_);
+  expect_placement(qkv, {kHeads, kSequence}, layer, "input", log_);
+  expect_placement(out, {kHeads, kSequence}, layer, "output", log_);
+  const Activation result{dqkv, qkv.placement, target.name};
+  if (group_.size() == 1) {
+    ops_.attention_backward(dqkv, scratch, dout.view, qkv.view, out.view, saved, n_head,
+                            n_kv_head);
+    return given(result, layer, "input gradient", log_);
+  }
+  Shape s = shape_of(qkv.view, saved, n_head, n_kv_head);
+  s.dout = dout.view;
   s.dqkv = dqkv;
-  s.lse = make_view(saved.data, DType::f32, saved.device, {s.B, int64_t(n_head), s.Tl});
   const Device dev = ops_.device();
-  const int64_t n = s.kv_elems();
   // delta = rowsum(dout o out) of the global output; dq accumulates in out_.
   ops_.attention_row_dot(make_view(delta_.data(), DType::f32, dev, {s.B, int64_t(n_head), s.Tl}),
-                         dout, out, n_head);
+                         dout.view, out.view, n_head);
   ops_.zero(make_view(out_.data(), DType::f32, dev, {s.B * s.Tl * s.C}));
-  TensorView dkv_own;
+  const std::string name = "d(" + qkv.name + " K|V)";
+  Activation dkv;
   if (group_.mode == CpComm::ring) {
-    backward_ring(s);
-    dkv_own = block_of(dkv_, DType::f32, dev, n, 2);
+    dkv = backward_ring(s, name);
   } else {
-    if (held != qkv.data) gather_kv(s);  // else this qkv's gather is still held
-    backward_allgather(s);
-    dkv_own = block_of(dkv_, DType::f32, dev, n, group_.size());
+    if (held != qkv.view.data) gather_kv(qkv, n_head, n_kv_head);  // else still held
+    dkv = backward_allgather(s, name);
   }
-  // dq and dK|dV into the packed gradient, each rounded once.
+  // dq and this rank's rows' dK|dV into the packed gradient, each rounded once.
+  expect_placement(dkv, {kHeads, kSequence}, layer, "key/value gradient", log_);
   ops_.cast_rows(strided_rows(dqkv.data, act_, dev, 0, s.B * s.Tl, s.C, s.W),
                  strided_rows(out_.data(), DType::f32, dev, 0, s.B * s.Tl, s.C, s.C));
   ops_.cast_rows(strided_rows(dqkv.data, act_, dev, s.C, s.B * s.Tl, 2 * s.Ckv, s.W),
-                 strided_rows(dkv_own.data, DType::f32, dev, 0, s.B * s.Tl, 2 * s.Ckv, 2 * s.Ckv));
+                 strided_rows(dkv.view.data, DType::f32, dev, 0, s.B * s.Tl, 2 * s.Ckv, 2 * s.Ckv));
+  return given(result, layer, "input gradient", log_);
 }
 
 }  // namespace gt

@@ -40,6 +40,7 @@
 #include "kernels/ops.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/parallelize/activation_placement.hpp"
 
 namespace gt {
 
@@ -86,7 +87,10 @@ class SequenceChunks {
 //             out (B, Tl, NH hs), both in the activations' dtype; saved:
 //             saved_elems floats (cp > 1: the global lse (B, NH, Tl)).
 //   backward  dqkv (qkv's shape) ASSIGNED; dout, qkv, out, saved the forward's.
-// NH and KV are this tp rank's heads.
+// NH and KV are this tp rank's heads. Placements: qkv, out, dout and dqkv
+// are {tp: shard(heads), cp: shard(sequence)}; inside, the gathered K|V are
+// cp replicated and the dK|dV of every rank's rows cp partial until their
+// reduce-scatter (allgather mode). Checked at each step.
 class ContextParallelAttention {
  public:
   // Elements of every scratch buffer at cp > 1 (zero at cp = 1), for B <=
@@ -122,22 +126,41 @@ class ContextParallelAttention {
   const SequenceChunks& chunks() const { return chunks_; }
   int64_t bytes() const;  // the scratch above
 
-  void forward(TensorView out, TensorView saved, TensorView qkv, int n_head, int n_kv_head);
-  void backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,
-                TensorView out, TensorView saved, int n_head, int n_kv_head);
+  // Records every placement checked or given (null: nowhere; not owned).
+  void set_placement_log(PlacementLog* log) { log_ = log; }
+
+  Activation forward(const Target& out, TensorView saved, const Activation& qkv, int n_head,
+                     int n_kv_head);
+  Activation backward(const Target& dqkv, TensorView scratch, const Activation& dout,
+                      const Activation& qkv, const Activation& out, TensorView saved, int n_head,
+                      int n_kv_head);
+
+  // The cp mappings of allgather mode, each with its backward dual, public
+  // for what they check (tests plant misuses):
+  //   gather_kv   K|V of qkv {cp: shard(sequence)} packed and all-gathered
+  //               over cp into this layer's buffer: (cp, B, Tl, 2 KV hs),
+  //               returned cp replicated. Backward dual: the reduce-scatter
+  //               of dK|dV (backward).
+  //   attend      attention of qkv's queries over every rank's keys: `kv`
+  //               must be the gather's, cp replicated. Writes the merged
+  //               fp32 output and the lse (saved) of forward.
+  Activation gather_kv(const Activation& qkv, int n_head, int n_kv_head);
+  void attend(TensorView saved, const Activation& qkv, const Activation& kv, int n_head,
+              int n_kv_head);
 
  private:
   struct Shape;  // one call's extents and views (context_parallel.cpp)
+  Shape shape_of(const TensorView& qkv, const TensorView& saved, int n_head, int n_kv_head) const;
   // The local rows of chunk j of the packed K|V block `kv` (B, Tl, 2 KV hs).
   void attend(const Shape& s, TensorView kv, int owner, std::vector<bool>& started);
   void attend_backward(const Shape& s, TensorView kv, TensorView dkv, int owner);
-  void forward_allgather(const Shape& s);
   void forward_ring(const Shape& s);
-  void backward_allgather(const Shape& s);
-  void backward_ring(const Shape& s);
+  // dK|dV of every rank's rows ({cp: partial}), then reduce-scattered: this
+  // rank's rows' {cp: shard(sequence)}, returned.
+  Activation backward_allgather(const Shape& s, const std::string& name);
+  Activation backward_ring(const Shape& s, const std::string& name);
   // K|V of qkv packed into `dst` (B, Tl, 2 KV hs), the activations' dtype.
   void pack_kv(const Shape& s, TensorView dst);
-  void gather_kv(const Shape& s);
   // Bytes of `n` activation elements as the 4-byte words a collective moves.
   int64_t words(int64_t n) const;
 
@@ -145,6 +168,7 @@ class ContextParallelAttention {
   ContextParallelGroup group_;
   SequenceChunks chunks_;
   DType act_;
+  PlacementLog* log_ = nullptr;
   Buffer kv_, out_, dkv_, delta_, block_;
   // The qkv whose K|V the allgather buffer holds, valid only until the next
   // call of any kind (so a backward after its own forward skips the gather;

@@ -55,11 +55,11 @@ TensorView TpLayerContext::gather_rows(int64_t rows, int64_t cols) {
   return make_view(gather_rows_.data(), DType::f32, ops_.device(), {rows, cols});
 }
 
-TensorView TpLayerContext::stage_for_gather(const TensorView& local) {
-  const int64_t cols = local.numel() / local.shape[0];
-  const TensorView full = gather_rows(local.shape[0] * size(), cols);
-  ops_.copy(maps_.own_rows(full), local);
-  return full;
+Activation TpLayerContext::stage_for_gather(const Activation& local) {
+  const int64_t cols = local.view.numel() / local.view.shape[0];
+  const TensorView full = gather_rows(local.view.shape[0] * size(), cols);
+  ops_.copy(maps_.own_rows(full), local.view);
+  return {full, local.placement, local.name};
 }
 
 int64_t TpLayerContext::bytes() const {
@@ -83,67 +83,121 @@ void TpLayerContext::gemm_backward(TensorView dx, TensorView dw, TensorView db, 
 
 // ---- ColumnParallelLinear ---------------------------------------------------
 
-void ColumnParallelLinear::forward(TensorView out, TensorView x, TensorView w32, TensorView b,
-                                   TensorView gelu_pre) {
+Activation ColumnParallelLinear::forward(const Target& target, Activation& x, TensorView w32,
+                                         TensorView b, TensorView gelu_pre) {
+  const TensorView out = target.view;
+  // The placement first: gather_from_sequence checks x is this rank's rows.
+  const std::string layer = name_ + " forward";
   const TensorView w = ctx_.precision().weight(w32);  // once, before the chunks
   const TensorView bias = ctx_.precision().bias(b);
-  ctx_.maps().gather_from_sequence(x, [&](int64_t row0, int64_t rows) {
-    ctx_.gemm_forward(rows_of(out, row0, rows), rows_of(x, row0, rows), w, bias,
-                      rows_or_none(gelu_pre, row0, rows));
-  });
+  const TensorView xs = x.view;
+  ctx_.maps().gather_from_sequence(
+      x,
+      [&](int64_t row0, int64_t rows) {
+        ctx_.gemm_forward(rows_of(out, row0, rows), rows_of(xs, row0, rows), w, bias,
+                          rows_or_none(gelu_pre, row0, rows));
+      },
+      layer);
+  return given({out, {AxisPlacement::shard(out_dim_), x.placement.cp}, target.name}, layer,
+               "output", ctx_.placement_log());
 }
 
-void ColumnParallelLinear::backward(TensorView dx, TensorView dw, TensorView db, TensorView dout,
-                                    TensorView x, TensorView w32) {
+Activation ColumnParallelLinear::backward(const Target& target, TensorView dw, TensorView db,
+                                          const Activation& dout, const Activation& x,
+                                          TensorView w32) {
+  const TensorView dx = target.view;
+  const std::string layer = name_ + " backward";
+  PlacementLog* log = ctx_.placement_log();
+  expect_tp(dout, AxisPlacement::shard(out_dim_), layer, "output gradient", log);
+  expect_tp(x, AxisPlacement::replicated(), layer, "input (gathered in forward)", log);
   const TensorView w = ctx_.precision().weight(w32);
-  if (ctx_.size() == 1) return ctx_.gemm_backward(dx, dw, db, dout, x, w);
-  ctx_.maps().reduce_scatter_to_sequence(
+  const std::string& name = target.name;
+  if (ctx_.size() == 1) {
+    ctx_.gemm_backward(dx, dw, db, dout.view, x.view, w);
+    return given({dx, {AxisPlacement::shard(ActDim::sequence), dout.placement.cp}, name}, layer,
+                 "input gradient", log);
+  }
+  return ctx_.maps().reduce_scatter_to_sequence(
       dx,
       [&](int64_t row0, int64_t rows, TensorView partial) {
-        ctx_.gemm_backward(partial, dw, db, rows_of(dout, row0, rows), rows_of(x, row0, rows), w);
+        ctx_.gemm_backward(partial, dw, db, rows_of(dout.view, row0, rows),
+                           rows_of(x.view, row0, rows), w);
       },
-      ctx_.ring_workspace());
+      ctx_.ring_workspace(), dout.placement.cp, name, layer);
 }
 
 // ---- RowParallelLinear ------------------------------------------------------
 
-void RowParallelLinear::forward(TensorView out, TensorView x, TensorView w32, TensorView b) {
+Activation RowParallelLinear::forward(const Target& target, const Activation& x, TensorView w32,
+                                      TensorView b) {
+  const std::string layer = name_ + " forward";
+  PlacementLog* log = ctx_.placement_log();
+  expect_tp(x, AxisPlacement::shard(in_dim_), layer, "input", log);
+  const TensorView out = target.view;
+  const std::string& name = target.name;
   const TensorView w = ctx_.precision().weight(w32);
-  if (ctx_.size() == 1) return ctx_.gemm_forward(out, x, w, ctx_.precision().bias(b));
+  if (ctx_.size() == 1) {
+    ctx_.gemm_forward(out, x.view, w, ctx_.precision().bias(b));
+    return given({out, {AxisPlacement::shard(ActDim::sequence), x.placement.cp}, name}, layer,
+                 "output", log);
+  }
   const TensorView none;
   // The partial sums are added in fp32; bf16 storage rounds the total once.
   const bool staged = out.dtype != DType::f32;
   const TensorView sum = staged ? ctx_.sum_rows(out.shape[0], out.shape[1]) : out;
-  ctx_.maps().reduce_scatter_to_sequence(
+  Activation reduced = ctx_.maps().reduce_scatter_to_sequence(
       sum,
       [&](int64_t row0, int64_t rows, TensorView partial) {
-        ctx_.gemm_forward(partial, rows_of(x, row0, rows), w, none);
+        ctx_.gemm_forward(partial, rows_of(x.view, row0, rows), w, none);
       },
-      ctx_.ring_workspace());
+      ctx_.ring_workspace(), x.placement.cp, name, layer);
   // The bias once, after the sum (it is replicated on every tp rank); Llama
   // has none.
   if (!b.empty()) ctx_.ops().add_bias(sum, ctx_.precision().bias_as_f32(b));
   if (staged) ctx_.ops().cast(out, sum);
+  reduced.view = out;
+  return reduced;
 }
 
-void RowParallelLinear::backward(TensorView dx, TensorView dw, TensorView db, TensorView dout,
-                                 TensorView x, TensorView w32, TensorView gelu_pre) {
+Activation RowParallelLinear::backward(const Target& target, TensorView dw, TensorView db,
+                                       const Activation& dout, const Activation& x,
+                                       TensorView w32, const Activation& gelu_pre) {
+  const TensorView dx = target.view;
+  const std::string layer = name_ + " backward";
+  PlacementLog* log = ctx_.placement_log();
+  expect_tp(dout, AxisPlacement::shard(ActDim::sequence), layer, "output gradient", log);
+  expect_tp(x, AxisPlacement::shard(in_dim_), layer, "input", log);
+  if (!gelu_pre.view.empty())
+    expect_tp(gelu_pre, AxisPlacement::shard(in_dim_), layer, "GELU input", log);
+  const Activation out{dx, {AxisPlacement::shard(in_dim_), dout.placement.cp}, target.name};
   const TensorView w = ctx_.precision().weight(w32);
-  if (ctx_.size() == 1) return ctx_.gemm_backward(dx, dw, db, dout, x, w, gelu_pre);
-  const TensorView full = ctx_.stage_for_gather(dout);
+  if (ctx_.size() == 1) {
+    ctx_.gemm_backward(dx, dw, db, dout.view, x.view, w, gelu_pre.view);
+    return given(out, layer, "input gradient", log);
+  }
+  Activation full = ctx_.stage_for_gather(dout);
   // Each chunk adds its rows to dW and db: over all chunks db is the whole
   // bias gradient on every rank (no partial sum left to reduce).
-  ctx_.maps().gather_from_sequence(full, [&](int64_t row0, int64_t rows) {
-    ctx_.gemm_backward(rows_of(dx, row0, rows), dw, db, rows_of(full, row0, rows),
-                       rows_of(x, row0, rows), w, rows_or_none(gelu_pre, row0, rows));
-  });
+  const TensorView fv = full.view;
+  ctx_.maps().gather_from_sequence(
+      full,
+      [&](int64_t row0, int64_t rows) {
+        ctx_.gemm_backward(rows_of(dx, row0, rows), dw, db, rows_of(fv, row0, rows),
+                           rows_of(x.view, row0, rows), w, rows_or_none(gelu_pre.view, row0, rows));
+      },
+      layer);
+  return given(out, layer, "input gradient", log);
 }
 
 // ---- VocabParallelEmbedding -------------------------------------------------
 
-void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorView wte,
-                                     TensorView wpe, TensorView positions,
-                                     TensorView position_rows) {
+Activation VocabParallelEmbedding::forward(const Target& target, const Activation& token_ids,
+                                           TensorView wte, TensorView wpe, TensorView positions,
+                                           TensorView position_rows) {
+  const TensorView out = target.view;
+  const std::string layer = "embedding forward";
+  expect_tp(token_ids, AxisPlacement::replicated(), layer, "tokens", ctx_.placement_log());
+  const TensorView tokens = token_ids.view;
   Ops& ops = ctx_.ops();
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[1];
   const int64_t Rl = out.shape[0];
@@ -164,7 +218,7 @@ void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorVi
           ops.token_embedding_forward(
               partial, make_view(tok + row0, DType::i32, tokens.device, {rows}), wte, vocab0);
         },
-        ctx_.ring_workspace());
+        ctx_.ring_workspace(), token_ids.placement.cp, target.name, layer);
   }
   if (!wpe.empty() && chunked) {
     // wpe's rows looked up by position, as tokens look up wte's: the same
@@ -175,10 +229,17 @@ void VocabParallelEmbedding::forward(TensorView out, TensorView tokens, TensorVi
     ops.position_embedding_forward(emb, wpe, ctx_.rank() * Rl, static_cast<int>(T));
   }
   if (out.dtype != DType::f32) ops.cast(out, emb);
+  return given({out, {AxisPlacement::shard(ActDim::sequence), token_ids.placement.cp}, target.name},
+               layer, "output", ctx_.placement_log());
 }
 
-void VocabParallelEmbedding::backward(TensorView dwte, TensorView dwpe, TensorView dout,
-                                      TensorView tokens, TensorView positions) {
+void VocabParallelEmbedding::backward(TensorView dwte, TensorView dwpe, const Activation& dgrad,
+                                      const Activation& token_ids, TensorView positions) {
+  const std::string layer = "embedding backward";
+  expect_tp(dgrad, AxisPlacement::shard(ActDim::sequence), layer, "output gradient",
+            ctx_.placement_log());
+  expect_tp(token_ids, AxisPlacement::replicated(), layer, "tokens", ctx_.placement_log());
+  const TensorView dout = dgrad.view, tokens = token_ids.view;
   Ops& ops = ctx_.ops();
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = dout.shape[1];
   const bool chunked = !positions.empty();
@@ -193,21 +254,38 @@ void VocabParallelEmbedding::backward(TensorView dwte, TensorView dwpe, TensorVi
   if (ctx_.size() == 1)
     return ops.token_embedding_backward(
         dwte, dout, make_view(tokens.data, DType::i32, tokens.device, {B * T}), 0);
-  const TensorView full = ctx_.stage_for_gather(dout);
+  Activation full = ctx_.stage_for_gather(dgrad);
+  const TensorView fv = full.view;
   auto* tok = static_cast<int32_t*>(tokens.data);
-  ctx_.maps().gather_from_sequence(full, [&](int64_t row0, int64_t rows) {
-    ops.token_embedding_backward(dwte, rows_of(full, row0, rows),
-                                 make_view(tok + row0, DType::i32, tokens.device, {rows}), vocab0);
-  });
+  ctx_.maps().gather_from_sequence(
+      full,
+      [&](int64_t row0, int64_t rows) {
+        ops.token_embedding_backward(dwte, rows_of(fv, row0, rows),
+                                     make_view(tok + row0, DType::i32, tokens.device, {rows}),
+                                     vocab0);
+      },
+      layer);
 }
 
 // ---- VocabParallelCrossEntropy ----------------------------------------------
 
-void VocabParallelCrossEntropy::forward(TensorView losses, TensorView dlogits, TensorView logits,
-                                        TensorView targets, int64_t vocab, float grad_scale) {
+Activation VocabParallelCrossEntropy::forward(const Target& target, TensorView dlogits,
+                                              const Activation& logit_rows,
+                                              const Activation& target_ids, int64_t vocab,
+                                              float grad_scale) {
+  const std::string layer = "cross_entropy forward";
+  PlacementLog* log = ctx_.placement_log();
+  expect_tp(logit_rows, AxisPlacement::shard(ActDim::vocabulary), layer, "logits", log);
+  expect_placement(target_ids, {AxisPlacement::replicated(), logit_rows.placement.cp}, layer,
+                   "targets", log);
+  const TensorView losses = target.view;
+  const Activation out{losses, {AxisPlacement::replicated(), logit_rows.placement.cp}, target.name};
+  const TensorView logits = logit_rows.view, targets = target_ids.view;
   Ops& ops = ctx_.ops();
-  if (ctx_.size() == 1)
-    return ops.softmax_cross_entropy(losses, dlogits, logits, targets, vocab, grad_scale);
+  if (ctx_.size() == 1) {
+    ops.softmax_cross_entropy(losses, dlogits, logits, targets, vocab, grad_scale);
+    return given(out, layer, "output", log);
+  }
   const int64_t R = logits.shape[0], vocab0 = ctx_.rank() * logits.shape[1];
   float* stats = ctx_.stats(R);
   const Device dev = logits.device;
@@ -221,6 +299,7 @@ void VocabParallelCrossEntropy::forward(TensorView losses, TensorView dlogits, T
   ctx_.maps().all_reduce_sum(make_view(stats + R, DType::f32, dev, {2 * R}));
   ops.cross_entropy_shard_finish(losses, dlogits, logits, targets, row_max, sumexp, target_logit,
                                  vocab0, vocab, grad_scale);
+  return given(out, layer, "output", log);
 }
 
 }  // namespace gt

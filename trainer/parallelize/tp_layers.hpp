@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
@@ -58,6 +59,10 @@ class TpLayerContext {
 
   Ops& ops() { return ops_; }
   TpMappings& maps() { return maps_; }
+  // Where the layers record every placement they check or give (null:
+  // nowhere; not owned).
+  void set_placement_log(PlacementLog* log) { maps_.set_placement_log(log); }
+  PlacementLog* placement_log() const { return maps_.placement_log(); }
   LinearPrecision& precision() { return precision_; }
   int size() const { return maps_.size(); }
   int rank() const { return maps_.rank(); }
@@ -67,8 +72,8 @@ class TpLayerContext {
   float* ring_workspace() { return ring_.f32(); }
   float* stats(int64_t rows);  // (3, rows) fp32
   // The own chunk of gather_rows(R, cols) set to `local` (R/p, cols) fp32:
-  // ready for gather_from_sequence.
-  TensorView stage_for_gather(const TensorView& local);
+  // ready for gather_from_sequence, with local's placement.
+  Activation stage_for_gather(const Activation& local);
   // Bytes of the scratch and the precision buffers, for the memory figures.
   int64_t bytes() const;
 
@@ -90,23 +95,38 @@ class TpLayerContext {
   Buffer stats_;        // (3, R) fp32, tp > 1
 };
 
+// Every layer checks the placements of the activations it reads at entry
+// and returns what it writes with the placement it gives
+// (activation_placement.hpp); the cp placement of a per-position layer's
+// input passes through to its output. `name` (the layer's role, "c_attn")
+// and the tensor's own name make the messages.
+
 // Output features split: all-gather the input rows (gather_from_sequence),
 // multiply by this rank's rows of W. Backward: reduce-scatter the input
 // gradient (the dual).
 class ColumnParallelLinear {
  public:
-  explicit ColumnParallelLinear(TpLayerContext& ctx) : ctx_(ctx) {}
-  // out (R, N/p) = x (R, K) @ w^T + b; x holds this rank's R/p rows at its
-  // own chunk and is gathered in place. gelu_pre (R, N/p) fuses a GELU
-  // (TpLayerContext::gemm_forward). b may be empty (the tied LM head).
-  void forward(TensorView out, TensorView x, TensorView w, TensorView b, TensorView gelu_pre = {});
-  // dx (R/p, K) = reduce-scatter of dout @ w; dw, db accumulate. x is the
-  // forward's gathered input.
-  void backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
-                TensorView w);
+  // out_dim: what the output features are (heads: q|k|v; hidden: the MLP;
+  // vocabulary: the LM head).
+  ColumnParallelLinear(TpLayerContext& ctx, std::string name, ActDim out_dim)
+      : ctx_(ctx), name_(std::move(name)), out_dim_(out_dim) {}
+  // out (R, N/p) = x (R, K) @ w^T + b; x {tp: shard(sequence)} holds this
+  // rank's R/p rows at its own chunk and is gathered in place (its
+  // placement becomes tp replicated); returns out {tp: shard(out_dim)}.
+  // gelu_pre (R, N/p) fuses a GELU (TpLayerContext::gemm_forward). b may be
+  // empty (the tied LM head).
+  Activation forward(const Target& out, Activation& x, TensorView w, TensorView b,
+                     TensorView gelu_pre = {});
+  // dx (R/p, K) = reduce-scatter of dout @ w; dw, db accumulate. dout
+  // {tp: shard(out_dim)}, x the forward's gathered input {tp: replicated};
+  // returns dx {tp: shard(sequence)}.
+  Activation backward(const Target& dx, TensorView dw, TensorView db, const Activation& dout,
+                      const Activation& x, TensorView w);
 
  private:
   TpLayerContext& ctx_;
+  std::string name_;
+  ActDim out_dim_;
 };
 
 // Input features split: multiply this rank's columns of W, reduce-scatter
@@ -115,18 +135,25 @@ class ColumnParallelLinear {
 // Backward: all-gather the output gradient (the dual).
 class RowParallelLinear {
  public:
-  explicit RowParallelLinear(TpLayerContext& ctx) : ctx_(ctx) {}
+  // in_dim: what the input features are (heads: attention's output;
+  // hidden: the MLP's).
+  RowParallelLinear(TpLayerContext& ctx, std::string name, ActDim in_dim)
+      : ctx_(ctx), name_(std::move(name)), in_dim_(in_dim) {}
   // out (R/p, N) = RS(x (R, K/p) @ w^T) + b (b may be empty: no bias); the
-  // partial sums add in fp32 and a bf16 out is rounded once.
-  void forward(TensorView out, TensorView x, TensorView w, TensorView b);
-  // dout (R/p, N) is gathered; dx (R, K/p) assigned; dw, db accumulate (db
-  // from all rows: complete on every rank); gelu_pre (R, K/p) multiplies dx
-  // by gelu'(gelu_pre) (the MLP's c_proj, whose input was gelu of it).
-  void backward(TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
-                TensorView w, TensorView gelu_pre = {});
+  // partial sums add in fp32 and a bf16 out is rounded once. x {tp:
+  // shard(in_dim)}; returns out {tp: shard(sequence)}.
+  Activation forward(const Target& out, const Activation& x, TensorView w, TensorView b);
+  // dout (R/p, N) {tp: shard(sequence)} is gathered; dx (R, K/p) assigned;
+  // dw, db accumulate (db from all rows: complete on every rank); gelu_pre
+  // (R, K/p) {tp: shard(in_dim)} multiplies dx by gelu'(gelu_pre) (the MLP's
+  // c_proj, whose input was gelu of it); returns dx {tp: shard(in_dim)}.
+  Activation backward(const Target& dx, TensorView dw, TensorView db, const Activation& dout,
+                      const Activation& x, TensorView w, const Activation& gelu_pre = {});
 
  private:
   TpLayerContext& ctx_;
+  std::string name_;
+  ActDim in_dim_;
 };
 
 // The token embedding with the vocabulary split (plus GPT-2's learned
@@ -138,17 +165,19 @@ class VocabParallelEmbedding {
  public:
   explicit VocabParallelEmbedding(TpLayerContext& ctx) : ctx_(ctx) {}
   // out (R/p, C) = wte[tokens] + wpe[positions] of this rank's rows;
-  // tokens (B, T) int32, all rows, the same on every tp rank; wte (V/p, C)
-  // this rank's vocabulary rows; wpe (block_size, C). Summed in fp32, a bf16
-  // out rounded once. A row's position is its index in its sequence, or,
-  // given `positions` (R/p) int32 (context parallelism: a rank holds chunks
-  // of each sequence), positions[i] for own row i; wpe's rows are then
-  // looked up into `position_rows` (R/p, C) fp32 scratch and added.
-  void forward(TensorView out, TensorView tokens, TensorView wte, TensorView wpe,
-               TensorView positions = {}, TensorView position_rows = {});
-  // dout (R/p, C) fp32; dwte, dwpe accumulate (dwpe: this rank's rows only,
-  // a partial sum over tp, and over cp with `positions`).
-  void backward(TensorView dwte, TensorView dwpe, TensorView dout, TensorView tokens,
+  // tokens (B, T) int32 {tp: replicated} (all rows, the same on every tp
+  // rank); wte (V/p, C) this rank's vocabulary rows; wpe (block_size, C).
+  // Summed in fp32, a bf16 out rounded once. A row's position is its index
+  // in its sequence, or, given `positions` (R/p) int32 (context
+  // parallelism: a rank holds chunks of each sequence), positions[i] for own
+  // row i; wpe's rows are then looked up into `position_rows` (R/p, C) fp32
+  // scratch and added. Returns out {tp: shard(sequence), cp: tokens' cp}.
+  Activation forward(const Target& out, const Activation& tokens, TensorView wte, TensorView wpe,
+                     TensorView positions = {}, TensorView position_rows = {});
+  // dout (R/p, C) fp32 {tp: shard(sequence)}; dwte, dwpe accumulate (dwpe:
+  // this rank's rows only, a partial sum over tp, and over cp with
+  // `positions`).
+  void backward(TensorView dwte, TensorView dwpe, const Activation& dout, const Activation& tokens,
                 TensorView positions = {});
 
  private:
@@ -161,11 +190,13 @@ class VocabParallelEmbedding {
 class VocabParallelCrossEntropy {
  public:
   explicit VocabParallelCrossEntropy(TpLayerContext& ctx) : ctx_(ctx) {}
-  // losses (R) fp32; logits (R, V/p), this rank's columns [rank*V/p, ...),
-  // columns >= vocab padding (masked); targets (R) int32. With dlogits (the
+  // losses (R) fp32; logits (R, V/p) {tp: shard(vocabulary)}, this rank's
+  // columns [rank*V/p, ...), columns >= vocab padding (masked); targets (R)
+  // int32 {tp: replicated}, with the logits' cp placement. With dlogits (the
   // logits themselves, in place) it writes (softmax - onehot) * grad_scale.
-  void forward(TensorView losses, TensorView dlogits, TensorView logits, TensorView targets,
-               int64_t vocab, float grad_scale);
+  // Returns the losses {tp: replicated}.
+  Activation forward(const Target& losses, TensorView dlogits, const Activation& logits,
+                     const Activation& targets, int64_t vocab, float grad_scale);
 
  private:
   TpLayerContext& ctx_;

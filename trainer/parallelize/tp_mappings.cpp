@@ -16,7 +16,12 @@ TensorView TpMappings::own_rows(const TensorView& full) const {
   return rows_of(full, rank() * Rl, Rl);
 }
 
-void TpMappings::gather_from_sequence(const TensorView& full, const RowsCompute& compute) {
+void TpMappings::gather_from_sequence(Activation& in, const RowsCompute& compute,
+                                      const std::string& layer) {
+  expect_tp(in, AxisPlacement::shard(ActDim::sequence), layer + " (gather_from_sequence)", "input",
+            log_);
+  in.placement.tp = AxisPlacement::replicated();
+  const TensorView& full = in.view;
   const int64_t R = full.shape[0], cols = full.numel() / R;
   if (size() == 1) return compute(0, R);
   const int64_t Rl = R / size();
@@ -30,12 +35,18 @@ void TpMappings::gather_from_sequence(const TensorView& full, const RowsCompute&
       [&](int c0, int n) { compute(c0 * Rl, n * Rl); }, group_.overlap);
 }
 
-void TpMappings::reduce_scatter_to_sequence(const TensorView& result, const RowsPartial& partial,
-                                            float* workspace) {
+Activation TpMappings::reduce_scatter_to_sequence(const TensorView& result,
+                                                  const RowsPartial& partial, float* workspace,
+                                                  const AxisPlacement& cp, std::string name,
+                                                  const std::string& layer) {
   GT_CHECK(result.dtype == DType::f32, "reduce_scatter_to_sequence sums into fp32, not ",
            dtype_name(result.dtype));
+  Activation out{result, {AxisPlacement::shard(ActDim::sequence), cp}, std::move(name)};
   const int64_t Rl = result.shape[0], cols = result.numel() / Rl;
-  if (size() == 1) return partial(0, Rl, result);
+  if (size() == 1) {
+    partial(0, Rl, result);
+    return given(out, layer + " (reduce_scatter_to_sequence)", "output", log_);
+  }
   const Device device = result.device;
   compute_then_reduce_scatter(
       *group_.comm, result.f32(), Rl * cols,
@@ -48,6 +59,7 @@ void TpMappings::reduce_scatter_to_sequence(const TensorView& result, const Rows
         ops_.accumulate(make_view(acc, DType::f32, device, {n}),
                         make_view(const_cast<float*>(x), DType::f32, device, {n}));
       });
+  return given(out, layer + " (reduce_scatter_to_sequence)", "output", log_);
 }
 
 void TpMappings::all_reduce_max(const TensorView& x) {

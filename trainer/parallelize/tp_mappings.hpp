@@ -11,14 +11,19 @@
 // dual: a layer's backward uses the dual of what its forward used.
 //
 // Nothing here communicates at p = 1: every mapping is then the computation
-// on all rows, in place.
+// on all rows, in place. Each mapping checks and changes the tp placement of
+// what it moves (activation_placement.hpp) at any p: the gather takes
+// shard(sequence) to replicated, the reduce-scatter partial sums to
+// shard(sequence).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "kernels/ops.hpp"
 #include "parallel/communicator.hpp"
+#include "trainer/parallelize/activation_placement.hpp"
 
 namespace gt {
 
@@ -44,6 +49,9 @@ class TpMappings {
   using RowsPartial = std::function<void(int64_t row0, int64_t rows, TensorView out)>;
 
   TpMappings(Ops& ops, TensorParallelGroup group) : ops_(ops), group_(group) {}
+  // Where every check is recorded (null: nowhere); not owned.
+  void set_placement_log(PlacementLog* log) { log_ = log; }
+  PlacementLog* placement_log() const { return log_; }
   const TensorParallelGroup& group() const { return group_; }
   int size() const { return group_.size(); }
   int rank() const { return group_.rank(); }
@@ -55,19 +63,23 @@ class TpMappings {
   // rank's R/p rows at its own chunk on entry and every rank's on return;
   // compute runs on each chunk of rows once it is present (the whole tensor
   // at p = 1). bf16 rows travel as bits, two to a 4-byte word, so R/p * cols
-  // must be even. Backward dual: reduce_scatter_to_sequence_region.
-  void gather_from_sequence(const TensorView& full, const RowsCompute& compute);
+  // must be even. Placement: {tp: shard(sequence)} on entry, replicated on
+  // return (cp unchanged); `layer` names the caller in messages.
+  // Backward dual: reduce_scatter_to_sequence_region.
+  void gather_from_sequence(Activation& full, const RowsCompute& compute, const std::string& layer);
 
   // reduce_scatter_to_sequence_region: `result` (R/p, cols) fp32 = the sum
   // over the tp ranks of their partial sums of this rank's rows; partial is
   // asked for every chunk of all R rows. `workspace` holds
   // reduce_scatter_workspace_elems(p, R/p * cols, overlap) floats
   // (parallel/collective_matmul.hpp; TpLayerContext::scratch sizes it), apart
-  // from result. At p = 1 the
-  // partial is written straight into result. Backward dual:
+  // from result. At p = 1 the partial is written straight into result.
+  // Placement: the partials are {tp: partial}; the result is returned as
+  // {tp: shard(sequence), cp: `cp`}, recorded for `layer`. Backward dual:
   // gather_from_sequence_region.
-  void reduce_scatter_to_sequence(const TensorView& result, const RowsPartial& partial,
-                                  float* workspace);
+  Activation reduce_scatter_to_sequence(const TensorView& result, const RowsPartial& partial,
+                                        float* workspace, const AxisPlacement& cp,
+                                        std::string name, const std::string& layer);
 
   // reduce_from_tensor_region for statistics: the elementwise max / sum of
   // `x` (fp32) over the tp ranks, in place. Used by the vocab-parallel
@@ -80,6 +92,7 @@ class TpMappings {
  private:
   Ops& ops_;
   TensorParallelGroup group_;
+  PlacementLog* log_ = nullptr;
 };
 
 }  // namespace gt
