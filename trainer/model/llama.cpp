@@ -131,7 +131,7 @@ void Llama::block_mlp_up_forward(int l) {
   ops_.rmsnorm_forward(own_rows(ln2), layer_act(a.ln2_rstd, l, {Rl}), b.res2.view,
                        p(h + "post_attention_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
   b.ln2 = rowwise(ln2, b.res2, h + "post_attention_layernorm");
-  b.gu = layers_->gate_up.forward({gu, h + "gate|up"}, b.ln2,
+  b.gu = layers_->gate_up.forward({gu, h + "gate_up"}, b.ln2,
                                   gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
                                   TensorView{});
   const TensorView swiglu = layer_act(a.swiglu, l, {R, ffn_});
@@ -264,7 +264,7 @@ void Llama::run_backward() {
     const Activation dln2 = layers_->gate_up.backward(
         {dln, "d(" + h + "post_attention_layernorm)"},
         g_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), none,
-        rowwise(dgu, dswiglu, "d(" + h + "gate|up)"), b.ln2,
+        rowwise(dgu, dswiglu, "d(" + h + "gate_up)"), b.ln2,
         gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"));
     expect_placement(dln2, dres.placement, "post_attention_layernorm backward", "output gradient",
                      placement_log_);

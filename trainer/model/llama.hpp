@@ -95,9 +95,9 @@ class Llama final : public CausalLM {
   // (attention: CausalLM::attention(), over the cp ranks.)
   struct Layers {
     explicit Layers(TpLayerContext& ctx)
-        : qkv(ctx, "q|k|v_proj", ActDim::heads),
+        : qkv(ctx, "qkv_proj", ActDim::heads),
           o_proj(ctx, "o_proj", ActDim::heads),
-          gate_up(ctx, "gate|up_proj", ActDim::hidden),
+          gate_up(ctx, "gate_up_proj", ActDim::hidden),
           down(ctx, "down_proj", ActDim::hidden),
           lm_head(ctx, "lm_head", ActDim::vocabulary),
           embedding(ctx),

@@ -245,7 +245,7 @@ Activation ContextParallelAttention::gather_kv(const Activation& qkv, int n_head
       ->all_gather(reinterpret_cast<const float*>(mine), reinterpret_cast<float*>(all), words(n))
       .wait();
   return given({make_view(all, act_, ops_.device(), {group_.size(), s.B, s.Tl, 2 * s.Ckv}),
-                {kHeads, AxisPlacement::replicated()}, qkv.name + " K|V"},
+                {kHeads, AxisPlacement::replicated()}, qkv.name + " keys, values"},
                "cp gather_kv", "output", log_);
 }
 
@@ -322,12 +322,12 @@ Activation ContextParallelAttention::backward_allgather(const Shape& s, const st
   // Every rank's dK|dV from this rank's queries: partial sums over cp.
   const Activation partial{make_view(dkv_.data(), DType::f32, dev, {cp, s.B, s.Tl, 2 * s.Ckv}),
                            {kHeads, AxisPlacement::partial()}, name};
-  given(partial, "cp reduce_scatter dK|dV", "input", log_);
+  given(partial, "cp reduce_scatter dK, dV", "input", log_);
   // Each rank's dK|dV summed over the ranks whose queries saw them.
   float* all = dkv_.f32();
   group_.comm->reduce_scatter_sum(all, all + cp * n, n).wait();
   return given({block_of(dkv_, DType::f32, dev, n, cp), {kHeads, kSequence}, name},
-               "cp reduce_scatter dK|dV", "output", log_);
+               "cp reduce_scatter dK, dV", "output", log_);
 }
 
 Activation ContextParallelAttention::backward_ring(const Shape& s, const std::string& name) {
@@ -369,7 +369,7 @@ Activation ContextParallelAttention::backward_ring(const Shape& s, const std::st
   // The last hop brought this rank's own dK|dV, every rank's share summed.
   partial_received.wait();
   partial_sent.wait();
-  return given({incoming, {kHeads, kSequence}, name}, "cp ring dK|dV", "output", log_);
+  return given({incoming, {kHeads, kSequence}, name}, "cp ring dK, dV", "output", log_);
 }
 
 Activation ContextParallelAttention::backward(const Target& target, TensorView scratch,
@@ -397,7 +397,7 @@ Activation ContextParallelAttention::backward(const Target& target, TensorView s
   ops_.attention_row_dot(make_view(delta_.data(), DType::f32, dev, {s.B, int64_t(n_head), s.Tl}),
                          dout.view, out.view, n_head);
   ops_.zero(make_view(out_.data(), DType::f32, dev, {s.B * s.Tl * s.C}));
-  const std::string name = "d(" + qkv.name + " K|V)";
+  const std::string name = "d(" + qkv.name + " keys, values)";
   Activation dkv;
   if (group_.mode == CpComm::ring) {
     dkv = backward_ring(s, name);

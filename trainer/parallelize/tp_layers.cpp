@@ -86,8 +86,10 @@ void TpLayerContext::gemm_backward(TensorView dx, TensorView dw, TensorView db, 
 Activation ColumnParallelLinear::forward(const Target& target, Activation& x, TensorView w32,
                                          TensorView b, TensorView gelu_pre) {
   const TensorView out = target.view;
-  // The placement first: gather_from_sequence checks x is this rank's rows.
+  // The placement before anything else (gather_from_sequence, which records
+  // it, checks it again).
   const std::string layer = name_ + " forward";
+  expect_tp(x, AxisPlacement::shard(ActDim::sequence), layer, "input", nullptr);
   const TensorView w = ctx_.precision().weight(w32);  // once, before the chunks
   const TensorView bias = ctx_.precision().bias(b);
   const TensorView xs = x.view;
