@@ -60,6 +60,10 @@ struct StepOptions {
   int B = 2, T = 8;
   int second_micro_T = 0;  // > 0: the second micro-batch is this short (smaller views)
   uint64_t init_seed = 7;
+  // Context parallelism (the mesh's cp > 1): each rank holds its chunks of
+  // every sequence of T tokens.
+  CpComm cp_mode = CpComm::allgather;
+  bool cp_load_balance = true;
 };
 
 struct StepTrace {
@@ -81,31 +85,39 @@ inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
   const DeviceMesh& mesh = o.mesh ? *o.mesh : solo;
   const ModelConfig& m = o.model;
   const ParallelDims& d = mesh.dims();
-  const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
+  const ParameterLayout layout(m, d.tp, mesh.coord().tp, shard_degree(d));
   ShardedParameters params(layout, mesh, o.fsdp_stage, o.bucket_mb, ops,
                            o.bf16_params && o.dtype == ComputeDType::bf16);
   for_each_initial_parameter(m, o.init_seed, [&](const ParamSpec& s, const float* data) {
     params.load_global(s.name, data);
   });
   const int B = o.B;
+  const SequenceChunks chunks(o.T, d.cp, o.cp_load_balance);
+  GT_CHECK(d.cp == 1 || o.second_micro_T == 0, "train_steps: a short micro-batch under cp");
   const auto built =
-      make_model(m, ops, B, o.T, layout, params, TensorParallelGroup{&mesh.tp(), o.tp_overlap},
-                 o.recompute, o.dtype);
+      make_model(m, ops, B, chunks.local_len(), layout, params,
+                 TensorParallelGroup{&mesh.tp(), o.tp_overlap}, o.recompute, o.dtype, std::nullopt,
+                 ContextParallelGroup{&mesh.cp(), o.cp_mode, o.cp_load_balance});
   CausalLM& model = *built;
   TrainConfig tc;
   StepTrace t;
   std::vector<int32_t> tokens(static_cast<size_t>(B * o.T)), targets(tokens.size());
   const int shard = mesh.data().rank();  // each data rank its own rows
+  const std::vector<int32_t> mine = chunks.positions(mesh.coord().cp);  // each cp rank its chunks
   for (int step = 0; step < o.steps; ++step) {
     params.begin_step();
     for (int micro = 0; micro < 2; ++micro) {
       const int T = micro == 1 && o.second_micro_T > 0 ? o.second_micro_T : o.T;
-      for (int i = 0; i < B * T; ++i) {
-        tokens[i] = (i * 7 + step * 3 + micro + 11 * shard) % m.vocab_size;
-        targets[i] = (tokens[i] * 5 + 1) % m.vocab_size;
-      }
+      const int Tl = d.cp > 1 ? chunks.local_len() : T;
+      for (int b = 0; b < B; ++b)
+        for (int j = 0; j < Tl; ++j) {
+          const int i = b * T + (d.cp > 1 ? mine[static_cast<size_t>(j)] : j);
+          tokens[b * Tl + j] = (i * 7 + step * 3 + micro + 11 * shard) % m.vocab_size;
+          targets[b * Tl + j] = (tokens[b * Tl + j] * 5 + 1) % m.vocab_size;
+        }
       params.begin_micro_batch(micro == 1);
-      t.losses.push_back(model.forward(tokens.data(), targets.data(), B, T, 0.5f / (B * T)));
+      t.losses.push_back(
+          model.forward(tokens.data(), targets.data(), B, Tl, 0.5f / (B * T)));
       model.backward();
     }
     params.finish_gradients();

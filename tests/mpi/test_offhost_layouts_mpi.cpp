@@ -58,7 +58,7 @@ ModelConfig model() {
 
 // Three steps with accumulation 2 on one layout: losses, norms, saved pieces.
 test::StepTrace train_layout(Ops& ops, const DeviceMesh& mesh, int stage, bool overlap,
-                             ComputeDType dtype) {
+                             ComputeDType dtype, CpComm cp_mode) {
   test::StepOptions o;
   o.model = model();
   o.mesh = &mesh;
@@ -67,17 +67,26 @@ test::StepTrace train_layout(Ops& ops, const DeviceMesh& mesh, int stage, bool o
   o.tp_overlap = overlap;
   o.dtype = dtype;
   o.init_seed = 3;
+  o.cp_mode = cp_mode;
   return test::train_steps(ops, o);
 }
 
 struct Case {
   int dp, fsdp, tp, stage;
+  int cp = 1;
+  CpComm cp_mode = CpComm::allgather;
 };
 
+// Context parallelism's keys and values travel through staged device
+// buffers too (all-gather and reduce-scatter, or the ring's sends).
 std::vector<Case> cases_for(int world) {
   if (world == 1) return {{1, 1, 1, 3}};
-  if (world == 2) return {{2, 1, 1, 3}, {1, 2, 1, 1}, {1, 2, 1, 3}, {1, 1, 2, 3}};
-  if (world == 4) return {{1, 2, 2, 3}, {2, 2, 1, 2}, {1, 1, 4, 3}};
+  if (world == 2)
+    return {{2, 1, 1, 3}, {1, 2, 1, 1}, {1, 2, 1, 3}, {1, 1, 2, 3},
+            {1, 1, 1, 3, 2, CpComm::allgather}, {1, 1, 1, 3, 2, CpComm::ring}};
+  if (world == 4)
+    return {{1, 2, 2, 3}, {2, 2, 1, 2}, {1, 1, 4, 3}, {1, 1, 2, 3, 2, CpComm::ring},
+            {1, 2, 1, 3, 2, CpComm::allgather}};
   return {};
 }
 
@@ -88,14 +97,15 @@ TEST(OffHostLayoutsMpi, StagedDeviceMemoryTrainsEveryLayoutLikeHostMpi) {
     for (bool overlap : {true, false})
       for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
         if (c.tp == 1 && !overlap) continue;  // overlap only changes tp
-        const ParallelDims dims = ParallelDims::validated(c.dp, c.fsdp, c.tp, world->size());
-        SCOPED_TRACE(dims.str() + " stage " + std::to_string(c.stage) +
+        const ParallelDims dims =
+            ParallelDims::validated(c.dp, c.fsdp, c.tp, world->size(), 1, c.cp);
+        SCOPED_TRACE(dims.str() + " " + to_string(c.cp_mode) + " stage " + std::to_string(c.stage) +
                      (overlap ? " overlap" : " no overlap") +
                      (dtype == ComputeDType::bf16 ? " bf16" : " fp32"));
         test::StepTrace want;
         {
           const DeviceMesh host_mesh = make_device_mesh(dims, world.get(), MeshCommOptions{});
-          want = train_layout(*cpu, host_mesh, c.stage, overlap, dtype);
+          want = train_layout(*cpu, host_mesh, c.stage, overlap, dtype, c.cp_mode);
         }
         test::OffHostOps offhost;
         auto staging = std::make_shared<OffHostStaging>(offhost);
@@ -105,7 +115,7 @@ TEST(OffHostLayoutsMpi, StagedDeviceMemoryTrainsEveryLayoutLikeHostMpi) {
         test::StepTrace got;
         {
           const DeviceMesh staged = make_device_mesh(dims, world.get(), opts);
-          got = train_layout(offhost, staged, c.stage, overlap, dtype);
+          got = train_layout(offhost, staged, c.stage, overlap, dtype, c.cp_mode);
         }
         EXPECT_EQ(got.losses, want.losses);
         EXPECT_EQ(got.norms, want.norms);
