@@ -654,6 +654,22 @@ INSTANTIATE_TEST_SUITE_P(
                   "model.n_embd",
                   "expected an even (train.micro_batch * train.seq_len / parallel.tp) * "
                   "model.n_embd with runtime.dtype=bf16 and parallel.tp=3, got 33"},
+        ValueCase{"CpZero", {"parallel.cp=0"}, "parallel.cp", "expected an integer >= 1, got 0"},
+        ValueCase{"CpSeqLenNotDivisible",
+                  {"parallel.cp=3", "train.seq_len=10"},
+                  "train.seq_len",
+                  "expected a multiple of 2 * parallel.cp = 6, got 10; each row is cut into 2 cp "
+                  "chunks"},
+        ValueCase{"CpSeqLenNotDivisibleUnbalanced",
+                  {"parallel.cp=3", "parallel.cp_load_balance=false", "train.seq_len=10"},
+                  "train.seq_len",
+                  "expected a multiple of parallel.cp = 3, got 10"},
+        ValueCase{"CpRowsNotDivisibleByTp",
+                  {"parallel.tp=3", "model.n_head=3", "model.n_embd=48", "model.vocab_size=384",
+                   "parallel.cp=2", "train.micro_batch=1", "train.seq_len=8"},
+                  "train.micro_batch",
+                  "expected train.micro_batch * train.seq_len / parallel.cp rows divisible by "
+                  "parallel.tp=3, got 1 * 8 / 2 = 4 rows per cp rank"},
         ValueCase{"NcclOnCpu",
                   {"parallel.comm=nccl"},
                   "parallel.comm",

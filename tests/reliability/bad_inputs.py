@@ -115,6 +115,15 @@ def bad_launch(runner):
             "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_virtual_stages=2",
             "train.micro_batch=8"],
            ["train.global_batch", "a multiple of parallel.pp=2"])
+    # Context parallelism: a degree the world cannot hold, a sequence its
+    # chunks do not cut, a mode the trainer does not have.
+    b.case("cp_not_dividing_world", ["--config", good, "parallel.dp=1", "parallel.cp=4"],
+           ["parallel layout (2 ranks)", "parallel.cp", "1 x 1 x 4 x 1 = 4 for 2 ranks"])
+    b.case("cp_seq_len_not_divisible",
+           ["--config", good, "parallel.dp=1", "parallel.cp=2", "train.seq_len=10"],
+           ["train.seq_len", "a multiple of 2 * parallel.cp = 4", "got 10"])
+    b.case("cp_comm_unknown", ["--config", good, "parallel.cp_comm=a2a"],
+           ["parallel.cp_comm", "a2a", "not supported", "allgather|ring"])
     if runner.cuda_build:
         b.case("cuda_without_a_visible_gpu", ["--config", good, "runtime.device=cuda"],
                ["runtime.device=cuda", "expected a visible CUDA device, got none"],
