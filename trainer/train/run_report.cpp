@@ -12,6 +12,9 @@ namespace gt {
 
 namespace {
 void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
+  // Under context parallelism ZeRO shards over fsdp x cp (data_parallel_groups.hpp).
+  const std::string shards = p.cp > 1 ? detail::concat("fsdp x cp=", p.fsdp * p.cp)
+                                      : detail::concat("fsdp=", p.fsdp);
   auto line = [](const char* what, int64_t have, int64_t full) {
     spdlog::info("  {:<10} {:>12} ({:.2f}x of {} unsharded)", what,
                  human_bytes(static_cast<double>(have)),
@@ -19,8 +22,8 @@ void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
                  human_bytes(static_cast<double>(full)));
   };
   if (p.fsdp > 1)
-    spdlog::info("memory per rank (fsdp={}, ZeRO stage {}; unsharded = this tp shard on one rank):",
-                 p.fsdp, stage_number(p.fsdp_stage));
+    spdlog::info("memory per rank ({}, ZeRO stage {}; unsharded = this tp shard on one rank):",
+                 shards, stage_number(p.fsdp_stage));
   else
     spdlog::info("memory per rank (no FSDP; unsharded = this tp shard on one rank):");
   line("params", m.params, m.params_unsharded);
@@ -122,6 +125,17 @@ void log_run_banner(const Run& run, const Config& cfg) {
       bf16_reductions ? ", gradients summed in bf16 (parallel.reduce_dtype)" : "");
   if (run.dims.world_size() > 1) spdlog::info("{}", mesh.describe());
   if (run.dims.pp > 1) log_pipeline(run, cfg);
+  if (run.dims.cp > 1) {
+    const ParallelConfig& p = cfg.parallel;
+    const SequenceChunks seq(T, p.cp, p.cp_load_balance);
+    spdlog::info(
+        "context parallel: cp={}, keys and values by {}, each rank {} of every {}-token "
+        "sequence ({} chunks of {}{}); gradients summed over {}",
+        p.cp, p.cp_comm == CpComm::ring ? "ring" : "all-gather", seq.local_len(), T,
+        seq.cp() * seq.chunks_per_rank(), seq.chunk_len(),
+        p.cp_load_balance ? ", rank r holding r and 2cp-1-r" : ", rank r holding r",
+        p.fsdp > 1 ? "fsdp x cp (ZeRO shards)" : "dp x cp");
+  }
   log_memory(params.memory(), cfg.parallel);
   spdlog::info("data: {} train tokens in {} shard(s), {} windows of {}; val: {}",
                human_count(static_cast<double>(run.train_data->num_tokens())),
