@@ -326,11 +326,13 @@ void check_block(const BlockCase& c, const Path& path) {
 }
 
 TEST(CudaAttentionBlocks, Fp32BlocksMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (const BlockCase& c : gt::test::select_cases(kBlockCases, small_block_case))
     check_block<float>(c, kFp32);
 }
 
 TEST(CudaAttentionBlocks, Bf16SimtBlocksMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (const BlockCase& c : gt::test::select_cases(kBlockCases, small_block_case))
     check_block<uint16_t>(c, kBf16Simt);
 }
@@ -338,6 +340,7 @@ TEST(CudaAttentionBlocks, Bf16SimtBlocksMatchCpu) {
 // Head sizes that are not a multiple of 16 fall back to the SIMT kernels, as
 // the unsplit attention does; the others run on the tensor cores.
 TEST(CudaAttentionBlocks, Bf16TensorCoreBlocksMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (const BlockCase& c : gt::test::select_cases(kBlockCases, small_block_case))
     check_block<uint16_t>(c, gt::cuda::attention_tc_supported(c.hs) ? kBf16TensorCores
                                                                      : kBf16Simt);
@@ -346,6 +349,7 @@ TEST(CudaAttentionBlocks, Bf16TensorCoreBlocksMatchCpu) {
 // The option picks different kernels: the tensor cores' bf16 P makes their
 // output differ from the SIMT kernels' in the last bits.
 TEST(CudaAttentionBlocks, TensorCoreOptionRunsOtherKernels) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const BlockCase c{1, 70, 70, 2, 1, 64, 0, 0, "diagonal", true};
   std::vector<float> outs[2];
   for (int tc = 0; tc < 2; ++tc) {
@@ -359,6 +363,7 @@ TEST(CudaAttentionBlocks, TensorCoreOptionRunsOtherKernels) {
 }
 
 TEST(CudaAttentionBlocks, HeadSizeAbove128IsAnErrorNamingTheOp) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const BlockCase c{1, 4, 4, 1, 1, 136, 0, 0, "diagonal", true};
   Backends be(kFp32);
   BlockTensors<float> x(c, be.stream());
@@ -468,6 +473,7 @@ void check_ring(const RingCase& rc, const Path& path) {
 int chunk_rows() { return gt::test::small_shapes() ? 16 : 40; }
 
 TEST(CudaAttentionBlocks, Fp32ChunksInRingOrderEqualUnsplitAttention) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (int cp : {2, 3}) {
     check_ring<float>({2, 4, 2, 24, cp, chunk_rows()}, kFp32);
     check_ring<float>({1, 3, 1, 40, cp, chunk_rows()}, kFp32);
@@ -475,10 +481,12 @@ TEST(CudaAttentionBlocks, Fp32ChunksInRingOrderEqualUnsplitAttention) {
 }
 
 TEST(CudaAttentionBlocks, Bf16SimtChunksInRingOrderEqualUnsplitAttention) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (int cp : {2, 3}) check_ring<uint16_t>({1, 4, 4, 24, cp, chunk_rows()}, kBf16SimtUnsplit);
 }
 
 TEST(CudaAttentionBlocks, Bf16TensorCoreChunksInRingOrderEqualUnsplitAttention) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (int cp : {2, 3}) {
     check_ring<uint16_t>({1, 4, 2, 64, cp, chunk_rows()}, kBf16TensorCores);
     check_ring<uint16_t>({1, 2, 1, 48, cp, chunk_rows()}, kBf16TensorCores);
@@ -506,6 +514,7 @@ void check_row_dot(int B, int T_, int NH, int hs) {
 }
 
 TEST(CudaAttentionBlocks, RowDotMatchesCpuForEveryDtypePair) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (int hs : {5, 40, 128}) {
     check_row_dot<float, float>(2, 37, 3, hs);
     check_row_dot<float, uint16_t>(2, 37, 3, hs);
@@ -562,6 +571,7 @@ void check_cast_rows(int64_t R, int64_t W, int64_t c0, int64_t n, int64_t Wd, in
 }
 
 TEST(CudaAttentionBlocks, CastRowsIsBitForBitTheCpus) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
   // Quads: 12 columns, strides and offsets multiples of 4.
   check_cast_rows<uint16_t, float>(9, 36, 12, 12, 16, 4);
   check_cast_rows<float, uint16_t>(9, 36, 12, 12, 16, 4);

@@ -56,7 +56,9 @@ class RealCompile(unittest.TestCase):
         rows = ptxas_report.parse_ptxas(ptxas_report.compile_one(NVCC, path, "sm_90"),
                                         ptxas_report.demangler())
         names = sorted(r["kernel"] for r in rows)
-        self.assertEqual(names, sorted(f"attention_{k}_tc_kernel<{h}>"
+        # The unsplit attention's kernels and the context-parallel blocks' ones.
+        self.assertEqual(names, sorted(f"attention_{b}{k}_tc_kernel<{h}>"
+                                       for b in ("", "block_")
                                        for k in ("forward", "dkdv", "dq") for h in (64, 128)))
         for r in rows:
             self.assertGreater(r["registers"], 0, r)
