@@ -10,12 +10,20 @@ clip_grad_norm_), then compares per step `loss`, `grad_norm` and `lr` from
 <run>/metrics.jsonl, and the exported <run>/model.safetensors with torch's
 final parameters.
 
-The trainer runs in the layout --dp x --fsdp x --tp (under `mpirun
+The trainer runs in the layout --dp x --fsdp x --cp x --tp (under `mpirun
 --oversubscribe` past one rank, one thread per rank) on --device (cpu, or
 cuda: the CUDA backend, on a GPU or on the emulated device) in --dtype (bf16
 on either device); torch is always the fp32 reference on the CPU, one
-process, the same global batch. Tolerances (relative, per step; final
-weights per tensor against max(1, max |w|)):
+process, the same global batch. --cp cuts each sequence over cp ranks
+(parallel.cp_comm = --cp-comm, parallel.cp_load_balance = --cp-load-balance,
+the trainer's defaults unless given), so train.seq_len (--seq-len, default
+32) must be a multiple of 2 cp (of cp without load balancing), and each cp
+rank's rows of a micro-batch, 4 x seq_len / cp, a multiple of tp. Where 32
+is not, the default becomes the smallest seq_len above it, up to the models'
+context of 64, that is; a --seq-len that is not is refused with the numbers.
+
+Tolerances (relative, per step; final weights per tensor against
+max(1, max |w|)):
 
     dtype   loss    grad_norm  weights
     fp32    1e-4    1e-3       1e-4      the same function in the same precision
@@ -26,6 +34,8 @@ $GT_NO_TORCH_EXIT if set, which ctest sets to its skip code).
 
     python3 scripts/check_against_pytorch.py --build build-scripts
     python3 scripts/check_against_pytorch.py --arch llama --tp 2 --fsdp 2
+    python3 scripts/check_against_pytorch.py --arch llama --cp 2
+    python3 scripts/check_against_pytorch.py --arch gpt2 --cp 2 --tp 2 --cp-comm ring
     python3 scripts/check_against_pytorch.py --build build-gpu --device cuda --dtype bf16 \
         --json bf16.json
 """
@@ -56,6 +66,13 @@ LR_RTOL = 1e-6
 # catches a wrong op, a missing term or a wrong layout by orders of magnitude.
 TOLERANCES = {"fp32": (1e-4, 1e-3, 1e-4), "bf16": (2e-2, 2e-2, 2e-2)}
 
+# Both models' context (model.block_size): train.seq_len may not exceed it.
+BLOCK_SIZE = 64
+# The rows of one micro-batch (train.micro_batch).
+MICRO_BATCH = 4
+# train.seq_len unless --seq-len or the cp x tp layout asks for another.
+DEFAULT_SEQ_LEN = 32
+
 
 # Where a first divergence points, per family: (step-0 loss, step-0 grad norm).
 DIAGNOSIS = {
@@ -80,14 +97,43 @@ def make_model(arch, seed):
     its bands (kept, interpolated, divided by factor).
     """
     if arch == "gpt2":
-        cfg = gpt2_torch.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=300, block_size=64)
+        cfg = gpt2_torch.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=300,
+                                    block_size=BLOCK_SIZE)
         return gpt2_torch, cfg, gpt2_torch.init_gpt2(gpt2_torch.GPT2(cfg), seed=seed, perturb=True)
     cfg = llama_torch.LlamaConfig(
-        n_layer=2, n_head=4, n_kv_head=2, n_embd=64, ffn_hidden=176, vocab_size=300, block_size=64,
+        n_layer=2, n_head=4, n_kv_head=2, n_embd=64, ffn_hidden=176, vocab_size=300,
+        block_size=BLOCK_SIZE,
         rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=False,
         rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position=32))
     return llama_torch, cfg, llama_torch.init_llama(llama_torch.Llama(cfg), seed=seed, perturb=True)
+
+
+def seq_len_problem(seq_len, cp, tp, load_balance):
+    """Why the trainer would reject train.seq_len in this layout, or None.
+
+    The trainer's own checks (trainer/config/config.cpp), spelt out here so
+    that a bad --seq-len fails before any work with the numbers at hand."""
+    if not 1 <= seq_len <= BLOCK_SIZE:
+        return f"seq_len {seq_len} is not in [1, model.block_size = {BLOCK_SIZE}]"
+    chunks = 2 * cp if load_balance else cp
+    if cp > 1 and seq_len % chunks:
+        how = "2 x cp (load-balanced chunks)" if load_balance else "cp"
+        return f"seq_len {seq_len} is not a multiple of {how} = {chunks}"
+    rows = MICRO_BATCH * seq_len // cp
+    if rows % tp:
+        return (f"a cp rank's rows of a micro-batch, micro_batch x seq_len / cp = "
+                f"{MICRO_BATCH} x {seq_len} / {cp} = {rows}, do not split over tp = {tp}")
+    return None
+
+
+def choose_seq_len(cp, tp, load_balance):
+    """DEFAULT_SEQ_LEN, or else the smallest seq_len above it (up to
+    BLOCK_SIZE) that the layout accepts; None where none does."""
+    for seq_len in range(DEFAULT_SEQ_LEN, BLOCK_SIZE + 1):
+        if seq_len_problem(seq_len, cp, tp, load_balance) is None:
+            return seq_len
+    return None
 
 
 def rel(a, b):
@@ -127,6 +173,14 @@ def main():
     ap.add_argument("--dp", type=int, default=1, help="the trainer's parallel.dp")
     ap.add_argument("--fsdp", type=int, default=1, help="the trainer's parallel.fsdp")
     ap.add_argument("--tp", type=int, default=1, help="the trainer's parallel.tp")
+    ap.add_argument("--cp", type=int, default=1, help="the trainer's parallel.cp")
+    ap.add_argument("--cp-comm", choices=("allgather", "ring"), default="allgather",
+                    help="the trainer's parallel.cp_comm (where cp > 1)")
+    ap.add_argument("--cp-load-balance", choices=("true", "false"), default="true",
+                    help="the trainer's parallel.cp_load_balance (where cp > 1)")
+    ap.add_argument("--seq-len", type=int,
+                    help=f"train.seq_len (default {DEFAULT_SEQ_LEN}, or the smallest above it "
+                         f"that --cp and --tp accept)")
     ap.add_argument("--fsdp-stage", type=int, choices=(1, 2, 3), default=3,
                     help="the trainer's parallel.fsdp_stage (where fsdp > 1)")
     ap.add_argument("--steps", type=int, default=10)
@@ -142,21 +196,45 @@ def main():
     ap.add_argument("--json", metavar="FILE",
                     help="also write the verdict and the largest differences as JSON")
     args = ap.parse_args()
-    exe = tr.find_trainer(os.path.abspath(args.build))
-    if min(args.dp, args.fsdp, args.tp) < 1:
-        ap.error(f"--dp {args.dp} --fsdp {args.fsdp} --tp {args.tp}: each must be >= 1")
-    ranks = args.dp * args.fsdp * args.tp
-    layout = f"dp{args.dp}_fsdp{args.fsdp}_tp{args.tp}"
+    if min(args.dp, args.fsdp, args.cp, args.tp) < 1:
+        ap.error(f"--dp {args.dp} --fsdp {args.fsdp} --cp {args.cp} --tp {args.tp}: "
+                 "each must be >= 1")
+    load_balance = args.cp_load_balance == "true"
+    if args.seq_len is None:
+        seq_len = choose_seq_len(args.cp, args.tp, load_balance)
+        if seq_len is None:
+            ap.error(f"no seq_len in [{DEFAULT_SEQ_LEN}, {BLOCK_SIZE}] suits --cp {args.cp} "
+                     f"--tp {args.tp} --cp-load-balance {args.cp_load_balance}: "
+                     f"{seq_len_problem(BLOCK_SIZE, args.cp, args.tp, load_balance)}")
+        if seq_len != DEFAULT_SEQ_LEN:
+            print(f"train.seq_len {seq_len} instead of {DEFAULT_SEQ_LEN}: "
+                  f"{seq_len_problem(DEFAULT_SEQ_LEN, args.cp, args.tp, load_balance)}")
+    else:
+        seq_len = args.seq_len
+        problem = seq_len_problem(seq_len, args.cp, args.tp, load_balance)
+        if problem:
+            ap.error(f"--seq-len {seq_len} with --cp {args.cp} --tp {args.tp} "
+                     f"--cp-load-balance {args.cp_load_balance}: {problem}")
+    ranks = args.dp * args.fsdp * args.cp * args.tp
+    layout = f"dp{args.dp}_fsdp{args.fsdp}"
+    if args.cp > 1:
+        layout += f"_cp{args.cp}"
+    layout += f"_tp{args.tp}"
     if args.fsdp > 1:
         layout += f"_stage{args.fsdp_stage}"
+    if args.cp > 1:
+        layout += f"_{args.cp_comm}" + ("" if load_balance else "_unbalanced")
+    exe = tr.find_trainer(os.path.abspath(args.build))
     loss_rtol, gnorm_rtol, weight_tol = TOLERANCES[args.dtype]
     summary = dict(arch=args.arch, layout=layout, device=args.device, dtype=args.dtype, steps=args.steps,
                    tolerances=dict(loss=loss_rtol, grad_norm=gnorm_rtol, weights=weight_tol),
                    max_rel_loss=None, max_rel_grad_norm=None, max_weight_diff=None)
 
     # global_batch 8 of micro_batch 4: two accumulated micro-batches on one
-    # rank, one per data rank at dp or fsdp 2.
-    t = dict(seq_len=32, micro_batch=4, global_batch=8, steps=args.steps, lr=1e-3,
+    # rank, one per data rank at dp or fsdp 2 (cp and tp ranks share their
+    # data rank's rows: cp ranks each hold a chunk of every row).
+    t = dict(seq_len=seq_len, micro_batch=MICRO_BATCH, global_batch=2 * MICRO_BATCH,
+             steps=args.steps, lr=1e-3,
              lr_schedule="cosine", warmup_steps=3, min_lr=1e-4, weight_decay=0.1,
              beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0)
 
@@ -177,7 +255,10 @@ def main():
         "train": dict(t, seed=args.seed, eval_every=0, eval_batches=1),
         "runtime": dict(device=args.device, dtype=args.dtype,
                         threads=args.threads if ranks == 1 else 1),
-        "parallel": dict(dp=args.dp, fsdp=args.fsdp, tp=args.tp, fsdp_stage=args.fsdp_stage),
+        "parallel": dict(dp=args.dp, fsdp=args.fsdp, tp=args.tp, fsdp_stage=args.fsdp_stage,
+                         # Without cp the config stays as it was before parallel.cp.
+                         **(dict(cp=args.cp, cp_comm=args.cp_comm, cp_load_balance=load_balance)
+                            if args.cp > 1 else {})),
         "log": dict(dir=run_dir, every=1),
         "checkpoint": dict(every=0, resume="none"),
     })
@@ -237,6 +318,9 @@ def main():
             print("diagnosis: the LR schedule differs (warmup/cosine formula or step indexing)")
         elif first_bad.get("loss") == 0:
             print(f"diagnosis: the step-0 loss differs: {DIAGNOSIS[args.arch][0]}")
+            if args.cp > 1:
+                print("  (or, at --cp > 1: a chunk's positions, the causal mask across chunks "
+                      "or the keys and values the cp ranks share)")
         elif first_bad.get("grad_norm") == 0:
             print(f"diagnosis: step-0 loss agrees but grad_norm does not: {DIAGNOSIS[args.arch][1]}")
         elif "loss" in first_bad:
@@ -245,7 +329,7 @@ def main():
                   "or the data order of later steps (check the shard-boundary step)")
         if ranks > 1:
             print(f"(one process of the same config may agree: then it is layout {layout}'s "
-                  "sharding or collectives; rerun with --dp 1 --fsdp 1 --tp 1 to tell)")
+                  "sharding or collectives; rerun with --dp 1 --fsdp 1 --cp 1 --tp 1 to tell)")
 
     # Final weights.
     out_path = os.path.join(run_dir, "model.safetensors")
