@@ -72,6 +72,13 @@ void row_stats(const Contract& c, const TensorView& t, const char* what, int64_t
   fp32(c, t, what);
 }
 
+// The backend's workspace for the block: at least `need` fp32 floats.
+void block_scratch(const Contract& c, const TensorView& scratch, int64_t need) {
+  if (scratch.numel() < need || (need > 0 && scratch.dtype != DType::f32))
+    c.fail("scratch must hold ", need, " fp32 floats (attention_block_scratch_elems), got ",
+           scratch.numel(), " ", dtype_name(scratch.dtype));
+}
+
 }  // namespace
 
 void Ops::attention_block_forward(TensorView out, TensorView lse, TensorView scratch, TensorView q,
@@ -94,12 +101,9 @@ void Ops::attention_block_forward(TensorView out, TensorView lse, TensorView scr
   c.shape(out, "out", {s.B, s.Tq, s.C});
   fp32(c, out, "out");
   row_stats(c, lse, "lse", s.B, n_head, s.Tq);
-  const int64_t need =
-      attention_block_scratch_elems(static_cast<int>(s.B), n_head, static_cast<int>(s.Tq),
-                                    static_cast<int>(s.Tk));
-  if (scratch.numel() < need || (need > 0 && scratch.dtype != DType::f32))
-    c.fail("scratch must hold ", need, " fp32 floats (attention_block_scratch_elems), got ",
-           scratch.numel(), " ", dtype_name(scratch.dtype));
+  block_scratch(c, scratch, attention_block_scratch_elems(static_cast<int>(s.B), n_head,
+                                                          static_cast<int>(s.Tq),
+                                                          static_cast<int>(s.Tk)));
   Scope scope(*this, call);
   if (scope.run())
     do_attention_block_forward(out, lse, scratch, q, k, v, q_pos, k_pos, n_head, n_kv_head,
@@ -134,12 +138,9 @@ void Ops::attention_block_backward(TensorView dq, TensorView dk, TensorView dv,
   fp32(c, dv, "dv");
   row_stats(c, lse, "lse", s.B, n_head, s.Tq);
   row_stats(c, delta, "delta", s.B, n_head, s.Tq);
-  const int64_t need =
-      attention_block_scratch_elems(static_cast<int>(s.B), n_head, static_cast<int>(s.Tq),
-                                    static_cast<int>(s.Tk));
-  if (scratch.numel() < need || (need > 0 && scratch.dtype != DType::f32))
-    c.fail("scratch must hold ", need, " fp32 floats (attention_block_scratch_elems), got ",
-           scratch.numel(), " ", dtype_name(scratch.dtype));
+  block_scratch(c, scratch, attention_block_scratch_elems(static_cast<int>(s.B), n_head,
+                                                          static_cast<int>(s.Tq),
+                                                          static_cast<int>(s.Tk)));
   Scope scope(*this, call);
   if (scope.run())
     do_attention_block_backward(dq, dk, dv, scratch, dout, q, k, v, lse, delta, q_pos, k_pos,

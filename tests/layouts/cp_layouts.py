@@ -22,7 +22,6 @@ The bytes on every axis must equal cp_bytes and layout_matrix's formulas.
 Standard library only.
 """
 
-import os
 
 
 class Ctx:
@@ -164,20 +163,15 @@ def check_reshard_cp(lm, runner):
     # (dp, fsdp, tp, cp, cp_comm)
     cp2_tp2, fsdp4, cp4 = (1, 1, 2, 2, "allgather"), (1, 4, 1, 1, "allgather"), (1, 1, 1, 4, "ring")
     cp2_tp2_ring = (1, 1, 2, 2, "ring")
+
+    def layout(x):
+        dp, fsdp, tp, cp, comm = x
+        return (dp * fsdp * tp * cp,
+                lambda name, extra: runner.config(
+                    name, dp, fsdp, tp, 3, micro=4 // (dp * fsdp),
+                    extra=dict(Ctx(cp, comm, True).overrides(), **extra)))
     for a, b in [(cp2_tp2, fsdp4), (fsdp4, cp4), (cp4, cp2_tp2_ring)]:
-        def layout(x, name, more=None):
-            dp, fsdp, tp, cp, comm = x
-            extra = dict(Ctx(cp, comm, True).overrides(), **(more or {}))
-            return runner.config(name, dp, fsdp, tp, 3, micro=4 // (dp * fsdp), extra=extra)
         label = "reshard dp={},fsdp={},tp={},cp={} ({}) -> dp={},fsdp={},tp={},cp={} ({})".format(
             *a, *b)
-        first_dir, first_cfg = layout(a, "reshard_cp_from")
-        runner.run(a[0] * a[1] * a[2] * a[3], first_cfg)
-        ckpt = os.path.join(first_dir, "checkpoints", "step_00000005")
-        second_dir, second_cfg = layout(b, "reshard_cp_to", {"checkpoint.resume": ckpt})
-        runner.run(b[0] * b[1] * b[2] * b[3], second_cfg)
-        f, worst = lm.compare_runs(label, ref_dir, second_dir, first_step=5)
-        print(f"{'FAIL' if f else 'ok  '} {label}: steps 5..9 after resume, "
-              f"max param diff {worst:.1e}")
-        fails += f
+        fails += lm.resume_across(runner, label, ref_dir, layout(a), layout(b))
     return fails

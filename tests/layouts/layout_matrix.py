@@ -415,25 +415,37 @@ def run_layout(runner, name):
     return fails
 
 
+def resume_across(runner, label, ref_dir, first, second):
+    """Train 5 steps at one layout, resume at another for 5: steps 5..9 equal
+    the uninterrupted run in ref_dir. first, second: (ranks, config(name,
+    extra) -> (run dir, config path)). Returns the failures."""
+    (world_a, config_a), (world_b, config_b) = first, second
+    first_dir, first_cfg = config_a("reshard_from", {})
+    runner.run(world_a, first_cfg)
+    ckpt = os.path.join(first_dir, "checkpoints", "step_00000005")
+    second_dir, second_cfg = config_b("reshard_to", {"checkpoint.resume": ckpt})
+    runner.run(world_b, second_cfg)
+    f, worst = compare_runs(label, ref_dir, second_dir, first_step=5)
+    print(f"{'FAIL' if f else 'ok  '} {label}: steps 5..9 after resume, "
+          f"max param diff {worst:.1e}")
+    return f
+
+
 def check_reshard(runner):
     """Train 5 steps at one layout, resume at another for 5: the losses equal an
     uninterrupted one-rank run's."""
     fails = []
     ref_dir, ref_cfg = runner.config("reshard_ref", micro=4)
     runner.run(1, ref_cfg)
+
+    def layout(x):
+        return (x[0] * x[1] * x[2],
+                lambda name, extra: runner.config(name, *x, micro=4 // (x[0] * x[1]) or 1,
+                                                  extra=extra))
     for (a, b) in [((2, 1, 2, 3), (1, 4, 1, 3)), ((1, 4, 1, 3), (1, 1, 2, 3)),
                    ((1, 1, 1, 3), (2, 2, 1, 1)), ((1, 2, 2, 2), (1, 1, 1, 3))]:
         label = f"reshard dp={a[0]},fsdp={a[1]},tp={a[2]} -> dp={b[0]},fsdp={b[1]},tp={b[2]}"
-        first_dir, first_cfg = runner.config("reshard_from", *a, micro=4 // (a[0] * a[1]) or 1)
-        runner.run(a[0] * a[1] * a[2], first_cfg)
-        ckpt = os.path.join(first_dir, "checkpoints", "step_00000005")
-        second_dir, second_cfg = runner.config("reshard_to", *b, micro=4 // (b[0] * b[1]) or 1,
-                                               extra={"checkpoint.resume": ckpt})
-        runner.run(b[0] * b[1] * b[2], second_cfg)
-        f, worst = compare_runs(label, ref_dir, second_dir, first_step=5)
-        print(f"{'FAIL' if f else 'ok  '} {label}: steps 5..9 after resume, "
-              f"max param diff {worst:.1e}")
-        fails += f
+        fails += resume_across(runner, label, ref_dir, layout(a), layout(b))
     return fails
 
 

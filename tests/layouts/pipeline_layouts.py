@@ -172,19 +172,14 @@ def check_reshard_pp(lm, runner):
     runner.run(1, ref_cfg)
     # (pp, dp, fsdp, tp)
     pp2_tp2, fsdp4, pp4 = (2, 1, 1, 2), (1, 1, 4, 1), (4, 1, 1, 1)
+
+    def layout(x):
+        pp, dp, fsdp, tp = x
+        return (pp * dp * fsdp * tp,
+                lambda name, extra: runner.config(
+                    name, dp, fsdp, tp, 2, micro=4 // (dp * fsdp),
+                    extra=dict(model, **{"parallel.pp": pp}, **extra)))
     for a, b in [(pp2_tp2, fsdp4), (pp2_tp2, pp4), (fsdp4, pp2_tp2)]:
-        def layout(x, name, more=None):
-            pp, dp, fsdp, tp = x
-            extra = dict(model, **{"parallel.pp": pp}, **(more or {}))
-            return runner.config(name, dp, fsdp, tp, 2, micro=4 // (dp * fsdp), extra=extra)
         label = "reshard pp={},dp={},fsdp={},tp={} -> pp={},dp={},fsdp={},tp={}".format(*a, *b)
-        first_dir, first_cfg = layout(a, "reshard_pp_from")
-        runner.run(a[0] * a[1] * a[2] * a[3], first_cfg)
-        ckpt = os.path.join(first_dir, "checkpoints", "step_00000005")
-        second_dir, second_cfg = layout(b, "reshard_pp_to", {"checkpoint.resume": ckpt})
-        runner.run(b[0] * b[1] * b[2] * b[3], second_cfg)
-        f, worst = lm.compare_runs(label, ref_dir, second_dir, first_step=5)
-        print(f"{'FAIL' if f else 'ok  '} {label}: steps 5..9 after resume, "
-              f"max param diff {worst:.1e}")
-        fails += f
+        fails += lm.resume_across(runner, label, ref_dir, layout(a), layout(b))
     return fails
