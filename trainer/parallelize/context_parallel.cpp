@@ -68,8 +68,8 @@ struct ContextParallelAttention::Shape {
   int NH, KV;
   int64_t C, Ckv, W;
   int64_t kv_elems() const { return B * Tl * 2 * Ckv; }  // one rank's packed K|V
-  TensorView qkv, out, lse;                              // lse: (B, NH, Tl) fp32
-  TensorView dqkv, dout;                                 // backward only
+  TensorView qkv, lse;                                   // lse: (B, NH, Tl) fp32
+  TensorView dout;                                       // backward only
 };
 
 // ---- Sizes ------------------------------------------------------------------
@@ -391,7 +391,6 @@ Activation ContextParallelAttention::backward(const Target& target, TensorView s
   }
   Shape s = shape_of(qkv.view, saved, n_head, n_kv_head);
   s.dout = dout.view;
-  s.dqkv = dqkv;
   const Device dev = ops_.device();
   // delta = rowsum(dout o out) of the global output; dq accumulates in out_.
   ops_.attention_row_dot(make_view(delta_.data(), DType::f32, dev, {s.B, int64_t(n_head), s.Tl}),

@@ -151,7 +151,11 @@ class ContextParallelAttention {
  private:
   struct Shape;  // one call's extents and views (context_parallel.cpp)
   Shape shape_of(const TensorView& qkv, const TensorView& saved, int n_head, int n_kv_head) const;
-  // The local rows of chunk j of the packed K|V block `kv` (B, Tl, 2 KV hs).
+  // This rank's query chunks against the chunks of rank `owner`, whose
+  // packed K|V block `kv` (B, Tl, 2 KV hs) is given: every pair whose keys
+  // are not all after the queries, merged into the fp32 output (started[j]:
+  // query chunk j has a partial result already). Backward: the same pairs,
+  // dq accumulated here and the owner's dK|dV into `dkv` (fp32, kv's shape).
   void attend(const Shape& s, TensorView kv, int owner, std::vector<bool>& started);
   void attend_backward(const Shape& s, TensorView kv, TensorView dkv, int owner);
   void forward_ring(const Shape& s);
