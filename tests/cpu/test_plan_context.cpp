@@ -226,6 +226,26 @@ TEST(PlanContext, ActivationsAndStateAreWhatTheModelAllocates) {
               }
 }
 
+// MPI's temporaries (the CPU plan) follow the gradients' groups: the DDP
+// buckets' copies over dp x cp, the reduce-scatters' over fsdp x cp; stage
+// 1 holds two blocks' in flight under cp, not three (memory_model.hpp).
+TEST(PlanContext, MpiTemporariesFollowTheFoldedGroups) {
+  const ModelConfig m = matrix_model();
+  const UnitSizes u4 = unit_sizes(m, 1, 4);
+  auto ws = [&](int dp, int fsdp, int cp, int stage) {
+    PlanLayout l = cp_layout(cp, CpComm::ring, dp, fsdp, 1, 2);
+    l.stage = stage;
+    return predict_comm_workspace_bytes(m, l, 16, PlanBackend::cpu);
+  };
+  EXPECT_EQ(ws(1, 1, 2, 3), 46880 * 4);  // every bucket's all-reduce copy, over dp x cp = 2
+  EXPECT_EQ(ws(1, 1, 2, 3), ws(2, 1, 1, 3));
+  const int64_t slots = 2 * (u4.embed + u4.head + 2 * u4.block) * 4;
+  EXPECT_EQ(ws(1, 2, 2, 3), slots);  // ZeRO over fsdp x cp = 4
+  EXPECT_EQ(ws(1, 2, 2, 1), slots);
+  EXPECT_EQ(ws(1, 4, 1, 1), 2 * (u4.embed + u4.head + 3 * u4.block) * 4);
+  EXPECT_EQ(ws(2, 2, 2, 3), slots + u4.shard_total * 4);  // HSDP's replicas over dp = 2
+}
+
 // The activation plan the planner sums is the family's own with the cp
 // fields set: T / cp rows, the lse as attention's saved state, and the
 // layer's scratch.

@@ -57,8 +57,10 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, c
   if (f == 1) {
     if (d > 1) grad_elems += T;
   } else {
-    if (f > 2)  // stage 1 is not bound by the slots: a third block measured in flight
-      grad_elems += std::min(2 * T, 2 * (embed + head + (l.stage == 1 ? 3 : 2) * block));
+    // Stage 1 is not bound by the slots: a third block measured in flight,
+    // but for the cp collectives' waits completing them sooner (header).
+    const int blocks_in_flight = l.stage == 1 && l.cp == 1 ? 3 : 2;
+    if (f > 2) grad_elems += std::min(2 * T, 2 * (embed + head + blocks_in_flight * block));
     if (d > 1) grad_elems += S;
   }
   const int64_t grad_elem_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2 : 4;

@@ -136,7 +136,11 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
 //                  for none until the optimizer, but the progress calls between
 //                  ops complete them as backward goes on: 2.5 to 3 blocks were
 //                  measured in flight at fsdp = 4, so 2(embed + head + 3 block),
-//                  at most 2T.
+//                  at most 2T; under context parallelism each block's backward
+//                  also waits on its cp collectives, inside which MPI moves
+//                  the reduce-scatters on: 1.5 to 2 blocks in flight (fsdp 2
+//                  x cp 2: 374-399 MiB peaks against 410 predicted with 3),
+//                  so 2 block as at stages 2/3.
 //   fsdp = 2       none measurable: a two-rank reduce-scatter left no
 //                  temporaries at rank 0's peak in any stage
 //   tp without tp_overlap: a plain reduce-scatter of (B*T, C): 2 B*T*C
