@@ -148,8 +148,9 @@ def write_outputs(args, runs, skipped, hardware_note):
                       "schedule and v (its pipelines: "
                       + (", ".join(args.plan_pipelines) or "none") + ")."]
     if ctx:
-        lines += ["", "cp: context-parallel ranks per sequence and parallel.cp_comm "
-                  f"(parallel.cp_load_balance={args.cp_load_balance})."]
+        lines += ["", "cp: context-parallel ranks per sequence and parallel.cp_comm" +
+                  ("" if "parallel.cp_load_balance" in extra
+                   else f" (parallel.cp_load_balance={args.cp_load_balance})") + "."]
     gaps = [abs(r["mem_gap_pct"]) for r in ok if r["mem_gap_pct"] is not None]
     if gaps:
         lines += ["", f"Memory: predicted vs measured peak within {max(gaps):.1f}% on every "
