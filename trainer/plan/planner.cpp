@@ -333,9 +333,9 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
          << fmt("%+.0f", (best_cp->step_ms / w.step_ms - 1) * 100) << "%): at "
          << cfg.train.seq_len << " tokens attention is "
          << fmt("%.0f", best_cp->compute_ms > 0 ? best_cp->attention_ms / best_cp->compute_ms * 100 : 0)
-         << "% of its compute and one sequence's activations fit without it, so the "
-         << gb(best_cp->bytes.cp) << " of keys and values it moves per step ("
-         << fmt("%.0f", best_cp->cp_exposed_ms) << " ms exposed) buy nothing. ";
+         << "% of its compute and one sequence's activations fit without it; the "
+         << gb(best_cp->bytes.cp) << " of keys and values it moves per step leave "
+         << fmt("%.0f", best_cp->cp_exposed_ms) << " ms exposed. ";
   }
   if (!plan.too_big.empty())
     os << plan.too_big.size() << " layout" << (plan.too_big.size() == 1 ? " does" : "s do")
