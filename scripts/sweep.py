@@ -5,16 +5,20 @@
     scripts/sweep.py --world 4 --config configs/default.yaml \\
         --grid parallel.fsdp_stage=1,2,3 train.micro_batch=2,4
 
-Layouts: every factorisation pp x dp x fsdp x tp = N whose tp divides the
-model's heads, channels and vocabulary and whose pipeline has at most one
-chunk per layer (pp x parallel.pp_virtual_stages <= model.n_layer), with FSDP
-stages only where fsdp > 1, crossed with the grid. A layout axis named in the
-grid (parallel.pp, parallel.dp, parallel.fsdp, parallel.tp) restricts the
-enumeration to those values, and a value that cannot make N ranks or that the
-model rules out is still attempted, so its failure is recorded with the
-trainer's own error line. Pipeline runs (pp > 1) use the config's
-parallel.pp_schedule and parallel.pp_virtual_stages unless the grid names
-them; like parallel.fsdp_stage, those two apply only where pp > 1.
+Layouts: every factorisation pp x dp x fsdp x cp x tp = N whose tp divides
+the model's heads, channels and vocabulary, whose pipeline has at most one
+chunk per layer (pp x parallel.pp_virtual_stages <= model.n_layer) and whose
+cp cuts train.seq_len into equal chunks (2 cp of them with
+parallel.cp_load_balance), with FSDP stages only where fsdp > 1, crossed with
+the grid. A layout axis named in the grid (parallel.pp, parallel.dp,
+parallel.fsdp, parallel.cp, parallel.tp) restricts the enumeration to those
+values, and a value that cannot make N ranks or that the model rules out is
+still attempted, so its failure is recorded with the trainer's own error
+line. Pipeline runs (pp > 1) use the config's parallel.pp_schedule and
+parallel.pp_virtual_stages unless the grid names them; like
+parallel.fsdp_stage, those two apply only where pp > 1, and
+parallel.cp_comm only where cp > 1 (parallel.cp_load_balance is an ordinary
+key: the planner reads it from the config it is given).
 
 Each run is `mpirun --oversubscribe -np N build/trainer --config FILE ...` for
 --steps steps (evaluation off), under a timeout. A run that fails (invalid
@@ -28,7 +32,7 @@ measured first with the binary in use (rank 0's peak resident set of a
 from the hardware file: a build with CUDA maps its libraries (~200 MiB) into
 every process, CPU runs included. --baseline-mib gives it instead.
 
-Writes into --out (default runs/sweep-<timestamp>):
+Writes into --out (default runs/sweep-<timestamp>; sweep_report.py):
   sweep.csv   one row per run, measured and predicted
   sweep.md    the Markdown table, fastest first, failures last with their reason
   sweep.png   throughput and peak memory per layout (needs matplotlib)
@@ -59,14 +63,16 @@ import sys
 import time
 
 import run_logs  # scripts/, standard library only
+import sweep_report  # scripts/: sweep.csv, sweep.md, sweep.png
+from sweep_report import MIB, gap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-LAYOUT_KEYS = ("parallel.dp", "parallel.fsdp", "parallel.tp", "parallel.pp")
-# Keys that apply only where pp > 1 (as parallel.fsdp_stage does where fsdp > 1).
+LAYOUT_KEYS = ("parallel.dp", "parallel.fsdp", "parallel.tp", "parallel.pp", "parallel.cp")
+# Keys that apply only where pp > 1 (as parallel.fsdp_stage does where fsdp
+# > 1, and parallel.cp_comm where cp > 1: the planner lists both modes).
 PP_KEYS = ("parallel.pp_schedule", "parallel.pp_virtual_stages")
-PER_LAYOUT_KEYS = ("parallel.fsdp_stage",) + PP_KEYS
-MIB = 1048576.0
+PER_LAYOUT_KEYS = ("parallel.fsdp_stage", "parallel.cp_comm") + PP_KEYS
 # glibc raises its mmap threshold to the size of each large block freed, after
 # which MPI's collective temporaries come from the heap and stay resident: the
 # peak then depends on allocation history. Pinned, they are mapped and
@@ -88,8 +94,9 @@ def parse_grid(items):
 
 
 def factorisations(n):
-    """(dp, fsdp, tp, pp) with dp x fsdp x tp x pp = n; pp = 1 first, so the
-    layouts without a pipeline come in the order they always did."""
+    """(dp, fsdp, tp, pp, cp) with dp x fsdp x cp x tp x pp = n; pp = 1 and
+    cp = 1 first, so the layouts without them come in the order they always
+    did."""
     for pp in range(1, n + 1):
         if n % pp:
             continue
@@ -97,17 +104,25 @@ def factorisations(n):
         for tp in range(1, m + 1):
             if m % tp:
                 continue
-            for fsdp in range(1, m // tp + 1):
-                if (m // tp) % fsdp == 0:
-                    yield m // tp // fsdp, fsdp, tp, pp
+            for cp in range(1, m // tp + 1):
+                if (m // tp) % cp:
+                    continue
+                d = m // tp // cp
+                for fsdp in range(1, d + 1):
+                    if d % fsdp == 0:
+                        yield d // fsdp, fsdp, tp, pp, cp
 
 
 class Run:
     """One attempt: a layout, the non-layout grid values, and what came of it."""
 
-    def __init__(self, dp, fsdp, tp, stage, point, pp=1, schedule=None, vstages=None):
+    def __init__(self, dp, fsdp, tp, stage, point, pp=1, schedule=None, vstages=None, cp=1,
+                 cp_comm=None):
         self.dp, self.fsdp, self.tp, self.stage = dp, fsdp, tp, stage
         self.pp = pp
+        # Context parallelism: the grid's parallel.cp_comm, or None for the config's.
+        self.cp, self.cp_comm = cp, cp_comm
+        self.config_cp_comm = "allgather"  # the config's (enumerate_runs)
         # Pipeline runs only: the grid's parallel.pp_schedule /
         # pp_virtual_stages, or None for the config's.
         self.schedule, self.vstages = schedule, vstages
@@ -120,7 +135,10 @@ class Run:
         self.dir = ""
 
     def label(self):
-        s = f"dp={self.dp} fsdp={self.fsdp} tp={self.tp}"
+        s = f"dp={self.dp} fsdp={self.fsdp}"
+        if self.cp > 1:
+            s += f" cp={self.cp} {self.cp_comm_used()}"
+        s += f" tp={self.tp}"
         if self.fsdp > 1 and self.stage is not None:
             s += f" stage={self.stage}"
         if self.pp > 1:
@@ -138,6 +156,16 @@ class Run:
             return None
         return self.schedule if self.schedule is not None else self.config_schedule
 
+    def cp_comm_used(self):
+        """parallel.cp_comm of this run (None without context parallelism)."""
+        if self.cp <= 1:
+            return None
+        return self.cp_comm if self.cp_comm is not None else self.config_cp_comm
+
+    def grid_values(self):
+        """The grid's values of keys that are not a layout's (the planner's overrides too)."""
+        return {k: v for k, v in self.point.items() if k not in PER_LAYOUT_KEYS}
+
     def pp_vstages(self):
         if self.pp <= 1:
             return 1
@@ -148,7 +176,9 @@ class Run:
 
     def overrides(self):
         o = [f"parallel.dp={self.dp}", f"parallel.fsdp={self.fsdp}", f"parallel.tp={self.tp}",
-             f"parallel.pp={self.pp}"]
+             f"parallel.pp={self.pp}", f"parallel.cp={self.cp}"]
+        if self.cp_comm is not None:
+            o.append(f"parallel.cp_comm={self.cp_comm}")
         if self.stage is not None:
             o.append(f"parallel.fsdp_stage={self.stage}")
         if self.schedule is not None:
@@ -180,16 +210,19 @@ def plan_predictions(args, point, baseline_mib=None):
     for lay in plan["layouts"]:
         pp = lay.get("pp", 1)
         out[pred_key(lay["dp"], lay["fsdp"], lay["tp"], pp, lay["stage"], lay["micro_batch"],
-                     lay.get("pp_schedule"), lay.get("pp_virtual_stages", 1))] = lay
+                     lay.get("pp_schedule"), lay.get("pp_virtual_stages", 1), lay.get("cp", 1),
+                     lay.get("cp_comm"))] = lay
     return out, plan, ""
 
 
-def pred_key(dp, fsdp, tp, pp, stage, mb, schedule=None, vstages=1):
+def pred_key(dp, fsdp, tp, pp, stage, mb, schedule=None, vstages=1, cp=1, cp_comm=None):
     """A plan layout's identity: the schedule and virtual stages count only
-    for a pipeline (the plan lists 1f1b and interleaved_1f1b for each pp)."""
+    for a pipeline (the plan lists 1f1b and interleaved_1f1b for each pp),
+    parallel.cp_comm only under context parallelism (it lists both modes)."""
+    ctx = (cp, cp_comm) if cp > 1 else (1, None)
     if pp > 1:
-        return (dp, fsdp, tp, pp, stage, mb, schedule, int(vstages))
-    return (dp, fsdp, tp, 1, stage, mb, None, 1)
+        return (dp, fsdp, tp, pp, stage, mb, schedule, int(vstages)) + ctx
+    return (dp, fsdp, tp, 1, stage, mb, None, 1) + ctx
 
 
 def error_line(text):
@@ -210,6 +243,7 @@ def enumerate_runs(args, grid, plan_of):
     stages = next((vals for k, vals in grid if k == "parallel.fsdp_stage"), None)
     schedules = next((vals for k, vals in grid if k == "parallel.pp_schedule"), None)
     vstages = next((vals for k, vals in grid if k == "parallel.pp_virtual_stages"), None)
+    cp_comms = next((vals for k, vals in grid if k == "parallel.cp_comm"), None)
     other = [(k, vals) for k, vals in grid if k not in LAYOUT_KEYS + PER_LAYOUT_KEYS]
     other_points = [dict(zip([k for k, _ in other], combo))
                     for combo in itertools.product(*[vals for _, vals in other])] or [{}]
@@ -217,23 +251,31 @@ def enumerate_runs(args, grid, plan_of):
     runs, skipped = [], []
     for point in other_points:
         preds, plan, _ = plan_of(point)
-        invalid = {(l["dp"], l["fsdp"], l["tp"], l.get("pp", 1)): l["invalid"]
-                   for l in (plan or {}).get("layouts", []) if "invalid" in l
-                   and "does not divide" in l["invalid"]}
+        # What the model rules out, by the axis whose value does (a layout
+        # named in the grid is attempted anyway): tp not dividing it, cp not
+        # cutting the sequence or leaving rows tp cannot split.
+        invalid = {}
+        for lay in (plan or {}).get("layouts", []):
+            why = lay.get("invalid", "")
+            axis = ("parallel.tp" if "does not divide" in why else
+                    "parallel.cp" if why.startswith("cp=") or "per cp rank" in why else None)
+            if axis:
+                key = (lay["dp"], lay["fsdp"], lay["tp"], lay.get("pp", 1), lay.get("cp", 1))
+                invalid[key] = (axis, why)
         n_layer = (plan or {}).get("model", {}).get("n_layer")
         if n_layer is None:
             n_layer = int(point.get("model.n_layer", config_value(args, "model", "n_layer", "0")))
         layouts = []
-        for dp, fsdp, tp, pp in factorisations(args.world):
-            wanted = {"parallel.dp": dp, "parallel.fsdp": fsdp, "parallel.tp": tp,
-                      "parallel.pp": pp}
-            if any(wanted[k] not in vals for k, vals in layout_grid.items()):
+        for lay in factorisations(args.world):
+            if any(dict(zip(LAYOUT_KEYS, lay))[k] not in vals for k, vals in layout_grid.items()):
                 continue
-            if not layout_grid.get("parallel.tp") and (dp, fsdp, tp, pp) in invalid:
-                skipped.append(f"dp={dp} fsdp={fsdp} tp={tp}" + (f" pp={pp}" if pp > 1 else "")
-                               + f": {invalid[(dp, fsdp, tp, pp)]}")
+            dp, fsdp, tp, pp, cp = lay
+            if lay in invalid and not layout_grid.get(invalid[lay][0]):
+                skipped.append(f"dp={dp} fsdp={fsdp}" + (f" cp={cp}" if cp > 1 else "") +
+                               f" tp={tp}" + (f" pp={pp}" if pp > 1 else "") +
+                               f": {invalid[lay][1]}")
                 continue
-            layouts.append((dp, fsdp, tp, pp))
+            layouts.append(lay)
         # Grid values that make no factorisation of N: attempted as given.
         named = [k for k in LAYOUT_KEYS if k in layout_grid]
         for combo in itertools.product(*[layout_grid[k] for k in named]):
@@ -250,29 +292,35 @@ def enumerate_runs(args, grid, plan_of):
                 vals[free[0]] = args.world // prod
             vals.update(given)
             layouts.append(tuple(vals[k] for k in LAYOUT_KEYS))
-        for dp, fsdp, tp, pp in layouts:
+        for dp, fsdp, tp, pp, cp in layouts:
             for stage in (stages if fsdp > 1 and stages else [None]):
-                if pp == 1:
-                    runs.append(Run(dp, fsdp, tp, stage, point))
-                    continue
-                for sched in (schedules or [None]):
-                    for v in (vstages or [None]):
-                        # One block per chunk at least: pp x v chunks need
-                        # n_layer >= pp x v (attempted anyway where the grid
-                        # names parallel.pp or parallel.pp_virtual_stages).
-                        v_run = int(v if v is not None else config_v)
-                        if (n_layer and pp * v_run > n_layer and not vstages
-                                and not layout_grid.get("parallel.pp")):
-                            if stage == (stages[0] if fsdp > 1 and stages else None):
-                                skipped.append(
-                                    f"dp={dp} fsdp={fsdp} tp={tp} pp={pp}: pp x v = {pp} x "
-                                    f"{v_run} chunks need model.n_layer >= {pp * v_run} "
-                                    f"(it is {n_layer})")
-                            continue
-                        runs.append(Run(dp, fsdp, tp, stage, point, pp, sched, v))
+                for comm in (cp_comms if cp > 1 and cp_comms else [None]):
+                    if pp == 1:
+                        runs.append(Run(dp, fsdp, tp, stage, point, cp=cp, cp_comm=comm))
+                        continue
+                    for sched in (schedules or [None]):
+                        for v in (vstages or [None]):
+                            # One block per chunk at least: pp x v chunks
+                            # need n_layer >= pp x v (attempted anyway where
+                            # the grid names parallel.pp or
+                            # parallel.pp_virtual_stages).
+                            v_run = int(v if v is not None else config_v)
+                            if (n_layer and pp * v_run > n_layer and not vstages
+                                    and not layout_grid.get("parallel.pp")):
+                                if (stage == (stages[0] if fsdp > 1 and stages else None)
+                                        and comm == (cp_comms[0] if cp > 1 and cp_comms
+                                                     else None)):
+                                    skipped.append(
+                                        f"dp={dp} fsdp={fsdp} tp={tp} pp={pp}: pp x v = {pp} x "
+                                        f"{v_run} chunks need model.n_layer >= {pp * v_run} "
+                                        f"(it is {n_layer})")
+                                continue
+                            runs.append(Run(dp, fsdp, tp, stage, point, pp, sched, v, cp, comm))
     config_schedule = config_value(args, "parallel", "pp_schedule", "1f1b")
+    config_cp_comm = config_value(args, "parallel", "cp_comm", "allgather")
     for run in runs:
         run.config_schedule, run.config_vstages = config_schedule, int(config_v)
+        run.config_cp_comm = config_cp_comm
     return runs, skipped
 
 
@@ -431,202 +479,12 @@ def attach_prediction(run, preds, config_mb):
         stage = run.config_stage
     p = preds.get(pred_key(run.dp, run.fsdp, run.tp, run.pp,
                            int(stage) if stage is not None else None, mb,
-                           run.pp_schedule(), run.pp_vstages()))
+                           run.pp_schedule(), run.pp_vstages(), run.cp, run.cp_comm_used()))
     if p and "invalid" not in p:
         run.predicted = p
     m, q = run.measured, run.predicted
     if q and "mfu" not in m and m.get("step_ms"):
         m["mfu_derived"] = q["mfu"] * q["step_ms"] / m["step_ms"]
-
-
-def gap(measured, predicted):
-    if not measured or not predicted:
-        return None
-    return (predicted - measured) / measured * 100.0
-
-
-def row_of(run):
-    m, p = run.measured, run.predicted
-    pm = p.get("memory_bytes", {})
-    r = {
-        "status": run.status, "reason": run.reason,
-        "dp": run.dp, "fsdp": run.fsdp, "tp": run.tp, "pp": run.pp,
-        "pp_schedule": run.pp_schedule() or "",
-        "pp_virtual_stages": run.pp_vstages() if run.pp > 1 else "",
-        "stage": run.stage if run.fsdp > 1 and run.stage is not None else
-        (run.config_stage if run.fsdp > 1 else ""),
-        "micro_batch": run.micro_batch,
-    }
-    for k, v in run.point.items():
-        if k not in ("train.micro_batch",) + PER_LAYOUT_KEYS:
-            r[k] = v
-    r.update({
-        "tokens_per_s": m.get("tokens_per_s"),
-        "mfu": m.get("mfu", m.get("mfu_derived")),
-        "mfu_source": "metrics" if "mfu" in m else ("derived" if "mfu_derived" in m else ""),
-        "step_ms": m.get("step_ms"),
-        "peak_mem_bytes": m.get("peak_mem_bytes"),
-        "comm_exposed_ms": m.get("comm_exposed_ms"),
-        "bubble_fraction": m.get("bubble_fraction"),
-        "pipeline_wait_ms": m.get("pipeline_wait_ms"),
-        "pred_step_ms": p.get("step_ms"),
-        "pred_tokens_per_s": p.get("tokens_per_s"),
-        "pred_mfu": p.get("mfu"),
-        "pred_exposed_comm_ms": p.get("exposed_comm_ms"),
-        "pred_bubble": p.get("bubble"),
-        "pred_mem_bytes": pm.get("total"),
-        "pred_params_bytes": pm.get("params"), "pred_grads_bytes": pm.get("grads"),
-        "pred_optimizer_bytes": pm.get("optimizer"),
-        "pred_activation_bytes": pm.get("activations"),
-        "pred_comm_workspace_bytes": pm.get("comm_workspace"),
-        "pred_baseline_bytes": pm.get("baseline"),
-        "mem_gap_pct": gap(m.get("peak_mem_bytes"), pm.get("total")),
-        "step_gap_pct": gap(m.get("step_ms"), p.get("step_ms")),
-        "seconds": round(run.seconds, 1), "run_dir": os.path.relpath(run.dir, REPO),
-    })
-    return r
-
-
-def fmt(x, f="{:.1f}"):
-    return "" if x is None or x == "" else f.format(x)
-
-
-def pp_cell(r):
-    """'1', or '2 1f1b', '2 interleaved_1f1b v=2' for a pipeline."""
-    if r["pp"] <= 1:
-        return "1"
-    v = r["pp_virtual_stages"]
-    return f"{r['pp']} {r['pp_schedule']}" + (f" v={v}" if v and v > 1 else "")
-
-
-def write_outputs(args, runs, skipped, hardware_note):
-    rows = [row_of(r) for r in runs]
-    keys = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with open(os.path.join(args.out, "sweep.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in keys})
-    ok = sorted([r for r in rows if r["status"] == "ok"], key=lambda r: -(r["tokens_per_s"] or 0))
-    bad = [r for r in rows if r["status"] != "ok"]
-    extra = [k for k in keys if "." in k]
-    load = f"host load average {args.load[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end, " \
-        f"{os.cpu_count()} cores"
-    lines = [f"# Sweep: {args.world} ranks, {os.path.relpath(args.config, REPO)}", "",
-             f"{len(runs)} runs; {load} (timings on a shared host move with its load).", "",
-             f"{args.steps} steps per run; measured = median over steps >= 1 (peak memory: max of "
-             "rank 0's peak resident set); predicted = `trainer plan` with "
-             f"{hardware_note}; per-process baseline {args.baseline_note}. "
-             "Gap = (predicted - measured) / measured.",
-             "" if args.glibc_dynamic_mmap else
-             f"Runs had MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (see --glibc-dynamic-mmap).", ""]
-    piped = any(r["pp"] > 1 for r in ok)
-    head = ["#", "dp", "fsdp", "tp", "pp", "stage", "mb"] + [k.split(".")[-1] for k in extra] + [
-        "tokens/s", "MFU", "step ms", "peak MiB", "exposed comm ms"] + (
-        ["bubble", "pred bubble", "pipeline wait ms"] if piped else []) + [
-        "pred step ms", "pred tokens/s", "pred MiB", "mem gap", "step gap"]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "---|" * len(head))
-    for i, r in enumerate(ok, 1):
-        bubble = []
-        if piped:
-            bubble = [fmt(r["bubble_fraction"] * 100 if r["bubble_fraction"] is not None
-                          else None, "{:.1f}%") or "-",
-                      fmt(r["pred_bubble"] * 100 if r["pred_bubble"] is not None
-                          else None, "{:.1f}%") or "-",
-                      fmt(r["pipeline_wait_ms"]) or "-"]
-        cells = [str(i), str(r["dp"]), str(r["fsdp"]), str(r["tp"]), pp_cell(r),
-                 str(r["stage"] or "-"),
-                 str(r["micro_batch"])] + [str(r.get(k, "")) for k in extra] + [
-            fmt(r["tokens_per_s"], "{:.0f}"),
-            fmt(r["mfu"] * 100 if r["mfu"] is not None else None, "{:.2f}%")
-            + ("*" if r["mfu_source"] == "derived" else ""),
-            fmt(r["step_ms"]), fmt(r["peak_mem_bytes"] / MIB if r["peak_mem_bytes"] else None),
-            fmt(r["comm_exposed_ms"]) or "n/a"] + bubble + [fmt(r["pred_step_ms"]),
-            fmt(r["pred_tokens_per_s"], "{:.0f}"),
-            fmt(r["pred_mem_bytes"] / MIB if r["pred_mem_bytes"] else None),
-            fmt(r["mem_gap_pct"], "{:+.1f}%"), fmt(r["step_gap_pct"], "{:+.0f}%")]
-        lines.append("| " + " | ".join(cells) + " |")
-    if any(r["mfu_source"] == "derived" for r in ok):
-        lines += ["", "\\* MFU derived from the planner's FLOP count and peak (metrics.jsonl has "
-                  "no `mfu`)."]
-    if not any(r["comm_exposed_ms"] is not None for r in ok):
-        lines += ["", "exposed comm: n/a (metrics.jsonl has no `comm_exposed_ms` in this build)."]
-    if piped:
-        lines += ["", "pp: pipeline stages (schedule, virtual stages v where > 1). bubble: mean "
-                  "`bubble_fraction` of metrics.jsonl over steps >= 1; pred bubble: the plan's "
-                  "`bubble` for the same pp, schedule and v; pipeline wait: mean "
-                  "`pipeline_wait_ms`."]
-        if any(r["pp"] > 1 and r["pred_step_ms"] is None for r in ok):
-            lines += ["Pipeline rows without predictions: the plan lists no layout with that "
-                      "schedule and v (its pipelines: "
-                      + (", ".join(args.plan_pipelines) or "none") + ")."]
-    gaps = [abs(r["mem_gap_pct"]) for r in ok if r["mem_gap_pct"] is not None]
-    if gaps:
-        lines += ["", f"Memory: predicted vs measured peak within {max(gaps):.1f}% on every "
-                  f"layout that ran (mean |gap| {statistics.mean(gaps):.1f}%)."]
-    sgaps = [r["step_gap_pct"] for r in ok if r["step_gap_pct"] is not None]
-    if sgaps:
-        lines += [f"Step time: predicted vs measured from {min(sgaps):+.0f}% to "
-                  f"{max(sgaps):+.0f}%."]
-    if bad:
-        lines += ["", "## Failed", "", "| dp | fsdp | tp | pp | stage | mb | reason |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in bad:
-            lines.append(f"| {r['dp']} | {r['fsdp']} | {r['tp']} | {pp_cell(r)} | "
-                         f"{r['stage'] or '-'} | "
-                         f"{r['micro_batch']} | {r['reason'].replace('|', '/')} |")
-    if any("global_batch" in r["reason"] for r in bad):
-        lines += ["", "Batch failures: these layouts have more data ranks than train.global_batch "
-                  "/ train.micro_batch allows; sweep a smaller micro-batch "
-                  "(`--grid train.micro_batch=...`)."]
-    if skipped:
-        lines += ["", "Not run (the model rules them out; name parallel.tp, or for pipelines "
-                  "parallel.pp, in --grid to attempt them anyway): " + "; ".join(skipped) + "."]
-    with open(os.path.join(args.out, "sweep.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return ok
-
-
-def plot(args, ok):
-    path = os.path.join(args.out, "sweep.png")
-    if args.no_plot:
-        print("sweep.png: skipped (--no-plot)")
-        return
-    from plotting import pyplot
-    plt = pyplot(path)
-    labels = [(f"pp{r['pp']} " if r["pp"] > 1 else "") + f"{r['dp']}x{r['fsdp']}x{r['tp']}"
-              + (f" z{r['stage']}" if r["stage"] else "")
-              + f" mb{r['micro_batch']}" for r in ok]
-    x = range(len(ok))
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(max(7, 0.9 * len(ok) + 3), 8), sharex=True)
-    w = 0.4
-    a1.bar([i - w / 2 for i in x], [r["tokens_per_s"] or 0 for r in ok], w, label="measured")
-    a1.bar([i + w / 2 for i in x], [r["pred_tokens_per_s"] or 0 for r in ok], w,
-           label="predicted", alpha=0.6)
-    a1.set_ylabel("tokens/s")
-    a1.set_title(f"sweep: {args.world} ranks, {os.path.basename(args.config)} "
-                 "([pp] dp x fsdp x tp)")
-    a1.legend()
-    a2.bar([i - w / 2 for i in x], [(r["peak_mem_bytes"] or 0) / MIB for r in ok], w,
-           label="measured peak (rank 0)")
-    bottom = [0.0] * len(ok)
-    for key, name in (("pred_baseline_bytes", "baseline"), ("pred_params_bytes", "params"),
-                      ("pred_grads_bytes", "grads"), ("pred_optimizer_bytes", "AdamW"),
-                      ("pred_activation_bytes", "activations"),
-                      ("pred_comm_workspace_bytes", "MPI temporaries")):
-        vals = [(r[key] or 0) / MIB for r in ok]
-        a2.bar([i + w / 2 for i in x], vals, w, bottom=bottom, label=f"pred {name}", alpha=0.7)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    a2.set_ylabel("MiB per rank")
-    a2.set_xticks(list(x))
-    a2.set_xticklabels(labels, rotation=30, ha="right")
-    a2.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.32))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    print(f"wrote {path}")
 
 
 def main():
@@ -637,7 +495,8 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--grid", nargs="*", default=[], metavar="KEY=V1,V2",
                     help="config keys to sweep (parallel.fsdp_stage applies where fsdp > 1, "
-                    "parallel.pp_schedule and parallel.pp_virtual_stages where pp > 1)")
+                    "parallel.pp_schedule and parallel.pp_virtual_stages where pp > 1, "
+                    "parallel.cp_comm where cp > 1)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=V",
                     help="overrides applied to every run and to the planner")
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -678,6 +537,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     grid = parse_grid(args.grid)
     args.load = os.getloadavg()
+    args.mmap_threshold = MMAP_THRESHOLD
+    args.cp_load_balance = config_value(args, "parallel", "cp_load_balance", "true")
     if args.baseline_mib is None:
         print("sweep: measuring this binary's per-process memory (a 1-layer, 16-channel run)",
               flush=True)
@@ -735,12 +596,12 @@ def main():
         else:
             msg = f"FAILED in {run.seconds:.1f} s: {run.reason}"
         print(f"[{i}/{len(runs)}] {run.label()}: {msg}", flush=True)
-    ok = write_outputs(args, runs, skipped, hardware_note)
+    ok = sweep_report.write_outputs(args, runs, skipped, hardware_note)
     print(f"wrote {os.path.join(args.out, 'sweep.csv')} and sweep.md "
           f"({len(ok)} ok, {len(runs) - len(ok)} failed)")
     if any("global_batch" in r.reason for r in runs if r.status != "ok"):
         print("hint: some layouts need a smaller train.micro_batch (--grid train.micro_batch=...)")
-    plot(args, ok)
+    sweep_report.plot(args, ok)
     return 0
 
 

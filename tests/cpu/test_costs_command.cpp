@@ -11,6 +11,7 @@
 #include "test_util.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/plan/step_model.hpp"
 #include "trainer/profile/model_flops.hpp"
 
 namespace gt {
@@ -169,9 +170,66 @@ TEST(CostsCommand, ErrorsNameWhatIsMissingOrUnsupported) {
                             kSrc + "/configs/hardware/h200.yaml parallel.tp=2",
                         &out),
       1);
-  EXPECT_NE(out.find("costs: one rank only for now (parallel.pp x dp x fsdp x tp = 2)"),
+  EXPECT_NE(out.find("costs: one data, tensor and pipeline rank only for now (parallel.pp x dp x "
+                     "fsdp x tp = 2)"),
             std::string::npos)
       << out;
+}
+
+// parallel.cp: the table is one cp rank's step (the last rank's). Its GEMMs
+// run on its T / cp rows; its attention is over blocks, each call costed
+// by the (query, key) pairs its causal mask leaves; the bytes its
+// collectives would send are the planner's formulas (cp_bytes_per_step,
+// which tests/layouts/cp_layouts.py holds the trainer's logged bytes to).
+TEST(CostsCommand, ContextParallelismCostsOneCpRanksStep) {
+  auto sum = [](const nlohmann::json& j, const std::string& prefix, const char* key) {
+    double n = 0;
+    for (const auto& r : j["ops"])
+      if (!r["subtotal"] && r["name"].get<std::string>().rfind(prefix, 0) == 0)
+        n += r[key].get<double>();
+    return n;
+  };
+  const std::string small = std::string(kSmall) + " runtime.attention=simt";
+  const nlohmann::json one = costs(small);
+  const double L = 2, B = 4, NH = 4, hs = 32, micro = 2;
+  for (bool balance : {true, false}) {
+    SCOPED_TRACE(balance ? "balanced" : "unbalanced");
+    const nlohmann::json j = costs(small + " parallel.cp=2 parallel.cp_comm=ring" +
+                                   " parallel.cp_load_balance=" + (balance ? "true" : "false"));
+    EXPECT_EQ(j["cp"]["rank"], 1);
+    EXPECT_EQ(j["cp"]["rows"], 128);
+    EXPECT_DOUBLE_EQ(sum(j, "matmul", "flops"), sum(one, "matmul", "flops") / 2);
+    EXPECT_EQ(sum(j, "attention_forward", "calls"), 0);  // only blocks under cp
+    // Rank 1's query rows of the 256: balanced, chunks 1 and 2 of 64
+    // (positions 64-127 and 128-191); unbalanced, chunk 1 of 128 (128-255),
+    // each against every key before it.
+    const double pairs = balance ? (64 * 64 + 64 * 65 / 2) + (128 * 64 + 64 * 65 / 2)
+                                 : 128 * 128 + 128 * 129 / 2;
+    EXPECT_DOUBLE_EQ(sum(j, "attention_block_forward", "flops"), micro * L * 4 * B * NH * hs * pairs);
+    EXPECT_DOUBLE_EQ(sum(j, "attention_block_backward", "flops"),
+                     micro * L * 10 * B * NH * hs * pairs);
+    EXPECT_DOUBLE_EQ(sum(j, "attention_row_dot", "calls"), micro * L);
+  }
+  // The bytes the step's collectives would send: the ring's K|V hops and
+  // dK|dV partial sums, the gradients' all-reduce over dp x cp, the loss.
+  const nlohmann::json j = costs(small + " parallel.cp=2 parallel.cp_comm=ring");
+  const Config cfg = load_config(kSrc + "/configs/gpt2_124m.yaml",
+                                 {"model.n_layer=2", "model.n_head=4", "model.n_embd=128",
+                                  "model.vocab_size=1000", "model.block_size=256",
+                                  "train.seq_len=256", "train.micro_batch=4",
+                                  "train.global_batch=8", "parallel.cp=2",
+                                  "parallel.cp_comm=ring"});
+  PlanLayout l;
+  l.cp = 2;
+  l.cp_comm = CpComm::ring;
+  l.micro_batch = 4;
+  const CommBytes want = comm_bytes_per_step(cfg.model, cfg.train, l, PlanBackend::cuda);
+  // n = 4 x 128 rows x 2 x 4 heads x 32 bf16 elements; per micro-batch and
+  // block one forward hop, one backward hop and two fp32 dK|dV hops.
+  const double n = 4 * 128 * 2 * 4 * 32;
+  EXPECT_DOUBLE_EQ(want.cp, micro * L * (n * 2 + n * 2 + 2 * n * 4) + 8);
+  EXPECT_DOUBLE_EQ(j["comm_bytes"]["cp"].get<double>(), want.cp);
+  EXPECT_DOUBLE_EQ(j["comm_bytes"]["dp_cp"].get<double>(), want.dp);
 }
 
 }  // namespace

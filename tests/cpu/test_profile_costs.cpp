@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "test_util.hpp"
 #include "trainer/profile/op_costs.hpp"
+#include "trainer/profile/op_descriptions.hpp"
 #include "trainer/profile/profiler.hpp"
 
 namespace gt {
@@ -74,6 +75,94 @@ TEST(ProfileCosts, GroupedQueryAttentionMovesItsNarrowerKeysAndValues) {
   // KV = NH is multi-head attention: the 3C of qkv.
   EXPECT_EQ(op_cost::attention_forward(B, NH, T, hs, saved, 2, NH).bytes,
             op_cost::attention_forward(B, NH, T, hs, saved, 2).bytes);
+}
+
+// (query, key) pairs a causal mask leaves between a block of queries and a
+// block of keys at global positions, by a loop over every pair.
+double naive_pairs(int Tq, int Tk, int q_pos, int k_pos) {
+  double n = 0;
+  for (int i = 0; i < Tq; ++i)
+    for (int j = 0; j < Tk; ++j) n += k_pos + j <= q_pos + i ? 1 : 0;
+  return n;
+}
+
+TEST(ProfileCosts, CausalPairsCountTheVisibleBlockPairs) {
+  // The diagonal, keys wholly before, wholly after, partly after, and
+  // blocks of different lengths either way.
+  const int cases[][4] = {{5, 5, 0, 0},   {4, 6, 10, 2},  {4, 4, 0, 8},  {6, 3, 2, 4},
+                          {3, 7, 20, 19}, {7, 3, 0, 5},  {1, 1, 0, 0},  {8, 8, 8, 0},
+                          {8, 8, 3, 6},   {2, 9, 4, 0}};
+  for (const auto& c : cases)
+    EXPECT_EQ(op_cost::causal_pairs(c[0], c[1], c[2], c[3]), naive_pairs(c[0], c[1], c[2], c[3]))
+        << c[0] << " " << c[1] << " " << c[2] << " " << c[3];
+  EXPECT_EQ(op_cost::causal_pairs(0, 4, 0, 0), 0.0);
+  EXPECT_EQ(op_cost::causal_pairs(16, 16, 0, 0), 16 * 17 / 2.0);
+}
+
+TEST(ProfileCosts, AttentionBlocksCountTheirVisiblePairs) {
+  const int B = 2, NH = 4, KV = 2, hs = 8, Tq = 6, Tk = 5;
+  const double pairs = naive_pairs(Tq, Tk, 3, 1);
+  const double q = B * Tq * NH * hs, kv = B * Tk * KV * hs, rows = B * NH * Tq;
+  // Forward: Q K^T and P V, a multiply-add each per pair and feature; q,
+  // k, v read (bf16 here), out and lse written, or read too when merging.
+  OpCost f = op_cost::attention_block_forward(B, NH, KV, hs, Tq, Tk, 3, 1, false, 2);
+  EXPECT_EQ(f.flops, 2.0 * 2 * B * NH * hs * pairs);
+  EXPECT_EQ(f.bytes, 2.0 * (q + 2 * kv) + 4.0 * (q + rows));
+  f = op_cost::attention_block_forward(B, NH, KV, hs, Tq, Tk, 3, 1, true, 2);
+  EXPECT_EQ(f.bytes, 2.0 * (q + 2 * kv) + 4.0 * 2 * (q + rows));
+  // Backward: S again, dP, dQ, dK, dV; dout, q, k, v read; lse and delta
+  // read; dq, dk, dv accumulated in fp32.
+  const OpCost b = op_cost::attention_block_backward(B, NH, KV, hs, Tq, Tk, 3, 1, 4);
+  EXPECT_EQ(b.flops, 5 * 2.0 * B * NH * hs * pairs);
+  EXPECT_EQ(b.bytes, 4.0 * (2 * q + 2 * kv) + 4.0 * 2 * rows + 4.0 * 2 * (q + 2 * kv));
+  // A block no query sees costs no products, only its traffic.
+  EXPECT_EQ(op_cost::attention_block_forward(B, NH, KV, hs, Tq, Tk, 0, 10, false).flops, 0.0);
+  // delta: a multiply-add per element of dout o out.
+  const OpCost d = op_cost::attention_row_dot(B, Tq, NH, hs, 2, 4);
+  EXPECT_EQ(d.flops, 2.0 * q);
+  EXPECT_EQ(d.bytes, q * (2 + 4) + 4.0 * rows);
+  // cast_rows moves what cast moves for its rows x cols elements.
+  EXPECT_EQ(op_cost::cast_rows(3, 5, 4, 2).bytes, op_cost::cast(15, 4, 2).bytes);
+  EXPECT_EQ(op_cost::cast_rows(3, 5, 4, 2).flops, 0.0);
+}
+
+// The profiler costs each attention-over-blocks call by its own positions
+// (one row per block shape, the FLOPs of every call summed), and the
+// strided K|V copy as cast_rows.
+TEST(ProfilingOps, AttentionBlocksAreCostedByTheirPositions) {
+  auto ops = make_cpu_ops(1);
+  Profiler prof(ProfileSchedule{1, 1}, false, 0);
+  prof.observe(*ops);
+  const int B = 1, NH = 2, KV = 1, hs = 4, T = 4;
+  auto q = test::random_vector(B * T * NH * hs, 1), k = test::random_vector(B * T * KV * hs, 2),
+       v = test::random_vector(B * T * KV * hs, 3);
+  std::vector<float> out(B * T * NH * hs), lse(B * NH * T),
+      scratch(static_cast<size_t>(ops->attention_block_scratch_elems(B, NH, T, T)));
+  const TensorView Q = cpu_f32(q.data(), {B, T, NH * hs}), K = cpu_f32(k.data(), {B, T, KV * hs}),
+                   V = cpu_f32(v.data(), {B, T, KV * hs}), O = cpu_f32(out.data(), {B, T, NH * hs}),
+                   S = cpu_f32(scratch.data(), {int64_t(scratch.size())}),
+                   LSE = cpu_f32(lse.data(), {B, NH, T});
+  prof.begin_step(0);
+  // Queries at 4..7: keys at 0..3 all visible, then their own diagonal.
+  ops->attention_block_forward(O, LSE, S, Q, K, V, 4, 0, NH, KV, false);
+  ops->attention_block_forward(O, LSE, S, Q, K, V, 4, 4, NH, KV, true);
+  std::vector<uint16_t> half(B * T * KV * hs);
+  ops->cast_rows(make_view(half.data(), DType::bf16, Device::cpu, {B * T, KV * hs}),
+                 cpu_f32(k.data(), {B * T, KV * hs}));
+  prof.end_step();
+  const ProfileStats& s = prof.stats();
+  ASSERT_EQ(s.ops.size(), 2u);
+  EXPECT_EQ(s.ops[0].name, "attention_block_forward B=1 NH=2 KV=1 hs=4 Tq=4 Tk=4");
+  EXPECT_EQ(s.ops[0].count, 2);
+  EXPECT_EQ(s.ops[0].flops, 4.0 * B * NH * hs * (16 + 10));
+  EXPECT_EQ(s.ops[0].bytes,
+            op_cost::attention_block_forward(B, NH, KV, hs, T, T, 4, 0, false).bytes +
+                op_cost::attention_block_forward(B, NH, KV, hs, T, T, 4, 4, true).bytes);
+  EXPECT_EQ(s.ops[1].name, "cast_rows");
+  EXPECT_EQ(s.ops[1].bytes, op_cost::cast_rows(B * T, KV * hs, 4, 2).bytes);
+  for (const char* op : {"attention_block_forward", "attention_block_backward",
+                         "attention_row_dot", "cast_rows"})
+    EXPECT_TRUE(has_op_formula(op)) << op;
 }
 
 TEST(ProfileCosts, LayerNorm) {

@@ -12,7 +12,12 @@ seq_len: losses to 1e-5, final weights to 1e-4 in fp32; in bf16 at the
 layout matrix's bf16 tolerances against the one-rank bf16 run (a cp rank's
 attention sums its key blocks in another order, merged in fp32, which can
 round an activation to the neighbouring bf16 value, as any layout can).
-The bytes on every axis must equal cp_bytes and layout_matrix's formulas.
+The bytes on every axis must equal cp_bytes and layout_matrix's formulas,
+and (layouts without a pipeline) `trainer plan`'s prediction for the same
+layout: its comm_bytes, under the same keys, are the planner's formulas
+(trainer/plan/step_model.hpp cp_bytes_per_step for cp), so the trainer, this
+file's cp_bytes and the planner are held to one another (the CPU plan for
+fp32 runs, the H100's, which is the bf16 model, for --dtype bf16).
 
     python3 tests/layouts/layout_matrix.py --build build --layout cp2_tp2
     python3 tests/layouts/layout_matrix.py --build build --layout cp2 --cp-comm ring \\
@@ -22,6 +27,9 @@ The bytes on every axis must equal cp_bytes and layout_matrix's formulas.
 Standard library only.
 """
 
+import json
+import os
+import subprocess
 
 
 class Ctx:
@@ -96,6 +104,47 @@ def cp_bytes(lm, ctx, tp, L, R, A, recompute, dtype):
     return A * per_micro + 2 * (cp - 1) / cp * 8
 
 
+def plan_bytes(lm, runner, cfg, lay, ctx, micro):
+    """The comm_bytes `trainer plan` predicts for this layout of `cfg`."""
+    hw = "h100" if runner.dtype == "bf16" else "cpu_reference"
+    cmd = [runner.exe, "plan", "--config", cfg, "--gpus", str(lay.world()), "--json", "-",
+           "--hardware", os.path.join(lm.REPO, "configs", "hardware", hw + ".yaml")]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"FAIL: {' '.join(cmd)} exited {p.returncode}\n{p.stdout[-2000:]}"
+                         f"{p.stderr[-2000:]}")
+    for got in json.loads(p.stdout)[0]["layouts"]:
+        if "invalid" in got:
+            continue
+        if ((got["dp"], got["fsdp"], got["tp"], got.get("pp", 1), got.get("cp", 1),
+             got.get("cp_comm"), got["micro_batch"]) ==
+                (lay.dp, lay.fsdp, lay.tp, lay.pp, lay.cp, ctx.comm, micro) and
+                (lay.fsdp == 1 or got["stage"] == lay.stage)):
+            return got["comm_bytes"]
+    raise SystemExit(f"FAIL: trainer plan lists no layout {vars(lay)} {ctx.comm} mb={micro}")
+
+
+def check_plan_bytes(lm, runner, label, run_dir, cfg, lay, ctx, micro):
+    """The planner's bytes for the layout against the trainer's logged ones
+    and cp_bytes (the same formula written twice, once in C++)."""
+    fails = []
+    want = plan_bytes(lm, runner, cfg, lay, ctx, micro)
+    R = micro * lm.TRAIN["seq_len"] // lay.cp
+    A = lm.TRAIN["global_batch"] // (micro * lay.dp * lay.fsdp)
+    formula = cp_bytes(lm, ctx, lay.tp, lm.MODEL["n_layer"], R, A, lay.recompute, runner.dtype)
+    if abs(want["cp"] - formula) > lm.BYTES_RTOL * formula:
+        fails.append(f"{label}: trainer plan's cp bytes {want['cp']:.0f}, cp_bytes {formula:.0f}")
+    for step, rec in sorted(lm.read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
+        for axis, w in want.items():
+            if axis == "pp":
+                continue
+            g = rec["comm_bytes"].get(axis, 0.0)
+            if (w == 0 and g != 0) or (w > 0 and abs(g - w) > lm.BYTES_RTOL * w):
+                fails.append(f"{label}: step {step} {axis} sent {g:.0f} bytes, "
+                             f"trainer plan predicts {w:.0f}")
+    return fails
+
+
 def variants(args):
     comms = [args.cp_comm] if args.cp_comm else list(CP_COMMS)
     balance = ([args.cp_load_balance == "true"] if args.cp_load_balance
@@ -146,6 +195,8 @@ def run_cp_layout(lm, runner, name, args):
             f, worst = lm.compare_runs(label, refs[m], run_dir, **tols)
             f += lm.check_bytes(label, run_dir, lay.dp, lay.fsdp, lay.tp, lay.stage, micro,
                                 lay.recompute, runner.dtype, runner.reduce_dtype, pipe, ctx)
+            if not pipe:  # the plan's pipeline bytes are its busiest rank's, not rank 0's
+                f += check_plan_bytes(lm, runner, label, run_dir, cfg, lay, ctx, micro)
             print(f"{'FAIL' if f else 'ok  '} {label}: {lay.world()} ranks, {took:.1f} s, "
                   f"max param diff {worst:.1e}")
             fails += f

@@ -9,6 +9,8 @@
 #include "parallel/mesh.hpp"
 #include "trainer/model/make_model.hpp"
 #include "trainer/plan/memory_model.hpp"
+#include "trainer/runtime/parallelize.hpp"
+#include "trainer/sharding/data_parallel_groups.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
 namespace gt::test {
@@ -102,6 +104,56 @@ TEST(PlanMemoryMpi, ActivationBytesEqualTheModelsAllocationOnEveryLayout) {
                   << " C=" << m.n_embd << " recompute " << to_string(recompute) << " "
                   << to_string(dtype);
             }
+  }
+}
+
+// Context parallelism on the CPU: every layout with cp > 1 of the running
+// world (cp alone, with tp, with fsdp: ZeRO over fsdp x cp, with dp), each
+// cp_comm mode, balanced or not: the activations the model allocates (its
+// T / cp rows, the cp attention's scratch and the CPU's block scratch) and
+// the sharded state (the gradients' groups folding cp in) are what the
+// planner predicts.
+TEST(PlanMemoryMpi, ContextParallelLayoutsAllocateWhatThePlannerPredicts) {
+  auto world = test_world();
+  const int n = world->size();
+  std::vector<ParallelDims> layouts;
+  for (int cp = 2; cp <= n; cp *= 2)
+    if (n % cp == 0)
+      for (const ParallelDims& d : layouts_for(n / cp)) layouts.push_back({d.dp, d.fsdp, d.tp, 1, cp});
+  if (layouts.empty()) GTEST_SKIP() << "no context-parallel layout of " << n << " rank(s)";
+  auto ops = make_cpu_ops(1);
+  for (const ParallelDims& d : layouts) {
+    const DeviceMesh mesh(d, *world);
+    for (const ModelConfig& m0 : {models()[0], llama_models()[0]})
+      for (CpComm comm : {CpComm::allgather, CpComm::ring})
+        for (bool balance : {true, false})
+          for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
+            ModelConfig m = m0;
+            m.block_size = 32;
+            const int B = 2, T = 32;
+            ParallelPlan plan;
+            plan.dtype = dtype;
+            plan.cp_comm = comm;
+            plan.cp_load_balance = balance;
+            const ParallelModel pm = parallelize(m, plan, mesh, *ops, {B, T, Recompute::none});
+            const int f = shard_degree(d);
+            const bool bf16 = dtype == ComputeDType::bf16;
+            const std::string at = std::string(to_string(m.arch)) + " " + d.str() + " " +
+                                   to_string(comm) + (balance ? "" : " unbalanced") + " " +
+                                   to_string(dtype);
+            EXPECT_EQ(pm.runner->activation_bytes(),
+                      predict_activation_bytes(m, B, T, d.tp, true, PlanBackend::cpu,
+                                               Recompute::none, dtype,
+                                               keeps_bf16_params(f, FsdpStage::parameters, bf16),
+                                               PlanCp{d.cp, comm, balance}))
+                << at;
+            const MemoryFigures got = pm.params->memory();
+            const StateBytes want =
+                predict_state_bytes(m, f, d.tp, 3, bf16, replica_degree(d), ComputeDType::fp32);
+            EXPECT_EQ(got.params, want.params) << at;
+            EXPECT_EQ(got.grads, want.grads) << at;
+            EXPECT_EQ(got.optimizer, want.optimizer) << at;
+          }
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/sweep.py end to end on a tiny model at 2 ranks: every layout runs
 2 steps (the 2-stage pipeline included, with its bubble measured and
-predicted), an invalid layout named in the grid (tp=3: no factorisation of 2,
+predicted, and cp = 2, each sequence over both ranks), an invalid layout named in the grid (tp=3: no factorisation of 2,
 and it does not divide 4 heads) is recorded as failed with the trainer's
 own error line instead of ending the sweep, sweep.csv / sweep.md (and
 sweep.png, where this interpreter has matplotlib) are written and parse, and
@@ -86,8 +86,9 @@ def main():
     if not have_mpl and (p.returncode != 1 or "matplotlib is not installed" not in p.stderr):
         fails.append("without matplotlib the sweep must say so and exit 1")
     rows = list(csv.DictReader(open(os.path.join(out, "sweep.csv"))))
-    got = {(r["dp"], r["fsdp"], r["tp"], r["stage"]): r for r in rows if r["pp"] == "1"}
-    want_ok = {("2", "1", "1", ""), ("1", "2", "1", "1"), ("1", "2", "1", "3"), ("1", "1", "2", "")}
+    got = {(r["dp"], r["fsdp"], r["cp"], r["tp"], r["stage"]): r for r in rows if r["pp"] == "1"}
+    want_ok = {("2", "1", "1", "1", ""), ("1", "2", "1", "1", "1"), ("1", "2", "1", "1", "3"),
+               ("1", "1", "1", "2", ""), ("1", "1", "2", "1", "")}
     piped = [r for r in rows if r["pp"] == "2"]
     if len(piped) != 1 or piped[0]["status"] != "ok":
         fails.append(f"the pp=2 layout must run: {piped}")
@@ -116,19 +117,21 @@ def main():
                              f"{r['peak_mem_bytes']}, predicted {r['pred_mem_bytes']})")
     if "sweep: baseline" not in p.stdout:
         fails.append("the sweep did not measure the per-process baseline")
-    bad = got.get(("1", "1", "3", ""))
+    bad = got.get(("1", "1", "1", "3", ""))
     if not bad or bad["status"] != "failed" or "tp=3" not in bad["reason"]:
         fails.append(f"tp=3 must be recorded as failed with the trainer's reason, got {bad}")
-    if len(rows) != 6:
-        fails.append(f"expected 6 runs, got {len(rows)}")
+    if got.get(("1", "1", "2", "1", ""), {}).get("cp_comm") != "allgather":
+        fails.append("the cp=2 run must record the config's parallel.cp_comm")
+    if len(rows) != 7:
+        fails.append(f"expected 7 runs, got {len(rows)}")
     md = open(os.path.join(out, "sweep.md")).read()
-    if "## Failed" not in md or "tp=3" not in md or md.count("\n| ") < 7 \
-            or "pred bubble" not in md:
+    if "## Failed" not in md or "tp=3" not in md or md.count("\n| ") < 8 \
+            or "pred bubble" not in md or "| 2 allgather |" not in md:
         fails.append("sweep.md lacks the table or the failed run:\n" + md)
     png = os.path.join(out, "sweep.png")
     if have_mpl and (not os.path.exists(png) or open(png, "rb").read(4) != b"\x89PNG"):
         fails.append("no sweep.png")
-    if "[6/6]" not in p.stdout:
+    if "[7/7]" not in p.stdout:
         fails.append("no progress lines")
     for f in fails:
         print("FAIL:", f, file=sys.stderr)

@@ -10,6 +10,7 @@
 #include "parallel/mesh.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/plan/dry_run_mesh.hpp"
 #include "trainer/plan/dry_run_ops.hpp"
 #include "trainer/plan/hardware.hpp"
 #include "trainer/plan/plan_command.hpp"
@@ -57,10 +58,13 @@ struct CostRow {
 
 // The unit an op of class `cls` runs on in the model as it is today. The
 // default attention is the SIMT kernels (fp32 math) in either dtype;
-// `tc_attention` the tensor-core ones (runtime.attention, bf16).
-const char* unit_of(OpClass cls, ComputeDType dtype, bool tc_attention) {
+// `tc_attention` the tensor-core ones (runtime.attention, bf16), for the
+// products: the backward's row dot (context parallelism) is a SIMT kernel
+// in either case.
+const char* unit_of(const std::string& op, OpClass cls, ComputeDType dtype, bool tc_attention) {
   if (cls == OpClass::gemm) return dtype == ComputeDType::bf16 ? "tensor bf16" : "fma fp32";
-  if (cls == OpClass::attention) return tc_attention ? "tensor bf16" : "fma fp32";
+  if (cls == OpClass::attention)
+    return tc_attention && op.rfind("attention_row_dot", 0) != 0 ? "tensor bf16" : "fma fp32";
   return "memory";
 }
 
@@ -77,6 +81,10 @@ struct KnownExtra {
   double flops = 0, bytes = 0;
 };
 KnownExtra known_extra(const OpStat& s, const Ops& ops, ComputeDType dtype, bool tc_attention) {
+  // Attention over blocks: the row's FLOPs sum each call's visible pairs,
+  // and the tensor-core backward repeats a fixed share of them.
+  if (s.name.rfind("attention_block_backward", 0) == 0)
+    return {tc_attention ? s.flops * op_cost::kAttentionBlockTcBackwardExtraShare : 0.0, 0.0};
   const bool fwd = s.name.rfind("attention_forward", 0) == 0;
   const bool bwd = s.name.rfind("attention_backward", 0) == 0;
   if (!fwd && !bwd) return {};
@@ -110,21 +118,33 @@ int run_costs_command(const CostsArgs& a) {
   if (!a.peaks.empty()) apply_bench_peaks(hw, a.peaks);
   const ParallelConfig& pc = cfg.parallel;
   if (pc.pp * pc.dp * pc.fsdp * pc.tp != 1)
-    fail("costs: one rank only for now (parallel.pp x dp x fsdp x tp = ",
+    fail("costs: one data, tensor and pipeline rank only for now (parallel.pp x dp x fsdp x tp = ",
          pc.pp * pc.dp * pc.fsdp * pc.tp,
-         "); the table of a multi-rank layout is not implemented yet");
+         "); the table of such a layout is not implemented yet (parallel.cp runs one cp rank)");
   const UnitPeaks peaks = unit_peaks(hw);
   const TrainConfig& tc = cfg.train;
   // The trainer's choice of attention kernels (runtime.attention).
   const bool tc_attention = uses_tensor_core_attention(cfg);
   const int B = tc.micro_batch, T = tc.seq_len, accum = cfg.grad_accum_steps();
+  // Under context parallelism the table is one cp rank's step: its T / cp
+  // rows of each sequence, its attention over blocks and the collectives
+  // it would start, on a mesh whose other ranks are not there
+  // (dry_run_mesh.hpp). The last cp rank: with balanced chunks every rank
+  // does the same work, without them it holds the last chunk, which
+  // attends to the most keys (the step waits for it).
+  const ParallelDims dims = ParallelDims::validated(1, 1, 1, pc.cp, 1, pc.cp);
+  MeshCoord slowest;
+  slowest.cp = pc.cp - 1;
+  const int cp_rank = slowest.cp, Tl = T / pc.cp;
 
   // One optimizer step of the real model on the dry-run backend, recorded.
   const std::unique_ptr<Ops> ops = make_dry_run_ops();
   Profiler profiler(ProfileSchedule{1, 1}, false, 0);
   profiler.observe(*ops);  // detached by ~Profiler, before ops goes
-  const DeviceMesh mesh = DeviceMesh::in_process();
+  const DeviceMesh mesh = pc.cp == 1 ? DeviceMesh::in_process()
+                                     : make_dry_run_mesh(dims, mesh_rank_of(dims, slowest));
   double model_flops_step = 0;
+  std::map<std::string, double> comm_bytes;  // per mesh axis, what this rank would send
   {
     const ParallelModel pm =
         parallelize(cfg.model, parallel_plan(cfg), mesh, *ops, {B, T, tc.recompute});
@@ -134,21 +154,27 @@ int run_costs_command(const CostsArgs& a) {
     // forward; in a steady step AdamW writes it, so that cast stays out of
     // the recorded step.
     params.begin_forward(false);
+    for (MeshAxis a : mesh_split_axes(dims)) mesh.axis(a).reset_bytes();
     profiler.begin_step(0);
     // The trainer's step: the micro-batches (token 0 everywhere: the
-    // dry run computes nothing), then clipped AdamW.
+    // dry run computes nothing), then clipped AdamW, and the loss averaged
+    // over the sequence's cp ranks as the trainer does.
     runner.train(
         accum,
         [&](int, int32_t* tokens, int32_t* targets) {
-          std::fill_n(tokens, static_cast<size_t>(B) * T, 0);
-          std::fill_n(targets, static_cast<size_t>(B) * T, 0);
+          std::fill_n(tokens, static_cast<size_t>(B) * Tl, 0);
+          std::fill_n(targets, static_cast<size_t>(B) * Tl, 0);
         },
         1.f / static_cast<float>(B * T * accum));
     params.clipped_adamw_step(tc, tc.lr, 1, runner.pending_loss_sums());
-    (void)runner.take_loss();
+    const double loss = runner.take_loss();
+    if (pc.cp > 1) (void)mesh.cp().all_reduce_f64(loss, ReduceOp::sum);
     profiler.end_step();
-    model_flops_step =
-        model_flops(cfg.model, T).per_token() * static_cast<double>(tc.global_batch) * T;
+    for (MeshAxis a : mesh_split_axes(dims))
+      if (mesh.axis(a).bytes_sent() > 0) comm_bytes[mesh_axis_name(a)] = mesh.axis(a).bytes_sent();
+    // The model FLOPs of this rank's share of the job (1/cp of it).
+    model_flops_step = model_flops(cfg.model, T).per_token() *
+                       static_cast<double>(tc.global_batch) * T / pc.cp;
   }
 
   // Rows, by class in OpClass order, the most expensive first within a class.
@@ -159,7 +185,7 @@ int run_costs_command(const CostsArgs& a) {
     CostRow r;
     r.cls = op_class_name(s.cls);
     r.name = s.name;
-    r.unit = unit_of(s.cls, cfg.runtime.dtype, tc_attention);
+    r.unit = unit_of(s.name, s.cls, cfg.runtime.dtype, tc_attention);
     r.calls = static_cast<double>(s.count);
     const KnownExtra extra = known_extra(s, *ops, cfg.runtime.dtype, tc_attention);
     r.flops = s.flops + extra.flops;
@@ -198,7 +224,17 @@ int run_costs_command(const CostsArgs& a) {
   o << "# costs: " << cfg.source << ", one optimizer step (B=" << B << ", T=" << T << ", " << accum
     << " micro-batch(es), runtime.dtype="
     << (cfg.runtime.dtype == ComputeDType::bf16 ? "bf16" : "fp32")
-    << ") as the CUDA backend runs it, on " << hw.name << "\n"
+    << ") as the CUDA backend runs it, on " << hw.name << "\n";
+  if (pc.cp > 1) {
+    o << "# context parallelism: cp rank " << cp_rank << " of parallel.cp=" << pc.cp << " ("
+      << Tl << " of each sequence's " << T << " rows, cp_comm=" << to_string(pc.cp_comm)
+      << (pc.cp_load_balance ? ", load-balanced: every cp rank does this work"
+                             : ", not load-balanced: the last chunk's rank, the slowest")
+      << "); it would send";
+    for (const auto& [axis, bytes] : comm_bytes) o << " " << fixed(bytes / 1e9, 3) << " GB on " << axis;
+    o << " per step\n";
+  }
+  o
     << "# peaks, " << peaks.source << ": tensor bf16 " << fixed(peaks.tensor_flops / 1e12, 1)
     << " TFLOP/s, fma fp32 " << fixed(peaks.fma_flops / 1e12, 1) << " TFLOP/s, HBM "
     << fixed(peaks.hbm_bytes / 1e9, 0) << " GB/s\n"
@@ -224,7 +260,8 @@ int run_costs_command(const CostsArgs& a) {
   }
   o << "\nstep floor " << fixed(step_s * 1e3, 2) << " ms (" << fixed(gemm_flops / 1e12, 2)
     << " TFLOP of GEMMs, the padded vocabulary's rows included; model FLOPs 6N + 12LTC = "
-    << fixed(model_flops_step / 1e12, 2) << " TFLOP); non-GEMM: " << fixed(non_gemm_bytes / 1e9, 2)
+    << fixed(model_flops_step / 1e12, 2) << " TFLOP" << (pc.cp > 1 ? " of this cp rank's share" : "")
+    << "); non-GEMM: " << fixed(non_gemm_bytes / 1e9, 2)
     << " GB of traffic, " << fixed(non_gemm_s * 1e3, 2) << " ms of the floor\n";
 
   nlohmann::json j;
@@ -240,6 +277,14 @@ int run_costs_command(const CostsArgs& a) {
   j["non_gemm_bytes"] = non_gemm_bytes;
   j["non_gemm_floor_ms"] = non_gemm_s * 1e3;
   j["attention"] = tc_attention ? "tensor_cores" : "simt";
+  if (pc.cp > 1) {
+    j["cp"] = {{"cp", pc.cp},
+               {"rank", cp_rank},
+               {"rows", Tl},
+               {"cp_comm", to_string(pc.cp_comm)},
+               {"cp_load_balance", pc.cp_load_balance}};
+    j["comm_bytes"] = comm_bytes;
+  }
   j["ops"] = nlohmann::json::array();
   for (const CostRow& r : ordered)
     j["ops"].push_back({{"class", r.cls},

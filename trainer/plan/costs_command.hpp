@@ -21,8 +21,14 @@
 //   trainer costs --config FILE --hardware FILE [--peaks BENCH.json]
 //                 [--json FILE|-] [section.key=value ...]
 //
-// One rank only (parallel.dp = fsdp = tp = 1): a multi-rank layout is an
-// error that says so.
+// One data, tensor and pipeline rank (parallel.pp = dp = fsdp = tp = 1):
+// another layout is an error that says so. Under context parallelism
+// (parallel.cp > 1) the table is one cp rank's step, run on a mesh of
+// communicators that move nothing (dry_run_mesh.hpp): the rank's T / cp
+// rows of each sequence, its attention over key blocks, and the bytes its
+// collectives would send per mesh axis. The rank is the last one: with
+// load-balanced chunks all do the same work, without, it attends to the
+// most keys.
 #pragma once
 
 #include <string>

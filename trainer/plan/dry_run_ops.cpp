@@ -22,7 +22,8 @@ namespace {
 // meets these PROT_NONE "device" buffers.
 class DryRunOps final : public CpuOps {
  public:
-  Device device() const override { return Device::cuda; }
+  explicit DryRunOps(Device device) : device_(device) {}
+  Device device() const override { return device_; }
   const char* backend_name() const override { return "DryRunOps"; }
 
   Buffer allocate(size_t bytes) override {
@@ -33,7 +34,7 @@ class DryRunOps final : public CpuOps {
     GT_CHECK(p != MAP_FAILED, "dry run: reserving ", len, " bytes of address space failed");
     in_use_ += static_cast<int64_t>(bytes);
     peak_ = std::max(peak_, in_use_);
-    return Buffer(p, bytes, Device::cuda, [this, len, bytes](void* q) {
+    return Buffer(p, bytes, device_, [this, len, bytes](void* q) {
       munmap(q, len);
       in_use_ -= static_cast<int64_t>(bytes);
     });
@@ -45,16 +46,16 @@ class DryRunOps final : public CpuOps {
   int64_t device_bytes_in_use() const override { return in_use_; }
   int64_t device_bytes_peak() const override { return peak_; }
 
-  // CudaOps' sizes (kernels/core/attention_kernels.hpp), so the model
-  // allocates what a CUDA run allocates.
+  // The device's sizes (kernels/core/attention_kernels.hpp: CudaOps' on
+  // cuda), so the model allocates what a run on that backend allocates.
   int64_t attention_saved_elems(int B, int n_head, int T) const override {
-    return gt::attention_saved_elems(Device::cuda, B, n_head, T);
+    return gt::attention_saved_elems(device_, B, n_head, T);
   }
   int64_t attention_scratch_elems(int B, int n_head, int T) const override {
-    return gt::attention_scratch_elems(Device::cuda, B, n_head, T);
+    return gt::attention_scratch_elems(device_, B, n_head, T);
   }
   int64_t attention_block_scratch_elems(int B, int n_head, int Tq, int Tk) const override {
-    return gt::attention_block_scratch_elems(Device::cuda, B, n_head, Tq, Tk);
+    return gt::attention_block_scratch_elems(device_, B, n_head, Tq, Tk);
   }
 
  protected:
@@ -63,11 +64,12 @@ class DryRunOps final : public CpuOps {
   bool begin_op(OpCall&) override { return false; }
 
  private:
+  Device device_;
   int64_t in_use_ = 0, peak_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> make_dry_run_ops() { return std::make_unique<DryRunOps>(); }
+std::unique_ptr<Ops> make_dry_run_ops(Device device) { return std::make_unique<DryRunOps>(device); }
 
 }  // namespace gt

@@ -10,6 +10,11 @@
 // hook around every op (Ops::begin_op) says not to run. So an op added to Ops
 // is dry-run, and costed, without a line here.
 //
+// The planner's memory model asks one for the attention sizes of either
+// backend (make_dry_run_ops(Device::cpu)): the same Ops queries the model
+// makes (ContextParallelAttention::saved_elems and the rest), answered by
+// kernels/core/attention_kernels.hpp's rule for that device.
+//
 // Memory is address space only: every Buffer is a PROT_NONE reservation
 // (MAP_NORESERVE), so a 124M model at B=16 (~20 GB of buffers) costs nothing,
 // and host code touching it would fault, as it would on a device. upload()
@@ -24,6 +29,7 @@
 
 namespace gt {
 
-std::unique_ptr<Ops> make_dry_run_ops();
+// `device`: the backend it stands for (its views' device and attention sizes).
+std::unique_ptr<Ops> make_dry_run_ops(Device device = Device::cuda);
 
 }  // namespace gt

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <sstream>
 
-#include "kernels/core/attention_kernels.hpp"
 #include "kernels/core/error.hpp"
 #include "trainer/model/activation_plan.hpp"
 #include "trainer/model/llama_activation_plan.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/parallelize/context_parallel.hpp"
+#include "trainer/plan/dry_run_ops.hpp"
+#include "trainer/sharding/data_parallel_groups.hpp"
 
 namespace gt {
 
@@ -17,7 +19,9 @@ std::string PlanLayout::str() const {
     os << "pp=" << pp << " " << to_string(schedule) << " ";
     if (virtual_stages > 1) os << "v=" << virtual_stages << " ";
   }
-  os << "dp=" << dp << " fsdp=" << fsdp << " tp=" << tp;
+  os << "dp=" << dp << " fsdp=" << fsdp;
+  if (cp > 1) os << " cp=" << cp << " " << to_string(cp_comm) << (cp_load_balance ? "" : "+unbalanced");
+  os << " tp=" << tp;
   if (fsdp > 1) os << " stage=" << stage;
   os << " mb=" << micro_batch;
   return os.str();
@@ -35,8 +39,9 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, int seq_len,
                                      PlanBackend backend) {
   if (backend != PlanBackend::cpu) return 0;
-  return predict_comm_workspace_bytes(m, unit_sizes(ParameterLayout(m, l.tp, 0, l.fsdp), l.fsdp), l,
-                                      seq_len, backend);
+  const int f = shard_degree(l.dims());
+  return predict_comm_workspace_bytes(m, unit_sizes(ParameterLayout(m, l.tp, 0, f), f), l, seq_len,
+                                      backend);
 }
 
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, const PlanLayout& l,
@@ -44,18 +49,24 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, c
   if (backend != PlanBackend::cpu) return 0;
   const int64_t T = z.total, S = z.shard_total, embed = z.embed, head = z.head, block = z.block;
   // The gradient reductions' elements, at the wire's element size.
+  // Over the gradients' groups: cp folds into the replicas (fsdp = 1) or
+  // the shards (data_parallel_groups.hpp).
+  const ParallelDims dims = l.dims();
+  const int f = shard_degree(dims), d = replica_degree(dims);
   int64_t grad_elems = 0;
-  if (l.fsdp == 1) {
-    if (l.dp > 1) grad_elems += T;
+  if (f == 1) {
+    if (d > 1) grad_elems += T;
   } else {
-    if (l.fsdp > 2)  // stage 1 is not bound by the slots: a third block measured in flight
-      grad_elems += std::min(2 * T, 2 * (embed + head + (l.stage == 1 ? 3 : 2) * block));
-    if (l.dp > 1) grad_elems += S;
+    // Stage 1 is not bound by the slots: a third block measured in flight,
+    // but for the cp collectives' waits completing them sooner (header).
+    const int blocks_in_flight = l.stage == 1 && l.cp == 1 ? 3 : 2;
+    if (f > 2) grad_elems += std::min(2 * T, 2 * (embed + head + blocks_in_flight * block));
+    if (d > 1) grad_elems += S;
   }
   const int64_t grad_elem_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2 : 4;
   int64_t bytes = grad_elems * grad_elem_bytes;
-  if (l.tp > 1 && !l.tp_overlap)
-    bytes += 2 * static_cast<int64_t>(l.micro_batch) * seq_len * m.n_embd * 4;
+  if (l.tp > 1 && !l.tp_overlap)  // of a cp rank's rows
+    bytes += 2 * static_cast<int64_t>(l.micro_batch) * (seq_len / l.cp) * m.n_embd * 4;
   return bytes;
 }
 
@@ -68,21 +79,35 @@ struct PlanSums {
 // The table the family's model allocates from (GPT::allocate:
 // trainer/model/activation_plan.hpp; Llama::allocate:
 // llama_activation_plan.hpp), with the attention sizes of the backend's
-// kernels for the n_head / tp query heads of a rank, as
-// CausalLM::activation_shape sizes them.
+// kernels for the n_head / tp query heads of a rank and its seq_len / cp
+// rows of each sequence, as CausalLM::activation_shape sizes them.
 PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                          bool tp_overlap, PlanBackend backend, Recompute recompute,
-                         ComputeDType dtype, bool store_keeps_bf16_params) {
+                         ComputeDType dtype, bool store_keeps_bf16_params, const PlanCp& cp) {
   const Device device = backend == PlanBackend::cpu ? Device::cpu : Device::cuda;
+  // The backend's sizes, asked through the same functions the model asks
+  // (ContextParallelAttention's rules on top of the kernels' at cp > 1):
+  // an Ops that allocates nothing and reports that device's kernels.
+  const std::unique_ptr<Ops> sizes = make_dry_run_ops(device);
+  const SequenceChunks chunks(seq_len, cp.cp, cp.load_balance);
+  const int NHl = m.n_head / tp, Tl = chunks.local_len();
   ActivationShape s;
   s.max_rows = micro_batch;
-  s.max_seq = seq_len;
+  s.max_seq = Tl;
   s.tp = tp;
   s.overlap = tp_overlap;
   s.recompute = recompute;
   s.dtype = dtype;
-  s.attention_saved = attention_saved_elems(device, micro_batch, m.n_head / tp, seq_len);
-  s.attention_scratch = attention_scratch_elems(device, micro_batch, m.n_head / tp, seq_len);
+  s.cp = cp.cp;
+  s.cp_mode = cp.comm;
+  s.cp_load_balance = cp.load_balance;
+  if (cp.cp > 1)
+    s.cp_block_scratch = sizes->attention_block_scratch_elems(micro_batch, NHl, chunks.chunk_len(),
+                                                              chunks.chunk_len());
+  s.attention_saved =
+      ContextParallelAttention::saved_elems(*sizes, cp.cp, micro_batch, NHl, Tl);
+  s.attention_scratch =
+      ContextParallelAttention::scratch_elems(*sizes, cp.cp, micro_batch, NHl, Tl);
   s.store_keeps_bf16_params = store_keeps_bf16_params;
   switch (m.arch) {
     case ModelArch::gpt2: {
@@ -101,15 +126,17 @@ PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend, Recompute recompute,
-                                 ComputeDType dtype, bool store_keeps_bf16_params) {
+                                 ComputeDType dtype, bool store_keeps_bf16_params,
+                                 const PlanCp& cp) {
   return activation_sums(m, micro_batch, seq_len, tp, tp_overlap, backend, recompute, dtype,
-                         store_keeps_bf16_params)
+                         store_keeps_bf16_params, cp)
       .total;
 }
 
 ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                          bool tp_overlap, PlanBackend backend, Recompute recompute,
-                                         ComputeDType dtype, bool store_keeps_bf16_params) {
+                                         ComputeDType dtype, bool store_keeps_bf16_params,
+                                         const PlanCp& cp) {
   // The plans are affine in n_layer: a block's slots are the difference
   // between a two-block and a one-block model (what recomputation drops
   // has one slot in both, so it lands in `shared`).
@@ -117,7 +144,7 @@ ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, 
     ModelConfig c = m;
     c.n_layer = layers;
     return activation_sums(c, micro_batch, seq_len, tp, tp_overlap, backend, recompute, dtype,
-                           store_keeps_bf16_params);
+                           store_keeps_bf16_params, cp);
   };
   const PlanSums one = sums(1), two = sums(2);
   ActivationParts parts;

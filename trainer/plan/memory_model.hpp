@@ -13,7 +13,9 @@
 //
 // Activations follow the family's activation plan (GPT::allocate,
 // Llama::allocate) for one micro-batch (B = train.micro_batch rows of T =
-// train.seq_len) and train.recompute: what recomputation drops (mlp: the
+// train.seq_len, of which a context-parallel rank holds T / cp: every
+// per-row buffer divided by cp, plus the cp attention's scratch,
+// ContextParallelAttention::scratch) and train.recompute: what recomputation drops (mlp: the
 // second norm's output and statistics and the MLP's hidden activations;
 // block: everything of a block but res3) is one layer's slot instead of L:
 //   cpu   every buffer fp32 (4 bytes), attention keeps its B*NH/tp*T^2
@@ -35,15 +37,29 @@
 #include <cstdint>
 #include <string>
 
+#include "parallel/parallel_dims.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/plan/hardware.hpp"
 #include "trainer/sharding/state_plan.hpp"
 
 namespace gt {
 
+// Context parallelism of a layout (trainer/parallelize/context_parallel.hpp):
+// the degree, parallel.cp_comm and parallel.cp_load_balance. cp = 1: none.
+struct PlanCp {
+  int cp = 1;
+  CpComm comm = CpComm::allgather;
+  bool load_balance = true;
+};
+
 // One candidate layout of the planner.
 struct PlanLayout {
   int pp = 1, dp = 1, fsdp = 1, tp = 1;
+  // Context parallelism: each sequence cut over cp ranks (next to tp in the
+  // mesh), keys and values shared by cp_comm, chunks balanced or not.
+  int cp = 1;
+  CpComm cp_comm = CpComm::allgather;
+  bool cp_load_balance = true;
   int stage = 3;         // FSDP stage; only meaningful when fsdp > 1
   int micro_batch = 1;
   bool tp_overlap = true;
@@ -53,9 +69,14 @@ struct PlanLayout {
   // The pipeline's schedule and chunks per rank; only meaningful when pp > 1.
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
   int virtual_stages = 1;
-  int world() const { return pp * dp * fsdp * tp; }
+  int world() const { return pp * dp * fsdp * cp * tp; }
+  PlanCp context() const { return {cp, cp_comm, cp_load_balance}; }
+  // The mesh's degrees, for the trainer's own rules about them
+  // (data_parallel_groups.hpp: shard_degree, replica_degree).
+  ParallelDims dims() const { return ParallelDims{dp, fsdp, tp, pp, cp}; }
   // "dp=2 fsdp=2 tp=1 stage=3 mb=4", led by "pp=4 1f1b " (or "pp=4
-  // interleaved_1f1b v=2 ") for a pipeline.
+  // interleaved_1f1b v=2 ") for a pipeline, with " cp=2 ring" (or
+  // " cp=2 allgather", "+unbalanced") before tp under context parallelism.
   std::string str() const;
 };
 
@@ -76,6 +97,8 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
 // (kernels/core/attention_kernels.hpp).
 // dtype: runtime.dtype (bf16 stores the activations in bf16).
 // store_keeps_bf16_params: keeps_bf16_params() (state_plan.hpp): no weight copy buffer.
+// cp: context parallelism; seq_len is the whole sequence, of which each cp
+// rank holds seq_len / cp rows (as CausalLM::activation_shape sizes them).
 // The same buffers as one pipeline stage holds them: per_block is what one
 // block keeps for backward per micro-batch (the buffers with a slot per
 // layer), embed and head what the embedding and the head keep per
@@ -91,15 +114,18 @@ ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, 
                                          bool tp_overlap, PlanBackend backend,
                                          Recompute recompute = Recompute::none,
                                          ComputeDType dtype = ComputeDType::fp32,
-                                         bool store_keeps_bf16_params = false);
+                                         bool store_keeps_bf16_params = false,
+                                         const PlanCp& cp = {});
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend,
                                  Recompute recompute = Recompute::none,
                                  ComputeDType dtype = ComputeDType::fp32,
-                                 bool store_keeps_bf16_params = false);
+                                 bool store_keeps_bf16_params = false, const PlanCp& cp = {});
 
-// Bytes of collective temporaries live at rank 0's peak (0 on cuda):
+// Bytes of collective temporaries live at rank 0's peak (0 on cuda); dp
+// and fsdp here are the replica and shard degrees of the gradients
+// (trainer/sharding/data_parallel_groups.hpp: cp folded into them):
 //   dp, fsdp = 1   one copy of every gradient bucket: all of them are in
 //                  flight from the backward that fills them to the optimizer: T
 //   HSDP           likewise one copy of every shard's dp all-reduce: S
@@ -110,7 +136,11 @@ int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_
 //                  for none until the optimizer, but the progress calls between
 //                  ops complete them as backward goes on: 2.5 to 3 blocks were
 //                  measured in flight at fsdp = 4, so 2(embed + head + 3 block),
-//                  at most 2T.
+//                  at most 2T; under context parallelism each block's backward
+//                  also waits on its cp collectives, inside which MPI moves
+//                  the reduce-scatters on: 1.5 to 2 blocks in flight (fsdp 2
+//                  x cp 2: 374-399 MiB peaks against 410 predicted with 3),
+//                  so 2 block as at stages 2/3.
 //   fsdp = 2       none measurable: a two-rank reduce-scatter left no
 //                  temporaries at rank 0's peak in any stage
 //   tp without tp_overlap: a plain reduce-scatter of (B*T, C): 2 B*T*C

@@ -4,6 +4,7 @@
 
 #include "kernels/core/error.hpp"
 #include "trainer/parallelize/pipeline_stages.hpp"
+#include "trainer/sharding/data_parallel_groups.hpp"
 
 namespace gt {
 
@@ -80,7 +81,8 @@ double pipeline_p2p_bytes(const ModelConfig& m, const PlanLayout& l, int micro_b
   const double grad_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2.0 : 4.0;
   // Two ranks all-reduce the tied embedding's gradient: a ring of 2 sends
   // 2 (2 - 1) / 2 = 1 copy of it (of the fsdp shard when sharded).
-  const double tied = m.tied_embeddings() ? embed_unit_floats / l.fsdp * grad_bytes : 0.0;
+  const double tied =
+      m.tied_embeddings() ? embed_unit_floats / shard_degree(l.dims()) * grad_bytes : 0.0;
   double busiest = 0;
   for (int r = 0; r < p; ++r) {
     int forward = 0, backward = 0;

@@ -29,7 +29,9 @@
 //                is the busiest rank's. With a tied embedding (GPT-2) the
 //                first and last ranks all-reduce its gradient once per step
 //                (2 ranks: the gradient once, of the fsdp shard when fsdp >
-//                1, at parallel.reduce_dtype).
+//                1, at parallel.reduce_dtype). Under context parallelism
+//                a rank's rows are its seq_len / cp of each sequence, and
+//                the embedding is sharded over fsdp x cp.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +67,8 @@ std::vector<int64_t> pipeline_activation_peaks(const PipelineShape& shape, const
                                                int64_t boundary);
 
 // Bytes of one boundary message for one micro-batch: activations forward
-// (act_bytes per element) and the gradient back (fp32).
+// (act_bytes per element) and the gradient back (fp32). seq_len: the rows
+// of each sequence a rank holds (a cp rank's seq_len / cp).
 struct BoundaryBytes {
   double forward = 0, backward = 0;
 };

@@ -37,13 +37,20 @@ std::string schedule_cell(const PlanLayout& l) {
   return "?";
 }
 
+// Context parallelism in a column: "1" without it, "8:ring", "8:ag"
+// (parallel.cp_comm allgather).
+std::string cp_cell(const PlanLayout& l) {
+  if (l.cp == 1) return "1";
+  return std::to_string(l.cp) + (l.cp_comm == CpComm::ring ? ":ring" : ":ag");
+}
+
 void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, bool show_mb) {
   const PlanLayout& l = p.layout;
   char buf[512];
   auto m = [&](int64_t b) { return static_cast<double>(b) / u.div; };
-  std::snprintf(buf, sizeof buf, "%4s %3d %9s %4d %5d %4d %5s",
+  std::snprintf(buf, sizeof buf, "%4s %3d %9s %4d %5d %7s %4d %5s",
                 rank > 0 ? std::to_string(rank).c_str() : "-", l.pp, schedule_cell(l).c_str(), l.dp,
-                l.fsdp, l.tp, l.fsdp > 1 ? std::to_string(l.stage).c_str() : "-");
+                l.fsdp, cp_cell(l).c_str(), l.tp, l.fsdp > 1 ? std::to_string(l.stage).c_str() : "-");
   os << buf;
   if (show_mb) {
     std::snprintf(buf, sizeof buf, " %4d %5d", l.micro_batch, p.accum);
@@ -76,8 +83,9 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
      << " MiB, " << hw.baseline_source << ", included in total; capacity "
      << cell("%.1f", hw.memory_bytes() / u.div) << " " << u.name
      << "); step time per optimizer step; pp > 1: the heaviest pipeline rank's memory, "
-        "the bubble's idle share of the pipelined work\n";
-  os << "rank  pp     sched   dp  fsdp   tp stage";
+        "the bubble's idle share of the pipelined work; cp: degree:cp_comm (ag = allgather)"
+     << (cfg.parallel.cp_load_balance ? "" : ", chunks not load-balanced") << "\n";
+  os << "rank  pp     sched   dp  fsdp      cp   tp stage";
   if (show_mb) os << "   mb accum";
   os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms "
         "bubble   tokens/s    MFU\n";
@@ -122,6 +130,11 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
     }
     j["dp"] = l.dp;
     j["fsdp"] = l.fsdp;
+    j["cp"] = l.cp;
+    if (l.cp > 1) {
+      j["cp_comm"] = to_string(l.cp_comm);
+      j["cp_load_balance"] = l.cp_load_balance;
+    }
     j["tp"] = l.tp;
     j["stage"] = l.fsdp > 1 ? nlohmann::json(l.stage) : nlohmann::json(nullptr);
     j["micro_batch"] = l.micro_batch;
@@ -141,9 +154,26 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
     j["step_ms"] = p.step_ms;
     j["compute_ms"] = p.compute_ms;
     j["memory_bound_ms"] = p.memory_ms;
-    j["comm_ms"] = {{"dp", p.dp_ms}, {"fsdp", p.fsdp_ms}, {"tp", p.tp_ms}, {"pp", p.pp_ms}};
-    j["comm_bytes"] = {
-        {"dp", p.bytes.dp}, {"fsdp", p.bytes.fsdp}, {"tp", p.bytes.tp}, {"pp", p.bytes.pp}};
+    // Under the names metrics.jsonl's comm_bytes uses: the gradients'
+    // reductions on dp_cp / fsdp_cp where cp folds into them (dp and fsdp
+    // then carry nothing, as the trainer logs them).
+    nlohmann::json bytes = {{"dp", 0.0}, {"fsdp", 0.0}, {"tp", p.bytes.tp}, {"pp", p.bytes.pp}};
+    nlohmann::json ms = {{"dp", 0.0}, {"fsdp", 0.0}, {"tp", p.tp_ms}, {"pp", p.pp_ms}};
+    if (l.cp > 1) {
+      bytes["dp_cp"] = bytes["fsdp_cp"] = ms["dp_cp"] = ms["fsdp_cp"] = 0.0;
+      bytes["cp"] = p.bytes.cp;
+      ms["cp"] = p.cp_ms;
+    }
+    bytes[replica_key(l)] = p.bytes.dp;
+    bytes[shard_key(l)] = p.bytes.fsdp;
+    ms[replica_key(l)] = p.dp_ms;
+    ms[shard_key(l)] = p.fsdp_ms;
+    j["comm_ms"] = ms;
+    j["comm_bytes"] = bytes;
+    if (l.cp > 1) {
+      j["cp_exposed_ms"] = p.cp_exposed_ms;
+      j["attention_ms"] = p.attention_ms;
+    }
     if (l.pp > 1) {
       j["pp_ms"] = p.pp_ms;
       j["bubble"] = p.bubble;
@@ -185,6 +215,8 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
   out["config"] = {{"source", cfg.source},
                    {"micro_batch", cfg.train.micro_batch},
                    {"fsdp_stage", stage_number(cfg.parallel.fsdp_stage)},
+                   {"cp_comm", to_string(cfg.parallel.cp_comm)},
+                   {"cp_load_balance", cfg.parallel.cp_load_balance},
                    {"tp_overlap", cfg.parallel.tp_overlap},
                    {"reduce_dtype", to_string(cfg.parallel.reduce_dtype)}};
   out["layouts"] = layouts;

@@ -1,6 +1,7 @@
 // Planner: for a model, a training config and a device count, every layout
-// pp x dp x fsdp x tp (x FSDP stage x micro-batch, and for pp > 1 the 1f1b
-// schedule and interleaved_1f1b over 2 virtual stages) with its predicted
+// pp x dp x fsdp x cp x tp (x FSDP stage x micro-batch, for pp > 1 the 1f1b
+// schedule and interleaved_1f1b over 2 virtual stages, and for cp > 1 both
+// parallel.cp_comm modes at the config's cp_load_balance) with its predicted
 // memory per device and step time, the ones that do not fit flagged, the
 // rest ranked by step time, and a paragraph on the choice.
 //
@@ -14,15 +15,26 @@
 //                written in backward), at the device memory bandwidth;
 //   comm         each axis' ring volume / the bus bandwidth of its link: an
 //                axis whose group spans at most one node (tp innermost, then
-//                fsdp, then dp) uses the intra-node figure, else inter-node.
+//                cp, fsdp, dp) uses the intra-node figure, else inter-node.
 //   overlap      the dp bucket all-reduces and the HSDP shard all-reduce
 //                hide under the last micro-batch's backward, except the last
 //                bucket; FSDP reduce-scatters under the backward they follow
 //                (stage 1: the last micro-batch only); stage 3's prefetched
 //                gathers under forward and backward; the stage 1/2 parameter
 //                all-gather after the optimizer is exposed; tp is hidden
-//                under the linear layers' matmuls with tp_overlap, else exposed.
+//                under the linear layers' matmuls with tp_overlap, else exposed;
+//                cp's ring hops under the attention they feed, its all-gathers
+//                and reduce-scatters exposed (Megatron's all_gather mode does
+//                not overlap them either).
 //                Each is hidden up to the compute time it runs under.
+//   context      (cp > 1) a cp rank holds T / cp rows of each sequence: its
+//                activations (the same activation plans, plus the cp
+//                attention's scratch) and its matmuls are 1/cp, its attention
+//                the causal pairs of its chunks (step_model.hpp: 1/cp when
+//                balanced, the last rank's when not); the parameters are
+//                replicated over cp, so the gradients reduce over groups
+//                that fold cp in (data_parallel_groups.hpp), and each layer's
+//                keys and values cross the cp group (cp_bytes_per_step).
 //   pipeline     (pp > 1; pipeline_model.hpp) each rank holds its stages'
 //                units and activations, the memory is the heaviest rank's;
 //                compute, activation traffic and tp are the slowest stage's,
@@ -64,10 +76,16 @@ struct Prediction {
   bool fits = false;
   // Time per optimizer step, ms.
   double compute_ms = 0, memory_ms = 0;
-  double dp_ms = 0, fsdp_ms = 0, tp_ms = 0, pp_ms = 0;  // each axis' whole communication time
-  bool dp_inter = false, fsdp_inter = false, tp_inter = false, pp_inter = false;  // crosses nodes
+  double adamw_ms = 0;       // AdamW's part of memory_ms (the rest: activation passes)
+  double dp_ms = 0, fsdp_ms = 0, tp_ms = 0, pp_ms = 0, cp_ms = 0;  // each axis' whole time
+  bool dp_inter = false, fsdp_inter = false, tp_inter = false, pp_inter = false,
+       cp_inter = false;  // crosses nodes
   double exposed_ms = 0;     // communication not hidden under compute (the sum of:)
-  double dp_exposed_ms = 0, fsdp_exposed_ms = 0, tp_exposed_ms = 0, pp_exposed_ms = 0;
+  double dp_exposed_ms = 0, fsdp_exposed_ms = 0, tp_exposed_ms = 0, pp_exposed_ms = 0,
+         cp_exposed_ms = 0;
+  // The step's attention (forward, backward, recomputed) on the slowest
+  // rank, ms: what the cp ring hides under, and part of compute_ms.
+  double attention_ms = 0;
   // The pipeline (pp > 1): idle fraction of the pipelined work
   // (pipeline_bubble_fraction) and the time it adds; blocks per chunk; the
   // rank whose memory is reported and the one whose micro-batch is slowest.
@@ -94,7 +112,8 @@ struct Plan {
 // Every layout of `cluster.devices` (FSDP stages 1-3 when fsdp > 1; each of
 // `micro_batches`, or train.micro_batch when empty; pp over the divisors of
 // the devices, each pp > 1 as 1f1b and as interleaved_1f1b with 2 virtual
-// stages).
+// stages; cp over the divisors too, each cp > 1 as allgather and as ring,
+// load-balanced as parallel.cp_load_balance says).
 Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& cluster,
                const std::vector<int>& micro_batches);
 

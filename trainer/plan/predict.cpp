@@ -10,6 +10,7 @@
 
 #include "trainer/plan/pipeline_model.hpp"
 #include "trainer/plan/planner.hpp"
+#include "trainer/sharding/data_parallel_groups.hpp"
 
 namespace gt {
 
@@ -22,9 +23,13 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
   std::ostringstream os;
   const int chunks = l.pp * l.virtual_stages;
   const int rows = l.micro_batch * l.dp * l.fsdp;
+  // Context parallelism cuts each row into cp chunks, or 2 cp balanced ones
+  // (the config's rule, trainer/config/config.cpp).
+  const int cp_chunks = l.cp_load_balance ? 2 * l.cp : l.cp;
+  const int64_t cp_rows = static_cast<int64_t>(l.micro_batch) * (t.seq_len / std::max(1, l.cp));
   if (l.world() != c.devices)
-    os << (l.pp > 1 ? "pp x " : "") << "dp x fsdp x tp = " << l.world() << " is not " << c.devices
-       << " devices";
+    os << (l.pp > 1 ? "pp x " : "") << "dp x fsdp x " << (l.cp > 1 ? "cp x " : "")
+       << "tp = " << l.world() << " is not " << c.devices << " devices";
   else if (const auto problem = tp_split_problem(m, l.tp))
     os << "tp=" << l.tp << " does not divide " << problem->what << "=" << problem->value;
   else if (l.pp < 1 || l.virtual_stages < 1)
@@ -38,8 +43,14 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
   else if (l.micro_batch < 1 || t.global_batch % rows)
     os << "train.global_batch=" << t.global_batch
        << " is not a multiple of micro_batch x dp x fsdp = " << rows;
-  else if ((static_cast<int64_t>(l.micro_batch) * t.seq_len) % l.tp)
-    os << "micro_batch x seq_len is not a multiple of tp=" << l.tp;
+  else if (l.cp < 1 || (l.cp > 1 && t.seq_len % cp_chunks))
+    os << "cp=" << l.cp << " needs train.seq_len a multiple of "
+       << (l.cp_load_balance ? "2 x cp = " : "cp = ") << cp_chunks << " (it is " << t.seq_len
+       << (l.cp_load_balance ? "; parallel.cp_load_balance cuts each row into 2 cp chunks)"
+                             : ")");
+  else if (cp_rows % l.tp)
+    os << (l.cp > 1 ? "micro_batch x seq_len / cp" : "micro_batch x seq_len") << " = " << cp_rows
+       << " rows" << (l.cp > 1 ? " per cp rank" : "") << " is not a multiple of tp=" << l.tp;
   else if (l.fsdp > 1 && !fsdp_stage_numbered(l.stage))
     os << "fsdp_stage=" << l.stage << " is not 1, 2 or 3";
   else if (l.pp > 1 && l.schedule == PipeSchedule::interleaved_1f1b &&
@@ -71,12 +82,17 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.accum = t.global_batch / (l.micro_batch * l.dp * l.fsdp);
   const double A = p.accum;
   const int P = l.pp;
+  // The gradients' groups: the state shards over f = fsdp x cp (fsdp > 1)
+  // and its replicas are d (dp x cp at fsdp = 1): data_parallel_groups.hpp.
+  const int f = shard_degree(l.dims()), d = replica_degree(l.dims());
+  const PlanCp cp = l.context();
+  const int Tl = t.seq_len / l.cp;  // the rows of each sequence a cp rank holds
 
   // The GPU plan is the bf16 model (the hardware files' peaks are bf16's).
   const ComputeDType dtype =
       hw.backend == PlanBackend::cuda ? ComputeDType::bf16 : ComputeDType::fp32;
   const bool bf16 = dtype == ComputeDType::bf16;
-  const bool keeps = keeps_bf16_params(l.fsdp, fsdp_stage_of(stage), bf16);
+  const bool keeps = keeps_bf16_params(f, fsdp_stage_of(stage), bf16);
   const int act_bytes = bf16 ? 2 : 4;
 
   // The pipeline ranks, each with its share of the model (one rank, all of
@@ -91,30 +107,30 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
     shape.ranks = {whole_model(m)};
   }
   p.stage_layers = shape.split;
-  const BoundaryBytes boundary = boundary_bytes(m, l.micro_batch, t.seq_len, l.tp, act_bytes);
+  const BoundaryBytes boundary = boundary_bytes(m, l.micro_batch, Tl, l.tp, act_bytes);
 
   // Memory per device: the heaviest rank's.
   std::vector<int64_t> activations;
   if (P == 1) {
     activations = {predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
-                                            hw.backend, t.recompute, dtype, keeps)};
+                                            hw.backend, t.recompute, dtype, keeps, cp)};
   } else {
-    const ActivationParts parts = predict_activation_parts(
-        m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, t.recompute, dtype, keeps);
+    const ActivationParts parts =
+        predict_activation_parts(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend,
+                                 t.recompute, dtype, keeps, cp);
     activations =
         pipeline_activation_peaks(shape, l, p.accum, parts, static_cast<int64_t>(boundary.forward));
   }
-  const UnitSizes whole = unit_sizes(m, l.tp, l.fsdp);
+  const UnitSizes whole = unit_sizes(m, l.tp, f);
   std::vector<UnitSizes> units;
   std::vector<StateBytes> states;
   std::vector<int64_t> workspaces, totals;
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   for (int r = 0; r < P; ++r) {
     units.push_back(P == 1 ? whole
-                           : share_unit_sizes(whole, l.fsdp, shape.ranks[static_cast<size_t>(r)]));
+                           : share_unit_sizes(whole, f, shape.ranks[static_cast<size_t>(r)]));
     states.push_back(
-        plan_sharded_state(units.back(), l.fsdp, fsdp_stage_of(stage), bf16, l.dp, l.reduce_dtype)
-            .bytes());
+        plan_sharded_state(units.back(), f, fsdp_stage_of(stage), bf16, d, l.reduce_dtype).bytes());
     workspaces.push_back(predict_comm_workspace_bytes(m, units.back(), l, t.seq_len, hw.backend));
     totals.push_back(states.back().total() + activations[static_cast<size_t>(r)] +
                      workspaces.back() + p.baseline);
@@ -134,11 +150,13 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // recomputation writes the dropped tensors again (into one block's slot).
   std::vector<double> traffic;
   if (P == 1) {
-    traffic = {static_cast<double>(predict_activation_bytes(
-        m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none, dtype))};
+    traffic = {static_cast<double>(predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp,
+                                                            l.tp_overlap, hw.backend,
+                                                            Recompute::none, dtype, false, cp))};
   } else {
-    const ActivationParts none = predict_activation_parts(
-        m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend, Recompute::none, dtype);
+    const ActivationParts none =
+        predict_activation_parts(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend,
+                                 Recompute::none, dtype, false, cp);
     traffic.assign(static_cast<size_t>(P), static_cast<double>(none.shared));
     for (int s = 0; s < static_cast<int>(shape.split.size()); ++s)
       traffic[static_cast<size_t>(s % P)] += static_cast<double>(
@@ -152,9 +170,9 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   for (int r = 0; r < P; ++r) {
     const ModelShare& share = shape.ranks[static_cast<size_t>(r)];
     Work w;
-    w.f = micro_batch_flops(m, l.micro_batch, t.seq_len, l.tp, share);
+    w.f = micro_batch_flops(m, l.micro_batch, t.seq_len, l.tp, share, cp);
     // Recomputation's forward work runs inside backward: it lengthens backward.
-    w.rf = recompute_flops(m, l.micro_batch, t.seq_len, l.tp, t.recompute, share);
+    w.rf = recompute_flops(m, l.micro_batch, t.seq_len, l.tp, t.recompute, share, cp);
     w.fwd_ms = w.f.total() / flops_per_s * 1e3;
     w.bwd_ms = 2 * w.fwd_ms + w.rf.total() / flops_per_s * 1e3;
     w.slot_ms = w.fwd_ms + w.bwd_ms + 3.0 * traffic[static_cast<size_t>(r)] / mem_bw * 1e3;
@@ -168,6 +186,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   const double owned_params = static_cast<double>(states[big].optimizer) / 8.0;  // m + v, fp32
   const double mem_bytes = owned_params * 28.0 + 3.0 * A * traffic[slow];
   p.memory_ms = mem_bytes / mem_bw * 1e3;
+  p.adamw_ms = owned_params * 28.0 / mem_bw * 1e3;
   // The pipeline's fill and drain: (p - 1) / v slots of the slowest stage
   // idle on top of the m it computes, i.e. the work / (1 - bubble).
   if (P > 1) p.bubble_ms = p.bubble / (1.0 - p.bubble) * A * w.slot_ms;
@@ -176,13 +195,20 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // parameters over dp and fsdp (the largest stage's bytes); tp follows the
   // blocks (the slowest stage's).
   p.bytes = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[big]);
-  if (slow != big) p.bytes.tp = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[slow]).tp;
+  if (slow != big) {
+    const CommBytes slowest = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[slow]);
+    p.bytes.tp = slowest.tp;
+    p.bytes.cp = slowest.cp;
+  }
   p.bytes.pp = pipeline_p2p_bytes(m, l, p.accum, boundary, static_cast<double>(whole.embed));
-  // The mesh is pp x dp x fsdp x tp, tp innermost: an axis' group spans the
-  // product of it and the axes inside it.
+  // The mesh is pp x dp x fsdp x cp x tp, tp innermost: an axis' group
+  // spans the product of it and the axes inside it (cp's group the tp*cp
+  // ranks around it; the gradients' groups, which fold cp in, as far as
+  // fsdp's or dp's).
   p.tp_inter = l.tp > cluster.devices_per_node;
-  p.fsdp_inter = l.tp * l.fsdp > cluster.devices_per_node;
-  p.dp_inter = l.tp * l.fsdp * l.dp > cluster.devices_per_node;
+  p.cp_inter = l.tp * l.cp > cluster.devices_per_node;
+  p.fsdp_inter = l.tp * l.cp * l.fsdp > cluster.devices_per_node;
+  p.dp_inter = l.tp * l.cp * l.fsdp * l.dp > cluster.devices_per_node;
   p.pp_inter = P > 1 && l.world() > cluster.devices_per_node;
   auto bw = [&](bool inter, bool all_reduce) {
     return inter ? hw.inter_busbw() : hw.intra_busbw(all_reduce);
@@ -191,6 +217,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.fsdp_ms = p.bytes.fsdp / bw(p.fsdp_inter, false) * 1e3;
   p.dp_ms = p.bytes.dp / bw(p.dp_inter, true) * 1e3;
   p.pp_ms = p.bytes.pp / bw(p.pp_inter, false) * 1e3;
+  p.cp_ms = p.bytes.cp / bw(p.cp_inter, false) * 1e3;
 
   // Overlap: each part hidden up to the compute it runs under.
   if (l.tp > 1) {
@@ -203,12 +230,12 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
     const double window = stage == 1 ? w.bwd_ms : stage == 2 ? A * w.bwd_ms : p.compute_ms;
     p.fsdp_exposed_ms = exposed + std::max(0.0, ov - window);
   }
-  if (l.dp > 1) {
+  if (d > 1) {
     const UnitSizes& u = units[big];
     // The part that can only start once backward is over: the last bucket
     // (dp) or the last unit, the embedding or a stage's first block (HSDP).
     double tail;
-    if (l.fsdp == 1) {
+    if (f == 1) {
       const double bucket = cfg.parallel.bucket_mb * 1048576.0;
       tail = std::min(1.0, bucket / (4.0 * static_cast<double>(u.total)));
     } else {
@@ -218,7 +245,16 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   }
   // A stage waits for its input: the pipeline's messages are counted whole.
   p.pp_exposed_ms = p.pp_ms;
-  p.exposed_ms = p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms + p.pp_exposed_ms;
+  // Context parallelism: the ring passes each K|V block on while attention
+  // works on the one at hand, so its hops hide under the step's attention
+  // (forward, backward, recomputed) up to that time; the all-gather mode
+  // gathers before attention starts and reduce-scatters after it ends
+  // (Megatron's all_gather is not overlapped): exposed whole.
+  p.attention_ms = A * (3.0 * w.f.attention + w.rf.attention) / flops_per_s * 1e3;
+  if (l.cp > 1)
+    p.cp_exposed_ms = l.cp_comm == CpComm::ring ? std::max(0.0, p.cp_ms - p.attention_ms) : p.cp_ms;
+  p.exposed_ms =
+      p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms + p.pp_exposed_ms + p.cp_exposed_ms;
   p.step_ms = p.compute_ms + p.bubble_ms + p.memory_ms + p.exposed_ms;
   const double tokens = static_cast<double>(t.global_batch) * t.seq_len;
   p.tokens_per_s = tokens / (p.step_ms / 1e3);

@@ -2,18 +2,40 @@
 
 #include <algorithm>
 
+#include "parallel/mesh.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/parallelize/context_parallel.hpp"
 #include "trainer/profile/model_flops.hpp"
+#include "trainer/profile/op_costs.hpp"
+#include "trainer/sharding/data_parallel_groups.hpp"
 
 namespace gt {
 
-MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp) {
-  const double B = micro_batch, T = seq_len, R = B * T, C = m.n_embd, L = m.n_layer;
+double cp_rank_attention_pairs(int seq_len, const PlanCp& cp) {
+  const SequenceChunks chunks(seq_len, cp.cp, cp.load_balance);
+  double slowest = 0;
+  for (int r = 0; r < cp.cp; ++r) {
+    // Rank r's query chunks, each against every key up to its end.
+    double pairs = 0;
+    for (int c : chunks.chunks(r)) {
+      const int64_t len = chunks.chunk_len(), first = int64_t(c) * len;
+      pairs += op_cost::causal_pairs(len, first + len, first, 0);
+    }
+    slowest = std::max(slowest, pairs);
+  }
+  return slowest;
+}
+
+MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                  const PlanCp& cp) {
+  // A cp rank's rows: seq_len / cp of each of the micro-batch's sequences.
+  const double B = micro_batch, R = B * (seq_len / cp.cp), C = m.n_embd, L = m.n_layer;
   const double V = m.padded_vocab_size();  // the LM head computes the padding's columns too
   MicroBatchFlops f;
   f.linear = L * 2.0 * R * block_matmuls(m).total() / tp;
-  // C = n_head * hs: the query heads' features (GQA shares keys, not products).
-  f.attention = L * 2.0 * 2.0 * B * (C / tp) * T * (T + 1) / 2.0;
+  // C = n_head * hs: the query heads' features (GQA shares keys, not
+  // products); QK^T and AV, 2 FLOPs a multiply-add each, over the pairs.
+  f.attention = L * 2.0 * 2.0 * B * (C / tp) * cp_rank_attention_pairs(seq_len, cp);
   f.lm_head = 2.0 * R * C * V / tp;
   return f;
 }
@@ -25,8 +47,8 @@ ModelShare whole_model(const ModelConfig& m) {
 }
 
 MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                  const ModelShare& share) {
-  MicroBatchFlops f = micro_batch_flops(m, micro_batch, seq_len, tp);
+                                  const ModelShare& share, const PlanCp& cp) {
+  MicroBatchFlops f = micro_batch_flops(m, micro_batch, seq_len, tp, cp);
   if (share.blocks == m.n_layer && share.head) return f;
   const double part = static_cast<double>(share.blocks) / m.n_layer;
   f.linear *= part;
@@ -36,8 +58,8 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
 }
 
 MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                Recompute recompute, const ModelShare& share) {
-  MicroBatchFlops r = recompute_flops(m, micro_batch, seq_len, tp, recompute);
+                                Recompute recompute, const ModelShare& share, const PlanCp& cp) {
+  MicroBatchFlops r = recompute_flops(m, micro_batch, seq_len, tp, recompute, cp);
   if (share.blocks == m.n_layer) return r;
   const double part = static_cast<double>(share.blocks) / m.n_layer;
   r.linear *= part;
@@ -46,8 +68,8 @@ MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_l
 }
 
 MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                Recompute recompute) {
-  const double R = static_cast<double>(micro_batch) * seq_len, L = m.n_layer;
+                                Recompute recompute, const PlanCp& cp) {
+  const double R = static_cast<double>(micro_batch) * (seq_len / cp.cp), L = m.n_layer;
   const BlockMatmuls b = block_matmuls(m);
   MicroBatchFlops r;
   // What each family's backward reruns: the block's MLP up to its
@@ -56,7 +78,7 @@ MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_l
   if (recompute == Recompute::mlp) r.linear = L * 2.0 * R * b.up / tp;
   if (recompute == Recompute::block) {
     r.linear = L * 2.0 * R * (b.qkv + b.out + b.up) / tp;
-    r.attention = micro_batch_flops(m, micro_batch, seq_len, tp).attention;
+    r.attention = micro_batch_flops(m, micro_batch, seq_len, tp, cp).attention;
   }
   return r;
 }
@@ -97,11 +119,50 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   return comm_bytes_per_step(m, t, l, backend, whole_model(m));
 }
 
+const char* replica_key(const PlanLayout& l) {
+  return mesh_axis_name(mesh_axis_alias(l.dims(), replica_axis(l.dims())));
+}
+
+const char* shard_key(const PlanLayout& l) {
+  return mesh_axis_name(mesh_axis_alias(l.dims(), shard_axis(l.dims())));
+}
+
+double cp_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
+                         PlanBackend backend, int blocks, int micro_batches) {
+  const int cp = l.cp;
+  if (cp == 1) return 0;
+  const double L = blocks, A = micro_batches;
+  const double R = static_cast<double>(l.micro_batch) * (t.seq_len / cp);  // a rank's rows
+  // The packed K|V of a rank: its tp rank's key/value heads of every row.
+  const double n = R * 2.0 * m.kv_heads() * m.head_size() / l.tp;
+  const double act = backend == PlanBackend::cuda ? 2.0 : 4.0;  // the GPU plan is bf16
+  const bool block = t.recompute == Recompute::block;
+  const double forwards = block ? 2.0 * L : L;  // recompute=block runs each forward twice
+  double per_micro = 0;
+  if (l.cp_comm == CpComm::allgather) {
+    // Forward and backward gather each block's K|V, but for the gather the
+    // backward finds still held: each chunk's last block (none held under
+    // recompute=block, which gathers again just before: 2L).
+    const double chunks = l.pp > 1 ? l.virtual_stages : 1;
+    const double gathers = block ? 2.0 * L : 2.0 * L - chunks;
+    per_micro = gathers * (cp - 1) * n * act + L * (cp - 1) * n * 4.0;  // + dK|dV reduce-scatter
+  } else {
+    // Forward hops (again when recomputed); backward hops of K|V beside the
+    // fp32 dK|dV partial sums, which travel one hop further.
+    per_micro = forwards * (cp - 1) * n * act + L * ((cp - 1) * n * act + cp * n * 4.0);
+  }
+  // The step's loss, averaged over the sequence's cp ranks: one 8-byte all-reduce.
+  return A * per_micro + 2.0 * (cp - 1) / cp * 8.0;
+}
+
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                               PlanBackend backend, const ModelShare& share) {
-  const int dp = l.dp, fsdp = l.fsdp, tp = l.tp, L = share.blocks;
+  // The gradients' groups (cp folded in): fsdp shards over fsdp x cp, the
+  // replicas over dp (x cp when nothing shards).
+  const ParallelDims dims = l.dims();
+  const int dp = replica_degree(dims), fsdp = shard_degree(dims), tp = l.tp, L = share.blocks;
   const double C = m.n_embd;
-  const int A = t.global_batch / (l.micro_batch * dp * fsdp);
+  const int A = t.global_batch / (l.micro_batch * l.dp * l.fsdp);
   const ParameterLayout layout(m, tp, 0, fsdp);
   const UnitSizes whole = unit_sizes(layout, fsdp);
   const bool all = share.blocks == m.n_layer && share.embed && share.head && !share.tied_copy;
@@ -118,7 +179,7 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   const bool bf16 = backend == PlanBackend::cuda;
   CommBytes out;
   if (tp > 1) {
-    const double R = static_cast<double>(l.micro_batch) * t.seq_len;
+    const double R = static_cast<double>(l.micro_batch) * (t.seq_len / l.cp);  // a cp rank's rows
     const double chunk = static_cast<double>(static_cast<int64_t>(R) / tp) * C * 4.0;
     const double again = t.recompute == Recompute::mlp     ? 1.0
                          : t.recompute == Recompute::block ? 3.0
@@ -174,6 +235,7 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   if (dp > 1)
     out.dp = 2.0 * (dp - 1.0) / dp * grad_bytes *
              static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp);
+  out.cp = cp_bytes_per_step(m, t, l, backend, L, A);
   return out;
 }
 

@@ -10,7 +10,13 @@
 // FLOPs count what the kernels compute: every matmul 2*M*N*K; causal
 // attention only the key positions <= the query (the CPU kernel and flash
 // kernels skip the masked half): QK^T and AV each 2*B*NH*hs*T(T+1)/2 over
-// the NH query heads; backward twice the forward. train.recompute adds the
+// the NH query heads; backward twice the forward. Under context
+// parallelism (cp > 1) a rank computes its T / cp rows of every matmul and
+// the causal pairs of its own query chunks against every key before them
+// (op_cost::causal_pairs over SequenceChunks): load-balanced, each rank's
+// share is 1/cp of T(T+1)/2; without balancing rank cp - 1, holding the
+// last chunk, attends to the most keys, and the step waits for it, so the
+// figure is that slowest rank's. train.recompute adds the
 // forward work it repeats in backward (recompute_flops): the up layer for
 // mlp (c_fc; gate|up); qkv, attention, out and up for block. That is
 // overhead: model_flops_per_step, the MFU numerator, leaves it out (PaLM's
@@ -36,6 +42,12 @@
 //         stage 3: reduce-scatter every micro-batch, all-gather every block
 //         in forward and all but the last two again in backward;
 //   dp    all-reduce of the gradients (of the fsdp shard under HSDP).
+//   cp    the attention's keys and values (below, cp_bytes_per_step).
+// Under context parallelism the gradients' groups fold cp in
+// (trainer/sharding/data_parallel_groups.hpp): fsdp above is the shard
+// degree fsdp x cp (fsdp > 1; the units padded to it) and dp the replica
+// degree (dp x cp at fsdp = 1), logged as fsdp_cp and dp_cp; and tp's
+// (B*T, C) rows are a cp rank's B*T/cp.
 // Parameters and gradients travel as fp32 on both backends; tp activations
 // as 4-byte floats on cpu and bf16 on cuda.
 #pragma once
@@ -67,10 +79,16 @@ struct MicroBatchFlops {  // one rank, one micro-batch, forward only
   double lm_head = 0;     // the (vocab-parallel) LM head, tied or not
   double total() const { return linear + attention + lm_head; }
 };
-MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp);
+// seq_len: the whole sequence; cp: the slowest cp rank's share of it.
+MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
+                                  const PlanCp& cp = {});
 // Of a share: its blocks' part of linear and attention, the head if it holds it.
 MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                  const ModelShare& share);
+                                  const ModelShare& share, const PlanCp& cp = {});
+
+// The causal (query, key) pairs of one sequence that the slowest cp rank
+// attends to: T(T+1)/2 at cp = 1, its chunks' pairs beyond.
+double cp_rank_attention_pairs(int seq_len, const PlanCp& cp);
 
 // The forward FLOPs train.recompute runs again in backward, one rank, one
 // micro-batch (lm_head 0), as each family's backward reruns them (gpt.hpp,
@@ -78,9 +96,10 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
 // gate|up, 2CF); block the qkv, out and up layers (everything but the down
 // projection) and all of attention.
 MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                Recompute recompute);
+                                Recompute recompute, const PlanCp& cp = {});
 MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_len, int tp,
-                                Recompute recompute, const ModelShare& share);
+                                Recompute recompute, const ModelShare& share,
+                                const PlanCp& cp = {});
 
 // Forward + backward model FLOPs of one optimizer step over the whole job
 // (global_batch rows): MFU's numerator, model_flops() x tokens, the same
@@ -89,7 +108,11 @@ MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_l
 double model_flops_per_step(const ModelConfig& m, const TrainConfig& t);
 
 struct CommBytes {          // bytes one rank sends per optimizer step
+  // dp: the gradients' replica reduction, fsdp: the shard group's gathers
+  // and reductions (logged as dp_cp and fsdp_cp when cp folds into them:
+  // replica_key, shard_key).
   double dp = 0, fsdp = 0, tp = 0;
+  double cp = 0;  // the attention's keys and values (cp_bytes_per_step)
   double fsdp_overlapped = 0;  // the part that runs under backward/forward compute
   // pp: the busiest pipeline rank's point-to-point sends (pipeline_model.hpp:
   // activations forward, their gradients back, and the tied embedding's
@@ -105,6 +128,34 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
 // embedding and the head keep their own slots. pp is not set here.
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                               PlanBackend backend, const ModelShare& share);
+
+// The names metrics.jsonl's comm_bytes gives CommBytes::dp and ::fsdp for
+// a layout: the communicators the reductions run on ("dp_cp" / "fsdp_cp"
+// where cp folds into them, else "dp" / "fsdp").
+const char* replica_key(const PlanLayout& l);
+const char* shard_key(const PlanLayout& l);
+
+// Bytes one rank sends on the cp axis per optimizer step
+// (trainer/parallelize/context_parallel.hpp; the formula
+// tests/layouts/cp_layouts.py cp_bytes holds the trainer's logged bytes
+// to), over `blocks` blocks and `micro_batches` micro-batches of R =
+// micro_batch x seq_len / cp rows per rank. n = R x 2 KV hs / tp: a rank's
+// packed keys and values (its tp rank's KV / tp heads), in the activations'
+// dtype (2 bytes on cuda, the bf16 plan; 4 on cpu); their gradients fp32.
+//   allgather  per micro-batch, per block: all-gather (cp - 1) n forward
+//              and again in backward, except where the gather the forward
+//              just made is still held: the last block of each chunk a
+//              rank runs (chunks: v under pp, else 1), or every block under
+//              recompute=block (rerun just before); and one fp32
+//              reduce-scatter of dK|dV, (cp - 1) n.
+//   ring       per block: (cp - 1) hops of n forward (again in a
+//              recomputed forward); in backward (cp - 1) hops of n beside
+//              cp fp32 hops of the dK|dV partial sums (the last bringing
+//              each rank its own).
+// Plus once per step the loss averaged over the sequence: an 8-byte
+// all-reduce over cp.
+double cp_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
+                         PlanBackend backend, int blocks, int micro_batches);
 
 // Unit sizes (floats) of one tp rank, padded as ParameterLayout pads them
 // (the sharded state's own: trainer/sharding/state_plan.hpp).

@@ -80,6 +80,52 @@ double attention_tc_kernel_extra_flops(int64_t B, int64_t NH, int64_t T, int64_t
   return backward ? 2.0 * product : 0.0;
 }
 
+double causal_pairs(int64_t Tq, int64_t Tk, int64_t q_pos, int64_t k_pos) {
+  // Query row i sees clamp(q_pos - k_pos + 1 + i, 0, Tk) keys: the sum of
+  // clamp(x, 0, Tk) over x = a .. a + Tq - 1 with a = q_pos - k_pos + 1, as
+  // upto(last) - upto(a - 1), upto(n) being the sum over every x <= n.
+  const double K = d(Tk);
+  auto upto = [K](double n) {
+    if (n <= 0) return 0.0;
+    if (n <= K) return n * (n + 1) / 2;
+    return K * (K + 1) / 2 + (n - K) * K;
+  };
+  if (Tq <= 0 || Tk <= 0) return 0.0;
+  const double a = d(q_pos) - d(k_pos) + 1;
+  return upto(a + d(Tq) - 1) - upto(a - 1);
+}
+
+OpCost attention_block_forward(int64_t B, int64_t NH, int64_t KV, int64_t hs, int64_t Tq,
+                               int64_t Tk, int64_t q_pos, int64_t k_pos, bool accumulate,
+                               int64_t act_bytes) {
+  const double pairs = causal_pairs(Tq, Tk, q_pos, k_pos);
+  const double q = d(B) * d(Tq) * d(NH) * d(hs), kv = d(B) * d(Tk) * d(KV) * d(hs);
+  const double rows = d(B) * d(NH) * d(Tq);
+  const double outputs = accumulate ? 2.0 : 1.0;  // out and lse read too when merging
+  return {4.0 * d(B) * d(NH) * d(hs) * pairs,
+          (q + 2.0 * kv) * d(act_bytes) + kF * outputs * (q + rows)};
+}
+
+OpCost attention_block_backward(int64_t B, int64_t NH, int64_t KV, int64_t hs, int64_t Tq,
+                                int64_t Tk, int64_t q_pos, int64_t k_pos, int64_t act_bytes) {
+  const double pairs = causal_pairs(Tq, Tk, q_pos, k_pos);
+  const double q = d(B) * d(Tq) * d(NH) * d(hs), kv = d(B) * d(Tk) * d(KV) * d(hs);
+  const double rows = d(B) * d(NH) * d(Tq);
+  // reads dout, q, k, v, lse, delta; dq, dk, dv read and written.
+  return {10.0 * d(B) * d(NH) * d(hs) * pairs,
+          (2.0 * q + 2.0 * kv) * d(act_bytes) + kF * (2.0 * rows + 2.0 * (q + 2.0 * kv))};
+}
+
+OpCost attention_row_dot(int64_t B, int64_t T, int64_t NH, int64_t hs, int64_t dout_bytes,
+                         int64_t out_bytes) {
+  const double n = d(B) * d(T) * d(NH) * d(hs);
+  return {2.0 * n, n * d(dout_bytes + out_bytes) + kF * d(B) * d(NH) * d(T)};
+}
+
+OpCost cast_rows(int64_t rows, int64_t cols, int64_t src_bytes, int64_t dst_bytes) {
+  return cast(rows * cols, src_bytes, dst_bytes);
+}
+
 OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes, int64_t param_bytes) {
   // reads inp, weight, bias; writes out, mean, rstd.
   return {8.0 * d(R) * d(C),

@@ -19,6 +19,10 @@
 //                This is also what the CPU kernel computes for T <= 128 (one
 //                row block of 128 covers the whole T x T); for longer T it skips
 //                whole blocks above the diagonal and does less.
+//   attention over blocks (context parallelism): the (query, key) pairs
+//                the causal mask leaves between the block's positions,
+//                forward 4·B·NH·hs per pair, backward 10 (twice the
+//                forward and the recomputed S); row dot 2 per element.
 //   elementwise  the arithmetic of the CPU kernel per element, a transcendental
 //                (exp, sqrt, a division) counted as 1 and per-row scalar
 //                work (1/sqrt of a variance) ignored: layernorm forward
@@ -95,6 +99,43 @@ double attention_backward_kernel_extra_bytes(int64_t B, int64_t NH, int64_t T, i
 // formula's products: none in the one-pass forward; the backward's dq kernel
 // recomputes S and dP after the dkdv kernel (two T x T x hs products).
 double attention_tc_kernel_extra_flops(int64_t B, int64_t NH, int64_t T, int64_t hs, bool backward);
+
+// Attention over blocks (context parallelism, kernels/ops.hpp): Tq queries
+// at global positions q_pos.., Tk keys at k_pos.., query i seeing key j iff
+// k_pos + j <= q_pos + i. Unlike the whole-sequence ops above, which follow
+// the full-square convention, these count the products the causal mask
+// leaves: a block is a piece of one sequence, fully visible, partly
+// (the diagonal) or not at all, and its cost is what its kernels compute.
+// The (query, key) pairs the mask leaves visible in such a block (the
+// planner's step model counts a cp rank's causal work with it too).
+double causal_pairs(int64_t Tq, int64_t Tk, int64_t q_pos, int64_t k_pos);
+// q (B,Tq,NH hs), k and v (B,Tk,KV hs) read at act_bytes; out (B,Tq,NH hs)
+// and lse (B,NH,Tq) fp32, written or (accumulate) read and written; the
+// scratch is workspace. FLOPs: Q K^T and P V over the visible pairs,
+// 4 B NH hs pairs.
+OpCost attention_block_forward(int64_t B, int64_t NH, int64_t KV, int64_t hs, int64_t Tq,
+                               int64_t Tk, int64_t q_pos, int64_t k_pos, bool accumulate,
+                               int64_t act_bytes = 4);
+// dout, q (B,Tq,NH hs), k, v read at act_bytes; lse and delta (B,NH,Tq)
+// fp32 read; dq (B,Tq,NH hs), dk and dv (B,Tk,KV hs) fp32 accumulated.
+// FLOPs: twice the forward's (dP = dO V^T, dQ, dK, dV) plus S = Q K^T
+// recomputed (the block keeps no probabilities: P comes from lse), 10 B NH
+// hs pairs.
+OpCost attention_block_backward(int64_t B, int64_t NH, int64_t KV, int64_t hs, int64_t Tq,
+                                int64_t Tk, int64_t q_pos, int64_t k_pos, int64_t act_bytes = 4);
+// The tensor-core block backward (kernels/cuda/attention_tc.cu: a dK|dV
+// kernel and a dQ kernel, each computing S and dP from lse) repeats two of
+// the five products attention_block_backward counts per pair: the share of
+// its FLOPs it adds (as attention_tc_kernel_extra_flops does for the
+// whole-sequence backward). The forward repeats none.
+constexpr double kAttentionBlockTcBackwardExtraShare = 2.0 / 5.0;
+// delta (B,NH,T) fp32 = rowsum over each head's hs columns of dout o out:
+// a multiply-add per element; dout and out read at their own element sizes.
+OpCost attention_row_dot(int64_t B, int64_t T, int64_t NH, int64_t hs, int64_t dout_bytes = 4,
+                         int64_t out_bytes = 4);
+// cast between row-strided (rows, cols) views: what cast moves, rows x cols
+// elements (the strides skip the rest of each row).
+OpCost cast_rows(int64_t rows, int64_t cols, int64_t src_bytes, int64_t dst_bytes);
 
 // act_bytes: inp and out's element size; param_bytes: weight and bias's.
 OpCost layernorm_forward(int64_t R, int64_t C, int64_t act_bytes = 4, int64_t param_bytes = 4);

@@ -164,6 +164,45 @@ const Formula kFormulas[] = {
            fmt("B=%lld NH=%lld T=%lld hs=%lld", B, NH, T, hs),
            op_cost::attention_backward(B, NH, T, hs, c.view("saved").numel(), bytes_of(qkv), KV)};
      }},
+    // Attention over blocks: a row per block shape (the positions vary
+    // from call to call; each call's FLOPs count its own visible pairs).
+    {"attention_block_forward",
+     [](const OpCall& c) {
+       const TensorView &q = c.view("q"), &k = c.view("k");
+       const int64_t NH = scalar_i(c, "n_head"), KV = scalar_i(c, "n_kv_head");
+       const int64_t B = q.shape[0], Tq = q.shape[1], Tk = k.shape[1], hs = q.shape[2] / NH;
+       return OpDescription{
+           fmt("B=%lld NH=%lld KV=%lld hs=%lld", B, NH, KV, hs) + fmt(" Tq=%lld Tk=%lld", Tq, Tk),
+           op_cost::attention_block_forward(B, NH, KV, hs, Tq, Tk, scalar_i(c, "q_pos"),
+                                            scalar_i(c, "k_pos"), c.scalar("accumulate") != 0,
+                                            bytes_of(q))};
+     }},
+    {"attention_block_backward",
+     [](const OpCall& c) {
+       const TensorView &q = c.view("q"), &k = c.view("k");
+       const int64_t NH = scalar_i(c, "n_head"), KV = scalar_i(c, "n_kv_head");
+       const int64_t B = q.shape[0], Tq = q.shape[1], Tk = k.shape[1], hs = q.shape[2] / NH;
+       return OpDescription{
+           fmt("B=%lld NH=%lld KV=%lld hs=%lld", B, NH, KV, hs) + fmt(" Tq=%lld Tk=%lld", Tq, Tk),
+           op_cost::attention_block_backward(B, NH, KV, hs, Tq, Tk, scalar_i(c, "q_pos"),
+                                             scalar_i(c, "k_pos"), bytes_of(q))};
+     }},
+    {"attention_row_dot",
+     [](const OpCall& c) {
+       const TensorView &dout = c.view("dout"), &out = c.view("out");
+       const int64_t NH = scalar_i(c, "n_head");
+       const int64_t B = dout.shape[0], T = dout.shape[1], hs = dout.shape[2] / NH;
+       return OpDescription{
+           fmt("B=%lld NH=%lld T=%lld hs=%lld", B, NH, T, hs),
+           op_cost::attention_row_dot(B, T, NH, hs, bytes_of(dout), bytes_of(out))};
+     }},
+    {"cast_rows",
+     [](const OpCall& c) {
+       const TensorView& dst = c.view("dst");
+       const int64_t rows = dst.shape[0], cols = dst.shape[1];
+       return OpDescription{fmt("rows=%lld cols=%lld", rows, cols),
+                            op_cost::cast_rows(rows, cols, bytes_of(c.view("src")), bytes_of(dst))};
+     }},
     {"gelu_forward",
      [](const OpCall& c) {
        const TensorView& inp = c.view("inp");
