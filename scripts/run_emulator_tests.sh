@@ -15,7 +15,7 @@
 #      sources, each caught, with what caught it;
 #   5. scripts/gpu_check.sh --rehearse: every stage of the GPU one-shot on the
 #      emulated device with 124M shrunk, so the command lines a lent GPU will
-#      run have all run here first (about 3 minutes).
+#      run have all run here first (about 4.5 minutes on 2 cores).
 # Needs NVIDIA's CUDA headers (not nvcc, not a GPU). Usage:
 #   scripts/run_emulator_tests.sh            all five
 #   scripts/run_emulator_tests.sh 1 3        only phases 1 and 3
