@@ -43,7 +43,9 @@
 #         peaks             trainer bench (the measured peaks)
 #         torch-compile     scripts/bench_vs_pytorch.py: the same 124M step in
 #                           torch.compile (runs even when our build failed)
-#         layout-*          ref, dp2, fsdp2, tp2, pp2: 2 ranks on the one GPU against 1
+#         layout-*          ref, dp2, fsdp2, tp2, pp2, cp2 (K|V all-gathered),
+#                           cp2_ring (K|V round the ring): 2 ranks on the one GPU
+#                           against 1
 #       then one table (scripts/gpu_table.py) and, with --out DIR (default
 #       $OUT when set), DIR/gpu_check.tar.gz (every log) and DIR/table.txt.
 #       The whole run stays inside --budget (default 510 s: a 600 s device
@@ -441,7 +443,7 @@ else
 fi
 ours_stages=(tests-core data train-tc train-simt train-llama pytorch-fp32 pytorch-bf16 tests-production
              tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2
-             layout-pp2)
+             layout-pp2 layout-cp2 layout-cp2_ring)
 # check_against_pytorch.py runs under python3, or re-runs itself under
 # Debian's /usr/bin/python3 when that one has torch.
 have_torch() {
@@ -604,6 +606,14 @@ if [[ -n "$exe_dir" && $have_gpu == 1 ]]; then
   # receives of device buffers (staged through host memory, both ranks on one GPU).
   run_stage layout-pp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.pp=2 \
     train.micro_batch=2 "log.dir=$logs/layouts/pp2"
+  # Context parallelism: each rank holds half of every sequence (load
+  # balanced), attention runs over key/value blocks (the block kernels), and
+  # K|V are all-gathered (cp2) or passed round the ring point to point
+  # (cp2_ring), staged through host memory.
+  run_stage layout-cp2 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.cp=2 \
+    train.micro_batch=8 "log.dir=$logs/layouts/cp2"
+  run_stage layout-cp2_ring 60 "${mpirun[@]}" "$trainer" train "${small[@]}" parallel.cp=2 \
+    parallel.cp_comm=ring train.micro_batch=8 "log.dir=$logs/layouts/cp2_ring"
 fi
 
 # ---- 3. the table, the tarball, the follow-up ----------------------------------------------

@@ -28,7 +28,7 @@ from run_logs import (  # noqa: E402
     sanitizer_errors, time_split)
 
 LOSS_TOL = 1e-4          # max |loss difference| of a layout against one rank
-LAYOUTS = ("dp2", "fsdp2", "tp2", "pp2")
+LAYOUTS = ("dp2", "fsdp2", "tp2", "pp2", "cp2", "cp2_ring")
 TRAIN_RUNS = (("train-tc", "train_tc", "tensor-core attention"),
               ("train-simt", "train_simt", "SIMT attention"),
               ("train-llama", "train_llama", "Llama 3 8B's layers, 4 of them, tensor-core attention"))

@@ -16,26 +16,44 @@ GPU tests use (tests/cuda/test_cuda_training.cpp):
     kernels sum in another order than OpenBLAS, which flips a bf16 rounding
     here and there, and AdamW turns the small gradients so perturbed into
     lr-sized steps (measured: 2.1e-3, against 8.7e-3 from the CPU fp32 run);
-    every layout against the emulated one-rank bf16 run to 1e-2 (key biases
-    left out), the layouts with a data axis (dp2, fsdp2) also with their
-    gradients summed in bf16 (parallel.reduce_dtype=bf16: ncclBfloat16, or
-    the staged MPI user operation); and the
-    one-rank run against the CPU fp32 run to 5e-2 (what bf16 storage costs
-    over a few steps).
+    every layout against the emulated one-rank bf16 run: losses and grad
+    norms to 1e-2, final parameters at the layout matrix's bound for the
+    family (lm.BF16_PARAM_TOL: GPT-2 1e-2, Llama 2e-2; key biases left out),
+    the layouts with a data axis (dp2, fsdp2) also with their gradients
+    summed in bf16 (parallel.reduce_dtype=bf16: ncclBfloat16, or the staged
+    MPI user operation); and the one-rank run against the CPU fp32 run to
+    5e-2 (what bf16 storage costs over a few steps). Llama's bound is the
+    matrix's because at 1e-2 this model is at its noise floor: its untied
+    embedding's rows take gradients whose near-zero elements change sign
+    with any summation order (measured after 6 steps, the largest element
+    difference: emulated one rank against the CPU's one rank 1.42e-2, the
+    CPU's cp2 against its one rank 9.7e-3, at embedding elements near 0;
+    fp32 runs of the same layouts 1.5e-6).
 The model has two heads of 16, so the bf16 runs take the tensor-core
 attention kernels (runtime.attention=auto, the default); the one-rank check
 also runs the SIMT ones (runtime.attention=simt) against the CPU bf16 run.
 
     python3 tests/emulator/emulated_training.py --build build-emu --layout dp2
     python3 tests/emulator/emulated_training.py --build build-emu --layout tp2 --arch llama
+    python3 tests/emulator/emulated_training.py --build build-emu --layout cp2_tp2 \
+        --cp-comm ring --comm nccl
 
-Layouts: one_rank, dp2, fsdp2 (stage 3), tp2. With --arch llama the model is
+Layouts: one_rank, dp2, fsdp2 (stage 3), tp2, pp2 (1f1b, 4 micro-batches),
+and context parallelism (parallel.cp, sequences load balanced): cp2, cp2_tp2
+(4 ranks) and cp4 (4 ranks: a ring of three hops, where cp2's has one).
+Each runs over both meshes (--comm picks) and a cp layout in both
+parallel.cp_comm modes (--cp-comm picks: K|V all-gathered, or passed round
+the ring by grouped send/receive); a cp run's bytes per step on every axis
+must also equal the layout matrix's formulas (tests/layouts/cp_layouts.py),
+so the CUDA path moves K|V in the activations' dtype as the CPU's does.
+With --arch llama the model is
 the layout matrix's Llama at 4 query heads of 16 over 2 key/value heads (so
 tp2 splits both, and bf16 takes the tensor-core attention with grouped-query
-attention). Exit status 1 on any mismatch.
+attention). --steps shortens every run. Exit status 1 on any mismatch.
 """
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -45,12 +63,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "layouts"))
 import layout_matrix as lm  # noqa: E402  (the layout matrix's runner and readers)
 
 STEPS = 6
-# name: (dp, fsdp, tp, pp); a pipeline runs 4 micro-batches per step (1f1b).
-LAYOUTS = {"dp2": (2, 1, 1, 1), "fsdp2": (1, 2, 1, 1), "tp2": (1, 1, 2, 1),
-           "pp2": (1, 1, 1, 2)}
+# name: (dp, fsdp, tp, pp, cp); a pipeline runs 4 micro-batches per step (1f1b).
+LAYOUTS = {"dp2": (2, 1, 1, 1, 1), "fsdp2": (1, 2, 1, 1, 1), "tp2": (1, 1, 2, 1, 1),
+           "pp2": (1, 1, 1, 2, 1), "cp2": (1, 1, 1, 1, 2), "cp2_tp2": (1, 1, 2, 1, 2),
+           "cp4": (1, 1, 1, 1, 4)}
+CP_COMMS = ("allgather", "ring")
+COMMS = ("mpi", "nccl")
 FP32_TOL = 1e-4
 BF16_LAYOUT_TOL = 1e-2
 BF16_VS_FP32_TOL = 5e-2
+
+
+def worst_rel(ref_dir, got_dir, key):
+    """The largest relative difference of a metrics.jsonl value over the steps
+    both runs logged (what the report prints; compare_runs judges)."""
+    ref, got = (lm.read_metrics(os.path.join(d, "metrics.jsonl")) for d in (ref_dir, got_dir))
+    return max((abs(got[s][key] - r[key]) / abs(r[key]) for s, r in ref.items()
+                if key in r and key in got.get(s, {})), default=0.0)
 
 
 def compare(label, ref_dir, got_dir, tol, skip_key_bias=False, param_tol=None):
@@ -59,8 +88,25 @@ def compare(label, ref_dir, got_dir, tol, skip_key_bias=False, param_tol=None):
     param_tol = tol if param_tol is None else param_tol
     fails, worst = lm.compare_runs(label, ref_dir, got_dir, loss_rtol=tol, norm_rtol=tol,
                                    param_tol=param_tol, skip_key_bias=skip_key_bias)
-    print(f"{'FAIL' if fails else 'ok  '} {label}: max param diff {worst:.1e} "
-          f"(tolerance {param_tol})")
+    print(f"{'FAIL' if fails else 'ok  '} {label}: max loss diff "
+          f"{worst_rel(ref_dir, got_dir, 'loss'):.1e}, grad norm "
+          f"{worst_rel(ref_dir, got_dir, 'grad_norm'):.1e}, param {worst:.1e} "
+          f"(tolerances {tol}, {param_tol})")
+    return fails
+
+
+def cp_bytes(label, run_dir, dims, dtype, cp_comm):
+    """A cp layout's bytes per step on every axis against the layout matrix's
+    formulas (tests/layouts/cp_layouts.py): K|V in the activations' dtype,
+    their gradients in fp32, the gradients' sums over the dp x cp group, as
+    the CPU backend moves them. Nothing for the other layouts."""
+    dp, fsdp, tp, _, cp = dims
+    if cp == 1:
+        return []
+    fails = lm.check_bytes(label, run_dir, dp, fsdp, tp, 3, lm.TRAIN["global_batch"] // (dp * fsdp),
+                           dtype=dtype, ctx=lm.cp_layouts.Ctx(cp, cp_comm, True))
+    print(f"{'FAIL' if fails else 'ok  '} {label}: bytes per step on every axis as the "
+          "layout matrix's formulas")
     return fails
 
 
@@ -69,11 +115,16 @@ def main():
     ap.add_argument("--build", required=True, help="an emulator build (TRAINER_CUDA_EMULATOR=ON)")
     ap.add_argument("--layout", required=True, choices=["one_rank", *LAYOUTS])
     ap.add_argument("--arch", choices=sorted(lm.MODELS), default="gpt2")
+    ap.add_argument("--steps", type=int, default=STEPS, help="training steps of every run")
+    ap.add_argument("--comm", action="append", choices=COMMS,
+                    help="parallel.comm of the layout's runs (repeatable; default: both)")
+    ap.add_argument("--cp-comm", action="append", choices=CP_COMMS,
+                    help="parallel.cp_comm of a cp layout's runs (repeatable; default: both)")
     args = ap.parse_args()
     cache = open(os.path.join(args.build, "CMakeCache.txt")).read()
     if "TRAINER_CUDA_EMULATOR:BOOL=ON" not in cache:
         sys.exit(f"error: {args.build} is not an emulator build (-DTRAINER_CUDA_EMULATOR=ON)")
-    lm.TRAIN["steps"] = STEPS
+    lm.TRAIN["steps"] = args.steps
     # Two heads of 16: a head size the tensor-core attention kernels take, so
     # the bf16 runs train on them (runtime.attention=auto), as on a GPU.
     lm.MODEL = dict(lm.MODELS[args.arch])
@@ -87,11 +138,13 @@ def main():
         cpu_dir, cpu_cfg = r.config("cpu_fp32", extra=common)
         r.run(1, cpu_cfg)
 
-        def cuda_run(name, world, dims, dtype, comm, reduce_dtype="fp32"):
-            dp, fsdp, tp, pp = dims
+        def cuda_run(name, world, dims, dtype, comm, reduce_dtype="fp32", cp_comm="allgather"):
+            dp, fsdp, tp, pp, cp = dims
             extra = dict(common, **{"runtime.device": "cuda", "runtime.dtype": dtype,
                                     "parallel.comm": comm,
                                     "parallel.reduce_dtype": reduce_dtype, "parallel.pp": pp})
+            if cp > 1:
+                extra.update({"parallel.cp": cp, "parallel.cp_comm": cp_comm})
             micro_batches = 4 if pp > 1 else 1
             d, cfg = r.config(name, dp, fsdp, tp, 3,
                               lm.TRAIN["global_batch"] // (dp * fsdp * micro_batches), True, extra)
@@ -99,9 +152,9 @@ def main():
             print(f"     {name}: {world} rank(s) on the emulated device, {took:.1f} s")
             return d
 
-        one_bf16 = cuda_run("cuda_bf16_one_rank", 1, (1, 1, 1, 1), "bf16", "auto")
+        one_bf16 = cuda_run("cuda_bf16_one_rank", 1, (1, 1, 1, 1, 1), "bf16", "auto")
         if args.layout == "one_rank":
-            one_fp32 = cuda_run("cuda_fp32_one_rank", 1, (1, 1, 1, 1), "fp32", "auto")
+            one_fp32 = cuda_run("cuda_fp32_one_rank", 1, (1, 1, 1, 1, 1), "fp32", "auto")
             fails += compare("one rank fp32 vs CPU", cpu_dir, one_fp32, FP32_TOL)
             cpu16_dir, cpu16_cfg = r.config("cpu_bf16",
                                             extra=dict(common, **{"runtime.dtype": "bf16"}))
@@ -118,19 +171,30 @@ def main():
                              lm.BF16_TOL, skip_key_bias=True, param_tol=BF16_LAYOUT_TOL)
         else:
             dims = LAYOUTS[args.layout]
-            for comm in ("mpi", "nccl"):
-                d = cuda_run(f"{args.layout}_fp32_{comm}", 2, dims, "fp32", comm)
-                fails += compare(f"{args.layout} fp32 comm={comm} vs CPU one rank", cpu_dir, d,
-                                 FP32_TOL)
-                d = cuda_run(f"{args.layout}_bf16_{comm}", 2, dims, "bf16", comm)
-                fails += compare(f"{args.layout} bf16 comm={comm} vs emulated one rank bf16",
-                                 one_bf16, d, BF16_LAYOUT_TOL, skip_key_bias=True)
-                if dims[0] * dims[1] > 1:
-                    d = cuda_run(f"{args.layout}_bf16_reduce_bf16_{comm}", 2, dims, "bf16", comm,
-                                 "bf16")
-                    fails += compare(f"{args.layout} bf16 reduce_dtype=bf16 comm={comm} vs "
-                                     "emulated one rank bf16", one_bf16, d, BF16_LAYOUT_TOL,
-                                     skip_key_bias=True)
+            # The family's bound on the final parameters, the layout
+            # matrix's (Llama's looser: module docstring).
+            bf16_tols = dict(skip_key_bias=True, param_tol=lm.BF16_PARAM_TOL[args.arch])
+            world = math.prod(dims)
+            cp_comms = [None] if dims[4] == 1 else (args.cp_comm or list(CP_COMMS))
+            for comm in args.comm or COMMS:
+                for cp_comm in cp_comms:
+                    name = args.layout + (f"_{cp_comm}" if cp_comm else "")
+                    label = args.layout + (f" cp_comm={cp_comm}" if cp_comm else "")
+                    more = {"cp_comm": cp_comm} if cp_comm else {}
+                    d = cuda_run(f"{name}_fp32_{comm}", world, dims, "fp32", comm, **more)
+                    fails += compare(f"{label} fp32 comm={comm} vs CPU one rank", cpu_dir, d,
+                                     FP32_TOL)
+                    fails += cp_bytes(f"{label} fp32 comm={comm}", d, dims, "fp32", cp_comm)
+                    d = cuda_run(f"{name}_bf16_{comm}", world, dims, "bf16", comm, **more)
+                    fails += compare(f"{label} bf16 comm={comm} vs emulated one rank bf16",
+                                     one_bf16, d, BF16_LAYOUT_TOL, **bf16_tols)
+                    fails += cp_bytes(f"{label} bf16 comm={comm}", d, dims, "bf16", cp_comm)
+                    if dims[0] * dims[1] > 1:
+                        d = cuda_run(f"{name}_bf16_reduce_bf16_{comm}", world, dims, "bf16",
+                                     comm, "bf16", **more)
+                        fails += compare(f"{label} bf16 reduce_dtype=bf16 comm={comm} vs "
+                                         "emulated one rank bf16", one_bf16, d, BF16_LAYOUT_TOL,
+                                         **bf16_tols)
     if fails:
         print("\n".join(["", "FAIL:"] + fails))
         return 1

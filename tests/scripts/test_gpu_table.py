@@ -161,7 +161,7 @@ class GpuLogs:
     STAGES = ["binaries", "costs", "tests-core", "data", "train-tc", "train-simt", "pytorch-fp32",
               "pytorch-bf16", "tests-production", "tests-CudaAdamW", "memcheck", "racecheck",
               "gpu-bench", "peaks", "torch-compile", "layout-ref", "layout-dp2", "layout-fsdp2",
-              "layout-tp2", "layout-pp2"]
+              "layout-tp2", "layout-pp2", "layout-cp2", "layout-cp2_ring"]
 
     def __init__(self, d, tp2_delta=0.0, failed=None):
         self.d = d
@@ -193,7 +193,7 @@ class GpuLogs:
             write(os.path.join(d, f"pytorch-{dt}.json"), json.dumps(pytorch_check(dt)))
         write(os.path.join(d, "memcheck.log"), "========= ERROR SUMMARY: 0 errors\n")
         write(os.path.join(d, "racecheck.log"), "========= RACECHECK SUMMARY\n")
-        for name in ("ref", "dp2", "fsdp2", "pp2"):
+        for name in ("ref", "dp2", "fsdp2", "pp2", "cp2", "cp2_ring"):
             jsonl(os.path.join(d, "layouts", name, "metrics.jsonl"), layout_losses(2e-6))
         jsonl(os.path.join(d, "layouts", "ref", "metrics.jsonl"), layout_losses())
         jsonl(os.path.join(d, "layouts", "tp2", "metrics.jsonl"), layout_losses(tp2_delta))
@@ -307,6 +307,7 @@ class Table(unittest.TestCase):
         self.assertIn("cuda bf16: GEMM 90.0 TFLOP/s, memory 2000 GB/s", out)
         self.assertRegex(out, r"dp2\s+10\s+2\.000e-06\s+7\s+1e-04\s+pass")
         self.assertRegex(out, r"tp2\s+10\s+0\.000e\+00\s+\d+\s+1e-04\s+pass")
+        self.assertRegex(out, r"cp2_ring\s+10\s+2\.000e-06\s+7\s+1e-04\s+pass")
         self.assertIn("ours/PyTorch 0.50x", out)
         self.assertIn("attention fwd+bwd bf16, SIMT kernels: ours 4.000 ms, PyTorch SDPA 2.000 ms", out)
         self.assertIn("attention fwd+bwd bf16, tensor-core kernels: ours 2.000 ms, PyTorch SDPA "
@@ -370,7 +371,7 @@ class Table(unittest.TestCase):
                    ("tests-core", "data", "train-tc", "train-simt", "pytorch-fp32", "pytorch-bf16",
                     "tests-production", "tests-suites", "memcheck", "racecheck", "gpu-bench",
                     "peaks", "layout-ref", "layout-dp2", "layout-fsdp2", "layout-tp2",
-                    "layout-pp2")]
+                    "layout-pp2", "layout-cp2", "layout-cp2_ring")]
         stages.append("torch-compile\tskipped\t\t\ttorch sees no CUDA device")
         write(os.path.join(self.dir, "stages.tsv"), "\n".join(stages) + "\n")
         write(os.path.join(self.dir, "gpu.txt"), "no nvidia-smi")
