@@ -334,6 +334,85 @@ class Ops {
   void swiglu_forward(TensorView out, TensorView gu);
   void swiglu_backward(TensorView dgu, TensorView dout, TensorView gu);
 
+  // ---- Mixture of experts (the Mixtral family) --------------------------------
+  // One MoE layer routes R rows to E experts, k each (N = R k slots), as HF
+  // Mixtral: probs = softmax(router logits), the top k experts of each row,
+  // their probs renormalised to sum to 1 as the row's combine weights. Slots
+  // are sorted by expert into a dispatch buffer of N rows (at most: capacity
+  // drops leave its tail unused), each expert's contiguous group of rows
+  // [offsets[e], offsets[e+1]) run through that expert's GEMMs (one grouped
+  // GEMM per projection), then combined back per row by the weights. Every
+  // count and offset stays in this backend's memory (int32), so a step makes
+  // no host round trip. Router tensors are fp32; row tensors (inp, out,
+  // dispatch buffers and their gradients) are fp32 or bf16 (bf16 storage);
+  // index tensors int32.
+  //
+  // Router: probs (R,E) = softmax(logits (R,E)) per row; lse (R) its
+  // log-sum-exp (for the z-loss). topk_expert (R,k) = the k experts with the
+  // largest probs + bias (bias (E) may be empty(): DeepSeek-V3's selection
+  // bias, it changes only which experts are chosen), in descending order,
+  // ties to the lower expert index; topk_weight (R,k) = their probs (without
+  // the bias) divided by their sum. All assigned.
+  void moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
+                          TensorView topk_weight, TensorView logits, TensorView bias);
+  // dlogits (R,E) ASSIGNED: the gradient through the renormalised top-k
+  // weights (dtopk_weight (R,k)), plus dprob_shared (E, may be empty()) added
+  // to every row's d(probs) (the load-balancing loss's gradient, the same for
+  // every row), through the softmax; plus the router z-loss's
+  // z_grad * 2 lse * probs (z_grad: d(loss)/d(lse^2) of each row, 0 = none).
+  void moe_router_backward(TensorView dlogits, TensorView dtopk_weight, TensorView probs,
+                           TensorView lse, TensorView topk_expert, TensorView topk_weight,
+                           TensorView dprob_shared, float z_grad);
+  // counts (E) and prob_sums (E), fp32, ACCUMULATE: the rows choosing each
+  // expert (over the k slots) and the sum over rows of probs: a layer's
+  // share of load_balancing_loss_func's two factors and the load metric.
+  void moe_router_stats(TensorView counts, TensorView prob_sums, TensorView probs,
+                        TensorView topk_expert);
+  // The dispatch plan: positions (R,k) int32 = the row of slot (r, j) in the
+  // expert-sorted dispatch buffer, -1 when dropped; offsets (E+1) int32 = the
+  // start of each expert's group, offsets[E] the rows kept. Within an
+  // expert's group slots keep row order (r, then j). capacity 0: dropless;
+  // else an expert keeps at most `capacity` slots, dropping those of the
+  // lowest topk_weight first, ties dropping the later row first. Assigned.
+  void moe_dispatch_plan(TensorView positions, TensorView offsets, TensorView topk_expert,
+                         TensorView topk_weight, int64_t capacity);
+  // out (N,C) rows at positions = inp (R,C) rows (slot (r, j) gets row r);
+  // rows no slot maps to are left as they are. Same dtype.
+  void moe_permute(TensorView out, TensorView inp, TensorView positions);
+  // dinp (R,C) ASSIGNED = sum over row r's kept slots of dout (N,C) at their
+  // positions (0 for a row whose every slot was dropped). Math fp32, rounded once.
+  void moe_permute_backward(TensorView dinp, TensorView dout, TensorView positions);
+  // out (R,C) ASSIGNED = sum over kept slots j of topk_weight[r,j] *
+  // expert_out[positions[r,j]] (fp32 math, rounded once). expert_out (N,C).
+  void moe_combine_forward(TensorView out, TensorView expert_out, TensorView positions,
+                           TensorView topk_weight);
+  // dexpert_out (N,C): rows at kept positions ASSIGNED topk_weight[r,j] *
+  // dout[r] (others left); dtopk_weight (R,k) fp32 ASSIGNED the dot of dout[r]
+  // and expert_out[positions[r,j]] (0 when dropped).
+  void moe_combine_backward(TensorView dexpert_out, TensorView dtopk_weight, TensorView dout,
+                            TensorView expert_out, TensorView positions, TensorView topk_weight);
+  // Grouped GEMM over G groups of rows: rows [offsets[g], offsets[g+1]) of
+  // inp (N,C) times weight[g]^T, weight (G,OC,C) (each group an nn.Linear
+  // without bias), into the same rows of out (N,OC); rows from offsets[G]
+  // on are neither read nor written. Empty groups are fine. offsets (G+1)
+  // int32, non-decreasing from 0, offsets[G] <= N. dtypes as matmul_forward's
+  // (inp, weight, out all bf16 or all fp32; accumulation fp32).
+  void grouped_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                              TensorView offsets);
+  // dinp (N,C) ASSIGNED on rows [0, offsets[G]) (skipped when empty()),
+  // dweight (G,OC,C) fp32 ACCUMULATES.
+  void grouped_matmul_backward(TensorView dinp, TensorView dweight, TensorView dout,
+                               TensorView inp, TensorView weight, TensorView offsets);
+  // The load-balancing loss (transformers' load_balancing_loss_func) from
+  // the pooled factors: counts (E) and prob_sums (E) summed over every layer
+  // and every row of one micro-batch, `rows` = layers x rows pooled:
+  //   aux (1) ASSIGNED = E * sum_e (counts_e / rows) (prob_sums_e / rows)
+  //   dprob (E) ASSIGNED = grad_coef * E * counts_e / rows^2 (d(aux)/d(prob)
+  //   of each row and expert, scaled by grad_coef: what moe_router_backward
+  //   takes as dprob_shared).
+  void moe_load_balance(TensorView aux, TensorView dprob, TensorView counts, TensorView prob_sums,
+                        double rows, float grad_coef);
+
   // Sum of squares of all elements, accumulated in double (for the global norm).
   double sum_squares(TensorView t);
   // The same without a host round trip: out (fp32 {1}) = the sum over `runs`
@@ -485,6 +564,32 @@ class Ops {
                                 int64_t first_row, int T) = 0;
   virtual void do_swiglu_forward(TensorView out, TensorView gu) = 0;
   virtual void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) = 0;
+  virtual void do_moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
+                                     TensorView topk_weight, TensorView logits,
+                                     TensorView bias) = 0;
+  virtual void do_moe_router_backward(TensorView dlogits, TensorView dtopk_weight,
+                                      TensorView probs, TensorView lse, TensorView topk_expert,
+                                      TensorView topk_weight, TensorView dprob_shared,
+                                      float z_grad) = 0;
+  virtual void do_moe_router_stats(TensorView counts, TensorView prob_sums, TensorView probs,
+                                   TensorView topk_expert) = 0;
+  virtual void do_moe_dispatch_plan(TensorView positions, TensorView offsets,
+                                    TensorView topk_expert, TensorView topk_weight,
+                                    int64_t capacity) = 0;
+  virtual void do_moe_permute(TensorView out, TensorView inp, TensorView positions) = 0;
+  virtual void do_moe_permute_backward(TensorView dinp, TensorView dout, TensorView positions) = 0;
+  virtual void do_moe_combine_forward(TensorView out, TensorView expert_out, TensorView positions,
+                                      TensorView topk_weight) = 0;
+  virtual void do_moe_combine_backward(TensorView dexpert_out, TensorView dtopk_weight,
+                                       TensorView dout, TensorView expert_out,
+                                       TensorView positions, TensorView topk_weight) = 0;
+  virtual void do_grouped_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                                         TensorView offsets) = 0;
+  virtual void do_grouped_matmul_backward(TensorView dinp, TensorView dweight, TensorView dout,
+                                          TensorView inp, TensorView weight,
+                                          TensorView offsets) = 0;
+  virtual void do_moe_load_balance(TensorView aux, TensorView dprob, TensorView counts,
+                                   TensorView prob_sums, double rows, float grad_coef) = 0;
   virtual double do_sum_squares(TensorView t) = 0;
   virtual void do_sum_squares_runs(TensorView out, TensorView x,
                                    const std::vector<AdamWRun>& runs) = 0;
