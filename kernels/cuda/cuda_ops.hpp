@@ -26,7 +26,8 @@
 // (bf16 inp/weight/dout/dinp; out bf16 or fp32; dweight bf16 or fp32; dbias
 // fp32), attention_forward/backward, gelu_*, layernorm_forward (weight and
 // bias bf16, or fp32 for bf16 storage), layernorm_backward's inp and dout, add,
-// accumulate, add_bias, zero, copy, cast, cast_rows, as the logits/dlogits of
+// accumulate, add_bias, zero, copy, cast, cast_rows, the MoE row tensors
+// (permute, combine, grouped GEMM; dweight fp32), as the logits/dlogits of
 // the cross-entropy ops, and as q, k, v, dout of attention over blocks (whose
 // out, lse, delta, dq, dk, dv are fp32) and either input of
 // attention_row_dot; the others throw gt::Error naming the op.
@@ -192,6 +193,33 @@ class CudaOps final : public Ops {
                         int T) override;
   void do_swiglu_forward(TensorView out, TensorView gu) override;
   void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) override;
+  // Mixture of experts (cuda_ops_moe.cpp, kernels/cuda/moe.cu): no op reads
+  // device memory back or waits for the stream. moe_router_stats and
+  // moe_dispatch_plan take their scratch from the arena. The dispatch plan
+  // takes at most cuda::kMoeMaxExperts experts; an expert index outside
+  // [0, E) is not diagnosed (that would need the host): its slot is dropped.
+  void do_moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
+                             TensorView topk_weight, TensorView logits, TensorView bias) override;
+  void do_moe_router_backward(TensorView dlogits, TensorView dtopk_weight, TensorView probs,
+                              TensorView lse, TensorView topk_expert, TensorView topk_weight,
+                              TensorView dprob_shared, float z_grad) override;
+  void do_moe_router_stats(TensorView counts, TensorView prob_sums, TensorView probs,
+                           TensorView topk_expert) override;
+  void do_moe_dispatch_plan(TensorView positions, TensorView offsets, TensorView topk_expert,
+                            TensorView topk_weight, int64_t capacity) override;
+  void do_moe_permute(TensorView out, TensorView inp, TensorView positions) override;
+  void do_moe_permute_backward(TensorView dinp, TensorView dout, TensorView positions) override;
+  void do_moe_combine_forward(TensorView out, TensorView expert_out, TensorView positions,
+                              TensorView topk_weight) override;
+  void do_moe_combine_backward(TensorView dexpert_out, TensorView dtopk_weight, TensorView dout,
+                               TensorView expert_out, TensorView positions,
+                               TensorView topk_weight) override;
+  void do_grouped_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                                 TensorView offsets) override;
+  void do_grouped_matmul_backward(TensorView dinp, TensorView dweight, TensorView dout,
+                                  TensorView inp, TensorView weight, TensorView offsets) override;
+  void do_moe_load_balance(TensorView aux, TensorView dprob, TensorView counts,
+                           TensorView prob_sums, double rows, float grad_coef) override;
   double do_sum_squares(TensorView t) override;
   void do_sum_squares_runs(TensorView out, TensorView x,
                            const std::vector<AdamWRun>& runs) override;
