@@ -6,11 +6,13 @@
 // and router statistics' scratch comes from the arena, which grows, and then
 // synchronises, only when a shape needs more than it holds: cuda_ops.hpp).
 //
-// Row tensors of one op share one dtype (fp32 or bf16): inp and out of
-// moe_permute, dout and dinp of moe_permute_backward, expert_out and out of
-// the combine, dout, expert_out and dexpert_out of its backward, and inp,
-// weight, out, dout, dinp of the grouped GEMM (whose dweight is fp32).
+// Row tensors are fp32 or bf16: moe_permute's inp and out one dtype (a copy
+// of bits), the grouped GEMM's inp, weight, out, dout and dinp one dtype (its
+// dweight fp32), and each row tensor of permute_backward and the combine its
+// own, as on the CPU.
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/cuda_ops_check.hpp"
@@ -27,6 +29,12 @@ const float* optional_f32(const Check& c, const TensorView& t, const char* what)
   if (t.empty()) return nullptr;
   c.tensor(t, what, kF32);
   return t.f32();
+}
+// f(p) with p the row tensor's data as float* or bf16* (checked fp32/bf16).
+template <typename F>
+void with_rows(const TensorView& t, F&& f) {
+  if (t.dtype == DType::f32) f(t.f32());
+  else f(ptr<bf16>(t));
 }
 }  // namespace
 
@@ -120,16 +128,16 @@ void CudaOps::do_moe_permute_backward(TensorView dinp, TensorView dout, TensorVi
   cuda::NvtxRange range("moe_permute_backward");
   const Check c{"moe_permute_backward"};
   c.tensor(dout, "dout", kF32Bf16);
-  c.tensor(dinp, "dinp", {dout.dtype});
+  c.tensor(dinp, "dinp", kF32Bf16);
   c.tensor(positions, "positions", kI32);
   const int64_t R = dinp.shape[0], C = dinp.shape[1];
   const int k = c.to_int(positions.shape[1], "k");
-  if (dout.dtype == DType::f32)
-    cuda::moe_permute_backward(dinp.f32(), static_cast<const float*>(dout.f32()), positions.i32(),
-                               R, k, C, stream());
-  else
-    cuda::moe_permute_backward(ptr<bf16>(dinp), ptr<const bf16>(dout), positions.i32(), R, k, C,
-                               stream());
+  with_rows(dinp, [&](auto* dx) {
+    with_rows(dout, [&](auto* dy) {
+      cuda::moe_permute_backward(dx, static_cast<const std::remove_pointer_t<decltype(dy)>*>(dy),
+                                 positions.i32(), R, k, C, stream());
+    });
+  });
 }
 
 void CudaOps::do_moe_combine_forward(TensorView out, TensorView expert_out, TensorView positions,
@@ -137,17 +145,17 @@ void CudaOps::do_moe_combine_forward(TensorView out, TensorView expert_out, Tens
   cuda::NvtxRange range("moe_combine_forward");
   const Check c{"moe_combine_forward"};
   c.tensor(expert_out, "expert_out", kF32Bf16);
-  c.tensor(out, "out", {expert_out.dtype});
+  c.tensor(out, "out", kF32Bf16);
   c.tensor(positions, "positions", kI32);
   c.tensor(topk_weight, "topk_weight", kF32);
   const int64_t R = out.shape[0], C = out.shape[1];
   const int k = c.to_int(positions.shape[1], "k");
-  if (out.dtype == DType::f32)
-    cuda::moe_combine_forward(out.f32(), static_cast<const float*>(expert_out.f32()),
-                              positions.i32(), topk_weight.f32(), R, k, C, stream());
-  else
-    cuda::moe_combine_forward(ptr<bf16>(out), ptr<const bf16>(expert_out), positions.i32(),
-                              topk_weight.f32(), R, k, C, stream());
+  with_rows(out, [&](auto* y) {
+    with_rows(expert_out, [&](auto* eo) {
+      cuda::moe_combine_forward(y, static_cast<const std::remove_pointer_t<decltype(eo)>*>(eo),
+                                positions.i32(), topk_weight.f32(), R, k, C, stream());
+    });
+  });
 }
 
 void CudaOps::do_moe_combine_backward(TensorView dexpert_out, TensorView dtopk_weight,
@@ -156,22 +164,23 @@ void CudaOps::do_moe_combine_backward(TensorView dexpert_out, TensorView dtopk_w
   cuda::NvtxRange range("moe_combine_backward");
   const Check c{"moe_combine_backward"};
   c.tensor(dout, "dout", kF32Bf16);
-  c.tensor(expert_out, "expert_out", {dout.dtype});
-  c.tensor(dexpert_out, "dexpert_out", {dout.dtype});
+  c.tensor(expert_out, "expert_out", kF32Bf16);
+  c.tensor(dexpert_out, "dexpert_out", kF32Bf16);
   c.tensor(dtopk_weight, "dtopk_weight", kF32);
   c.tensor(positions, "positions", kI32);
   c.tensor(topk_weight, "topk_weight", kF32);
   const int64_t R = dout.shape[0], C = dout.shape[1];
   const int k = c.to_int(positions.shape[1], "k");
-  if (dout.dtype == DType::f32)
-    cuda::moe_combine_backward(dexpert_out.f32(), dtopk_weight.f32(),
-                               static_cast<const float*>(dout.f32()),
-                               static_cast<const float*>(expert_out.f32()), positions.i32(),
-                               topk_weight.f32(), R, k, C, stream());
-  else
-    cuda::moe_combine_backward(ptr<bf16>(dexpert_out), dtopk_weight.f32(), ptr<const bf16>(dout),
-                               ptr<const bf16>(expert_out), positions.i32(), topk_weight.f32(), R,
-                               k, C, stream());
+  with_rows(dexpert_out, [&](auto* dx) {
+    with_rows(dout, [&](auto* dy) {
+      with_rows(expert_out, [&](auto* eo) {
+        cuda::moe_combine_backward(dx, dtopk_weight.f32(),
+                                   static_cast<const std::remove_pointer_t<decltype(dy)>*>(dy),
+                                   static_cast<const std::remove_pointer_t<decltype(eo)>*>(eo),
+                                   positions.i32(), topk_weight.f32(), R, k, C, stream());
+      });
+    });
+  });
 }
 
 void CudaOps::do_grouped_matmul_forward(TensorView out, TensorView inp, TensorView weight,

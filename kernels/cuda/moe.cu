@@ -295,8 +295,11 @@ __global__ void plan_place_kernel(int32_t* positions, int32_t* sorted_slot,
 }
 
 // A float's bits mapped so that unsigned order is the float order (negative
-// values reversed below the positive ones).
+// values reversed below the positive ones). As on the CPU, NaN ranks lowest
+// (dropped first) and -0 equals +0.
 __device__ __forceinline__ uint32_t order_key(float x) {
+  if (isnan(x)) x = -INFINITY;
+  if (x == 0.f) x = 0.f;
   const uint32_t u = __float_as_uint(x);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
@@ -407,9 +410,9 @@ __global__ void permute_kernel(T* out, const T* inp, const int32_t* positions, i
     }
 }
 
-template <typename T>
-__global__ void permute_backward_kernel(T* dinp, const T* dout, const int32_t* positions, int64_t R,
-                                        int k, int64_t C) {
+template <typename TD, typename TG>
+__global__ void permute_backward_kernel(TD* dinp, const TG* dout, const int32_t* positions,
+                                        int64_t R, int k, int64_t C) {
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x)
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       float acc = 0.f;
@@ -417,12 +420,12 @@ __global__ void permute_backward_kernel(T* dinp, const T* dout, const int32_t* p
         const int64_t pos = positions[r * k + j];
         if (pos >= 0) acc += dev::to_float(dout[pos * C + c]);
       }
-      dinp[r * C + c] = dev::from_float<T>(acc);
+      dinp[r * C + c] = dev::from_float<TD>(acc);
     }
 }
 
-template <typename T>
-__global__ void combine_forward_kernel(T* out, const T* expert_out, const int32_t* positions,
+template <typename TO, typename TE>
+__global__ void combine_forward_kernel(TO* out, const TE* expert_out, const int32_t* positions,
                                        const float* topk_weight, int64_t R, int k, int64_t C) {
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x)
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -431,14 +434,14 @@ __global__ void combine_forward_kernel(T* out, const T* expert_out, const int32_
         const int64_t pos = positions[r * k + j];
         if (pos >= 0) acc += topk_weight[r * k + j] * dev::to_float(expert_out[pos * C + c]);
       }
-      out[r * C + c] = dev::from_float<T>(acc);
+      out[r * C + c] = dev::from_float<TO>(acc);
     }
 }
 
 // dtopk_weight by block_sum (a fixed tree): deterministic.
-template <typename T>
-__global__ void combine_backward_kernel(T* dexpert_out, float* dtopk_weight, const T* dout,
-                                        const T* expert_out, const int32_t* positions,
+template <typename TX, typename TG, typename TE>
+__global__ void combine_backward_kernel(TX* dexpert_out, float* dtopk_weight, const TG* dout,
+                                        const TE* expert_out, const int32_t* positions,
                                         const float* topk_weight, int64_t R, int k, int64_t C) {
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x)
     for (int j = 0; j < k; ++j) {
@@ -451,7 +454,7 @@ __global__ void combine_backward_kernel(T* dexpert_out, float* dtopk_weight, con
       float dot = 0.f;
       for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         const float dy = dev::to_float(dout[r * C + c]);
-        dexpert_out[pos * C + c] = dev::from_float<T>(w * dy);
+        dexpert_out[pos * C + c] = dev::from_float<TX>(w * dy);
         dot += dy * dev::to_float(expert_out[pos * C + c]);
       }
       dot = dev::block_sum(dot);
@@ -711,34 +714,34 @@ void moe_permute(T* out, const T* inp, const int32_t* positions, int64_t R, int 
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void moe_permute_backward(T* dinp, const T* dout, const int32_t* positions, int64_t R, int k,
+template <typename TD, typename TG>
+void moe_permute_backward(TD* dinp, const TG* dout, const int32_t* positions, int64_t R, int k,
                           int64_t C, cudaStream_t stream) {
   if (R * C == 0) return;
   dev::NvtxRange range("moe_permute_backward");
-  dev::launch(permute_backward_kernel<T>, {block_row_blocks(R), kRowThreads, 0, stream}, dinp,
+  dev::launch(permute_backward_kernel<TD, TG>, {block_row_blocks(R), kRowThreads, 0, stream}, dinp,
               dout, positions, R, k, C);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void moe_combine_forward(T* out, const T* expert_out, const int32_t* positions,
+template <typename TO, typename TE>
+void moe_combine_forward(TO* out, const TE* expert_out, const int32_t* positions,
                          const float* topk_weight, int64_t R, int k, int64_t C,
                          cudaStream_t stream) {
   if (R * C == 0) return;
   dev::NvtxRange range("moe_combine_forward");
-  dev::launch(combine_forward_kernel<T>, {block_row_blocks(R), kRowThreads, 0, stream}, out,
+  dev::launch(combine_forward_kernel<TO, TE>, {block_row_blocks(R), kRowThreads, 0, stream}, out,
               expert_out, positions, topk_weight, R, k, C);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void moe_combine_backward(T* dexpert_out, float* dtopk_weight, const T* dout, const T* expert_out,
-                          const int32_t* positions, const float* topk_weight, int64_t R, int k,
-                          int64_t C, cudaStream_t stream) {
+template <typename TX, typename TG, typename TE>
+void moe_combine_backward(TX* dexpert_out, float* dtopk_weight, const TG* dout,
+                          const TE* expert_out, const int32_t* positions, const float* topk_weight,
+                          int64_t R, int k, int64_t C, cudaStream_t stream) {
   if (R * k == 0) return;  // C = 0 still assigns dtopk_weight (0)
   dev::NvtxRange range("moe_combine_backward");
-  dev::launch(combine_backward_kernel<T>, {block_row_blocks(R), kRowThreads, 0, stream},
+  dev::launch(combine_backward_kernel<TX, TG, TE>, {block_row_blocks(R), kRowThreads, 0, stream},
               dexpert_out, dtopk_weight, dout, expert_out, positions, topk_weight, R, k, C);
   CUDA_CHECK_LAUNCH();
 }
@@ -783,22 +786,39 @@ void moe_load_balance(float* aux, float* dprob, const float* counts, const float
   CUDA_CHECK_LAUNCH();
 }
 
-#define GT_MOE_STORAGE(T)                                                                         \
-  template void moe_permute<T>(T*, const T*, const int32_t*, int64_t, int, int64_t,               \
-                               cudaStream_t);                                                     \
-  template void moe_permute_backward<T>(T*, const T*, const int32_t*, int64_t, int, int64_t,      \
-                                        cudaStream_t);                                            \
-  template void moe_combine_forward<T>(T*, const T*, const int32_t*, const float*, int64_t, int,  \
-                                       int64_t, cudaStream_t);                                    \
-  template void moe_combine_backward<T>(T*, float*, const T*, const T*, const int32_t*,           \
-                                        const float*, int64_t, int, int64_t, cudaStream_t);       \
-  template void grouped_matmul_forward<T>(T*, const T*, const T*, const int32_t*, int64_t,        \
-                                          int64_t, int64_t, int, cudaStream_t);                   \
-  template void grouped_matmul_backward<T>(T*, float*, const T*, const T*, const T*,              \
-                                           const int32_t*, int64_t, int64_t, int64_t, int,        \
+#define GT_MOE_STORAGE(T)                                                                    \
+  template void moe_permute<T>(T*, const T*, const int32_t*, int64_t, int, int64_t,          \
+                               cudaStream_t);                                                \
+  template void grouped_matmul_forward<T>(T*, const T*, const T*, const int32_t*, int64_t,   \
+                                          int64_t, int64_t, int, cudaStream_t);              \
+  template void grouped_matmul_backward<T>(T*, float*, const T*, const T*, const T*,         \
+                                           const int32_t*, int64_t, int64_t, int64_t, int,   \
                                            cudaStream_t);
 GT_MOE_STORAGE(float)
 GT_MOE_STORAGE(__nv_bfloat16)
 #undef GT_MOE_STORAGE
+
+#define GT_MOE_PAIR(A, B)                                                                     \
+  template void moe_permute_backward<A, B>(A*, const B*, const int32_t*, int64_t, int, int64_t, \
+                                           cudaStream_t);                                     \
+  template void moe_combine_forward<A, B>(A*, const B*, const int32_t*, const float*, int64_t,  \
+                                          int, int64_t, cudaStream_t);
+#define GT_MOE_COMBINE_BWD(X, G, E)                                                           \
+  template void moe_combine_backward<X, G, E>(X*, float*, const G*, const E*, const int32_t*, \
+                                              const float*, int64_t, int, int64_t, cudaStream_t);
+#define GT_MOE_TRIPLES(X, G)      \
+  GT_MOE_COMBINE_BWD(X, G, float) \
+  GT_MOE_COMBINE_BWD(X, G, __nv_bfloat16)
+GT_MOE_PAIR(float, float)
+GT_MOE_PAIR(float, __nv_bfloat16)
+GT_MOE_PAIR(__nv_bfloat16, float)
+GT_MOE_PAIR(__nv_bfloat16, __nv_bfloat16)
+GT_MOE_TRIPLES(float, float)
+GT_MOE_TRIPLES(float, __nv_bfloat16)
+GT_MOE_TRIPLES(__nv_bfloat16, float)
+GT_MOE_TRIPLES(__nv_bfloat16, __nv_bfloat16)
+#undef GT_MOE_TRIPLES
+#undef GT_MOE_COMBINE_BWD
+#undef GT_MOE_PAIR
 
 }  // namespace gt::cuda

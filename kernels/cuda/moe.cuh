@@ -58,17 +58,19 @@ void moe_dispatch_plan(int32_t* positions, int32_t* offsets, const int32_t* topk
 template <typename T>
 void moe_permute(T* out, const T* inp, const int32_t* positions, int64_t R, int k, int64_t C,
                  cudaStream_t stream);
-template <typename T>
-void moe_permute_backward(T* dinp, const T* dout, const int32_t* positions, int64_t R, int k,
+// The row tensors of the three below may each be fp32 or bf16 (each its own
+// template parameter), as on the CPU.
+template <typename TD, typename TG>
+void moe_permute_backward(TD* dinp, const TG* dout, const int32_t* positions, int64_t R, int k,
                           int64_t C, cudaStream_t stream);
-template <typename T>
-void moe_combine_forward(T* out, const T* expert_out, const int32_t* positions,
+template <typename TO, typename TE>
+void moe_combine_forward(TO* out, const TE* expert_out, const int32_t* positions,
                          const float* topk_weight, int64_t R, int k, int64_t C,
                          cudaStream_t stream);
-template <typename T>
-void moe_combine_backward(T* dexpert_out, float* dtopk_weight, const T* dout, const T* expert_out,
-                          const int32_t* positions, const float* topk_weight, int64_t R, int k,
-                          int64_t C, cudaStream_t stream);
+template <typename TX, typename TG, typename TE>
+void moe_combine_backward(TX* dexpert_out, float* dtopk_weight, const TG* dout,
+                          const TE* expert_out, const int32_t* positions, const float* topk_weight,
+                          int64_t R, int k, int64_t C, cudaStream_t stream);
 
 // out (N,OC) rows [0, offsets[G]) = group rows of inp (N,C) @ weight[g]^T,
 // weight (G,OC,C); fp32 accumulation.
