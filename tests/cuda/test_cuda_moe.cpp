@@ -8,7 +8,7 @@
 // backwards (rows no slot maps to keep their sentinel), the grouped GEMM
 // (empty first, middle and last groups, groups across tile boundaries, rows
 // past offsets[G] untouched, the weight gradient deterministic) and the
-// load-balancing loss; fp32 and bf16 row storage.
+// load-balancing loss; fp32 and bf16 row storage, mixed where the CPU mixes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -320,6 +320,44 @@ TEST(CudaMoe, PermuteAndCombineMatchCpu) {
       cuda.moe_combine_backward(deo.dev(), dtw.dev(), dy.dev(), eo.dev(), pos.dev(), tw.dev());
       EXPECT_TRUE(all_close(deo.dev_values(), deo.cpu_values(), tol(dt), tol(dt)))
           << "dexpert_out";
+      EXPECT_TRUE(all_close(dtw.dev_values(), dtw.cpu_values(), 1e-4f, 1e-4f)) << "dtopk_weight";
+    }
+}
+
+// Each row tensor of permute_backward and the combine in its own dtype.
+TEST(CudaMoe, MixedRowDtypesMatchCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::CudaOps cuda;
+  auto cpu = gt::make_cpu_ops(1);
+  const cudaStream_t s = cuda.stream();
+  const int64_t R = 19, C = 33;
+  const int E = 4, k = 2;
+  const int64_t N = R * k;
+  Routing rt = make_routing(R, E, k, 61, false, E);
+  Ints te(rt.expert, {R, k}, s), pos(filled_i(N, 0), {R, k}, s),
+      off(filled_i(E + 1, 0), {E + 1}, s);
+  Twin tw(rt.weight, DType::f32, {R, k}, s);
+  cpu->moe_dispatch_plan(pos.cpu(), off.cpu(), te.cpu(), tw.cpu(), 6);
+  pos.cpu_to_dev();
+  for (DType a : {DType::f32, DType::bf16})
+    for (DType b : {DType::f32, DType::bf16}) {
+      if (a == b) continue;
+      SCOPED_TRACE(std::string(gt::dtype_name(a)) + " from " + gt::dtype_name(b));
+      Twin dout(random_vector(N * C, 62), b, {N, C}, s), dinp(filled(R * C, 9.f), a, {R, C}, s);
+      cpu->moe_permute_backward(dinp.cpu(), dout.cpu(), pos.cpu());
+      cuda.moe_permute_backward(dinp.dev(), dout.dev(), pos.dev());
+      EXPECT_TRUE(all_close(dinp.dev_values(), dinp.cpu_values(), 1e-2f, 1e-2f))
+          << "permute_backward";
+      Twin eo(random_vector(N * C, 63), b, {N, C}, s), y(filled(R * C, 9.f), a, {R, C}, s);
+      cpu->moe_combine_forward(y.cpu(), eo.cpu(), pos.cpu(), tw.cpu());
+      cuda.moe_combine_forward(y.dev(), eo.dev(), pos.dev(), tw.dev());
+      EXPECT_TRUE(all_close(y.dev_values(), y.cpu_values(), 1e-2f, 1e-2f)) << "combine";
+      // dexpert_out in a, dout in b, expert_out in a.
+      Twin dy(random_vector(R * C, 64), b, {R, C}, s), eo2(random_vector(N * C, 65), a, {N, C}, s),
+          deo(filled(N * C, 7.f), a, {N, C}, s), dtw(filled(R * k, 9.f), DType::f32, {R, k}, s);
+      cpu->moe_combine_backward(deo.cpu(), dtw.cpu(), dy.cpu(), eo2.cpu(), pos.cpu(), tw.cpu());
+      cuda.moe_combine_backward(deo.dev(), dtw.dev(), dy.dev(), eo2.dev(), pos.dev(), tw.dev());
+      EXPECT_TRUE(all_close(deo.dev_values(), deo.cpu_values(), 1e-2f, 1e-2f)) << "dexpert_out";
       EXPECT_TRUE(all_close(dtw.dev_values(), dtw.cpu_values(), 1e-4f, 1e-4f)) << "dtopk_weight";
     }
 }
