@@ -14,6 +14,7 @@
 #include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/llama_kernels.hpp"
+#include "kernels/cpu/moe_kernels.hpp"
 
 #if TRAINER_HAVE_OPENBLAS
 #include <cblas.h>
@@ -245,6 +246,54 @@ void CpuOps::do_swiglu_forward(TensorView out, TensorView gu) { cpu::swiglu_forw
 void CpuOps::do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) {
   cpu::swiglu_backward(dgu, dout, gu);
 }
+void CpuOps::do_moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
+                                   TensorView topk_weight, TensorView logits, TensorView bias) {
+  cpu::moe_router_forward(probs, lse, topk_expert, topk_weight, logits, bias);
+}
+void CpuOps::do_moe_router_backward(TensorView dlogits, TensorView dtopk_weight, TensorView probs,
+                                    TensorView lse, TensorView topk_expert,
+                                    TensorView topk_weight, TensorView dprob_shared,
+                                    float z_grad) {
+  cpu::moe_router_backward(dlogits, dtopk_weight, probs, lse, topk_expert, topk_weight,
+                           dprob_shared, z_grad);
+}
+void CpuOps::do_moe_router_stats(TensorView counts, TensorView prob_sums, TensorView probs,
+                                 TensorView topk_expert) {
+  cpu::moe_router_stats(counts, prob_sums, probs, topk_expert);
+}
+void CpuOps::do_moe_dispatch_plan(TensorView positions, TensorView offsets,
+                                  TensorView topk_expert, TensorView topk_weight,
+                                  int64_t capacity) {
+  cpu::moe_dispatch_plan(positions, offsets, topk_expert, topk_weight, capacity);
+}
+void CpuOps::do_moe_permute(TensorView out, TensorView inp, TensorView positions) {
+  cpu::moe_permute(out, inp, positions);
+}
+void CpuOps::do_moe_permute_backward(TensorView dinp, TensorView dout, TensorView positions) {
+  cpu::moe_permute_backward(dinp, dout, positions);
+}
+void CpuOps::do_moe_combine_forward(TensorView out, TensorView expert_out, TensorView positions,
+                                    TensorView topk_weight) {
+  cpu::moe_combine_forward(out, expert_out, positions, topk_weight);
+}
+void CpuOps::do_moe_combine_backward(TensorView dexpert_out, TensorView dtopk_weight,
+                                     TensorView dout, TensorView expert_out,
+                                     TensorView positions, TensorView topk_weight) {
+  cpu::moe_combine_backward(dexpert_out, dtopk_weight, dout, expert_out, positions, topk_weight);
+}
+void CpuOps::do_grouped_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                                       TensorView offsets) {
+  cpu::grouped_matmul_forward(out, inp, weight, offsets);
+}
+void CpuOps::do_grouped_matmul_backward(TensorView dinp, TensorView dweight, TensorView dout,
+                                        TensorView inp, TensorView weight, TensorView offsets) {
+  cpu::grouped_matmul_backward(dinp, dweight, dout, inp, weight, offsets);
+}
+void CpuOps::do_moe_load_balance(TensorView aux, TensorView dprob, TensorView counts,
+                                 TensorView prob_sums, double rows, float grad_coef) {
+  cpu::moe_load_balance(aux, dprob, counts, prob_sums, rows, grad_coef);
+}
+
 void CpuOps::do_gelu_forward(TensorView out, TensorView inp) { cpu::gelu_forward(out, inp); }
 void CpuOps::do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
   cpu::gelu_backward(dinp, inp, dout);

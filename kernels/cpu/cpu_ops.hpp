@@ -106,6 +106,28 @@ class CpuOps : public Ops {
                         int T) final;
   void do_swiglu_forward(TensorView out, TensorView gu) final;
   void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) final;
+  void do_moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
+                             TensorView topk_weight, TensorView logits, TensorView bias) final;
+  void do_moe_router_backward(TensorView dlogits, TensorView dtopk_weight, TensorView probs,
+                              TensorView lse, TensorView topk_expert, TensorView topk_weight,
+                              TensorView dprob_shared, float z_grad) final;
+  void do_moe_router_stats(TensorView counts, TensorView prob_sums, TensorView probs,
+                           TensorView topk_expert) final;
+  void do_moe_dispatch_plan(TensorView positions, TensorView offsets, TensorView topk_expert,
+                            TensorView topk_weight, int64_t capacity) final;
+  void do_moe_permute(TensorView out, TensorView inp, TensorView positions) final;
+  void do_moe_permute_backward(TensorView dinp, TensorView dout, TensorView positions) final;
+  void do_moe_combine_forward(TensorView out, TensorView expert_out, TensorView positions,
+                              TensorView topk_weight) final;
+  void do_moe_combine_backward(TensorView dexpert_out, TensorView dtopk_weight, TensorView dout,
+                               TensorView expert_out, TensorView positions,
+                               TensorView topk_weight) final;
+  void do_grouped_matmul_forward(TensorView out, TensorView inp, TensorView weight,
+                                 TensorView offsets) final;
+  void do_grouped_matmul_backward(TensorView dinp, TensorView dweight, TensorView dout,
+                                  TensorView inp, TensorView weight, TensorView offsets) final;
+  void do_moe_load_balance(TensorView aux, TensorView dprob, TensorView counts,
+                           TensorView prob_sums, double rows, float grad_coef) final;
   double do_sum_squares(TensorView t) final;
   void do_sum_squares_runs(TensorView out, TensorView x, const std::vector<AdamWRun>& runs) final;
   void do_clip_scale(TensorView scale, TensorView stats, float max_norm) final;

@@ -35,6 +35,44 @@ TEST(ProfileCosts, MatmulBackwardCountsDinpOnlyWhenAsked) {
   EXPECT_EQ(c.bytes, 4.0 * (21 + 15 + 70));
 }
 
+// The MoE grouped GEMM: the observer cannot read the offsets (device
+// memory), so every one of the N dispatch rows is counted (exact when
+// dropless). N=6, C=5, OC=7, G=3.
+TEST(ProfileCosts, GroupedMatmulCountsEveryDispatchRow) {
+  OpCost f = op_cost::grouped_matmul_forward(6, 5, 7, 3);
+  EXPECT_EQ(f.flops, 2.0 * 6 * 5 * 7);
+  EXPECT_EQ(f.bytes, 4.0 * (30 + 105 + 42 + 4));  // inp, weight, out, offsets
+  EXPECT_EQ(op_cost::grouped_matmul_forward(6, 5, 7, 3, 2).bytes, 2.0 * (30 + 105 + 42) + 16);
+  OpCost b = op_cost::grouped_matmul_backward(6, 5, 7, 3, true);
+  EXPECT_EQ(b.flops, 4.0 * 6 * 5 * 7);
+  // dout, inp, dweight read + written, offsets; weight and dinp for dinp.
+  EXPECT_EQ(b.bytes, 4.0 * (42 + 30 + 210 + 4 + 105 + 30));
+  b = op_cost::grouped_matmul_backward(6, 5, 7, 3, false);
+  EXPECT_EQ(b.flops, 2.0 * 6 * 5 * 7);
+  EXPECT_EQ(b.bytes, 4.0 * (42 + 30 + 210 + 4));
+}
+
+TEST(ProfilingOps, GroupedMatmulIsAGemmWithItsFormula) {
+  auto ops = make_cpu_ops(1);
+  Profiler prof(ProfileSchedule{1, 1}, false, 0);
+  prof.observe(*ops);
+  std::vector<float> inp = test::random_vector(6 * 5, 1), w = test::random_vector(3 * 7 * 5, 2),
+                     out(6 * 7);
+  std::vector<int32_t> offsets = {0, 2, 2, 5};  // row 5 past offsets[G]: still counted
+  prof.begin_step(0);
+  ops->grouped_matmul_forward(cpu_f32(out.data(), {6, 7}), cpu_f32(inp.data(), {6, 5}),
+                              cpu_f32(w.data(), {3, 7, 5}), cpu_i32(offsets.data(), {4}));
+  prof.end_step();
+  const ProfileStats& s = prof.stats();
+  ASSERT_EQ(s.ops.size(), 1u);
+  EXPECT_EQ(s.ops[0].name, "grouped_matmul_forward G=3 M=6 N=7 K=5");
+  EXPECT_EQ(s.ops[0].cls, OpClass::gemm);
+  EXPECT_EQ(s.ops[0].flops, op_cost::grouped_matmul_forward(6, 5, 7, 3).flops);
+  EXPECT_EQ(s.ops[0].bytes, op_cost::grouped_matmul_forward(6, 5, 7, 3).bytes);
+  for (const char* op : {"grouped_matmul_forward", "grouped_matmul_backward"})
+    EXPECT_TRUE(has_op_formula(op)) << op;
+}
+
 // Multiply-adds of a naive full (non-causal) attention, counted by loops.
 double naive_attention_flops(int B, int NH, int T, int hs, bool backward) {
   double macs = 0;

@@ -49,6 +49,22 @@ OpCost matmul_backward_dgelu(int64_t R, int64_t C, int64_t OC, bool dbias, int64
   return c;
 }
 
+OpCost grouped_matmul_forward(int64_t N, int64_t C, int64_t OC, int64_t G, int64_t elem_bytes) {
+  // reads inp, every group's weight, offsets; writes out.
+  return {2.0 * d(N) * d(C) * d(OC),
+          (d(N) * d(C) + d(G) * d(OC) * d(C) + d(N) * d(OC)) * d(elem_bytes) + kF * d(G + 1)};
+}
+
+OpCost grouped_matmul_backward(int64_t N, int64_t C, int64_t OC, int64_t G, bool dinp,
+                               int64_t elem_bytes) {
+  const double gemm = 2.0 * d(N) * d(C) * d(OC);
+  // reads dout, inp, offsets; dweight read + written; dinp needs weight read, dinp written.
+  double bytes = (d(N) * d(OC) + d(N) * d(C)) * d(elem_bytes) +
+                 kF * (2.0 * d(G) * d(OC) * d(C) + d(G + 1));
+  if (dinp) bytes += (d(G) * d(OC) * d(C) + d(N) * d(C)) * d(elem_bytes);
+  return {dinp ? 2.0 * gemm : gemm, bytes};
+}
+
 OpCost attention_forward(int64_t B, int64_t NH, int64_t T, int64_t hs, int64_t saved_elems,
                          int64_t act_bytes, int64_t kv_heads) {
   const double C = d(NH) * d(hs), QKV = qkv_width(NH, hs, kv_heads);

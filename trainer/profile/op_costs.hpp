@@ -13,6 +13,8 @@
 //   matmul       forward 2·R·C·OC; backward 2·R·C·OC for dinp (when asked)
 //                + 2·R·C·OC for dweight. The bias add (R·OC) and dbias sum
 //                (R·OC) are left out, as in every MFU convention.
+//   grouped matmul (the MoE experts) the same over all N dispatch rows (see
+//                grouped_matmul_forward below for why N).
 //   attention    PaLM/Megatron convention: Q·K^T and P·V over the full T x T
 //                (not halved for causality): forward 4·B·NH·T²·hs, backward
 //                8·B·NH·T²·hs (dP, dQ, dK, dV). Softmax arithmetic is left out.
@@ -75,6 +77,20 @@ OpCost matmul_gelu_forward(int64_t R, int64_t C, int64_t OC, bool bias, int64_t 
 // matmul_backward whose dinp is multiplied by gelu'(pre): pre (R,C) read at dinp_bytes.
 OpCost matmul_backward_dgelu(int64_t R, int64_t C, int64_t OC, bool dbias, int64_t in_bytes = 4,
                              int64_t dinp_bytes = 4);
+
+// The MoE experts' grouped GEMM: G groups of rows of inp (N,C), each times
+// its weight (OC,C)^T into out (N,OC). The true FLOPs are 2·rows_g·C·OC
+// summed over the groups, i.e. 2·offsets[G]·C·OC, but offsets lives in the
+// backend's memory and an observer cannot read it without a device round
+// trip: the cost counts all N rows. That is exact for a dropless plan
+// (offsets[G] = N = R·k) and an upper bound when capacity drops leave the
+// buffer's tail unused. Bytes likewise: every row of inp and out, every
+// group's weight (elem_bytes each: one dtype per call), offsets (G+1) int32.
+OpCost grouped_matmul_forward(int64_t N, int64_t C, int64_t OC, int64_t G, int64_t elem_bytes = 4);
+// dweight (G,OC,C) fp32 accumulates; dinp (N,C) assigned when `dinp`
+// (weight read for it). N rows, as the forward.
+OpCost grouped_matmul_backward(int64_t N, int64_t C, int64_t OC, int64_t G, bool dinp,
+                               int64_t elem_bytes = 4);
 
 // qkv (B,T,(NH + 2·KV)·hs) -> out (B,T,NH·hs) and `saved_elems` floats for
 // backward; act_bytes: qkv, out (dout, dqkv) element size. kv_heads: KV, the

@@ -123,6 +123,23 @@ const Formula kFormulas[] = {
            op_cost::matmul_backward(R, C, OC, !dinp.empty(), !c.view("dbias").empty(),
                                     bytes_of(inp), dinp.empty() ? 4 : bytes_of(dinp))};
      }},
+    {"grouped_matmul_forward",
+     [](const OpCall& c) {
+       const TensorView& inp = c.view("inp");
+       const TensorView& w = c.view("weight");
+       const int64_t N = inp.shape[0], C = inp.shape[1], G = w.shape[0], OC = w.shape[1];
+       return OpDescription{fmt("G=%lld ", G) + gemm_shape(N, C, OC),
+                            op_cost::grouped_matmul_forward(N, C, OC, G, bytes_of(inp))};
+     }},
+    {"grouped_matmul_backward",
+     [](const OpCall& c) {
+       const TensorView& inp = c.view("inp");
+       const TensorView& w = c.view("weight");
+       const bool dinp = !c.view("dinp").empty();
+       const int64_t N = inp.shape[0], C = inp.shape[1], G = w.shape[0], OC = w.shape[1];
+       return OpDescription{fmt("G=%lld ", G) + gemm_shape(N, C, OC) + (dinp ? "" : " (dW only)"),
+                            op_cost::grouped_matmul_backward(N, C, OC, G, dinp, bytes_of(inp))};
+     }},
     {"matmul_gelu_forward",
      [](const OpCall& c) {
        const TensorView& inp = c.view("inp");
