@@ -175,7 +175,7 @@ class SparseMoE(nn.Module):
             y = expert(h[r]) * weights[r, j, None].to(h.dtype)
             out = out.index_add(0, r, y)
         rec = dict(logits=logits, probs=probs, top_e=top_e, margin=margin.min().item(),
-                   capacity_gap=cap_gap, dropped=int((~keep).sum().item()))
+                   capacity_gap=cap_gap, dropped=int((~keep).sum().item()), keep=keep)
         return out.view(B, T, C), rec
 
 
@@ -233,7 +233,8 @@ class Mixtral(nn.Module):
         generic checks (causality, init loss) apply; the mixture's terms of
         this micro-batch are in self.last: aux, z (tensors with their graph),
         margin, capacity_gap, dropped (slots, all layers), counts (L, E),
-        top_e (one (B*T, k) tensor per layer) and router_logits (one (B*T, E)
+        top_e (one (B*T, k) tensor per layer), keep (the same shape, bool:
+        the slot survived the capacity cut) and router_logits (one (B*T, E)
         per layer)."""
         B, T = idx.shape
         if T > self.cfg.block_size:
@@ -260,6 +261,7 @@ class Mixtral(nn.Module):
             dropped=sum(r["dropped"] for r in recs),
             counts=torch.stack([torch.bincount(r["top_e"].reshape(-1), minlength=E) for r in recs]),
             top_e=[r["top_e"] for r in recs],
+            keep=[r["keep"] for r in recs],
             router_logits=layer_logits)
         return logits, loss
 
@@ -340,7 +342,9 @@ def train_step(model, opt, loader, step, t, record_routing=False):
     lr, grad_norm, margin (smallest top-k margin of the step), capacity_gap,
     dropped (slots dropped, summed over micro-batches and layers), counts
     (L, E) summed over micro-batches, and with record_routing, routing: per
-    micro-batch, per layer, the chosen experts (rows, k) as lists."""
+    micro-batch, per layer, {"experts": the chosen experts (rows, k) as
+    lists, "kept": (rows, k) bools, False where the capacity cut dropped the
+    slot}."""
     accum = t["global_batch"] // t["micro_batch"]
     opt.zero_grad(set_to_none=True)
     out = dict(loss=0.0, aux_loss=0.0, z_loss=0.0, margin=float("inf"),
@@ -358,7 +362,8 @@ def train_step(model, opt, loader, step, t, record_routing=False):
         out["dropped"] += m["dropped"]
         out["counts"] = out["counts"] + m["counts"]
         if record_routing:
-            out["routing"].append([te.tolist() for te in m["top_e"]])
+            out["routing"].append([dict(experts=te.tolist(), kept=kp.tolist())
+                                   for te, kp in zip(m["top_e"], m["keep"])])
     # An expert no row chose has no gradient; torch's AdamW would skip it
     # (no decay, no moment decay), a dense optimizer updates it with a zero
     # gradient. The trainer is the latter, so zeros here.

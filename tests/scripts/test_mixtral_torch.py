@@ -13,9 +13,11 @@ C 64, 2 layers, 4 query heads over 2 key/value heads, 4 experts, top-2, ffn
   * every parameter's gradient of that loss;
   * our router z-loss against its definition on HF's router logits (HF has
     no z-loss);
-each to the tolerances below. Also runs mixtral_torch's self-test (the
-capacity drops, the identical-experts and zero-router cases), which needs
-torch only.
+each to the tolerances below. Also, needing torch only: mixtral_torch's
+self-test (the capacity drops, the identical-experts and zero-router cases),
+and check_against_pytorch's Mixtral comparison (aux_loss, routing.jsonl's
+chosen experts and kept slots, the margin floor) on trainer outputs
+fabricated from the reference, agreeing and with one thing changed.
 
 Skips (a "skip:" line, unittest skip, exit 0) where no interpreter has them.
 
@@ -118,6 +120,65 @@ print(json.dumps(fig))
 """
 
 
+# check_against_pytorch's Mixtral comparison on fabricated trainer outputs
+# (the trainer's mixtral does not exist yet): a 2-step capacity run of the
+# reference, then metrics and routing.jsonl made from it, agreeing or with
+# one thing changed; each verdict and its message must follow.
+HOOK = r"""
+import contextlib, io, json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import torch
+import check_against_pytorch as cap
+import torch_reference as tr
+import mixtral_torch as mt
+
+with tempfile.TemporaryDirectory() as d:
+    shards = cap.write_shards(d, 6000, 1, seed=1)
+    _, cfg, model = cap.make_model("mixtral", 1234, capacity_factor=1.0)
+    t = dict(seq_len=32, micro_batch=4, global_batch=8, steps=2, lr=1e-3, lr_schedule="cosine",
+             warmup_steps=1, min_lr=1e-4, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8,
+             grad_clip=1.0)
+    loader = tr.WindowLoader(shards, 32)
+    opt = tr.make_adamw(model, t["lr"], t["weight_decay"], t["beta1"], t["beta2"], t["eps"])
+    moe = [mt.train_step(model, opt, loader, s, t, record_routing=True) for s in range(2)]
+    assert all(m["dropped"] > 0 for m in moe), [m["dropped"] for m in moe]
+
+    def verdict(ours, dump=None, floor=1e-4):
+        run = os.path.join(d, "run")
+        os.makedirs(run, exist_ok=True)
+        path = os.path.join(run, "routing.jsonl")
+        if os.path.exists(path):
+            os.remove(path)
+        if dump is not None:
+            with open(path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in dump)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            ok = cap.compare_mixtral(ours, moe, run, 1e-4, floor, 1.0, {})
+        return ok, out.getvalue()
+
+    same = {s: dict(loss=m["loss"], aux_loss=m["aux_loss"]) for s, m in enumerate(moe)}
+    cap.write_routing(os.path.join(d, "ref.jsonl"), moe)
+    dump = [json.loads(l) for l in open(os.path.join(d, "ref.jsonl"))]
+    res = {}
+    res["agree"] = verdict(same, dump)
+    flipped = json.loads(json.dumps(dump))
+    row = flipped[3]["experts"][5]
+    row[1] = next(e for e in range(4) if e not in row)
+    res["flip"] = verdict(same, flipped)
+    dropped = json.loads(json.dumps(dump))
+    i = next(i for i, r in enumerate(dropped) if any(not all(k) for k in r["kept"]))
+    j = next(j for j, k in enumerate(dropped[i]["kept"]) if not all(k))
+    dropped[i]["kept"][j] = [True] * len(dropped[i]["kept"][j])
+    res["drop_flip"] = verdict(same, dropped)
+    res["short"] = verdict(same, dump[:-1])
+    res["aux"] = verdict({0: same[0], 1: dict(same[1], aux_loss=same[1]["aux_loss"] * 1.01)}, dump)
+    res["no_dump_capacity"] = verdict(same, None, floor=1.0)
+    res["no_dump_ok"] = verdict(same, None, floor=0.0)
+    print(json.dumps(res))
+"""
+
+
 def interpreter_with(modules):
     for py in (sys.executable, "/usr/bin/python3"):
         if os.path.exists(py) and subprocess.run([py, "-c", f"import {modules}"],
@@ -137,6 +198,25 @@ class MixtralTorch(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-3000:])
         self.assertIn("self-test: PASS", p.stdout)
+
+    @unittest.skipUnless(PY_TORCH, "no interpreter here has torch")
+    def test_comparison_hook(self):
+        p = subprocess.run([PY_TORCH, "-c", HOOK, SCRIPTS], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-3000:])
+        res = json.loads(p.stdout.strip().splitlines()[-1])
+        want = {  # case: (passes, a line it must print)
+            "agree": (True, "every row's chosen experts agree and so do the kept slots"),
+            "flip": (False, "1 rows chose other experts than the reference"),
+            "drop_flip": (False, "rows kept other slots than the reference at the capacity cut"),
+            "short": (False, "does not cover the run: no record for step 1 micro 1 layer 1"),
+            "aux": (False, "aux_loss differs first at step 1"),
+            "no_dump_capacity": (False, "too close to call"),
+            "no_dump_ok": (True, "the trainer dumped no routing to compare"),
+        }
+        for case, (passes, line) in want.items():
+            ok, text = res[case]
+            self.assertEqual(ok, passes, f"{case}:\n{text}")
+            self.assertIn(line, text, case)
 
     @unittest.skipUnless(PY_HF, "no interpreter here has transformers and torch")
     def test_against_transformers(self):
@@ -168,5 +248,5 @@ if __name__ == "__main__":
               f"{sys.executable} and /usr/bin/python3)")
     elif not PY_HF:
         print(f"skip: no interpreter here has transformers (tried {sys.executable} and "
-              "/usr/bin/python3); only mixtral_torch's self-test runs")
+              "/usr/bin/python3); the torch-only tests still run")
     unittest.main()
