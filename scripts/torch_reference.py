@@ -219,6 +219,15 @@ def train_step(model, opt, loader, step, t):
         _, loss = model(x, y)
         (loss / accum).backward()
         loss_sum += loss.item()
+    lr, norm = finish_step(model, opt, step, t)
+    return loss_sum / accum, lr, norm
+
+
+def finish_step(model, opt, step, t):
+    """The update once the step's gradients are accumulated: the total norm
+    (before clipping), clipping, the step's LR, AdamW. Returns (lr, grad_norm).
+    Shared by train_step and the references whose loss has more terms than
+    the reported cross-entropy (scripts/mixtral_torch.py)."""
     params = [p for p in model.parameters() if p.grad is not None]
     if t["grad_clip"] > 0:
         norm = torch.nn.utils.clip_grad_norm_(params, t["grad_clip"]).item()
@@ -228,7 +237,7 @@ def train_step(model, opt, loader, step, t):
     for group in opt.param_groups:
         group["lr"] = lr
     opt.step()
-    return loss_sum / accum, lr, norm
+    return lr, norm
 
 
 # ================================================================ trainer I/O
