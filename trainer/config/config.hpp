@@ -16,8 +16,10 @@ namespace gt {
 enum class LrSchedule { constant, cosine };
 // model.arch: the model family. gpt2: LayerNorm, learned positions, GELU MLP,
 // tied head. llama: RMSNorm, rotary positions, SwiGLU MLP, grouped-query
-// attention, an untied head unless model.tie_embeddings.
-enum class ModelArch { gpt2, llama };
+// attention, an untied head unless model.tie_embeddings. mixtral: llama's
+// attention, norms and positions with each block's MLP a sparse mixture of
+// SwiGLU experts chosen per token by a router (HF Mixtral).
+enum class ModelArch { gpt2, llama, mixtral };
 enum class DeviceKind { cpu, cuda, auto_ };
 enum class ComputeDType { fp32, bf16 };
 // runtime.attention: which CUDA attention kernels. auto = the tensor-core
@@ -89,8 +91,25 @@ struct ModelConfig {
   RopeScaling rope_scaling;       // Llama 3.1 scaling; factor 0 = none
   double norm_eps = 1e-5;         // RMSNorm epsilon
   bool tie_embeddings = false;    // the LM head shares the embedding (always on gpt2)
+  // Mixtral only (model.arch=mixtral): the sparse MLP. ffn_hidden is each
+  // expert's width.
+  int n_experts = 8;                    // experts per block
+  int experts_per_token = 2;            // k: experts each token is routed to
+  double router_aux_loss_coef = 0.001;  // load-balancing loss weight (HF's); 0 = off
+  double router_z_loss_coef = 0;        // router z-loss weight (ST-MoE); 0 = off
+  // DeepSeek-V3's aux-loss-free balancing: a per-expert bias added to the
+  // scores for selection only, moved by this much per step against the
+  // sign of its load error; 0 = off.
+  double router_bias_update_rate = 0;
+  // Tokens an expert takes per micro-batch: at most ceil(capacity_factor *
+  // k * N / E) of its N tokens, the rest dropped; 0 = dropless.
+  double capacity_factor = 0;
 
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  // Llama's blocks (RMSNorm, RoPE, grouped-query attention): llama and mixtral.
+  bool llama_family() const { return arch == ModelArch::llama || arch == ModelArch::mixtral; }
+  // Each block's MLP is a mixture of experts.
+  bool moe() const { return arch == ModelArch::mixtral; }
   int head_size() const { return n_embd / n_head; }
   bool tied_embeddings() const { return arch == ModelArch::gpt2 || tie_embeddings; }
   // The MLP's hidden width: gpt2 4C; llama ffn_hidden, or Meta's rule from
@@ -178,6 +197,10 @@ struct ParallelConfig {
   int cp = 1;
   CpComm cp_comm = CpComm::allgather;
   bool cp_load_balance = true;
+  // Expert parallelism (model.arch=mixtral): each block's experts sharded
+  // over groups of ep consecutive data ranks (dp x fsdp x cp), folded out of
+  // them rather than a factor of the world size.
+  int ep = 1;
 };
 
 struct LogConfig {

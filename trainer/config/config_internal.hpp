@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -24,9 +25,12 @@ struct Field {
   std::string section;
   std::string key;
   std::string dotted;  // "section.key"
-  // Set for keys of one model family only: to_yaml writes them for that
-  // family, and setting one on the other is an error naming it.
-  std::optional<ModelArch> only;
+  // Set for keys of some model families only: to_yaml writes them for
+  // those, and setting one on another family is an error naming it.
+  std::vector<ModelArch> only;  // empty: every family
+  bool applies_to(ModelArch a) const {
+    return only.empty() || std::find(only.begin(), only.end(), a) != only.end();
+  }
   void (*read)(Config& c, const YAML::Node& value, const std::string& where,
                const std::string& dotted);
   std::string (*write)(const Config& c);

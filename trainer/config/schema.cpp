@@ -209,7 +209,7 @@ struct EnumCodec {
 };
 
 constexpr LrSchedule kLrSchedules[] = {LrSchedule::constant, LrSchedule::cosine};
-constexpr ModelArch kArchs[] = {ModelArch::gpt2, ModelArch::llama};
+constexpr ModelArch kArchs[] = {ModelArch::gpt2, ModelArch::llama, ModelArch::mixtral};
 constexpr DeviceKind kDevices[] = {DeviceKind::cpu, DeviceKind::cuda, DeviceKind::auto_};
 constexpr ComputeDType kDTypes[] = {ComputeDType::fp32, ComputeDType::bf16};
 constexpr AttentionKernel kAttentionKernels[] = {
@@ -223,7 +223,7 @@ constexpr CpComm kCpComms[] = {CpComm::allgather, CpComm::ring};
 template <>
 struct Codec<ModelArch> {
   static ModelArch read(const YAML::Node& n, const std::string& w, const std::string& k) {
-    return EnumCodec<ModelArch, 2>::read(n, w, k, kArchs);
+    return EnumCodec<ModelArch, 3>::read(n, w, k, kArchs);
   }
   static std::string write(ModelArch v) { return to_string(v); }
 };
@@ -365,9 +365,14 @@ Field bind(const char* section, const char* key) {
   return f;
 }
 
-// A key of the Llama family only.
+// A key of the Llama family (llama and mixtral) only.
 Field llama_only(Field f) {
-  f.only = ModelArch::llama;
+  f.only = {ModelArch::llama, ModelArch::mixtral};
+  return f;
+}
+// A key of the mixture-of-experts family only.
+Field mixtral_only(Field f) {
+  f.only = {ModelArch::mixtral};
   return f;
 }
 
@@ -389,6 +394,15 @@ std::vector<Field> make_fields() {
       llama_only(bind<&C::model, &ModelConfig::rope_scaling>("model", "rope_scaling")),
       llama_only(bind<&C::model, &ModelConfig::norm_eps>("model", "norm_eps")),
       llama_only(bind<&C::model, &ModelConfig::tie_embeddings>("model", "tie_embeddings")),
+      mixtral_only(bind<&C::model, &ModelConfig::n_experts>("model", "n_experts")),
+      mixtral_only(bind<&C::model, &ModelConfig::experts_per_token>("model", "experts_per_token")),
+      mixtral_only(
+          bind<&C::model, &ModelConfig::router_aux_loss_coef>("model", "router_aux_loss_coef")),
+      mixtral_only(
+          bind<&C::model, &ModelConfig::router_z_loss_coef>("model", "router_z_loss_coef")),
+      mixtral_only(bind<&C::model, &ModelConfig::router_bias_update_rate>(
+          "model", "router_bias_update_rate")),
+      mixtral_only(bind<&C::model, &ModelConfig::capacity_factor>("model", "capacity_factor")),
 
       bind<&C::data, &DataConfig::train>("data", "train"),
       bind<&C::data, &DataConfig::val>("data", "val"),
@@ -434,6 +448,7 @@ std::vector<Field> make_fields() {
       bind<&C::parallel, &ParallelConfig::cp>("parallel", "cp"),
       bind<&C::parallel, &ParallelConfig::cp_comm>("parallel", "cp_comm"),
       bind<&C::parallel, &ParallelConfig::cp_load_balance>("parallel", "cp_load_balance"),
+      bind<&C::parallel, &ParallelConfig::ep>("parallel", "ep"),
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),
       bind<&C::log, &LogConfig::every>("log", "every"),

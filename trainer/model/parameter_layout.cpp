@@ -32,7 +32,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, const std::vector<StageSp
     const std::string split =
         m.arch == ModelArch::gpt2
             ? detail::concat("model.n_embd=", m.n_embd)
-            : detail::concat("model.n_kv_head=", m.kv_heads(), ", the MLP width ", m.ffn_width());
+            : m.moe() ? detail::concat("model.n_kv_head=", m.kv_heads())
+                      : detail::concat("model.n_kv_head=", m.kv_heads(), ", the MLP width ",
+                                       m.ffn_width());
     fail("parallel.tp=", tp, " must divide model.n_head=", m.n_head, ", ", split,
          " and the padded vocabulary (model.vocab_size=", m.vocab_size,
          " rounded up to a multiple of ", kVocabPadMultiple, ": ", m.padded_vocab_size(), ")");
