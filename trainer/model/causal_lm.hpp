@@ -35,6 +35,7 @@
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/activation_plan.hpp"
+#include "trainer/model/moe_step_stats.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
 #include "trainer/parallelize/context_parallel.hpp"
@@ -104,6 +105,9 @@ class CausalLM {
   // allocated, with the bf16 GEMM operand copies (what the planner's memory
   // model predicts, trainer/plan/).
   virtual int64_t activation_bytes() const = 0;
+  // What the mixture's routers did since the last call (which it forgets);
+  // empty for a dense model.
+  virtual MoeStepStats take_moe_stats() { return {}; }
 
   // ---- Pipeline stages (parallel.pp; the executor is issue 15's next step) ----
   // A stage runs blocks [first_layer, end_layer) of the model; the first

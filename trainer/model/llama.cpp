@@ -10,8 +10,9 @@ namespace gt {
 
 namespace {
 const ModelConfig& require_llama(const ModelConfig& m) {
-  if (m.arch != ModelArch::llama)
-    fail("model.arch=", to_string(m.arch), " given to the Llama model (model.arch: llama)");
+  if (!m.llama_family())
+    fail("model.arch=", to_string(m.arch),
+         " given to the Llama model (model.arch: llama or mixtral)");
   return m;
 }
 std::string block(int l) { return "layers." + std::to_string(l) + "."; }
@@ -39,7 +40,7 @@ void Llama::allocate(const TensorParallelGroup& group) {
   NHl_ = cfg_.n_head / tp;
   KVl_ = cfg_.kv_heads() / tp;
   qkv_width_ = int64_t(NHl_ + 2 * KVl_) * cfg_.head_size();
-  ffn_ = cfg_.ffn_width() / tp;
+  ffn_ = cfg_.moe() ? 0 : cfg_.ffn_width() / tp;  // a mixture's experts are not split
   head_weight_ = cfg_.tied_embeddings() ? "embed_tokens.weight" : "lm_head.weight";
   // Every buffer as the plan sizes it (the planner sums the same plan).
   const LlamaActivationPlan plan = plan_llama_activations(cfg_, activation_shape(group));
@@ -82,6 +83,14 @@ void Llama::allocate(const TensorParallelGroup& group) {
   d.datt = CausalLM::allocate(plan.datt);
   make_attention(NHl_, KVl_);
   layers_ = std::make_unique<Layers>(*parallel_);
+  if (cfg_.moe()) {
+    // Every block of this instance keeps its routing (the plan's moe_bytes).
+    const int blocks = sized_blocks_ < 0 ? cfg_.n_layer : sized_blocks_;
+    const int64_t rows = int64_t(max_rows_) * max_seq_ / tp;
+    const bool cast = act_dtype_ != DType::f32 && !store_->keeps_bf16_params();
+    moe_ = std::make_unique<MixtureOfExperts>(ops_, cfg_, rows, blocks, act_dtype_, cast, group,
+                                              cp_);
+  }
   blocks_.resize(static_cast<size_t>(cfg_.n_layer));
 }
 
@@ -127,6 +136,14 @@ void Llama::block_mlp_up_forward(int l) {
   auto& a = acts_;
   BlockActivations& b = blocks_[static_cast<size_t>(l)];
   const TensorView ln2 = layer_act(a.ln2, l, {R, C});
+  if (moe_) {  // the mixture routes this rank's rows: no gather
+    const TensorView own = own_rows(ln2);
+    ops_.rmsnorm_forward(own, layer_act(a.ln2_rstd, l, {Rl}), b.res2.view,
+                         p(h + "post_attention_layernorm.weight"),
+                         static_cast<float>(cfg_.norm_eps));
+    b.ln2 = rowwise(own, b.res2, h + "post_attention_layernorm");
+    return;
+  }
   const TensorView gu = layer_act(a.gu, l, {R, 2 * ffn_});
   ops_.rmsnorm_forward(own_rows(ln2), layer_act(a.ln2_rstd, l, {Rl}), b.res2.view,
                        p(h + "post_attention_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
@@ -137,6 +154,33 @@ void Llama::block_mlp_up_forward(int l) {
   const TensorView swiglu = layer_act(a.swiglu, l, {R, ffn_});
   ops_.swiglu_forward(swiglu, gu);
   b.swiglu = rowwise(swiglu, b.gu, h + "swiglu");  // per feature pair of this rank's columns
+}
+
+MixtureOfExperts::Weights Llama::moe_weights(int l) {
+  const std::string m = block(l) + "block_sparse_moe.";
+  const int64_t E = cfg_.n_experts, C = cfg_.n_embd, F = cfg_.ffn_width();
+  const std::string last = "experts." + std::to_string(E - 1) + ".";
+  TensorView w13 = gemm_rows(m + "experts.0.w1.weight", m + last + "w3.weight");
+  TensorView w2 = gemm_rows(m + "experts.0.w2.weight", m + last + "w2.weight");
+  return {p(m + "gate.weight"), make_view(w13.data, w13.dtype, ops_.device(), {E, 2 * F, C}),
+          make_view(w2.data, w2.dtype, ops_.device(), {E, C, F})};
+}
+
+MixtureOfExperts::Weights Llama::moe_grads(int l) {
+  const std::string m = block(l) + "block_sparse_moe.";
+  const int64_t E = cfg_.n_experts, C = cfg_.n_embd, F = cfg_.ffn_width();
+  const std::string last = "experts." + std::to_string(E - 1) + ".";
+  TensorView w13 = g_rows(m + "experts.0.w1.weight", m + last + "w3.weight");
+  TensorView w2 = g_rows(m + "experts.0.w2.weight", m + last + "w2.weight");
+  return {g(m + "gate.weight"), make_view(w13.data, w13.dtype, ops_.device(), {E, 2 * F, C}),
+          make_view(w2.data, w2.dtype, ops_.device(), {E, C, F})};
+}
+
+MoeStepStats Llama::take_moe_stats() {
+  if (!moe_) return {};
+  MoeStepStats s = moe_->take_step_stats();
+  s.first_layer = first_layer_;
+  return s;
 }
 
 // ---- Forward ----------------------------------------------------------------
@@ -170,6 +214,7 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
     if (!heads()) store_->after_forward(embed);
   }
 
+  if (moe_) moe_->begin_micro_batch();
   for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
     block_attention_forward(l, x);
@@ -177,14 +222,18 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
     BlockActivations& b = blocks_[static_cast<size_t>(l)];
     const TensorView proj = aview(a.proj_tmp, {Rl, C});
     const Activation out =
-        layers_->down.forward({proj, block(l) + "down_proj"}, b.swiglu,
-                              gemm_param(block(l) + "mlp.down_proj.weight"), none);
+        moe_ ? moe_->forward(l - first_layer_, b.ln2, proj, moe_weights(l))
+             : layers_->down.forward({proj, block(l) + "down_proj"}, b.swiglu,
+                                     gemm_param(block(l) + "mlp.down_proj.weight"), none);
     b.res3 = added(layer_act(a.res3, l, {Rl, C}), b.res2, out, block(l) + "res3", "residual add",
                    placement_log_);
     ops_.add(b.res3.view, b.res2.view, proj);
     x = b.res3;
     store_->after_forward(layout_.block_unit(l));
   }
+  // The load-balancing loss pools every block's router statistics of the
+  // micro-batch (B T cp tokens) before any backward reads its gradient.
+  if (moe_) moe_->finish_micro_batch(want_grad ? grad_scale : 0.f, int64_t(B) * T * cp_.size());
   if (!heads()) {  // x, res3 of the last block, is the stage's output
     backward_ready_ = want_grad;
     return false;
@@ -255,17 +304,7 @@ void Llama::run_backward() {
     if (recompute_ == Recompute::block) block_attention_forward(l, Activation(b.input));
     if (recompute_ != Recompute::none) block_mlp_up_forward(l);
 
-    // MLP: res3 = res2 + down(swiglu(gate_up(norm(res2)))); dresidual = d res3.
-    const Activation dswiglu = layers_->down.backward(
-        {aview(d.dswiglu, {R, ffn_}), "d(" + h + "swiglu)"}, g(h + "mlp.down_proj.weight"), none,
-        dres, b.swiglu, gemm_param(h + "mlp.down_proj.weight"));
-    const TensorView dgu = aview(d.dgu, {R, 2 * ffn_});
-    ops_.swiglu_backward(dgu, dswiglu.view, b.gu.view);
-    const Activation dln2 = layers_->gate_up.backward(
-        {dln, "d(" + h + "post_attention_layernorm)"},
-        g_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), none,
-        rowwise(dgu, dswiglu, "d(" + h + "gate_up)"), b.ln2,
-        gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"));
+    const Activation dln2 = block_mlp_backward(l, dres, dln);
     expect_placement(dln2, dres.placement, "post_attention_layernorm backward", "output gradient",
                      placement_log_);
     ops_.rmsnorm_backward(dresidual, g(h + "post_attention_layernorm.weight"), dln, b.res2.view,
@@ -305,6 +344,26 @@ void Llama::run_backward() {
   store_->after_backward(embed);
 }
 
+Activation Llama::block_mlp_backward(int l, const Activation& dres, TensorView dln) {
+  const int64_t R = int64_t(B_) * T_;
+  const std::string h = block(l);
+  BlockActivations& b = blocks_[static_cast<size_t>(l)];
+  // Mixtral: res3 = res2 + moe(norm(res2)).
+  if (moe_) return moe_->backward(l - first_layer_, dres, dln, b.ln2, moe_weights(l), moe_grads(l));
+  // res3 = res2 + down(swiglu(gate_up(norm(res2)))).
+  auto& d = dacts_;
+  const TensorView none;
+  const Activation dswiglu = layers_->down.backward(
+      {aview(d.dswiglu, {R, ffn_}), "d(" + h + "swiglu)"}, g(h + "mlp.down_proj.weight"), none,
+      dres, b.swiglu, gemm_param(h + "mlp.down_proj.weight"));
+  const TensorView dgu = aview(d.dgu, {R, 2 * ffn_});
+  ops_.swiglu_backward(dgu, dswiglu.view, b.gu.view);
+  return layers_->gate_up.backward({dln, "d(" + h + "post_attention_layernorm)"},
+                                   g_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
+                                   none, rowwise(dgu, dswiglu, "d(" + h + "gate_up)"), b.ln2,
+                                   gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"));
+}
+
 CausalLM::StageBoundary Llama::boundary_views(int B, int T) {
   return residual_boundary(acts_.encoded, acts_.res3, dacts_.dresidual, B, T);
 }
@@ -319,7 +378,8 @@ int64_t Llama::activation_bytes() const {
   for (const Buffer* b : {&a.rope, &a.encoded, &a.lnf, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
                           &d.dln, &d.datty, &d.dswiglu, &d.dgu, &d.dqkv, &d.datt})
     n += b->bytes();
-  return static_cast<int64_t>(n) + shared_bytes() + attention_bytes();
+  return static_cast<int64_t>(n) + shared_bytes() + attention_bytes() +
+         (moe_ ? moe_->bytes() : 0);
 }
 
 }  // namespace gt

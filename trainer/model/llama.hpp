@@ -42,6 +42,17 @@
 // latter rounded to bf16 where a row-parallel layer's backward reads it. A
 // norm's output gradient dln is fp32 at every tp (GPT's is bf16 at tp = 1):
 // the layouts then differ only in summation order, not in a rounding.
+//
+// Mixtral (model.arch=mixtral, HF MixtralForCausalLM) is this class with
+// each block's MLP a sparse mixture of experts (MixtureOfExperts,
+// trainer/parallelize/mixture_of_experts.hpp): post_attention_layernorm's
+// output, this rank's R/p rows (never gathered: every tp rank holds every
+// expert whole and routes its own rows), goes through
+// block_sparse_moe in place of gate|up, SwiGLU and down_proj. The router
+// statistics of the micro-batch are pooled after the last block
+// (MixtureOfExperts::finish_micro_batch) and before any backward, which the
+// load-balancing loss's gradient needs. Recomputation refills
+// post_attention_layernorm's output; the mixture keeps its own state.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +65,7 @@
 #include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
+#include "trainer/parallelize/mixture_of_experts.hpp"
 #include "trainer/parallelize/tp_layers.hpp"
 
 namespace gt {
@@ -71,6 +83,7 @@ class Llama final : public CausalLM {
   ~Llama() override;
 
   int64_t activation_bytes() const override;
+  MoeStepStats take_moe_stats() override;
 
  private:
   struct Activations {
@@ -129,6 +142,13 @@ class Llama final : public CausalLM {
   void block_attention_forward(int l, const Activation& x);
   // post_attention_layernorm, gate|up and SwiGLU: down_proj's input.
   void block_mlp_up_forward(int l);
+  // Block l's MLP backward (dense or the mixture): dres = d(res3) (R/p, C),
+  // dln (R/p, C) fp32 assigned d(post_attention_layernorm's output).
+  Activation block_mlp_backward(int l, const Activation& dres, TensorView dln);
+  // Mixtral: block l's router and experts, as the mixture reads them
+  // (weights) and accumulates into them (gradients).
+  MixtureOfExperts::Weights moe_weights(int l);
+  MixtureOfExperts::Weights moe_grads(int l);
 
   // Per-rank widths: query heads, key/value heads, q|k|v features, MLP width.
   int NHl_ = 0, KVl_ = 0;
@@ -137,6 +157,7 @@ class Llama final : public CausalLM {
   Activations acts_;
   Gradients dacts_;
   std::unique_ptr<Layers> layers_;
+  std::unique_ptr<MixtureOfExperts> moe_;  // model.arch=mixtral only
   std::vector<BlockActivations> blocks_;  // (n_layer), this stage's filled
   Activation lnf_, logits_;               // the head's: the final norm's gathered output, logits
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/core/error.hpp"
+#include "trainer/parallelize/mixture_of_experts.hpp"
 
 namespace gt {
 
@@ -22,6 +23,8 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   const int one = std::min(L, 1);
   const int La = s.recompute == Recompute::block ? one : L;
   const int Lm = s.recompute == Recompute::none ? L : one;
+  // A mixture's MLP: no dense gate|up or SwiGLU buffers (Fd = 0).
+  const int64_t Fd = m.moe() ? 0 : Fl;
 
   LlamaActivationPlan p;
   p.tokens = p.targets = {R, 1, DType::i32};
@@ -35,8 +38,8 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   p.res2 = {Rl * C, La, act};
   p.ln2 = {R * C, Lm, act};
   p.ln2_rstd = {Rl, Lm, f32};
-  p.gu = {R * 2 * Fl, Lm, act};
-  p.swiglu = {R * Fl, Lm, act};
+  p.gu = {R * 2 * Fd, Lm, act};
+  p.swiglu = {R * Fd, Lm, act};
   p.res3 = {Rl * C, L, act};
   p.lnf = {head * R * C, 1, act};
   p.lnf_rstd = {head * Rl, 1, f32};
@@ -50,8 +53,8 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   // alone put every norm's gradient a rounding away from the tp runs').
   p.dln = {Rl * C, 1, f32};
   p.datty = {R * Ql, 1, act};
-  p.dswiglu = {R * Fl, 1, act};
-  p.dgu = {R * 2 * Fl, 1, act};
+  p.dswiglu = {R * Fd, 1, act};
+  p.dgu = {R * 2 * Fd, 1, act};
   p.dqkv = {R * (Ql + 2 * Kl), 1, act};
   p.datt = {s.attention_scratch, 1, f32};
   // bf16: the inputs and output gradients are bf16 already except the
@@ -62,12 +65,16 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   if (bf16) {
     p.precision.max_grad = tp > 1 ? R * C : Rl * C;
     p.precision.max_weight =
-        s.store_keeps_bf16_params ? 0 : std::max({Vl * C, (Ql + 2 * Kl) * C, 2 * Fl * C, C * Fl});
+        s.store_keeps_bf16_params ? 0 : std::max({Vl * C, (Ql + 2 * Kl) * C, 2 * Fd * C, C * Fd});
   }
   p.parallel_scratch = TpLayerContext::scratch(tp, s.overlap, s.dtype, R, C);
   p.attention_cp = ContextParallelAttention::scratch(s.chunks(), s.cp_mode, s.dtype, s.max_rows,
                                                      m.n_head / tp, m.kv_heads() / tp, int(hs),
                                                      s.cp_block_scratch);
+  // The experts' GEMMs read bf16 weights: the store's copy, or their own
+  // rounding scratch.
+  if (m.moe())
+    p.moe_bytes = MixtureOfExperts::planned_bytes(m, Rl, L, act, bf16 && !s.store_keeps_bf16_params);
   return p;
 }
 
@@ -80,7 +87,7 @@ int64_t LlamaActivationPlan::bytes() const {
         &dresidual, &dln,     &datty,    &dswiglu, &dgu,      &dqkv,     &datt})
     n += b->bytes();
   n += precision.bf16_bytes();
-  return n + parallel_scratch.bytes() + attention_cp.bytes();
+  return n + parallel_scratch.bytes() + attention_cp.bytes() + moe_bytes;
 }
 
 int64_t LlamaActivationPlan::embed_bytes() const { return tokens.bytes() + encoded.bytes(); }

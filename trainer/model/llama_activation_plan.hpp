@@ -40,6 +40,10 @@ struct LlamaActivationPlan {
   LinearPrecision::Sizes precision;          // the GEMMs' bf16 operand copies
   TpLayerContext::Scratch parallel_scratch;  // the tensor-parallel layers' scratch
   ContextParallelAttention::Scratch attention_cp;  // cp > 1: the attention layer's
+  // model.arch=mixtral: the sparse MLPs' buffers (MixtureOfExperts::
+  // planned_bytes, over this rank's R/p rows and the blocks); gu, swiglu,
+  // dgu and dswiglu are then empty (the experts keep their own).
+  int64_t moe_bytes = 0;
 
   // Everything above, in bytes: what Llama::activation_bytes() reports.
   int64_t bytes() const;

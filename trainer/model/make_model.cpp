@@ -12,6 +12,7 @@ std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_r
     case ModelArch::gpt2:
       return std::make_unique<GPT>(cfg, ops, max_rows, max_seq, recompute, dtype);
     case ModelArch::llama:
+    case ModelArch::mixtral:  // Llama with sparse MLPs (llama.hpp)
       return std::make_unique<Llama>(cfg, ops, max_rows, max_seq, recompute, dtype);
   }
   fail("model.arch=", to_string(cfg.arch), ": no model of that family");
@@ -27,6 +28,7 @@ std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_r
       return std::make_unique<GPT>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
                                    dtype, chunk, cp);
     case ModelArch::llama:
+    case ModelArch::mixtral:  // Llama with sparse MLPs (llama.hpp)
       return std::make_unique<Llama>(cfg, ops, max_rows, max_seq, layout, store, group, recompute,
                                      dtype, chunk, cp);
   }

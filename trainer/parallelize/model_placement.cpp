@@ -12,6 +12,8 @@ std::vector<PlacedUnit> model_placement(const ModelConfig& m) {
       return gpt2_placement(m);
     case ModelArch::llama:
       return llama_placement(m);
+    case ModelArch::mixtral:
+      return mixtral_placement(m);
   }
   fail("model.arch: unknown family ", static_cast<int>(m.arch));
 }

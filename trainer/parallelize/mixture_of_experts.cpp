@@ -1,0 +1,268 @@
+#include "trainer/parallelize/mixture_of_experts.hpp"
+
+#include <cmath>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max_rows, int slots,
+                                   DType act, bool cast_weights, const TensorParallelGroup& tp,
+                                   const ContextParallelGroup& cp)
+    : ops_(ops),
+      cfg_(cfg),
+      max_rows_(max_rows),
+      slots_(slots),
+      act_(act),
+      tp_(tp),
+      cp_(cp),
+      C_(cfg.n_embd),
+      F_(cfg.ffn_width()),
+      E_(cfg.n_experts),
+      k_(cfg.experts_per_token) {
+  GT_CHECK(cfg.moe(), "MixtureOfExperts on model.arch=", to_string(cfg.arch));
+  GT_CHECK(slots >= 0 && max_rows >= 1, "slots ", slots, " rows ", max_rows);
+  const int64_t R = max_rows, N = R * k_, C = C_, F = F_, E = E_, k = k_;
+  blocks_.resize(static_cast<size_t>(slots));
+  for (Block& b : blocks_) {
+    b.probs = alloc(R * E, DType::f32);
+    b.lse = alloc(R, DType::f32);
+    b.topk_expert = alloc(R * k, DType::i32);
+    b.topk_weight = alloc(R * k, DType::f32);
+    b.positions = alloc(R * k, DType::i32);
+    b.offsets = alloc(E + 1, DType::i32);
+    b.xs = alloc(N * C, act);
+    b.gu = alloc(N * 2 * F, act);
+    b.h = alloc(N * F, act);
+    b.y = alloc(N * C, act);
+  }
+  if (act != DType::f32) x32_ = alloc(R * C, DType::f32);
+  logits_ = alloc(R * E, DType::f32);
+  stats_ = alloc(int64_t(std::max(slots, 1)) * 2 * E, DType::f32);
+  pooled_ = alloc(2 * E, DType::f32);
+  aux_ = alloc(1, DType::f32);
+  dprob_ = alloc(E, DType::f32);
+  aux_sum_ = alloc(1, DType::f32);
+  step_counts_ = alloc(int64_t(std::max(slots, 1)) * E, DType::f32);
+  dlogits_ = alloc(R * E, DType::f32);
+  dweight_ = alloc(R * k, DType::f32);
+  dy_ = alloc(N * C, act);
+  dh_ = alloc(N * F, act);
+  dgu_ = alloc(N * 2 * F, act);
+  dxs_ = alloc(N * C, act);
+  dx_act_ = alloc(R * C, act);
+  dx_router_ = alloc(R * C, DType::f32);
+  if (cast_weights && act != DType::f32) {
+    w13_cast_ = alloc(E * 2 * F * C, act);
+    w2_cast_ = alloc(E * C * F, act);
+  }
+  host_offsets_.resize(static_cast<size_t>(E + 1));
+  GT_CHECK(bytes_ == planned_bytes(cfg, max_rows, slots, act, cast_weights),
+           "MixtureOfExperts allocated ", bytes_, " bytes, its plan says ",
+           planned_bytes(cfg, max_rows, slots, act, cast_weights));
+}
+
+int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows, int slots,
+                                        DType act, bool cast_weights) {
+  const int64_t R = max_rows, k = cfg.experts_per_token, N = R * k, C = cfg.n_embd,
+                F = cfg.ffn_width(), E = cfg.n_experts, S = std::max(slots, 1);
+  const int64_t a = static_cast<int64_t>(dtype_size(act)), f = 4, i = 4;
+  // Every buffer at least one element (alloc's rule).
+  auto b = [](int64_t elems, int64_t size) { return std::max<int64_t>(elems, 1) * size; };
+  const int64_t block = b(R * E, f) + b(R, f) + b(R * k, i) + b(R * k, f) + b(R * k, i) +
+                        b(E + 1, i) + b(N * C, a) + b(N * 2 * F, a) + b(N * F, a) + b(N * C, a);
+  int64_t n = int64_t(slots) * block;
+  if (act != DType::f32) n += b(R * C, f);
+  n += b(R * E, f) + b(S * 2 * E, f) + b(2 * E, f) + b(1, f) + b(E, f) + b(1, f) + b(S * E, f);
+  n += b(R * E, f) + b(R * k, f) + b(N * C, a) + b(N * F, a) + b(N * 2 * F, a) + b(N * C, a) +
+       b(R * C, a) + b(R * C, f);
+  if (cast_weights && act != DType::f32) n += b(E * 2 * F * C, a) + b(E * C * F, a);
+  return n;
+}
+
+MixtureOfExperts::Weights MixtureOfExperts::gemm_weights(const Weights& w) {
+  if (w.w13.dtype == act_) return w;
+  GT_CHECK(w13_cast_.bytes() > 0, "MoE expert weights in ", dtype_name(w.w13.dtype),
+           " for ", dtype_name(act_), " activations without cast_weights");
+  Weights c = w;
+  c.w13 = act(w13_cast_, {E_, 2 * int64_t(F_), C_});
+  c.w2 = act(w2_cast_, {E_, int64_t(C_), F_});
+  ops_.cast(c.w13, w.w13);
+  ops_.cast(c.w2, w.w2);
+  return c;
+}
+
+Buffer MixtureOfExperts::alloc(int64_t elems, DType dtype) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(elems, 1)) * dtype_size(dtype);
+  bytes_ += static_cast<int64_t>(bytes);
+  return ops_.allocate(bytes);
+}
+
+TensorView MixtureOfExperts::f32(const Buffer& b, std::initializer_list<int64_t> shape) const {
+  return make_view(b.data(), DType::f32, ops_.device(), shape);
+}
+TensorView MixtureOfExperts::i32(const Buffer& b, std::initializer_list<int64_t> shape) const {
+  return make_view(b.data(), DType::i32, ops_.device(), shape);
+}
+TensorView MixtureOfExperts::act(const Buffer& b, std::initializer_list<int64_t> shape) const {
+  return make_view(b.data(), act_, ops_.device(), shape);
+}
+
+int64_t MixtureOfExperts::bytes() const { return bytes_; }
+
+int64_t MixtureOfExperts::capacity(int64_t tokens) const {
+  if (!(cfg_.capacity_factor > 0)) return 0;
+  return static_cast<int64_t>(
+      std::ceil(cfg_.capacity_factor * k_ * static_cast<double>(tokens) / E_));
+}
+
+void MixtureOfExperts::all_reduce(const TensorView& x) {
+  if (tp_.size() > 1) tp_.comm->all_reduce_sum(x.f32(), x.numel()).wait();
+  if (cp_.size() > 1) cp_.comm->all_reduce_sum(x.f32(), x.numel()).wait();
+}
+
+void MixtureOfExperts::begin_micro_batch() {
+  ops_.zero(f32(stats_, {std::max(slots_, 1) * 2 * int64_t(E_)}));
+  stats_pending_ = false;
+  aux_grad_ = false;
+  z_grad_ = 0;
+}
+
+Activation MixtureOfExperts::forward(int slot, const Activation& x, TensorView out,
+                                     const Weights& w) {
+  GT_CHECK(slot >= 0 && slot < slots_, "MoE block slot ", slot, " of ", slots_);
+  const int64_t R = x.view.shape[0], N = R * k_, C = C_, F = F_, E = E_, k = k_;
+  GT_CHECK(R <= max_rows_, "MoE rows ", R, " > ", max_rows_);
+  Block& b = blocks_[static_cast<size_t>(slot)];
+  b.rows = R;
+  const Weights gw = gemm_weights(w);
+  // The router in fp32 (HF computes its softmax in fp32; the issue asks for
+  // the logits too): the bf16 rows widened exactly.
+  TensorView x32 = x.view;
+  if (act_ != DType::f32) {
+    x32 = f32(x32_, {R, C});
+    ops_.cast(x32, x.view);
+  }
+  const TensorView logits = f32(logits_, {R, E});
+  ops_.matmul_forward(logits, x32, w.gate, TensorView{});
+  const TensorView probs = f32(b.probs, {R, E}), lse = f32(b.lse, {R});
+  const TensorView te = i32(b.topk_expert, {R, k}), tw = f32(b.topk_weight, {R, k});
+  ops_.moe_router_forward(probs, lse, te, tw, logits, TensorView{});
+  const int64_t s2 = int64_t(slot) * 2 * E;
+  ops_.moe_router_stats(make_view(static_cast<float*>(stats_.data()) + s2, DType::f32,
+                                  ops_.device(), {E}),
+                        make_view(static_cast<float*>(stats_.data()) + s2 + E, DType::f32,
+                                  ops_.device(), {E}),
+                        probs, te);
+  // Every rank's rows of the micro-batch: R on each of tp x cp ranks.
+  const int64_t cap = capacity(R * tp_.size() * cp_.size());
+  const TensorView pos = i32(b.positions, {R, k}), off = i32(b.offsets, {E + 1});
+  ops_.moe_dispatch_plan(pos, off, te, tw, cap);
+  const TensorView xs = act(b.xs, {N, C}), gu = act(b.gu, {N, 2 * F});
+  const TensorView h = act(b.h, {N, F}), y = act(b.y, {N, C});
+  ops_.moe_permute(xs, x.view, pos);
+  ops_.grouped_matmul_forward(gu, xs, gw.w13, off);
+  // Rows past the kept ones hold stale (finite) values the down GEMM never
+  // reads: SwiGLU over all N rows costs less than a host read of the count.
+  ops_.swiglu_forward(h, gu);
+  ops_.grouped_matmul_forward(y, h, gw.w2, off);
+  ops_.moe_combine_forward(out, y, pos, tw);
+  if (cap > 0) {  // the one host read: how many slots the capacity dropped
+    ops_.download(host_offsets_.data(), off);
+    dropped_ += N - host_offsets_[static_cast<size_t>(E)];
+  }
+  return rowwise(out, x, "block_sparse_moe");
+}
+
+void MixtureOfExperts::finish_micro_batch(float grad_scale, int64_t tokens) {
+  const int64_t E = E_, S = std::max(slots_, 1);
+  // Every rank holding rows of this micro-batch adds its counts and probs.
+  const TensorView stats = f32(stats_, {S * 2 * E});
+  all_reduce(stats);
+  const TensorView counts = f32(pooled_, {2 * E});
+  ops_.zero(counts);
+  float* st = static_cast<float*>(stats_.data());
+  float* pooled = static_cast<float*>(pooled_.data());
+  for (int s = 0; s < slots_; ++s)
+    ops_.accumulate(counts, make_view(st + s * 2 * E, DType::f32, ops_.device(), {2 * E}));
+  const double rows = static_cast<double>(cfg_.n_layer) * static_cast<double>(tokens);
+  const bool training = grad_scale > 0;
+  const float coef = static_cast<float>(cfg_.router_aux_loss_coef);
+  // d(loss)/d(aux) of this micro-batch: the loss is the mean over the
+  // step's micro-batches (and data ranks) of CE + coef aux, and grad_scale
+  // = 1 / (tokens x micro-batches x data ranks).
+  const float grad_coef = training ? coef * grad_scale * static_cast<float>(tokens) : 0.f;
+  ops_.moe_load_balance(f32(aux_, {1}), f32(dprob_, {E}),
+                        make_view(pooled, DType::f32, ops_.device(), {E}),
+                        make_view(pooled + E, DType::f32, ops_.device(), {E}), rows, grad_coef);
+  aux_grad_ = training && coef > 0;
+  // z-loss = coef_z x sum over layers of the mean over the N tokens of lse^2:
+  // d/d(lse_t^2) = coef_z / N per micro-batch, times 1 / (micro-batches x
+  // data ranks): coef_z x grad_scale.
+  z_grad_ = training ? static_cast<float>(cfg_.router_z_loss_coef) * grad_scale : 0.f;
+  stats_pending_ = true;
+  if (!training) return;
+  ops_.accumulate(f32(aux_sum_, {1}), f32(aux_, {1}));
+  for (int s = 0; s < slots_; ++s)
+    ops_.accumulate(make_view(static_cast<float*>(step_counts_.data()) + s * E, DType::f32,
+                              ops_.device(), {E}),
+                    make_view(st + s * 2 * E, DType::f32, ops_.device(), {E}));
+  ++micro_batches_;
+}
+
+Activation MixtureOfExperts::backward(int slot, const Activation& dout, TensorView dx,
+                                      const Activation& x, const Weights& w, const Weights& dw) {
+  GT_CHECK(slot >= 0 && slot < slots_, "MoE block slot ", slot, " of ", slots_);
+  GT_CHECK(stats_pending_, "MoE backward before finish_micro_batch");
+  Block& b = blocks_[static_cast<size_t>(slot)];
+  const int64_t R = b.rows, N = R * k_, C = C_, F = F_, E = E_, k = k_;
+  const Weights gw = gemm_weights(w);
+  const TensorView pos = i32(b.positions, {R, k}), off = i32(b.offsets, {E + 1});
+  const TensorView tw = f32(b.topk_weight, {R, k}), dtw = f32(dweight_, {R, k});
+  const TensorView y = act(b.y, {N, C}), dy = act(dy_, {N, C});
+  ops_.moe_combine_backward(dy, dtw, dout.view, y, pos, tw);
+  const TensorView h = act(b.h, {N, F}), dh = act(dh_, {N, F});
+  ops_.grouped_matmul_backward(dh, dw.w2, dy, h, gw.w2, off);
+  const TensorView gu = act(b.gu, {N, 2 * F}), dgu = act(dgu_, {N, 2 * F});
+  ops_.swiglu_backward(dgu, dh, gu);
+  const TensorView xs = act(b.xs, {N, C}), dxs = act(dxs_, {N, C});
+  ops_.grouped_matmul_backward(dxs, dw.w13, dgu, xs, gw.w13, off);
+  // d(x) through the dispatch (act dtype) and through the router (fp32).
+  const TensorView dx_act = act_ == DType::f32 ? dx : act(dx_act_, {R, C});
+  ops_.moe_permute_backward(dx_act, dxs, pos);
+  if (act_ != DType::f32) ops_.cast(dx, dx_act);
+  const TensorView dlogits = f32(dlogits_, {R, E});
+  ops_.moe_router_backward(dlogits, dtw, f32(b.probs, {R, E}), f32(b.lse, {R}),
+                           i32(b.topk_expert, {R, k}), tw,
+                           aux_grad_ ? f32(dprob_, {E}) : TensorView{}, z_grad_);
+  TensorView x32 = x.view;
+  if (act_ != DType::f32) {
+    x32 = f32(x32_, {R, C});
+    ops_.cast(x32, x.view);
+  }
+  const TensorView dx_router = f32(dx_router_, {R, C});
+  ops_.matmul_backward(dx_router, dw.gate, TensorView{}, dlogits, x32, w.gate);
+  ops_.accumulate(dx, dx_router);
+  return rowwise(dx, dout, "d(block_sparse_moe)");
+}
+
+MoeStepStats MixtureOfExperts::take_step_stats() {
+  MoeStepStats s;
+  s.experts = E_;
+  s.micro_batches = micro_batches_;
+  s.dropped = dropped_;
+  const int64_t S = std::max(slots_, 1), E = E_;
+  float aux = 0;
+  ops_.download(&aux, f32(aux_sum_, {1}));
+  s.aux_sum = aux;
+  s.counts.resize(static_cast<size_t>(S * E));
+  ops_.download(s.counts.data(), f32(step_counts_, {S * E}));
+  s.counts.resize(static_cast<size_t>(int64_t(slots_) * E));
+  ops_.zero(f32(aux_sum_, {1}));
+  ops_.zero(f32(step_counts_, {S * E}));
+  micro_batches_ = 0;
+  dropped_ = 0;
+  return s;
+}
+
+}  // namespace gt

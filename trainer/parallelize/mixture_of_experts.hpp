@@ -1,0 +1,132 @@
+// MixtureOfExperts: one rank's sparse MLPs of a Mixtral model (HF
+// MixtralSparseMoeBlock), every block's, with the router statistics the
+// load-balancing loss pools over them.
+//
+// Per block, on this rank's rows x (R, C) (its sequence shard: under tp each
+// rank routes its own R/p rows, under cp its chunks):
+//   logits (R, E) = x @ gate^T in fp32        probs = softmax(logits)
+//   the top k experts of each row, their probs renormalised: weights (R, k)
+//   slots sorted by expert (the dispatch plan), x gathered into them (N = R k rows)
+//   gu (N, 2F) = grouped GEMM of [w1 | w3] per expert, h = silu(gate) * up
+//   y (N, C) = grouped GEMM of w2 per expert
+//   out (R, C) = sum over each row's slots of weight * y
+// Every index and count stays on the backend (no host round trip) unless
+// capacity drops are on (model.capacity_factor > 0): then the rows kept are
+// read back once per block to report dropped_tokens.
+//
+// Load balancing (transformers' load_balancing_loss_func with the router
+// logits of every layer concatenated): per micro-batch, the tokens choosing
+// each expert (counted over the k slots) and the sum of each expert's probs,
+// summed over all layers and over the ranks holding the micro-batch's other
+// rows (tp, cp), give aux = E sum_e (count_e / LN)(prob_e / LN), N the
+// micro-batch's tokens, L the layers. Its gradient reaches every router as
+// d(aux)/d(prob) = E count_e / (LN)^2 for every row, so the backward needs
+// the counts of the whole micro-batch: finish_forward pools them before any
+// backward. The router z-loss (model.router_z_loss_coef, ST-MoE; Megatron's
+// sum over layers of the mean over rows of logsumexp(logits)^2) enters the
+// gradient only; it is not reported.
+//
+// Buffers: each block's routing, dispatch plan and expert activations are
+// kept for its backward (the `slots` of the model's chunk); the gradients'
+// buffers are shared by the blocks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "trainer/config/config.hpp"
+#include "trainer/model/moe_step_stats.hpp"
+#include "trainer/parallelize/activation_placement.hpp"
+#include "trainer/parallelize/context_parallel.hpp"
+#include "trainer/parallelize/tp_mappings.hpp"
+
+namespace gt {
+
+class MixtureOfExperts {
+ public:
+  // The weights of one block as the GEMMs read them: gate (E, C) fp32 (the
+  // router runs in fp32), w13 (E, 2F, C) and w2 (E, C, F) in the GEMMs'
+  // dtype. Their gradients: fp32, same shapes, accumulated.
+  struct Weights {
+    TensorView gate, w13, w2;
+  };
+
+  // max_rows: this rank's rows of a micro-batch at most (R); slots: blocks
+  // kept at once (the chunk's); act: the activations' dtype; cast_weights:
+  // the experts' weights come in fp32 while act is bf16 (a store without a
+  // bf16 copy), so each GEMM's weights are rounded into a scratch first.
+  MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max_rows, int slots, DType act,
+                   bool cast_weights, const TensorParallelGroup& tp,
+                   const ContextParallelGroup& cp);
+  // What that constructor allocates, in bytes (the planner's memory model
+  // sums this; the constructor checks it allocated exactly this).
+  static int64_t planned_bytes(const ModelConfig& cfg, int64_t max_rows, int slots, DType act,
+                               bool cast_weights);
+
+  // Before a micro-batch's first block: forget the last one's statistics.
+  void begin_micro_batch();
+  // Block `slot`'s forward over this rank's rows x (R, C), into out (R, C)
+  // (assigned, act dtype). Placement: rowwise (x's rows, out's rows).
+  Activation forward(int slot, const Activation& x, TensorView out, const Weights& w);
+  // After the micro-batch's last block: pools the router statistics over
+  // the micro-batch's ranks, forms its aux loss (added to the step's sum)
+  // and, with grad_scale > 0, the routers' share of its gradient:
+  // grad_scale is d(loss)/d(one token's cross-entropy), tokens the
+  // micro-batch's N (every rank's rows, B T cp).
+  void finish_micro_batch(float grad_scale, int64_t tokens);
+  // Block `slot`'s backward: dout (R, C) = d(out); dx (R, C) fp32 ASSIGNED
+  // d(x); gradients accumulate into dw (fp32 views shaped as Weights).
+  Activation backward(int slot, const Activation& dout, TensorView dx, const Activation& x,
+                      const Weights& w, const Weights& dw);
+
+  // What the step's micro-batches routed, read back once (the metrics):
+  // counts per block slot, pooled over tp and cp; dropped: this rank's.
+  // first_layer is the caller's to set. Forgets them.
+  MoeStepStats take_step_stats();
+
+  int64_t bytes() const;  // every buffer allocated here
+  // The expert capacity for a micro-batch of `tokens` (0: dropless).
+  int64_t capacity(int64_t tokens) const;
+
+ private:
+  struct Block {  // one block's forward state, kept for its backward
+    Buffer probs, lse, topk_expert, topk_weight, positions, offsets;
+    Buffer xs, gu, h, y;  // (N, C), (N, 2F), (N, F), (N, C) in act dtype
+    int64_t rows = 0;     // R of the forward that filled it
+  };
+  TensorView f32(const Buffer& b, std::initializer_list<int64_t> shape) const;
+  TensorView i32(const Buffer& b, std::initializer_list<int64_t> shape) const;
+  TensorView act(const Buffer& b, std::initializer_list<int64_t> shape) const;
+  Buffer alloc(int64_t elems, DType dtype);
+  void all_reduce(const TensorView& x);  // sum over tp, then over cp
+  // w as the grouped GEMMs take it: in act dtype (rounded into the scratch
+  // when the store gave fp32).
+  Weights gemm_weights(const Weights& w);
+
+  Ops& ops_;
+  ModelConfig cfg_;
+  int64_t max_rows_;
+  int slots_;
+  DType act_;
+  TensorParallelGroup tp_;
+  ContextParallelGroup cp_;
+  int C_, F_, E_, k_;
+  std::vector<Block> blocks_;
+  // Shared: the router's fp32 input and logits, the micro-batch's statistics
+  // (slots, 2, E) [counts | prob sums] and their pooled (2, E), the aux loss
+  // and its gradient per prob, the step's sums.
+  Buffer x32_, logits_, stats_, pooled_, aux_, dprob_, aux_sum_, step_counts_;
+  // The gradients' buffers, shared by the blocks.
+  Buffer dlogits_, dweight_, dy_, dh_, dgu_, dxs_, dx_act_, dx_router_;
+  Buffer w13_cast_, w2_cast_;  // cast_weights: (E, 2F, C), (E, C, F) in act
+  bool stats_pending_ = false;  // finish_micro_batch formed dprob_ for this micro-batch
+  bool aux_grad_ = false;       // dprob_ holds a gradient to apply
+  float z_grad_ = 0;
+  int micro_batches_ = 0;
+  int64_t dropped_ = 0;
+  int64_t bytes_ = 0;
+  std::vector<int32_t> host_offsets_;
+};
+
+}  // namespace gt
