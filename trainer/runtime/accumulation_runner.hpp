@@ -25,6 +25,7 @@ class AccumulationRunner final : public StepRunner {
   void train(int micro_batches, const FillMicroBatch& fill, float grad_scale) override;
   TensorView pending_loss_sums() override { return model_->pending_loss_sums(); }
   double take_loss() override { return model_->take_loss(); }
+  MoeStepStats take_moe_stats() override { return model_->take_moe_stats(); }
   double eval_loss_sum(int micro_batches, const FillMicroBatch& fill) override;
   int64_t activation_bytes() const override { return model_->activation_bytes(); }
 

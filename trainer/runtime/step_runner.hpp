@@ -24,6 +24,7 @@
 #include <string>
 
 #include "kernels/core/tensor.hpp"
+#include "trainer/model/moe_step_stats.hpp"
 
 namespace gt {
 
@@ -50,6 +51,9 @@ class StepRunner {
   // Forward only: the sum over `micro_batches` micro-batches of each one's
   // mean loss, equal on every stage (collective over pp).
   virtual double eval_loss_sum(int micro_batches, const FillMicroBatch& fill) = 0;
+  // What a mixture's routers did in the steps since the last call (this
+  // data rank's micro-batches; empty for a dense model); forgets it.
+  virtual MoeStepStats take_moe_stats() { return {}; }
   // Bytes of every activation buffer this rank allocated (all its model instances).
   virtual int64_t activation_bytes() const = 0;
   // Per step (pp > 1): milliseconds this rank's host waited on a neighbour

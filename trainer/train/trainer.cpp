@@ -42,7 +42,28 @@ struct StepResult {
   double lr = 0.0;
   bool applied = false;  // false: non-finite, the update was skipped
   double step_ms = 0.0;  // the training part of the step (no evaluation)
+  // model.arch=mixtral (moe): the routers over the step, every data rank's.
+  bool moe = false;
+  double aux_loss = 0.0;         // the unscaled load-balancing loss, mean over micro-batches
+  double expert_imbalance = 0.0;  // max over (block, data rank) of max / mean tokens per expert
+  int64_t dropped_tokens = 0;    // slots the capacity factor dropped, all ranks
 };
+
+// The worst block's max / mean tokens per expert (1 = perfectly balanced);
+// counts (blocks, E). 0 when nothing was routed.
+double worst_imbalance(const MoeStepStats& s) {
+  double worst = 0.0;
+  const size_t E = static_cast<size_t>(s.experts);
+  for (size_t b = 0; E > 0 && b + E <= s.counts.size(); b += E) {
+    double sum = 0.0, mx = 0.0;
+    for (size_t e = 0; e < E; ++e) {
+      sum += s.counts[b + e];
+      mx = std::max(mx, static_cast<double>(s.counts[b + e]));
+    }
+    if (sum > 0) worst = std::max(worst, mx / (sum / static_cast<double>(E)));
+  }
+  return worst;
+}
 
 // A training run in its steps: setup (the constructor: build, validate,
 // agree, open the outputs), then per step train_step, evaluate and
@@ -200,6 +221,17 @@ StepResult Trainer::train_step(int64_t step) {
   r.loss = run_.mesh->data().all_reduce_f64(mean_over_sequence(run_, runner.take_loss()),
                                             ReduceOp::sum) /
            data_size_;
+  if (cfg_.model.moe()) {
+    // One scalar reduction each over the data ranks (the tp and cp ranks of
+    // a micro-batch pooled its counts already).
+    Communicator& data = run_.mesh->data();
+    const MoeStepStats s = runner.take_moe_stats();
+    const double micro_batches = data.all_reduce_f64(s.micro_batches, ReduceOp::sum);
+    r.moe = true;
+    r.aux_loss = data.all_reduce_f64(s.aux_sum, ReduceOp::sum) / std::max(micro_batches, 1.0);
+    r.expert_imbalance = data.all_reduce_f64(worst_imbalance(s), ReduceOp::max);
+    r.dropped_tokens = data.all_reduce_i64(s.dropped, ReduceOp::sum);
+  }
   const ShardedParameters::StepOutcome outcome = params.step_outcome();
   r.grad_norm = outcome.grad_norm;
   r.applied = outcome.applied;
@@ -225,6 +257,11 @@ void Trainer::log_step(int64_t step, const StepResult& r, nlohmann::json& rec) {
   rec["loss"] = json_number(r.loss);
   rec["lr"] = r.lr;
   rec["grad_norm"] = json_number(r.grad_norm);
+  if (r.moe) {
+    rec["aux_loss"] = json_number(r.aux_loss);
+    rec["expert_imbalance"] = json_number(r.expert_imbalance);
+    rec["dropped_tokens"] = r.dropped_tokens;
+  }
   rec["step_ms"] = r.step_ms;
   rec["tokens_per_s"] = tokens_per_s;
   rec["comm_bytes"] = comm_bytes(*run_.mesh);
@@ -235,10 +272,16 @@ void Trainer::log_step(int64_t step, const StepResult& r, nlohmann::json& rec) {
     rec["bubble_fraction"] = r.step_ms > 0 ? wait_ms / r.step_ms : 0.0;
   }
   run_.profile->end_step(rec, r.step_ms / 1000.0, tokens_per_step_);
-  if (rank0_ && (step % cfg_.log.every == 0 || step + 1 == tc_.steps))
-    spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s",
-                 step + 1, tc_.steps, r.loss, r.lr, r.grad_norm, r.step_ms,
+  if (rank0_ && (step % cfg_.log.every == 0 || step + 1 == tc_.steps)) {
+    const std::string moe =
+        r.moe ? fmt::format(" | aux {:.4f} | imbalance {:.2f}{}", r.aux_loss, r.expert_imbalance,
+                            r.dropped_tokens > 0 ? fmt::format(" | dropped {}", r.dropped_tokens)
+                                                 : std::string())
+              : std::string();
+    spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s",
+                 step + 1, tc_.steps, r.loss, moe, r.lr, r.grad_norm, r.step_ms,
                  human_count(tokens_per_s));
+  }
 }
 
 bool Trainer::after_step(int64_t step, const StepResult& r) {
