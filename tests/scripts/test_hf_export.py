@@ -7,7 +7,7 @@ Debian's python3-torch), loads log.dir with GPT2LMHeadModel.from_pretrained:
 no missing or unexpected weights, the config.json dimensions the run's, every
 weight equal to the exported safetensors, and the tied head tied.
 
-The same for two tiny Llamas (configs/llama_tiny.yaml made small: grouped-
+The same for two tiny Llamas and a tiny Mixtral (MixtralForCausalLM) (configs/llama_tiny.yaml made small: grouped-
 query attention, one with an untied head and plain RoPE, one tied with Llama
 3.1's RoPE scaling) with LlamaForCausalLM.from_pretrained; then the trainer
 evaluates the exported weights (a second run, model.init_from = the export,
@@ -64,10 +64,11 @@ import json, sys
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import LlamaForCausalLM
+import transformers
 spec = json.loads(sys.argv[1])
 d = spec["run"]
-model, info = LlamaForCausalLM.from_pretrained(d, output_loading_info=True)
+cls = getattr(transformers, spec.get("hf_class", "LlamaForCausalLM"))
+model, info = cls.from_pretrained(d, output_loading_info=True)
 assert not info["missing_keys"], f"missing {info['missing_keys']}"
 assert not info["unexpected_keys"], f"unexpected {info['unexpected_keys']}"
 assert not info["mismatched_keys"], f"mismatched {info['mismatched_keys']}"
@@ -75,7 +76,11 @@ c, want = model.config, spec["model"]
 got = dict(n_layer=c.num_hidden_layers, n_head=c.num_attention_heads,
            n_kv_head=c.num_key_value_heads, n_embd=c.hidden_size, ffn=c.intermediate_size,
            vocab_size=c.vocab_size, block_size=c.max_position_embeddings,
-           tie=c.tie_word_embeddings, rope_theta=c.rope_theta, rope_scaling=c.rope_scaling)
+           tie=c.tie_word_embeddings, rope_theta=c.rope_theta,
+           rope_scaling=getattr(c, "rope_scaling", None))
+if "n_experts" in want:  # Mixtral: the mixture's keys, and transformers' loss the CE alone
+    got.update(n_experts=c.num_local_experts, top_k=c.num_experts_per_tok)
+    assert c.output_router_logits is False, c.output_router_logits
 assert got == want, f"config.json: {got} != {want}"
 tensors = load_file(d + "/model.safetensors")
 sd = model.state_dict()
@@ -187,8 +192,49 @@ class HfExport(unittest.TestCase):
                     self.assertIn("ok", c.stdout)
                     print(f"{name}: {c.stdout.strip()}", file=sys.stderr)
 
-    def trainer(self, exe, overrides):
-        p = subprocess.run([exe, "--config", os.path.join(REPO, "configs", "llama_tiny.yaml"),
+    def test_mixtral_run_folder_opens_with_from_pretrained(self):
+        exe = os.path.join(BUILD, "trainer")
+        self.assertTrue(os.path.exists(exe), f"{exe}: build first")
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        import prepare_data  # noqa: E402
+        T, rows, vocab = 16, 4, 256
+        with tempfile.TemporaryDirectory(prefix="gt_hf_export_mixtral_") as d:
+            train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
+            prepare_data.write_shard(train, [(i * 7) % vocab for i in range(4000)], vocab=vocab)
+            val_tokens = [(i * i * 31 + 11 * i) % vocab for i in range(rows * T + 1)]
+            prepare_data.write_shard(val, val_tokens, vocab=vocab)
+            # configs/mixtral_tiny.yaml, smaller: 2 layers, 4 experts of width
+            # 48, 2 per token.
+            keys = [f"data.train={train}", "data.shuffle=false", "model.n_layer=2",
+                    "model.n_head=4", "model.n_kv_head=2", "model.n_embd=32",
+                    "model.ffn_hidden=48", "model.n_experts=4", "model.experts_per_token=2",
+                    f"model.block_size={T}", f"train.seq_len={T}", "train.warmup_steps=1",
+                    f"train.micro_batch={rows // 2}", f"train.global_batch={rows}",
+                    "runtime.threads=1"]
+            run, evaluated = os.path.join(d, "run"), os.path.join(d, "eval")
+            self.trainer(exe, keys + ["data.val=[]", "train.steps=3", "train.eval_every=0",
+                                      f"log.dir={run}"], config="mixtral_tiny.yaml")
+            self.trainer(exe, keys + [f"model.init_from={run}/model.safetensors",
+                                      f"data.val={val}", "train.steps=1", "train.eval_every=1",
+                                      "train.eval_batches=1", f"log.dir={evaluated}"],
+                         config="mixtral_tiny.yaml")
+            with open(os.path.join(evaluated, "metrics.jsonl")) as f:
+                val_loss = next(r["val_loss"] for r in map(json.loads, f) if "val_loss" in r)
+            windows = [val_tokens[r * T:r * T + T + 1] for r in range(rows)]
+            spec = dict(run=run, val_loss=val_loss, rtol=VAL_LOSS_RTOL,
+                        hf_class="MixtralForCausalLM",
+                        inputs=[w[:-1] for w in windows], targets=[w[1:] for w in windows],
+                        model=dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn=48,
+                                   vocab_size=vocab, block_size=T, tie=False, rope_theta=10000.0,
+                                   rope_scaling=None, n_experts=4, top_k=2))
+            c = subprocess.run([PY, "-c", CHECK_LLAMA, json.dumps(spec)],
+                               capture_output=True, text=True)
+            self.assertEqual(c.returncode, 0, c.stdout[-2000:] + c.stderr[-3000:])
+            self.assertIn("ok", c.stdout)
+            print(f"mixtral: {c.stdout.strip()}", file=sys.stderr)
+
+    def trainer(self, exe, overrides, config="llama_tiny.yaml"):
+        p = subprocess.run([exe, "--config", os.path.join(REPO, "configs", config),
                             *overrides], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
 

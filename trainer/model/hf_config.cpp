@@ -21,6 +21,31 @@ nlohmann::json hf_config_json(const ModelConfig& m) {
          {"layer_norm_epsilon", 1e-5},
          {"initializer_range", 0.02},
          {"tie_word_embeddings", true}};
+  } else if (m.moe()) {
+    // transformers' MixtralConfig: the loss is the cross-entropy alone
+    // (output_router_logits false), as ours reports it.
+    j = {{"architectures", {"MixtralForCausalLM"}},
+         {"model_type", "mixtral"},
+         {"vocab_size", m.vocab_size},
+         {"max_position_embeddings", m.block_size},
+         {"hidden_size", m.n_embd},
+         {"intermediate_size", m.ffn_width()},
+         {"num_hidden_layers", m.n_layer},
+         {"num_attention_heads", m.n_head},
+         {"num_key_value_heads", m.kv_heads()},
+         {"head_dim", m.head_size()},
+         {"hidden_act", "silu"},
+         {"rms_norm_eps", m.norm_eps},
+         {"rope_theta", m.rope_theta},
+         {"sliding_window", nullptr},
+         {"attention_dropout", 0.0},
+         {"num_local_experts", m.n_experts},
+         {"num_experts_per_tok", m.experts_per_token},
+         {"output_router_logits", false},
+         {"router_aux_loss_coef", m.router_aux_loss_coef},
+         {"router_jitter_noise", 0.0},
+         {"initializer_range", 0.02},
+         {"tie_word_embeddings", m.tied_embeddings()}};
   } else {
     j = {{"architectures", {"LlamaForCausalLM"}},
          {"model_type", "llama"},

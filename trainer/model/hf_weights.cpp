@@ -53,8 +53,20 @@ class FileNames {
 void check_family(const HfTensorFiles& files, const ModelConfig& m) {
   const bool gpt2 = files.has("wte.weight") || files.has("transformer.wte.weight");
   const bool llama = files.has("model.embed_tokens.weight") || files.has("embed_tokens.weight");
-  if (m.arch == ModelArch::llama && gpt2 && !llama)
-    fail("HF weights (", files.path(), "): hold GPT-2 tensors (wte.weight), but model.arch=llama");
+  if (m.llama_family() && gpt2 && !llama)
+    fail("HF weights (", files.path(), "): hold GPT-2 tensors (wte.weight), but model.arch=",
+         to_string(m.arch));
+  // Llama and Mixtral share every name but the MLP's: block 0's tells them apart.
+  const bool dense = files.has("model.layers.0.mlp.gate_proj.weight") ||
+                     files.has("layers.0.mlp.gate_proj.weight");
+  const bool sparse = files.has("model.layers.0.block_sparse_moe.gate.weight") ||
+                      files.has("layers.0.block_sparse_moe.gate.weight");
+  if (m.arch == ModelArch::llama && sparse && !dense)
+    fail("HF weights (", files.path(),
+         "): hold Mixtral tensors (layers.0.block_sparse_moe.gate.weight), but model.arch=llama");
+  if (m.arch == ModelArch::mixtral && dense && !sparse)
+    fail("HF weights (", files.path(),
+         "): hold dense Llama tensors (layers.0.mlp.gate_proj.weight), but model.arch=mixtral");
   if (m.arch == ModelArch::gpt2 && llama && !gpt2)
     fail("HF weights (", files.path(),
          "): hold Llama tensors (model.embed_tokens.weight), but "
@@ -104,7 +116,7 @@ void check_tensors(const HfTensorFiles& files, const FileNames& name_of,
 }  // namespace
 
 std::string hf_tensor_name(const ModelConfig& m, const std::string& ours) {
-  if (m.arch == ModelArch::llama && ours != "lm_head.weight") return "model." + ours;
+  if (m.llama_family() && ours != "lm_head.weight") return "model." + ours;
   return ours;
 }
 
