@@ -30,6 +30,16 @@ inline ModelConfig matrix_llama() {
   return m;
 }
 
+// Mixtral: matrix_llama's attention with 4 experts of width 32, 2 per token.
+inline ModelConfig matrix_mixtral() {
+  ModelConfig m = matrix_llama();
+  m.arch = ModelArch::mixtral;
+  m.ffn_hidden = 32;
+  m.n_experts = 4;
+  m.experts_per_token = 2;
+  return m;
+}
+
 // layout_matrix.py's TRAIN at micro-batch `micro`.
 inline TrainConfig matrix_train(int micro) {
   TrainConfig t;

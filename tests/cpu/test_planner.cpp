@@ -33,6 +33,7 @@ using test::config;
 using test::gpt2_xl;
 using test::hardware;
 using test::matrix_llama;
+using test::matrix_mixtral;
 using test::matrix_model;
 using test::matrix_train;
 
@@ -104,6 +105,25 @@ TEST(PlanMemory, ActivationsMatchLlamaAllocateOnCpu) {
                 << "n_embd=" << m.n_embd << " B=" << B << " T=" << T << " " << to_string(dtype)
                 << " recompute " << to_string(r);
           }
+}
+
+// Mixtral's plan adds the mixture's buffers (MixtureOfExperts::planned_bytes)
+// and drops the dense MLP's, in every dtype (bf16: the experts' weights
+// rounded into a scratch, the local store keeps no bf16 copy) and recompute
+// mode (the mixture keeps its state whatever is recomputed).
+TEST(PlanMemory, ActivationsMatchMixtralAllocateOnCpu) {
+  auto ops = make_cpu_ops(1);
+  const ModelConfig m = matrix_mixtral();
+  for (int B : {1, 3})
+    for (int T : {5, m.block_size})
+      for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16})
+        for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+          Llama model(m, *ops, B, T, r, dtype);
+          EXPECT_EQ(model.activation_bytes(),
+                    predict_activation_bytes(m, B, T, 1, true, PlanBackend::cpu, r, dtype))
+              << "B=" << B << " T=" << T << " " << to_string(dtype) << " recompute "
+              << to_string(r);
+        }
 }
 
 TEST(PlanMemory, CudaKeepsRowStatisticsNotT2Probabilities) {
@@ -349,6 +369,22 @@ TEST(PlanFlops, LlamaMatmulsAttentionAndHead) {
   EXPECT_DOUBLE_EQ(model_flops_per_step(m, matrix_train(8)), (6 * N + 12 * L * 16 * C) * 8 * 16);
 }
 
+// Mixtral by hand: the active weights, k of the E experts' gate, up and
+// down (3kCF) and the router's EC per block, in place of Llama's 3CF.
+TEST(PlanFlops, MixtralCountsTheActiveExpertsAndTheRouter) {
+  const ModelConfig m = matrix_mixtral();  // L 3, C 32, Q 32, K 16, F 32, E 4, k 2
+  const double L = 3, R = 2 * 16, C = 32, Q = 32, K = 16, F = 32, E = 4, k = 2, V = 256;
+  const double block = C * (Q + 2 * K) + Q * C + 3 * k * C * F + E * C;
+  EXPECT_DOUBLE_EQ(block_matmuls(m).total(), block);
+  EXPECT_DOUBLE_EQ(micro_batch_flops(m, 2, 16, 1).linear, L * 2 * R * block);
+  // The mixture is not split by tp, but each tp rank routes R / tp rows.
+  EXPECT_DOUBLE_EQ(micro_batch_flops(m, 2, 16, 2).linear, L * 2 * R * block / 2);
+  // Recomputation reruns no expert: the mixture keeps its activations.
+  EXPECT_EQ(recompute_flops(m, 2, 16, 1, Recompute::mlp).linear, 0.0);
+  const double N = L * block + V * C;
+  EXPECT_DOUBLE_EQ(model_flops_per_step(m, matrix_train(8)), (6 * N + 12 * L * 16 * C) * 8 * 16);
+}
+
 // The step model's matmul FLOPs are the GEMMs each family's model runs
 // (recorded by the profiler on the CPU): forward and backward three times
 // the forward's, and what train.recompute adds is what its backward reruns.
@@ -368,7 +404,7 @@ TEST(PlanFlops, MatmulsAreTheGemmsEachModelRuns) {
       if (o.cls == OpClass::gemm) sum += o.flops;
     return sum;
   };
-  for (const ModelConfig& m : {matrix_model(), matrix_llama()}) {
+  for (const ModelConfig& m : {matrix_model(), matrix_llama(), matrix_mixtral()}) {
     const int B = 2, T = 16;
     const MicroBatchFlops f = micro_batch_flops(m, B, T, 1);
     const double none = gemm_flops(m, B, T, Recompute::none);

@@ -114,7 +114,8 @@ PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int
       const ActivationPlan p = plan_activations(m, s);
       return {p.bytes(), p.embed_bytes(), p.head_bytes()};
     }
-    case ModelArch::llama: {
+    case ModelArch::llama:
+    case ModelArch::mixtral: {
       const LlamaActivationPlan p = plan_llama_activations(m, s);
       return {p.bytes(), p.embed_bytes(), p.head_bytes()};
     }

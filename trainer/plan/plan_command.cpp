@@ -75,13 +75,18 @@ int run_plan_command(const PlanArgs& a) {
   const ModelConfig& m = cfg.model;
   // GPT-2's line is as it always was; another family names itself and the
   // widths that are not GPT-2's rules.
-  const bool llama = m.arch == ModelArch::llama;
-  text << "# plan: " << cfg.source << " (" << (llama ? "llama: " : "") << m.n_layer << " layers, "
+  const bool llama = m.llama_family();
+  text << "# plan: " << cfg.source << " ("
+       << (llama ? std::string(to_string(m.arch)) + ": " : std::string()) << m.n_layer
+       << " layers, "
        << m.n_head << " heads";
   if (llama) text << " sharing " << m.kv_heads() << " key/value heads";
   text << ", " << m.n_embd << " embd";
   if (llama)
-    text << ", MLP " << m.ffn_width() << (m.tied_embeddings() ? ", tied head" : ", untied head");
+    text << (m.moe() ? detail::concat(", ", m.n_experts, " experts (top ", m.experts_per_token,
+                                       ") of MLP ")
+                     : std::string(", MLP "))
+         << m.ffn_width() << (m.tied_embeddings() ? ", tied head" : ", untied head");
   text << ", vocab " << m.vocab_size << ", seq " << cfg.train.seq_len << ", global batch "
        << cfg.train.global_batch << ") on " << hw.name << " [" << hw.source << "], "
        << hw.efficiency_note() << "\n";

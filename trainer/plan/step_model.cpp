@@ -75,9 +75,11 @@ MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_l
   // What each family's backward reruns: the block's MLP up to its
   // activation (mlp), or everything up to it (block); never the down
   // projection, whose output is the kept residual.
-  if (recompute == Recompute::mlp) r.linear = L * 2.0 * R * b.up / tp;
+  // A mixture keeps its experts' activations: only the norm reruns.
+  const double up = m.moe() ? 0.0 : b.up;
+  if (recompute == Recompute::mlp) r.linear = L * 2.0 * R * up / tp;
   if (recompute == Recompute::block) {
-    r.linear = L * 2.0 * R * (b.qkv + b.out + b.up) / tp;
+    r.linear = L * 2.0 * R * (b.qkv + b.out + up) / tp;
     r.attention = micro_batch_flops(m, micro_batch, seq_len, tp, cp).attention;
   }
   return r;

@@ -16,8 +16,11 @@ BlockMatmuls block_matmuls(const ModelConfig& m) {
   const double Q = m.n_head * hs, K = m.kv_heads() * hs;
   b.qkv = C * (Q + 2.0 * K);
   b.out = Q * C;
-  b.up = 2.0 * F * C;  // gate | up
-  b.down = F * C;
+  // A mixture's token goes through k experts' SwiGLUs (active weights).
+  const double k = m.moe() ? m.experts_per_token : 1.0;
+  b.up = k * 2.0 * F * C;  // gate | up (w1 | w3)
+  b.down = k * F * C;
+  if (m.moe()) b.router = double(m.n_experts) * C;
   return b;
 }
 

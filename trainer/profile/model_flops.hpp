@@ -13,6 +13,10 @@
 //          up_proj C·F each, down_proj F·C: C·(Q + 2K) + Q·C + 3·C·F, with
 //          Q = n_head·hs query features (= C), K = n_kv_head·hs (grouped-query
 //          attention makes k and v narrower) and F the MLP width.
+//   mixtral  as llama, with the MLP's the weights a token is routed
+//          through (active parameters, as Megatron and DeepSeek count a
+//          mixture's FLOPs): k experts' gate, up and down, 3·k·C·F, plus
+//          the router's E·C (computed in fp32, a matmul all the same).
 // Each such weight costs 2 FLOPs per token forward and 4 backward (dinp and
 // dweight): 6·N. Biases, norms and the position embedding are not matmuls
 // and are left out (GPT-2: about 13·L·C + 2·C parameters; Llama: 2·L·C + C;
@@ -38,7 +42,8 @@ struct BlockMatmuls {
   double out = 0;   // attn.c_proj | o_proj
   double up = 0;    // mlp.c_fc | gate_proj, up_proj
   double down = 0;  // mlp.c_proj | down_proj
-  double total() const { return qkv + out + up + down; }
+  double router = 0;  // mixtral: block_sparse_moe.gate (E·C)
+  double total() const { return qkv + out + up + down + router; }
 };
 BlockMatmuls block_matmuls(const ModelConfig& m);
 

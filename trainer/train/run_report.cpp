@@ -98,9 +98,12 @@ void log_run_banner(const Run& run, const Config& cfg) {
     spdlog::info("initial weights from {}", cfg.model.init_from);
   const ModelConfig& mc = cfg.model;
   // Llama: the key/value heads of grouped-query attention and the MLP width too.
-  const std::string heads = mc.arch == ModelArch::llama
+  const std::string mlp = mc.moe() ? detail::concat(mc.n_experts, " experts (top ",
+                                                    mc.experts_per_token, ") of MLP ")
+                                   : std::string("MLP ");
+  const std::string heads = mc.llama_family()
                                 ? detail::concat(mc.n_head, " heads over ", mc.kv_heads(),
-                                                 " kv heads, MLP ", mc.ffn_width())
+                                                 " kv heads, ", mlp, mc.ffn_width())
                                 : detail::concat(mc.n_head, " heads");
   spdlog::info("model: {} {} parameters ({} layers, {}, {} embd, vocab {}, block {})",
                to_string(mc.arch),
