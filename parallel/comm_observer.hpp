@@ -38,6 +38,7 @@ enum class CommKind {
   recv,
   scalar_reduce,   // all_reduce_f64 / all_reduce_i64 (blocking)
   barrier,         // blocking
+  all_to_all,      // all_to_all_v (expert parallelism's token exchange)
 };
 const char* comm_kind_name(CommKind k);  // "all_reduce", "reduce_scatter", ...
 

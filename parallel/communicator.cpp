@@ -19,6 +19,7 @@ const char* comm_kind_name(CommKind k) {
     case CommKind::recv: return "recv";
     case CommKind::scalar_reduce: return "scalar_reduce";
     case CommKind::barrier: return "barrier";
+    case CommKind::all_to_all: return "all_to_all";
   }
   return "?";
 }
@@ -233,6 +234,38 @@ CommHandle Communicator::reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* o
   const double v = ring_volume::reduce_scatter(size(), 2.0 * n);
   bytes_sent_ += v;
   return observed(std::move(h), CommKind::reduce_scatter, n, v, t0);
+}
+
+CommHandle Communicator::all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                                      const int64_t* recv_counts, int elem_bytes) {
+  if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
+    fail("comm '", name(), "': all_to_all_v of ", elem_bytes,
+         "-byte elements; expected 2 (bf16), 4 (fp32) or 8 (int64)");
+  if (send_counts == nullptr || recv_counts == nullptr)
+    fail("comm '", name(), "': all_to_all_v without its counts");
+  int64_t sent = 0, received = 0, sent_away = 0;
+  for (int q = 0; q < size(); ++q) {
+    if (send_counts[q] < 0 || recv_counts[q] < 0)
+      fail("comm '", name(), "': all_to_all_v with a negative count for rank ", q, " (send ",
+           send_counts[q], ", receive ", recv_counts[q], ")");
+    sent += send_counts[q];
+    received += recv_counts[q];
+    if (q != rank()) sent_away += send_counts[q];
+  }
+  // MPI counts bytes in int: the totals must fit.
+  check_count("all_to_all_v", in, sent * elem_bytes);
+  check_count("all_to_all_v", out, received * elem_bytes);
+  const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
+  CommHandle h = do_all_to_all_v(in, send_counts, out, recv_counts, elem_bytes);
+  const double v = static_cast<double>(sent_away) * elem_bytes;
+  bytes_sent_ += v;
+  return observed(std::move(h), CommKind::all_to_all, sent, v, t0);
+}
+
+CommHandle Communicator::do_all_to_all_v(const void*, const int64_t*, void*, const int64_t*,
+                                         int) {
+  fail("comm '", name(), "': all_to_all_v is not implemented on this backend (expert "
+       "parallelism, parallel.ep > 1, needs it): run with parallel.comm=mpi on the CPU");
 }
 
 CommHandle Communicator::all_gather(const float* in, float* out, int64_t n) {

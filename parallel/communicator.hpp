@@ -146,6 +146,20 @@ class Communicator {
   CommHandle send(const float* buf, int64_t n, int peer, int tag = 0);
   CommHandle recv(float* buf, int64_t n, int peer, int tag = 0);
 
+  // All-to-all with per-peer counts (MPI_Alltoallv; NCCL grouped send/recv):
+  // this rank sends send_counts[q] elements to rank q, taken from `in` in
+  // rank order (q's block starts at the sum of send_counts[0..q)), and
+  // receives recv_counts[q] from rank q into `out`, in rank order. Elements
+  // are elem_bytes wide (4: fp32, 2: bf16, 8: int64 counts); each counts
+  // array has size() entries, recv_counts[q] must equal what rank q sends
+  // here (exchange the counts first), and zero counts are legal (a rank that
+  // sends or receives nothing). in and out must not overlap.
+  // Backward dual: all_to_all_v with the two counts swapped (each gradient
+  // row goes back to the rank its token came from), as in Megatron's
+  // alltoall token dispatcher. Counted: the bytes sent to other ranks.
+  CommHandle all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                          const int64_t* recv_counts, int elem_bytes);
+
   // Blocking, with the communicator's deadline: for agreeing on a loss, a
   // flag ("did any rank see a NaN?"), a step count. No backward dual (not on
   // the autograd path). Counted as an all-reduce of 8 bytes.
@@ -185,6 +199,11 @@ class Communicator {
   virtual int64_t do_all_reduce_i64(int64_t value, ReduceOp op) = 0;
   virtual void do_barrier() = 0;
   virtual void do_drain() {}
+  // Counts already checked (size() entries each, non-negative, byte sizes
+  // within the per-call limit). The default refuses by name: a backend
+  // without it cannot run expert parallelism.
+  virtual CommHandle do_all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                                     const int64_t* recv_counts, int elem_bytes);
 
   // For a backend that decorates another communicator (StagedCommunicator):
   // the pending op out of a handle the inner communicator returned, so the

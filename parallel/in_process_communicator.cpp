@@ -36,6 +36,17 @@ CommHandle InProcessCommunicator::do_all_gather(const float* in, float* out, int
   return CommHandle{};
 }
 
+// One rank: what it sends itself is what it receives.
+CommHandle InProcessCommunicator::do_all_to_all_v(const void* in, const int64_t* send_counts,
+                                                  void* out, const int64_t* recv_counts,
+                                                  int elem_bytes) {
+  if (send_counts[0] != recv_counts[0])
+    fail("comm '", name_, "': all_to_all_v sends ", send_counts[0], " elements to itself but "
+         "expects to receive ", recv_counts[0]);
+  if (send_counts[0] > 0) std::memcpy(out, in, static_cast<size_t>(send_counts[0] * elem_bytes));
+  return CommHandle{};
+}
+
 CommHandle InProcessCommunicator::do_broadcast(float*, int64_t, int) { return CommHandle{}; }
 
 CommHandle InProcessCommunicator::do_send(const float*, int64_t n, int peer, int tag) {

@@ -26,6 +26,8 @@ class InProcessCommunicator final : public Communicator {
   CommHandle do_reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
   CommHandle do_all_gather(const float* in, float* out, int64_t n) override;
   CommHandle do_broadcast(float* buf, int64_t n, int root) override;
+  CommHandle do_all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                             const int64_t* recv_counts, int elem_bytes) override;
   CommHandle do_send(const float* buf, int64_t n, int peer, int tag) override;
   CommHandle do_recv(float* buf, int64_t n, int peer, int tag) override;
   double do_all_reduce_f64(double value, ReduceOp op) override;

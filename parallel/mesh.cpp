@@ -20,6 +20,8 @@ const char* mesh_axis_name(MeshAxis axis) {
     case MeshAxis::dp_cp: return "dp_cp";
     case MeshAxis::fsdp_cp:
       return "fsdp_cp";
+    case MeshAxis::ep:
+      return "ep";
   }
   return "?";
 }
@@ -33,7 +35,7 @@ MeshAxis mesh_axis_alias(const ParallelDims& d, MeshAxis axis) {
 std::vector<MeshAxis> mesh_split_axes(const ParallelDims& d) {
   std::vector<MeshAxis> out;
   for (MeshAxis a : kMeshAxes)
-    if (mesh_axis_alias(d, a) == a) out.push_back(a);
+    if (mesh_axis_alias(d, a) == a && (a != MeshAxis::ep || d.ep > 1)) out.push_back(a);
   return out;
 }
 
@@ -68,6 +70,8 @@ int mesh_axis_index(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
     case MeshAxis::dp_cp: return c.dp * d.cp + c.cp;
     case MeshAxis::fsdp_cp:
       return c.fsdp * d.cp + c.cp;
+    case MeshAxis::ep:
+      return (c.dp * d.fsdp + c.fsdp) % d.ep;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -83,6 +87,8 @@ int mesh_axis_size(const ParallelDims& d, MeshAxis axis) {
     case MeshAxis::dp_cp: return d.dp * d.cp;
     case MeshAxis::fsdp_cp:
       return d.fsdp * d.cp;
+    case MeshAxis::ep:
+      return d.ep;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -106,6 +112,8 @@ int mesh_axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
       return (c.pp * d.fsdp + c.fsdp) * d.tp + c.tp;
     case MeshAxis::fsdp_cp:
       return (c.pp * d.dp + c.dp) * d.tp + c.tp;
+    case MeshAxis::ep:  // which group of ep data ranks, then pp, cp, tp
+      return (((c.dp * d.fsdp + c.fsdp) / d.ep * d.pp + c.pp) * d.cp + c.cp) * d.tp + c.tp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -182,6 +190,8 @@ void DeviceMesh::drain() const {
 
 Communicator& DeviceMesh::axis(MeshAxis a) const {
   const auto i = static_cast<size_t>(mesh_axis_alias(dims_, a));
+  if (a == MeshAxis::ep && dims_.ep == 1)
+    fail("mesh: no ep communicator at parallel.ep=1 (nothing is exchanged between experts)");
   if (i >= axes_.size() || !axes_[i])
     fail("mesh: no communicator for axis ", i < axes_.size() ? mesh_axis_name(a) : "?");
   return *axes_[i];

@@ -249,6 +249,31 @@ CommHandle MpiCommunicator::do_all_gather(const float* in, float* out, int64_t n
   return make_handle(req, "all_gather", n, "floats per rank");
 }
 
+CommHandle MpiCommunicator::do_all_to_all_v(const void* in, const int64_t* send_counts,
+                                             void* out, const int64_t* recv_counts,
+                                             int elem_bytes) {
+  // In bytes (MPI_BYTE), so one call serves every element type. A
+  // non-blocking collective reads its count and displacement arrays until it
+  // completes (MPI 4.0, 5.12): the pending op keeps them alive.
+  auto arrays = std::make_shared<std::vector<int>>(static_cast<size_t>(4 * size_));
+  int* sc = arrays->data();
+  int* sd = sc + size_;
+  int* rc = sd + size_;
+  int* rd = rc + size_;
+  int64_t s_off = 0, r_off = 0;
+  for (int q = 0; q < size_; ++q) {  // totals checked against INT_MAX by the caller
+    sc[q] = static_cast<int>(send_counts[q] * elem_bytes);
+    sd[q] = static_cast<int>(s_off);
+    rc[q] = static_cast<int>(recv_counts[q] * elem_bytes);
+    rd[q] = static_cast<int>(r_off);
+    s_off += sc[q];
+    r_off += rc[q];
+  }
+  MPI_Request req;
+  MPI_CHECK(MPI_Ialltoallv(in, sc, sd, MPI_BYTE, out, rc, rd, MPI_BYTE, comm_, &req));
+  return make_handle(req, "all_to_all_v", s_off, "bytes sent", std::move(arrays));
+}
+
 CommHandle MpiCommunicator::do_broadcast(float* buf, int64_t n, int root) {
   MPI_Request req;
   MPI_CHECK(MPI_Ibcast(buf, static_cast<int>(n), MPI_FLOAT, root, comm_, &req));

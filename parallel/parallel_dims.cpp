@@ -13,6 +13,7 @@ std::string ParallelDims::str() const {
   if (cp > 1) os << "cp=" << cp << " x ";
   os << "tp=" << tp << " (" << world_size()
      << (world_size() == 1 ? " rank)" : " ranks)");
+  if (ep > 1) os << ", ep=" << ep << " over the data ranks";
   return os.str();
 }
 
@@ -46,6 +47,15 @@ ParallelDims ParallelDims::validated(int dp, int fsdp, int tp, int world_size, i
                                std::to_string(d.world_size())
                          : "; change the degrees or the number of ranks");
   }
+  return d;
+}
+
+ParallelDims ParallelDims::with_expert_parallel(int ep_degree) const {
+  if (ep_degree < 1 || data_parallel() % ep_degree != 0)
+    fail("parallel.ep: expected a divisor of the data ranks parallel.dp x parallel.fsdp = ",
+         data_parallel(), ", got ", ep_degree);
+  ParallelDims d = *this;
+  d.ep = ep_degree;
   return d;
 }
 

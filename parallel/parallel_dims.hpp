@@ -15,6 +15,10 @@ struct ParallelDims {
   // Context parallelism: each sequence cut over cp ranks (next to tp, inside
   // fsdp: Llama 3's order), which hold the same data rows' chunks.
   int cp = 1;
+  // Expert parallelism, folded out of the data ranks (not a factor of the
+  // world size): groups of ep consecutive data ranks (same pp, cp, tp) each
+  // hold a different E/ep of every mixture's experts.
+  int ep = 1;
 
   int world_size() const { return pp * dp * fsdp * cp * tp; }
   // Data shards (distinct rows of the global batch): cp ranks share theirs.
@@ -27,6 +31,9 @@ struct ParallelDims {
   // >= 1. (Whether tp splits the model is the config's check:
   // tp_split_problem, trainer/config/config.hpp.)
   static ParallelDims validated(int dp, int fsdp, int tp, int world_size, int pp = 1, int cp = 1);
+  // This layout with expert parallelism ep; throws gt::Error unless ep >= 1
+  // divides the data ranks (dp x fsdp).
+  ParallelDims with_expert_parallel(int ep) const;
 };
 
 }  // namespace gt

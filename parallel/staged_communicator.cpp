@@ -140,6 +140,26 @@ CommHandle StagedCommunicator::do_all_gather(const float* in, float* out, int64_
   return staged(std::move(h), std::move(lease), {out, host_out, float_bytes(total)});
 }
 
+CommHandle StagedCommunicator::do_all_to_all_v(const void* in, const int64_t* send_counts,
+                                                void* out, const int64_t* recv_counts,
+                                                int elem_bytes) {
+  // The counts are host arrays already; only the payload is staged: the
+  // whole send buffer, then the whole receive buffer, in one lease.
+  int64_t sent = 0, received = 0;
+  for (int q = 0; q < size(); ++q) {
+    sent += send_counts[q];
+    received += recv_counts[q];
+  }
+  const size_t send_bytes = static_cast<size_t>(sent * elem_bytes);
+  const size_t recv_bytes = static_cast<size_t>(received * elem_bytes);
+  StagingPool::Lease lease = pool_->acquire(send_bytes + recv_bytes);
+  auto* host_in = static_cast<char*>(static_cast<void*>(lease.floats()));
+  char* host_out = host_in ? host_in + send_bytes : nullptr;
+  if (send_bytes > 0) staging_->to_host(host_in, in, send_bytes);
+  CommHandle h = inner_->all_to_all_v(host_in, send_counts, host_out, recv_counts, elem_bytes);
+  return staged(std::move(h), std::move(lease), {out, host_out, recv_bytes});
+}
+
 CommHandle StagedCommunicator::do_broadcast(float* buf, int64_t n, int root) {
   StagingPool::Lease lease = pool_->acquire(float_bytes(n));
   float* host = lease.floats();

@@ -67,6 +67,8 @@ class StagedCommunicator final : public Communicator {
   double do_all_reduce_f64(double value, ReduceOp op) override;
   int64_t do_all_reduce_i64(int64_t value, ReduceOp op) override;
   void do_barrier() override;
+  CommHandle do_all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                             const int64_t* recv_counts, int elem_bytes) override;
 
  private:
   // Where an op's result goes on completion: `bytes` from host to device.

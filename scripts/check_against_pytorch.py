@@ -32,7 +32,8 @@ max(1, max |w|)):
 
 Mixtral (--arch mixtral; model.n_experts 4, experts_per_token 2, ffn_hidden
 96, router_aux_loss_coef 0.02, router_z_loss_coef 1e-3, capacity_factor
---capacity-factor, 0 = dropless) also compares `aux_loss` per step (the
+--capacity-factor, 0 = dropless; --ep E runs parallel.ep=E, the experts split
+over groups of E data ranks that exchange tokens all-to-all) also compares `aux_loss` per step (the
 unscaled load-balancing loss, mean over the step's micro-batches) at the
 loss tolerance; `loss` is the cross-entropy alone, the optimised objective
 adds the scaled aux and z-losses (scripts/mixtral_torch.py). Its routers are
@@ -383,6 +384,8 @@ def main():
     ap.add_argument("--fsdp", type=int, default=1, help="the trainer's parallel.fsdp")
     ap.add_argument("--tp", type=int, default=1, help="the trainer's parallel.tp")
     ap.add_argument("--cp", type=int, default=1, help="the trainer's parallel.cp")
+    ap.add_argument("--ep", type=int, default=1,
+                    help="mixtral: the trainer's parallel.ep (folded out of dp x fsdp: no ranks added)")
     ap.add_argument("--cp-comm", choices=("allgather", "ring"), default="allgather",
                     help="the trainer's parallel.cp_comm (where cp > 1)")
     ap.add_argument("--cp-load-balance", choices=("true", "false"), default="true",
@@ -412,6 +415,10 @@ def main():
     ap.add_argument("--reference-only", action="store_true",
                     help="run the torch reference alone and print its figures (no trainer)")
     args = ap.parse_args()
+    if args.ep > 1 and args.arch != "mixtral":
+        ap.error("--ep is for --arch mixtral (only a mixture has experts to split)")
+    if args.ep < 1 or (args.dp * args.fsdp) % args.ep:
+        ap.error(f"--ep {args.ep} must divide --dp x --fsdp = {args.dp * args.fsdp}")
     if min(args.dp, args.fsdp, args.cp, args.tp) < 1:
         ap.error(f"--dp {args.dp} --fsdp {args.fsdp} --cp {args.cp} --tp {args.tp}: "
                  "each must be >= 1")
@@ -436,6 +443,8 @@ def main():
     if args.cp > 1:
         layout += f"_cp{args.cp}"
     layout += f"_tp{args.tp}"
+    if args.ep > 1:
+        layout += f"_ep{args.ep}"
     if args.fsdp > 1:
         layout += f"_stage{args.fsdp_stage}"
     if args.cp > 1:
@@ -479,7 +488,8 @@ def main():
         "parallel": dict(dp=args.dp, fsdp=args.fsdp, tp=args.tp, fsdp_stage=args.fsdp_stage,
                          # Without cp the config stays as it was before parallel.cp.
                          **(dict(cp=args.cp, cp_comm=args.cp_comm, cp_load_balance=load_balance)
-                            if args.cp > 1 else {})),
+                            if args.cp > 1 else {}),
+                         **(dict(ep=args.ep) if args.ep > 1 else {})),
         "log": dict(dir=run_dir, every=1),
         "checkpoint": dict(every=0, resume="none"),
     })

@@ -245,8 +245,9 @@ void validate(const Config& c, const Locations& where) {
                                   p.tp),
         "sequence parallelism splits a micro-batch's rows over the tp ranks");
 
-  // Expert parallelism shards each block's experts over ep consecutive data
-  // ranks (the ranks of dp x fsdp x cp holding different rows).
+  // Expert parallelism splits each block's experts over ep consecutive data
+  // ranks (the ranks of dp x fsdp holding different rows; the same cp and tp
+  // coordinates).
   at_least("parallel.ep", p.ep, 1);
   if (p.ep > 1) {
     if (!m.moe())
@@ -255,11 +256,11 @@ void validate(const Config& c, const Locations& where) {
     if (m.n_experts % p.ep != 0)
       bad("parallel.ep", p.ep, detail::concat("a divisor of model.n_experts=", m.n_experts),
           "each ep rank holds n_experts / ep whole experts");
-    const int data_ranks = p.dp * p.fsdp * p.cp;
+    const int data_ranks = p.dp * p.fsdp;
     if (data_ranks % p.ep != 0)
       bad("parallel.ep", p.ep,
-          detail::concat("a divisor of the data ranks parallel.dp x fsdp x cp = ", p.dp, " x ",
-                         p.fsdp, " x ", p.cp, " = ", data_ranks),
+          detail::concat("a divisor of the data ranks parallel.dp x parallel.fsdp = ", p.dp,
+                         " x ", p.fsdp, " = ", data_ranks),
           "expert parallelism is folded out of the data-parallel ranks, not added to the world");
   }
 
@@ -270,8 +271,9 @@ void validate(const Config& c, const Locations& where) {
                        const std::string& what) {
       bad(key, got, expected, what + " is not implemented yet for model.arch=mixtral");
     };
-    if (p.ep > 1)
-      not_yet("parallel.ep", p.ep, "1", "expert parallelism (the all-to-all token dispatch)");
+    if (p.ep > 1 && c.runtime.device == DeviceKind::cuda)
+      not_yet("parallel.ep", p.ep, "1 with runtime.device=cuda",
+              "expert parallelism on the CUDA backend (the NCCL all-to-all; the CPU runs it)");
     if (p.pp > 1)
       not_yet("parallel.pp", p.pp, "1",
               "pipeline parallelism (the stages' exchange of router statistics)");

@@ -27,9 +27,10 @@ Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, Recomp
 Llama::Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq,
              const ParameterLayout& layout, ParameterStore& store, const TensorParallelGroup& group,
              Recompute recompute, ComputeDType dtype, std::optional<StageSpan> chunk,
-             const ContextParallelGroup& cp)
+             const ContextParallelGroup& cp, const ExpertParallelGroup& ep)
     : CausalLM("Llama", require_llama(cfg), ops, max_rows, max_seq, layout, store, group, recompute,
-               dtype, chunk, cp) {
+               dtype, chunk, cp),
+      ep_(ep) {
   allocate(group);
 }
 
@@ -89,7 +90,7 @@ void Llama::allocate(const TensorParallelGroup& group) {
     const int64_t rows = int64_t(max_rows_) * max_seq_ / tp;
     const bool cast = act_dtype_ != DType::f32 && !store_->keeps_bf16_params();
     moe_ = std::make_unique<MixtureOfExperts>(ops_, cfg_, rows, blocks, act_dtype_, cast, group,
-                                              cp_);
+                                              cp_, ep_);
   }
   blocks_.resize(static_cast<size_t>(cfg_.n_layer));
 }

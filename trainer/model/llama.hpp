@@ -79,7 +79,8 @@ class Llama final : public CausalLM {
   Llama(const ModelConfig& cfg, Ops& ops, int max_rows, int max_seq, const ParameterLayout& layout,
         ParameterStore& store, const TensorParallelGroup& group,
         Recompute recompute = Recompute::none, ComputeDType dtype = ComputeDType::fp32,
-        std::optional<StageSpan> chunk = std::nullopt, const ContextParallelGroup& cp = {});
+        std::optional<StageSpan> chunk = std::nullopt, const ContextParallelGroup& cp = {},
+        const ExpertParallelGroup& ep = {});
   ~Llama() override;
 
   int64_t activation_bytes() const override;
@@ -158,6 +159,7 @@ class Llama final : public CausalLM {
   Gradients dacts_;
   std::unique_ptr<Layers> layers_;
   std::unique_ptr<MixtureOfExperts> moe_;  // model.arch=mixtral only
+  ExpertParallelGroup ep_;                 // the mixtures' ep group (size 1: none)
   std::vector<BlockActivations> blocks_;  // (n_layer), this stage's filled
   Activation lnf_, logits_;               // the head's: the final norm's gathered output, logits
 };

@@ -9,6 +9,7 @@
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/causal_lm.hpp"
+#include "trainer/parallelize/expert_exchange.hpp"
 
 namespace gt {
 
@@ -23,6 +24,7 @@ std::unique_ptr<CausalLM> make_model(const ModelConfig& cfg, Ops& ops, int max_r
                                      const TensorParallelGroup& group, Recompute recompute,
                                      ComputeDType dtype,
                                      std::optional<StageSpan> chunk = std::nullopt,
-                                     const ContextParallelGroup& cp = {});
+                                     const ContextParallelGroup& cp = {},
+                                     const ExpertParallelGroup& ep = {});
 
 }  // namespace gt

@@ -8,7 +8,7 @@ namespace gt {
 
 MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max_rows, int slots,
                                    DType act, bool cast_weights, const TensorParallelGroup& tp,
-                                   const ContextParallelGroup& cp)
+                                   const ContextParallelGroup& cp, const ExpertParallelGroup& ep)
     : ops_(ops),
       cfg_(cfg),
       max_rows_(max_rows),
@@ -23,6 +23,8 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
   GT_CHECK(cfg.moe(), "MixtureOfExperts on model.arch=", to_string(cfg.arch));
   GT_CHECK(slots >= 0 && max_rows >= 1, "slots ", slots, " rows ", max_rows);
   const int64_t R = max_rows, N = R * k_, C = C_, F = F_, E = E_, k = k_;
+  const int64_t L = N * ep.size();
+  L_ = L;
   blocks_.resize(static_cast<size_t>(slots));
   for (Block& b : blocks_) {
     b.probs = alloc(R * E, DType::f32);
@@ -32,9 +34,10 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
     b.positions = alloc(R * k, DType::i32);
     b.offsets = alloc(E + 1, DType::i32);
     b.xs = alloc(N * C, act);
-    b.gu = alloc(N * 2 * F, act);
-    b.h = alloc(N * F, act);
+    b.gu = alloc(L * 2 * F, act);
+    b.h = alloc(L * F, act);
     b.y = alloc(N * C, act);
+    if (ep.size() > 1) b.xl = alloc(L * C, act);
   }
   if (act != DType::f32) x32_ = alloc(R * C, DType::f32);
   logits_ = alloc(R * E, DType::f32);
@@ -47,8 +50,8 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
   dlogits_ = alloc(R * E, DType::f32);
   dweight_ = alloc(R * k, DType::f32);
   dy_ = alloc(N * C, act);
-  dh_ = alloc(N * F, act);
-  dgu_ = alloc(N * 2 * F, act);
+  dh_ = alloc(L * F, act);
+  dgu_ = alloc(L * 2 * F, act);
   dxs_ = alloc(N * C, act);
   dx_act_ = alloc(R * C, act);
   dx_router_ = alloc(R * C, DType::f32);
@@ -56,27 +59,35 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
     w13_cast_ = alloc(E * 2 * F * C, act);
     w2_cast_ = alloc(E * C * F, act);
   }
+  if (ep.size() > 1) {
+    local_scratch_ = alloc(L * C, act);
+    exchange_ = std::make_unique<ExpertExchange>(ops, ep, E_, N, C, act, std::max(slots, 1));
+    bytes_ += exchange_->bytes();
+  }
   host_offsets_.resize(static_cast<size_t>(E + 1));
-  GT_CHECK(bytes_ == planned_bytes(cfg, max_rows, slots, act, cast_weights),
+  GT_CHECK(bytes_ == planned_bytes(cfg, max_rows, slots, act, cast_weights, ep.size()),
            "MixtureOfExperts allocated ", bytes_, " bytes, its plan says ",
-           planned_bytes(cfg, max_rows, slots, act, cast_weights));
+           planned_bytes(cfg, max_rows, slots, act, cast_weights, ep.size()));
 }
 
 int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows, int slots,
-                                        DType act, bool cast_weights) {
+                                        DType act, bool cast_weights, int ep) {
   const int64_t R = max_rows, k = cfg.experts_per_token, N = R * k, C = cfg.n_embd,
-                F = cfg.ffn_width(), E = cfg.n_experts, S = std::max(slots, 1);
+                F = cfg.ffn_width(), E = cfg.n_experts, S = std::max(slots, 1), L = N * ep;
   const int64_t a = static_cast<int64_t>(dtype_size(act)), f = 4, i = 4;
   // Every buffer at least one element (alloc's rule).
   auto b = [](int64_t elems, int64_t size) { return std::max<int64_t>(elems, 1) * size; };
   const int64_t block = b(R * E, f) + b(R, f) + b(R * k, i) + b(R * k, f) + b(R * k, i) +
-                        b(E + 1, i) + b(N * C, a) + b(N * 2 * F, a) + b(N * F, a) + b(N * C, a);
+                        b(E + 1, i) + b(N * C, a) + b(L * 2 * F, a) + b(L * F, a) + b(N * C, a) +
+                        (ep > 1 ? b(L * C, a) : 0);
   int64_t n = int64_t(slots) * block;
   if (act != DType::f32) n += b(R * C, f);
   n += b(R * E, f) + b(S * 2 * E, f) + b(2 * E, f) + b(1, f) + b(E, f) + b(1, f) + b(S * E, f);
-  n += b(R * E, f) + b(R * k, f) + b(N * C, a) + b(N * F, a) + b(N * 2 * F, a) + b(N * C, a) +
+  n += b(R * E, f) + b(R * k, f) + b(N * C, a) + b(L * F, a) + b(L * 2 * F, a) + b(N * C, a) +
        b(R * C, a) + b(R * C, f);
   if (cast_weights && act != DType::f32) n += b(E * 2 * F * C, a) + b(E * C * F, a);
+  if (ep > 1)
+    n += b(L * C, a) + ExpertExchange::planned_bytes(ep, int(E), N, C, act, std::max(slots, 1));
   return n;
 }
 
@@ -161,11 +172,15 @@ Activation MixtureOfExperts::forward(int slot, const Activation& x, TensorView o
   const TensorView xs = act(b.xs, {N, C}), gu = act(b.gu, {N, 2 * F});
   const TensorView h = act(b.h, {N, F}), y = act(b.y, {N, C});
   ops_.moe_permute(xs, x.view, pos);
-  ops_.grouped_matmul_forward(gu, xs, gw.w13, off);
-  // Rows past the kept ones hold stale (finite) values the down GEMM never
-  // reads: SwiGLU over all N rows costs less than a host read of the count.
-  ops_.swiglu_forward(h, gu);
-  ops_.grouped_matmul_forward(y, h, gw.w2, off);
+  if (exchange_) {
+    experts_forward_ep(slot, b, gw);
+  } else {
+    ops_.grouped_matmul_forward(gu, xs, gw.w13, off);
+    // Rows past the kept ones hold stale (finite) values the down GEMM never
+    // reads: SwiGLU over all N rows costs less than a host read of the count.
+    ops_.swiglu_forward(h, gu);
+    ops_.grouped_matmul_forward(y, h, gw.w2, off);
+  }
   ops_.moe_combine_forward(out, y, pos, tw);
   if (cap > 0) {  // the one host read: how many slots the capacity dropped
     ops_.download(host_offsets_.data(), off);
@@ -221,12 +236,17 @@ Activation MixtureOfExperts::backward(int slot, const Activation& dout, TensorVi
   const TensorView tw = f32(b.topk_weight, {R, k}), dtw = f32(dweight_, {R, k});
   const TensorView y = act(b.y, {N, C}), dy = act(dy_, {N, C});
   ops_.moe_combine_backward(dy, dtw, dout.view, y, pos, tw);
-  const TensorView h = act(b.h, {N, F}), dh = act(dh_, {N, F});
-  ops_.grouped_matmul_backward(dh, dw.w2, dy, h, gw.w2, off);
-  const TensorView gu = act(b.gu, {N, 2 * F}), dgu = act(dgu_, {N, 2 * F});
-  ops_.swiglu_backward(dgu, dh, gu);
-  const TensorView xs = act(b.xs, {N, C}), dxs = act(dxs_, {N, C});
-  ops_.grouped_matmul_backward(dxs, dw.w13, dgu, xs, gw.w13, off);
+  const TensorView dxs = act(dxs_, {N, C});
+  if (exchange_) {
+    experts_backward_ep(slot, b, gw, dw, dy, dxs);
+  } else {
+    const TensorView h = act(b.h, {N, F}), dh = act(dh_, {N, F});
+    ops_.grouped_matmul_backward(dh, dw.w2, dy, h, gw.w2, off);
+    const TensorView gu = act(b.gu, {N, 2 * F}), dgu = act(dgu_, {N, 2 * F});
+    ops_.swiglu_backward(dgu, dh, gu);
+    const TensorView xs = act(b.xs, {N, C});
+    ops_.grouped_matmul_backward(dxs, dw.w13, dgu, xs, gw.w13, off);
+  }
   // d(x) through the dispatch (act dtype) and through the router (fp32).
   const TensorView dx_act = act_ == DType::f32 ? dx : act(dx_act_, {R, C});
   ops_.moe_permute_backward(dx_act, dxs, pos);
@@ -244,6 +264,54 @@ Activation MixtureOfExperts::backward(int slot, const Activation& dout, TensorVi
   ops_.matmul_backward(dx_router, dw.gate, TensorView{}, dlogits, x32, w.gate);
   ops_.accumulate(dx, dx_router);
   return rowwise(dx, dout, "d(block_sparse_moe)");
+}
+
+TensorView MixtureOfExperts::local_experts(const TensorView& w) const {
+  const int first = exchange_->first_local_expert(), El = exchange_->local_experts();
+  const int64_t per_expert = w.numel() / E_;
+  auto* base = static_cast<char*>(w.data) +
+               static_cast<int64_t>(first) * per_expert * static_cast<int64_t>(dtype_size(w.dtype));
+  return make_view(base, w.dtype, w.device, {El, w.shape[1], w.shape[2]});
+}
+
+void MixtureOfExperts::experts_forward_ep(int slot, Block& b, const Weights& gw) {
+  const int64_t N = b.rows * k_, C = C_, F = F_;
+  const TensorView off = i32(b.offsets, {int64_t(E_) + 1});
+  // Collective over the ep group (every rank, even one that receives nothing).
+  const int64_t M = exchange_->plan(slot, off);
+  b.local_rows = M;
+  const TensorView xl = act(b.xl, {L_, C});
+  exchange_->dispatch(slot, act(b.xs, {N, C}), xl);
+  const TensorView yl = act(local_scratch_, {L_, C});
+  if (M > 0) {
+    const TensorView lo = exchange_->local_offsets(slot);
+    const TensorView xm = act(b.xl, {M, C}), gu = act(b.gu, {M, 2 * F}), h = act(b.h, {M, F});
+    ops_.grouped_matmul_forward(gu, xm, local_experts(gw.w13), lo);
+    ops_.swiglu_forward(h, gu);
+    ops_.grouped_matmul_forward(act(local_scratch_, {M, C}), h, local_experts(gw.w2), lo);
+  }
+  exchange_->combine(slot, yl, act(b.y, {N, C}));
+}
+
+void MixtureOfExperts::experts_backward_ep(int slot, Block& b, const Weights& gw,
+                                           const Weights& dw, const TensorView& dy,
+                                           const TensorView& dxs) {
+  const int64_t M = b.local_rows, C = C_, F = F_;
+  // d(y) to the experts' ranks, as the forward sent x; d(x) back, as it got y.
+  const TensorView scratch = act(local_scratch_, {L_, C});
+  exchange_->dispatch(slot, dy, scratch);
+  if (M > 0) {
+    const TensorView lo = exchange_->local_offsets(slot);
+    const TensorView dyl = act(local_scratch_, {M, C});
+    const TensorView h = act(b.h, {M, F}), dh = act(dh_, {M, F});
+    ops_.grouped_matmul_backward(dh, local_experts(dw.w2), dyl, h, local_experts(gw.w2), lo);
+    const TensorView gu = act(b.gu, {M, 2 * F}), dgu = act(dgu_, {M, 2 * F});
+    ops_.swiglu_backward(dgu, dh, gu);
+    // d(xl) overwrites d(yl), read for the last time above.
+    ops_.grouped_matmul_backward(dyl, local_experts(dw.w13), dgu, act(b.xl, {M, C}),
+                                 local_experts(gw.w13), lo);
+  }
+  exchange_->combine(slot, scratch, dxs);
 }
 
 MoeStepStats MixtureOfExperts::take_step_stats() {

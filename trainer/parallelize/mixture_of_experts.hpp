@@ -26,12 +26,25 @@
 // sum over layers of the mean over rows of logsumexp(logits)^2) enters the
 // gradient only; it is not reported.
 //
+// Expert parallelism (an ep group of P > 1 ranks, parallel.ep): this rank
+// runs only experts [q E/P, (q+1) E/P) of every block, q its ep rank. The
+// sorted rows go to the ranks holding their experts and the outputs come
+// back (ExpertExchange: all-to-all-v, counts first), so the combine, the
+// router and everything outside the experts are as without ep. The weights
+// of the other experts stay where the store put them, unread; their
+// gradients get nothing from this rank: summed over the data ranks (which
+// the ep group is part of), each expert's gradient is its tokens' on every
+// rank, computed once, on its owner.
+//
 // Buffers: each block's routing, dispatch plan and expert activations are
 // kept for its backward (the `slots` of the model's chunk); the gradients'
-// buffers are shared by the blocks.
+// buffers are shared by the blocks. Under ep the experts' activations hold
+// P R k rows (a dropless layer's worst case: every row of the group routed
+// to this rank's experts).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/ops.hpp"
@@ -39,6 +52,7 @@
 #include "trainer/model/moe_step_stats.hpp"
 #include "trainer/parallelize/activation_placement.hpp"
 #include "trainer/parallelize/context_parallel.hpp"
+#include "trainer/parallelize/expert_exchange.hpp"
 #include "trainer/parallelize/tp_mappings.hpp"
 
 namespace gt {
@@ -58,11 +72,12 @@ class MixtureOfExperts {
   // bf16 copy), so each GEMM's weights are rounded into a scratch first.
   MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max_rows, int slots, DType act,
                    bool cast_weights, const TensorParallelGroup& tp,
-                   const ContextParallelGroup& cp);
+                   const ContextParallelGroup& cp, const ExpertParallelGroup& ep = {});
   // What that constructor allocates, in bytes (the planner's memory model
-  // sums this; the constructor checks it allocated exactly this).
+  // sums this; the constructor checks it allocated exactly this); ep: the
+  // ep group's size.
   static int64_t planned_bytes(const ModelConfig& cfg, int64_t max_rows, int slots, DType act,
-                               bool cast_weights);
+                               bool cast_weights, int ep = 1);
 
   // Before a micro-batch's first block: forget the last one's statistics.
   void begin_micro_batch();
@@ -92,9 +107,18 @@ class MixtureOfExperts {
  private:
   struct Block {  // one block's forward state, kept for its backward
     Buffer probs, lse, topk_expert, topk_weight, positions, offsets;
-    Buffer xs, gu, h, y;  // (N, C), (N, 2F), (N, F), (N, C) in act dtype
-    int64_t rows = 0;     // R of the forward that filled it
+    // (N, C), (L, 2F), (L, F), (N, C) in act dtype; L = N without ep, P N with
+    Buffer xs, gu, h, y;
+    Buffer xl;               // ep only: (L, C) the rows this rank's experts received
+    int64_t rows = 0;        // R of the forward that filled it
+    int64_t local_rows = 0;  // ep only: the rows received (M <= L)
   };
+  // The local experts' slice of an (E, ...) expert tensor.
+  TensorView local_experts(const TensorView& w) const;
+  // The experts' part of forward/backward under ep (exchange_ set).
+  void experts_forward_ep(int slot, Block& b, const Weights& gw);
+  void experts_backward_ep(int slot, Block& b, const Weights& gw, const Weights& dw,
+                           const TensorView& dy, const TensorView& dxs);
   TensorView f32(const Buffer& b, std::initializer_list<int64_t> shape) const;
   TensorView i32(const Buffer& b, std::initializer_list<int64_t> shape) const;
   TensorView act(const Buffer& b, std::initializer_list<int64_t> shape) const;
@@ -120,6 +144,11 @@ class MixtureOfExperts {
   // The gradients' buffers, shared by the blocks.
   Buffer dlogits_, dweight_, dy_, dh_, dgu_, dxs_, dx_act_, dx_router_;
   Buffer w13_cast_, w2_cast_;  // cast_weights: (E, 2F, C), (E, C, F) in act
+  std::unique_ptr<ExpertExchange> exchange_;  // ep > 1 only
+  // ep only, (L, C) act: the local experts' outputs in the forward, their
+  // output gradients then input gradients in the backward.
+  Buffer local_scratch_;
+  int64_t L_ = 0;  // rows the expert GEMMs' buffers hold: N, or P N under ep
   bool stats_pending_ = false;  // finish_micro_batch formed dprob_ for this micro-batch
   bool aux_grad_ = false;       // dprob_ holds a gradient to apply
   float z_grad_ = 0;

@@ -46,6 +46,8 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
   const ParallelDims& d = mesh.dims();
   const TensorParallelGroup tp_group{&mesh.tp(), plan.tp_overlap};
   const ContextParallelGroup cp_group{&mesh.cp(), plan.cp_comm, plan.cp_load_balance};
+  // Expert parallelism: the mixtures' token exchange over the ep group.
+  const ExpertParallelGroup ep_group{d.ep > 1 ? &mesh.ep() : nullptr};
   // Each cp rank's model holds its chunks of every sequence: seq_len / cp rows.
   const int B = shape.micro_batch, T = shape.seq_len / d.cp;
   GT_CHECK(T * d.cp == shape.seq_len, "seq_len ", shape.seq_len, " over parallel.cp=", d.cp);
@@ -66,7 +68,7 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
                                           plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
   auto build_model = [&](std::optional<StageSpan> chunk) {
     return make_model(model, ops, B, T, *out.layout, *out.params, tp_group, shape.recompute,
-                      plan.dtype, chunk, cp_group);
+                      plan.dtype, chunk, cp_group, ep_group);
   };
   if (d.pp == 1) {
     // 3. the model over the tensor-parallel layers; 4. gradient accumulation.

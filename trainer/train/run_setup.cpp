@@ -28,7 +28,8 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
   const auto& tc = cfg.train;
   const int world_size = world ? world->size() : 1;
   run.dims = ParallelDims::validated(cfg.parallel.dp, cfg.parallel.fsdp, cfg.parallel.tp,
-                                     world_size, cfg.parallel.pp, cfg.parallel.cp);
+                                     world_size, cfg.parallel.pp, cfg.parallel.cp)
+                 .with_expert_parallel(cfg.parallel.ep);
   // The mesh is the one collective of start-up: every rank reaches it (the
   // check above is the same everywhere) before anything rank-local can fail.
   run.mesh = world ? std::make_unique<DeviceMesh>(run.dims, *world)
