@@ -913,9 +913,21 @@ TEST(Config, MixtralKeysAreReadCheckedAndRefusedWhereNotBuilt) {
   EXPECT_TRUE(has(error_of(kLlama8b, {"parallel.ep=2"}),
                   "parallel.ep (override 'parallel.ep=2'): expected 1 with model.arch=llama"));
   EXPECT_TRUE(has(with({"parallel.ep=3"}), "expected a divisor of model.n_experts=8, got 3"));
+  // ep is folded out of dp x fsdp: it must divide them (cp ranks share rows).
+  EXPECT_TRUE(has(with({"parallel.ep=2"}),
+                  "expected a divisor of the data ranks parallel.dp x parallel.fsdp = 1 x 1 = 1"));
+  EXPECT_TRUE(has(with({"parallel.ep=2", "parallel.cp=2"}), "parallel.dp x parallel.fsdp = 1"));
+  const Config ep = parse_config(kLlama8b, kSource,
+                                 {"model.arch=mixtral", "model.rope_scaling=null",
+                                  "parallel.ep=2", "parallel.dp=2", "train.global_batch=16",
+                                  "runtime.device=cpu"});
+  EXPECT_EQ(ep.parallel.ep, 2);
+  EXPECT_TRUE(has(to_yaml(ep), "  ep: 2"));
   // Not built yet: one line naming the key and what is missing.
-  EXPECT_TRUE(has(with({"parallel.ep=2", "parallel.dp=2", "train.global_batch=16"}),
-                  "expert parallelism (the all-to-all token dispatch) is not implemented yet"));
+  EXPECT_TRUE(has(with({"parallel.ep=2", "parallel.dp=2", "train.global_batch=16",
+                        "runtime.device=cuda"}),
+                  "expert parallelism on the CUDA backend (the NCCL all-to-all; the CPU runs it) "
+                  "is not implemented yet"));
   EXPECT_TRUE(has(with({"parallel.pp=2"}), "parallel.pp (override 'parallel.pp=2'): expected 1"));
   EXPECT_TRUE(has(with({"model.capacity_factor=1.25", "parallel.tp=2"}),
                   "dropping over a micro-batch split across tp or cp ranks is not implemented"));

@@ -38,7 +38,8 @@ Other checks, each its own --check: resharding a checkpoint between layouts,
 and a rank that fails or is killed ending the whole job quickly. The
 pipeline layouts (pp*) and their resharding (--check reshard_pp) are in
 pipeline_layouts.py beside this file, the context-parallel ones (cp*,
---check reshard_cp) in cp_layouts.py.
+--check reshard_cp) in cp_layouts.py, the expert-parallel ones (*_ep*, with
+--arch mixtral only) in moe_layouts.py.
 
     python3 tests/layouts/layout_matrix.py --build build --layout dp2
     python3 tests/layouts/layout_matrix.py --build build --layout dp2 --dtype bf16
@@ -67,6 +68,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import prepare_data  # noqa: E402  (pure standard library)
 import cp_layouts  # noqa: E402  (tests/layouts/, beside this file)
+import moe_layouts  # noqa: E402  (tests/layouts/, beside this file)
 import pipeline_layouts  # noqa: E402  (tests/layouts/, beside this file)
 
 # The model of every run, per family (--arch). The Llama has grouped-query
@@ -76,6 +78,12 @@ MODELS = {
     "gpt2": dict(n_layer=3, n_head=4, n_embd=32, vocab_size=256, block_size=16),
     "llama": dict(arch="llama", n_layer=3, n_head=8, n_kv_head=4, n_embd=32, ffn_hidden=64,
                   vocab_size=256, block_size=16, rope_theta=10000.0, tie_embeddings=False),
+    # The Llama's attention with 4 experts of width 32, 2 per token
+    # (tests/layout_matrix_models.hpp's matrix_mixtral): its layouts are the
+    # expert-parallel ones, moe_layouts.py.
+    "mixtral": dict(arch="mixtral", n_layer=3, n_head=8, n_kv_head=4, n_embd=32, ffn_hidden=32,
+                    n_experts=4, experts_per_token=2, router_aux_loss_coef=0.02,
+                    vocab_size=256, block_size=16, rope_theta=10000.0, tie_embeddings=False),
 }
 MODEL = MODELS["gpt2"]  # main() sets the family's
 TRAIN = dict(seq_len=16, global_batch=8, steps=10, lr=3e-3, lr_schedule="cosine",
@@ -99,7 +107,7 @@ LAYOUTS = {
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
 BF16_TOL = 2e-3        # losses and grad norms
-BF16_PARAM_TOL = {"gpt2": 1e-2, "llama": 2e-2}  # final parameters (module docstring)
+BF16_PARAM_TOL = {"gpt2": 1e-2, "llama": 2e-2, "mixtral": 2e-2}  # final parameters (module docstring)
 BF16_RMS_TOL = 2e-2    # each final tensor's RMS difference over its RMS
 BYTES_RTOL = 0.01
 
@@ -502,7 +510,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--layout", action="append", default=[],
                     choices=sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS) +
-                    sorted(cp_layouts.CP_LAYOUTS))
+                    sorted(cp_layouts.CP_LAYOUTS) + sorted(moe_layouts.EP_LAYOUTS))
     ap.add_argument("--check", action="append", default=[],
                     choices=("reshard", "reshard_pp", "reshard_cp", "failure"))
     ap.add_argument("--cp-comm", choices=cp_layouts.CP_COMMS,
@@ -522,6 +530,13 @@ def main():
     global MODEL
     MODEL = MODELS[args.arch]
     every = sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS) + sorted(cp_layouts.CP_LAYOUTS)
+    if args.arch == "mixtral":
+        every = sorted(moe_layouts.EP_LAYOUTS)
+        if args.check or any(x not in moe_layouts.EP_LAYOUTS for x in args.layout):
+            sys.exit("error: --arch mixtral runs the expert-parallel layouts (" +
+                     ", ".join(every) + "); the others' byte formulas are the dense families'")
+    elif any(x in moe_layouts.EP_LAYOUTS for x in args.layout):
+        sys.exit("error: the expert-parallel layouts need --arch mixtral")
     if args.list:
         print("\n".join(every))
         return 0
@@ -540,6 +555,8 @@ def main():
                 fails += pipeline_layouts.run_pp_layout(this, runner, name)
             elif name in cp_layouts.CP_LAYOUTS:
                 fails += cp_layouts.run_cp_layout(this, runner, name, args)
+            elif name in moe_layouts.EP_LAYOUTS:
+                fails += moe_layouts.run_ep_layout(this, runner, name)
             else:
                 fails += run_layout(runner, name)
         if "reshard" in args.check:

@@ -92,6 +92,52 @@ TEST(MpiCommunicator, Bf16SumsThroughTheUserOperation) {
   check_bf16_sums_on_host(*w);
 }
 
+// Uneven per-peer counts with zeros (a rank that sends or receives nothing),
+// in each element width, and the bytes counted: what leaves this rank.
+template <typename T>
+void check_all_to_all_v(Communicator& w) {
+  const int p = w.size(), r = w.rank();
+  for (int shift = 0; shift < 3; ++shift) {
+    SCOPED_TRACE("shift " + std::to_string(shift) + ", " + std::to_string(sizeof(T)) + " bytes");
+    // rank a sends (a + 2b + shift) % 4 elements to rank b: value 100a + 10b + i.
+    auto count = [&](int a, int b) { return int64_t((a + 2 * b + shift) % 4); };
+    std::vector<int64_t> sc(static_cast<size_t>(p)), rc(static_cast<size_t>(p));
+    std::vector<T> send, want;
+    double away = 0;
+    for (int q = 0; q < p; ++q) {
+      sc[static_cast<size_t>(q)] = count(r, q);
+      rc[static_cast<size_t>(q)] = count(q, r);
+      for (int64_t i = 0; i < count(r, q); ++i) send.push_back(static_cast<T>(100 * r + 10 * q + i));
+      for (int64_t i = 0; i < count(q, r); ++i) want.push_back(static_cast<T>(100 * q + 10 * r + i));
+      if (q != r) away += static_cast<double>(count(r, q) * int64_t(sizeof(T)));
+    }
+    std::vector<T> got(want.size() + 1, T(7));  // never a null buffer; the last stays 7
+    w.reset_bytes();
+    w.all_to_all_v(send.data(), sc.data(), got.data(), rc.data(), int(sizeof(T))).wait();
+    EXPECT_EQ(got.back(), T(7)) << "wrote past the received elements";
+    got.pop_back();
+    EXPECT_EQ(got, want);
+    EXPECT_DOUBLE_EQ(w.bytes_sent(), away);
+  }
+}
+
+TEST(MpiCommunicator, AllToAllVWithUnevenAndEmptyBlocks) {
+  auto w = test_world();
+  check_all_to_all_v<float>(*w);
+  check_all_to_all_v<uint16_t>(*w);  // bf16 bits
+  check_all_to_all_v<int64_t>(*w);
+  // Counts that cannot be sent are refused before MPI, by name.
+  std::vector<int64_t> bad(static_cast<size_t>(w->size()), 0), ok(bad);
+  bad.back() = -1;
+  float x = 0;
+  EXPECT_NE(error_message([&] { w->all_to_all_v(&x, bad.data(), &x, ok.data(), 4); })
+                .find("all_to_all_v with a negative count"),
+            std::string::npos);
+  EXPECT_NE(error_message([&] { w->all_to_all_v(&x, ok.data(), &x, ok.data(), 3); })
+                .find("expected 2 (bf16), 4 (fp32) or 8 (int64)"),
+            std::string::npos);
+}
+
 TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   auto w = test_world();
   for (int root = 0; root < w->size(); ++root) {

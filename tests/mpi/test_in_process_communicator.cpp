@@ -35,6 +35,20 @@ TEST(InProcessCommunicator, CollectivesAreCopies) {
   EXPECT_EQ(c.bytes_sent(), 0.0);  // every ring volume has the factor (p - 1) = 0
 }
 
+TEST(InProcessCommunicator, AllToAllVIsACopyToItself) {
+  InProcessCommunicator c("solo");
+  const std::vector<uint16_t> in{1, 2, 3};
+  std::vector<uint16_t> out(3, 0);
+  const int64_t three = 3, two = 2, none = 0;
+  c.all_to_all_v(in.data(), &three, out.data(), &three, 2).wait();
+  EXPECT_EQ(out, in);
+  c.all_to_all_v(nullptr, &none, nullptr, &none, 4).wait();  // nothing to move
+  EXPECT_NE(error_message([&] { c.all_to_all_v(in.data(), &three, out.data(), &two, 2); })
+                .find("sends 3 elements to itself but expects to receive 2"),
+            std::string::npos);
+  EXPECT_EQ(c.bytes_sent(), 0.0);
+}
+
 TEST(InProcessCommunicator, Bf16SumsAreTheValuesThemselves) {
   InProcessCommunicator c("solo");
   check_bf16_sums_on_host(c);

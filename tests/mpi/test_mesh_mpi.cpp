@@ -24,6 +24,9 @@ std::vector<ParallelDims> mesh_layouts_for(int world) {
           d.pp = pp;
           d.cp = cp;
           out.push_back(d);
+          // Expert parallelism over every divisor of the data ranks.
+          for (int ep = 2; ep <= d.data_parallel(); ++ep)
+            if (d.data_parallel() % ep == 0) out.push_back(d.with_expert_parallel(ep));
         }
   return out;
 }
@@ -86,8 +89,34 @@ TEST(MeshLayout, RankFormulaCpNextToTp) {
   const ParallelDims one{2, 2, 1};
   EXPECT_EQ(mesh_axis_alias(one, MeshAxis::dp_cp), MeshAxis::dp);
   EXPECT_EQ(mesh_axis_alias(one, MeshAxis::fsdp_cp), MeshAxis::fsdp);
-  EXPECT_EQ(mesh_split_axes(one).size(), std::size(kMeshAxes) - 2);
-  EXPECT_EQ(mesh_split_axes(d).size(), std::size(kMeshAxes));
+  // ep has a communicator only at ep > 1.
+  EXPECT_EQ(mesh_split_axes(one).size(), std::size(kMeshAxes) - 3);
+  EXPECT_EQ(mesh_split_axes(d).size(), std::size(kMeshAxes) - 1);
+  EXPECT_EQ(mesh_split_axes(d.with_expert_parallel(2)).size(), std::size(kMeshAxes));
+}
+
+// ep: groups of ep consecutive data ranks with the same pp, cp and tp,
+// folded out of the data ranks (the world stays pp x dp x fsdp x cp x tp).
+TEST(MeshLayout, ExpertParallelGroupsAreConsecutiveDataRanks) {
+  const ParallelDims d = ParallelDims{2, 2, 2}.with_expert_parallel(2);  // 8 ranks, data = 4
+  EXPECT_EQ(d.world_size(), 8);
+  EXPECT_EQ(d.str(), "dp=2 x fsdp=2 x tp=2 (8 ranks), ep=2 over the data ranks");
+  // rank 5 = dp 1, fsdp 0, tp 1: data index 2, ep group {data 2, data 3}
+  EXPECT_EQ(mesh_axis_ranks(d, 5, MeshAxis::data), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(mesh_axis_ranks(d, 5, MeshAxis::ep), (std::vector<int>{5, 7}));
+  EXPECT_EQ(mesh_axis_ranks(d, 1, MeshAxis::ep), (std::vector<int>{1, 3}));
+  EXPECT_EQ(mesh_axis_ranks(d, 6, MeshAxis::ep), (std::vector<int>{4, 6}));
+  EXPECT_EQ(mesh_axis_index(d, mesh_coord_of(d, 7), MeshAxis::ep), 1);
+  const ParallelDims all = ParallelDims{4, 1, 1}.with_expert_parallel(4);
+  EXPECT_EQ(mesh_axis_ranks(all, 2, MeshAxis::ep), (std::vector<int>{0, 1, 2, 3}));
+  const ParallelDims cp = ParallelDims{2, 1, 1, 1, 2}.with_expert_parallel(2);  // dp 2 x cp 2
+  EXPECT_EQ(mesh_axis_ranks(cp, 1, MeshAxis::ep), (std::vector<int>{1, 3}));
+  const std::string e =
+      error_message([] { ParallelDims{2, 3, 1}.with_expert_parallel(4); });
+  EXPECT_NE(e.find("parallel.ep: expected a divisor of the data ranks parallel.dp x "
+                   "parallel.fsdp = 6, got 4"),
+            std::string::npos)
+      << e;
 }
 
 TEST(MeshLayout, RankFormulaTpInnermost) {
@@ -175,6 +204,11 @@ TEST(Mesh, CoordinatesAndAxisMembership) {
     // An axis without a communicator of its own (dp_cp, fsdp_cp at cp = 1)
     // is its alias's: the same ranks in the same order.
     for (MeshAxis a : kMeshAxes) {
+      if (a == MeshAxis::ep && d.ep == 1) {  // nothing to exchange: refused by name
+        EXPECT_NE(error_message([&] { m.axis(a); }).find("no ep communicator at parallel.ep=1"),
+                  std::string::npos);
+        continue;
+      }
       const MeshAxis alias = mesh_axis_alias(d, a);
       EXPECT_EQ(&m.axis(a), &m.axis(alias)) << mesh_axis_name(a);
       EXPECT_EQ(mesh_axis_ranks(d, w->rank(), a), mesh_axis_ranks(d, w->rank(), alias));
@@ -239,6 +273,25 @@ void check_every_collective_on_every_axis(const DeviceMesh& m, int g) {
         EXPECT_TRUE(exactly(got, filled(members[static_cast<size_t>((me + p - 1) % p)], n)))
             << "send/recv";
         want_bytes += b;
+      }
+
+      {  // all_to_all_v: to axis rank q, (me + q) % 3 elements of value g + 0.25 q + i/8
+        auto count = [](int from, int to) { return int64_t((from + to) % 3); };
+        std::vector<int64_t> sc(static_cast<size_t>(p)), rc(static_cast<size_t>(p));
+        std::vector<float> send, want_a;
+        for (int q = 0; q < p; ++q) {
+          sc[static_cast<size_t>(q)] = count(me, q);
+          rc[static_cast<size_t>(q)] = count(q, me);
+          for (int64_t i = 0; i < count(me, q); ++i) send.push_back(g + 0.25f * q + i / 8.f);
+          for (int64_t i = 0; i < count(q, me); ++i)
+            want_a.push_back(static_cast<float>(members[static_cast<size_t>(q)]) + 0.25f * me +
+                             i / 8.f);
+          if (q != me) want_bytes += 4.0 * count(me, q);
+        }
+        std::vector<float> got(want_a.size() + 1, -1.f);  // never empty
+        c.all_to_all_v(send.data(), sc.data(), got.data(), rc.data(), 4).wait();
+        got.pop_back();
+        EXPECT_TRUE(exactly(got, want_a)) << "all_to_all_v";
       }
 
       EXPECT_EQ(c.all_reduce_i64(g, ReduceOp::sum),
