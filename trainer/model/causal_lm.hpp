@@ -35,7 +35,7 @@
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/activation_plan.hpp"
-#include "trainer/model/moe_step_stats.hpp"
+#include "trainer/parallelize/moe_step_stats.hpp"
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/model/parameter_store.hpp"
 #include "trainer/parallelize/context_parallel.hpp"

@@ -49,7 +49,7 @@
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/moe_step_stats.hpp"
+#include "trainer/parallelize/moe_step_stats.hpp"
 #include "trainer/parallelize/activation_placement.hpp"
 #include "trainer/parallelize/context_parallel.hpp"
 #include "trainer/parallelize/expert_exchange.hpp"

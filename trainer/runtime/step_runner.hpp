@@ -24,7 +24,7 @@
 #include <string>
 
 #include "kernels/core/tensor.hpp"
-#include "trainer/model/moe_step_stats.hpp"
+#include "trainer/parallelize/moe_step_stats.hpp"
 
 namespace gt {
 
