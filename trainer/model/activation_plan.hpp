@@ -55,6 +55,9 @@ struct ActivationShape {
   CpComm cp_mode = CpComm::allgather;  // parallel.cp_comm
   bool cp_load_balance = true;
   int64_t cp_block_scratch = 0;
+  // Expert parallelism's group size (parallel.ep): a mixture's expert
+  // buffers hold ep x the rows (mixture_of_experts.hpp).
+  int ep = 1;
   // The sequence's chunks (cp = 1: one chunk, the whole sequence).
   SequenceChunks chunks() const { return SequenceChunks(max_seq * cp, cp, cp_load_balance); }
 };

@@ -44,7 +44,9 @@ void Llama::allocate(const TensorParallelGroup& group) {
   ffn_ = cfg_.moe() ? 0 : cfg_.ffn_width() / tp;  // a mixture's experts are not split
   head_weight_ = cfg_.tied_embeddings() ? "embed_tokens.weight" : "lm_head.weight";
   // Every buffer as the plan sizes it (the planner sums the same plan).
-  const LlamaActivationPlan plan = plan_llama_activations(cfg_, activation_shape(group));
+  ActivationShape shape = activation_shape(group);
+  shape.ep = ep_.size();
+  const LlamaActivationPlan plan = plan_llama_activations(cfg_, shape);
   allocate_shared(plan, group);
   auto& a = acts_;
   a.rope = CausalLM::allocate(plan.rope);

@@ -74,7 +74,8 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   // The experts' GEMMs read bf16 weights: the store's copy, or their own
   // rounding scratch.
   if (m.moe())
-    p.moe_bytes = MixtureOfExperts::planned_bytes(m, Rl, L, act, bf16 && !s.store_keeps_bf16_params);
+    p.moe_bytes = MixtureOfExperts::planned_bytes(m, Rl, L, act, bf16 && !s.store_keeps_bf16_params,
+                                                  s.ep);
   return p;
 }
 
