@@ -332,10 +332,14 @@ def read_metrics(path):
 
 # ================================================================ self-test
 
-def check_init_and_causality(model, vocab):
+def check_init_and_causality(model, vocab, atol=0.0):
     """What any freshly initialised causal LM must do (the references'
     self-tests): a loss near ln(vocab) on random tokens, and logits at a
-    position that a later token cannot change. Returns the tokens used."""
+    position that a later token cannot change (bit for bit at atol 0; a
+    dropless mixture passes atol > 0: a later token's routing changes how
+    many rows each expert's GEMM takes, and the BLAS may block a GEMM of
+    another height differently, so earlier rows move by rounding, never by
+    more). Returns the tokens used."""
     x = torch.randint(0, vocab, (4, 32))
     _, loss = model(x, torch.randint(0, vocab, (4, 32)))
     print(f"init loss {loss.item():.4f}  ln({vocab}) = {math.log(vocab):.4f}")
@@ -344,7 +348,9 @@ def check_init_and_causality(model, vocab):
     x2[:, 20] = (x2[:, 20] + 1) % vocab
     l1, _ = model(x)
     l2, _ = model(x2)
-    assert torch.equal(l1[:, :20], l2[:, :20]) and not torch.equal(l1[:, 20:], l2[:, 20:])
+    before = (l1[:, :20] - l2[:, :20]).abs().max().item()
+    assert before <= atol, f"a later token moved an earlier logit by {before:.3g} > {atol}"
+    assert not torch.equal(l1[:, 20:], l2[:, 20:])
     return x
 
 
