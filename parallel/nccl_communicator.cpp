@@ -34,8 +34,9 @@ struct NcclWork {
   struct P2p {
     bool send;
     void* buf;
-    size_t n;
+    size_t n;  // elements of `type`
     int peer;
+    ncclDataType_t type = ncclFloat32;
   };
   ncclComm_t comm;
   cudaStream_t stream;
@@ -52,9 +53,9 @@ struct NcclWork {
     NCCL_CHECK(ncclGroupStart());
     for (const P2p& op : p2p) {
       if (op.send)
-        NCCL_CHECK(ncclSend(op.buf, op.n, ncclFloat32, op.peer, comm, stream));
+        NCCL_CHECK(ncclSend(op.buf, op.n, op.type, op.peer, comm, stream));
       else
-        NCCL_CHECK(ncclRecv(op.buf, op.n, ncclFloat32, op.peer, comm, stream));
+        NCCL_CHECK(ncclRecv(op.buf, op.n, op.type, op.peer, comm, stream));
     }
     NCCL_CHECK(ncclGroupEnd());
     done.record(stream);
@@ -357,6 +358,30 @@ CommHandle NcclCommunicator::do_recv(float* buf, int64_t n, int peer, int tag) {
   p2p_group().p2p.push_back({false, buf, static_cast<size_t>(n), peer});
   return handle(p2p_, "recv of " + std::to_string(n) + " floats from " + std::to_string(peer) +
                           " (tag " + std::to_string(tag) + ") on communicator '" + name_ + "'");
+}
+
+CommHandle NcclCommunicator::do_all_to_all_v(const void* in, const int64_t* send_counts,
+                                              void* out, const int64_t* recv_counts,
+                                              int elem_bytes) {
+  // NCCL has no all-to-all-v: a send and a receive per peer with a non-zero
+  // block (both sides skip the same empty ones: recv_counts[q] on this rank
+  // is send_counts[me] on q), in bytes, queued with this communicator's
+  // other point-to-point ops and launched as one group at the first wait.
+  // The block to and from this rank itself goes through NCCL too.
+  detail::NcclWork& group = p2p_group();
+  const auto* src = static_cast<const char*>(in);
+  auto* dst = static_cast<char*>(out);
+  int64_t sent = 0, received = 0;
+  for (int q = 0; q < size_; ++q) {
+    const int64_t s = send_counts[q] * elem_bytes, r = recv_counts[q] * elem_bytes;
+    if (s > 0)
+      group.p2p.push_back({true, const_cast<char*>(src + sent), static_cast<size_t>(s), q, ncclInt8});
+    if (r > 0) group.p2p.push_back({false, dst + received, static_cast<size_t>(r), q, ncclInt8});
+    sent += s;
+    received += r;
+  }
+  return handle(p2p_, "all_to_all_v of " + std::to_string(sent) + " bytes sent, " +
+                          std::to_string(received) + " received on communicator '" + name_ + "'");
 }
 
 namespace {

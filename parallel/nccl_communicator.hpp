@@ -86,6 +86,8 @@ class NcclCommunicator final : public Communicator {
   CommHandle do_broadcast(float* buf, int64_t n, int root) override;
   CommHandle do_send(const float* buf, int64_t n, int peer, int tag) override;
   CommHandle do_recv(float* buf, int64_t n, int peer, int tag) override;
+  CommHandle do_all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                             const int64_t* recv_counts, int elem_bytes) override;
   double do_all_reduce_f64(double value, ReduceOp op) override;
   int64_t do_all_reduce_i64(int64_t value, ReduceOp op) override;
   void do_barrier() override;

@@ -277,6 +277,41 @@ TEST(NcclCommunicator, RingAllGatherThroughGroupedSendRecv) {
   EXPECT_EQ(static_cast<int>(seen.size()), p);
 }
 
+// all_to_all_v as grouped ncclSend/ncclRecv in bytes: uneven blocks, empty
+// ones skipped alike on both sides (a rank that sends or receives nothing),
+// the block to itself, bf16-wide elements, in both stream orders.
+TEST(NcclCommunicator, AllToAllVWithUnevenAndEmptyBlocks) {
+  NCCL_WORLD_OR_SKIP(w);
+  const int p = w.nccl->size(), r = w.nccl->rank();
+  for_each_stream_order([&] {
+    for (int shift = 0; shift < 3; ++shift) {
+      SCOPED_TRACE("shift " + std::to_string(shift));
+      // rank a sends 2 x ((a + 2b + shift) % 4) 16-bit elements to rank b.
+      auto count = [&](int a, int b) { return int64_t(2 * ((a + 2 * b + shift) % 4)); };
+      std::vector<int64_t> sc(static_cast<size_t>(p)), rc(static_cast<size_t>(p));
+      std::vector<float> send, want;  // pairs of 16-bit elements as floats
+      for (int q = 0; q < p; ++q) {
+        sc[static_cast<size_t>(q)] = count(r, q);
+        rc[static_cast<size_t>(q)] = count(q, r);
+        for (int64_t i = 0; i < count(r, q) / 2; ++i) send.push_back(100.f * r + 10.f * q + i);
+        for (int64_t i = 0; i < count(q, r) / 2; ++i) want.push_back(100.f * q + 10.f * r + i);
+      }
+      send.push_back(0.f);  // never an empty buffer
+      DeviceFloats in(send), out(std::vector<float>(want.size() + 1, -1.f));
+      w.nccl->reset_bytes();
+      w.nccl->all_to_all_v(in.get(), sc.data(), out.get(), rc.data(), 2).wait();
+      std::vector<float> got = read(w, out);
+      EXPECT_EQ(got.back(), -1.f) << "wrote past the received elements";
+      got.pop_back();
+      EXPECT_TRUE(exactly(got, want));
+      double away = 0;
+      for (int q = 0; q < p; ++q)
+        if (q != r) away += 2.0 * static_cast<double>(count(r, q));
+      EXPECT_DOUBLE_EQ(w.nccl->bytes_sent(), away);
+    }
+  });
+}
+
 TEST(NcclCommunicator, SplitIntoHalves) {
   NCCL_WORLD_OR_SKIP(w);
   const int p = w.nccl->size(), r = w.nccl->rank();

@@ -271,9 +271,6 @@ void validate(const Config& c, const Locations& where) {
                        const std::string& what) {
       bad(key, got, expected, what + " is not implemented yet for model.arch=mixtral");
     };
-    if (p.ep > 1 && c.runtime.device == DeviceKind::cuda)
-      not_yet("parallel.ep", p.ep, "1 with runtime.device=cuda",
-              "expert parallelism on the CUDA backend (the NCCL all-to-all; the CPU runs it)");
     if (p.pp > 1)
       not_yet("parallel.pp", p.pp, "1",
               "pipeline parallelism (the stages' exchange of router statistics)");
