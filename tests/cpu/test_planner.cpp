@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
@@ -623,6 +624,52 @@ TEST(Planner, Gpt2XlOn64H100PicksAFittingLayoutAndExplains) {
   EXPECT_NE(text.find(plan.explanation), std::string::npos);
   const nlohmann::json j = plan_json(plan, cfg, hw);
   EXPECT_EQ(j["layouts"][0]["rank"], 1);
+}
+
+// Expert parallelism in the plan: a Mixtral's layouts include every ep that
+// divides the data ranks and the experts (a dense model's none), the ep
+// exchange is counted by its formula (a balanced router's: 4 exchanges of
+// the (ep - 1)/ep of R k rows that leave, plus the counts, per block and
+// micro-batch) and exposed whole, the expert buffers grow with ep, and an
+// ep that cannot split the experts or the data ranks is invalid by name.
+TEST(Planner, MixtralEnumeratesExpertParallelLayouts) {
+  const Config cfg = config("mixtral_tiny");
+  const HardwareSpec hw = hardware("cpu_reference");
+  const Plan plan = make_plan(cfg, hw, PlanCluster{4, 4}, {1, 2});
+  std::set<int> eps;
+  for (const auto* list : {&plan.ranked, &plan.too_big})
+    for (const Prediction& p : *list) {
+      eps.insert(p.layout.ep);
+      EXPECT_EQ((p.layout.dp * p.layout.fsdp) % p.layout.ep, 0) << p.layout.str();
+    }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  const Config dense = config("llama_tiny");
+  for (const Prediction& p : make_plan(dense, hw, PlanCluster{4, 4}, {1, 2}).ranked)
+    EXPECT_EQ(p.layout.ep, 1) << p.layout.str();
+
+  PlanLayout l;
+  l.dp = 4;
+  l.micro_batch = cfg.train.global_batch / 4;
+  const Prediction one = predict(cfg, hw, plan.cluster, l);
+  l.ep = 2;
+  const Prediction two = predict(cfg, hw, plan.cluster, l);
+  ASSERT_TRUE(one.invalid.empty() && two.invalid.empty()) << one.invalid << two.invalid;
+  const ModelConfig& m = cfg.model;
+  const double R = double(l.micro_batch) * cfg.train.seq_len;
+  const double want = one.accum * m.n_layer *
+                      (1.0 * (m.n_experts / 2) * 4 + 4.0 * R * m.experts_per_token / 2 * m.n_embd * 4);
+  EXPECT_DOUBLE_EQ(two.bytes.ep, want);
+  EXPECT_EQ(one.bytes.ep, 0.0);
+  EXPECT_DOUBLE_EQ(two.ep_exposed_ms, two.ep_ms);
+  EXPECT_GT(two.activations, one.activations);  // the experts' buffers hold ep x the rows
+  EXPECT_EQ(two.state.total(), one.state.total());  // experts not stored sharded (yet)
+  EXPECT_NE(two.layout.str().find(" ep=2"), std::string::npos) << two.layout.str();
+  l.ep = 3;
+  EXPECT_NE(predict(cfg, hw, plan.cluster, l).invalid.find("ep=3 must divide"), std::string::npos);
+  PlanLayout d = l;
+  d.ep = 2;
+  EXPECT_NE(predict(dense, hw, plan.cluster, d).invalid.find("has no experts to split"),
+            std::string::npos);
 }
 
 TEST(Planner, NothingFitsSaysSo) {

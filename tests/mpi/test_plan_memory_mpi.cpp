@@ -157,5 +157,38 @@ TEST(PlanMemoryMpi, ContextParallelLayoutsAllocateWhatThePlannerPredicts) {
   }
 }
 
+// Expert parallelism: every ep of the running world's data ranks (dp and
+// fsdp layouts), a Mixtral's activations with the mixture's ep-sized expert
+// buffers and the exchange's, in both dtypes, what the planner predicts.
+TEST(PlanMemoryMpi, ExpertParallelLayoutsAllocateWhatThePlannerPredicts) {
+  auto world = test_world();
+  const int n = world->size();
+  std::vector<ParallelDims> layouts;
+  for (const ParallelDims& d : layouts_for(n))
+    for (int ep = 2; ep <= d.data_parallel(); ++ep)
+      if (d.data_parallel() % ep == 0 && matrix_mixtral().n_experts % ep == 0)
+        layouts.push_back(d.with_expert_parallel(ep));
+  if (layouts.empty()) GTEST_SKIP() << "no expert-parallel layout of " << n << " rank(s)";
+  auto ops = make_cpu_ops(1);
+  for (const ParallelDims& d : layouts) {
+    const DeviceMesh mesh(d, *world);
+    for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
+      const ModelConfig m = matrix_mixtral();
+      const int B = 2, T = 8;
+      ParallelPlan plan;
+      plan.dtype = dtype;
+      const ParallelModel pm = parallelize(m, plan, mesh, *ops, {B, T, Recompute::none});
+      const bool bf16 = dtype == ComputeDType::bf16;
+      EXPECT_EQ(pm.runner->activation_bytes(),
+                predict_activation_bytes(m, B, T, d.tp, true, PlanBackend::cpu, Recompute::none,
+                                         dtype,
+                                         keeps_bf16_params(shard_degree(d), FsdpStage::parameters,
+                                                           bf16),
+                                         PlanCp{}, d.ep))
+          << d.str() << " " << to_string(dtype);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gt::test

@@ -22,6 +22,7 @@ std::string PlanLayout::str() const {
   os << "dp=" << dp << " fsdp=" << fsdp;
   if (cp > 1) os << " cp=" << cp << " " << to_string(cp_comm) << (cp_load_balance ? "" : "+unbalanced");
   os << " tp=" << tp;
+  if (ep > 1) os << " ep=" << ep;
   if (fsdp > 1) os << " stage=" << stage;
   os << " mb=" << micro_batch;
   return os.str();
@@ -83,7 +84,8 @@ struct PlanSums {
 // rows of each sequence, as CausalLM::activation_shape sizes them.
 PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                          bool tp_overlap, PlanBackend backend, Recompute recompute,
-                         ComputeDType dtype, bool store_keeps_bf16_params, const PlanCp& cp) {
+                         ComputeDType dtype, bool store_keeps_bf16_params, const PlanCp& cp,
+                         int ep) {
   const Device device = backend == PlanBackend::cpu ? Device::cpu : Device::cuda;
   // The backend's sizes, asked through the same functions the model asks
   // (ContextParallelAttention's rules on top of the kernels' at cp > 1):
@@ -109,6 +111,7 @@ PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int
   s.attention_scratch =
       ContextParallelAttention::scratch_elems(*sizes, cp.cp, micro_batch, NHl, Tl);
   s.store_keeps_bf16_params = store_keeps_bf16_params;
+  s.ep = ep;
   switch (m.arch) {
     case ModelArch::gpt2: {
       const ActivationPlan p = plan_activations(m, s);
@@ -128,16 +131,16 @@ PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend, Recompute recompute,
                                  ComputeDType dtype, bool store_keeps_bf16_params,
-                                 const PlanCp& cp) {
+                                 const PlanCp& cp, int ep) {
   return activation_sums(m, micro_batch, seq_len, tp, tp_overlap, backend, recompute, dtype,
-                         store_keeps_bf16_params, cp)
+                         store_keeps_bf16_params, cp, ep)
       .total;
 }
 
 ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                          bool tp_overlap, PlanBackend backend, Recompute recompute,
                                          ComputeDType dtype, bool store_keeps_bf16_params,
-                                         const PlanCp& cp) {
+                                         const PlanCp& cp, int ep) {
   // The plans are affine in n_layer: a block's slots are the difference
   // between a two-block and a one-block model (what recomputation drops
   // has one slot in both, so it lands in `shared`).
@@ -145,7 +148,7 @@ ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, 
     ModelConfig c = m;
     c.n_layer = layers;
     return activation_sums(c, micro_batch, seq_len, tp, tp_overlap, backend, recompute, dtype,
-                           store_keeps_bf16_params, cp);
+                           store_keeps_bf16_params, cp, ep);
   };
   const PlanSums one = sums(1), two = sums(2);
   ActivationParts parts;

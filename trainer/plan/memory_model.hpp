@@ -60,6 +60,9 @@ struct PlanLayout {
   int cp = 1;
   CpComm cp_comm = CpComm::allgather;
   bool cp_load_balance = true;
+  // Expert parallelism (model.arch=mixtral): groups of ep consecutive data
+  // ranks split the experts; folded out of dp x fsdp, not in world().
+  int ep = 1;
   int stage = 3;         // FSDP stage; only meaningful when fsdp > 1
   int micro_batch = 1;
   bool tp_overlap = true;
@@ -73,10 +76,11 @@ struct PlanLayout {
   PlanCp context() const { return {cp, cp_comm, cp_load_balance}; }
   // The mesh's degrees, for the trainer's own rules about them
   // (data_parallel_groups.hpp: shard_degree, replica_degree).
-  ParallelDims dims() const { return ParallelDims{dp, fsdp, tp, pp, cp}; }
+  ParallelDims dims() const { return ParallelDims{dp, fsdp, tp, pp, cp, ep}; }
   // "dp=2 fsdp=2 tp=1 stage=3 mb=4", led by "pp=4 1f1b " (or "pp=4
   // interleaved_1f1b v=2 ") for a pipeline, with " cp=2 ring" (or
-  // " cp=2 allgather", "+unbalanced") before tp under context parallelism.
+  // " cp=2 allgather", "+unbalanced") before tp under context parallelism,
+  // " ep=2" after tp under expert parallelism.
   std::string str() const;
 };
 
@@ -115,13 +119,14 @@ ActivationParts predict_activation_parts(const ModelConfig& m, int micro_batch, 
                                          Recompute recompute = Recompute::none,
                                          ComputeDType dtype = ComputeDType::fp32,
                                          bool store_keeps_bf16_params = false,
-                                         const PlanCp& cp = {});
+                                         const PlanCp& cp = {}, int ep = 1);
 
 int64_t predict_activation_bytes(const ModelConfig& m, int micro_batch, int seq_len, int tp,
                                  bool tp_overlap, PlanBackend backend,
                                  Recompute recompute = Recompute::none,
                                  ComputeDType dtype = ComputeDType::fp32,
-                                 bool store_keeps_bf16_params = false, const PlanCp& cp = {});
+                                 bool store_keeps_bf16_params = false, const PlanCp& cp = {},
+                                 int ep = 1);
 
 // Bytes of collective temporaries live at rank 0's peak (0 on cuda); dp
 // and fsdp here are the replica and shard degrees of the gradients

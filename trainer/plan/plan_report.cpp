@@ -136,6 +136,7 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
       j["cp_load_balance"] = l.cp_load_balance;
     }
     j["tp"] = l.tp;
+    if (l.ep > 1) j["ep"] = l.ep;  // parallel.ep (mixtures only)
     j["stage"] = l.fsdp > 1 ? nlohmann::json(l.stage) : nlohmann::json(nullptr);
     j["micro_batch"] = l.micro_batch;
     j["tp_overlap"] = l.tp_overlap;
@@ -163,6 +164,10 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
       bytes["dp_cp"] = bytes["fsdp_cp"] = ms["dp_cp"] = ms["fsdp_cp"] = 0.0;
       bytes["cp"] = p.bytes.cp;
       ms["cp"] = p.cp_ms;
+    }
+    if (l.ep > 1) {  // a balanced router's estimate (step_model.hpp ep_bytes_per_step)
+      bytes["ep"] = p.bytes.ep;
+      ms["ep"] = p.ep_ms;
     }
     bytes[replica_key(l)] = p.bytes.dp;
     bytes[shard_key(l)] = p.bytes.fsdp;

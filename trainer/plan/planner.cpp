@@ -57,6 +57,7 @@ std::string describe_layout(const PlanLayout& l) {
 
 bool same_shape(const PlanLayout& a, const PlanLayout& b) {
   return a.pp == b.pp && a.dp == b.dp && a.fsdp == b.fsdp && a.tp == b.tp && a.cp == b.cp &&
+         a.ep == b.ep &&
          (a.cp == 1 || a.cp_comm == b.cp_comm) && (a.fsdp == 1 || a.stage == b.stage) &&
          (a.pp == 1 || (a.schedule == b.schedule && a.virtual_stages == b.virtual_stages));
 }
@@ -79,7 +80,8 @@ AxisCost worst_axis(const Prediction& p) {
        p.fsdp_inter},
       {"the tp activation collectives", p.tp_exposed_ms, p.tp_ms, p.bytes.tp, p.tp_inter},
       {"the pipeline's activation messages", p.pp_exposed_ms, p.pp_ms, p.bytes.pp, p.pp_inter},
-      {"the cp keys and values", p.cp_exposed_ms, p.cp_ms, p.bytes.cp, p.cp_inter}};
+      {"the cp keys and values", p.cp_exposed_ms, p.cp_ms, p.bytes.cp, p.cp_inter},
+      {"the ep token exchange", p.ep_exposed_ms, p.ep_ms, p.bytes.ep, p.ep_inter}};
   return *std::max_element(std::begin(axes), std::end(axes),
                            [](const AxisCost& a, const AxisCost& b) { return a.exposed < b.exposed; });
 }
@@ -255,7 +257,7 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     return os.str();
   }
   const Prediction& w = plan.ranked.front();
-  const double comm_ms = w.dp_ms + w.fsdp_ms + w.tp_ms + w.pp_ms + w.cp_ms;
+  const double comm_ms = w.dp_ms + w.fsdp_ms + w.tp_ms + w.pp_ms + w.cp_ms + w.ep_ms;
   os << "the planner picks " << describe_layout(w.layout) << " at micro-batch "
      << w.layout.micro_batch << " (" << micro_batches(w.accum)
      << " per step): " << fmt("%.0f", w.step_ms) << " ms per step, " << human_rate(w.tokens_per_s)
@@ -281,6 +283,8 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     if (w.layout.tp > 1) links.push_back(gb(w.bytes.tp) + " of tp collectives" + on(w.tp_inter));
     if (w.layout.pp > 1) links.push_back(gb(w.bytes.pp) + " of pipeline messages" + on(w.pp_inter));
     if (w.layout.cp > 1) links.push_back(gb(w.bytes.cp) + " of cp keys and values" + on(w.cp_inter));
+    if (w.layout.ep > 1)
+      links.push_back(gb(w.bytes.ep) + " of ep token exchange (a balanced router's)" + on(w.ep_inter));
     if (!links.empty()) {
       os << " (";
       for (size_t i = 0; i < links.size(); ++i) os << (i ? "; " : "") << links[i];
@@ -396,8 +400,15 @@ Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& clu
               const int dp = n_data / fsdp;
               for (int stage = 1; stage <= 3; ++stage) {
                 if (fsdp == 1 && stage != 3) continue;  // the stage only matters with fsdp
+                // Expert parallelism (a mixture only): every ep that divides
+                // the data ranks and the experts, ep = 1 first.
+                std::vector<int> eps{1};
+                for (int ep = 2; cfg.model.moe() && ep <= n_data; ++ep)
+                  if (n_data % ep == 0 && cfg.model.n_experts % ep == 0) eps.push_back(ep);
+                for (int ep : eps)
                 for (int mb : mbs) {
                   PlanLayout l;
+                  l.ep = ep;
                   l.pp = pp;
                   l.schedule = pipe.schedule;
                   l.virtual_stages = pipe.virtual_stages;

@@ -59,6 +59,11 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
   // What the trainer refuses for a mixture today (config.cpp's not_yet).
   else if (m.moe() && l.pp > 1)
     os << "pp=" << l.pp << ": pipeline stages are not implemented yet for model.arch=mixtral";
+  else if (l.ep > 1 && !m.moe())
+    os << "ep=" << l.ep << ": model.arch=" << to_string(m.arch) << " has no experts to split";
+  else if (l.ep < 1 || (l.dp * l.fsdp) % l.ep || (m.moe() && m.n_experts % l.ep))
+    os << "ep=" << l.ep << " must divide the data ranks dp x fsdp = " << l.dp * l.fsdp
+       << " and model.n_experts=" << m.n_experts;
   else if (m.moe() && m.capacity_factor > 0 && l.tp * l.cp > 1)
     os << "tp x cp = " << l.tp * l.cp
        << ": model.capacity_factor > 0 over split micro-batches is not implemented yet";
@@ -119,11 +124,11 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   std::vector<int64_t> activations;
   if (P == 1) {
     activations = {predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap,
-                                            hw.backend, t.recompute, dtype, keeps, cp)};
+                                            hw.backend, t.recompute, dtype, keeps, cp, l.ep)};
   } else {
     const ActivationParts parts =
         predict_activation_parts(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend,
-                                 t.recompute, dtype, keeps, cp);
+                                 t.recompute, dtype, keeps, cp, l.ep);
     activations =
         pipeline_activation_peaks(shape, l, p.accum, parts, static_cast<int64_t>(boundary.forward));
   }
@@ -158,7 +163,8 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   if (P == 1) {
     traffic = {static_cast<double>(predict_activation_bytes(m, l.micro_batch, t.seq_len, l.tp,
                                                             l.tp_overlap, hw.backend,
-                                                            Recompute::none, dtype, false, cp))};
+                                                            Recompute::none, dtype, false, cp,
+                                                            l.ep))};
   } else {
     const ActivationParts none =
         predict_activation_parts(m, l.micro_batch, t.seq_len, l.tp, l.tp_overlap, hw.backend,
@@ -205,6 +211,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
     const CommBytes slowest = comm_bytes_per_step(m, t, l, hw.backend, shape.ranks[slow]);
     p.bytes.tp = slowest.tp;
     p.bytes.cp = slowest.cp;
+    p.bytes.ep = slowest.ep;
   }
   p.bytes.pp = pipeline_p2p_bytes(m, l, p.accum, boundary, static_cast<double>(whole.embed));
   // The mesh is pp x dp x fsdp x cp x tp, tp innermost: an axis' group
@@ -216,6 +223,8 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.fsdp_inter = l.tp * l.cp * l.fsdp > cluster.devices_per_node;
   p.dp_inter = l.tp * l.cp * l.fsdp * l.dp > cluster.devices_per_node;
   p.pp_inter = P > 1 && l.world() > cluster.devices_per_node;
+  // ep's group: ep consecutive data ranks, each tp x cp ranks apart.
+  p.ep_inter = l.tp * l.cp * l.ep > cluster.devices_per_node;
   auto bw = [&](bool inter, bool all_reduce) {
     return inter ? hw.inter_busbw() : hw.intra_busbw(all_reduce);
   };
@@ -224,6 +233,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.dp_ms = p.bytes.dp / bw(p.dp_inter, true) * 1e3;
   p.pp_ms = p.bytes.pp / bw(p.pp_inter, false) * 1e3;
   p.cp_ms = p.bytes.cp / bw(p.cp_inter, false) * 1e3;
+  p.ep_ms = p.bytes.ep / bw(p.ep_inter, false) * 1e3;
 
   // Overlap: each part hidden up to the compute it runs under.
   if (l.tp > 1) {
@@ -259,8 +269,12 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.attention_ms = A * (3.0 * w.f.attention + w.rf.attention) / flops_per_s * 1e3;
   if (l.cp > 1)
     p.cp_exposed_ms = l.cp_comm == CpComm::ring ? std::max(0.0, p.cp_ms - p.attention_ms) : p.cp_ms;
-  p.exposed_ms =
-      p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms + p.pp_exposed_ms + p.cp_exposed_ms;
+  // The token exchange sits between a block's router and its experts, and
+  // between the experts and the combine: nothing runs under it (Megatron
+  // overlaps it with another micro-batch's compute; we do not yet).
+  p.ep_exposed_ms = p.ep_ms;
+  p.exposed_ms = p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms + p.pp_exposed_ms +
+                 p.cp_exposed_ms + p.ep_exposed_ms;
   p.step_ms = p.compute_ms + p.bubble_ms + p.memory_ms + p.exposed_ms;
   const double tokens = static_cast<double>(t.global_batch) * t.seq_len;
   p.tokens_per_s = tokens / (p.step_ms / 1e3);

@@ -129,6 +129,18 @@ const char* shard_key(const PlanLayout& l) {
   return mesh_axis_name(mesh_axis_alias(l.dims(), shard_axis(l.dims())));
 }
 
+double ep_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
+                         PlanBackend backend, int blocks, int micro_batches) {
+  const int ep = l.ep;
+  if (ep <= 1 || !m.moe()) return 0;
+  const double R = static_cast<double>(l.micro_batch) * (t.seq_len / l.cp) / l.tp;
+  const double act = backend == PlanBackend::cuda ? 2.0 : 4.0;  // the GPU plan is bf16
+  const double rows = R * m.experts_per_token * (ep - 1.0) / ep;
+  const double counts = (ep - 1.0) * (m.n_experts / ep) * 4.0;
+  const double per_block = counts + 4.0 * rows * m.n_embd * act;
+  return static_cast<double>(micro_batches) * blocks * per_block;
+}
+
 double cp_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                          PlanBackend backend, int blocks, int micro_batches) {
   const int cp = l.cp;
@@ -238,6 +250,7 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
     out.dp = 2.0 * (dp - 1.0) / dp * grad_bytes *
              static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp);
   out.cp = cp_bytes_per_step(m, t, l, backend, L, A);
+  out.ep = ep_bytes_per_step(m, t, l, backend, L, A);
   return out;
 }
 

@@ -113,6 +113,7 @@ struct CommBytes {          // bytes one rank sends per optimizer step
   // replica_key, shard_key).
   double dp = 0, fsdp = 0, tp = 0;
   double cp = 0;  // the attention's keys and values (cp_bytes_per_step)
+  double ep = 0;  // the mixtures' tokens all-to-all (ep_bytes_per_step), an estimate
   double fsdp_overlapped = 0;  // the part that runs under backward/forward compute
   // pp: the busiest pipeline rank's point-to-point sends (pipeline_model.hpp:
   // activations forward, their gradients back, and the tied embedding's
@@ -154,6 +155,17 @@ const char* shard_key(const PlanLayout& l);
 //              each rank its own).
 // Plus once per step the loss averaged over the sequence: an 8-byte
 // all-reduce over cp.
+// Expert parallelism's all-to-all, bytes one rank sends per step: per block
+// and micro-batch the counts ((ep - 1) E/ep int32) and four exchanges of its
+// R k sorted rows of C elements (x out, y back; dy out, dx back), of which
+// the share routed to the other ep ranks leaves: (ep - 1)/ep under a
+// balanced router (an estimate: the real share follows the routing; a
+// rank routing everything to its own experts sends none). R = micro_batch
+// seq_len / (cp tp), the rank's rows. Recomputation does not run the experts
+// again (the mixture keeps its state): no more exchanges. 0 at ep = 1.
+double ep_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
+                         PlanBackend backend, int blocks, int micro_batches);
+
 double cp_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                          PlanBackend backend, int blocks, int micro_batches);
 
