@@ -18,7 +18,11 @@ line. Pipeline runs (pp > 1) use the config's parallel.pp_schedule and
 parallel.pp_virtual_stages unless the grid names them; like
 parallel.fsdp_stage, those two apply only where pp > 1, and
 parallel.cp_comm only where cp > 1 (parallel.cp_load_balance is an ordinary
-key: the planner reads it from the config it is given).
+key: the planner reads it from the config it is given). For a mixture,
+parallel.ep is a grid key too (`--grid parallel.ep=1,2`; folded out of the
+data ranks, it is not a factor of N): each run is matched with the plan's
+layout of the same ep, and an ep that does not divide the run's data ranks
+fails with the trainer's error line.
 
 Each run is `mpirun --oversubscribe -np N build/trainer --config FILE ...` for
 --steps steps (evaluation off), under a timeout. A run that fails (invalid
@@ -201,7 +205,10 @@ def plan_predictions(args, point, baseline_mib=None):
         baseline_mib = args.baseline_mib
     if baseline_mib is not None:
         cmd += ["--baseline-mib", f"{baseline_mib:.1f}"]
-    cmd += args.set + [f"{k}={v}" for k, v in point.items() if k not in PER_LAYOUT_KEYS]
+    # parallel.ep is the plan's to enumerate (like the per-layout keys): the
+    # config it loads has one rank's dp, which no ep > 1 divides.
+    cmd += args.set + [f"{k}={v}" for k, v in point.items()
+                       if k not in PER_LAYOUT_KEYS and k != "parallel.ep"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return {}, None, error_line(p.stdout + p.stderr) or f"plan exited {p.returncode}"
@@ -211,15 +218,16 @@ def plan_predictions(args, point, baseline_mib=None):
         pp = lay.get("pp", 1)
         out[pred_key(lay["dp"], lay["fsdp"], lay["tp"], pp, lay["stage"], lay["micro_batch"],
                      lay.get("pp_schedule"), lay.get("pp_virtual_stages", 1), lay.get("cp", 1),
-                     lay.get("cp_comm"))] = lay
+                     lay.get("cp_comm"), lay.get("ep", 1))] = lay
     return out, plan, ""
 
 
-def pred_key(dp, fsdp, tp, pp, stage, mb, schedule=None, vstages=1, cp=1, cp_comm=None):
+def pred_key(dp, fsdp, tp, pp, stage, mb, schedule=None, vstages=1, cp=1, cp_comm=None, ep=1):
     """A plan layout's identity: the schedule and virtual stages count only
     for a pipeline (the plan lists 1f1b and interleaved_1f1b for each pp),
-    parallel.cp_comm only under context parallelism (it lists both modes)."""
-    ctx = (cp, cp_comm) if cp > 1 else (1, None)
+    parallel.cp_comm only under context parallelism (it lists both modes),
+    parallel.ep for a mixture (the plan lists each ep; a grid key here)."""
+    ctx = ((cp, cp_comm) if cp > 1 else (1, None)) + (int(ep),)
     if pp > 1:
         return (dp, fsdp, tp, pp, stage, mb, schedule, int(vstages)) + ctx
     return (dp, fsdp, tp, 1, stage, mb, None, 1) + ctx
@@ -392,7 +400,7 @@ def measure_baseline(args):
     world, less what the planner predicts that run holds. (None, why) when
     the run or the planner fails."""
     point = dict(BASELINE_MODEL, **{"train.global_batch": args.world})
-    if model_arch(args) == "llama":
+    if model_arch(args) in ("llama", "mixtral"):
         point.update(BASELINE_LLAMA)
     run = Run(args.world, 1, 1, None, point)
     run.dir = os.path.join(args.out, "runs", "baseline")
@@ -479,7 +487,8 @@ def attach_prediction(run, preds, config_mb):
         stage = run.config_stage
     p = preds.get(pred_key(run.dp, run.fsdp, run.tp, run.pp,
                            int(stage) if stage is not None else None, mb,
-                           run.pp_schedule(), run.pp_vstages(), run.cp, run.cp_comm_used()))
+                           run.pp_schedule(), run.pp_vstages(), run.cp, run.cp_comm_used(),
+                           run.point.get("parallel.ep", 1)))
     if p and "invalid" not in p:
         run.predicted = p
     m, q = run.measured, run.predicted

@@ -6,7 +6,10 @@ and it does not divide 4 heads) is recorded as failed with the trainer's
 own error line instead of ending the sweep, sweep.csv / sweep.md (and
 sweep.png, where this interpreter has matplotlib) are written and parse, and
 the per-process baseline measured first puts every predicted peak within
-20% of the measured one.
+20% of the measured one. Then a Mixtral over dp2 and fsdp2 with
+parallel.ep=1,2 in the grid: every run trains, each matched with the plan's
+layout of its own ep (the expert buffers' larger prediction at ep 2), peaks
+within 20% too.
 
     python3 tests/scripts/test_sweep.py --build build
 """
@@ -57,6 +60,58 @@ runtime:
 log:
   dir: {work}/unused
 """
+
+
+MIXTRAL = CONFIG.replace("""model:
+  n_layer: 2
+  n_head: 4
+  n_embd: 64""", """model:
+  arch: mixtral
+  n_layer: 2
+  n_head: 4
+  n_kv_head: 2
+  n_embd: 64
+  ffn_hidden: 64
+  n_experts: 4
+  tie_embeddings: false""")
+
+
+def mixtral_ep(args, work, data):
+    """The grid's parallel.ep against the plan's ep layouts (module docstring)."""
+    cfg = os.path.join(work, "mixtral.yaml")
+    with open(cfg, "w") as f:
+        f.write(MIXTRAL.format(data=data, work=work))
+    out = os.path.join(work, "sweep_mixtral")
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--world", "2",
+           "--config", cfg, "--steps", "2", "--timeout", "120", "--out", out, "--build",
+           args.build, "--grid", "parallel.ep=1,2", "parallel.tp=1", "parallel.pp=1",
+           "parallel.cp=1", "parallel.fsdp_stage=3"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    print(p.stdout)
+    print(p.stderr, file=sys.stderr)
+    rows = list(csv.DictReader(open(os.path.join(out, "sweep.csv"))))
+    fails = []
+    if sorted((r["dp"], r["fsdp"], r["parallel.ep"]) for r in rows) != [
+            ("1", "2", "1"), ("1", "2", "2"), ("2", "1", "1"), ("2", "1", "2")]:
+        fails.append(f"mixtral: expected dp2 and fsdp2 at ep 1 and 2, got {rows}")
+    pred = {}
+    for r in rows:
+        key = (r["dp"], r["fsdp"], r["parallel.ep"])
+        if r["status"] != "ok":
+            fails.append(f"mixtral {key}: {r['status']} {r['reason']}")
+            continue
+        try:
+            pred[key] = float(r["pred_activation_bytes"])
+            if abs(float(r["mem_gap_pct"])) > 20:
+                fails.append(f"mixtral {key}: memory gap {r['mem_gap_pct']}%")
+        except ValueError:
+            fails.append(f"mixtral {key}: no prediction ({r['pred_activation_bytes']!r})")
+    for dp, fsdp in (("2", "1"), ("1", "2")):
+        one, two = pred.get((dp, fsdp, "1")), pred.get((dp, fsdp, "2"))
+        if one is not None and two is not None and not two > one:
+            fails.append(f"mixtral dp={dp} fsdp={fsdp}: ep 2's predicted activations {two} "
+                         f"not above ep 1's {one} (matched with the wrong plan layout?)")
+    return fails
 
 
 def main():
@@ -133,11 +188,12 @@ def main():
         fails.append("no sweep.png")
     if "[7/7]" not in p.stdout:
         fails.append("no progress lines")
+    fails += mixtral_ep(args, work, data)
     for f in fails:
         print("FAIL:", f, file=sys.stderr)
     if not fails:
         subprocess.run(["rm", "-rf", work])
-        print("ok: sweep at 2 ranks, invalid layout recorded")
+        print("ok: sweep at 2 ranks, invalid layout recorded, a mixture's ep matched")
     return 1 if fails else 0
 
 
