@@ -240,7 +240,7 @@ CommHandle Communicator::all_to_all_v(const void* in, const int64_t* send_counts
                                       const int64_t* recv_counts, int elem_bytes) {
   if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
     fail("comm '", name(), "': all_to_all_v of ", elem_bytes,
-         "-byte elements; expected 2 (bf16), 4 (fp32) or 8 (int64)");
+         "-byte elements; expected 2 (bf16), 4 (fp32, int32) or 8 (64-bit)");
   if (send_counts == nullptr || recv_counts == nullptr)
     fail("comm '", name(), "': all_to_all_v without its counts");
   int64_t sent = 0, received = 0, sent_away = 0;
@@ -252,9 +252,10 @@ CommHandle Communicator::all_to_all_v(const void* in, const int64_t* send_counts
     received += recv_counts[q];
     if (q != rank()) sent_away += send_counts[q];
   }
-  // MPI counts bytes in int: the totals must fit.
-  check_count("all_to_all_v", in, sent * elem_bytes);
-  check_count("all_to_all_v", out, received * elem_bytes);
+  // MPI counts bytes in int: the totals must fit (in bytes, which the
+  // message below calls elements).
+  check_count("all_to_all_v (bytes)", in, sent * elem_bytes);
+  check_count("all_to_all_v (bytes)", out, received * elem_bytes);
   const auto t0 = observer_ ? ObsClock::now() : ObsClock::time_point{};
   CommHandle h = do_all_to_all_v(in, send_counts, out, recv_counts, elem_bytes);
   const double v = static_cast<double>(sent_away) * elem_bytes;
@@ -265,7 +266,7 @@ CommHandle Communicator::all_to_all_v(const void* in, const int64_t* send_counts
 CommHandle Communicator::do_all_to_all_v(const void*, const int64_t*, void*, const int64_t*,
                                          int) {
   fail("comm '", name(), "': all_to_all_v is not implemented on this backend (expert "
-       "parallelism, parallel.ep > 1, needs it): run with parallel.comm=mpi on the CPU");
+       "parallelism, parallel.ep > 1, needs it; MPI, staged MPI and NCCL have it)");
 }
 
 CommHandle Communicator::all_gather(const float* in, float* out, int64_t n) {

@@ -150,7 +150,7 @@ class Communicator {
   // this rank sends send_counts[q] elements to rank q, taken from `in` in
   // rank order (q's block starts at the sum of send_counts[0..q)), and
   // receives recv_counts[q] from rank q into `out`, in rank order. Elements
-  // are elem_bytes wide (4: fp32, 2: bf16, 8: int64 counts); each counts
+  // are elem_bytes wide (2: bf16, 4: fp32 or int32, 8: 64-bit); each counts
   // array has size() entries, recv_counts[q] must equal what rank q sends
   // here (exchange the counts first), and zero counts are legal (a rank that
   // sends or receives nothing). in and out must not overlap.

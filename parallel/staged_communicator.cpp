@@ -1,5 +1,6 @@
 #include "parallel/staged_communicator.hpp"
 
+#include <algorithm>
 #include <functional>
 
 #include "kernels/core/error.hpp"
@@ -152,9 +153,12 @@ CommHandle StagedCommunicator::do_all_to_all_v(const void* in, const int64_t* se
   }
   const size_t send_bytes = static_cast<size_t>(sent * elem_bytes);
   const size_t recv_bytes = static_cast<size_t>(received * elem_bytes);
-  StagingPool::Lease lease = pool_->acquire(send_bytes + recv_bytes);
+  // At least 8 bytes of send room: MPI must not see the two buffers alias,
+  // not even with nothing to send.
+  const size_t send_room = std::max<size_t>(send_bytes, 8);
+  StagingPool::Lease lease = pool_->acquire(send_room + recv_bytes);
   auto* host_in = static_cast<char*>(static_cast<void*>(lease.floats()));
-  char* host_out = host_in ? host_in + send_bytes : nullptr;
+  char* host_out = host_in ? host_in + send_room : nullptr;
   if (send_bytes > 0) staging_->to_host(host_in, in, send_bytes);
   CommHandle h = inner_->all_to_all_v(host_in, send_counts, host_out, recv_counts, elem_bytes);
   return staged(std::move(h), std::move(lease), {out, host_out, recv_bytes});

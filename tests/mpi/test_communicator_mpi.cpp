@@ -134,7 +134,7 @@ TEST(MpiCommunicator, AllToAllVWithUnevenAndEmptyBlocks) {
                 .find("all_to_all_v with a negative count"),
             std::string::npos);
   EXPECT_NE(error_message([&] { w->all_to_all_v(&x, ok.data(), &x, ok.data(), 3); })
-                .find("expected 2 (bf16), 4 (fp32) or 8 (int64)"),
+                .find("expected 2 (bf16), 4 (fp32, int32) or 8 (64-bit)"),
             std::string::npos);
 }
 

@@ -5,7 +5,9 @@
 // summed over the ranks equal the sums without ep (each expert's share is
 // computed once, on its owner). Routed at random, and routed so that every
 // token picks the first ranks' experts: the other ranks receive no rows and
-// still take part in every exchange.
+// still take part in every exchange. And under a capacity factor: the same
+// slots dropped, the buffers sized for the capacity rather than the worst
+// dropless case.
 #include <random>
 
 #include "kernels/cpu/cpu_ops.hpp"
@@ -68,10 +70,11 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_LT(worst, 1e-5f) << what;
 }
 
-void check(bool skewed) {
+void check(bool skewed, double capacity_factor = 0) {
   auto w = test_world();
   const int P = w->size();
   ModelConfig m = matrix_mixtral();  // C 32, F 32, E 4, k 2
+  m.capacity_factor = capacity_factor;
   if (P < 2 || m.n_experts % P != 0) GTEST_SKIP() << "needs 2 or 4 ranks";
   const int64_t R = 6, C = m.n_embd, F = m.ffn_width(), E = m.n_experts;
   std::vector<float> x = normal(R * C, 100 + uint32_t(w->rank()), 1.f);
@@ -114,6 +117,22 @@ void check(bool skewed) {
 TEST(ExpertExchange, MixtureWithEpEqualsTheMixtureWithout) { check(false); }
 
 TEST(ExpertExchange, RanksThatReceiveNoTokensStillExchange) { check(true); }
+
+// capacity 1.0: ceil(1 x 2 x 6 / 4) = 3 of each expert's slots kept per
+// rank; skewed, the 6 rows' 12 slots all want experts 0 and 1: half dropped.
+TEST(ExpertExchange, CapacityDropsTheSameSlotsWithEp) {
+  check(false, 1.0);
+  check(true, 1.0);
+  const ModelConfig m = [] {
+    ModelConfig c = matrix_mixtral();
+    c.capacity_factor = 1.0;
+    return c;
+  }();
+  // The experts' buffers: E x capacity rows, not P x R k.
+  EXPECT_EQ(MixtureOfExperts::expert_rows(m, 6, 2), 4 * 3);
+  EXPECT_EQ(MixtureOfExperts::expert_rows(matrix_mixtral(), 6, 2), 2 * 6 * 2);
+  EXPECT_EQ(MixtureOfExperts::expert_rows(m, 6, 1), 6 * 2);
+}
 
 }  // namespace
 }  // namespace gt::test

@@ -1,23 +1,35 @@
 #include "trainer/parallelize/expert_exchange.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "kernels/core/error.hpp"
 
 namespace gt {
 
 ExpertExchange::ExpertExchange(Ops& ops, const ExpertParallelGroup& ep, int experts,
-                               int64_t max_rows, int64_t width, DType act, int slots)
+                               int64_t max_received, int64_t width, DType act, int slots)
     : ops_(ops),
       ep_(ep),
       E_(experts),
       P_(ep.size()),
       El_(ep.size() > 0 ? experts / ep.size() : 0),
-      max_rows_(max_rows),
+      max_received_(max_received),
       C_(width),
       act_(act) {
   GT_CHECK(P_ >= 1 && E_ % P_ == 0, "parallel.ep=", P_, " does not divide the ", E_, " experts");
-  GT_CHECK(slots >= 1 && max_rows >= 1, "ExpertExchange slots ", slots, " rows ", max_rows);
+  GT_CHECK(slots >= 1 && max_received >= 1, "ExpertExchange slots ", slots, " rows ",
+           max_received);
+  // MPI counts an all-to-all's bytes in int. Refused here, on every rank
+  // alike (the same config everywhere), rather than by the one rank whose
+  // routing one day receives too much while its peers wait on it.
+  const double worst = static_cast<double>(max_local_rows()) * static_cast<double>(width) *
+                       static_cast<double>(dtype_size(act));
+  if (worst > static_cast<double>(std::numeric_limits<int>::max()))
+    fail("parallel.ep=", P_, ": a block's expert exchange could receive ", max_local_rows(),
+         " rows of ", width, " ", dtype_name(act), " values (", worst / 1073741824.0,
+         " GiB), past the 2 GiB a collective call moves; lower train.micro_batch or set "
+         "model.capacity_factor");
   plans_.resize(static_cast<size_t>(slots));
   for (Plan& p : plans_) {
     p.order = alloc(max_local_rows(), DType::i32);
@@ -27,15 +39,15 @@ ExpertExchange::ExpertExchange(Ops& ops, const ExpertParallelGroup& ep, int expe
   count_buffer_ = alloc(2 * int64_t(E_), DType::i32);
   host_offsets_.resize(static_cast<size_t>(E_ + 1));
   host_counts_.resize(static_cast<size_t>(2 * E_));
-  GT_CHECK(bytes_ == planned_bytes(P_, E_, max_rows, width, act, slots),
+  GT_CHECK(bytes_ == planned_bytes(P_, E_, max_received, width, act, slots),
            "ExpertExchange allocated ", bytes_, " bytes, its plan says ",
-           planned_bytes(P_, E_, max_rows, width, act, slots));
+           planned_bytes(P_, E_, max_received, width, act, slots));
 }
 
-int64_t ExpertExchange::planned_bytes(int ep, int experts, int64_t max_rows, int64_t width,
+int64_t ExpertExchange::planned_bytes(int ep, int experts, int64_t max_received, int64_t width,
                                       DType act, int slots) {
   auto b = [](int64_t elems, int64_t size) { return std::max<int64_t>(elems, 1) * size; };
-  const int64_t M = max_rows * ep, El = experts / ep, a = int64_t(dtype_size(act));
+  const int64_t M = max_received, El = experts / ep, a = int64_t(dtype_size(act));
   return int64_t(slots) * (b(M, 4) + b(El + 1, 4)) + b(M * width, a) + b(2 * int64_t(experts), 4);
 }
 
@@ -61,7 +73,12 @@ int64_t ExpertExchange::plan(int slot, const TensorView& offsets) {
   Plan& p = plan_of(slot);
   GT_CHECK(offsets.numel() == E_ + 1, "dispatch offsets ", offsets.shape_str(), " for ", E_,
            " experts");
-  // The block's one host read: how many rows go to each expert.
+  // The host reads below wait for the device, which may wait for an
+  // exchange a device backend (NCCL) only ordered: drain keeps those
+  // exchanges' deadlines, so a hung peer fails by name instead of hanging
+  // the read.
+  ep_.comm->drain();
+  // The block's host reads: how many rows go to each expert.
   ops_.download(host_offsets_.data(), offsets);
   int32_t* sent_counts = host_counts_.data();
   int32_t* recv_counts = sent_counts + E_;
@@ -74,6 +91,7 @@ int64_t ExpertExchange::plan(int slot, const TensorView& offsets) {
   auto* dev = static_cast<int32_t*>(count_buffer_.data());
   const std::vector<int64_t> per_rank(static_cast<size_t>(P_), El_);
   ep_.comm->all_to_all_v(dev, per_rank.data(), dev + E_, per_rank.data(), 4).wait();
+  ep_.comm->drain();
   ops_.download(host_counts_.data(), counts);  // both halves; the sent half unchanged
   // recv_counts[q El + j]: rows rank q sends for local expert j.
   p.send_rows.assign(static_cast<size_t>(P_), 0);

@@ -7,9 +7,10 @@
 // Per block, given the rank's slots sorted by expert (the dispatch plan's
 // offsets (E+1): expert e's rows at [off[e], off[e+1]), the rows for ep rank
 // p's experts therefore contiguous):
-//   plan:     the offsets read back once (the one host sync of a block, as in
-//             Megatron), the per-(rank, local expert) row counts exchanged
-//             all-to-all, and the received rows' order fixed: they arrive
+//   plan:     the offsets read back (the host syncs of a block, as in
+//             Megatron: the sizes of the messages), the per-(rank, local
+//             expert) row counts exchanged all-to-all and read back, and the
+//             received rows' order fixed: they arrive
 //             source-major (rank 0's rows for local experts 0..E/P-1, then
 //             rank 1's...), the grouped GEMM wants them expert-major.
 //   dispatch: rows (n, C) sorted by expert -> all-to-all-v -> (M, C)
@@ -23,9 +24,10 @@
 //
 // Invariants: every rank of the ep group calls plan/dispatch/combine for the
 // same blocks in the same order (they are collectives over the ep group); a
-// rank may send or receive no rows. Buffers hold the worst case of a
-// dropless layer, M = P n rows (every row of the group choosing this rank's
-// experts), so no step allocates.
+// rank may send or receive no rows. Buffers hold the worst case, M = P n
+// rows in a dropless layer (every row of the group choosing this rank's
+// experts), P E/P capacity under a capacity factor, so no step allocates; a worst case past the 2 GiB an MPI
+// collective moves is refused at construction.
 #pragma once
 
 #include <cstdint>
@@ -45,15 +47,16 @@ struct ExpertParallelGroup {
 
 class ExpertExchange {
  public:
-  // experts: E (divisible by the group's size); max_rows: the sorted rows a
-  // block sends at most (n = R k); slots: blocks whose plans are kept.
-  ExpertExchange(Ops& ops, const ExpertParallelGroup& ep, int experts, int64_t max_rows,
+  // experts: E (divisible by the group's size); max_received: the rows this
+  // rank's experts can receive in one block (P n dropless, n = R k the rows
+  // a rank sends; less under a capacity: MixtureOfExperts::expert_rows);
+  // slots: blocks whose plans are kept.
+  ExpertExchange(Ops& ops, const ExpertParallelGroup& ep, int experts, int64_t max_received,
                  int64_t width, DType act, int slots);
   // What the constructor allocates, in bytes.
-  static int64_t planned_bytes(int ep, int experts, int64_t max_rows, int64_t width, DType act,
-                               int slots);
-  // The most rows this rank's experts can receive in one block: P n.
-  int64_t max_local_rows() const { return max_rows_ * P_; }
+  static int64_t planned_bytes(int ep, int experts, int64_t max_received, int64_t width,
+                               DType act, int slots);
+  int64_t max_local_rows() const { return max_received_; }
   int local_experts() const { return El_; }
   int first_local_expert() const { return El_ * ep_.rank(); }
 
@@ -84,11 +87,11 @@ class ExpertExchange {
   Ops& ops_;
   ExpertParallelGroup ep_;
   int E_, P_, El_;
-  int64_t max_rows_, C_;
+  int64_t max_received_, C_;
   DType act_;
   std::vector<Plan> plans_;
   Buffer received_;      // (P n, C) act: rows in the order they arrive (source-major)
-  Buffer count_buffer_;  // (2 P E/P) int64: the counts sent, then received
+  Buffer count_buffer_;  // (2E) int32: the counts sent, then received
   std::vector<int32_t> host_offsets_, host_order_;
   std::vector<int32_t> host_counts_;  // (2E): the counts sent, then received
   int64_t bytes_ = 0;

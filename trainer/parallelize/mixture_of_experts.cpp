@@ -1,5 +1,6 @@
 #include "trainer/parallelize/mixture_of_experts.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/core/error.hpp"
@@ -23,7 +24,7 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
   GT_CHECK(cfg.moe(), "MixtureOfExperts on model.arch=", to_string(cfg.arch));
   GT_CHECK(slots >= 0 && max_rows >= 1, "slots ", slots, " rows ", max_rows);
   const int64_t R = max_rows, N = R * k_, C = C_, F = F_, E = E_, k = k_;
-  const int64_t L = N * ep.size();
+  const int64_t L = expert_rows(cfg, R, ep.size());
   L_ = L;
   blocks_.resize(static_cast<size_t>(slots));
   for (Block& b : blocks_) {
@@ -61,7 +62,7 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
   }
   if (ep.size() > 1) {
     local_scratch_ = alloc(L * C, act);
-    exchange_ = std::make_unique<ExpertExchange>(ops, ep, E_, N, C, act, std::max(slots, 1));
+    exchange_ = std::make_unique<ExpertExchange>(ops, ep, E_, L, C, act, std::max(slots, 1));
     bytes_ += exchange_->bytes();
   }
   host_offsets_.resize(static_cast<size_t>(E + 1));
@@ -73,7 +74,8 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
 int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows, int slots,
                                         DType act, bool cast_weights, int ep) {
   const int64_t R = max_rows, k = cfg.experts_per_token, N = R * k, C = cfg.n_embd,
-                F = cfg.ffn_width(), E = cfg.n_experts, S = std::max(slots, 1), L = N * ep;
+                F = cfg.ffn_width(), E = cfg.n_experts, S = std::max(slots, 1),
+                L = expert_rows(cfg, max_rows, ep);
   const int64_t a = static_cast<int64_t>(dtype_size(act)), f = 4, i = 4;
   // Every buffer at least one element (alloc's rule).
   auto b = [](int64_t elems, int64_t size) { return std::max<int64_t>(elems, 1) * size; };
@@ -87,7 +89,7 @@ int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows
        b(R * C, a) + b(R * C, f);
   if (cast_weights && act != DType::f32) n += b(E * 2 * F * C, a) + b(E * C * F, a);
   if (ep > 1)
-    n += b(L * C, a) + ExpertExchange::planned_bytes(ep, int(E), N, C, act, std::max(slots, 1));
+    n += b(L * C, a) + ExpertExchange::planned_bytes(ep, int(E), L, C, act, std::max(slots, 1));
   return n;
 }
 
@@ -120,6 +122,21 @@ TensorView MixtureOfExperts::act(const Buffer& b, std::initializer_list<int64_t>
 }
 
 int64_t MixtureOfExperts::bytes() const { return bytes_; }
+
+int64_t MixtureOfExperts::expert_rows(const ModelConfig& cfg, int64_t max_rows, int ep) {
+  const int64_t N = max_rows * cfg.experts_per_token;
+  if (ep <= 1) return N;
+  int64_t rows = N * ep;
+  // A capacity caps what each rank sends each expert (the config keeps it
+  // to layouts without tp or cp, whose micro-batch is the rank's R rows).
+  if (cfg.capacity_factor > 0) {
+    const auto cap = static_cast<int64_t>(std::ceil(
+        cfg.capacity_factor * cfg.experts_per_token * static_cast<double>(max_rows) /
+        cfg.n_experts));
+    rows = std::min(rows, int64_t(ep) * (cfg.n_experts / ep) * cap);
+  }
+  return rows;
+}
 
 int64_t MixtureOfExperts::capacity(int64_t tokens) const {
   if (!(cfg_.capacity_factor > 0)) return 0;

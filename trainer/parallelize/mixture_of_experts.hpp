@@ -12,7 +12,8 @@
 //   out (R, C) = sum over each row's slots of weight * y
 // Every index and count stays on the backend (no host round trip) unless
 // capacity drops are on (model.capacity_factor > 0): then the rows kept are
-// read back once per block to report dropped_tokens.
+// read back once per block to report dropped_tokens; under ep, the
+// exchange reads each block's offsets and counts back (ExpertExchange).
 //
 // Load balancing (transformers' load_balancing_loss_func with the router
 // logits of every layer concatenated): per micro-batch, the tokens choosing
@@ -40,7 +41,9 @@
 // kept for its backward (the `slots` of the model's chunk); the gradients'
 // buffers are shared by the blocks. Under ep the experts' activations hold
 // P R k rows (a dropless layer's worst case: every row of the group routed
-// to this rank's experts).
+// to this rank's experts), or P E/P capacity rows under a capacity factor:
+// ep costs activation memory (expert_rows), and saves none until the
+// experts' weights are stored sharded.
 #pragma once
 
 #include <cstdint>
@@ -101,6 +104,11 @@ class MixtureOfExperts {
   MoeStepStats take_step_stats();
 
   int64_t bytes() const;  // every buffer allocated here
+  // Rows the experts' GEMM buffers hold for max_rows rows of a rank: N = R k
+  // at ep = 1; under ep the most this rank's experts can receive, P N
+  // (every row of the group routed to them) or, with a capacity factor,
+  // P x E/P x the capacity of R tokens if that is less.
+  static int64_t expert_rows(const ModelConfig& cfg, int64_t max_rows, int ep);
   // The expert capacity for a micro-batch of `tokens` (0: dropless).
   int64_t capacity(int64_t tokens) const;
 
