@@ -21,34 +21,12 @@ nlohmann::json hf_config_json(const ModelConfig& m) {
          {"layer_norm_epsilon", 1e-5},
          {"initializer_range", 0.02},
          {"tie_word_embeddings", true}};
-  } else if (m.moe()) {
-    // transformers' MixtralConfig: the loss is the cross-entropy alone
-    // (output_router_logits false), as ours reports it.
-    j = {{"architectures", {"MixtralForCausalLM"}},
-         {"model_type", "mixtral"},
-         {"vocab_size", m.vocab_size},
-         {"max_position_embeddings", m.block_size},
-         {"hidden_size", m.n_embd},
-         {"intermediate_size", m.ffn_width()},
-         {"num_hidden_layers", m.n_layer},
-         {"num_attention_heads", m.n_head},
-         {"num_key_value_heads", m.kv_heads()},
-         {"head_dim", m.head_size()},
-         {"hidden_act", "silu"},
-         {"rms_norm_eps", m.norm_eps},
-         {"rope_theta", m.rope_theta},
-         {"sliding_window", nullptr},
-         {"attention_dropout", 0.0},
-         {"num_local_experts", m.n_experts},
-         {"num_experts_per_tok", m.experts_per_token},
-         {"output_router_logits", false},
-         {"router_aux_loss_coef", m.router_aux_loss_coef},
-         {"router_jitter_noise", 0.0},
-         {"initializer_range", 0.02},
-         {"tie_word_embeddings", m.tied_embeddings()}};
   } else {
-    j = {{"architectures", {"LlamaForCausalLM"}},
-         {"model_type", "llama"},
+    // The Llama family's keys, shared by transformers' LlamaConfig and
+    // MixtralConfig.
+    const bool moe = m.moe();
+    j = {{"architectures", {moe ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+         {"model_type", moe ? "mixtral" : "llama"},
          {"vocab_size", m.vocab_size},
          {"max_position_embeddings", m.block_size},
          {"hidden_size", m.n_embd},
@@ -60,18 +38,30 @@ nlohmann::json hf_config_json(const ModelConfig& m) {
          {"hidden_act", "silu"},
          {"rms_norm_eps", m.norm_eps},
          {"rope_theta", m.rope_theta},
-         {"rope_scaling", nullptr},
-         {"attention_bias", false},
-         {"mlp_bias", false},
          {"initializer_range", 0.02},
          {"tie_word_embeddings", m.tied_embeddings()}};
-    const RopeScaling& rs = m.rope_scaling;
-    if (rs.enabled())
-      j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", rs.factor},
-                           {"low_freq_factor", rs.low_freq_factor},
-                           {"high_freq_factor", rs.high_freq_factor},
-                           {"original_max_position_embeddings", rs.original_max_position}};
+    if (moe) {
+      // MixtralConfig: the loss is the cross-entropy alone
+      // (output_router_logits false), as ours reports it.
+      j["sliding_window"] = nullptr;
+      j["attention_dropout"] = 0.0;
+      j["num_local_experts"] = m.n_experts;
+      j["num_experts_per_tok"] = m.experts_per_token;
+      j["output_router_logits"] = false;
+      j["router_aux_loss_coef"] = m.router_aux_loss_coef;
+      j["router_jitter_noise"] = 0.0;
+    } else {
+      j["rope_scaling"] = nullptr;
+      j["attention_bias"] = false;
+      j["mlp_bias"] = false;
+      const RopeScaling& rs = m.rope_scaling;  // refused for mixtral (config.cpp)
+      if (rs.enabled())
+        j["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", rs.factor},
+                             {"low_freq_factor", rs.low_freq_factor},
+                             {"high_freq_factor", rs.high_freq_factor},
+                             {"original_max_position_embeddings", rs.original_max_position}};
+    }
   }
   j["torch_dtype"] = "float32";
   return j;
