@@ -44,7 +44,9 @@ std::string cp_cell(const PlanLayout& l) {
   return std::to_string(l.cp) + (l.cp_comm == CpComm::ring ? ":ring" : ":ag");
 }
 
-void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, bool show_mb) {
+// show_ep: a mixture's table, with an ep column after tp.
+void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, bool show_mb,
+         bool show_ep) {
   const PlanLayout& l = p.layout;
   char buf[512];
   auto m = [&](int64_t b) { return static_cast<double>(b) / u.div; };
@@ -52,6 +54,10 @@ void row(std::ostringstream& os, const Prediction& p, int rank, const Unit& u, b
                 rank > 0 ? std::to_string(rank).c_str() : "-", l.pp, schedule_cell(l).c_str(), l.dp,
                 l.fsdp, cp_cell(l).c_str(), l.tp, l.fsdp > 1 ? std::to_string(l.stage).c_str() : "-");
   os << buf;
+  if (show_ep) {
+    std::snprintf(buf, sizeof buf, " %3d", l.ep);
+    os << buf;
+  }
   if (show_mb) {
     std::snprintf(buf, sizeof buf, " %4d %5d", l.micro_batch, p.accum);
     os << buf;
@@ -85,21 +91,23 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
      << "); step time per optimizer step; pp > 1: the heaviest pipeline rank's memory, "
         "the bubble's idle share of the pipelined work; cp: degree:cp_comm (ag = allgather)"
      << (cfg.parallel.cp_load_balance ? "" : ", chunks not load-balanced") << "\n";
+  const bool show_ep = cfg.model.moe();
   os << "rank  pp     sched   dp  fsdp      cp   tp stage";
+  if (show_ep) os << "  ep";
   if (show_mb) os << "   mb accum";
   os << "   params    grads    optim   activ  commbuf    total fits   step_ms exposed_ms "
         "bubble   tokens/s    MFU\n";
   int k = 0;
   const size_t shown =
       top > 0 ? std::min(plan.ranked.size(), static_cast<size_t>(top)) : plan.ranked.size();
-  for (size_t i = 0; i < shown; ++i) row(os, plan.ranked[i], ++k, u, show_mb);
+  for (size_t i = 0; i < shown; ++i) row(os, plan.ranked[i], ++k, u, show_mb, show_ep);
   if (top > 0) {
     const size_t more = plan.ranked.size() - shown;
     if (more + plan.too_big.size() > 0)
       os << "(" << more << " more layout" << (more == 1 ? "" : "s") << " that fit and "
          << plan.too_big.size() << " that do not: --top 0 lists every one)\n";
   } else {
-    for (const auto& p : plan.too_big) row(os, p, 0, u, show_mb);
+    for (const auto& p : plan.too_big) row(os, p, 0, u, show_mb, show_ep);
   }
   if (!plan.invalid.empty()) {
     // One line per reason: a 25-head model rules out every tp > 1 at every stage.
