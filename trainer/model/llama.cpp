@@ -159,23 +159,19 @@ void Llama::block_mlp_up_forward(int l) {
   b.swiglu = rowwise(swiglu, b.gu, h + "swiglu");  // per feature pair of this rank's columns
 }
 
-MixtureOfExperts::Weights Llama::moe_weights(int l) {
+MixtureOfExperts::Weights Llama::moe_views(int l, bool grads) {
+  // Each block's experts are consecutive in the store, w1|w3 of every expert
+  // then every w2 (llama_placement.cpp): one (E, ...) view spans them.
   const std::string m = block(l) + "block_sparse_moe.";
   const int64_t E = cfg_.n_experts, C = cfg_.n_embd, F = cfg_.ffn_width();
   const std::string last = "experts." + std::to_string(E - 1) + ".";
-  TensorView w13 = gemm_rows(m + "experts.0.w1.weight", m + last + "w3.weight");
-  TensorView w2 = gemm_rows(m + "experts.0.w2.weight", m + last + "w2.weight");
-  return {p(m + "gate.weight"), make_view(w13.data, w13.dtype, ops_.device(), {E, 2 * F, C}),
-          make_view(w2.data, w2.dtype, ops_.device(), {E, C, F})};
-}
-
-MixtureOfExperts::Weights Llama::moe_grads(int l) {
-  const std::string m = block(l) + "block_sparse_moe.";
-  const int64_t E = cfg_.n_experts, C = cfg_.n_embd, F = cfg_.ffn_width();
-  const std::string last = "experts." + std::to_string(E - 1) + ".";
-  TensorView w13 = g_rows(m + "experts.0.w1.weight", m + last + "w3.weight");
-  TensorView w2 = g_rows(m + "experts.0.w2.weight", m + last + "w2.weight");
-  return {g(m + "gate.weight"), make_view(w13.data, w13.dtype, ops_.device(), {E, 2 * F, C}),
+  auto rows = [&](const std::string& first, const std::string& end) {
+    return grads ? g_rows(first, end) : gemm_rows(first, end);
+  };
+  const TensorView w13 = rows(m + "experts.0.w1.weight", m + last + "w3.weight");
+  const TensorView w2 = rows(m + "experts.0.w2.weight", m + last + "w2.weight");
+  return {grads ? g(m + "gate.weight") : p(m + "gate.weight"),
+          make_view(w13.data, w13.dtype, ops_.device(), {E, 2 * F, C}),
           make_view(w2.data, w2.dtype, ops_.device(), {E, C, F})};
 }
 
@@ -225,7 +221,7 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
     BlockActivations& b = blocks_[static_cast<size_t>(l)];
     const TensorView proj = aview(a.proj_tmp, {Rl, C});
     const Activation out =
-        moe_ ? moe_->forward(l - first_layer_, b.ln2, proj, moe_weights(l))
+        moe_ ? moe_->forward(l - first_layer_, b.ln2, proj, moe_views(l, false))
              : layers_->down.forward({proj, block(l) + "down_proj"}, b.swiglu,
                                      gemm_param(block(l) + "mlp.down_proj.weight"), none);
     b.res3 = added(layer_act(a.res3, l, {Rl, C}), b.res2, out, block(l) + "res3", "residual add",
@@ -352,7 +348,9 @@ Activation Llama::block_mlp_backward(int l, const Activation& dres, TensorView d
   const std::string h = block(l);
   BlockActivations& b = blocks_[static_cast<size_t>(l)];
   // Mixtral: res3 = res2 + moe(norm(res2)).
-  if (moe_) return moe_->backward(l - first_layer_, dres, dln, b.ln2, moe_weights(l), moe_grads(l));
+  if (moe_)
+    return moe_->backward(l - first_layer_, dres, dln, b.ln2, moe_views(l, false),
+                          moe_views(l, true));
   // res3 = res2 + down(swiglu(gate_up(norm(res2)))).
   auto& d = dacts_;
   const TensorView none;

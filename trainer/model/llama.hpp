@@ -147,9 +147,8 @@ class Llama final : public CausalLM {
   // dln (R/p, C) fp32 assigned d(post_attention_layernorm's output).
   Activation block_mlp_backward(int l, const Activation& dres, TensorView dln);
   // Mixtral: block l's router and experts, as the mixture reads them
-  // (weights) and accumulates into them (gradients).
-  MixtureOfExperts::Weights moe_weights(int l);
-  MixtureOfExperts::Weights moe_grads(int l);
+  // (grads false) and accumulates into them (grads true).
+  MixtureOfExperts::Weights moe_views(int l, bool grads);
 
   // Per-rank widths: query heads, key/value heads, q|k|v features, MLP width.
   int NHl_ = 0, KVl_ = 0;

@@ -63,6 +63,8 @@ class ExpertExchange {
   // Block `slot`'s exchange plan from its dispatch offsets (E+1) int32.
   // Returns M, the rows this rank's experts receive.
   int64_t plan(int slot, const TensorView& offsets);
+  // The rows block `slot` sends (its kept slots: offsets[E]), as plan read them.
+  int64_t sent(int slot) const { return plans_.at(static_cast<size_t>(slot)).sent; }
   // local_offsets (E/P + 1) int32 of block `slot`'s expert-major rows.
   TensorView local_offsets(int slot) const;
   // rows (>= sent, C) sorted by expert -> local (>= M, C) expert-major.

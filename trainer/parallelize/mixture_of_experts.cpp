@@ -199,9 +199,12 @@ Activation MixtureOfExperts::forward(int slot, const Activation& x, TensorView o
     ops_.grouped_matmul_forward(y, h, gw.w2, off);
   }
   ops_.moe_combine_forward(out, y, pos, tw);
-  if (cap > 0) {  // the one host read: how many slots the capacity dropped
-    ops_.download(host_offsets_.data(), off);
-    dropped_ += N - host_offsets_[static_cast<size_t>(E)];
+  if (cap > 0) {  // how many slots the capacity dropped: the exchange read it already
+    const int64_t kept = exchange_ ? exchange_->sent(slot) : [&] {
+      ops_.download(host_offsets_.data(), off);  // the one host read without ep
+      return int64_t(host_offsets_[static_cast<size_t>(E)]);
+    }();
+    dropped_ += N - kept;
   }
   return rowwise(out, x, "block_sparse_moe");
 }
