@@ -23,6 +23,7 @@ using test::config;
 using test::gpt2_xl;
 using test::hardware;
 using test::matrix_llama;
+using test::matrix_mixtral;
 using test::matrix_model;
 using test::matrix_train;
 
@@ -30,7 +31,7 @@ using test::matrix_train;
 // per micro-batch, the embedding's, the head's and the rest, and the parts
 // add up to the whole plan in every mode.
 TEST(PlanPipeline, ActivationPartsAddUpToThePlan) {
-  for (const ModelConfig& m : {matrix_model(), matrix_llama()})
+  for (const ModelConfig& m : {matrix_model(), matrix_llama(), matrix_mixtral()})
     for (PlanBackend backend : {PlanBackend::cpu, PlanBackend::cuda})
       for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16})
         for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})

@@ -42,7 +42,9 @@ With --arch mixtral the model is that Llama with 4 experts of width 32, 2
 per token (the router, permutation, grouped GEMMs and combine kernels), and
 every one-rank run accumulates the layout's micro-batches (the aux loss pools
 a micro-batch); dp2_ep2 splits the experts over the two ranks, tokens moving
-all-to-all (grouped ncclSend/ncclRecv, or staged MPI_Alltoallv).
+all-to-all (grouped ncclSend/ncclRecv, or staged MPI_Alltoallv), and pp2
+passes each micro-batch's router statistics between the stages with the
+residual stream.
 Layouts: one_rank, dp2, fsdp2 (stage 3), tp2, pp2 (1f1b, 4 micro-batches),
 and context parallelism (parallel.cp, sequences load balanced): cp2, cp2_tp2
 (4 ranks) and cp4 (4 ranks: a ring of three hops, where cp2's has one).
@@ -154,8 +156,9 @@ def main():
     dims0 = LAYOUTS.get(args.layout, (1, 1, 1, 1, 1))
     # A mixture's aux loss pools each micro-batch: every one-rank run
     # accumulates the layout's micro-batches (one per data rank).
-    ref_micro = (lm.TRAIN["global_batch"] // (dims0[0] * dims0[1]) if args.arch == "mixtral"
-                 else lm.TRAIN["global_batch"])
+    micro_batches0 = 4 if dims0[3] > 1 else 1  # a pipeline's per step (cuda_run's)
+    ref_micro = (lm.TRAIN["global_batch"] // (dims0[0] * dims0[1] * micro_batches0)
+                 if args.arch == "mixtral" else lm.TRAIN["global_batch"])
     # bf16 comparisons across summation orders: a mixture's looser bounds
     # (MOE_BF16_NORM_TOL; its parameters at the layout matrix's bound).
     moe = args.arch == "mixtral"

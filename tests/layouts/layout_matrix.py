@@ -535,7 +535,8 @@ def main():
         if args.check or any(x not in moe_layouts.EP_LAYOUTS for x in args.layout):
             sys.exit("error: --arch mixtral runs the expert-parallel layouts (" +
                      ", ".join(every) + "); the others' byte formulas are the dense families'")
-    elif any(x in moe_layouts.EP_LAYOUTS for x in args.layout):
+    elif any(x in moe_layouts.EP_LAYOUTS and x not in pipeline_layouts.PP_LAYOUTS
+             for x in args.layout):
         sys.exit("error: the expert-parallel layouts need --arch mixtral")
     if args.list:
         print("\n".join(every))
@@ -551,12 +552,12 @@ def main():
     fails = []
     try:
         for name in args.layout:
-            if name in pipeline_layouts.PP_LAYOUTS:
+            if args.arch == "mixtral":  # (its pipeline layouts are moe_layouts')
+                fails += moe_layouts.run_ep_layout(this, runner, name)
+            elif name in pipeline_layouts.PP_LAYOUTS:
                 fails += pipeline_layouts.run_pp_layout(this, runner, name)
             elif name in cp_layouts.CP_LAYOUTS:
                 fails += cp_layouts.run_cp_layout(this, runner, name, args)
-            elif name in moe_layouts.EP_LAYOUTS:
-                fails += moe_layouts.run_ep_layout(this, runner, name)
             else:
                 fails += run_layout(runner, name)
         if "reshard" in args.check:

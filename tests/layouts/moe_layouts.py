@@ -1,12 +1,15 @@
-"""The layout matrix's expert-parallel cases (parallel.ep with
-model.arch=mixtral): the layouts and the runs against one rank. Used by
-layout_matrix.py with --arch mixtral, which passes itself as `lm`.
+"""The layout matrix's Mixtral cases (model.arch=mixtral): expert
+parallelism (parallel.ep) and pipeline stages (parallel.pp, whose stages
+pass each micro-batch's router statistics along), the layouts and the runs
+against one rank. Used by layout_matrix.py with --arch mixtral, which passes
+itself as `lm`.
 
 Each layout runs with one and with two micro-batches per step and is
 compared with one rank at the same global batch and micro-batch (the aux
 loss pools a micro-batch, so one rank accumulates the layout's micro-batches): losses, aux losses and
 grad norms to 1e-5, final weights to 1e-4 in fp32; in bf16 at the layout
-matrix's bf16 tolerances against the one-rank bf16 run. The bytes: ep is
+matrix's bf16 tolerances against the one-rank bf16 run (a pipeline against
+the same layout without stages, as pipeline_layouts.py). The bytes: ep is
 folded out of the data ranks, so every other axis must carry exactly what
 the same layout without ep carries (run beside it), and the ep axis, whose
 volume depends on where the router sends each token, at most the bound a
@@ -19,6 +22,7 @@ checked, not equality.
     python3 tests/layouts/layout_matrix.py --build build --arch mixtral --layout dp2_ep2
     python3 tests/layouts/layout_matrix.py --build build --arch mixtral --layout dp2_ep2 \\
         --dtype bf16
+    python3 tests/layouts/layout_matrix.py --build build --arch mixtral --layout dp2_ep2_pp2
 
 Standard library only.
 """
@@ -31,19 +35,37 @@ REDUCE_BF16_NORM_TOL = 5e-3
 
 
 class EpLayout:
-    """name -> ep and the other degrees (dp, fsdp, tp), the ZeRO stage."""
+    """name -> ep and the other degrees (dp, fsdp, tp), the ZeRO stage, and
+    pipeline stages (pp, their schedule and chunks per rank v)."""
 
-    def __init__(self, ep, dp=1, fsdp=1, tp=1, stage=3):
+    def __init__(self, ep, dp=1, fsdp=1, tp=1, stage=3, pp=1, schedule="1f1b", v=1):
         self.ep, self.dp, self.fsdp, self.tp, self.stage = ep, dp, fsdp, tp, stage
+        self.pp, self.schedule, self.v = pp, schedule, v
 
     def world(self):
-        return self.dp * self.fsdp * self.tp
+        return self.dp * self.fsdp * self.tp * self.pp
+
+    def extra(self):
+        """The run's keys beyond the runner's dp/fsdp/tp/stage/micro (pp: four
+        blocks, so every chunk of pp 2 x v 2 has one)."""
+        if self.pp == 1:
+            return {}
+        return {"model.n_layer": PP_LAYERS, "parallel.pp": self.pp,
+                "parallel.pp_schedule": self.schedule, "parallel.pp_virtual_stages": self.v}
 
 
+# Pipeline stages pass each micro-batch's router statistics along with the
+# residual stream (the aux loss pools every layer), so they are checked with
+# ep 1 too: the stages alone, and the stages under expert parallelism.
+PP_LAYERS = 4
 EP_LAYOUTS = {
     "dp2_ep2": EpLayout(2, dp=2), "dp4_ep4": EpLayout(4, dp=4), "dp4_ep2": EpLayout(2, dp=4),
     "dp2_ep2_tp2": EpLayout(2, dp=2, tp=2), "fsdp2_ep2_stage3": EpLayout(2, fsdp=2, stage=3),
     "dp2_fsdp2_ep4_stage2": EpLayout(4, dp=2, fsdp=2, stage=2),
+    "pp2_1f1b": EpLayout(1, pp=2), "pp2_interleaved": EpLayout(1, pp=2,
+                                                              schedule="interleaved_1f1b", v=2),
+    "dp2_ep2_pp2": EpLayout(2, dp=2, pp=2),
+    "fsdp2_ep2_pp2_stage3_gpipe": EpLayout(2, fsdp=2, stage=3, pp=2, schedule="gpipe"),
 }
 
 
@@ -53,7 +75,9 @@ def ep_bytes_bound(lm, lay, micro, micro_batches, dtype):
     rows = micro * lm.TRAIN["seq_len"] // lay.tp
     elem = 2 if dtype == "bf16" else 4
     per_block = 4 * rows * m["experts_per_token"] * m["n_embd"] * elem + 4 * m["n_experts"]
-    return m["n_layer"] * micro_batches * per_block
+    # rank 0 (the first stage) runs its share of the blocks
+    blocks = m["n_layer"] if lay.pp == 1 else -(-PP_LAYERS // lay.pp)
+    return blocks * micro_batches * per_block
 
 
 def run_ep_layout(lm, runner, name):
@@ -70,38 +94,59 @@ def run_ep_layout(lm, runner, name):
             if bf16 else {})
     aux_tol = tols.get("loss_rtol", lm.LOSS_RTOL)
     fails = []
-    for m in (1, 2):  # micro-batches per step on each data rank
+    model = {"model.n_layer": PP_LAYERS} if lay.pp > 1 else {}
+    # micro-batches per step on each data rank (interleaving needs a multiple of pp)
+    for m in (2,) if lay.schedule == "interleaved_1f1b" else (1, 2):
         micro = lm.TRAIN["global_batch"] // (D * m)
         # One rank with the layout's micro-batches, accumulated: the aux loss
         # pools each micro-batch's rows (transformers' definition), so the
         # one-rank run must see the same micro-batches, in the same order.
-        ref_dir, ref_cfg = runner.config(f"ref_ep_micro{micro}", micro=micro)
-        runner.run(1, ref_cfg)
-        base_dir, base_cfg = runner.config(f"{name}_without_ep", lay.dp, lay.fsdp, lay.tp,
-                                           lay.stage, micro)
-        runner.run(lay.world(), base_cfg)
+        if bf16 and lay.pp > 1:
+            # bf16 pipelines against the same layout without stages (as
+            # pipeline_layouts.py): what the stages change, apart from the
+            # data ranks' bf16 sums, which the layouts without pp check.
+            ref_dir, ref_cfg = runner.config(f"ref_{name}_without_pp_micro{micro}", lay.dp,
+                                             lay.fsdp, lay.tp, lay.stage, micro,
+                                             extra=dict(model, **{"parallel.ep": lay.ep}))
+            runner.run(lay.world() // lay.pp, ref_cfg)
+        else:
+            ref_dir, ref_cfg = runner.config(f"ref_ep_micro{micro}", micro=micro, extra=model)
+            runner.run(1, ref_cfg)
         label = f"{name}{tag} micro-batches={m}"
         run_dir, cfg = runner.config(name, lay.dp, lay.fsdp, lay.tp, lay.stage, micro,
-                                     extra={"parallel.ep": lay.ep})
+                                     extra=dict(lay.extra(), **{"parallel.ep": lay.ep}))
         _, took = runner.run(lay.world(), cfg)
         f, worst = lm.compare_runs(label, ref_dir, run_dir, **tols)
         ref = lm.read_metrics(lm.os.path.join(ref_dir, "metrics.jsonl"))
         got = lm.read_metrics(lm.os.path.join(run_dir, "metrics.jsonl"))
-        base = lm.read_metrics(lm.os.path.join(base_dir, "metrics.jsonl"))
-        bound = ep_bytes_bound(lm, lay, micro, m, runner.dtype)
         for step, rec in got.items():
             a, b = rec.get("aux_loss"), ref[step]["aux_loss"]
             if a is None or abs(a - b) > aux_tol * abs(b):
-                f.append(f"{label}: step {step} aux_loss {a} vs one rank {b}")
-            sent = rec["comm_bytes"]
-            for axis, want in base[step]["comm_bytes"].items():
-                if sent.get(axis) != want:
-                    f.append(f"{label}: step {step} {axis} sent {sent.get(axis)} bytes, "
-                             f"{want} without ep")
-            ep = sent.get("ep")
-            if ep is None or not 0 < ep <= bound:
-                f.append(f"{label}: step {step} ep sent {ep} bytes, expected (0, {bound}]")
+                f.append(f"{label}: step {step} aux_loss {a} vs the reference's {b}")
+        if lay.ep > 1:
+            f += check_ep_bytes(lm, runner, name, lay, micro, m, label, got)
         print(f"{'FAIL' if f else 'ok  '} {label}: {lay.world()} ranks, {took:.1f} s, "
               f"max param diff {worst:.1e}")
         fails += f
     return fails
+
+
+def check_ep_bytes(lm, runner, name, lay, micro, m, label, got):
+    """Every axis but ep carries what the same layout without ep carries (run
+    beside it); ep at most the dropless bound (module docstring)."""
+    f = []
+    base_dir, base_cfg = runner.config(f"{name}_without_ep", lay.dp, lay.fsdp, lay.tp,
+                                       lay.stage, micro, extra=lay.extra())
+    runner.run(lay.world(), base_cfg)
+    base = lm.read_metrics(lm.os.path.join(base_dir, "metrics.jsonl"))
+    bound = ep_bytes_bound(lm, lay, micro, m, runner.dtype)
+    for step, rec in got.items():
+        sent = rec["comm_bytes"]
+        for axis, want in base[step]["comm_bytes"].items():
+            if sent.get(axis) != want:
+                f.append(f"{label}: step {step} {axis} sent {sent.get(axis)} bytes, "
+                         f"{want} without ep")
+        ep = sent.get("ep")
+        if ep is None or not 0 < ep <= bound:
+            f.append(f"{label}: step {step} ep sent {ep} bytes, expected (0, {bound}]")
+    return f

@@ -271,9 +271,6 @@ void validate(const Config& c, const Locations& where) {
                        const std::string& what) {
       bad(key, got, expected, what + " is not implemented yet for model.arch=mixtral");
     };
-    if (p.pp > 1)
-      not_yet("parallel.pp", p.pp, "1",
-              "pipeline parallelism (the stages' exchange of router statistics)");
     if (m.capacity_factor > 0 && p.tp * p.cp > 1)
       not_yet("model.capacity_factor", num(m.capacity_factor), "0 (dropless) with tp x cp > 1",
               "dropping over a micro-batch split across tp or cp ranks");

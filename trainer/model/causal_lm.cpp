@@ -394,8 +394,9 @@ CausalLM::StageBoundary CausalLM::stage_boundary(int B, int T) {
   GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
   check_stage_set("stage_boundary");
   StageBoundary b = boundary_views(B, T);
-  if (embeds()) b.input = b.input_grad = TensorView{};
-  if (heads()) b.output = b.output_grad = TensorView{};
+  if (embeds()) b.input = b.input_grad = b.router_in = TensorView{};
+  if (heads()) b.output = b.output_grad = b.router_out = TensorView{};
+  if (embeds() && heads()) b.router_totals = TensorView{};
   return b;
 }
 

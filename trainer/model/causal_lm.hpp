@@ -142,11 +142,18 @@ class CausalLM {
   //                before backward; fp32;
   //   input_grad   (not the first stage) after backward, d(loss)/d(input)
   //                to send back; fp32.
+  // A mixture of experts' router statistics travel with them in training
+  // (MixtureOfExperts: fp32 (2, E) each; empty for a dense model):
+  //   router_in     with input: the earlier stages' sums of the micro-batch;
+  //   router_out    with output: the sums through this stage;
+  //   router_totals with output_grad (received) and input_grad (sent):
+  //                 every layer's sums, formed on the last stage.
   // On a stage without that boundary the view is empty. Forward on a stage
   // that is not the last computes no loss (forward_train records none);
   // grad_scale > 0 still prepares backward.
   struct StageBoundary {
     TensorView input, output, output_grad, input_grad;
+    TensorView router_in, router_out, router_totals;
   };
   StageBoundary stage_boundary(int B, int T);
 

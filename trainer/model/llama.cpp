@@ -231,8 +231,11 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
     store_->after_forward(layout_.block_unit(l));
   }
   // The load-balancing loss pools every block's router statistics of the
-  // micro-batch (B T cp tokens) before any backward reads its gradient.
-  if (moe_) moe_->finish_micro_batch(want_grad ? grad_scale : 0.f, int64_t(B) * T * cp_.size());
+  // micro-batch (B T cp tokens) before any backward reads its gradient;
+  // pipeline stages pass them along (stage_boundary's router views).
+  if (moe_)
+    moe_->finish_micro_batch(want_grad ? grad_scale : 0.f, int64_t(B) * T * cp_.size(),
+                             {!embeds(), !heads()});
   if (!heads()) {  // x, res3 of the last block, is the stage's output
     backward_ready_ = want_grad;
     return false;
@@ -366,7 +369,13 @@ Activation Llama::block_mlp_backward(int l, const Activation& dres, TensorView d
 }
 
 CausalLM::StageBoundary Llama::boundary_views(int B, int T) {
-  return residual_boundary(acts_.encoded, acts_.res3, dacts_.dresidual, B, T);
+  StageBoundary b = residual_boundary(acts_.encoded, acts_.res3, dacts_.dresidual, B, T);
+  if (moe_) {
+    b.router_in = moe_->router_partial_in();
+    b.router_out = moe_->router_partial_out();
+    b.router_totals = moe_->router_totals();
+  }
+  return b;
 }
 
 int64_t Llama::activation_bytes() const {

@@ -48,6 +48,8 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
   dprob_ = alloc(E, DType::f32);
   aux_sum_ = alloc(1, DType::f32);
   step_counts_ = alloc(int64_t(std::max(slots, 1)) * E, DType::f32);
+  upstream_ = alloc(2 * E, DType::f32);
+  totals_ = alloc(2 * E, DType::f32);
   dlogits_ = alloc(R * E, DType::f32);
   dweight_ = alloc(R * k, DType::f32);
   dy_ = alloc(N * C, act);
@@ -84,7 +86,8 @@ int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows
                         (ep > 1 ? b(L * C, a) : 0);
   int64_t n = int64_t(slots) * block;
   if (act != DType::f32) n += b(R * C, f);
-  n += b(R * E, f) + b(S * 2 * E, f) + b(2 * E, f) + b(1, f) + b(E, f) + b(1, f) + b(S * E, f);
+  n += b(R * E, f) + b(S * 2 * E, f) + b(2 * E, f) + b(1, f) + b(E, f) + b(1, f) + b(S * E, f) +
+       2 * b(2 * E, f);
   n += b(R * E, f) + b(R * k, f) + b(N * C, a) + b(L * F, a) + b(L * 2 * F, a) + b(N * C, a) +
        b(R * C, a) + b(R * C, f);
   if (cast_weights && act != DType::f32) n += b(E * 2 * F * C, a) + b(E * C * F, a);
@@ -153,6 +156,7 @@ void MixtureOfExperts::begin_micro_batch() {
   ops_.zero(f32(stats_, {std::max(slots_, 1) * 2 * int64_t(E_)}));
   stats_pending_ = false;
   aux_grad_ = false;
+  awaiting_totals_ = false;
   z_grad_ = 0;
 }
 
@@ -209,46 +213,67 @@ Activation MixtureOfExperts::forward(int slot, const Activation& x, TensorView o
   return rowwise(out, x, "block_sparse_moe");
 }
 
-void MixtureOfExperts::finish_micro_batch(float grad_scale, int64_t tokens) {
+void MixtureOfExperts::finish_micro_batch(float grad_scale, int64_t tokens,
+                                          StageNeighbours stages) {
   const int64_t E = E_, S = std::max(slots_, 1);
   // Every rank holding rows of this micro-batch adds its counts and probs.
   const TensorView stats = f32(stats_, {S * 2 * E});
   all_reduce(stats);
-  const TensorView counts = f32(pooled_, {2 * E});
-  ops_.zero(counts);
+  const TensorView sums = router_partial_out();
+  ops_.zero(sums);
   float* st = static_cast<float*>(stats_.data());
-  float* pooled = static_cast<float*>(pooled_.data());
   for (int s = 0; s < slots_; ++s)
-    ops_.accumulate(counts, make_view(st + s * 2 * E, DType::f32, ops_.device(), {2 * E}));
-  const double rows = static_cast<double>(cfg_.n_layer) * static_cast<double>(tokens);
+    ops_.accumulate(sums, make_view(st + s * 2 * E, DType::f32, ops_.device(), {2 * E}));
   const bool training = grad_scale > 0;
+  // (The pipeline sends the earlier stages' sums in training only.)
+  if (stages.earlier && training) ops_.accumulate(sums, router_partial_in());
+  grad_scale_ = grad_scale;
+  tokens_ = tokens;
+  // z-loss = coef_z x sum over layers of the mean over the N tokens of lse^2:
+  // d/d(lse_t^2) = coef_z / N per micro-batch, times 1 / (micro-batches x
+  // data ranks): coef_z x grad_scale. Each layer's own: no stage waits for it.
+  z_grad_ = training ? static_cast<float>(cfg_.router_z_loss_coef) * grad_scale : 0.f;
+  stats_pending_ = true;
+  aux_grad_ = false;
+  awaiting_totals_ = training && stages.later;
+  if (training)
+    for (int s = 0; s < slots_; ++s)
+      ops_.accumulate(make_view(static_cast<float*>(step_counts_.data()) + s * E, DType::f32,
+                                ops_.device(), {E}),
+                      make_view(st + s * 2 * E, DType::f32, ops_.device(), {E}));
+  if (stages.later) return;  // the sums go on to the next stage; the totals come back
+  form_load_balance(sums);
+  if (!training) return;
+  if (stages.earlier) ops_.copy(router_totals(), sums);  // sent back with the gradient
+  ops_.accumulate(f32(aux_sum_, {1}), f32(aux_, {1}));
+  ++micro_batches_;
+}
+
+void MixtureOfExperts::form_load_balance(const TensorView& sums) {
+  const int64_t E = E_;
+  const double rows = static_cast<double>(cfg_.n_layer) * static_cast<double>(tokens_);
+  const bool training = grad_scale_ > 0;
   const float coef = static_cast<float>(cfg_.router_aux_loss_coef);
   // d(loss)/d(aux) of this micro-batch: the loss is the mean over the
   // step's micro-batches (and data ranks) of CE + coef aux, and grad_scale
   // = 1 / (tokens x micro-batches x data ranks).
-  const float grad_coef = training ? coef * grad_scale * static_cast<float>(tokens) : 0.f;
+  const float grad_coef = training ? coef * grad_scale_ * static_cast<float>(tokens_) : 0.f;
+  const auto* s = static_cast<const float*>(sums.data);
   ops_.moe_load_balance(f32(aux_, {1}), f32(dprob_, {E}),
-                        make_view(pooled, DType::f32, ops_.device(), {E}),
-                        make_view(pooled + E, DType::f32, ops_.device(), {E}), rows, grad_coef);
+                        make_view(const_cast<float*>(s), DType::f32, ops_.device(), {E}),
+                        make_view(const_cast<float*>(s) + E, DType::f32, ops_.device(), {E}),
+                        rows, grad_coef);
   aux_grad_ = training && coef > 0;
-  // z-loss = coef_z x sum over layers of the mean over the N tokens of lse^2:
-  // d/d(lse_t^2) = coef_z / N per micro-batch, times 1 / (micro-batches x
-  // data ranks): coef_z x grad_scale.
-  z_grad_ = training ? static_cast<float>(cfg_.router_z_loss_coef) * grad_scale : 0.f;
-  stats_pending_ = true;
-  if (!training) return;
-  ops_.accumulate(f32(aux_sum_, {1}), f32(aux_, {1}));
-  for (int s = 0; s < slots_; ++s)
-    ops_.accumulate(make_view(static_cast<float*>(step_counts_.data()) + s * E, DType::f32,
-                              ops_.device(), {E}),
-                    make_view(st + s * 2 * E, DType::f32, ops_.device(), {E}));
-  ++micro_batches_;
 }
 
 Activation MixtureOfExperts::backward(int slot, const Activation& dout, TensorView dx,
                                       const Activation& x, const Weights& w, const Weights& dw) {
   GT_CHECK(slot >= 0 && slot < slots_, "MoE block slot ", slot, " of ", slots_);
   GT_CHECK(stats_pending_, "MoE backward before finish_micro_batch");
+  if (awaiting_totals_) {  // a stage before the last: the totals came with d(output)
+    form_load_balance(router_totals());
+    awaiting_totals_ = false;
+  }
   Block& b = blocks_[static_cast<size_t>(slot)];
   const int64_t R = b.rows, N = R * k_, C = C_, F = F_, E = E_, k = k_;
   const Weights gw = gemm_weights(w);

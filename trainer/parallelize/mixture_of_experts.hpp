@@ -22,8 +22,17 @@
 // rows (tp, cp), give aux = E sum_e (count_e / LN)(prob_e / LN), N the
 // micro-batch's tokens, L the layers. Its gradient reaches every router as
 // d(aux)/d(prob) = E count_e / (LN)^2 for every row, so the backward needs
-// the counts of the whole micro-batch: finish_forward pools them before any
-// backward. The router z-loss (model.router_z_loss_coef, ST-MoE; Megatron's
+// the counts of the whole micro-batch: finish_micro_batch pools them before
+// any backward.
+//
+// Pipeline stages (parallel.pp > 1) hold some of the layers each, so the
+// sums run along the pipeline with the micro-batch: a stage adds the
+// earlier stages' partial sums (router_partial_in, received with its input)
+// to its own and passes them on (router_partial_out, sent with its output);
+// the last stage, holding every layer's, forms the aux loss and sends the
+// totals back with the gradient (router_totals), and a stage before it forms
+// its routers' gradient from them at its first backward. Only the last
+// stage adds the micro-batch's aux loss to the step's. The router z-loss (model.router_z_loss_coef, ST-MoE; Megatron's
 // sum over layers of the mean over rows of logsumexp(logits)^2) enters the
 // gradient only; it is not reported.
 //
@@ -87,12 +96,26 @@ class MixtureOfExperts {
   // Block `slot`'s forward over this rank's rows x (R, C), into out (R, C)
   // (assigned, act dtype). Placement: rowwise (x's rows, out's rows).
   Activation forward(int slot, const Activation& x, TensorView out, const Weights& w);
+  // Where this rank's blocks sit in a pipeline: whether stages before and
+  // after it hold other blocks of the model (both false without pp).
+  struct StageNeighbours {
+    bool earlier;  // router_partial_in holds their sums of this micro-batch
+    bool later;    // they add theirs; router_totals comes back before the backward
+  };
+  static constexpr StageNeighbours kOneStage{false, false};
   // After the micro-batch's last block: pools the router statistics over
   // the micro-batch's ranks, forms its aux loss (added to the step's sum)
   // and, with grad_scale > 0, the routers' share of its gradient:
   // grad_scale is d(loss)/d(one token's cross-entropy), tokens the
-  // micro-batch's N (every rank's rows, B T cp).
-  void finish_micro_batch(float grad_scale, int64_t tokens);
+  // micro-batch's N (every rank's rows, B T cp). With later stages the
+  // loss and gradient wait for router_totals (formed at the first backward).
+  void finish_micro_batch(float grad_scale, int64_t tokens, StageNeighbours stages = kOneStage);
+  // The pipeline's messages (fp32 (2, E) [counts | prob sums]): the earlier
+  // stages' partial sums (received), the partial sums through this stage
+  // (sent on), and every layer's totals (the last stage's, sent back).
+  TensorView router_partial_in() const { return f32(upstream_, {2 * int64_t(E_)}); }
+  TensorView router_partial_out() const { return f32(pooled_, {2 * int64_t(E_)}); }
+  TensorView router_totals() const { return f32(totals_, {2 * int64_t(E_)}); }
   // Block `slot`'s backward: dout (R, C) = d(out); dx (R, C) fp32 ASSIGNED
   // d(x); gradients accumulate into dw (fp32 views shaped as Weights).
   Activation backward(int slot, const Activation& dout, TensorView dx, const Activation& x,
@@ -132,6 +155,9 @@ class MixtureOfExperts {
   TensorView act(const Buffer& b, std::initializer_list<int64_t> shape) const;
   Buffer alloc(int64_t elems, DType dtype);
   void all_reduce(const TensorView& x);  // sum over tp, then over cp
+  // The aux loss into aux_ and, training, its gradient per prob into dprob_,
+  // from every layer's (2, E) sums of the micro-batch.
+  void form_load_balance(const TensorView& sums);
   // w as the grouped GEMMs take it: in act dtype (rounded into the scratch
   // when the store gave fp32).
   Weights gemm_weights(const Weights& w);
@@ -149,6 +175,8 @@ class MixtureOfExperts {
   // (slots, 2, E) [counts | prob sums] and their pooled (2, E), the aux loss
   // and its gradient per prob, the step's sums.
   Buffer x32_, logits_, stats_, pooled_, aux_, dprob_, aux_sum_, step_counts_;
+  // Pipeline stages: the earlier stages' (2, E) sums, every layer's totals.
+  Buffer upstream_, totals_;
   // The gradients' buffers, shared by the blocks.
   Buffer dlogits_, dweight_, dy_, dh_, dgu_, dxs_, dx_act_, dx_router_;
   Buffer w13_cast_, w2_cast_;  // cast_weights: (E, 2F, C), (E, C, F) in act
@@ -159,7 +187,10 @@ class MixtureOfExperts {
   int64_t L_ = 0;  // rows the expert GEMMs' buffers hold: N, or P N under ep
   bool stats_pending_ = false;  // finish_micro_batch formed dprob_ for this micro-batch
   bool aux_grad_ = false;       // dprob_ holds a gradient to apply
+  bool awaiting_totals_ = false;  // a stage before the last: dprob_ waits for router_totals
   float z_grad_ = 0;
+  float grad_scale_ = 0;  // finish_micro_batch's, for a gradient formed later
+  int64_t tokens_ = 0;
   int micro_batches_ = 0;
   int64_t dropped_ = 0;
   int64_t bytes_ = 0;

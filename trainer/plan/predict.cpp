@@ -57,8 +57,6 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
            (t.global_batch / rows) % l.pp)
     os << "interleaved_1f1b needs the micro-batches per step a multiple of pp=" << l.pp;
   // What the trainer refuses for a mixture today (config.cpp's not_yet).
-  else if (m.moe() && l.pp > 1)
-    os << "pp=" << l.pp << ": pipeline stages are not implemented yet for model.arch=mixtral";
   else if (l.ep > 1 && !m.moe())
     os << "ep=" << l.ep << ": model.arch=" << to_string(m.arch) << " has no experts to split";
   else if (l.ep < 1 || (l.dp * l.fsdp) % l.ep || (m.moe() && m.n_experts % l.ep))

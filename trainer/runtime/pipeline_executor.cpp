@@ -12,6 +12,12 @@ namespace {
 constexpr int kActTag = 0;   // activations, forward
 constexpr int kGradTag = 1;  // their gradients, backward
 constexpr int kTiedTag = 2;  // the tied embedding's gradient, once per step
+// A mixture's router statistics (stage_boundary's router views), each right
+// after the message it travels with: partial sums forward, totals backward.
+constexpr int kRouterTag = 3;
+constexpr int kRouterTotalsTag = 4;
+
+bool present(const TensorView& v) { return v.data != nullptr && v.numel() > 0; }
 
 double ms_between(std::chrono::steady_clock::time_point a,
                   std::chrono::steady_clock::time_point b) {
@@ -156,21 +162,31 @@ void PipelineExecutor::run(const PipeAction& a, const FillMicroBatch& fill, floa
                            bool last_backward) {
   set_phase(a.str());
   switch (a.op) {
-    case PipeOp::recv_act:
-      recv(instance_for(a.micro, a.stage).model->stage_boundary(B_, T_).input, a.peer, kActTag);
+    case PipeOp::recv_act: {
+      const auto b = instance_for(a.micro, a.stage).model->stage_boundary(B_, T_);
+      recv(b.input, a.peer, kActTag);
+      if (present(b.router_in)) recv(b.router_in, a.peer, kRouterTag);
       return;
-    case PipeOp::recv_grad:
-      recv(instance_for(a.micro, a.stage).model->stage_boundary(B_, T_).output_grad, a.peer,
-           kGradTag);
+    }
+    case PipeOp::recv_grad: {
+      const auto b = instance_for(a.micro, a.stage).model->stage_boundary(B_, T_);
+      recv(b.output_grad, a.peer, kGradTag);
+      if (present(b.router_totals)) recv(b.router_totals, a.peer, kRouterTotalsTag);
       return;
+    }
     case PipeOp::send_act: {  // a.stage is the receiving stage
       Instance& in = instance_for(a.micro, a.stage - 1);
-      in.sends.push_back(send(in.model->stage_boundary(B_, T_).output, a.peer, kActTag));
+      const auto b = in.model->stage_boundary(B_, T_);
+      in.sends.push_back(send(b.output, a.peer, kActTag));
+      if (present(b.router_out)) in.sends.push_back(send(b.router_out, a.peer, kRouterTag));
       return;
     }
     case PipeOp::send_grad: {  // a.stage is the receiving stage; the micro-batch is done here
       Instance& in = instance_for(a.micro, a.stage + 1);
-      in.sends.push_back(send(in.model->stage_boundary(B_, T_).input_grad, a.peer, kGradTag));
+      const auto b = in.model->stage_boundary(B_, T_);
+      in.sends.push_back(send(b.input_grad, a.peer, kGradTag));
+      if (present(b.router_totals))
+        in.sends.push_back(send(b.router_totals, a.peer, kRouterTotalsTag));
       in.micro = -1;
       return;
     }
@@ -296,6 +312,37 @@ double PipelineExecutor::eval_loss_sum(int micro_batches, const FillMicroBatch& 
     }
   }
   return pp_.all_reduce_f64(last_stage() ? sum : 0.0, ReduceOp::sum);
+}
+
+MoeStepStats PipelineExecutor::take_moe_stats() {
+  MoeStepStats all;
+  for (auto& row : instances_) {
+    MoeStepStats chunk;
+    for (Instance& in : row) {
+      MoeStepStats s = in.model->take_moe_stats();
+      if (s.experts == 0) continue;  // a dense model
+      if (chunk.experts == 0) {
+        chunk = std::move(s);
+        continue;
+      }
+      GT_CHECK(s.counts.size() == chunk.counts.size(), "pipeline executor: instances of one "
+               "chunk with ", s.counts.size(), " and ", chunk.counts.size(), " router counts");
+      chunk.aux_sum += s.aux_sum;
+      chunk.micro_batches += s.micro_batches;
+      chunk.dropped += s.dropped;
+      for (size_t i = 0; i < s.counts.size(); ++i) chunk.counts[i] += s.counts[i];
+    }
+    if (chunk.experts == 0) continue;
+    if (all.experts == 0) {
+      all = std::move(chunk);
+      continue;
+    }
+    all.aux_sum += chunk.aux_sum;
+    all.micro_batches += chunk.micro_batches;
+    all.dropped += chunk.dropped;
+    all.counts.insert(all.counts.end(), chunk.counts.begin(), chunk.counts.end());
+  }
+  return all;
 }
 
 int64_t PipelineExecutor::activation_bytes() const {

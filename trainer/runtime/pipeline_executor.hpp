@@ -30,6 +30,11 @@
 // their reduced gradients and both add them (a + b on both sides: equal
 // bits), so AdamW keeps the copies equal (Megatron's embedding group).
 //
+// A mixture of experts' router statistics ride along (stage_boundary's
+// router views): the partial sums after each activation on tag 3, the
+// totals after each gradient on tag 4, so the load-balancing loss pools
+// every layer of a micro-batch across the stages (mixture_of_experts.hpp).
+//
 // The loss: the last stage's instances hold the per-position losses; their
 // mean is shared over pp (take_loss), and every stage hands the optimizer a
 // loss view for its finiteness check (zeros where there is no loss).
@@ -80,6 +85,10 @@ class PipelineExecutor final : public StepRunner {
   double eval_loss_sum(int micro_batches, const FillMicroBatch& fill) override;
   int64_t activation_bytes() const override;
   double last_wait_ms() const override { return wait_ms_; }
+  // Every instance's, merged: sums over the instances of a chunk, each
+  // chunk's blocks one after another (a stage's own blocks only; the aux
+  // loss and its micro-batches only on the last stage).
+  MoeStepStats take_moe_stats() override;
 
   void set_block_hook(BlockHook hook) override { block_hook_ = std::move(hook); }
   bool first_stage() const { return rank_ == 0; }

@@ -222,15 +222,22 @@ StepResult Trainer::train_step(int64_t step) {
                                             ReduceOp::sum) /
            data_size_;
   if (cfg_.model.moe()) {
-    // One scalar reduction each over the data ranks (the tp and cp ranks of
-    // a micro-batch pooled its counts already).
+    // Scalar reductions over the data ranks, then the pipeline stages (the
+    // tp and cp ranks of a micro-batch pooled its counts already; each
+    // stage holds its blocks' counts, the last its aux losses).
     Communicator& data = run_.mesh->data();
+    Communicator& pp = run_.mesh->pp();
+    auto sum = [&](double x) {
+      return pp.all_reduce_f64(data.all_reduce_f64(x, ReduceOp::sum), ReduceOp::sum);
+    };
     const MoeStepStats s = runner.take_moe_stats();
-    const double micro_batches = data.all_reduce_f64(s.micro_batches, ReduceOp::sum);
+    const double micro_batches = sum(s.micro_batches);
     r.moe = true;
-    r.aux_loss = data.all_reduce_f64(s.aux_sum, ReduceOp::sum) / std::max(micro_batches, 1.0);
-    r.expert_imbalance = data.all_reduce_f64(worst_imbalance(s), ReduceOp::max);
-    r.dropped_tokens = data.all_reduce_i64(s.dropped, ReduceOp::sum);
+    r.aux_loss = sum(s.aux_sum) / std::max(micro_batches, 1.0);
+    r.expert_imbalance = pp.all_reduce_f64(
+        data.all_reduce_f64(worst_imbalance(s), ReduceOp::max), ReduceOp::max);
+    r.dropped_tokens =
+        pp.all_reduce_i64(data.all_reduce_i64(s.dropped, ReduceOp::sum), ReduceOp::sum);
   }
   const ShardedParameters::StepOutcome outcome = params.step_outcome();
   r.grad_norm = outcome.grad_norm;
