@@ -512,7 +512,7 @@ def main():
                     choices=sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS) +
                     sorted(cp_layouts.CP_LAYOUTS) + sorted(moe_layouts.EP_LAYOUTS))
     ap.add_argument("--check", action="append", default=[],
-                    choices=("reshard", "reshard_pp", "reshard_cp", "failure"))
+                    choices=("reshard", "reshard_pp", "reshard_cp", "reshard_ep", "failure"))
     ap.add_argument("--cp-comm", choices=cp_layouts.CP_COMMS,
                     help="context-parallel layouts: only this parallel.cp_comm (default: both)")
     ap.add_argument("--cp-load-balance", choices=("true", "false"),
@@ -532,9 +532,13 @@ def main():
     every = sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS) + sorted(cp_layouts.CP_LAYOUTS)
     if args.arch == "mixtral":
         every = sorted(moe_layouts.EP_LAYOUTS)
-        if args.check or any(x not in moe_layouts.EP_LAYOUTS for x in args.layout):
-            sys.exit("error: --arch mixtral runs the expert-parallel layouts (" +
-                     ", ".join(every) + "); the others' byte formulas are the dense families'")
+        if (set(args.check) - {"reshard_ep"} or
+                any(x not in moe_layouts.EP_LAYOUTS for x in args.layout)):
+            sys.exit("error: --arch mixtral runs the expert-parallel and pipeline layouts (" +
+                     ", ".join(every) + ") and --check reshard_ep; the others' byte formulas "
+                     "are the dense families'")
+    elif "reshard_ep" in args.check:
+        sys.exit("error: --check reshard_ep needs --arch mixtral")
     elif any(x in moe_layouts.EP_LAYOUTS and x not in pipeline_layouts.PP_LAYOUTS
              for x in args.layout):
         sys.exit("error: the expert-parallel layouts need --arch mixtral")
@@ -564,6 +568,8 @@ def main():
             fails += check_reshard(runner)
         if "reshard_pp" in args.check:
             fails += pipeline_layouts.check_reshard_pp(this, runner)
+        if "reshard_ep" in args.check:
+            fails += moe_layouts.check_reshard_ep(this, runner)
         if "reshard_cp" in args.check:
             fails += cp_layouts.check_reshard_cp(this, runner)
         if "failure" in args.check:

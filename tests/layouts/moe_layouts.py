@@ -150,3 +150,25 @@ def check_ep_bytes(lm, runner, name, lay, micro, m, label, got):
         if ep is None or not 0 < ep <= bound:
             f.append(f"{label}: step {step} ep sent {ep} bytes, expected (0, {bound}]")
     return f
+
+
+def check_reshard_ep(lm, runner):
+    """Checkpoints across expert-parallel and pipeline layouts (PP_LAYERS
+    blocks, micro-batches of 2 rows everywhere, so each pools the same rows'
+    router statistics): train 5 steps at one layout, resume at another; steps
+    5..9 equal the uninterrupted one-rank run's."""
+    fails = []
+    model = {"model.n_layer": PP_LAYERS}
+    ref_dir, ref_cfg = runner.config("reshard_ep_ref", micro=2, extra=model)
+    runner.run(1, ref_cfg)
+
+    def layout(name):
+        lay = EP_LAYOUTS[name]
+        return (lay.world(),
+                lambda run, extra: runner.config(
+                    run, lay.dp, lay.fsdp, lay.tp, lay.stage, micro=2,
+                    extra=dict(model, **lay.extra(), **{"parallel.ep": lay.ep}, **extra)))
+    for a, b in [("dp2_ep2_pp2", "dp4_ep4"), ("dp4_ep2", "pp2_1f1b"),
+                 ("fsdp2_ep2_stage3", "dp2_ep2_tp2")]:
+        fails += lm.resume_across(runner, f"reshard {a} -> {b}", ref_dir, layout(a), layout(b))
+    return fails
