@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "trainer/plan/plan_command.hpp"
 #include "trainer/profile/bench.hpp"
 #include "trainer/runtime/launch_checks.hpp"
+#include "trainer/runtime/router_bias.hpp"
 #include "trainer/runtime/run_environment.hpp"
 #include "trainer/sample/sampler.hpp"
 #include "trainer/train/trainer.hpp"
@@ -203,8 +205,21 @@ int cmd_sample(const Args& a) {
   auto ops = gt::make_cpu_ops(cfg.runtime.threads);
   auto model_ptr = gt::make_model(cfg.model, *ops, 1, cfg.model.block_size);
   gt::CausalLM& model = *model_ptr;
-  gt::load_checkpoint(dir, gt::model_signature(cfg.model),
-                      gt::whole_tensor_pieces(param_tensors(model)));
+  std::vector<gt::TensorPiece> wanted = gt::whole_tensor_pieces(param_tensors(model));
+  // Routers trained with selection biases choose with them (router_bias.hpp).
+  std::unique_ptr<gt::RouterBias> bias;
+  if (cfg.model.moe() && cfg.model.router_bias_update_rate > 0) {
+    std::vector<int> layers(static_cast<size_t>(cfg.model.n_layer));
+    for (int l = 0; l < cfg.model.n_layer; ++l) layers[static_cast<size_t>(l)] = l;
+    bias = std::make_unique<gt::RouterBias>(*ops, cfg.model, std::move(layers));
+    const std::vector<gt::TensorPiece> b = bias->pieces_to_load();
+    wanted.insert(wanted.end(), b.begin(), b.end());
+  }
+  gt::load_checkpoint(dir, gt::model_signature(cfg.model), wanted);
+  if (bias) {
+    bias->finish_load();
+    model.set_router_bias(bias->table());
+  }
   gt::SampleOptions opt;
   opt.new_tokens = std::stoi(a.flag("tokens", "200"));
   opt.temperature = std::stod(a.flag("temperature", "0.8"));
@@ -224,6 +239,13 @@ int cmd_export(const Args& a) {
   const gt::CheckpointMeta meta = gt::export_hf_weights(
       dir, cfg.model, a.flag("out"), {{"model", gt::model_signature(cfg.model)}});
   spdlog::info("exported step {} of {} to {}", meta.step, dir, a.flag("out"));
+  if (cfg.model.moe() && cfg.model.router_bias_update_rate > 0)
+    spdlog::warn("the checkpoint's routers choose experts with aux-loss-free selection biases "
+                 "(model.router_bias_update_rate={}); MixtralForCausalLM has none, so the "
+                 "exported model routes by the router's probabilities alone and its outputs "
+                 "differ from training's (the biases stay in the checkpoint, "
+                 "router_bias.model.layers.N.block_sparse_moe.gate)",
+                 cfg.model.router_bias_update_rate);
   return 0;
 }
 

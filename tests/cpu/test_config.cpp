@@ -930,8 +930,11 @@ TEST(Config, MixtralKeysAreReadCheckedAndRefusedWhereNotBuilt) {
   // Not built yet: one line naming the key and what is missing.
   EXPECT_TRUE(has(with({"model.capacity_factor=1.25", "parallel.tp=2"}),
                   "dropping over a micro-batch split across tp or cp ranks is not implemented"));
-  EXPECT_TRUE(has(with({"model.router_bias_update_rate=0.001"}),
-                  "aux-loss-free bias balancing is not implemented yet"));
+  EXPECT_TRUE(has(with({"model.router_bias_update_rate=-0.001"}),
+                  "model.router_bias_update_rate"));
+  EXPECT_NO_THROW(parse_config(kLlama8b, kSource,
+                               {"model.arch=mixtral", "model.rope_scaling=null",
+                                "model.router_bias_update_rate=0.001"}));
   // The experts are not split by tp: only the heads and the vocabulary are.
   EXPECT_NO_THROW(parse_config(kLlama8b, kSource,
                                {"model.arch=mixtral", "model.rope_scaling=null",

@@ -38,26 +38,37 @@ class EpLayout:
     """name -> ep and the other degrees (dp, fsdp, tp), the ZeRO stage, and
     pipeline stages (pp, their schedule and chunks per rank v)."""
 
-    def __init__(self, ep, dp=1, fsdp=1, tp=1, stage=3, pp=1, schedule="1f1b", v=1):
+    def __init__(self, ep, dp=1, fsdp=1, tp=1, stage=3, pp=1, schedule="1f1b", v=1, bias=0.0):
         self.ep, self.dp, self.fsdp, self.tp, self.stage = ep, dp, fsdp, tp, stage
-        self.pp, self.schedule, self.v = pp, schedule, v
+        self.pp, self.schedule, self.v, self.bias = pp, schedule, v, bias
 
     def world(self):
         return self.dp * self.fsdp * self.tp * self.pp
 
+    def model(self):
+        """The model keys of the run and of its references (pp: four blocks,
+        so every chunk of pp 2 x v 2 has one; aux-loss-free balancing)."""
+        keys = {"model.n_layer": PP_LAYERS} if self.pp > 1 else {}
+        if self.bias:
+            keys["model.router_bias_update_rate"] = self.bias
+        return keys
+
     def extra(self):
-        """The run's keys beyond the runner's dp/fsdp/tp/stage/micro (pp: four
-        blocks, so every chunk of pp 2 x v 2 has one)."""
-        if self.pp == 1:
-            return {}
-        return {"model.n_layer": PP_LAYERS, "parallel.pp": self.pp,
-                "parallel.pp_schedule": self.schedule, "parallel.pp_virtual_stages": self.v}
+        """The run's keys beyond the runner's dp/fsdp/tp/stage/micro."""
+        keys = self.model()
+        if self.pp > 1:
+            keys.update({"parallel.pp": self.pp, "parallel.pp_schedule": self.schedule,
+                         "parallel.pp_virtual_stages": self.v})
+        return keys
 
 
 # Pipeline stages pass each micro-batch's router statistics along with the
 # residual stream (the aux loss pools every layer), so they are checked with
 # ep 1 too: the stages alone, and the stages under expert parallelism.
 PP_LAYERS = 4
+# A rate that moves the selection within the runs' ten steps (the router's
+# probabilities over 4 experts differ by a few hundredths).
+BIAS_RATE = 0.01
 EP_LAYOUTS = {
     "dp2_ep2": EpLayout(2, dp=2), "dp4_ep4": EpLayout(4, dp=4), "dp4_ep2": EpLayout(2, dp=4),
     "dp2_ep2_tp2": EpLayout(2, dp=2, tp=2), "fsdp2_ep2_stage3": EpLayout(2, fsdp=2, stage=3),
@@ -66,6 +77,11 @@ EP_LAYOUTS = {
                                                               schedule="interleaved_1f1b", v=2),
     "dp2_ep2_pp2": EpLayout(2, dp=2, pp=2),
     "fsdp2_ep2_pp2_stage3_gpipe": EpLayout(2, fsdp=2, stage=3, pp=2, schedule="gpipe"),
+    # Aux-loss-free balancing (model.router_bias_update_rate): every rank
+    # must move its biases as one rank does, from the global batch's counts
+    # (summed over the data ranks, pooled over tp, per stage under pp).
+    "dp2_ep2_tp2_bias": EpLayout(2, dp=2, tp=2, bias=BIAS_RATE),
+    "dp2_ep2_pp2_bias": EpLayout(2, dp=2, pp=2, bias=BIAS_RATE),
 }
 
 
@@ -94,7 +110,7 @@ def run_ep_layout(lm, runner, name):
             if bf16 else {})
     aux_tol = tols.get("loss_rtol", lm.LOSS_RTOL)
     fails = []
-    model = {"model.n_layer": PP_LAYERS} if lay.pp > 1 else {}
+    model = lay.model()
     # micro-batches per step on each data rank (interleaving needs a multiple of pp)
     for m in (2,) if lay.schedule == "interleaved_1f1b" else (1, 2):
         micro = lm.TRAIN["global_batch"] // (D * m)
@@ -155,10 +171,11 @@ def check_ep_bytes(lm, runner, name, lay, micro, m, label, got):
 def check_reshard_ep(lm, runner):
     """Checkpoints across expert-parallel and pipeline layouts (PP_LAYERS
     blocks, micro-batches of 2 rows everywhere, so each pools the same rows'
-    router statistics): train 5 steps at one layout, resume at another; steps
-    5..9 equal the uninterrupted one-rank run's."""
+    router statistics; aux-loss-free balancing on, so the routers' biases
+    must come back from the checkpoint too): train 5 steps at one layout,
+    resume at another; steps 5..9 equal the uninterrupted one-rank run's."""
     fails = []
-    model = {"model.n_layer": PP_LAYERS}
+    model = {"model.n_layer": PP_LAYERS, "model.router_bias_update_rate": BIAS_RATE}
     ref_dir, ref_cfg = runner.config("reshard_ep_ref", micro=2, extra=model)
     runner.run(1, ref_cfg)
 

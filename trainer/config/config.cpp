@@ -274,9 +274,6 @@ void validate(const Config& c, const Locations& where) {
     if (m.capacity_factor > 0 && p.tp * p.cp > 1)
       not_yet("model.capacity_factor", num(m.capacity_factor), "0 (dropless) with tp x cp > 1",
               "dropping over a micro-batch split across tp or cp ranks");
-    if (m.router_bias_update_rate > 0)
-      not_yet("model.router_bias_update_rate", num(m.router_bias_update_rate), "0",
-              "aux-loss-free bias balancing");
   }
 
   const RuntimeConfig& r = c.runtime;

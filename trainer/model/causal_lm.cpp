@@ -390,6 +390,10 @@ void CausalLM::check_stage_set(const char* what) const {
          ") before set_pipeline_stage() chose which one this model runs");
 }
 
+void CausalLM::set_router_bias(TensorView) {
+  fail(family_, ": model.arch=", to_string(cfg_.arch), " has no routers to bias");
+}
+
 CausalLM::StageBoundary CausalLM::stage_boundary(int B, int T) {
   GT_CHECK(B >= 1 && B <= max_rows_ && T >= 1 && T <= max_seq_, "B=", B, " T=", T);
   check_stage_set("stage_boundary");

@@ -108,6 +108,10 @@ class CausalLM {
   // What the mixture's routers did since the last call (which it forgets);
   // empty for a dense model.
   virtual MoeStepStats take_moe_stats() { return {}; }
+  // A mixture's per-expert selection biases (n_layer, E) fp32 on the
+  // backend, block l's in row l (aux-loss-free balancing; the table
+  // outlives the model). A dense model has no routers to bias.
+  virtual void set_router_bias(TensorView table);
 
   // ---- Pipeline stages (parallel.pp; the executor is issue 15's next step) ----
   // A stage runs blocks [first_layer, end_layer) of the model; the first

@@ -170,15 +170,28 @@ MixtureOfExperts::Weights Llama::moe_views(int l, bool grads) {
   };
   const TensorView w13 = rows(m + "experts.0.w1.weight", m + last + "w3.weight");
   const TensorView w2 = rows(m + "experts.0.w2.weight", m + last + "w2.weight");
+  // The selection bias (no gradient): block l's row of the table, if any.
+  TensorView bias;
+  if (!grads && router_bias_.data)
+    bias = make_view(static_cast<float*>(router_bias_.data) + int64_t(l) * E, DType::f32,
+                     ops_.device(), {E});
   return {grads ? g(m + "gate.weight") : p(m + "gate.weight"),
           make_view(w13.data, w13.dtype, ops_.device(), {E, 2 * F, C}),
-          make_view(w2.data, w2.dtype, ops_.device(), {E, C, F})};
+          make_view(w2.data, w2.dtype, ops_.device(), {E, C, F}), bias};
+}
+
+void Llama::set_router_bias(TensorView table) {
+  if (!moe_) return CausalLM::set_router_bias(table);
+  GT_CHECK(table.dtype == DType::f32 && table.ndim == 2 &&
+               table.shape[0] == cfg_.n_layer && table.shape[1] == cfg_.n_experts,
+           "Llama::set_router_bias: a (", cfg_.n_layer, ", ", cfg_.n_experts, ") fp32 table");
+  router_bias_ = table;
 }
 
 MoeStepStats Llama::take_moe_stats() {
   if (!moe_) return {};
   MoeStepStats s = moe_->take_step_stats();
-  s.first_layer = first_layer_;
+  for (int l = first_layer_; l < end_layer_; ++l) s.layers.push_back(l);
   return s;
 }
 

@@ -85,6 +85,7 @@ class Llama final : public CausalLM {
 
   int64_t activation_bytes() const override;
   MoeStepStats take_moe_stats() override;
+  void set_router_bias(TensorView table) override;
 
  private:
   struct Activations {
@@ -159,6 +160,7 @@ class Llama final : public CausalLM {
   std::unique_ptr<Layers> layers_;
   std::unique_ptr<MixtureOfExperts> moe_;  // model.arch=mixtral only
   ExpertParallelGroup ep_;                 // the mixtures' ep group (size 1: none)
+  TensorView router_bias_;                 // (n_layer, E) selection biases; empty: none
   std::vector<BlockActivations> blocks_;  // (n_layer), this stage's filled
   Activation lnf_, logits_;               // the head's: the final norm's gathered output, logits
 };

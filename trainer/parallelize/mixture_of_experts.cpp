@@ -179,7 +179,7 @@ Activation MixtureOfExperts::forward(int slot, const Activation& x, TensorView o
   ops_.matmul_forward(logits, x32, w.gate, TensorView{});
   const TensorView probs = f32(b.probs, {R, E}), lse = f32(b.lse, {R});
   const TensorView te = i32(b.topk_expert, {R, k}), tw = f32(b.topk_weight, {R, k});
-  ops_.moe_router_forward(probs, lse, te, tw, logits, TensorView{});
+  ops_.moe_router_forward(probs, lse, te, tw, logits, w.selection_bias);
   const int64_t s2 = int64_t(slot) * 2 * E;
   ops_.moe_router_stats(make_view(static_cast<float*>(stats_.data()) + s2, DType::f32,
                                   ops_.device(), {E}),

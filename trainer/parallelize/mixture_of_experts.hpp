@@ -73,9 +73,12 @@ class MixtureOfExperts {
  public:
   // The weights of one block as the GEMMs read them: gate (E, C) fp32 (the
   // router runs in fp32), w13 (E, 2F, C) and w2 (E, C, F) in the GEMMs'
-  // dtype. Their gradients: fp32, same shapes, accumulated.
+  // dtype. Their gradients: fp32, same shapes, accumulated. selection_bias
+  // (E) fp32, may be empty: added to the probs for the top-k choice only
+  // (aux-loss-free balancing, RouterBias); no gradient.
   struct Weights {
     TensorView gate, w13, w2;
+    TensorView selection_bias = {};
   };
 
   // max_rows: this rank's rows of a micro-batch at most (R); slots: blocks

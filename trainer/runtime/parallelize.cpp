@@ -66,9 +66,18 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
   out.params =
       std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,
                                           plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
+  if (model.moe() && model.router_bias_update_rate > 0) {
+    std::vector<int> layers;
+    for (const StageSpan& c : chunks)
+      for (int l = c.first_layer; l < (c.end_layer < 0 ? model.n_layer : c.end_layer); ++l)
+        layers.push_back(l);
+    out.router_bias = std::make_unique<RouterBias>(ops, model, std::move(layers));
+  }
   auto build_model = [&](std::optional<StageSpan> chunk) {
-    return make_model(model, ops, B, T, *out.layout, *out.params, tp_group, shape.recompute,
-                      plan.dtype, chunk, cp_group, ep_group);
+    auto m = make_model(model, ops, B, T, *out.layout, *out.params, tp_group, shape.recompute,
+                        plan.dtype, chunk, cp_group, ep_group);
+    if (out.router_bias) m->set_router_bias(out.router_bias->table());
+    return m;
   };
   if (d.pp == 1) {
     // 3. the model over the tensor-parallel layers; 4. gradient accumulation.

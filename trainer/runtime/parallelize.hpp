@@ -22,6 +22,8 @@
 //                     each rank's model holds seq_len / cp rows of each
 //                     sequence), reading its parameters from (2). The
 //                     model holds no communicator.
+//                     With aux-loss-free balancing, every instance reads
+//                     the RouterBias table of the rank's blocks.
 //   4. the step       a StepRunner: gradient accumulation over the one
 //                     model (pp = 1), or the PipelineExecutor over this
 //                     pipeline stage's model instances and the pp axis.
@@ -44,6 +46,7 @@
 #include "trainer/config/config.hpp"
 #include "trainer/model/causal_lm.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/runtime/router_bias.hpp"
 #include "trainer/runtime/step_runner.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 
@@ -85,6 +88,9 @@ struct ModelShape {
 struct ParallelModel {
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
+  // model.router_bias_update_rate > 0 only: the routers' selection biases,
+  // read by every model instance (built before them, destroyed after).
+  std::unique_ptr<RouterBias> router_bias;
   std::unique_ptr<StepRunner> runner;
 };
 

@@ -341,6 +341,7 @@ MoeStepStats PipelineExecutor::take_moe_stats() {
     all.micro_batches += chunk.micro_batches;
     all.dropped += chunk.dropped;
     all.counts.insert(all.counts.end(), chunk.counts.begin(), chunk.counts.end());
+    all.layers.insert(all.layers.end(), chunk.layers.begin(), chunk.layers.end());
   }
   return all;
 }

@@ -7,6 +7,7 @@
 #include "kernels/core/error.hpp"
 #include "parallel/collective_error.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/checkpoint/manifest.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/runtime/launch_checks.hpp"
 #include "trainer/runtime/parallelize.hpp"
@@ -95,6 +96,7 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
                   {tc.micro_batch, tc.seq_len, tc.recompute, cfg.grad_accum_steps()}, context);
   run.layout = std::move(pm.layout);
   run.params = std::move(pm.params);
+  run.router_bias = std::move(pm.router_bias);
   run.runner = std::move(pm.runner);
   Profiler* profiler = &run.profile->profiler();  // outlives the runner (Run's member order)
   run.runner->set_block_hook(
@@ -111,9 +113,23 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
     run.resume_dir = cfg.checkpoint.resume;
   }
   if (!run.resume_dir.empty()) {
-    CheckpointMeta meta =
-        load_checkpoint(run.resume_dir, model_signature(cfg.model), run.params->pieces_to_load());
+    std::vector<TensorPiece> wanted = run.params->pieces_to_load();
+    if (run.router_bias) {
+      // A run that turns aux-loss-free balancing on at a resume starts its
+      // biases at zero, as a new run does (every rank reads the same manifest).
+      const ckpt::Manifest saved = ckpt::read_manifest(run.resume_dir);
+      if (saved.tensors.count(RouterBias::tensor_name(0))) {
+        const std::vector<TensorPiece> biases = run.router_bias->pieces_to_load();
+        wanted.insert(wanted.end(), biases.begin(), biases.end());
+      } else if (me == MeshCoord{}) {
+        spdlog::warn("checkpoint {} holds no router selection biases (it was trained without "
+                     "model.router_bias_update_rate): they start at zero",
+                     run.resume_dir);
+      }
+    }
+    CheckpointMeta meta = load_checkpoint(run.resume_dir, model_signature(cfg.model), wanted);
     run.params->finish_load();
+    if (run.router_bias) run.router_bias->finish_load();
     run.start_step = meta.step;
     run.optimizer_step = meta.optimizer_step;
     if (meta.sample_position != run.start_step * tc.global_batch)

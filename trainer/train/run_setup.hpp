@@ -19,6 +19,7 @@
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/profile/profile_session.hpp"
 #include "trainer/runtime/compute_backend.hpp"
+#include "trainer/runtime/router_bias.hpp"
 #include "trainer/runtime/step_runner.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
 #include "trainer/train/fault_injection.hpp"
@@ -41,6 +42,9 @@ struct Run {
   std::vector<DataLoader::Span> sequence_spans;
   std::unique_ptr<ParameterLayout> layout;
   std::unique_ptr<ShardedParameters> params;
+  // Aux-loss-free balancing's selection biases (model.router_bias_update_rate
+  // > 0; null otherwise), read by the runner's models.
+  std::unique_ptr<RouterBias> router_bias;
   // The step's micro-batches over the model (or a pipeline stage's model
   // instances), which it owns (step_runner.hpp).
   std::unique_ptr<StepRunner> runner;

@@ -221,6 +221,7 @@ StepResult Trainer::train_step(int64_t step) {
   r.loss = run_.mesh->data().all_reduce_f64(mean_over_sequence(run_, runner.take_loss()),
                                             ReduceOp::sum) /
            data_size_;
+  MoeStepStats s;  // a mixture's routers over the step
   if (cfg_.model.moe()) {
     // Scalar reductions over the data ranks, then the pipeline stages (the
     // tp and cp ranks of a micro-batch pooled its counts already; each
@@ -230,7 +231,7 @@ StepResult Trainer::train_step(int64_t step) {
     auto sum = [&](double x) {
       return pp.all_reduce_f64(data.all_reduce_f64(x, ReduceOp::sum), ReduceOp::sum);
     };
-    const MoeStepStats s = runner.take_moe_stats();
+    s = runner.take_moe_stats();
     const double micro_batches = sum(s.micro_batches);
     r.moe = true;
     r.aux_loss = sum(s.aux_sum) / std::max(micro_batches, 1.0);
@@ -243,6 +244,9 @@ StepResult Trainer::train_step(int64_t step) {
   r.grad_norm = outcome.grad_norm;
   r.applied = outcome.applied;
   if (r.applied) {
+    // Aux-loss-free balancing: each bias against its expert's load over the
+    // global batch (a skipped step leaves them).
+    if (run_.router_bias) run_.router_bias->update(s, run_.mesh->data());
     ++opt_t_;
     skipped_in_row_ = 0;
     last_loss_ = r.loss;
@@ -329,8 +333,12 @@ void Trainer::checkpoint(int64_t step) {
   meta.model_signature = signature_;
   meta.config_yaml = to_yaml(cfg_);
   run_.mesh->drain();  // the post-step gathers (stages 1-2) before the host copies
-  last_dir_ = save_checkpoint(cfg_.checkpoint_dir(), meta, run_.params->pieces_to_save(),
-                              cfg_.checkpoint.keep, job_,
+  std::vector<TensorPiece> pieces = run_.params->pieces_to_save();
+  if (run_.router_bias) {
+    const std::vector<TensorPiece> biases = run_.router_bias->pieces_to_save(run_.mesh->coord());
+    pieces.insert(pieces.end(), biases.begin(), biases.end());
+  }
+  last_dir_ = save_checkpoint(cfg_.checkpoint_dir(), meta, pieces, cfg_.checkpoint.keep, job_,
                               [&](const char* p) { run_.faults.in_save(job_.rank(), step, p); });
   last_saved_ = step;
   context_->phase = phase;
