@@ -927,9 +927,10 @@ TEST(Config, MixtralKeysAreReadCheckedAndRefusedWhereNotBuilt) {
   EXPECT_NO_THROW(parse_config(kLlama8b, kSource,
                                {"model.arch=mixtral", "model.rope_scaling=null", "parallel.pp=2",
                                 "train.global_batch=16", "runtime.device=cpu"}));
-  // Not built yet: one line naming the key and what is missing.
-  EXPECT_TRUE(has(with({"model.capacity_factor=1.25", "parallel.tp=2"}),
-                  "dropping over a micro-batch split across tp or cp ranks is not implemented"));
+  // A capacity over a micro-batch split across tp ranks (the drops pooled).
+  EXPECT_NO_THROW(parse_config(kLlama8b, kSource,
+                               {"model.arch=mixtral", "model.rope_scaling=null",
+                                "model.capacity_factor=1.25", "parallel.tp=2"}));
   EXPECT_TRUE(has(with({"model.router_bias_update_rate=-0.001"}),
                   "model.router_bias_update_rate"));
   EXPECT_NO_THROW(parse_config(kLlama8b, kSource,

@@ -44,7 +44,8 @@ every one-rank run accumulates the layout's micro-batches (the aux loss pools
 a micro-batch); dp2_ep2 splits the experts over the two ranks, tokens moving
 all-to-all (grouped ncclSend/ncclRecv, or staged MPI_Alltoallv), and pp2
 passes each micro-batch's router statistics between the stages with the
-residual stream.
+residual stream. --capacity-factor puts a capacity on every run: on tp2 the
+drops are planned over the whole micro-batch, gathered from both ranks.
 Layouts: one_rank, dp2, fsdp2 (stage 3), tp2, pp2 (1f1b, 4 micro-batches),
 and context parallelism (parallel.cp, sequences load balanced): cp2, cp2_tp2
 (4 ranks) and cp4 (4 ranks: a ring of three hops, where cp2's has one).
@@ -136,6 +137,9 @@ def main():
     ap.add_argument("--layout", required=True, choices=["one_rank", *LAYOUTS])
     ap.add_argument("--arch", choices=sorted(lm.MODELS), default="gpt2")
     ap.add_argument("--steps", type=int, default=STEPS, help="training steps of every run")
+    ap.add_argument("--capacity-factor", type=float, default=0.0,
+                    help="--arch mixtral: model.capacity_factor of every run (a split "
+                         "layout's drops are planned over the whole micro-batch)")
     ap.add_argument("--comm", action="append", choices=COMMS,
                     help="parallel.comm of the layout's runs (repeatable; default: both)")
     ap.add_argument("--cp-comm", action="append", choices=CP_COMMS,
@@ -147,12 +151,16 @@ def main():
     lm.TRAIN["steps"] = args.steps
     # Two heads of 16: a head size the tensor-core attention kernels take, so
     # the bf16 runs train on them (runtime.attention=auto), as on a GPU.
+    if args.capacity_factor and args.arch != "mixtral":
+        sys.exit("error: --capacity-factor needs --arch mixtral")
     if args.layout in EP and args.arch != "mixtral":
         sys.exit(f"error: --layout {args.layout} is expert-parallel: it needs --arch mixtral")
     lm.MODEL = dict(lm.MODELS[args.arch])
     lm.MODEL["n_head"] = 2
     if args.arch in ("llama", "mixtral"):  # 4 heads of 16 over 2 key/value heads
         lm.MODEL.update(n_head=4, n_kv_head=2, n_embd=64)
+    if args.capacity_factor:
+        lm.MODEL["capacity_factor"] = args.capacity_factor
     dims0 = LAYOUTS.get(args.layout, (1, 1, 1, 1, 1))
     # A mixture's aux loss pools each micro-batch: every one-rank run
     # accumulates the layout's micro-batches (one per data rank).

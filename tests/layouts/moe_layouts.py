@@ -38,24 +38,31 @@ class EpLayout:
     """name -> ep and the other degrees (dp, fsdp, tp), the ZeRO stage, and
     pipeline stages (pp, their schedule and chunks per rank v)."""
 
-    def __init__(self, ep, dp=1, fsdp=1, tp=1, stage=3, pp=1, schedule="1f1b", v=1, bias=0.0):
+    def __init__(self, ep, dp=1, fsdp=1, tp=1, stage=3, pp=1, schedule="1f1b", v=1, bias=0.0,
+                 cp=1, capacity=0.0):
         self.ep, self.dp, self.fsdp, self.tp, self.stage = ep, dp, fsdp, tp, stage
         self.pp, self.schedule, self.v, self.bias = pp, schedule, v, bias
+        self.cp, self.capacity = cp, capacity
 
     def world(self):
-        return self.dp * self.fsdp * self.tp * self.pp
+        return self.dp * self.fsdp * self.tp * self.pp * self.cp
 
     def model(self):
         """The model keys of the run and of its references (pp: four blocks,
-        so every chunk of pp 2 x v 2 has one; aux-loss-free balancing)."""
+        so every chunk of pp 2 x v 2 has one; aux-loss-free balancing; a
+        capacity factor)."""
         keys = {"model.n_layer": PP_LAYERS} if self.pp > 1 else {}
         if self.bias:
             keys["model.router_bias_update_rate"] = self.bias
+        if self.capacity:
+            keys["model.capacity_factor"] = self.capacity
         return keys
 
     def extra(self):
         """The run's keys beyond the runner's dp/fsdp/tp/stage/micro."""
         keys = self.model()
+        if self.cp > 1:
+            keys["parallel.cp"] = self.cp
         if self.pp > 1:
             keys.update({"parallel.pp": self.pp, "parallel.pp_schedule": self.schedule,
                          "parallel.pp_virtual_stages": self.v})
@@ -69,6 +76,9 @@ PP_LAYERS = 4
 # A rate that moves the selection within the runs' ten steps (the router's
 # probabilities over 4 experts differ by a few hundredths).
 BIAS_RATE = 0.01
+# Each expert takes at most capacity x k x N / E of a micro-batch's N tokens:
+# at 1.0 an expert above the mean load drops its lowest-weight slots.
+CAPACITY = 1.0
 EP_LAYOUTS = {
     "dp2_ep2": EpLayout(2, dp=2), "dp4_ep4": EpLayout(4, dp=4), "dp4_ep2": EpLayout(2, dp=4),
     "dp2_ep2_tp2": EpLayout(2, dp=2, tp=2), "fsdp2_ep2_stage3": EpLayout(2, fsdp=2, stage=3),
@@ -82,6 +92,12 @@ EP_LAYOUTS = {
     # (summed over the data ranks, pooled over tp, per stage under pp).
     "dp2_ep2_tp2_bias": EpLayout(2, dp=2, tp=2, bias=BIAS_RATE),
     "dp2_ep2_pp2_bias": EpLayout(2, dp=2, pp=2, bias=BIAS_RATE),
+    # A capacity over a micro-batch split across tp and cp ranks: the same
+    # slots dropped as on one rank (dropped_tokens equal, and some dropped).
+    "tp2_capacity": EpLayout(1, tp=2, capacity=CAPACITY),
+    "cp2_capacity": EpLayout(1, cp=2, capacity=CAPACITY),
+    "cp2_tp2_capacity": EpLayout(1, cp=2, tp=2, capacity=CAPACITY),
+    "dp2_ep2_tp2_capacity": EpLayout(2, dp=2, tp=2, capacity=CAPACITY),
 }
 
 
@@ -139,6 +155,21 @@ def run_ep_layout(lm, runner, name):
             a, b = rec.get("aux_loss"), ref[step]["aux_loss"]
             if a is None or abs(a - b) > aux_tol * abs(b):
                 f.append(f"{label}: step {step} aux_loss {a} vs the reference's {b}")
+            if lay.capacity and rec.get("dropped_tokens") != ref[step]["dropped_tokens"]:
+                f.append(f"{label}: step {step} dropped_tokens {rec.get('dropped_tokens')} vs "
+                         f"the reference's {ref[step]['dropped_tokens']}")
+        if lay.capacity and not any(r["dropped_tokens"] > 0 for r in ref.values()):
+            f.append(f"{label}: the reference dropped nothing: the capacity is not exercised")
+        if lay.capacity:  # the step's training forwards only, not the evaluation's
+            quiet_dir, quiet_cfg = runner.config(
+                f"{name}_no_eval", lay.dp, lay.fsdp, lay.tp, lay.stage, micro,
+                extra=dict(lay.extra(), **{"parallel.ep": lay.ep, "train.eval_every": 0}))
+            runner.run(lay.world(), quiet_cfg)
+            quiet = lm.read_metrics(lm.os.path.join(quiet_dir, "metrics.jsonl"))
+            for step, rec in quiet.items():
+                if rec["dropped_tokens"] != got[step]["dropped_tokens"]:
+                    f.append(f"{label}: step {step} dropped_tokens {got[step]['dropped_tokens']} "
+                             f"with evaluations, {rec['dropped_tokens']} without")
         if lay.ep > 1:
             f += check_ep_bytes(lm, runner, name, lay, micro, m, label, got)
         print(f"{'FAIL' if f else 'ok  '} {label}: {lay.world()} ranks, {took:.1f} s, "

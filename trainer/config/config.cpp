@@ -264,18 +264,6 @@ void validate(const Config& c, const Locations& where) {
           "expert parallelism is folded out of the data-parallel ranks, not added to the world");
   }
 
-  // What the Mixtral family does not do yet (issue 30's remaining items):
-  // refused here, by key, rather than run wrong.
-  if (m.moe()) {
-    auto not_yet = [&](const std::string& key, const auto& got, const std::string& expected,
-                       const std::string& what) {
-      bad(key, got, expected, what + " is not implemented yet for model.arch=mixtral");
-    };
-    if (m.capacity_factor > 0 && p.tp * p.cp > 1)
-      not_yet("model.capacity_factor", num(m.capacity_factor), "0 (dropless) with tp x cp > 1",
-              "dropping over a micro-batch split across tp or cp ranks");
-  }
-
   const RuntimeConfig& r = c.runtime;
   // bf16 activations cross the tp all-gathers two to an fp32 word.
   if (p.tp > 1 && r.dtype == ComputeDType::bf16 && (cp_rows / p.tp * c.model.n_embd) % 2 != 0)

@@ -226,7 +226,7 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
     if (!heads()) store_->after_forward(embed);
   }
 
-  if (moe_) moe_->begin_micro_batch();
+  if (moe_) moe_->begin_micro_batch(B, T);  // T: this cp rank's rows of each sequence
   for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
     block_attention_forward(l, x);

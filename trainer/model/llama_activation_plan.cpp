@@ -75,7 +75,7 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   // rounding scratch.
   if (m.moe())
     p.moe_bytes = MixtureOfExperts::planned_bytes(m, Rl, L, act, bf16 && !s.store_keeps_bf16_params,
-                                                  s.ep);
+                                                  s.ep, tp * s.cp);
   return p;
 }
 

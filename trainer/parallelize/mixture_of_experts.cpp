@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/core/error.hpp"
+#include "kernels/cpu/moe_kernels.hpp"
 
 namespace gt {
 
@@ -24,7 +26,7 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
   GT_CHECK(cfg.moe(), "MixtureOfExperts on model.arch=", to_string(cfg.arch));
   GT_CHECK(slots >= 0 && max_rows >= 1, "slots ", slots, " rows ", max_rows);
   const int64_t R = max_rows, N = R * k_, C = C_, F = F_, E = E_, k = k_;
-  const int64_t L = expert_rows(cfg, R, ep.size());
+  const int64_t L = expert_rows(cfg, R, ep.size(), tp.size() * cp.size());
   L_ = L;
   blocks_.resize(static_cast<size_t>(slots));
   for (Block& b : blocks_) {
@@ -67,17 +69,22 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
     exchange_ = std::make_unique<ExpertExchange>(ops, ep, E_, L, C, act, std::max(slots, 1));
     bytes_ += exchange_->bytes();
   }
+  const int split = tp.size() * cp.size();
+  if (cfg.capacity_factor > 0 && split > 1) {
+    gather_tp_ = alloc(split * R * 2 * k, DType::f32);
+    gather_all_ = alloc(split * R * 2 * k, DType::f32);
+  }
   host_offsets_.resize(static_cast<size_t>(E + 1));
-  GT_CHECK(bytes_ == planned_bytes(cfg, max_rows, slots, act, cast_weights, ep.size()),
-           "MixtureOfExperts allocated ", bytes_, " bytes, its plan says ",
-           planned_bytes(cfg, max_rows, slots, act, cast_weights, ep.size()));
+  const int64_t planned = planned_bytes(cfg, max_rows, slots, act, cast_weights, ep.size(), split);
+  GT_CHECK(bytes_ == planned, "MixtureOfExperts allocated ", bytes_, " bytes, its plan says ",
+           planned);
 }
 
 int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows, int slots,
-                                        DType act, bool cast_weights, int ep) {
+                                        DType act, bool cast_weights, int ep, int split) {
   const int64_t R = max_rows, k = cfg.experts_per_token, N = R * k, C = cfg.n_embd,
                 F = cfg.ffn_width(), E = cfg.n_experts, S = std::max(slots, 1),
-                L = expert_rows(cfg, max_rows, ep);
+                L = expert_rows(cfg, max_rows, ep, split);
   const int64_t a = static_cast<int64_t>(dtype_size(act)), f = 4, i = 4;
   // Every buffer at least one element (alloc's rule).
   auto b = [](int64_t elems, int64_t size) { return std::max<int64_t>(elems, 1) * size; };
@@ -93,6 +100,7 @@ int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows
   if (cast_weights && act != DType::f32) n += b(E * 2 * F * C, a) + b(E * C * F, a);
   if (ep > 1)
     n += b(L * C, a) + ExpertExchange::planned_bytes(ep, int(E), L, C, act, std::max(slots, 1));
+  if (cfg.capacity_factor > 0 && split > 1) n += 2 * b(split * R * 2 * k, f);
   return n;
 }
 
@@ -126,16 +134,17 @@ TensorView MixtureOfExperts::act(const Buffer& b, std::initializer_list<int64_t>
 
 int64_t MixtureOfExperts::bytes() const { return bytes_; }
 
-int64_t MixtureOfExperts::expert_rows(const ModelConfig& cfg, int64_t max_rows, int ep) {
+int64_t MixtureOfExperts::expert_rows(const ModelConfig& cfg, int64_t max_rows, int ep,
+                                      int split) {
   const int64_t N = max_rows * cfg.experts_per_token;
   if (ep <= 1) return N;
   int64_t rows = N * ep;
-  // A capacity caps what each rank sends each expert (the config keeps it
-  // to layouts without tp or cp, whose micro-batch is the rank's R rows).
+  // A capacity caps what each rank sends each expert: at most the capacity
+  // of the micro-batch, whose tokens are split over `split` ranks.
   if (cfg.capacity_factor > 0) {
     const auto cap = static_cast<int64_t>(std::ceil(
-        cfg.capacity_factor * cfg.experts_per_token * static_cast<double>(max_rows) /
-        cfg.n_experts));
+        cfg.capacity_factor * cfg.experts_per_token *
+        static_cast<double>(max_rows * std::max(split, 1)) / cfg.n_experts));
     rows = std::min(rows, int64_t(ep) * (cfg.n_experts / ep) * cap);
   }
   return rows;
@@ -152,7 +161,10 @@ void MixtureOfExperts::all_reduce(const TensorView& x) {
   if (cp_.size() > 1) cp_.comm->all_reduce_sum(x.f32(), x.numel()).wait();
 }
 
-void MixtureOfExperts::begin_micro_batch() {
+void MixtureOfExperts::begin_micro_batch(int B, int T_local) {
+  B_ = B;
+  T_local_ = T_local;
+  micro_dropped_ = 0;
   ops_.zero(f32(stats_, {std::max(slots_, 1) * 2 * int64_t(E_)}));
   stats_pending_ = false;
   aux_grad_ = false;
@@ -189,7 +201,12 @@ Activation MixtureOfExperts::forward(int slot, const Activation& x, TensorView o
   // Every rank's rows of the micro-batch: R on each of tp x cp ranks.
   const int64_t cap = capacity(R * tp_.size() * cp_.size());
   const TensorView pos = i32(b.positions, {R, k}), off = i32(b.offsets, {E + 1});
-  ops_.moe_dispatch_plan(pos, off, te, tw, cap);
+  const bool split = cap > 0 && tp_.size() * cp_.size() > 1;
+  int64_t split_dropped = 0;
+  if (split)
+    split_dropped = split_capacity_plan(pos, off, te, tw, R, cap);
+  else
+    ops_.moe_dispatch_plan(pos, off, te, tw, cap);
   const TensorView xs = act(b.xs, {N, C}), gu = act(b.gu, {N, 2 * F});
   const TensorView h = act(b.h, {N, F}), y = act(b.y, {N, C});
   ops_.moe_permute(xs, x.view, pos);
@@ -203,12 +220,14 @@ Activation MixtureOfExperts::forward(int slot, const Activation& x, TensorView o
     ops_.grouped_matmul_forward(y, h, gw.w2, off);
   }
   ops_.moe_combine_forward(out, y, pos, tw);
-  if (cap > 0) {  // how many slots the capacity dropped: the exchange read it already
+  if (split) {  // the micro-batch's, the same on each of its ranks
+    micro_dropped_ += split_dropped;
+  } else if (cap > 0) {  // how many slots the capacity dropped: the exchange read it already
     const int64_t kept = exchange_ ? exchange_->sent(slot) : [&] {
       ops_.download(host_offsets_.data(), off);  // the one host read without ep
       return int64_t(host_offsets_[static_cast<size_t>(E)]);
     }();
-    dropped_ += N - kept;
+    micro_dropped_ += N - kept;
   }
   return rowwise(out, x, "block_sparse_moe");
 }
@@ -236,6 +255,7 @@ void MixtureOfExperts::finish_micro_batch(float grad_scale, int64_t tokens,
   stats_pending_ = true;
   aux_grad_ = false;
   awaiting_totals_ = training && stages.later;
+  if (training) dropped_ += micro_dropped_;  // an evaluation's forward is not the step's
   if (training)
     for (int s = 0; s < slots_; ++s)
       ops_.accumulate(make_view(static_cast<float*>(step_counts_.data()) + s * E, DType::f32,
@@ -309,6 +329,97 @@ Activation MixtureOfExperts::backward(int slot, const Activation& dout, TensorVi
   ops_.matmul_backward(dx_router, dw.gate, TensorView{}, dlogits, x32, w.gate);
   ops_.accumulate(dx, dx_router);
   return rowwise(dx, dout, "d(block_sparse_moe)");
+}
+
+int64_t MixtureOfExperts::split_capacity_plan(const TensorView& positions,
+                                              const TensorView& offsets, const TensorView& te,
+                                              const TensorView& tw, int64_t R, int64_t capacity) {
+  const int64_t k = k_, E = E_, P = tp_.size(), Q = cp_.size();
+  GT_CHECK(B_ > 0 && T_local_ > 0 && int64_t(B_) * T_local_ == R * P,
+           "MoE capacity over split rows: ", R, " rows x tp ", P, " for B ", B_, " x T ",
+           T_local_, " (begin_micro_batch(B, T_local) first)");
+  // Every rank's choices: the experts' int32 bits and the weights, each
+  // gathered over tp (rank order: the cp rank's rows in order), then over cp;
+  // [experts | weights] halves of (P Q R, k) each, rank-major.
+  const int64_t Rg = Q * P * R;  // the micro-batch's rows
+  float* tp_out = static_cast<float*>(gather_tp_.data());
+  float* all = static_cast<float*>(gather_all_.data());
+  const float* te_src = static_cast<const float*>(te.data);
+  const float* tw_src = tw.f32();
+  if (P > 1) {
+    CommHandle a = tp_.comm->all_gather(te_src, tp_out, R * k);
+    CommHandle b = tp_.comm->all_gather(tw_src, tp_out + P * R * k, R * k);
+    a.wait();
+    b.wait();
+    te_src = tp_out;
+    tw_src = tp_out + P * R * k;
+  }
+  if (Q > 1) {
+    CommHandle a = cp_.comm->all_gather(te_src, all, P * R * k);
+    CommHandle b = cp_.comm->all_gather(tw_src, all + Rg * k, P * R * k);
+    a.wait();
+    b.wait();
+    te_src = all;
+    tw_src = all + Rg * k;
+  }
+  host_gathered_.resize(static_cast<size_t>(2 * Rg * k));
+  ops_.download(host_gathered_.data(),
+                make_view(const_cast<float*>(te_src), DType::f32, ops_.device(), {Rg * k}));
+  ops_.download(host_gathered_.data() + Rg * k,
+                make_view(const_cast<float*>(tw_src), DType::f32, ops_.device(), {Rg * k}));
+  // The one-rank row order: cp rank c's local row rho = b T_local + tau is
+  // row b T + position_c(tau) of the micro-batch.
+  const int T = T_local_ * int(Q);
+  const SequenceChunks chunks(T, int(Q), cp_.load_balance);
+  auto global_row = [&](int64_t c, int64_t rho) {
+    const int64_t b = rho / T_local_, tau = rho % T_local_;
+    return b * T + (Q > 1 ? chunks.position(int(c), int(tau)) : tau);
+  };
+  host_te_.assign(static_cast<size_t>(Rg * k), 0);
+  host_tw_.assign(static_cast<size_t>(Rg * k), 0.f);
+  for (int64_t c = 0; c < Q; ++c)
+    for (int64_t rho = 0; rho < P * R; ++rho) {
+      const int64_t at = (c * P * R + rho) * k, g = global_row(c, rho);
+      std::memcpy(host_te_.data() + g * k, host_gathered_.data() + at,
+                  static_cast<size_t>(k) * sizeof(int32_t));
+      std::memcpy(host_tw_.data() + g * k, host_gathered_.data() + Rg * k + at,
+                  static_cast<size_t>(k) * sizeof(float));
+    }
+  // The one-rank plan of the whole micro-batch, by the CPU kernel's rule.
+  host_pos_.resize(static_cast<size_t>(Rg * k));
+  host_off_.resize(static_cast<size_t>(E + 1));
+  auto host = [](void* p, DType d, std::initializer_list<int64_t> shape) {
+    return make_view(p, d, Device::cpu, shape);
+  };
+  cpu::moe_dispatch_plan(host(host_pos_.data(), DType::i32, {Rg, k}),
+                         host(host_off_.data(), DType::i32, {E + 1}),
+                         host(host_te_.data(), DType::i32, {Rg, k}),
+                         host(host_tw_.data(), DType::f32, {Rg, k}), capacity);
+  // This rank's kept slots, grouped by expert in slot order (the kernel's
+  // layout for its own rows).
+  const int64_t me_c = cp_.rank(), me_t = tp_.rank();
+  std::vector<int64_t> count(static_cast<size_t>(E + 1), 0);
+  host_local_pos_.assign(static_cast<size_t>(R * k), -1);
+  auto kept = [&](int64_t i, int64_t j) {
+    return host_pos_[static_cast<size_t>(global_row(me_c, me_t * R + i) * k + j)] >= 0;
+  };
+  auto expert = [&](int64_t i, int64_t j) {
+    return host_te_[static_cast<size_t>(global_row(me_c, me_t * R + i) * k + j)];
+  };
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      if (kept(i, j)) ++count[static_cast<size_t>(expert(i, j)) + 1];
+  for (int64_t e = 0; e < E; ++e) count[e + 1] += count[e];
+  host_offsets_.assign(count.begin(), count.end());
+  std::vector<int64_t> cursor(count.begin(), count.end() - 1);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      if (kept(i, j))
+        host_local_pos_[static_cast<size_t>(i * k + j)] =
+            static_cast<int32_t>(cursor[static_cast<size_t>(expert(i, j))]++);
+  ops_.upload(positions, host_local_pos_.data());
+  ops_.upload(offsets, host_offsets_.data());
+  return Rg * k - host_off_[static_cast<size_t>(E)];
 }
 
 TensorView MixtureOfExperts::local_experts(const TensorView& w) const {

@@ -15,6 +15,15 @@
 // read back once per block to report dropped_tokens; under ep, the
 // exchange reads each block's offsets and counts back (ExpertExchange).
 //
+// A capacity over a micro-batch split across ranks (tp's sequence shards,
+// cp's chunks): which slots an expert drops depends on every rank's router
+// weights, so each rank gathers the micro-batch's choices (topk expert and
+// weight of every row, over tp then cp), puts them in the one-rank row
+// order (cp's chunks back at their positions), applies the one-rank drop
+// rule to the whole micro-batch on the host (ops.hpp's moe_dispatch_plan,
+// the CPU kernel) and uploads the plan of its own rows' kept slots: one
+// gather and one host round trip per block, the same drops as one rank.
+//
 // Load balancing (transformers' load_balancing_loss_func with the router
 // logits of every layer concatenated): per micro-batch, the tokens choosing
 // each expert (counted over the k slots) and the sum of each expert's probs,
@@ -90,12 +99,15 @@ class MixtureOfExperts {
                    const ContextParallelGroup& cp, const ExpertParallelGroup& ep = {});
   // What that constructor allocates, in bytes (the planner's memory model
   // sums this; the constructor checks it allocated exactly this); ep: the
-  // ep group's size.
+  // ep group's size; split: the ranks a micro-batch's rows are split over
+  // (tp x cp).
   static int64_t planned_bytes(const ModelConfig& cfg, int64_t max_rows, int slots, DType act,
-                               bool cast_weights, int ep = 1);
+                               bool cast_weights, int ep = 1, int split = 1);
 
   // Before a micro-batch's first block: forget the last one's statistics.
-  void begin_micro_batch();
+  // B sequences of T_local rows each on this cp rank (the rows the tp ranks
+  // split: B T_local = R tp), for a capacity over a split micro-batch.
+  void begin_micro_batch(int B = 0, int T_local = 0);
   // Block `slot`'s forward over this rank's rows x (R, C), into out (R, C)
   // (assigned, act dtype). Placement: rowwise (x's rows, out's rows).
   Activation forward(int slot, const Activation& x, TensorView out, const Weights& w);
@@ -133,8 +145,9 @@ class MixtureOfExperts {
   // Rows the experts' GEMM buffers hold for max_rows rows of a rank: N = R k
   // at ep = 1; under ep the most this rank's experts can receive, P N
   // (every row of the group routed to them) or, with a capacity factor,
-  // P x E/P x the capacity of R tokens if that is less.
-  static int64_t expert_rows(const ModelConfig& cfg, int64_t max_rows, int ep);
+  // P x E/P x the capacity of the micro-batch (R x split tokens, split the
+  // tp x cp ranks sharing it) if that is less.
+  static int64_t expert_rows(const ModelConfig& cfg, int64_t max_rows, int ep, int split = 1);
   // The expert capacity for a micro-batch of `tokens` (0: dropless).
   int64_t capacity(int64_t tokens) const;
 
@@ -149,6 +162,12 @@ class MixtureOfExperts {
   };
   // The local experts' slice of an (E, ...) expert tensor.
   TensorView local_experts(const TensorView& w) const;
+  // A capacity over a micro-batch split across tp x cp ranks (header): the
+  // plan of this rank's R rows into positions (R, k) and offsets (E + 1),
+  // from every rank's te, tw (R, k); returns the micro-batch's dropped slots.
+  int64_t split_capacity_plan(const TensorView& positions, const TensorView& offsets,
+                              const TensorView& te, const TensorView& tw, int64_t R,
+                              int64_t capacity);
   // The experts' part of forward/backward under ep (exchange_ set).
   void experts_forward_ep(int slot, Block& b, const Weights& gw);
   void experts_backward_ep(int slot, Block& b, const Weights& gw, const Weights& dw,
@@ -183,6 +202,13 @@ class MixtureOfExperts {
   // The gradients' buffers, shared by the blocks.
   Buffer dlogits_, dweight_, dy_, dh_, dgu_, dxs_, dx_act_, dx_router_;
   Buffer w13_cast_, w2_cast_;  // cast_weights: (E, 2F, C), (E, C, F) in act
+  // A capacity over a split micro-batch: every rank's [te bits | tw], each
+  // half (split R, k) at most, gathered over tp, then over cp; the host's
+  // copies and plan.
+  Buffer gather_tp_, gather_all_;
+  std::vector<float> host_gathered_, host_tw_;
+  std::vector<int32_t> host_te_, host_pos_, host_off_, host_local_pos_;
+  int B_ = 0, T_local_ = 0;
   std::unique_ptr<ExpertExchange> exchange_;  // ep > 1 only
   // ep only, (L, C) act: the local experts' outputs in the forward, their
   // output gradients then input gradients in the backward.
@@ -195,7 +221,8 @@ class MixtureOfExperts {
   float grad_scale_ = 0;  // finish_micro_batch's, for a gradient formed later
   int64_t tokens_ = 0;
   int micro_batches_ = 0;
-  int64_t dropped_ = 0;
+  int64_t dropped_ = 0;        // the step's training micro-batches'
+  int64_t micro_dropped_ = 0;  // this micro-batch's so far
   int64_t bytes_ = 0;
   std::vector<int32_t> host_offsets_;
 };

@@ -62,9 +62,6 @@ std::string invalid_reason(const Config& cfg, const PlanCluster& c, const PlanLa
   else if (l.ep < 1 || (l.dp * l.fsdp) % l.ep || (m.moe() && m.n_experts % l.ep))
     os << "ep=" << l.ep << " must divide the data ranks dp x fsdp = " << l.dp * l.fsdp
        << " and model.n_experts=" << m.n_experts;
-  else if (m.moe() && m.capacity_factor > 0 && l.tp * l.cp > 1)
-    os << "tp x cp = " << l.tp * l.cp
-       << ": model.capacity_factor > 0 over split micro-batches is not implemented yet";
   return os.str();
 }
 
