@@ -352,9 +352,9 @@ def compare_mixtral(ours, moe, run_dir, tol, margin_floor, capacity_factor, summ
 
 def write_shards(tmp, n_tokens, n_shards, seed):
     """n_tokens of the repo's own text (seeded random bytes if it is too short) in n_shards."""
-    texts = prepare_data.read_texts(prepare_data.default_inputs())
-    tokens, _ = prepare_data.encode_bytes(texts) if texts else ([], 256)
-    tokens = list(tokens[:n_tokens])
+    # Byte tokens: the files' bytes, joined by a blank line.
+    data = b"\n\n".join(open(p, "rb").read() for p in prepare_data.default_inputs())
+    tokens = list(data[:n_tokens])
     if len(tokens) < n_tokens:
         rng = random.Random(seed)
         tokens += [rng.randrange(256) for _ in range(n_tokens - len(tokens))]

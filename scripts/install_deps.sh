@@ -3,7 +3,21 @@
 # Idempotent: packages already present are skipped, so a second run is quick.
 #   scripts/install_deps.sh            build + test dependencies
 #   WITH_TORCH=1 scripts/install_deps.sh   also python3-torch for the PyTorch cross-checks
+#   WITH_DATA=1 scripts/install_deps.sh    also pyarrow, zstandard and tokenizers (PyPI, for
+#                                          the python3 on PATH) for prepare_data.py's
+#                                          Parquet, .zst and tokenizer.json inputs
 set -euo pipefail
+
+# The data-preparation packages, from PyPI for the interpreter the tests use.
+install_data_packages() {
+  if python3 -c "import pyarrow, zstandard, tokenizers" 2>/dev/null; then
+    echo "install_deps: pyarrow, zstandard and tokenizers already installed"
+    return
+  fi
+  echo "install_deps: pip installing pyarrow zstandard tokenizers for $(command -v python3)"
+  python3 -m pip install --quiet pyarrow zstandard tokenizers ||
+    python3 -m pip install --quiet --break-system-packages pyarrow zstandard tokenizers
+}
 
 packages=(
   build-essential cmake pkg-config
@@ -26,12 +40,14 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install_deps: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  echo "install_deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  echo "install_deps: done"
 fi
-
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-echo "install_deps: installing ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-echo "install_deps: done"
+if [[ "${WITH_DATA:-0}" == "1" ]]; then
+  install_data_packages
+fi

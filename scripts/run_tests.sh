@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install_deps.sh
+# WITH_DATA: prepare_data.py's Parquet, zstd and tokenizer.json tests run too.
+WITH_DATA=1 scripts/install_deps.sh
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release

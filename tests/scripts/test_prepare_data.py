@@ -69,25 +69,28 @@ class TokenizerJson(unittest.TestCase):
         from tokenizers.models import WordLevel
         from tokenizers.pre_tokenizers import Whitespace
         d = tempfile.mkdtemp(prefix="gt_tokjson_")
-        vocab = {"[UNK]": 0}
-        vocab.update({f"w{i}": i for i in range(1, 69997)})
+        vocab = {"[UNK]": 0, "<|endoftext|>": 1}
+        vocab.update({f"w{i}": i for i in range(2, 69997)})
         vocab.update({"hello": 69997, "world": 69998, "again": 69999})
         tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
         tok.pre_tokenizer = Whitespace()
+        tok.add_special_tokens(["<|endoftext|>"])
         tj = os.path.join(d, "tokenizer.json")
         tok.save(tj)
         with open(os.path.join(d, "a.txt"), "w") as f:
             f.write("hello world again w5 hello " * 40)
         out = os.path.join(d, "shards")
         p = subprocess.run([sys.executable, SCRIPT, "--input", os.path.join(d, "a.txt"),
-                            "--out-dir", out, "--tokenizer-json", tj, "--val-fraction", "0.1"],
+                            "--out-dir", out, "--tokenizer-json", tj, "--val-fraction", "0"],
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("vocab 70000, uint32 tokens", p.stdout)
+        self.assertIn("vocab 70000, uint32 tokens, separator id 1", p.stdout)
         train = os.path.join(out, "train_000000.bin")
         self.assertEqual(header(train)[:2], (20240801, 7))
         self.assertEqual(header(train)[3], 70000)
-        self.assertEqual(list(prepare_data.read_shard(train))[:5], [69997, 69998, 69999, 5, 69997])
+        # The document separator first, then the document's tokens.
+        self.assertEqual(list(prepare_data.read_shard(train))[:6],
+                         [1, 69997, 69998, 69999, 5, 69997])
 
     def test_a_missing_tokenizer_file_is_one_error_line(self):
         d = tempfile.mkdtemp(prefix="gt_tokjson_")
