@@ -109,17 +109,41 @@ class Document:
         self.data, self.where = data, where
 
 
+def incomplete_utf8_tail(data):
+    """How many bytes at the end of `data` start a UTF-8 character that
+    continues past it (0 to 3)."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b & 0xC0 != 0x80:  # a lead byte (or ASCII): does its character fit?
+            need = 2 if b >= 0xC0 and b < 0xE0 else 3 if b >= 0xE0 and b < 0xF0 \
+                else 4 if b >= 0xF0 else 1
+            return back if need > back else 0
+    return 0
+
+
 def text_documents(path, stream, max_doc_bytes, stats):
-    """One document per file; a longer file cut at line boundaries."""
-    parts, size, cut = [], 0, False
-    for line in iter(lambda: stream.readline(max_doc_bytes), b""):
+    """One document per file; a longer file cut at line boundaries (a line
+    longer than max_doc_bytes where it reaches it, never inside a UTF-8
+    character)."""
+    parts, size, cut, part = [], 0, False, 0
+    carry = b""
+    for piece in iter(lambda: stream.readline(max_doc_bytes), b""):
+        line = carry + piece
+        carry = b""
+        if not line.endswith(b"\n"):  # a cut inside a long line: keep characters whole
+            tail = incomplete_utf8_tail(line)
+            if tail:
+                line, carry = line[:-tail], line[-tail:]
         if size + len(line) > max_doc_bytes and parts:
-            yield Document(b"".join(parts), f"{path} (part)")
+            part += 1
+            yield Document(b"".join(parts), f"{path} (part {part})")
             parts, size, cut = [], 0, True
         parts.append(line)
         size += len(line)
+    if carry:
+        parts.append(carry)
     if parts or not cut:
-        yield Document(b"".join(parts), path)
+        yield Document(b"".join(parts), f"{path} (part {part + 1})" if cut else path)
     if cut:
         stats["files_split"] = stats.get("files_split", 0) + 1
 

@@ -346,6 +346,20 @@ class BadInput(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("note: 1 not valid UTF-8 (--bad-utf8 skip)", p.stdout)
 
+    def test_a_text_file_over_max_doc_bytes_is_split_whole_characters(self):
+        # Long lines of 3-byte characters: every cut lands inside a line.
+        text = "".join(f"line {i} " + "東京" * 300 + "\n" for i in range(30))
+        path = self.write("long.txt", text.encode())
+        out = os.path.join(self.dir, "out")
+        p = run(["--input", path, "--out-dir", out, "--max-doc-bytes", "1000",
+                 "--val-fraction", "0"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("note: 1 text file(s) over --max-doc-bytes split", p.stdout)
+        docs = [bytes(t).decode() for t in split_documents(read_split(out, "train"), 0)]
+        self.assertGreater(len(docs), 20)
+        self.assertTrue(all(len(d.encode()) <= 1000 for d in docs))
+        self.assertEqual("".join(docs), text)
+
     def test_a_tokenizer_past_uint32(self):
         import data_tokenizers
         import tokenizers
