@@ -96,7 +96,7 @@ def open_stream(path, comp, counter):
             import zstandard
         except ImportError:
             raise SourceError(f"{path}: .zst input needs the zstandard package "
-                              "(WITH_DATA=1 scripts/install_deps.sh)") from None
+                              "(WITH_PYPI=1 scripts/install_deps.sh)") from None
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw), 1 << 20)
     return raw
 
@@ -178,7 +178,7 @@ def parquet_documents(path, stream, text_key):
         import pyarrow.parquet as pq
     except ImportError:
         raise SourceError(f"{path}: Parquet input needs pyarrow "
-                          "(WITH_DATA=1 scripts/install_deps.sh)") from None
+                          "(WITH_PYPI=1 scripts/install_deps.sh)") from None
     # One row group at a time on this thread: Arrow's thread pools would
     # reserve a stack per core for what is a sequential read.
     pyarrow.set_io_thread_count(1)

@@ -94,7 +94,7 @@ class JsonTokenizer:
             from tokenizers import Tokenizer
         except ImportError:
             raise TokenizerError("--tokenizer-json needs the tokenizers package "
-                                 "(WITH_DATA=1 scripts/install_deps.sh)") from None
+                                 "(WITH_PYPI=1 scripts/install_deps.sh)") from None
         try:
             self.tok = Tokenizer.from_file(path)
         except Exception as e:  # a missing or malformed file surfaces as several types

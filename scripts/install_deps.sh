@@ -3,20 +3,22 @@
 # Idempotent: packages already present are skipped, so a second run is quick.
 #   scripts/install_deps.sh            build + test dependencies
 #   WITH_TORCH=1 scripts/install_deps.sh   also python3-torch for the PyTorch cross-checks
-#   WITH_DATA=1 scripts/install_deps.sh    also pyarrow, zstandard and tokenizers (PyPI, for
-#                                          the python3 on PATH) for prepare_data.py's
-#                                          Parquet, .zst and tokenizer.json inputs
+#   WITH_PYPI=1 scripts/install_deps.sh    also the tests' PyPI packages, for the python3 on
+#                                          PATH: pyarrow, zstandard and tokenizers
+#                                          (prepare_data.py's Parquet, .zst and
+#                                          tokenizer.json inputs) and tensorboard (its reader
+#                                          checks log.tensorboard's event files)
 set -euo pipefail
 
-# The data-preparation packages, from PyPI for the interpreter the tests use.
-install_data_packages() {
-  if python3 -c "import pyarrow, zstandard, tokenizers" 2>/dev/null; then
-    echo "install_deps: pyarrow, zstandard and tokenizers already installed"
+PYPI_PACKAGES=(pyarrow zstandard tokenizers tensorboard)
+install_pypi_packages() {
+  if python3 -c "import pyarrow, zstandard, tokenizers, tensorboard" 2>/dev/null; then
+    echo "install_deps: ${PYPI_PACKAGES[*]} already installed"
     return
   fi
-  echo "install_deps: pip installing pyarrow zstandard tokenizers for $(command -v python3)"
-  python3 -m pip install --quiet pyarrow zstandard tokenizers ||
-    python3 -m pip install --quiet --break-system-packages pyarrow zstandard tokenizers
+  echo "install_deps: pip installing ${PYPI_PACKAGES[*]} for $(command -v python3)"
+  python3 -m pip install --quiet "${PYPI_PACKAGES[@]}" ||
+    python3 -m pip install --quiet --break-system-packages "${PYPI_PACKAGES[@]}"
 }
 
 packages=(
@@ -48,6 +50,6 @@ else
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
   echo "install_deps: done"
 fi
-if [[ "${WITH_DATA:-0}" == "1" ]]; then
-  install_data_packages
+if [[ "${WITH_PYPI:-0}" == "1" ]]; then
+  install_pypi_packages
 fi

@@ -9,8 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# WITH_DATA: prepare_data.py's Parquet, zstd and tokenizer.json tests run too.
-WITH_DATA=1 scripts/install_deps.sh
+# WITH_PYPI: the tests needing PyPI packages (prepare_data's Parquet, zstd and
+# tokenizer.json inputs; TensorBoard's reader) run too.
+WITH_PYPI=1 scripts/install_deps.sh
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release

@@ -16,7 +16,7 @@ JSONL, Parquet and text files, gzip- and zstd-compressed and not):
     without the text key, an unreadable Parquet file, invalid UTF-8
     (--bad-utf8 fail; skip counts it), a tokenizer whose ids pass uint32.
 
-Needs pyarrow, zstandard and tokenizers (WITH_DATA=1 scripts/install_deps.sh,
+Needs pyarrow, zstandard and tokenizers (WITH_PYPI=1 scripts/install_deps.sh,
 which the test command runs); fails, not skips, without them.
 
     python3 tests/scripts/test_prepare_corpus.py --build build

@@ -206,6 +206,9 @@ struct ParallelConfig {
 struct LogConfig {
   std::string dir = "runs/default";
   int every = 1;  // console line every N steps (metrics.jsonl gets every step)
+  // Rank 0 also writes metrics.jsonl's scalars as a TensorBoard event file
+  // in dir (trainer/io/tensorboard_writer.hpp).
+  bool tensorboard = false;
 };
 
 struct CheckpointConfig {

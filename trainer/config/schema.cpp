@@ -452,6 +452,7 @@ std::vector<Field> make_fields() {
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),
       bind<&C::log, &LogConfig::every>("log", "every"),
+      bind<&C::log, &LogConfig::tensorboard>("log", "tensorboard"),
 
       bind<&C::checkpoint, &CheckpointConfig::dir>("checkpoint", "dir"),
       bind<&C::checkpoint, &CheckpointConfig::every>("checkpoint", "every"),

@@ -19,6 +19,7 @@
 #include "trainer/checkpoint/hf_export.hpp"
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/io/metrics_log.hpp"
+#include "trainer/io/tensorboard_writer.hpp"
 #include "trainer/train/lr_schedule.hpp"
 #include "trainer/train/run_directory.hpp"
 #include "trainer/train/run_report.hpp"
@@ -99,6 +100,7 @@ class Trainer {
   std::string signature_;  // model_signature(cfg.model), checked on resume
   std::unique_ptr<RunDirectory> run_dir_;
   std::optional<MetricsLog> metrics_;  // rank 0 only
+  std::optional<TensorBoardWriter> tensorboard_;  // rank 0, log.tensorboard only
   int accum_ = 1, data_size_ = 1, data_rank_ = 0;
   int64_t tokens_per_step_ = 0;
   float grad_scale_ = 1.f;
@@ -142,6 +144,7 @@ Trainer::Trainer(const Config& cfg, MpiCommunicator* world)
   if (rank0_) {
     write_file_atomic(cfg.log.dir + "/config.yaml", to_yaml(cfg));
     metrics_.emplace(cfg.log.dir + "/metrics.jsonl", run_.start_step);
+    if (cfg.log.tensorboard) tensorboard_.emplace(cfg.log.dir, run_.start_step);
     log_run_banner(run_, cfg);
   }
 
@@ -179,6 +182,7 @@ TrainSummary Trainer::run() {
     log_step(step, r, rec);
     rec["wall_ms"] = ms_since(t0);
     if (metrics_) metrics_->write(rec);
+    if (tensorboard_) tensorboard_->write_record(step, rec);
     if (!after_step(step, r)) break;
   }
   return finish();
