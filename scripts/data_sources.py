@@ -183,7 +183,10 @@ def parquet_documents(path, stream, text_key):
     # reserve a stack per core for what is a sequential read.
     pyarrow.set_io_thread_count(1)
     pyarrow.set_cpu_count(1)
-    pyarrow.set_memory_pool(pyarrow.system_memory_pool())  # freed memory goes back
+    try:  # freed Arrow memory goes back at once rather than after jemalloc's decay
+        pyarrow.jemalloc_set_decay_ms(0)
+    except Exception:  # a pyarrow built without jemalloc
+        pass
     try:
         pf = pq.ParquetFile(stream)
         names = pf.schema_arrow.names
@@ -193,11 +196,11 @@ def parquet_documents(path, stream, text_key):
     if text_key not in names:
         raise SourceError(f"{path}: no {text_key!r} column (--text-key; it has: "
                           f"{', '.join(names[:8])})")
-    row = 0
+    row, group = 0, 0
     try:
-        for group in range(pf.num_row_groups):
-            column = pf.read_row_group(group, columns=[text_key], use_threads=False).column(0)
-            for value in column.to_pylist():
+        # Batches of rows (a row group may hold gigabytes of text).
+        for batch in pf.iter_batches(batch_size=256, columns=[text_key], use_threads=False):
+            for value in batch.column(0).to_pylist():
                 row += 1
                 if value is None:
                     yield Document(b"", f"{path} row {row} (null)")
@@ -208,7 +211,7 @@ def parquet_documents(path, stream, text_key):
     except SourceError:
         raise
     except Exception as e:
-        raise SourceError(f"{path}: unreadable Parquet at row group {group} ({type(e).__name__}: "
+        raise SourceError(f"{path}: unreadable Parquet at row {row} ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:200]})") from None
 
 

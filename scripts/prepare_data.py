@@ -36,6 +36,7 @@ stdout. Shards from an earlier run that this run did not write are removed.
 import argparse
 import array
 import collections
+import concurrent.futures
 import fnmatch
 import hashlib
 import json
@@ -47,6 +48,10 @@ import sys
 import threading
 import time
 
+# pyarrow imports numpy, whose OpenBLAS would start a thread per core (each
+# with its stack) for the linear algebra this script never does.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data_sources  # noqa: E402  (scripts/: the corpus's documents)
 import data_tokenizers  # noqa: E402  (scripts/: the workers' tokenizers)
@@ -449,11 +454,14 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
     pool = None
     try:
         if args.workers > 1:
-            # The pool's three helper threads need little stack; the default
-            # (8 MiB each) would count against a memory limit for nothing.
+            # The pool's helper thread needs little stack; the default (8 MiB)
+            # would count against a memory limit for nothing. A worker that
+            # dies (killed, out of memory) fails the run (BrokenProcessPool)
+            # instead of leaving its batch waited on forever.
             threading.stack_size(1 << 20)
-            pool = multiprocessing.get_context("fork").Pool(
-                args.workers, data_tokenizers.init_worker, (spec,))
+            pool = concurrent.futures.ProcessPoolExecutor(
+                args.workers, mp_context=multiprocessing.get_context("fork"),
+                initializer=data_tokenizers.init_worker, initargs=(spec,))
         else:
             data_tokenizers.init_worker(spec)
         pending = collections.deque()
@@ -467,14 +475,14 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
                 continue
             # At most 2 batches per worker in flight: memory stays bounded
             # however far reading runs ahead of tokenizing.
-            pending.append((pool.apply_async(data_tokenizers.encode_batch,
-                                             (payload, args.bad_utf8)), wheres))
+            pending.append((pool.submit(data_tokenizers.encode_batch, payload, args.bad_utf8),
+                            wheres))
             while len(pending) >= 2 * args.workers:
                 r, wh = pending.popleft()
-                consume(r.get(), wh)
+                consume(r.result(), wh)
         while pending:
             r, wh = pending.popleft()
-            consume(r.get(), wh)
+            consume(r.result(), wh)
         for w in writers.values():
             w.finish()
     except BaseException:
@@ -483,8 +491,7 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
         raise
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            pool.shutdown(wait=True, cancel_futures=True)
     progress.update(position["bytes"], stats["documents"],
                     writers["train"].tokens + writers["val"].tokens, force=True)
     progress.close()
@@ -608,6 +615,15 @@ def main(argv=None):
         summary = prepare(paths, out_dir, args, spec)
     except (PrepareError, data_sources.SourceError, data_tokenizers.TokenizerError) as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)
+        return 2
+    except concurrent.futures.process.BrokenProcessPool:
+        print("prepare_data: error: a tokenizing worker died (out of memory or killed); "
+              "the complete shards stay, --resume continues", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("prepare_data: error: out of memory (a document larger than the memory "
+              "available? see --max-doc-bytes); the complete shards stay, --resume continues",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("prepare_data: interrupted: the complete shards stay; --resume continues",
