@@ -16,6 +16,7 @@ tokenizer once.
 """
 
 import array
+import os
 import sys
 
 SEPARATOR_CANDIDATES = ("<|begin_of_text|>", "<|endoftext|>", "<s>", "<|end_of_text|>", "</s>")
@@ -155,9 +156,27 @@ def load(spec):
 _worker_tokenizer = None
 
 
-def init_worker(spec):
+def _die_with_parent():
+    """Linux: SIGTERM this worker when the process that forked it dies (one
+    killed, or aborted by a library, would otherwise leave the workers
+    waiting on their queue forever, holding its pipes open)."""
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        parent = os.getppid()
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the request took effect
+            os._exit(1)
+    except (OSError, AttributeError):  # not Linux: the pool's own checks remain
+        pass
+
+
+def init_worker(spec, in_worker=False):
     global _worker_tokenizer
-    import os
+    if in_worker:
+        _die_with_parent()
     # The workers are the parallelism: the tokenizers library's own threads
     # would oversubscribe the cores (and warn after a fork).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"

@@ -461,7 +461,7 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
             threading.stack_size(1 << 20)
             pool = concurrent.futures.ProcessPoolExecutor(
                 args.workers, mp_context=multiprocessing.get_context("fork"),
-                initializer=data_tokenizers.init_worker, initargs=(spec,))
+                initializer=data_tokenizers.init_worker, initargs=(spec, True))
         else:
             data_tokenizers.init_worker(spec)
         pending = collections.deque()
