@@ -59,11 +59,18 @@ def library_floor():
         while hi - lo > 2:
             mid = (lo + hi) // 2
             lim = mid << 20
-            p = subprocess.run([sys.executable, "-c", "import pyarrow.parquet, zstandard"],
-                               capture_output=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
-                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA,
-                                                                     (lim, lim)))
-            if p.returncode == 0:
+            # Just under its floor a library can spin retrying allocations
+            # (OpenBLAS does): past the timeout counts as not loading.
+            try:
+                p = subprocess.run([sys.executable, "-c", "import pyarrow.parquet, zstandard"],
+                                   capture_output=True, timeout=20,
+                                   env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+                                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA,
+                                                                         (lim, lim)))
+                loaded = p.returncode == 0
+            except subprocess.TimeoutExpired:
+                loaded = False
+            if loaded:
                 hi = mid
             else:
                 lo = mid
@@ -147,7 +154,7 @@ def run(args, limit=None, **kw):
         if limit:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                          preexec_fn=preexec, **kw)
+                          preexec_fn=preexec, timeout=240, **kw)
 
 
 def shard_bytes(out):
@@ -247,8 +254,12 @@ class Corpus(unittest.TestCase):
 
         def preexec():
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           preexec_fn=preexec, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        try:
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               preexec_fn=preexec, timeout=60,
+                               env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        except subprocess.TimeoutExpired:
+            return  # stuck retrying allocations at the limit: it did not fit either
         self.assertNotEqual(p.returncode, 0, "holding the corpus fit the limit: raise the "
                             "corpus or lower HEADROOM")
         self.assertIn("MemoryError", p.stderr)
