@@ -183,11 +183,11 @@ def init_worker(spec, in_worker=False):
     _worker_tokenizer = load(spec)
 
 
-def encode_batch(batch, bad_utf8):
+def encode_batch(batch):
     """batch: [(doc index, UTF-8 bytes or None)] -> [(doc index, tokens bytes,
     count, NULs dropped, error or None)]. A document that does not decode is
-    returned with its error (the caller skips or fails by --bad-utf8) and no
-    tokens; bad_utf8 is passed for symmetry with the caller's policy."""
+    returned with its error and no tokens: the caller skips it or fails the
+    run (--bad-utf8)."""
     tok = _worker_tokenizer
     good, out = [], {}
     for index, data in batch:

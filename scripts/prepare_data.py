@@ -238,7 +238,7 @@ class ShardWriter:
             at += n
             self.done_now = at
             if self.count == self.shard_tokens:
-                self._commit(doc, at if at < count else count)
+                self._commit(doc, at)
 
     def finish(self):
         if self.file is not None and self.count > 0:
@@ -399,7 +399,7 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
         os.remove(state_path)
 
     stats = {"documents": 0, "bytes": 0, "skipped_utf8": 0, "nul_dropped": 0,
-             "files_split": 0, "tokenized_docs": 0, "tokenized_bytes": 0}
+             "files_split": 0, "tokenized_bytes": 0}
     counters = {"train_docs": 0, "val_docs": 0}
 
     def save_state(complete=False):
@@ -468,14 +468,13 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
         for batch in batches(docs, stats, position, first_doc):
             wheres = {i: where for i, _, where in batch}
             payload = [(i, d) for i, d, _ in batch]
-            stats["tokenized_docs"] += len(batch)
             stats["tokenized_bytes"] += sum(len(d) for _, d in payload if d is not None)
             if pool is None:
-                consume(data_tokenizers.encode_batch(payload, args.bad_utf8), wheres)
+                consume(data_tokenizers.encode_batch(payload), wheres)
                 continue
             # At most 2 batches per worker in flight: memory stays bounded
             # however far reading runs ahead of tokenizing.
-            pending.append((pool.submit(data_tokenizers.encode_batch, payload, args.bad_utf8),
+            pending.append((pool.submit(data_tokenizers.encode_batch, payload),
                             wheres))
             while len(pending) >= 2 * args.workers:
                 r, wh = pending.popleft()

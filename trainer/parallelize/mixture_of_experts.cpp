@@ -255,12 +255,13 @@ void MixtureOfExperts::finish_micro_batch(float grad_scale, int64_t tokens,
   stats_pending_ = true;
   aux_grad_ = false;
   awaiting_totals_ = training && stages.later;
-  if (training) dropped_ += micro_dropped_;  // an evaluation's forward is not the step's
-  if (training)
+  if (training) {  // the step's metrics (an evaluation's forwards are not the step's)
+    dropped_ += micro_dropped_;
     for (int s = 0; s < slots_; ++s)
       ops_.accumulate(make_view(static_cast<float*>(step_counts_.data()) + s * E, DType::f32,
                                 ops_.device(), {E}),
                       make_view(st + s * 2 * E, DType::f32, ops_.device(), {E}));
+  }
   if (stages.later) return;  // the sums go on to the next stage; the totals come back
   form_load_balance(sums);
   if (!training) return;

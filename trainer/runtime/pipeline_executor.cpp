@@ -315,31 +315,30 @@ double PipelineExecutor::eval_loss_sum(int micro_batches, const FillMicroBatch& 
 }
 
 MoeStepStats PipelineExecutor::take_moe_stats() {
+  // The step's scalar totals of `from` added into `into`.
+  auto add_totals = [](MoeStepStats& into, const MoeStepStats& from) {
+    into.experts = from.experts;
+    into.aux_sum += from.aux_sum;
+    into.micro_batches += from.micro_batches;
+    into.dropped += from.dropped;
+  };
   MoeStepStats all;
   for (auto& row : instances_) {
-    MoeStepStats chunk;
+    MoeStepStats chunk;  // the chunk's instances summed block by block
     for (Instance& in : row) {
-      MoeStepStats s = in.model->take_moe_stats();
+      const MoeStepStats s = in.model->take_moe_stats();
       if (s.experts == 0) continue;  // a dense model
       if (chunk.experts == 0) {
-        chunk = std::move(s);
-        continue;
+        chunk.counts.assign(s.counts.size(), 0.f);
+        chunk.layers = s.layers;
       }
       GT_CHECK(s.counts.size() == chunk.counts.size(), "pipeline executor: instances of one "
                "chunk with ", s.counts.size(), " and ", chunk.counts.size(), " router counts");
-      chunk.aux_sum += s.aux_sum;
-      chunk.micro_batches += s.micro_batches;
-      chunk.dropped += s.dropped;
+      add_totals(chunk, s);
       for (size_t i = 0; i < s.counts.size(); ++i) chunk.counts[i] += s.counts[i];
     }
     if (chunk.experts == 0) continue;
-    if (all.experts == 0) {
-      all = std::move(chunk);
-      continue;
-    }
-    all.aux_sum += chunk.aux_sum;
-    all.micro_batches += chunk.micro_batches;
-    all.dropped += chunk.dropped;
+    add_totals(all, chunk);  // the chunks' blocks one after another
     all.counts.insert(all.counts.end(), chunk.counts.begin(), chunk.counts.end());
     all.layers.insert(all.layers.end(), chunk.layers.begin(), chunk.layers.end());
   }
