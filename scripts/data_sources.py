@@ -3,17 +3,18 @@
 Inputs, by file name (after an optional .gz or .zst, decompressed as a
 stream):
   *.jsonl, *.json   one JSON object per line, the document at --text-key
-  *.parquet         the --text-key column, one row group at a time (pyarrow)
+  *.parquet         the --text-key column, 256 rows at a time (pyarrow)
   anything else     plain UTF-8 text, one document per file; a file larger
                     than max_doc_bytes is cut at line boundaries into
                     documents of at most that size (a single longer line is
-                    cut where it reaches it)
+                    cut where it reaches it, never inside a character)
 Directories are walked (sorted); globs expand ('**' recurses). The order of
 documents is the sorted order of the files, then the order inside each file,
 so a corpus reads the same way every time.
 
-Memory: one document (or one Parquet row group's column) at a time, plus the
-decompressor's window; never the whole file.
+Memory: one document (or 256 Parquet rows of its column) at a time, plus the
+decompressor's window; never the whole file, except a Parquet file under an
+outer .gz or .zst, which pyarrow needs decompressed (seekable) in memory.
 
 Standard library only, except pyarrow for Parquet and zstandard for .zst,
 imported when such a file is met (with an error naming the package).
@@ -179,7 +180,7 @@ def parquet_documents(path, stream, text_key):
     except ImportError:
         raise SourceError(f"{path}: Parquet input needs pyarrow "
                           "(WITH_PYPI=1 scripts/install_deps.sh)") from None
-    # One row group at a time on this thread: Arrow's thread pools would
+    # Sequential reads on this thread: Arrow's thread pools would
     # reserve a stack per core for what is a sequential read.
     pyarrow.set_io_thread_count(1)
     pyarrow.set_cpu_count(1)
