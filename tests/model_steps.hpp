@@ -72,6 +72,9 @@ struct StepTrace {
   std::vector<std::vector<float>> pieces;
   std::vector<std::string> piece_names;  // "param.h.0.attn.c_attn.bias", "adam_m.wte.weight", ...
   std::vector<TensorBox> piece_boxes;    // where each piece lies in its global tensor
+  // The parameter values of the vocabulary's padding rows this rank holds
+  // (checkpoint pieces leave them out); with fsdp = 1 only.
+  std::vector<float> vocab_padding;
 };
 
 inline std::vector<std::vector<float>> piece_contents(const std::vector<TensorPiece>& pieces) {
@@ -124,6 +127,16 @@ inline StepTrace train_steps(Ops& ops, const StepOptions& o) {
     t.norms.push_back(params.grad_norm());
     params.adamw_step(tc, 1e-2, 1.f, step + 1);
   }
+  if (shard_degree(d) == 1 && o.dtype == ComputeDType::fp32 && ops.device() == Device::cpu)
+    for (const ParamSpec& s : layout.specs()) {
+      if (s.pad_rows == 0) continue;
+      const int64_t local_rows = s.shape[0], cols = s.numel / local_rows;
+      const int64_t first = s.split == TpSplit::rows ? mesh.coord().tp * local_rows : 0;
+      const float* p = params.unit_params(s.unit) + (s.offset - layout.units()[s.unit].begin);
+      for (int64_t r = std::max<int64_t>(first, s.real_rows()); r < first + local_rows; ++r)
+        t.vocab_padding.insert(t.vocab_padding.end(), p + (r - first) * cols,
+                               p + (r - first + 1) * cols);
+    }
   const std::vector<TensorPiece> saved = params.pieces_to_save();
   t.pieces = piece_contents(saved);
   for (const TensorPiece& p : saved) {

@@ -134,7 +134,7 @@ gt::Config checkpoint_config(const std::string& dir) {
 std::vector<gt::NamedTensor> param_tensors(gt::CausalLM& model) {
   std::vector<gt::NamedTensor> out;
   for (const auto& s : model.layout().specs())
-    out.push_back({"param." + s.name, s.shape, model.params() + s.offset});
+    out.push_back({"param." + s.name, s.saved_shape(), model.params() + s.offset, s.pad_rows > 0});
   return out;
 }
 

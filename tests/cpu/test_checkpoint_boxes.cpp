@@ -320,6 +320,25 @@ TEST(CheckpointBoxes, BadWantedPiecesRejected) {
   load_checkpoint(dir, kSig, {{"param.a", {12, 10}, {4, 0, 0, 10}, nullptr}});
 }
 
+// A checkpoint written before the vocabulary's padding was left out holds
+// param.a's 12 rows where the model now wants 9 real ones: a piece marked
+// vocab_rows reads the first 9 and skips the rest; an unmarked one is a
+// shape error as before.
+TEST(CheckpointBoxes, VocabularyRowsReadFromAnOlderPaddedCheckpoint) {
+  TempDir tmp;
+  PieceSet saved = split_pieces();
+  const std::string dir = save_one_rank(tmp.path(), 5, saved);
+  const GlobalTensor real{"param.a", {9, 10}, kA.id};
+  PieceSet want;
+  want.add_blank(real, {0, 9, 0, 10});
+  std::vector<TensorPiece> pieces = want.pieces();
+  EXPECT_HAS(test::error_message([&] { load_checkpoint(dir, kSig, pieces); }),
+             "expected shape [9, 10], got [12, 10]");
+  pieces[0].vocab_rows = true;
+  load_checkpoint(dir, kSig, pieces);
+  EXPECT_TRUE(want.all_exact());
+}
+
 // ---- Several ranks (threads) ------------------------------------------------------
 
 // Rank 0 saves A rows [0, 6) and B; rank 1 A rows [6, 12) and C. A load

@@ -337,8 +337,11 @@ TEST(PlanFlops, MatmulsAttentionAndHead) {
   EXPECT_DOUBLE_EQ(f.linear, 3 * 2.0 * 32 * 12 * 32 * 32);
   EXPECT_DOUBLE_EQ(f.attention, 3 * 4.0 * 2 * 32 * 16 * 17 / 2);
   EXPECT_DOUBLE_EQ(f.lm_head, 2.0 * 32 * 32 * 256);
-  // tp splits every term evenly.
-  EXPECT_DOUBLE_EQ(micro_batch_flops(m, 2, 16, 4).total(), f.total() / 4);
+  // tp splits every term evenly; the head's rows are the vocabulary padded
+  // for tp 4 (512).
+  const MicroBatchFlops f4 = micro_batch_flops(m, 2, 16, 4);
+  EXPECT_DOUBLE_EQ(f4.linear + f4.attention, (f.linear + f.attention) / 4);
+  EXPECT_DOUBLE_EQ(f4.lm_head, 2.0 * 32 * 32 * 512 / 4);
   TrainConfig t = matrix_train(8);
   // MFU's numerator is the trainer's (model_flops()): 6N + 12·L·T·C per token
   // with N = 12·L·C² + V·C and the full T x T attention, x 8 rows x 16 tokens.
@@ -357,7 +360,9 @@ TEST(PlanFlops, LlamaMatmulsAttentionAndHead) {
   EXPECT_DOUBLE_EQ(f.linear, L * 2 * R * block);
   EXPECT_DOUBLE_EQ(f.attention, L * 4.0 * 2 * Q * 16 * 17 / 2);
   EXPECT_DOUBLE_EQ(f.lm_head, 2 * R * C * V);
-  EXPECT_DOUBLE_EQ(micro_batch_flops(m, 2, 16, 4).total(), f.total() / 4);
+  const MicroBatchFlops f4 = micro_batch_flops(m, 2, 16, 4);
+  EXPECT_DOUBLE_EQ(f4.linear + f4.attention, (f.linear + f.attention) / 4);
+  EXPECT_DOUBLE_EQ(f4.lm_head, 2 * R * C * 512 / 4);  // padded for tp 4
   const MicroBatchFlops mlp = recompute_flops(m, 2, 16, 2, Recompute::mlp);
   EXPECT_DOUBLE_EQ(mlp.linear, L * 2 * R * 2 * C * F / 2);  // gate|up
   EXPECT_EQ(mlp.attention, 0.0);

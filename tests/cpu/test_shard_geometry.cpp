@@ -58,10 +58,11 @@ TEST(ParameterLayout, RejectsATpThatDoesNotDivideTheModel) {
   m.vocab_size = 42;  // padded to 128: tp = 4 divides it
   EXPECT_NO_THROW(ParameterLayout(m, 4, 0));
   m.n_head = 6;  // 24 channels and 6 heads split 3 ways; 128 padded rows do not
-  test::expect_error_containing(
-      [&] { ParameterLayout(m, 3, 0); },
-      "the padded vocabulary (model.vocab_size=42 rounded up to a multiple "
-      "of 128: 128)");
+  test::expect_error_containing([&] { ParameterLayout(m, 3, 0); },
+                                "the vocabulary is padded for tp=1 (128 rows), not for tp=3");
+  const ParameterLayout three(padded_for_tp(m, 3), 3, 2);  // 384 rows, 128 a rank
+  EXPECT_EQ(three.at("wte.weight").shape[0], 128);
+  EXPECT_EQ(three.at("wte.weight").saved_shape()[0], 42);
   m.n_head = 4;
   test::expect_error_containing([&] { ParameterLayout(m, 3, 0); }, "model.n_head=4");
 }

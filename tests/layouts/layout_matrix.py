@@ -35,7 +35,9 @@ those axes. The layouts then agree with one rank at the bf16 tolerances
 above (the gradients carry bf16 rounding, AdamW normalises it into
 lr-sized steps), and the bytes formula counts those reductions at 2 bytes.
 Other checks, each its own --check: resharding a checkpoint between layouts,
-and a rank that fails or is killed ending the whole job quickly. The
+a 6-head GPT-2 with a 256-token vocabulary at tp=3 resuming at tp=2 and 1
+(tp3_vocab: the vocabulary pads to 128 x tp), and a rank that fails or is
+killed ending the whole job quickly. The
 pipeline layouts (pp*) and their resharding (--check reshard_pp) are in
 pipeline_layouts.py beside this file, the context-parallel ones (cp*,
 --check reshard_cp) in cp_layouts.py, the expert-parallel ones (*_ep*, with
@@ -457,6 +459,48 @@ def check_reshard(runner):
     return fails
 
 
+def check_tp3_vocab(runner):
+    """A GPT-2 with 6 heads and a 256-token vocabulary at tp=3: the vocabulary
+    pads to 128 x tp = 384 rows (Megatron's rule), so tp=3 splits it. It trains
+    like one rank; its checkpoint holds wte's 256 real rows, and resumes at
+    tp=2 (256 rows padded) and tp=1: steps 5..9 equal the uninterrupted
+    one-rank run."""
+    global MODEL, TRAIN
+    saved = MODEL, TRAIN
+    # 6 heads of 8 channels; 12-token rows so that every micro-batch's rows
+    # split over 3 (sequence parallelism) and over 2.
+    MODEL = dict(MODELS["gpt2"], n_head=6, n_embd=48)
+    TRAIN = dict(TRAIN, seq_len=12)
+    try:
+        fails = []
+        ref_dir, ref_cfg = runner.config("tp3_vocab_ref", micro=8)
+        runner.run(1, ref_cfg)
+        run_dir, cfg = runner.config("tp3_vocab", tp=3, micro=8)
+        _, took = runner.run(3, cfg)
+        f, worst = compare_runs("tp3 vocab=256", ref_dir, run_dir)
+        print(f"{'FAIL' if f else 'ok  '} tp3 vocab=256: 3 ranks, {took:.1f} s, "
+              f"max param diff {worst:.1e}")
+        fails += f
+        ckpt = os.path.join(run_dir, "checkpoints", "step_00000005")
+        with open(os.path.join(ckpt, "manifest.json")) as fh:
+            shape = json.load(fh)["tensors"]["param.wte.weight"]["shape"]
+        if shape != [MODEL["vocab_size"], MODEL["n_embd"]]:
+            fails.append(f"tp3 vocab=256: the checkpoint's wte is {shape}, expected the real "
+                         f"rows [{MODEL['vocab_size']}, {MODEL['n_embd']}]")
+        for tp in (2, 1):
+            label = f"tp3 vocab=256 -> tp={tp}"
+            to_dir, to_cfg = runner.config(f"tp3_vocab_to_tp{tp}", tp=tp, micro=8,
+                                           extra={"checkpoint.resume": ckpt})
+            runner.run(tp, to_cfg)
+            f, worst = compare_runs(label, ref_dir, to_dir, first_step=5)
+            print(f"{'FAIL' if f else 'ok  '} {label}: steps 5..9 after resume, "
+                  f"max param diff {worst:.1e}")
+            fails += f
+        return fails
+    finally:
+        MODEL, TRAIN = saved
+
+
 def check_rank_failure(runner):
     """A bad data file on rank 3 only: every rank exits non-zero fast, and the
     message comes from rank 3."""
@@ -512,7 +556,8 @@ def main():
                     choices=sorted(LAYOUTS) + sorted(pipeline_layouts.PP_LAYOUTS) +
                     sorted(cp_layouts.CP_LAYOUTS) + sorted(moe_layouts.EP_LAYOUTS))
     ap.add_argument("--check", action="append", default=[],
-                    choices=("reshard", "reshard_pp", "reshard_cp", "reshard_ep", "failure"))
+                    choices=("reshard", "reshard_pp", "reshard_cp", "reshard_ep", "tp3_vocab",
+                             "failure"))
     ap.add_argument("--cp-comm", choices=cp_layouts.CP_COMMS,
                     help="context-parallel layouts: only this parallel.cp_comm (default: both)")
     ap.add_argument("--cp-load-balance", choices=("true", "false"),
@@ -572,6 +617,8 @@ def main():
             fails += moe_layouts.check_reshard_ep(this, runner)
         if "reshard_cp" in args.check:
             fails += cp_layouts.check_reshard_cp(this, runner)
+        if "tp3_vocab" in args.check:
+            fails += check_tp3_vocab(runner)
         if "failure" in args.check:
             fails += check_rank_failure(runner)
     finally:

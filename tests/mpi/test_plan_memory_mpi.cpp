@@ -52,10 +52,12 @@ TEST(PlanMemoryMpi, StateBytesEqualShardedParametersOnEveryLayout) {
   auto ops = make_cpu_ops(1);
   for (const ParallelDims& d : layouts_for(world->size())) {
     const DeviceMesh mesh(d, *world);
-    for (const ModelConfig& m : models())
-      for (int stage = 1; stage <= 3 && !tp_split_problem(m, d.tp); ++stage)
+    for (const ModelConfig& m0 : models())
+      for (int stage = 1; stage <= 3 && !tp_split_problem(m0, d.tp); ++stage)
         for (bool bf16 : {false, true})  // bf16: the parameters' bf16 copy where whole
           for (ComputeDType reduce : {ComputeDType::fp32, ComputeDType::bf16}) {
+            // As a run at this tp reads its config: the vocabulary padded for it.
+            const ModelConfig m = padded_for_tp(m0, d.tp);
             const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
             const ShardedParameters params(layout, mesh, fsdp_stage_of(stage), 25.0, *ops, bf16,
                                            reduce);
@@ -82,9 +84,9 @@ TEST(PlanMemoryMpi, ActivationBytesEqualTheModelsAllocationOnEveryLayout) {
   for (const ModelConfig& m : llama_models()) all.push_back(m);
   for (const ParallelDims& d : layouts_for(world->size())) {
     const DeviceMesh mesh(d, *world);
-    for (const ModelConfig& m : all)
+    for (const ModelConfig& m0 : all)
       for (bool overlap : {true, false})
-        if (!tp_split_problem(m, d.tp))  // tp = 3 at 3 ranks: a layout the config refuses
+        if (const ModelConfig m = padded_for_tp(m0, d.tp); !tp_split_problem(m, d.tp))  // tp = 3 at 3 ranks: a layout the config refuses
           for (Recompute recompute : {Recompute::none, Recompute::mlp, Recompute::block})
             for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
               const ParameterLayout layout(m, d.tp, mesh.coord().tp, d.fsdp);
@@ -128,7 +130,7 @@ TEST(PlanMemoryMpi, ContextParallelLayoutsAllocateWhatThePlannerPredicts) {
       for (CpComm comm : {CpComm::allgather, CpComm::ring})
         for (bool balance : {true, false})
           for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16}) {
-            ModelConfig m = m0;
+            ModelConfig m = padded_for_tp(m0, d.tp);
             m.block_size = 32;
             const int B = 2, T = 32;
             ParallelPlan plan;

@@ -43,7 +43,8 @@ TensorBox whole_box(const std::vector<int64_t>& global_shape) {
 std::vector<TensorPiece> whole_tensor_pieces(const std::vector<NamedTensor>& tensors) {
   std::vector<TensorPiece> out;
   out.reserve(tensors.size());
-  for (const NamedTensor& t : tensors) out.push_back({t.name, t.shape, whole_box(t.shape), t.data});
+  for (const NamedTensor& t : tensors)
+    out.push_back({t.name, t.shape, whole_box(t.shape), t.data, t.vocab_rows});
   return out;
 }
 
@@ -398,7 +399,9 @@ CheckpointMeta load_checkpoint(const std::string& dir, const std::string& expect
            " tensors: ", some.empty() ? "none" : some, ")");
     }
     const TensorRecord& t = it->second;
-    if (t.shape != w.global_shape)
+    const bool old_padding = w.vocab_rows && t.shape.size() == 2 && w.global_shape.size() == 2 &&
+                             t.shape[1] == w.global_shape[1] && t.shape[0] > w.global_shape[0];
+    if (t.shape != w.global_shape && !old_padding)
       fail("tensor ", w.name, " in checkpoint ", dir, ": expected shape ",
            shape_str(w.global_shape), ", got ", shape_str(t.shape));
     if (box_empty(w.box)) continue;

@@ -44,6 +44,7 @@ struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;
   float* data = nullptr;
+  bool vocab_rows = false;  // as TensorPiece::vocab_rows
 };
 
 // A rectangle of a global tensor viewed as 2-D: a tensor of shape (R, C) is
@@ -60,6 +61,10 @@ struct TensorPiece {
   TensorBox box;
   float* data = nullptr;              // rows*cols floats, the box's contents row-major
                                       // (source when saving, destination when loading)
+  // The rows are the vocabulary's. Checkpoints hold its vocab_size real
+  // rows; those written before 2026-12-06 also hold the zero padding rows
+  // after them (then 128-row padding), which loading skips.
+  bool vocab_rows = false;
 };
 
 struct CheckpointMeta {

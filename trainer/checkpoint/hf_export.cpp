@@ -16,7 +16,7 @@ CheckpointMeta export_hf_weights(const std::string& checkpoint_dir, const ModelC
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.f);
   std::vector<NamedTensor> whole;
   for (const auto& s : layout.specs())
-    whole.push_back({"param." + s.name, s.shape, params.data() + s.offset});
+    whole.push_back({"param." + s.name, s.saved_shape(), params.data() + s.offset, s.pad_rows > 0});
   const CheckpointMeta meta =
       load_checkpoint(checkpoint_dir, model_signature(m), whole_tensor_pieces(whole));
   metadata.emplace("step", std::to_string(meta.step));

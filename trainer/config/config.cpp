@@ -31,11 +31,6 @@ int ModelConfig::ffn_width() const {
 
 std::optional<TpSplitProblem> tp_split_problem(const ModelConfig& m, int tp) {
   if (tp <= 1) return std::nullopt;
-  // The vocabulary's rows are the padded ones (any power of two up to 128
-  // divides them).
-  const std::string vocab_rows =
-      detail::concat("the padded vocabulary (model.vocab_size=", m.vocab_size,
-                     " rounded up to a multiple of ", kVocabPadMultiple, ")");
   std::vector<std::pair<std::string, int64_t>> split = {{"model.n_head", m.n_head}};
   if (m.arch == ModelArch::gpt2) {
     split.push_back({"model.n_embd", m.n_embd});
@@ -45,10 +40,14 @@ std::optional<TpSplitProblem> tp_split_problem(const ModelConfig& m, int tp) {
     split.push_back({"model.n_kv_head", m.kv_heads()});
     if (!m.moe()) split.push_back({"the MLP width (model.ffn_hidden)", m.ffn_width()});
   }
-  split.push_back({vocab_rows, m.padded_vocab_size()});
   for (const auto& [what, v] : split)
     if (v % tp != 0) return TpSplitProblem{what, v};
   return std::nullopt;
+}
+
+ModelConfig padded_for_tp(ModelConfig m, int tp) {
+  m.vocab_pad_tp = std::max(1, tp);
+  return m;
 }
 namespace {
 
@@ -362,6 +361,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     }
   }
   validate(c, where_of);
+  c.model.vocab_pad_tp = c.parallel.tp;
   return c;
 }
 

@@ -59,9 +59,12 @@ std::optional<FsdpStage> fsdp_stage_numbered(int n);
 // The same, throwing gt::Error naming parallel.fsdp_stage when there is none.
 FsdpStage fsdp_stage_of(int n);
 
-// The vocabulary is stored padded to a multiple of this many rows (wte, the
-// LM head's logits): aligned GEMM shapes for the LM head (GPT-2's 50257 ->
-// 50304) and a row count every power-of-two tp up to 128 divides.
+// The vocabulary is stored padded to a multiple of this many rows times the
+// tp degree (wte, the LM head's logits), Megatron's
+// make_vocab_size_divisible_by x tp: aligned GEMM shapes for the LM head
+// (GPT-2's 50257 -> 50304 at tp 1) and, at any tp, a row count tp divides
+// into aligned shards, so every tp that divides the heads splits the
+// vocabulary too (a 256-token vocabulary at tp 3 pads to 384).
 constexpr int kVocabPadMultiple = 128;
 
 // model.rope_scaling (Llama 3.1's frequency-dependent RoPE scaling): null
@@ -116,10 +119,18 @@ struct ModelConfig {
   // 4C: two thirds of it, times ffn_dim_multiplier, rounded up to
   // multiple_of (Llama 3 8B: 4096 -> 14336).
   int ffn_width() const;
-  // vocab_size rounded up to kVocabPadMultiple: the rows of wte. The padding
-  // rows are zero, masked in the loss (so they stay zero), never exported.
+  // Not a config key: the tp degree the vocabulary is padded for, set from
+  // parallel.tp when a config is read (the planner sets each layout's). The
+  // padding depends on it, the model's identity does not: checkpoints and
+  // exports hold the vocab_size real rows only, so a run resumes at any tp.
+  int vocab_pad_tp = 1;
+
+  // vocab_size rounded up to kVocabPadMultiple x vocab_pad_tp: the rows of
+  // wte. The padding rows are zero, masked in the loss (so they stay zero),
+  // never saved nor exported.
   int padded_vocab_size() const {
-    return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple;
+    const int multiple = kVocabPadMultiple * vocab_pad_tp;
+    return (vocab_size + multiple - 1) / multiple * multiple;
   }
 };
 
@@ -127,11 +138,16 @@ struct ModelConfig {
 // evenly over the tp ranks. The first of them `tp` does not divide, as what
 // it is ("model.n_head") and its value, or nothing: the one place that fact
 // is checked (config validation, the planner's layouts, ParameterLayout).
+// The vocabulary is never the one: it is padded for the tp it runs at
+// (padded_for_tp).
 struct TpSplitProblem {
   std::string what;
   int64_t value = 0;
 };
 std::optional<TpSplitProblem> tp_split_problem(const ModelConfig& m, int tp);
+
+// m with its vocabulary padded for `tp` ranks (vocab_pad_tp = tp).
+ModelConfig padded_for_tp(ModelConfig m, int tp);
 
 struct DataConfig {
   std::vector<std::string> train;  // paths or globs of llm.c token shards

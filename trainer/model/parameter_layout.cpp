@@ -35,10 +35,12 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, const std::vector<StageSp
             : m.moe() ? detail::concat("model.n_kv_head=", m.kv_heads())
                       : detail::concat("model.n_kv_head=", m.kv_heads(), ", the MLP width ",
                                        m.ffn_width());
-    fail("parallel.tp=", tp, " must divide model.n_head=", m.n_head, ", ", split,
-         " and the padded vocabulary (model.vocab_size=", m.vocab_size,
-         " rounded up to a multiple of ", kVocabPadMultiple, ": ", m.padded_vocab_size(), ")");
+    fail("parallel.tp=", tp, " must divide model.n_head=", m.n_head, ", ", split);
   }
+  // The model (its LM head, its loss) and this layout must agree on the
+  // padded rows: both read them from m, padded for this tp (padded_for_tp).
+  GT_CHECK(m.padded_vocab_size() % tp == 0, "the vocabulary is padded for tp=", m.vocab_pad_tp,
+           " (", m.padded_vocab_size(), " rows), not for tp=", tp);
   // The placement lists "embed", the blocks in order, then "head".
   const std::vector<PlacedUnit> placed = model_placement(m);
   GT_CHECK(placed.size() == static_cast<size_t>(m.n_layer) + 2, "placement of ", placed.size(),

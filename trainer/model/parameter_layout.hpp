@@ -78,6 +78,13 @@ struct ParamSpec {
   int64_t pad_rows = 0;
   bool mirror = false;  // in the last stage's copy of the embed unit
   int64_t real_rows() const { return global_shape[0] - pad_rows; }
+  // The shape checkpoints hold: global_shape without the padding rows, so a
+  // checkpoint resumes at a tp that pads the vocabulary differently.
+  std::vector<int64_t> saved_shape() const {
+    std::vector<int64_t> s = global_shape;
+    s[0] -= pad_rows;
+    return s;
+  }
 };
 
 struct ParamUnit {

@@ -32,7 +32,8 @@ StateBytes predict_state_bytes(const ModelConfig& m, int fsdp, int tp, int stage
                                int dp, ComputeDType reduce_dtype) {
   // The plan ShardedParameters allocates from, for the layout it gets (every
   // tp rank's is the same size).
-  return plan_sharded_state(ParameterLayout(m, tp, 0, fsdp), fsdp, fsdp_stage_of(stage),
+  return plan_sharded_state(ParameterLayout(padded_for_tp(m, tp), tp, 0, fsdp), fsdp,
+                            fsdp_stage_of(stage),
                             bf16_params, dp, reduce_dtype)
       .bytes();
 }
@@ -41,7 +42,8 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
                                      PlanBackend backend) {
   if (backend != PlanBackend::cpu) return 0;
   const int f = shard_degree(l.dims());
-  return predict_comm_workspace_bytes(m, unit_sizes(ParameterLayout(m, l.tp, 0, f), f), l, seq_len,
+  return predict_comm_workspace_bytes(
+      m, unit_sizes(ParameterLayout(padded_for_tp(m, l.tp), l.tp, 0, f), f), l, seq_len,
                                       backend);
 }
 
@@ -114,12 +116,12 @@ PlanSums activation_sums(const ModelConfig& m, int micro_batch, int seq_len, int
   s.ep = ep;
   switch (m.arch) {
     case ModelArch::gpt2: {
-      const ActivationPlan p = plan_activations(m, s);
+      const ActivationPlan p = plan_activations(padded_for_tp(m, tp), s);
       return {p.bytes(), p.embed_bytes(), p.head_bytes()};
     }
     case ModelArch::llama:
     case ModelArch::mixtral: {
-      const LlamaActivationPlan p = plan_llama_activations(m, s);
+      const LlamaActivationPlan p = plan_llama_activations(padded_for_tp(m, tp), s);
       return {p.bytes(), p.embed_bytes(), p.head_bytes()};
     }
   }

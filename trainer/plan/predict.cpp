@@ -81,7 +81,8 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.layout = layout;
   p.invalid = invalid_reason(cfg, cluster, layout);
   if (!p.invalid.empty()) return p;
-  const auto& m = cfg.model;
+  // The vocabulary padded as a run at this tp pads it.
+  const ModelConfig m = padded_for_tp(cfg.model, layout.tp);
   const auto& t = cfg.train;
   const PlanLayout& l = layout;
   const int stage = l.fsdp > 1 ? l.stage : 3;

@@ -30,7 +30,8 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
                                   const PlanCp& cp) {
   // A cp rank's rows: seq_len / cp of each of the micro-batch's sequences.
   const double B = micro_batch, R = B * (seq_len / cp.cp), C = m.n_embd, L = m.n_layer;
-  const double V = m.padded_vocab_size();  // the LM head computes the padding's columns too
+  // The LM head computes the padding's columns too (padded for this tp).
+  const double V = padded_for_tp(m, tp).padded_vocab_size();
   MicroBatchFlops f;
   f.linear = L * 2.0 * R * block_matmuls(m).total() / tp;
   // C = n_head * hs: the query heads' features (GQA shares keys, not
@@ -93,7 +94,7 @@ double model_flops_per_step(const ModelConfig& m, const TrainConfig& t) {
 }
 
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp) {
-  return unit_sizes(ParameterLayout(m, tp, 0, fsdp), fsdp);
+  return unit_sizes(ParameterLayout(padded_for_tp(m, tp), tp, 0, fsdp), fsdp);
 }
 
 // Every block unit is alike (the same parameters, padded alike), so a
@@ -177,7 +178,7 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   const int dp = replica_degree(dims), fsdp = shard_degree(dims), tp = l.tp, L = share.blocks;
   const double C = m.n_embd;
   const int A = t.global_batch / (l.micro_batch * l.dp * l.fsdp);
-  const ParameterLayout layout(m, tp, 0, fsdp);
+  const ParameterLayout layout(padded_for_tp(m, tp), tp, 0, fsdp);
   const UnitSizes whole = unit_sizes(layout, fsdp);
   const bool all = share.blocks == m.n_layer && share.embed && share.head && !share.tied_copy;
   const UnitSizes u = all ? whole : share_unit_sizes(whole, fsdp, share);

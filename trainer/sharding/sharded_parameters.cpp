@@ -192,16 +192,21 @@ std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegmen
     // stage's mirror of wte by the first stage.
     if (dedup && (!owns_replica(seg.spec->split, dp_rank_, tp_rank_) || seg.spec->mirror)) continue;
     const int64_t at = geom_.fsdp() == 1 ? seg.flat : seg.storage;
-    for (const auto& b : segment_boxes(layout_, *seg.spec, seg.local_begin, seg.local_end)) {
-      const TensorBox box{b.row0, b.rows, b.col0, b.cols};
+    const ParamSpec& spec = *seg.spec;
+    const std::vector<int64_t> shape = spec.saved_shape();
+    const bool vocab = spec.pad_rows > 0;
+    for (const auto& b : segment_boxes(layout_, spec, seg.local_begin, seg.local_end)) {
+      // The padding rows are not saved: a box is cut at the real rows (a
+      // partial-row box is one row, wholly in or out; a box of whole rows
+      // keeps its start, so its offset holds).
+      const int64_t rows = std::min(b.rows, spec.real_rows() - b.row0);
+      if (rows <= 0) continue;
+      const TensorBox box{b.row0, rows, b.col0, b.cols};
       if (params)
-        out.push_back({"param." + seg.spec->name, seg.spec->global_shape, box,
-                       owned_params(seg) + b.offset});
+        out.push_back({"param." + spec.name, shape, box, owned_params(seg) + b.offset, vocab});
       if (moments) {
-        out.push_back({"adam_m." + seg.spec->name, seg.spec->global_shape, box,
-                       optimizer_->m() + at + b.offset});
-        out.push_back({"adam_v." + seg.spec->name, seg.spec->global_shape, box,
-                       optimizer_->v() + at + b.offset});
+        out.push_back({"adam_m." + spec.name, shape, box, optimizer_->m() + at + b.offset, vocab});
+        out.push_back({"adam_v." + spec.name, shape, box, optimizer_->v() + at + b.offset, vocab});
       }
     }
   }

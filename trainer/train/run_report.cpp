@@ -105,10 +105,16 @@ void log_run_banner(const Run& run, const Config& cfg) {
                                 ? detail::concat(mc.n_head, " heads over ", mc.kv_heads(),
                                                  " kv heads, ", mlp, mc.ffn_width())
                                 : detail::concat(mc.n_head, " heads");
+  // The padding rows (128 x tp multiple) are the LM head's work, not the model's.
+  const std::string vocab =
+      mc.padded_vocab_size() == mc.vocab_size
+          ? std::to_string(mc.vocab_size)
+          : detail::concat(mc.vocab_size, " (", mc.padded_vocab_size(), " rows padded for tp=",
+                           mc.vocab_pad_tp, ")");
   spdlog::info("model: {} {} parameters ({} layers, {}, {} embd, vocab {}, block {})",
                to_string(mc.arch),
                human_count(static_cast<double>(ParameterLayout(mc).global_numel())), mc.n_layer,
-               heads, mc.n_embd, mc.vocab_size, mc.block_size);
+               heads, mc.n_embd, vocab, mc.block_size);
   if (run.backend.device == Device::cpu && cfg.runtime.dtype == ComputeDType::bf16)
     spdlog::info(
         "runtime.dtype=bf16 on the CPU backend: the bf16 model's function (bf16 "
