@@ -24,7 +24,7 @@ The pipeline, in bounded memory (a constant plus the largest document):
            hold --shard-tokens tokens; after each, prepare_state.json records
            where the next one starts, so a killed run leaves complete shards
            only and --resume continues to the same result
-Progress (bytes, documents, tokens, MB/s, ETA) goes to stderr, a summary to
+Progress (bytes, documents, tokens, MB/s, ETA: the shared line of scripts/progress.py) goes to stderr, a summary to
 stdout. Shards from an earlier run that this run did not write are removed.
 
     python3 scripts/prepare_data.py                      # this repo's text, bytes
@@ -55,6 +55,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data_sources  # noqa: E402  (scripts/: the corpus's documents)
 import data_tokenizers  # noqa: E402  (scripts/: the workers' tokenizers)
+import progress as progress_line  # noqa: E402  (scripts/: the shared progress line)
 
 MAGIC = 20240520      # uint16 tokens
 VERSION = 1
@@ -290,46 +291,9 @@ class ShardWriter:
 
 # ---------------------------------------------------------------- progress
 
-class Progress:
-    """One line: bytes read of the total, documents, tokens, MB/s and ETA; a
-    live line (carriage return) on a terminal, a line every `every` seconds
-    otherwise."""
-
-    def __init__(self, total_bytes, stream=sys.stderr, every=None):
-        self.total, self.stream = total_bytes, stream
-        self.tty = stream.isatty()
-        self.every = every if every is not None else (0.5 if self.tty else 10.0)
-        self.t0 = self.last = time.monotonic()
-
-    def line(self, done, docs, tokens):
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        rate = done / elapsed
-        eta = (self.total - done) / rate if rate > 0 and self.total >= done else 0
-        pct = 100.0 * done / self.total if self.total else 100.0
-        return (f"prepare_data: {done / 1e6:.1f}/{self.total / 1e6:.1f} MB ({pct:.0f}%) | "
-                f"{docs} docs | {tokens / 1e6:.2f}M tokens | {rate / 1e6:.2f} MB/s | "
-                f"elapsed {_clock(elapsed)} | ETA {_clock(eta)}")
-
-    def update(self, done, docs, tokens, force=False):
-        now = time.monotonic()
-        if not force and now - self.last < self.every:
-            return
-        self.last = now
-        text = self.line(done, docs, tokens)
-        if self.tty:
-            self.stream.write("\r" + text + "\x1b[K")
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def close(self):
-        if self.tty:
-            self.stream.write("\n")
-
-
-def _clock(seconds):
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+def _progress_fields(docs, tokens):
+    """prepare_data's fields of the shared progress line (scripts/progress.py)."""
+    return (f"{docs} docs", f"{tokens / 1e6:.2f}M tokens")
 
 
 # ---------------------------------------------------------------- the run
@@ -429,7 +393,7 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
 
     total_bytes = sum(os.path.getsize(p) for p in paths)
     position = {"bytes": 0}
-    progress = Progress(total_bytes, progress_stream)
+    progress = progress_line.Progress("prepare_data", total_bytes, "MB", progress_stream)
     t0 = time.monotonic()
     docs = data_sources.documents(paths, args.text_key, args.max_doc_bytes, stats, position)
 
@@ -448,8 +412,8 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
             stats["nul_dropped"] += nul
             counters[f"{split}_docs"] += 1
             w.add(index, toks, count, w.offset if index == w.doc else 0)
-        progress.update(position["bytes"], stats["documents"],
-                        writers["train"].tokens + writers["val"].tokens)
+        progress.update(position["bytes"], _progress_fields(
+            stats["documents"], writers["train"].tokens + writers["val"].tokens))
 
     pool = None
     try:
@@ -491,8 +455,8 @@ def prepare(paths, out_dir, args, spec, progress_stream=sys.stderr):
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-    progress.update(position["bytes"], stats["documents"],
-                    writers["train"].tokens + writers["val"].tokens, force=True)
+    progress.update(position["bytes"], _progress_fields(
+        stats["documents"], writers["train"].tokens + writers["val"].tokens), force=True)
     progress.close()
     elapsed = time.monotonic() - t0
     if writers["train"].tokens < 2:
