@@ -254,7 +254,8 @@ Manifest gather_manifest(const std::string& staging, const CheckpointMeta& meta,
 std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
                             const std::vector<TensorPiece>& my_pieces, int keep,
                             Communicator& world,
-                            const std::function<void(const char* phase)>& on_phase) {
+                            const std::function<void(const char* phase)>& on_phase,
+                            const ByteProgress& on_bytes) {
   const int rank = world.rank(), size = world.size();
   // Every rank must write into the same step directory; a disagreement would
   // otherwise surface as a missing sidecar, far from its cause.
@@ -322,7 +323,7 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
       writer.set_metadata("format", "gt-checkpoint");
       writer.set_metadata("step", std::to_string(meta.step));
       writer.set_metadata("rank", std::to_string(rank));
-      const WrittenFile w = writer.write_atomic(staging + "/" + file);
+      const WrittenFile w = writer.write_atomic(staging + "/" + file, on_bytes);
       sidecar.files.push_back(FileRecord{file, w.bytes, format_crc32c(w.crc32c)});
     }
     if (on_phase) on_phase("shard");
@@ -367,7 +368,8 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
 }
 
 CheckpointMeta load_checkpoint(const std::string& dir, const std::string& expected_signature,
-                               const std::vector<TensorPiece>& wanted) {
+                               const std::vector<TensorPiece>& wanted,
+                               const ByteProgress& on_bytes) {
   Manifest m = read_manifest(dir);
   // Signature before checksums: a wrong model is reported without reading 500 MB.
   check_signature(dir, m.meta.model_signature, expected_signature);
@@ -429,6 +431,8 @@ CheckpointMeta load_checkpoint(const std::string& dir, const std::string& expect
   for (const FileRecord& f : m.files)
     if (needed.count(f.name)) check_checksum(dir, f);
   std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
+  uint64_t total_bytes = 0, read_bytes = 0;
+  for (const Copy& c : copies) total_bytes += uint64_t(c.part.rows * c.part.cols) * sizeof(float);
   for (const Copy& c : copies) {
     auto& reader = readers[c.src->file];
     if (!reader) reader = std::make_unique<SafetensorsReader>(dir + "/" + c.src->file);
@@ -442,6 +446,8 @@ CheckpointMeta load_checkpoint(const std::string& dir, const std::string& expect
     float* dst = c.want->data + (c.part.row0 - w.row0) * w.cols + (c.part.col0 - w.col0);
     reader->read_f32_box(c.src->entry, c.part.row0 - c.src->box.row0, c.part.rows,
                          c.part.col0 - c.src->box.col0, c.part.cols, dst, w.cols);
+    read_bytes += uint64_t(c.part.rows * c.part.cols) * sizeof(float);
+    if (on_bytes) on_bytes(read_bytes, total_bytes);
   }
   return m.meta;
 }

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/io/safetensors.hpp"
+
 namespace gt {
 
 class Communicator;
@@ -98,7 +100,8 @@ std::vector<TensorPiece> whole_tensor_pieces(const std::vector<NamedTensor>& ten
 std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
                             const std::vector<TensorPiece>& my_pieces, int keep,
                             Communicator& world,
-                            const std::function<void(const char* phase)>& on_phase = {});
+                            const std::function<void(const char* phase)>& on_phase = {},
+                            const ByteProgress& on_bytes = {});
 
 // Not collective: any process (a training rank, `trainer export`) fills
 // `wanted` from the checkpoint. Checks the model signature first (listing
@@ -107,8 +110,10 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
 // every wanted box must be in the checkpoint, else an error naming the
 // tensor and the uncovered rectangle; a global shape differing from the
 // saved one is an error naming the tensor and both shapes.
+// on_bytes hears the bytes read of the total as the copies go.
 CheckpointMeta load_checkpoint(const std::string& dir, const std::string& expected_signature,
-                               const std::vector<TensorPiece>& wanted);
+                               const std::vector<TensorPiece>& wanted,
+                               const ByteProgress& on_bytes = {});
 
 // The newest committed checkpoint under root ("" when there is none).
 // Uncommitted or corrupt directories are reported through `skipped`

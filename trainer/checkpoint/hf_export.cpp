@@ -1,8 +1,12 @@
 #include "trainer/checkpoint/hf_export.hpp"
 
+#include <filesystem>
+#include <memory>
 #include <vector>
 
+#include "kernels/core/error.hpp"
 #include "trainer/io/atomic_file.hpp"
+#include "trainer/io/progress.hpp"
 #include "trainer/model/hf_config.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/model/parameter_layout.hpp"
@@ -17,10 +21,30 @@ CheckpointMeta export_hf_weights(const std::string& checkpoint_dir, const ModelC
   std::vector<NamedTensor> whole;
   for (const auto& s : layout.specs())
     whole.push_back({"param." + s.name, s.saved_shape(), params.data() + s.offset, s.pad_rows > 0});
-  const CheckpointMeta meta =
-      load_checkpoint(checkpoint_dir, model_signature(m), whole_tensor_pieces(whole));
+  // Two progress lines where the export takes long: reading the pieces, then
+  // writing the files (the shared format, trainer/io/progress.hpp).
+  std::unique_ptr<ProgressMeter> reading;
+  const CheckpointMeta meta = load_checkpoint(
+      checkpoint_dir, model_signature(m), whole_tensor_pieces(whole),
+      [&](uint64_t done, uint64_t total) {
+        if (!reading) reading = std::make_unique<ProgressMeter>("export read", total, "MB");
+        reading->update(static_cast<double>(done));
+      });
+  if (reading) reading->finish();
   metadata.emplace("step", std::to_string(meta.step));
-  save_hf_weights(out_path, m, layout, params.data(), metadata);
+  // `--out out/model.safetensors` into a folder that does not exist yet.
+  const std::string folder = parent_dir(out_path);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) fail("export: cannot create the output folder ", folder, ": ", ec.message());
+  std::unique_ptr<ProgressMeter> writing;
+  save_hf_weights(out_path, m, layout, params.data(), metadata, kHfMaxShardBytes,
+                  [&](uint64_t done, uint64_t total) {
+                    if (!writing)
+                      writing = std::make_unique<ProgressMeter>("export write", total, "MB");
+                    writing->update(static_cast<double>(done));
+                  });
+  if (writing) writing->finish();
   write_hf_config(parent_dir(out_path), m);
   return meta;
 }

@@ -378,7 +378,8 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
   metadata_[key] = value;
 }
 
-WrittenFile SafetensorsWriter::write_atomic(const std::string& path) const {
+WrittenFile SafetensorsWriter::write_atomic(const std::string& path,
+                                            const ByteProgress& progress) const {
   // Data goes in insertion order, back to back from offset 0.
   json header = json::object();
   uint64_t offset = 0;
@@ -400,8 +401,20 @@ WrittenFile SafetensorsWriter::write_atomic(const std::string& path) const {
   AtomicFile f(path);
   f.write(len_bytes, 8);
   f.write(text.data(), text.size());
-  for (const Entry& e : entries_)
-    if (e.numel > 0) f.write(e.view, e.numel * sizeof(float));
+  // In pieces of at most 64 MiB, so a progress line moves within one large
+  // tensor (GPT-2's wte is 154 MB).
+  constexpr uint64_t kPiece = uint64_t{64} << 20;
+  uint64_t done = 0;
+  for (const Entry& e : entries_) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(e.view);
+    const uint64_t n = e.numel * sizeof(float);
+    for (uint64_t at = 0; at < n; at += kPiece) {
+      const uint64_t len = std::min(kPiece, n - at);
+      f.write(bytes + at, len);
+      done += len;
+      if (progress) progress(done, offset);
+    }
+  }
   f.commit();
   return WrittenFile{f.bytes_written(), f.crc32c()};
 }

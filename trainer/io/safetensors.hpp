@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct WrittenFile {
   uint32_t crc32c = 0;
 };
 
+// Called with the bytes done of a total as a long read or write goes, for a
+// progress line (trainer/io/progress.hpp); empty: not called.
+using ByteProgress = std::function<void(uint64_t done, uint64_t total)>;
+
 class SafetensorsWriter {
  public:
   // Data is copied at add() time, so the caller's buffers may change afterwards.
@@ -77,7 +82,8 @@ class SafetensorsWriter {
   // Writes `path` atomically: to "<path>.tmp.<pid>", fsync, rename. On any
   // failure the temporary file is removed and nothing exists at `path` that
   // was not there before.
-  WrittenFile write_atomic(const std::string& path) const;
+  // `progress` hears the data bytes written, every 64 MiB at most.
+  WrittenFile write_atomic(const std::string& path, const ByteProgress& progress = {}) const;
 
  private:
   struct Entry {

@@ -157,7 +157,7 @@ void for_each_hf_tensor(const std::string& path, const ModelConfig& m,
 std::vector<std::string> save_hf_weights(const std::string& path, const ModelConfig& m,
                                          const ParameterLayout& layout, const float* params,
                                          const std::map<std::string, std::string>& metadata,
-                                         int64_t max_shard_bytes) {
+                                         int64_t max_shard_bytes, const ByteProgress& on_bytes) {
   GT_CHECK(layout.tp() == 1, "save_hf_weights writes a tp = 1 layout");
   GT_CHECK(max_shard_bytes > 0, "max_shard_bytes ", max_shard_bytes);
   // Tensors in layout order, cut into shards of at most max_shard_bytes (a
@@ -174,6 +174,7 @@ std::vector<std::string> save_hf_weights(const std::string& path, const ModelCon
     in_shard += bytes;
     total += bytes;
   }
+  uint64_t bytes_done = 0;  // data bytes of the shards written so far
   auto write_shard = [&](const std::vector<const ParamSpec*>& specs, const std::string& file) {
     SafetensorsWriter writer;
     std::vector<float> tmp;
@@ -190,7 +191,12 @@ std::vector<std::string> save_hf_weights(const std::string& path, const ModelCon
     }
     writer.set_metadata("format", "pt");
     for (const auto& [k, v] : metadata) writer.set_metadata(k, v);
-    writer.write_atomic(file);
+    // The shards' bytes add up to the export's total.
+    const uint64_t before = bytes_done;
+    writer.write_atomic(file, [&](uint64_t done, uint64_t) {
+      if (on_bytes) on_bytes(before + done, static_cast<uint64_t>(total));
+    });
+    for (const ParamSpec* s : specs) bytes_done += hf_numel(*s) * sizeof(float);
   };
   if (shards.size() == 1) {
     write_shard(shards.front(), path);

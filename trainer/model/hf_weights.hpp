@@ -26,6 +26,7 @@
 #include <string>
 
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/io/safetensors.hpp"
 
 namespace gt {
 
@@ -51,6 +52,7 @@ constexpr int64_t kHfMaxShardBytes = 5'000'000'000;
 std::vector<std::string> save_hf_weights(const std::string& path, const ModelConfig& m,
                                          const ParameterLayout& layout, const float* params,
                                          const std::map<std::string, std::string>& metadata,
-                                         int64_t max_shard_bytes = kHfMaxShardBytes);
+                                         int64_t max_shard_bytes = kHfMaxShardBytes,
+                                         const ByteProgress& on_bytes = {});
 
 }  // namespace gt

@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <exception>
+#include <memory>
 
 #include "kernels/core/error.hpp"
 #include "parallel/collective_error.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/checkpoint/manifest.hpp"
+#include "trainer/io/progress.hpp"
 #include "trainer/model/hf_weights.hpp"
 #include "trainer/runtime/launch_checks.hpp"
 #include "trainer/runtime/parallelize.hpp"
@@ -127,7 +129,17 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
                      run.resume_dir);
       }
     }
-    CheckpointMeta meta = load_checkpoint(run.resume_dir, model_signature(cfg.model), wanted);
+    // Rank 0's reads stand for the load's progress (every rank reads its own
+    // boxes at once); a load of under 2 s prints none.
+    std::unique_ptr<ProgressMeter> progress;
+    const bool reports = me == MeshCoord{};
+    CheckpointMeta meta = load_checkpoint(
+        run.resume_dir, model_signature(cfg.model), wanted, [&](uint64_t done, uint64_t total) {
+          if (!reports) return;
+          if (!progress) progress = std::make_unique<ProgressMeter>("checkpoint load", total, "MB");
+          progress->update(static_cast<double>(done), {"rank 0's pieces"});
+        });
+    if (progress) progress->finish({"rank 0's pieces"});
     run.params->finish_load();
     if (run.router_bias) run.router_bias->finish_load();
     run.start_step = meta.step;

@@ -19,6 +19,7 @@
 #include "trainer/checkpoint/hf_export.hpp"
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/io/metrics_log.hpp"
+#include "trainer/io/progress.hpp"
 #include "trainer/io/tensorboard_writer.hpp"
 #include "trainer/train/lr_schedule.hpp"
 #include "trainer/train/run_directory.hpp"
@@ -108,6 +109,9 @@ class Trainer {
   int skipped_in_row_ = 0;
   double last_loss_ = 0.0;
   int64_t last_saved_ = -1;
+  // When this process's first step began: the step lines' elapsed time and
+  // ETA count from it (a resumed run's steps before it are not its own).
+  Clock::time_point loop_start_ = Clock::now();
   std::string last_dir_;
   int64_t stopped_at_ = -1;  // the step a stop signal ended the run after
 };
@@ -163,6 +167,7 @@ TrainSummary Trainer::run() {
   // From here SIGTERM/SIGINT finish the step, checkpoint and exit 0 (before,
   // during start-up, they end the process: there is nothing to save yet).
   StopSignal stop_signal;
+  loop_start_ = Clock::now();
   for (int64_t step = run_.start_step; step < tc_.steps; ++step) {
     context_->step = step;
     context_->phase = "train";
@@ -293,9 +298,17 @@ void Trainer::log_step(int64_t step, const StepResult& r, nlohmann::json& rec) {
                             r.dropped_tokens > 0 ? fmt::format(" | dropped {}", r.dropped_tokens)
                                                  : std::string())
               : std::string();
-    spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s",
-                 step + 1, tc_.steps, r.loss, moe, r.lr, r.grad_norm, r.step_ms,
-                 human_count(tokens_per_s));
+    // Elapsed is wall time since this process's first step (evaluations and
+    // checkpoints included); the ETA is the steps left at that pace.
+    const double elapsed = ms_since(loop_start_) / 1000.0;
+    const double done = static_cast<double>(step + 1 - run_.start_step);
+    const int64_t left = tc_.steps - step - 1;
+    const std::string eta = left == 0 ? clock_text(0) : clock_text(elapsed / done * left);
+    spdlog::info(
+        "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s | "
+        "elapsed {} | ETA {}",
+        step + 1, tc_.steps, r.loss, moe, r.lr, r.grad_norm, r.step_ms, human_count(tokens_per_s),
+        clock_text(elapsed), eta);
   }
 }
 
@@ -342,8 +355,18 @@ void Trainer::checkpoint(int64_t step) {
     const std::vector<TensorPiece> biases = run_.router_bias->pieces_to_save(run_.mesh->coord());
     pieces.insert(pieces.end(), biases.begin(), biases.end());
   }
-  last_dir_ = save_checkpoint(cfg_.checkpoint_dir(), meta, pieces, cfg_.checkpoint.keep, job_,
-                              [&](const char* p) { run_.faults.in_save(job_.rank(), step, p); });
+  // Rank 0's shard stands for the save's progress (every rank writes its own
+  // at once); a save of under 2 s prints none.
+  std::unique_ptr<ProgressMeter> progress;
+  const ByteProgress on_bytes = [&](uint64_t done, uint64_t total) {
+    if (!rank0_) return;
+    if (!progress) progress = std::make_unique<ProgressMeter>("checkpoint save", total, "MB");
+    progress->update(static_cast<double>(done), {"rank 0's shard"});
+  };
+  last_dir_ = save_checkpoint(
+      cfg_.checkpoint_dir(), meta, pieces, cfg_.checkpoint.keep, job_,
+      [&](const char* p) { run_.faults.in_save(job_.rank(), step, p); }, on_bytes);
+  if (progress) progress->finish({"rank 0's shard"});
   last_saved_ = step;
   context_->phase = phase;
   if (rank0_) spdlog::info("checkpoint step {} -> {}", step, last_dir_);
