@@ -261,7 +261,18 @@ record() {  # NAME STATUS SECONDS LOG NOTE
   printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$stages"
   [[ $2 == FAILED ]] && status=1
   [[ $2 == ok ]] || echo "   $1: $2${5:+: $5}${4:+ (see $(basename "$4"))}"
+  progress
   return 0
+}
+# The shared progress line (scripts/progress.py) after each stage. Its total
+# is the time budget, the one bound the stages keep, so its ETA is the
+# latest the run ends.
+progress() {
+  local done_n failed_n
+  done_n=$(wc -l <"$stages")
+  failed_n=$(awk -F'\t' '$2 == "FAILED"' "$stages" | wc -l)
+  python3 "$root/scripts/progress.py" gpu_check "$(( $(date +%s) - t_start ))" "$budget" s \
+    "$(( $(date +%s) - t_start ))" "$done_n stages done" "$failed_n failed" 2>/dev/null || true
 }
 skip() { wanted "$1" && record "$1" skipped "" "" "$2"; return 0; }
 # run_stage NAME MAX_SECONDS CMD...: CMD's output into $logs/NAME.log, at most

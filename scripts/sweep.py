@@ -66,6 +66,7 @@ import subprocess
 import sys
 import time
 
+import progress  # scripts/: the shared progress line
 import run_logs  # scripts/, standard library only
 import sweep_report  # scripts/: sweep.csv, sweep.md, sweep.png
 from sweep_report import MIB, gap
@@ -95,6 +96,31 @@ def parse_grid(items):
             raise SystemExit(f"error: --grid names {key} twice")
         grid.append((key, [v for v in values.split(",") if v != ""]))
     return grid
+
+
+def parse_set(items):
+    """--set's 'section.key=value' items, checked: one clear error for a
+    malformed one (the trainer would refuse it in every run)."""
+    for item in items:
+        key, sep, _ = item.partition("=")
+        if not sep or "." not in key:
+            raise SystemExit(f"error: --set {item!r}: expected section.key=value")
+    return list(items)
+
+
+def merge_overrides(*groups):
+    """One 'key=value' per key from lists of overrides, a later list's value
+    winning (the trainer takes each key once): --set first, then what a run
+    must set itself (its layout, its grid point, the sweep's own keys), so
+    `--set train.micro_batch=2` and a grid or baseline micro-batch merge
+    instead of failing the run."""
+    merged = {}
+    for group in groups:
+        for item in group:
+            key, _, value = item.partition("=")
+            merged.pop(key, None)  # the winner goes where it was given
+            merged[key] = value
+    return [f"{k}={v}" for k, v in merged.items()]
 
 
 def factorisations(n):
@@ -207,8 +233,8 @@ def plan_predictions(args, point, baseline_mib=None):
         cmd += ["--baseline-mib", f"{baseline_mib:.1f}"]
     # parallel.ep is the plan's to enumerate (like the per-layout keys): the
     # config it loads has one rank's dp, which no ep > 1 divides.
-    cmd += args.set + [f"{k}={v}" for k, v in point.items()
-                       if k not in PER_LAYOUT_KEYS and k != "parallel.ep"]
+    cmd += merge_overrides(args.set, [f"{k}={v}" for k, v in point.items()
+                                      if k not in PER_LAYOUT_KEYS and k != "parallel.ep"])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return {}, None, error_line(p.stdout + p.stderr) or f"plan exited {p.returncode}"
@@ -426,9 +452,9 @@ def measure_baseline(args):
 
 
 def launch(args, run, run_dir, steps=None):
-    cmd = [args.trainer, "--config", args.config] + args.set + run.overrides() + [
+    cmd = [args.trainer, "--config", args.config] + merge_overrides(args.set, run.overrides(), [
         f"train.steps={steps or args.steps}", "train.eval_every=0", "checkpoint.every=0",
-        "checkpoint.resume=none", f"log.dir={run_dir}", "log.every=1"]
+        "checkpoint.resume=none", f"log.dir={run_dir}", "log.every=1"])
     if args.world > 1:
         cmd = ["mpirun", "--oversubscribe", "-np", str(args.world)] + cmd
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -524,6 +550,8 @@ def main():
                     help="leave glibc's dynamic mmap threshold alone (by default the runs get "
                     "MALLOC_MMAP_THRESHOLD_=1 MiB, so freed MPI temporaries leave the peak)")
     args = ap.parse_args()
+    args.set = parse_set(args.set)
+    args.baseline_failed = ""
     if not args.no_plot:
         sys.path.insert(0, HERE)
         from plotting import use_an_interpreter_with_matplotlib
@@ -552,8 +580,10 @@ def main():
         print("sweep: measuring this binary's per-process memory (a 1-layer, 16-channel run)",
               flush=True)
         args.baseline_mib, why = measure_baseline(args)
+        args.baseline_failed = why
         if args.baseline_mib is None:
-            print(f"sweep: {why}; the predictions use the hardware file's baseline_mib")
+            print(f"sweep: WARNING: {why}; every memory prediction uses the hardware file's "
+                  "baseline_mib instead, which can be far from this binary's", flush=True)
             args.baseline_note = "the hardware file's baseline_mib (measuring it failed)"
         else:
             print(f"sweep: baseline {args.baseline_mib:.1f} MiB per process", flush=True)
@@ -588,6 +618,7 @@ def main():
         f" v={l['pp_virtual_stages']}" if l.get("pp_virtual_stages", 1) > 1 else "")
         for l in (base_plan or {}).get("layouts", [])
         if l.get("pp", 1) > 1 and "invalid" not in l and l.get("pp_schedule")})
+    started = time.monotonic()
     for i, run in enumerate(runs, 1):
         run.config_stage = cfg_stage
         execute(args, run, i, len(runs))
@@ -605,9 +636,15 @@ def main():
         else:
             msg = f"FAILED in {run.seconds:.1f} s: {run.reason}"
         print(f"[{i}/{len(runs)}] {run.label()}: {msg}", flush=True)
+        failed = sum(r.status != "ok" for r in runs[:i])
+        print(progress.format_line("sweep", i, len(runs), "runs", time.monotonic() - started,
+                                   [f"{failed} failed"]), flush=True)
     ok = sweep_report.write_outputs(args, runs, skipped, hardware_note)
     print(f"wrote {os.path.join(args.out, 'sweep.csv')} and sweep.md "
           f"({len(ok)} ok, {len(runs) - len(ok)} failed)")
+    if args.baseline_failed:
+        print(f"sweep: WARNING: {args.baseline_failed}: the predicted memory uses the hardware "
+              "file's baseline_mib (see the warning in sweep.md)")
     if any("global_batch" in r.reason for r in runs if r.status != "ok"):
         print("hint: some layouts need a smaller train.micro_batch (--grid train.micro_batch=...)")
     sweep_report.plot(args, ok)

@@ -104,6 +104,11 @@ def write_outputs(args, runs, skipped, hardware_note):
              "" if args.glibc_dynamic_mmap else
              f"Runs had MALLOC_MMAP_THRESHOLD_={args.mmap_threshold} (see --glibc-dynamic-mmap).",
              ""]
+    if getattr(args, "baseline_failed", ""):
+        # Loud, above the table: every "pred MiB" below rests on it.
+        lines[2:2] = [f"**WARNING: {args.baseline_failed}.** Every predicted memory figure "
+                      "below uses the hardware file's baseline_mib instead of this binary's "
+                      "measured one, and can be far off.", ""]
     piped = any(r["pp"] > 1 for r in ok)
     ctx = any(r["cp"] > 1 for r in rows)
     head = ["#", "dp", "fsdp"] + (["cp"] if ctx else []) + ["tp", "pp", "stage", "mb"] + [

@@ -5,8 +5,9 @@ predicted, and cp = 2, each sequence over both ranks), an invalid layout named i
 and it does not divide 4 heads) is recorded as failed with the trainer's
 own error line instead of ending the sweep, sweep.csv / sweep.md (and
 sweep.png, where this interpreter has matplotlib) are written and parse, and
-the per-process baseline measured first puts every predicted peak within
-20% of the measured one. Then a Mixtral over dp2 and fsdp2 with
+the per-process baseline measured first (with `--set train.micro_batch=2`,
+which the baseline's own micro-batch overrides) puts every predicted peak
+within 20% of the measured one. Then a Mixtral over dp2 and fsdp2 with
 parallel.ep=1,2 in the grid, and over two pipeline stages: every run trains,
 each matched with the plan's layout of its own ep (the expert buffers'
 larger prediction at ep 2), peaks within 20% too, except pp2 at ep 2,
@@ -138,7 +139,10 @@ def main():
     have_mpl = matplotlib_reachable()
     cmd = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--world", "2",
            "--config", cfg, "--steps", "2", "--timeout", "120", "--out", out,
-           "--build", args.build, "--grid", "parallel.tp=1,2,3", "parallel.fsdp_stage=1,3"]
+           "--build", args.build, "--grid", "parallel.tp=1,2,3", "parallel.fsdp_stage=1,3",
+           # --set merges with the keys a run sets itself (the baseline's own
+           # micro-batch of 1 here): the baseline must still be measured.
+           "--set", "train.micro_batch=2"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     print(p.stdout)
     print(p.stderr, file=sys.stderr)
