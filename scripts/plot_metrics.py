@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Plot one run's metrics.jsonl: loss and val loss, tokens/s, and MFU over steps.
 
-    scripts/plot_metrics.py runs/default/metrics.jsonl            # -> runs/default/metrics.png
-    scripts/plot_metrics.py runs/a/metrics.jsonl --out a.png
+    scripts/plot_metrics.py runs/default                          # -> runs/default/metrics.png
+    scripts/plot_metrics.py runs/default/metrics.jsonl            # the same
+    scripts/plot_metrics.py runs/a --out a.png
 
+Takes a run folder (a log.dir, as every other command does) or its
+metrics.jsonl.
 Reads the trainer's metrics.jsonl (one JSON object per optimizer step: step,
 loss, val_loss on eval steps, tokens_per_s, mfu when the build logs it).
 Non-finite losses are logged as null and left out of the curve; skipped steps
 are marked. The MFU panel is drawn only when the file has `mfu`.
-Exit status 1 with a message for a missing, empty or malformed file, or when
-matplotlib is not installed.
+Exit status 1 with one error line for anything it cannot read (a missing,
+unreadable, empty or malformed file, a folder without metrics.jsonl), or
+when matplotlib is not installed.
 """
 
 import argparse
@@ -21,22 +25,39 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
+def metrics_path(arg):
+    """The metrics.jsonl of a run folder, or the file given."""
+    if os.path.isdir(arg):
+        path = os.path.join(arg, "metrics.jsonl")
+        if not os.path.exists(path):
+            raise SystemExit(f"error: {arg}: no metrics.jsonl in this folder (is it a run's "
+                             "log.dir? a run writes it at its first step)")
+        return path
+    if not os.path.exists(arg):
+        raise SystemExit(f"error: {arg}: no such file or folder")
+    return arg
+
+
 def read_records(path):
-    if not os.path.exists(path):
-        raise SystemExit(f"error: {path}: no such file")
     recs = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"error: {path}:{n}: not JSON ({e.msg})")
-            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-                raise SystemExit(f"error: {path}:{n}: expected an object with an integer 'step'")
-            recs.append(rec)
+    try:
+        # Damaged bytes read as U+FFFD, so they fail as a line that is not
+        # JSON instead of echoing raw bytes or a decoder's traceback.
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SystemExit(f"error: {path}:{n}: not JSON ({e.msg})")
+                if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                    raise SystemExit(f"error: {path}:{n}: expected an object with an integer "
+                                     "'step'")
+                recs.append(rec)
+    except OSError as e:
+        raise SystemExit(f"error: {path}: cannot read it ({e.strerror or e})")
     if not recs:
         raise SystemExit(f"error: {path}: empty (no steps logged yet?)")
     return recs
@@ -49,12 +70,13 @@ def series(recs, key):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("metrics", help="path to metrics.jsonl")
+    ap.add_argument("metrics", metavar="RUN", help="a run folder (log.dir) or its metrics.jsonl")
     ap.add_argument("--out", help="PNG path (default: metrics.png beside the input)")
     args = ap.parse_args()
+    args.metrics = metrics_path(args.metrics)
+    recs = read_records(args.metrics)  # what cannot be read says so before anything else
     from plotting import use_an_interpreter_with_matplotlib
     use_an_interpreter_with_matplotlib()
-    recs = read_records(args.metrics)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.metrics)), "metrics.png")
     from plotting import pyplot
     plt = pyplot(out)

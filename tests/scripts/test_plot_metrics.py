@@ -64,6 +64,11 @@ class PlotMetrics(unittest.TestCase):
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
         self.assertIn("MFU", p.stdout)
+        # A run folder, as every other command takes: its metrics.jsonl.
+        os.remove(png)
+        p = self.run_script(self.dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.exists(png))
         # Without mfu: two panels, and --out is honoured.
         path = self.metrics("nomfu.jsonl", [{k: v for k, v in r.items() if k != "mfu"} for r in recs])
         out = os.path.join(self.dir, "x.png")
@@ -86,6 +91,30 @@ class PlotMetrics(unittest.TestCase):
         p = self.run_script(os.path.join(self.dir, "nope.jsonl"))
         self.assertEqual(p.returncode, 1)
         self.assertIn("no such file", p.stderr)
+
+    def test_folder_without_metrics(self):
+        p = self.run_script(self.dir)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.stderr.strip().count("\n"), 0, p.stderr)
+        self.assertIn("no metrics.jsonl in this folder", p.stderr)
+
+    def test_damaged_bytes_are_one_line(self):
+        path = os.path.join(self.dir, "metrics.jsonl")
+        with open(path, "wb") as f:
+            f.write(b'{"step": 0, "loss": 1}\n\xff\xfe\x00garbage\n')
+        p = self.run_script(path)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.stderr.strip().count("\n"), 0, p.stderr)
+        self.assertIn("metrics.jsonl:2: not JSON", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+    @unittest.skipIf(os.geteuid() == 0, "root reads any file")
+    def test_unreadable_file(self):
+        path = self.metrics("locked.jsonl", [{"step": 0, "loss": 1.0}])
+        os.chmod(path, 0)
+        p = self.run_script(path)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot read it", p.stderr)
 
     def test_empty_file(self):
         p = self.run_script(self.metrics("empty.jsonl", []))
