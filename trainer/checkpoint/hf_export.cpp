@@ -1,10 +1,8 @@
 #include "trainer/checkpoint/hf_export.hpp"
 
-#include <filesystem>
 #include <memory>
 #include <vector>
 
-#include "kernels/core/error.hpp"
 #include "trainer/io/atomic_file.hpp"
 #include "trainer/io/progress.hpp"
 #include "trainer/model/hf_config.hpp"
@@ -33,10 +31,7 @@ CheckpointMeta export_hf_weights(const std::string& checkpoint_dir, const ModelC
   if (reading) reading->finish();
   metadata.emplace("step", std::to_string(meta.step));
   // `--out out/model.safetensors` into a folder that does not exist yet.
-  const std::string folder = parent_dir(out_path);
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) fail("export: cannot create the output folder ", folder, ": ", ec.message());
+  make_parent_dir(out_path, "export --out");
   std::unique_ptr<ProgressMeter> writing;
   save_hf_weights(out_path, m, layout, params.data(), metadata, kHfMaxShardBytes,
                   [&](uint64_t done, uint64_t total) {

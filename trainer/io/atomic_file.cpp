@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include <fcntl.h>
@@ -139,6 +140,13 @@ std::string parent_dir(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+void make_parent_dir(const std::string& path, const std::string& what) {
+  const std::string folder = parent_dir(path);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) fail(what, ": cannot create the folder ", folder, " for ", path, ": ", ec.message());
 }
 
 void fsync_dir(const std::string& dir) {

@@ -39,6 +39,11 @@ void fsync_file(const std::string& path);
 // The directory part of a path ("." when there is none).
 std::string parent_dir(const std::string& path);
 
+// Creates the folder `path` will be written into, with its parents, so an
+// output flag may name a folder that does not exist yet (`--out out/x`);
+// throws naming `what` and the folder when it cannot.
+void make_parent_dir(const std::string& path, const std::string& what);
+
 // One atomic write in progress. Bytes are appended with write(); commit()
 // makes them visible at `path`. Destroying an uncommitted AtomicFile (an
 // exception on the way) closes and removes the temporary file, so nothing

@@ -8,6 +8,7 @@
 
 #include "kernels/core/error.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/io/atomic_file.hpp"
 #include "trainer/plan/planner.hpp"
 
 namespace gt {
@@ -116,9 +117,8 @@ void print_report(const std::string& text, const nlohmann::json& json,
   }
   std::cout << text << std::flush;
   if (json_flag.empty()) return;
-  std::ofstream f(json_flag, std::ios::trunc);
-  f << json.dump(2) << "\n";
-  if (!f) fail("cannot write '", json_flag, "'");
+  make_parent_dir(json_flag, "--json");
+  write_file_atomic(json_flag, json.dump(2) + "\n");
 }
 
 }  // namespace gt

@@ -48,6 +48,7 @@ int run(const MpiCommunicator* world, const Config& cfg, const RunEnvironment& e
       std::error_code ec;
       if (!dir.empty()) std::filesystem::create_directories(dir, ec);
       if (ec) fail("bench: cannot create '", dir.string(), "': ", ec.message());
+      make_parent_dir(out_path, "--out");
       write_file_atomic(out_path, result.dump(2) + "\n");
       spdlog::info("bench results written to {}", out_path);
     }
