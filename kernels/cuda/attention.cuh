@@ -85,7 +85,7 @@ void attention_backward_rowdot(float* D, const __nv_bfloat16* dout, const __nv_b
 // rounding (~1e-2 relative). The forward's P is exp(S - running max), not yet
 // normalised: O is divided by the row sum at the end. CudaOps uses it for
 // bf16 when CudaContextOptions::attention_tensor_cores is set (the trainer's
-// runtime.attention, on by default). Registers and occupancy: README
+// runtime.attention, on by default). Registers and occupancy: docs/PERFORMANCE.md
 // ("The kernels' resources").
 bool attention_tc_supported(int hs);
 void attention_forward_tc(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,

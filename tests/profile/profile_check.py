@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end checks of profiling (README "Profiling"), one per --check:
+"""End-to-end checks of profiling (docs/PERFORMANCE.md "Profiling"), one per --check:
 
   report  one rank, profiling on: the roofline table is printed, its model
           FLOPs agree with 6*N*tokens + attention within 1%, roofline.json is

@@ -29,7 +29,7 @@ enum class ComputeDType { fp32, bf16 };
 enum class AttentionKernel { auto_, tensor_cores, simt };
 // parallel.comm: how collectives move data. auto = nccl on CUDA, mpi otherwise.
 enum class ParallelComm { auto_, nccl, mpi };
-// Activation recomputation (GPT, README "train.recompute"): which forward
+// Activation recomputation (docs/TRAINING.md "Activation recomputation"): which forward
 // activations a block keeps for backward and which it recomputes there.
 //   none   keep everything;
 //   mlp    drop ln_2's output and statistics, c_fc's output and its GELU;
@@ -237,7 +237,7 @@ struct CheckpointConfig {
   std::string resume = "none";  // none | auto | <path to a checkpoint directory>
 };
 
-// Profiling (trainer/profile, README "Profiling"). every = 0: off.
+// Profiling (trainer/profile, docs/PERFORMANCE.md "Profiling"). every = 0: off.
 struct ProfileConfig {
   int every = 0;         // profile the last `steps` steps of every `every` steps; 0 = never
   int steps = 1;         // consecutive profiled steps per period (1 <= steps <= every)
