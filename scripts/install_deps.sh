@@ -22,7 +22,7 @@ install_pypi_packages() {
 }
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ccache
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev

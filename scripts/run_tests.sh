@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 # WITH_PYPI: the tests needing PyPI packages (prepare_data's Parquet, zstd and
 # tokenizer.json inputs; TensorBoard's reader) run too.
 WITH_PYPI=1 scripts/install_deps.sh
+# ccache (CMakeLists.txt uses it where installed): paths under this tree
+# hash as relative ones, so a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
