@@ -89,10 +89,39 @@
 //     EpiloguesWithBf16InputsKeepBiasAndAuxInDsType and
 //     EpiloguesApplyToAlphaABPlusBetaCPlusBias print the combinations a GPU refuses.
 //
+// fp8 (CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 A and B), as the cuBLASLt documentation
+// states its requirements for fp8 kernels, and where it is silent the most
+// conservative reading (a GPU run of tests/cuda/test_cuda_fp8_gemm.cpp, once
+// written, settles each):
+// 15. Layout and types: "TN" only (TRANSA = T, TRANSB = N, so both operands
+//     are K-contiguous), compute type 32F (not FAST_TF32), scale type 32F;
+//     A and B both fp8 and not both e5m2; C and D bf16 or fp32 (an fp8 D,
+//     with its D scale and amax, is not emulated and refused). Anything
+//     else with an fp8 operand: NOT_SUPPORTED.
+// 16. Alignment: A and B 16-byte aligned, their leading dimensions
+//     multiples of 16 elements (the tensor cores' requirement for 8-bit
+//     types); a violation is NOT_SUPPORTED from the heuristic (no
+//     algorithm) and INVALID_VALUE from cublasLtMatmul for a pointer.
+// 17. Scales: A_SCALE_POINTER and B_SCALE_POINTER are device pointers to
+//     fp32 values that multiply the product: D = alpha * (sa * sb) *
+//     sum_k a b + beta * C (+ bias), the factor (alpha * (sa * sb)) formed
+//     first, in fp32. SCALAR_32F mode: one value (null pointer: 1).
+//     OUTER_VEC_32F: m values for A (one per row of D) and n for B (one per
+//     column), both operands in that mode with non-null pointers. Scale
+//     pointers or modes on a GEMM without fp8 operands: INVALID_VALUE.
+// 18. Epilogues with fp8 operands: DEFAULT and BIAS only here (the bias in
+//     bf16 or D's type); others NOT_SUPPORTED as not emulated for fp8.
+// 19. FAST_ACCUM is taken and does not change the arithmetic: the emulator
+//     accumulates in fp32 in k order, as for every type (Hopper's fast
+//     accumulation keeps fewer bits in its partial sums; how many is not
+//     documented, so a GPU's forward GEMM can differ by more than fp32
+//     rounding from the emulator's).
+//
 // Not emulated (refused with NOT_SUPPORTED): batches, orders other than
 // column-major, pointer modes other than host, compute types other than 32F and
-// 32F_FAST_TF32, types other than fp32 and bf16, zero-sized GEMMs, the epilogues
-// not listed in cublaslt.hpp, and every attribute not handled below.
+// 32F_FAST_TF32, types other than fp32, bf16 and (as A and B) fp8 e4m3/e5m2,
+// zero-sized GEMMs, the epilogues not listed in cublaslt.hpp, and every
+// attribute not handled below.
 #include "cublaslt.hpp"
 
 #include <cstdint>
@@ -135,6 +164,8 @@ cublasStatus_t refuse(const std::string& api, cublasStatus_t st, const std::stri
 std::string type_name(int64_t t) {
   if (t == CUDA_R_32F) return "CUDA_R_32F";
   if (t == CUDA_R_16BF) return "CUDA_R_16BF";
+  if (t == CUDA_R_8F_E4M3) return "CUDA_R_8F_E4M3";
+  if (t == CUDA_R_8F_E5M2) return "CUDA_R_8F_E5M2";
   return "cudaDataType " + std::to_string(t);
 }
 
@@ -165,6 +196,14 @@ Field field(MatmulDesc& d, int a) {
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return field_of(d.aux_ld);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return field_of(d.aux_type);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return field_of(d.bias_type);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return field_of(d.a_scale);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return field_of(d.b_scale);
+    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: return field_of(d.c_scale);
+    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: return field_of(d.d_scale);
+    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: return field_of(d.amax_d);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_MODE: return field_of(d.a_scale_mode);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_MODE: return field_of(d.b_scale_mode);
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return field_of(d.fast_accum);
   }
   return {};
 }

@@ -30,6 +30,18 @@ struct MatmulDesc {
   int64_t aux_ld = 0;
   int32_t aux_type = -1;   // -1: D's type
   int32_t bias_type = -1;  // -1: D's type
+  // fp8 (cublaslt.cpp, assumptions 15-19): device pointers to the scales
+  // that multiply op(A) op(B) (null: 1), their modes
+  // (cublasLtMatmulMatrixScale_t), fast accumulation; C and D scales and
+  // D's amax are for fp8 outputs, which are not emulated (refused if set).
+  const void* a_scale = nullptr;
+  const void* b_scale = nullptr;
+  const void* c_scale = nullptr;
+  const void* d_scale = nullptr;
+  void* amax_d = nullptr;
+  int32_t a_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  int32_t b_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  int8_t fast_accum = 0;
 };
 
 struct Layout {
@@ -77,7 +89,11 @@ const char* status_name(cublasStatus_t s);
 cublasStatus_t refuse(const std::string& api, cublasStatus_t st, const std::string& why);
 std::string type_name(int64_t t);
 inline bool emulated_type(int64_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
-inline size_t type_size(int64_t t) { return t == CUDA_R_16BF ? 2 : 4; }
+// The 8-bit float types A and B may have (cuBLASLt's fp8 kernels, sm_89+).
+inline bool fp8_type(int64_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+inline size_t type_size(int64_t t) {
+  return fp8_type(t) ? 1 : t == CUDA_R_16BF ? 2 : 4;
+}
 
 // ---- the job the deferred task runs -------------------------------------------------
 
@@ -103,7 +119,8 @@ struct GemmJob {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   bool tf32 = false;  // CUBLAS_COMPUTE_32F_FAST_TF32: round fp32 inputs to TF32 first
-  cudaDataType_t ab_type = CUDA_R_32F;
+  cudaDataType_t ab_type = CUDA_R_32F;  // A's type (and B's, but for fp8)
+  cudaDataType_t b_type = CUDA_R_32F;
   const void* a = nullptr;
   int64_t lda = 0;
   const void* b = nullptr;
@@ -120,6 +137,11 @@ struct GemmJob {
   void* aux = nullptr;  // m x n, leading dimension aux_ld
   cudaDataType_t aux_type = CUDA_R_32F;
   int64_t aux_ld = 0;
+  // fp8: scales of op(A)'s rows (m of them with outer-vector scaling, else
+  // one) and of op(B)'s columns (n, else one); null: 1.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool a_scale_vec = false, b_scale_vec = false;
 };
 
 // Computes the job; device memory must be accessible (the device phase).

@@ -50,6 +50,21 @@ float round_to_tf32(float x) {
   return x;
 }
 
+// An fp8 code's value, from its fields (the OCP formats: e4m3 with bias 7
+// and no infinity, S.1111.111 its NaN; e5m2 with bias 15, IEEE-like). The
+// emulator's own decoding, independent of the project's kernels/core/fp8.hpp
+// that the CPU twin uses, so a shared mistake cannot hide.
+float fp8_value(uint8_t code, cudaDataType_t t) {
+  const bool e4m3 = t == CUDA_R_8F_E4M3;
+  const int mbits = e4m3 ? 3 : 2, ebits = e4m3 ? 4 : 5, bias = e4m3 ? 7 : 15;
+  const int e = (code >> mbits) & ((1 << ebits) - 1), m = code & ((1 << mbits) - 1);
+  const float sign = (code & 0x80) ? -1.f : 1.f;
+  if (e4m3 && e == 15 && m == 7) return std::nanf("");
+  if (!e4m3 && e == 31) return m == 0 ? sign * INFINITY : std::nanf("");
+  if (e == 0) return sign * std::ldexp(static_cast<float>(m), 1 - bias - mbits);
+  return sign * std::ldexp(static_cast<float>(m + (1 << mbits)), e - bias - mbits);
+}
+
 float load(const void* p, cudaDataType_t t, int64_t i) {
   if (t == CUDA_R_16BF) return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
   return static_cast<const float*>(p)[i];
@@ -80,7 +95,14 @@ void gather(const T* x, int64_t ld_outer, int64_t ld_inner, int64_t outer, int64
 
 void gather_any(const void* x, cudaDataType_t t, int64_t ld_outer, int64_t ld_inner,
                 int64_t outer, int64_t inner, float* out) {
-  if (t == CUDA_R_16BF)
+  if (t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2) {
+    float table[256];
+    for (int c = 0; c < 256; ++c) table[c] = fp8_value(static_cast<uint8_t>(c), t);
+    const auto* codes = static_cast<const uint8_t*>(x);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t q = 0; q < inner; ++q)
+        out[o * inner + q] = table[codes[o * ld_outer + q * ld_inner]];
+  } else if (t == CUDA_R_16BF)
     gather(static_cast<const uint16_t*>(x), ld_outer, ld_inner, outer, inner, out);
   else
     gather(static_cast<const float*>(x), ld_outer, ld_inner, outer, inner, out);
@@ -119,9 +141,9 @@ void run_gemm(const GemmJob& j) {
   //   op T: B is n x k, op(B)[p][c] = B[c + p * ldb]
   std::vector<float> bj(static_cast<size_t>(k * n));
   if (!j.trans_b)
-    gather_any(j.b, j.ab_type, j.ldb, 1, n, k, bj.data());
+    gather_any(j.b, j.b_type, j.ldb, 1, n, k, bj.data());
   else
-    gather_any(j.b, j.ab_type, 1, j.ldb, n, k, bj.data());
+    gather_any(j.b, j.b_type, 1, j.ldb, n, k, bj.data());
 
   // The bias-gradient epilogues reduce the operands as stored (before any
   // TF32 rounding), in k order, in fp32.
@@ -161,8 +183,12 @@ void run_gemm(const GemmJob& j) {
       float* out = acc.data();
       for (int64_t i = 0; i < m; ++i) out[i] += acol[i] * b;
     }
+    // fp8 scales (assumption 17): alpha * (sa * sb), formed first.
+    const float sb = j.b_scale ? j.b_scale[j.b_scale_vec ? c : 0] : 1.f;
     for (int64_t i = 0; i < m; ++i) {
-      float v = j.alpha * acc[i];
+      const float sa = j.a_scale ? j.a_scale[j.a_scale_vec ? i : 0] : 1.f;
+      const bool scaled = j.a_scale || j.b_scale;
+      float v = scaled ? (j.alpha * (sa * sb)) * acc[i] : j.alpha * acc[i];
       // beta == 0 does not read C: it may hold NaN.
       if (j.beta != 0.f) v += j.beta * load(j.c, j.cd_type, i + c * j.ldc);
       if (add_bias) v += bias[i];

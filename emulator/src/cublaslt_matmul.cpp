@@ -38,8 +38,9 @@ cublasStatus_t check_layout(const std::string& api, const char* name, const Layo
     return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
                   what + ": batch count " + std::to_string(l.batch_count) +
                       " (batches are not emulated)");
-  if (!emulated_type(l.type))
-    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, what + ": only fp32 and bf16 are emulated");
+  if (!emulated_type(l.type) && !fp8_type(l.type))
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  what + ": only fp32, bf16 and (A, B) fp8 e4m3/e5m2 are emulated");
   if (l.rows == 0 || l.cols == 0)
     return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, what + ": zero-sized GEMMs are not emulated");
   if (l.rows > INT32_MAX || l.cols > INT32_MAX)
@@ -57,6 +58,51 @@ cublasStatus_t check_op(const std::string& api, const char* name, int32_t op) {
                   std::string(name) + " = " + std::to_string(op) + " (only N and T are emulated)");
   return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
                 std::string(name) + " = " + std::to_string(op) + " is not a cublasOperation_t");
+}
+
+bool scale_mode_known(int32_t mode) {
+  return mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F ||
+         mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+}
+
+// The fp8 rules (cublaslt.cpp, assumptions 15-18), for a GEMM with an fp8
+// operand.
+cublasStatus_t validate_fp8(const std::string& api, const MatmulDesc& d, const Layout& a,
+                            const Layout& b, const Layout& c, const Layout& dl) {
+  if (!fp8_type(a.type) || !fp8_type(b.type))
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "fp8 needs both A and B in fp8: A is " + type_name(a.type) + ", B is " +
+                      type_name(b.type));
+  if (a.type == CUDA_R_8F_E5M2 && b.type == CUDA_R_8F_E5M2)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "A and B cannot both be CUDA_R_8F_E5M2");
+  if (d.compute != CUBLAS_COMPUTE_32F)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "fp8 needs compute type CUBLAS_COMPUTE_32F");
+  if (d.trans_a != CUBLAS_OP_T || d.trans_b != CUBLAS_OP_N)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "fp8 needs the TN layout: A transposed (TRANSA = T) and B not (TRANSB = N)");
+  if (!emulated_type(c.type) || !emulated_type(dl.type))
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "fp8 with C " + type_name(c.type) + " and D " + type_name(dl.type) +
+                      " (emulated: bf16 or fp32 outputs)");
+  if (a.ld % 16 != 0 || b.ld % 16 != 0)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "fp8 leading dimensions must be multiples of 16, A's is " +
+                      std::to_string(a.ld) + " and B's " + std::to_string(b.ld));
+  if (!scale_mode_known(d.a_scale_mode) || !scale_mode_known(d.b_scale_mode))
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "scale modes " + std::to_string(d.a_scale_mode) + " and " +
+                      std::to_string(d.b_scale_mode) +
+                      " (emulated: SCALAR_32F and OUTER_VEC_32F)");
+  if (d.a_scale_mode != d.b_scale_mode)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED, "A and B in different scale modes");
+  if (d.a_scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F && (!d.a_scale || !d.b_scale))
+    return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                  "OUTER_VEC_32F scaling needs both A_SCALE_POINTER and B_SCALE_POINTER");
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS)
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "epilogue " + std::to_string(d.epilogue) +
+                      " with fp8 operands (emulated: DEFAULT and BIAS)");
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 // Checks the configuration and fills everything of `job` that does not come
@@ -82,9 +128,23 @@ cublasStatus_t validate(const std::string& api, const MatmulDesc& d, const Layou
   if (cublasStatus_t st = check_layout(api, "B", b)) return st;
   if (cublasStatus_t st = check_layout(api, "C", c)) return st;
   if (cublasStatus_t st = check_layout(api, "D", dl)) return st;
-  if (a.type != b.type)
+  if (d.c_scale || d.d_scale || d.amax_d)
     return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
-                  "A is " + type_name(a.type) + " but B is " + type_name(b.type));
+                  "C_SCALE_POINTER, D_SCALE_POINTER and AMAX_D_POINTER are not emulated (they "
+                  "serve fp8 outputs)");
+  const bool fp8 = fp8_type(a.type) || fp8_type(b.type);
+  if (fp8) {
+    if (cublasStatus_t st = validate_fp8(api, d, a, b, c, dl)) return st;
+  } else {
+    if (a.type != b.type)
+      return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                    "A is " + type_name(a.type) + " but B is " + type_name(b.type));
+    if (d.a_scale || d.b_scale || d.a_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F ||
+        d.b_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+      return refuse(api, CUBLAS_STATUS_INVALID_VALUE,
+                    "A/B scale pointers or modes on a GEMM of " + type_name(a.type) +
+                        " operands (they apply to fp8 A and B)");
+  }
   if (c.type != dl.type)
     return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
                   "C is " + type_name(c.type) + " but D is " + type_name(dl.type));
@@ -149,6 +209,9 @@ cublasStatus_t validate(const std::string& api, const MatmulDesc& d, const Layou
   job->trans_b = tb;
   job->tf32 = d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   job->ab_type = static_cast<cudaDataType_t>(a.type);
+  job->b_type = static_cast<cudaDataType_t>(b.type);
+  job->a_scale_vec = d.a_scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  job->b_scale_vec = d.b_scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
   job->lda = a.ld;
   job->ldb = b.ld;
   job->cd_type = static_cast<cudaDataType_t>(dl.type);
@@ -168,7 +231,9 @@ uint64_t fingerprint(const GemmJob& j) {
   return static_cast<uint64_t>(j.ab_type) | static_cast<uint64_t>(j.cd_type) << 8 |
          static_cast<uint64_t>(j.bias_type) << 16 | static_cast<uint64_t>(j.aux_type) << 24 |
          static_cast<uint64_t>(j.epilogue) << 32 | static_cast<uint64_t>(j.trans_a) << 48 |
-         static_cast<uint64_t>(j.trans_b) << 49 | static_cast<uint64_t>(j.tf32) << 50;
+         static_cast<uint64_t>(j.trans_b) << 49 | static_cast<uint64_t>(j.tf32) << 50 |
+         static_cast<uint64_t>(j.b_type) << 51 | static_cast<uint64_t>(j.a_scale_vec) << 59 |
+         static_cast<uint64_t>(j.b_scale_vec) << 60;
 }
 
 // The largest power of two <= 256 dividing the address.
@@ -179,8 +244,9 @@ uint32_t address_alignment(const void* p) {
   return a;
 }
 
-enum Operand { kA, kB, kC, kD, kBias, kAux, kOperands };
-const char* const kOperandNames[kOperands] = {"A", "B", "C", "D", "bias", "aux"};
+enum Operand { kA, kB, kC, kD, kBias, kAux, kAScale, kBScale, kOperands };
+const char* const kOperandNames[kOperands] = {"A", "B", "C", "D", "bias", "aux",
+                                              "A's scale", "B's scale"};
 
 cublasLtMatmulAlgo_t make_algo(const GemmJob& j, const MatmulDesc& d, const Preference& p) {
   cublasLtMatmulAlgo_t algo;
@@ -197,6 +263,7 @@ cublasLtMatmulAlgo_t make_algo(const GemmJob& j, const MatmulDesc& d, const Pref
 }
 
 uint32_t algo_alignment(const cublasLtMatmulAlgo_t& algo, Operand o) {
+  if (o >= kAScale) return 1;  // scales: their element size only
   const uint64_t word = o < kBias ? algo.data[2] : algo.data[3];
   const int shift = 16 * (o < kBias ? o : o - kBias);
   return static_cast<uint32_t>((word >> shift) & 0xFFFF);
@@ -350,13 +417,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   lt::GemmJob job;
   if (cublasStatus_t st = lt::validate(api, *d, *a, *b, *c, *dl, &job)) return st;
 
+  // fp8 operands: 16-byte aligned (assumption 16).
+  const bool fp8 = lt::fp8_type(job.ab_type);
   uint32_t align[lt::kOperands] = {
-      static_cast<uint32_t>(lt::type_size(job.ab_type)),
-      static_cast<uint32_t>(lt::type_size(job.ab_type)),
+      fp8 ? 16u : static_cast<uint32_t>(lt::type_size(job.ab_type)),
+      fp8 ? 16u : static_cast<uint32_t>(lt::type_size(job.b_type)),
       static_cast<uint32_t>(lt::type_size(job.cd_type)),
       static_cast<uint32_t>(lt::type_size(job.cd_type)),
       static_cast<uint32_t>(lt::type_size(job.bias_type)),
-      static_cast<uint32_t>(lt::type_size(job.aux_type))};
+      static_cast<uint32_t>(lt::type_size(job.aux_type)),
+      4u, 4u};
   if (algo) {
     if (algo->data[0] != lt::kAlgoMagic)
       return lt::refuse(api, CUBLAS_STATUS_INVALID_VALUE,
@@ -378,6 +448,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   job.d = D;
   job.bias = d->bias;
   job.aux = d->aux;
+  job.a_scale = static_cast<const float*>(d->a_scale);
+  job.b_scale = static_cast<const float*>(d->b_scale);
 
   const int64_t m = job.m, n = job.n;
   auto check = [&](lt::Operand o, const void* p, size_t bytes) {
@@ -398,6 +470,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   }
   if (lt::epilogue_uses_aux(job.epilogue))
     if (auto st = check(lt::kAux, job.aux, lt::span_bytes(m, n, job.aux_ld, job.aux_type)))
+      return st;
+  // Scales are device memory: one fp32 value, or one per row of D (A's) and
+  // per column (B's) under outer-vector scaling.
+  if (job.a_scale)
+    if (auto st = check(lt::kAScale, job.a_scale, (job.a_scale_vec ? m : 1) * sizeof(float)))
+      return st;
+  if (job.b_scale)
+    if (auto st = check(lt::kBScale, job.b_scale, (job.b_scale_vec ? n : 1) * sizeof(float)))
       return st;
   if (workspace_bytes > 0) {
     if (!workspace)
