@@ -22,14 +22,18 @@
 //   "Rounds past" is RNE's: e4m3 values up to 464 (448 plus half its last
 //   step, the tie going to 448's even mantissa) stay 448; e5m2's tie at
 //   61440 goes to the even neighbour 65536, which is past 57344.
-// NaN becomes the format's NaN with the input's sign (0x7F / 0xFF for e4m3,
-// 0x7F / 0xFF for e5m2 too: S.11111.11), in either mode. Signed zeros keep
+// Every NaN becomes the canonical 0x7F (0.1111.111 in e4m3, 0.11111.11 in
+// e5m2), sign and payload dropped, in either mode, as CUDA's conversion does
+// (cuda_fp8.hpp canonicalises a float NaN first; tests/cuda/test_cuda_fp8.cpp
+// holds the device to this on every hard value). Overflow keeps the sign
+// (0xFF is e4m3's negative NaN, 0xFC e5m2's -inf). Signed zeros keep
 // their sign; subnormal fp8 results are kept (no flush to zero).
 // fp8 -> fp32 is exact (every fp8 value is a float).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace gt {
@@ -72,12 +76,11 @@ inline float fp8_to_float(uint8_t code, Fp8Format f) {
 inline uint8_t fp8_from_float(float x, Fp8Format f, Fp8Saturation sat) {
   const Fp8Spec s = fp8_spec(f);
   const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const uint8_t nan = static_cast<uint8_t>(sign | 0x7F);  // S.1111.111 / S.11111.11
   const uint8_t max_code = f == Fp8Format::e4m3 ? 0x7E : 0x7B;
   const uint8_t overflow = sat == Fp8Saturation::finite ? static_cast<uint8_t>(sign | max_code)
                            : f == Fp8Format::e5m2        ? static_cast<uint8_t>(sign | 0x7C)
-                                                         : nan;
-  if (std::isnan(x)) return nan;
+                                                         : static_cast<uint8_t>(sign | 0x7F);
+  if (std::isnan(x)) return 0x7F;  // the canonical NaN
   if (std::isinf(x)) return overflow;
   const double a = std::fabs(static_cast<double>(x));  // exact; scalings by 2^k stay exact
   const int M = s.mantissa_bits;
@@ -102,6 +105,26 @@ inline uint8_t fp8_from_float(float x, Fp8Format f, Fp8Saturation sat) {
                         (f == Fp8Format::e4m3 && e == s.max_exponent && mantissa == (1 << M) - 1);
   if (past_max) return overflow;
   return static_cast<uint8_t>(sign | ((e + s.bias) << M) | mantissa);
+}
+
+// The largest power of two <= s, for a positive finite s (else s): the
+// mantissa bits cleared, or a subnormal's highest set bit kept. Exact, with
+// no libm call (log2f differs by an ulp between host and device, which near
+// a power of two would move the floor), so the CPU twin and the CUDA
+// kernels round rowwise scales identically.
+inline float pow2_floor(float s) {
+  if (!(s > 0.f) || std::isinf(s)) return s;
+  uint32_t u;
+  std::memcpy(&u, &s, sizeof u);
+  if ((u & 0x7F800000u) != 0) {
+    u &= 0xFF800000u;
+  } else {
+    uint32_t top = 0x00400000u;
+    while ((u & top) == 0) top >>= 1;
+    u = top;
+  }
+  std::memcpy(&s, &u, sizeof s);
+  return s;
 }
 
 // x rounded to the nearest value of the format, as a float.

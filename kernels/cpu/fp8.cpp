@@ -35,7 +35,7 @@ float fp8_amax(const float* x, int64_t n) {
 float fp8_scale_from_amax(float amax, Fp8Format f, bool pow2) {
   const double clamped = std::max(static_cast<double>(amax), 1e-12);
   float s = static_cast<float>(static_cast<double>(fp8_spec(f).max_finite) / clamped);
-  if (pow2 && std::isfinite(s) && s > 0) s = std::exp2(std::floor(std::log2(s)));
+  if (pow2) s = pow2_floor(s);
   return s;
 }
 

@@ -128,13 +128,14 @@ TEST(Fp8, HardEncodings) {
   EXPECT_EQ(fp8_from_float(INFINITY, kE5, kNoSat), 0x7C);
   EXPECT_EQ(fp8_from_float(-INFINITY, kE5, kNoSat), 0xFC);
   EXPECT_EQ(fp8_from_float(INFINITY, kE5, kSat), 0x7B);
-  // NaN stays NaN in both modes, with its sign.
+  // NaN stays NaN in both modes, as the canonical 0x7F whatever its sign
+  // (CUDA's rule; CudaFp8.ConversionIsTheCpuRuleOnEveryHardValue).
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (Fp8Saturation s : {kSat, kNoSat}) {
     EXPECT_EQ(fp8_from_float(nan, kE4, s), 0x7F);
-    EXPECT_EQ(fp8_from_float(-nan, kE4, s), 0xFF);
+    EXPECT_EQ(fp8_from_float(-nan, kE4, s), 0x7F);
     EXPECT_EQ(fp8_from_float(nan, kE5, s), 0x7F);
-    EXPECT_EQ(fp8_from_float(-nan, kE5, s), 0xFF);
+    EXPECT_EQ(fp8_from_float(-nan, kE5, s), 0x7F);
   }
 }
 
@@ -192,6 +193,10 @@ TEST(Fp8Scaled, ScalesFollowTorchaosFormula) {
   EXPECT_EQ(cpu::fp8_scale_from_amax(3.f, kE4, false), static_cast<float>(448.0 / 3.0));
   // Rowwise rounds down to a power of two: 448 / 3 = 149.3 -> 128.
   EXPECT_EQ(cpu::fp8_scale_from_amax(3.f, kE4, true), 128.f);
+  EXPECT_EQ(cpu::fp8_scale_from_amax(1.75f, kE4, true), 256.f);  // 448 / 1.75 = 256 exactly
+  EXPECT_EQ(pow2_floor(1.f), 1.f);
+  EXPECT_EQ(pow2_floor(0.75f), 0.5f);
+  EXPECT_EQ(pow2_floor(std::ldexp(3.f, -140)), std::ldexp(1.f, -139));  // a subnormal
   // An all-zero tensor: amax clamped to 1e-12, a finite scale.
   EXPECT_EQ(cpu::fp8_scale_from_amax(0.f, kE4, false), static_cast<float>(448.0 / 1e-12));
   const float x[] = {0.5f, -7.f, 3.f};

@@ -1,0 +1,199 @@
+// The fp8 path's quantising kernels (see fp8.cuh).
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/fp8.cuh"
+
+namespace gt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1024;
+
+int64_t amax_blocks(int64_t n) {
+  return std::max<int64_t>(1, std::min(kMaxBlocks, (n + kThreads * 16 - 1) / (kThreads * 16)));
+}
+
+// |x| as ordered bits: for non-negative floats the unsigned order is the
+// numeric one, and a NaN (sign cleared) lies above +inf, so a max of bits
+// propagates NaN, which fmaxf would drop.
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(fabsf(v)); }
+
+__device__ __forceinline__ unsigned warp_max_bits(unsigned v) {
+  for (int o = dev::kWarpSize / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(dev::kFullMask, v, o));
+  return v;
+}
+
+// The max over the block, returned to every thread (every thread calls it).
+__device__ unsigned block_max_bits(unsigned v) {
+  __shared__ unsigned partial[dev::kWarpSize];
+  const int lane = threadIdx.x % dev::kWarpSize, warp = threadIdx.x / dev::kWarpSize;
+  v = warp_max_bits(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const unsigned w = lane < static_cast<int>(blockDim.x / dev::kWarpSize) ? partial[lane] : 0u;
+  return warp_max_bits(w);
+}
+
+// Pass 1: each block's max into partial[block] (as bits in a float slot).
+template <typename T>
+__global__ void amax_partial_kernel(unsigned* partial, const T* x, int64_t n) {
+  unsigned m = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    m = max(m, abs_bits(dev::to_float(x[i])));
+  m = block_max_bits(m);
+  if (threadIdx.x == 0) partial[blockIdx.x] = m;
+}
+
+// Pass 2, one block: the max of the partials, ASSIGNED.
+__global__ void amax_final_kernel(float* out, const unsigned* partial, int64_t n_partial) {
+  unsigned m = 0;
+  for (int64_t i = threadIdx.x; i < n_partial; i += blockDim.x) m = max(m, partial[i]);
+  m = block_max_bits(m);
+  if (threadIdx.x == 0) out[0] = __uint_as_float(m);
+}
+
+__device__ __forceinline__ float format_max(Fp8Format f) {
+  return f == Fp8Format::e4m3 ? 448.f : 57344.f;
+}
+
+// The CPU twin's pow2_floor (kernels/core/fp8.hpp), on the bits.
+__device__ __forceinline__ float pow2_floor_dev(float s) {
+  if (!(s > 0.f) || isinf(s)) return s;
+  unsigned u = __float_as_uint(s);
+  if ((u & 0x7F800000u) != 0) {
+    u &= 0xFF800000u;
+  } else {
+    unsigned top = 0x00400000u;
+    while ((u & top) == 0) top >>= 1;
+    u = top;
+  }
+  return __uint_as_float(u);
+}
+
+__device__ __forceinline__ float scale_of(float amax, Fp8Format f, bool pow2) {
+  // As the CPU twin's std::max(amax, 1e-12): a NaN amax stays NaN (a
+  // non-finite step), where fmax would drop it.
+  const double a = static_cast<double>(amax) < 1e-12 ? 1e-12 : static_cast<double>(amax);
+  float s = static_cast<float>(static_cast<double>(format_max(f)) / a);
+  return pow2 ? pow2_floor_dev(s) : s;
+}
+
+__global__ void scales_kernel(float* scale, float* inv, const float* amax, int64_t count,
+                              Fp8Format f, bool pow2) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float s = scale_of(amax[i], f, pow2);
+    scale[i] = s;
+    inv[i] = 1.f / s;
+  }
+}
+
+__device__ __forceinline__ uint8_t to_fp8(float v, Fp8Format f) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(
+      v, __NV_SATFINITE, f == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2));
+}
+
+template <typename T>
+__global__ void quantize_kernel(uint8_t* q, const T* x, int64_t n, const float* scale,
+                                Fp8Format f) {
+  const float s = scale[0];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    q[i] = to_fp8(dev::to_float(x[i]) * s, f);
+}
+
+template <typename T>
+__global__ void quantize_rows_kernel(uint8_t* q, float* scales, float* inv, const T* x,
+                                     int64_t cols, Fp8Format f) {
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * cols;
+  unsigned m = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = max(m, abs_bits(dev::to_float(xr[c])));
+  const float s = scale_of(__uint_as_float(block_max_bits(m)), f, true);
+  if (threadIdx.x == 0) {
+    scales[row] = s;
+    inv[row] = 1.f / s;
+  }
+  uint8_t* qr = q + row * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) qr[c] = to_fp8(dev::to_float(xr[c]) * s, f);
+}
+
+template <typename T>
+void amax_impl(float* amax, const T* x, int64_t n, float* scratch, cudaStream_t stream) {
+  GT_CHECK(n >= 0, "fp8_amax: n = ", n);
+  dev::NvtxRange range("fp8_amax");
+  // Zero bits are +0: the max of nothing (n = 0 still writes amax).
+  const int64_t blocks = amax_blocks(n);
+  auto* partial = reinterpret_cast<unsigned*>(scratch);
+  dev::launch(amax_partial_kernel<T>, {static_cast<unsigned>(blocks), kThreads, 0, stream},
+              partial, x, n);
+  CUDA_CHECK_LAUNCH();
+  dev::launch(amax_final_kernel, {1, kThreads, 0, stream}, amax, partial, blocks);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void quantize_impl(uint8_t* q, const T* x, int64_t n, const float* scale, Fp8Format f,
+                   cudaStream_t stream) {
+  GT_CHECK(n >= 0, "fp8_quantize: n = ", n);
+  if (n == 0) return;
+  dev::launch(quantize_kernel<T>, {dev::grid_for(n, kThreads), kThreads, 0, stream}, q, x, n,
+              scale, f);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void quantize_rows_impl(uint8_t* q, float* scales, float* inv, const T* x, int64_t rows,
+                        int64_t cols, Fp8Format f, cudaStream_t stream) {
+  GT_CHECK(rows >= 0 && cols >= 0 && rows <= INT32_MAX, "fp8_quantize_rows: (", rows, ", ", cols,
+           ")");
+  if (rows == 0) return;
+  dev::launch(quantize_rows_kernel<T>, {static_cast<unsigned>(rows), kThreads, 0, stream}, q,
+              scales, inv, x, cols, f);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int64_t fp8_amax_scratch_floats(int64_t n) { return amax_blocks(n); }
+
+void fp8_amax(float* amax, const float* x, int64_t n, float* scratch, cudaStream_t stream) {
+  amax_impl(amax, x, n, scratch, stream);
+}
+void fp8_amax(float* amax, const __nv_bfloat16* x, int64_t n, float* scratch,
+              cudaStream_t stream) {
+  amax_impl(amax, x, n, scratch, stream);
+}
+
+void fp8_scales(float* scale, float* inv_scale, const float* amax, int64_t count, Fp8Format f,
+                bool pow2, cudaStream_t stream) {
+  GT_CHECK(count >= 0, "fp8_scales: count = ", count);
+  if (count == 0) return;
+  dev::launch(scales_kernel, {dev::grid_for(count, kThreads), kThreads, 0, stream}, scale,
+              inv_scale, amax, count, f, pow2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_quantize(uint8_t* q, const float* x, int64_t n, const float* scale, Fp8Format f,
+                  cudaStream_t stream) {
+  quantize_impl(q, x, n, scale, f, stream);
+}
+void fp8_quantize(uint8_t* q, const __nv_bfloat16* x, int64_t n, const float* scale, Fp8Format f,
+                  cudaStream_t stream) {
+  quantize_impl(q, x, n, scale, f, stream);
+}
+
+void fp8_quantize_rows(uint8_t* q, float* scales, float* inv_scales, const float* x, int64_t rows,
+                       int64_t cols, Fp8Format f, cudaStream_t stream) {
+  quantize_rows_impl(q, scales, inv_scales, x, rows, cols, f, stream);
+}
+void fp8_quantize_rows(uint8_t* q, float* scales, float* inv_scales, const __nv_bfloat16* x,
+                       int64_t rows, int64_t cols, Fp8Format f, cudaStream_t stream) {
+  quantize_rows_impl(q, scales, inv_scales, x, rows, cols, f, stream);
+}
+
+}  // namespace gt::cuda

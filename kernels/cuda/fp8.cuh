@@ -1,0 +1,55 @@
+// The fp8 path's quantising kernels (issue 31): the amax of a tensor, the
+// scales from it, and the saturated cast to e4m3 / e5m2 with them, tensorwise
+// (one scale, on the device) and rowwise (one power-of-two scale per row).
+// CPU twin: kernels/cpu/fp8_kernels.hpp, bit for bit (the codes, the scales
+// and their inverses); the conversion is CUDA's __nv_cvt_float_to_fp8 with
+// __NV_SATFINITE, the rule kernels/core/fp8.hpp states.
+//
+// Invariants:
+//   * amax: the largest |x| over n elements (NaN if any is NaN), ASSIGNED to
+//     amax[0] in two passes (per-block maxima into scratch, then one block),
+//     as every reduction here is: no atomics.
+//   * scales: scale[i] = format max / max(amax[i], 1e-12) (the division in
+//     double, rounded once to fp32), rounded down to a power of two when
+//     pow2; inv_scale[i] = 1 / scale[i] in fp32 (what cuBLASLt's scale
+//     pointers take). count values.
+//   * quantize: q[i] = fp8(x[i] * scale[0]), scale read on the device.
+//   * quantize_rows: x (rows, cols) row-major; each row's power-of-two scale
+//     from its own amax, written to scales[row] and inv_scales[row], and its
+//     codes to q (rows, cols). One block per row.
+//   * x fp32 or bf16 (the activations of bf16 storage); q, scales and x must
+//     not overlap.
+//
+// Host-only header (launcher declarations); the kernels live in fp8.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/core/fp8.hpp"
+
+namespace gt::cuda {
+
+// Floats of device scratch fp8_amax needs for n elements.
+int64_t fp8_amax_scratch_floats(int64_t n);
+// scratch: >= fp8_amax_scratch_floats(n) floats, clobbered.
+void fp8_amax(float* amax, const float* x, int64_t n, float* scratch, cudaStream_t stream);
+void fp8_amax(float* amax, const __nv_bfloat16* x, int64_t n, float* scratch,
+              cudaStream_t stream);
+
+void fp8_scales(float* scale, float* inv_scale, const float* amax, int64_t count, Fp8Format f,
+                bool pow2, cudaStream_t stream);
+
+void fp8_quantize(uint8_t* q, const float* x, int64_t n, const float* scale, Fp8Format f,
+                  cudaStream_t stream);
+void fp8_quantize(uint8_t* q, const __nv_bfloat16* x, int64_t n, const float* scale, Fp8Format f,
+                  cudaStream_t stream);
+
+void fp8_quantize_rows(uint8_t* q, float* scales, float* inv_scales, const float* x, int64_t rows,
+                       int64_t cols, Fp8Format f, cudaStream_t stream);
+void fp8_quantize_rows(uint8_t* q, float* scales, float* inv_scales, const __nv_bfloat16* x,
+                       int64_t rows, int64_t cols, Fp8Format f, cudaStream_t stream);
+
+}  // namespace gt::cuda
