@@ -3,11 +3,15 @@
 // (__nv_cvt_float_to_fp8, __NV_SATFINITE) on every midpoint between codes,
 // the overflow band, infinities, NaN and subnormals; the amax of fp32 and
 // bf16 tensors (empty, odd, large, with a NaN); the scales and their
-// inverses; and rowwise quantisation with its power-of-two scales.
+// inverses; rowwise quantisation with its power-of-two scales; and the fp8
+// GEMM (Fp8GemmContext, cuBLASLt) on those codes and scales against the
+// twin's scaled GEMM, to fp32 rounding (the library's summation order is
+// its own), with its fp8 rules refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "kernels/core/fp8.hpp"
 #include "kernels/cpu/fp8_kernels.hpp"
 #include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/matmul_fp8.cuh"
 #include "test_util.hpp"
 
 namespace {
@@ -152,6 +157,105 @@ TEST(CudaFp8, TensorwiseAndRowwiseQuantisationMatchTheCpu) {
     const std::vector<float> got_inv = rinv.download();
     for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(got_inv[r], 1.f / want_scales[r]) << r;
   }
+}
+
+// The codes and inverse scales the quantising kernels made, through
+// cuBLASLt, against fp8_scaled_gemm of the same codes: each element within
+// fp32 rounding of its sum of |products| (bf16 D: half a bf16 step more).
+TEST(CudaFp8, GemmOfTheQuantisedOperandsMatchesTheTwin) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::cuda::CudaStream stream;
+  gt::cuda::Fp8GemmContext gemm;
+  const int64_t M = 40, N = 24, K = 96;
+  const std::vector<float> a = random_vector(M * K, 4, -2.f, 2.f);
+  const std::vector<float> b = random_vector(N * K, 5, -0.02f, 0.02f);
+  DeviceArray<float> da(a, stream.get()), db(b, stream.get());
+  DeviceArray<uint8_t> qa(a.size(), stream.get()), qb(b.size(), stream.get());
+  DeviceArray<float> sa(M, stream.get()), sb(N, stream.get()), ia(M, stream.get()),
+      ib(N, stream.get()), amax(1, stream.get());
+  DeviceArray<float> scratch(gt::cuda::fp8_amax_scratch_floats(M * K), stream.get());
+  for (bool rowwise : {false, true})
+    for (gt::DType d_type : {gt::DType::f32, gt::DType::bf16}) {
+      const Fp8Format fb = rowwise ? Fp8Format::e4m3 : Fp8Format::e5m2;
+      if (rowwise) {
+        gt::cuda::fp8_quantize_rows(qa.get(), sa.get(), ia.get(), da.get(), M, K,
+                                    Fp8Format::e4m3, stream.get());
+        gt::cuda::fp8_quantize_rows(qb.get(), sb.get(), ib.get(), db.get(), N, K, fb,
+                                    stream.get());
+      } else {
+        gt::cuda::fp8_amax(amax.get(), da.get(), a.size(), scratch.get(), stream.get());
+        gt::cuda::fp8_scales(sa.get(), ia.get(), amax.get(), 1, Fp8Format::e4m3, false,
+                             stream.get());
+        gt::cuda::fp8_quantize(qa.get(), da.get(), a.size(), sa.get(), Fp8Format::e4m3,
+                               stream.get());
+        gt::cuda::fp8_amax(amax.get(), db.get(), b.size(), scratch.get(), stream.get());
+        gt::cuda::fp8_scales(sb.get(), ib.get(), amax.get(), 1, fb, false, stream.get());
+        gt::cuda::fp8_quantize(qb.get(), db.get(), b.size(), sb.get(), fb, stream.get());
+      }
+      const size_t d_bytes = d_type == gt::DType::bf16 ? 2 : 4;
+      DeviceArray<uint8_t> dd(M * N * d_bytes, stream.get());
+      gt::cuda::Fp8GemmArgs g;
+      g.M = M;
+      g.N = N;
+      g.K = K;
+      g.A = qa.get();
+      g.B = qb.get();
+      g.b_format = fb;
+      g.a_scale = ia.get();
+      g.b_scale = ib.get();
+      g.rowwise = rowwise;
+      g.D = dd.get();
+      g.d_type = d_type;
+      gemm.run(g, stream.get());
+      const std::vector<uint8_t> raw = dd.download();
+      // The twin on the device's own codes and scales.
+      const std::vector<uint8_t> ha = qa.download(), hb = qb.download();
+      std::vector<float> hsa = sa.download(), hsb = sb.download();
+      if (!rowwise) {
+        hsa.resize(1);
+        hsb.resize(1);
+      }
+      std::vector<float> want(M * N);
+      gt::cpu::fp8_scaled_gemm(ha.data(), Fp8Format::e4m3, hsa.data(), rowwise, hb.data(), fb,
+                               hsb.data(), rowwise, want.data(), M, N, K);
+      int bad = 0;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double mag = 0;
+          for (int64_t k = 0; k < K; ++k)
+            mag += std::fabs(double(gt::fp8_to_float(ha[m * K + k], Fp8Format::e4m3)) *
+                             gt::fp8_to_float(hb[n * K + k], fb));
+          mag /= double(hsa[rowwise ? m : 0]) * hsb[rowwise ? n : 0];
+          float got;
+          if (d_type == gt::DType::bf16) {
+            uint16_t h;
+            std::memcpy(&h, raw.data() + 2 * (m * N + n), 2);
+            got = gt::bf16_to_float(h);
+          } else {
+            std::memcpy(&got, raw.data() + 4 * (m * N + n), 4);
+          }
+          const double tol = 1e-5 * mag + (d_type == gt::DType::bf16 ? 4e-3 * std::fabs(want[m * N + n]) : 0.0);
+          if (std::fabs(got - want[m * N + n]) > tol + 1e-30 && ++bad <= 3)
+            ADD_FAILURE() << (rowwise ? "rowwise " : "tensorwise ") << gt::dtype_name(d_type)
+                          << " (" << m << ", " << n << "): " << got << " vs twin "
+                          << want[m * N + n];
+        }
+      EXPECT_EQ(bad, 0);
+    }
+  // The library's fp8 rules, refused here by name before cuBLASLt sees them.
+  gt::cuda::Fp8GemmArgs bad;
+  bad.M = M;
+  bad.N = N;
+  bad.K = 40;  // a row stride of 40 bytes: not a multiple of 16
+  bad.A = qa.get();
+  bad.B = qb.get();
+  bad.D = qa.get();
+  EXPECT_NE(gt::test::error_message([&] { gemm.run(bad, stream.get()); }).find("multiples of 16"),
+            std::string::npos);
+  bad.K = K;
+  bad.a_format = bad.b_format = Fp8Format::e5m2;
+  EXPECT_NE(gt::test::error_message([&] { gemm.run(bad, stream.get()); }).find("both be e5m2"),
+            std::string::npos);
 }
 
 }  // namespace

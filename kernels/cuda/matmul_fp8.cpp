@@ -1,0 +1,186 @@
+// Fp8GemmContext: fp8 GEMMs on cuBLASLt with a per-shape plan cache (see
+// matmul_fp8.cuh). Row-major D (M, N) = A (M, K) B (N, K)^T is cuBLASLt's
+// column-major D^T (N, M) = op(B') op(A') with B' = our B read transposed
+// (TRANSA = T) and A' = our A as it is (TRANSB = N): the "TN" layout fp8
+// requires, with no copy. cuBLASLt's A is our B, so its A scale is ours of B.
+#include "kernels/cuda/matmul_fp8.cuh"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_resources.hpp"
+
+namespace gt::cuda {
+
+namespace {
+
+struct DescDestroy {
+  void operator()(cublasLtMatmulDesc_t d) const noexcept {
+    CUBLAS_LOG_ERROR(cublasLtMatmulDescDestroy(d));
+  }
+};
+struct LayoutDestroy {
+  void operator()(cublasLtMatrixLayout_t l) const noexcept {
+    CUBLAS_LOG_ERROR(cublasLtMatrixLayoutDestroy(l));
+  }
+};
+struct PrefDestroy {
+  void operator()(cublasLtMatmulPreference_t p) const noexcept {
+    CUBLAS_LOG_ERROR(cublasLtMatmulPreferenceDestroy(p));
+  }
+};
+using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDestroy>;
+using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDestroy>;
+using PrefPtr = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PrefDestroy>;
+
+cudaDataType_t fp8_cuda(Fp8Format f) {
+  return f == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+struct Key {
+  int64_t M, N, K, lda, ldb, ldd;
+  Fp8Format fa, fb;
+  DType d;
+  bool rowwise, fast_accum, has_a_scale, has_b_scale;
+  auto tie() const {
+    return std::tie(M, N, K, lda, ldb, ldd, fa, fb, d, rowwise, fast_accum, has_a_scale,
+                    has_b_scale);
+  }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  DescPtr desc;
+  LayoutPtr a, b, d;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+Fp8GemmArgs validated(Fp8GemmArgs g) {
+  if (g.lda == 0) g.lda = g.K;
+  if (g.ldb == 0) g.ldb = g.K;
+  if (g.ldd == 0) g.ldd = g.N;
+  const std::string what = describe(g);
+  if (g.M < 0 || g.N < 0 || g.K <= 0) fail("fp8 gemm: sizes in ", what);
+  if (g.d_type != DType::bf16 && g.d_type != DType::f32)
+    fail("fp8 gemm: D must be bf16 or fp32: ", what);
+  if (g.a_format == Fp8Format::e5m2 && g.b_format == Fp8Format::e5m2)
+    fail("fp8 gemm: A and B cannot both be e5m2 (cuBLASLt): ", what);
+  if (g.lda < g.K || g.ldb < g.K || g.ldd < g.N) fail("fp8 gemm: a row stride below its row: ", what);
+  if (g.lda % 16 != 0 || g.ldb % 16 != 0)
+    fail("fp8 gemm: the row strides of A and B must be multiples of 16 (cuBLASLt's fp8 rule): ",
+         what);
+  if (g.M == 0 || g.N == 0) return g;
+  if (!g.A || !g.B || !g.D) fail("fp8 gemm: null operand in ", what);
+  if (reinterpret_cast<uintptr_t>(g.A) % 16 != 0 || reinterpret_cast<uintptr_t>(g.B) % 16 != 0)
+    fail("fp8 gemm: A and B must be 16-byte aligned (cuBLASLt's fp8 rule): ", what);
+  if (g.rowwise && (!g.a_scale || !g.b_scale))
+    fail("fp8 gemm: rowwise scaling needs both scale vectors: ", what);
+  return g;
+}
+
+}  // namespace
+
+std::string describe(const Fp8GemmArgs& g) {
+  auto name = [](Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; };
+  return ::gt::detail::concat("fp8 gemm M=", g.M, " N=", g.N, " K=", g.K, " ", name(g.a_format),
+                              " x ", name(g.b_format), "->", dtype_name(g.d_type),
+                              g.rowwise ? " rowwise" : " tensorwise", " lda=", g.lda,
+                              " ldb=", g.ldb, " ldd=", g.ldd,
+                              g.fast_accum ? " fast_accum" : "");
+}
+
+struct Fp8GemmContext::Impl {
+  // Teardown in reverse: plans, then the workspace, then the handle.
+  CublasLtHandle handle;
+  DeviceBuffer workspace;
+  std::map<Key, Plan> plans;
+
+  explicit Impl(size_t ws) : workspace(ws) {}
+
+  Plan& plan_for(const Fp8GemmArgs& g) {
+    const Key key{g.M,        g.N,      g.K,        g.lda,          g.ldb,
+                  g.ldd,      g.a_format, g.b_format, g.d_type,     g.rowwise,
+                  g.fast_accum, g.a_scale != nullptr, g.b_scale != nullptr};
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan p;
+    cublasLtMatmulDesc_t desc = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    p.desc.reset(desc);
+    auto set = [&](cublasLtMatmulDescAttributes_t a, const auto& v) {
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, a, &v, sizeof v));
+    };
+    set(CUBLASLT_MATMUL_DESC_TRANSA, int32_t{CUBLAS_OP_T});
+    set(CUBLASLT_MATMUL_DESC_TRANSB, int32_t{CUBLAS_OP_N});
+    set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(g.fast_accum ? 1 : 0));
+    if (g.rowwise) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
+      set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
+    }
+    set_scales(desc, g);
+    auto layout = [](cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld) {
+      cublasLtMatrixLayout_t l = nullptr;
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(rows),
+                                              static_cast<uint64_t>(cols), ld));
+      return LayoutPtr(l);
+    };
+    // Column-major: our B (N, K) row-major is (K, N) with ld ldb; our A
+    // likewise (K, M); D (M, N) row-major is (N, M) with ld ldd.
+    p.a = layout(fp8_cuda(g.b_format), g.K, g.N, g.ldb);
+    p.b = layout(fp8_cuda(g.a_format), g.K, g.M, g.lda);
+    p.d = layout(g.d_type == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F, g.N, g.M, g.ldd);
+    cublasLtMatmulPreference_t pref_raw = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+    PrefPtr pref(pref_raw);
+    const uint64_t ws = workspace.bytes();
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    constexpr int kRequested = 8;
+    cublasLtMatmulHeuristicResult_t results[kRequested] = {};
+    int returned = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, p.a.get(), p.b.get(), p.d.get(),
+                                       p.d.get(), pref.get(), kRequested, results, &returned);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) fail("cuBLASLt has no algorithm for ", describe(g));
+    CUBLAS_CHECK(st);
+    bool found = false;
+    for (int i = 0; i < returned && !found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= ws) {
+        p.algo = results[i].algo;
+        found = true;
+      }
+    if (!found) fail("cuBLASLt has no algorithm within the workspace for ", describe(g));
+    return plans.emplace(key, std::move(p)).first->second;
+  }
+
+  // cuBLASLt's A is our B: its A scale is ours of B, and the other way.
+  static void set_scales(cublasLtMatmulDesc_t desc, const Fp8GemmArgs& g) {
+    const void* a = g.b_scale;
+    const void* b = g.a_scale;
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a, sizeof a));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b, sizeof b));
+  }
+};
+
+Fp8GemmContext::Fp8GemmContext(size_t workspace_bytes)
+    : impl_(std::make_unique<Impl>(workspace_bytes)) {}
+Fp8GemmContext::~Fp8GemmContext() = default;
+
+void Fp8GemmContext::run(const Fp8GemmArgs& args, cudaStream_t stream) {
+  const Fp8GemmArgs g = validated(args);
+  if (g.M == 0 || g.N == 0) return;
+  Plan& p = impl_->plan_for(g);
+  Impl::set_scales(p.desc.get(), g);
+  const float alpha = 1.f, beta = 0.f;
+  CUBLAS_CHECK(cublasLtMatmul(impl_->handle.get(), p.desc.get(), &alpha, g.B, p.a.get(), g.A,
+                              p.b.get(), &beta, g.D, p.d.get(), g.D, p.d.get(), &p.algo,
+                              impl_->workspace.data(), impl_->workspace.bytes(), stream));
+}
+
+}  // namespace gt::cuda
