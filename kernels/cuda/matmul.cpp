@@ -12,31 +12,13 @@
 #include <map>
 #include <tuple>
 
+#include "kernels/cuda/cublaslt_objects.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_resources.hpp"
 
 namespace gt::cuda {
 
 namespace {
-
-struct MatmulDescDestroy {
-  void operator()(cublasLtMatmulDesc_t d) const noexcept {
-    CUBLAS_LOG_ERROR(cublasLtMatmulDescDestroy(d));
-  }
-};
-struct LayoutDestroy {
-  void operator()(cublasLtMatrixLayout_t l) const noexcept {
-    CUBLAS_LOG_ERROR(cublasLtMatrixLayoutDestroy(l));
-  }
-};
-struct PreferenceDestroy {
-  void operator()(cublasLtMatmulPreference_t p) const noexcept {
-    CUBLAS_LOG_ERROR(cublasLtMatmulPreferenceDestroy(p));
-  }
-};
-using MatmulDescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, MatmulDescDestroy>;
-using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDestroy>;
-using PreferencePtr = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDestroy>;
 
 bool uses_bias(GemmEpilogue e) {
   return e == GemmEpilogue::bias || e == GemmEpilogue::gelu_bias ||

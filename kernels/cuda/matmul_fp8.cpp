@@ -10,31 +10,13 @@
 #include <map>
 #include <tuple>
 
+#include "kernels/cuda/cublaslt_objects.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_resources.hpp"
 
 namespace gt::cuda {
 
 namespace {
-
-struct DescDestroy {
-  void operator()(cublasLtMatmulDesc_t d) const noexcept {
-    CUBLAS_LOG_ERROR(cublasLtMatmulDescDestroy(d));
-  }
-};
-struct LayoutDestroy {
-  void operator()(cublasLtMatrixLayout_t l) const noexcept {
-    CUBLAS_LOG_ERROR(cublasLtMatrixLayoutDestroy(l));
-  }
-};
-struct PrefDestroy {
-  void operator()(cublasLtMatmulPreference_t p) const noexcept {
-    CUBLAS_LOG_ERROR(cublasLtMatmulPreferenceDestroy(p));
-  }
-};
-using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDestroy>;
-using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDestroy>;
-using PrefPtr = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PrefDestroy>;
 
 cudaDataType_t fp8_cuda(Fp8Format f) {
   return f == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
@@ -53,7 +35,7 @@ struct Key {
 };
 
 struct Plan {
-  DescPtr desc;
+  MatmulDescPtr desc;
   LayoutPtr a, b, d;
   cublasLtMatmulAlgo_t algo{};
 };
@@ -135,7 +117,7 @@ struct Fp8GemmContext::Impl {
     p.d = layout(g.d_type == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F, g.N, g.M, g.ldd);
     cublasLtMatmulPreference_t pref_raw = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
-    PrefPtr pref(pref_raw);
+    PreferencePtr pref(pref_raw);
     const uint64_t ws = workspace.bytes();
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
