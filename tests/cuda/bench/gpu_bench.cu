@@ -10,6 +10,12 @@
 // N = T, K = head size; *_tc rows: the tensor-core kernels). FLOPs are model FLOPs: a GEMM
 // 2MNK (bwd: two GEMMs, 4MNK); causal attention fwd 2 * 2 B NH T^2 hs / 2, bwd 2.5x fwd (the
 // flash-attention convention: our backward recomputes more than that).
+// section fp8: the forward GEMMs of GPT-2 124M (R = 16384) and of Llama 3
+// 8B's layers (R = 8192: qkv 6144x4096, o_proj, gate|up 28672x4096, down
+// 4096x14336) as bf16 x bf16 and as e4m3 x e4m3 (tensorwise scales, fast
+// accumulation, bf16 out; Fp8GemmContext), both TN, D bf16, dtype e4m3 on
+// the fp8 rows; and each input's tensorwise cast from bf16 (<name>_quant,
+// gbs over its 3 bytes an element), what fp8 costs besides the GEMM.
 // section memory: the bandwidth-bound kernels of a step (LayerNorm, GELU,
 // fused cross-entropy, AdamW over 124M parameters), with gbs = GB/s of their
 // minimum traffic (M x N elements; gflop and tflops 0).
@@ -35,7 +41,9 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/cuda_resources.hpp"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_fp8.cuh"
 
 namespace {
 
@@ -95,13 +103,83 @@ struct Timer {
 };
 
 // bytes: the minimum device-memory traffic (read once, written once), for GB/s.
-void row(const char* section, const std::string& name, DType dtype, int64_t M, int64_t N,
+void row(const char* section, const std::string& name, const char* dtype, int64_t M, int64_t N,
          int64_t K, double flop, double ms, double bytes = 0.0) {
-  std::printf("%s,%s,%s,%lld,%lld,%lld,%.3f,%.4f,%.1f,%.0f\n", section, name.c_str(),
-              gt::dtype_name(dtype), static_cast<long long>(M), static_cast<long long>(N),
+  std::printf("%s,%s,%s,%lld,%lld,%lld,%.3f,%.4f,%.1f,%.0f\n", section, name.c_str(), dtype,
+              static_cast<long long>(M), static_cast<long long>(N),
               static_cast<long long>(K), flop * 1e-9, ms, flop / (ms * 1e-3) * 1e-12,
               bytes / (ms * 1e-3) * 1e-9);
   std::fflush(stdout);
+}
+void row(const char* section, const std::string& name, DType dtype, int64_t M, int64_t N,
+         int64_t K, double flop, double ms, double bytes = 0.0) {
+  row(section, name, gt::dtype_name(dtype), M, N, K, flop, ms, bytes);
+}
+
+// The fp8 section (see the header comment): per shape, the bf16 GEMM, the
+// fp8 GEMM and the input's cast.
+void bench_fp8(gt::CudaOps& ops, const Timer& timer, cudaStream_t s) {
+  struct Fp8Shape {
+    const char* name;
+    int64_t R, N, K;
+  };
+  const Fp8Shape shapes[] = {{"gpt2_qkv", 16384, 2304, 768},   {"gpt2_attn_proj", 16384, 768, 768},
+                             {"gpt2_fc", 16384, 3072, 768},    {"gpt2_fc_proj", 16384, 768, 3072},
+                             {"llama8b_qkv", 8192, 6144, 4096}, {"llama8b_o_proj", 8192, 4096, 4096},
+                             {"llama8b_gate_up", 8192, 28672, 4096},
+                             {"llama8b_down", 8192, 4096, 14336}};
+  gt::cuda::Fp8GemmContext fp8;
+  for (const Fp8Shape& sh : shapes) {
+    const double flop = 2.0 * sh.R * sh.N * sh.K;
+    Tensor a(DType::bf16, {sh.R, sh.K}, 60, s), b(DType::bf16, {sh.N, sh.K}, 61, s, 0.05f),
+        d(DType::bf16, {sh.R, sh.N}, 62, s);
+    gt::cuda::GemmArgs g;
+    g.M = sh.R;
+    g.N = sh.N;
+    g.K = sh.K;
+    g.A = a.buf.data();
+    g.B = b.buf.data();
+    g.trans_b = true;
+    g.D = d.buf.data();
+    g.ab_type = g.d_type = DType::bf16;
+    row("fp8", std::string(sh.name) + "_bf16", DType::bf16, sh.R, sh.N, sh.K, flop,
+        timer.time([&] { ops.gemm().run(g, s); }));
+    // Codes of the same values, through the quantising kernels.
+    gt::cuda::DeviceBuffer qa(static_cast<size_t>(sh.R * sh.K)), qb(static_cast<size_t>(sh.N * sh.K));
+    gt::cuda::DeviceBuffer amax(sizeof(float)), sa(sizeof(float)), sb(sizeof(float)),
+        ia(sizeof(float)), ib(sizeof(float));
+    gt::cuda::DeviceBuffer scratch(
+        static_cast<size_t>(gt::cuda::fp8_amax_scratch_floats(sh.N * sh.K)) * sizeof(float));
+    const auto* a16 = a.buf.as<__nv_bfloat16>();
+    const auto* b16 = b.buf.as<__nv_bfloat16>();
+    gt::cuda::fp8_amax(amax.as<float>(), b16, sh.N * sh.K, scratch.as<float>(), s);
+    gt::cuda::fp8_scales(sb.as<float>(), ib.as<float>(), amax.as<float>(), 1, gt::Fp8Format::e4m3,
+                         false, s);
+    gt::cuda::fp8_quantize(qb.as<uint8_t>(), b16, sh.N * sh.K, sb.as<float>(), gt::Fp8Format::e4m3,
+                           s);
+    gt::cuda::fp8_amax(amax.as<float>(), a16, sh.R * sh.K, scratch.as<float>(), s);
+    gt::cuda::fp8_scales(sa.as<float>(), ia.as<float>(), amax.as<float>(), 1, gt::Fp8Format::e4m3,
+                         false, s);
+    const double quant = timer.time([&] {
+      gt::cuda::fp8_quantize(qa.as<uint8_t>(), a16, sh.R * sh.K, sa.as<float>(),
+                             gt::Fp8Format::e4m3, s);
+    });
+    row("fp8", std::string(sh.name) + "_quant", "e4m3", sh.R, sh.K, 0, 0.0, quant,
+        3.0 * sh.R * sh.K);
+    gt::cuda::Fp8GemmArgs f;
+    f.M = sh.R;
+    f.N = sh.N;
+    f.K = sh.K;
+    f.A = qa.as<uint8_t>();
+    f.B = qb.as<uint8_t>();
+    f.a_scale = ia.as<float>();
+    f.b_scale = ib.as<float>();
+    f.D = d.buf.data();
+    f.d_type = DType::bf16;
+    f.fast_accum = true;
+    row("fp8", std::string(sh.name) + "_fp8", "e4m3", sh.R, sh.N, sh.K, flop,
+        timer.time([&] { fp8.run(f, s); }));
+  }
 }
 
 // One untimed forward and backward of the LM head (dweight from zero), each
@@ -234,6 +312,9 @@ int run(int argc, char** argv) {
     });
     row("epilogue", "fc_plus_gelu_f32bias", dt, R, N, K, flop, unfused);
   }
+
+  // ---- fp8 against bf16 at the linear layers' shapes ----
+  bench_fp8(ops, timer, s);
 
   // ---- attention, B=16, NH=12, T=1024, hs=64 ----
   for (DType dt : {DType::bf16, DType::f32}) {
