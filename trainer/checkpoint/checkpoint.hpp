@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/io/safetensors.hpp"
+#include "trainer/io/progress.hpp"
 
 namespace gt {
 

@@ -1,6 +1,5 @@
 #include "trainer/checkpoint/hf_export.hpp"
 
-#include <memory>
 #include <vector>
 
 #include "trainer/io/atomic_file.hpp"
@@ -21,25 +20,17 @@ CheckpointMeta export_hf_weights(const std::string& checkpoint_dir, const ModelC
     whole.push_back({"param." + s.name, s.saved_shape(), params.data() + s.offset, s.pad_rows > 0});
   // Two progress lines where the export takes long: reading the pieces, then
   // writing the files (the shared format, trainer/io/progress.hpp).
-  std::unique_ptr<ProgressMeter> reading;
-  const CheckpointMeta meta = load_checkpoint(
-      checkpoint_dir, model_signature(m), whole_tensor_pieces(whole),
-      [&](uint64_t done, uint64_t total) {
-        if (!reading) reading = std::make_unique<ProgressMeter>("export read", total, "MB");
-        reading->update(static_cast<double>(done));
-      });
-  if (reading) reading->finish();
+  ByteProgressLine reading("export read");
+  const CheckpointMeta meta = load_checkpoint(checkpoint_dir, model_signature(m),
+                                              whole_tensor_pieces(whole), reading.callback());
+  reading.finish();
   metadata.emplace("step", std::to_string(meta.step));
   // `--out out/model.safetensors` into a folder that does not exist yet.
   make_parent_dir(out_path, "export --out");
-  std::unique_ptr<ProgressMeter> writing;
+  ByteProgressLine writing("export write");
   save_hf_weights(out_path, m, layout, params.data(), metadata, kHfMaxShardBytes,
-                  [&](uint64_t done, uint64_t total) {
-                    if (!writing)
-                      writing = std::make_unique<ProgressMeter>("export write", total, "MB");
-                    writing->update(static_cast<double>(done));
-                  });
-  if (writing) writing->finish();
+                  writing.callback());
+  writing.finish();
   write_hf_config(parent_dir(out_path), m);
   return meta;
 }

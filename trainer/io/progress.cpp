@@ -103,4 +103,19 @@ void ProgressMeter::emit(double done, const std::vector<std::string>& fields) {
   }
 }
 
+ByteProgressLine::ByteProgressLine(std::string job, std::vector<std::string> fields, bool reports)
+    : job_(std::move(job)), fields_(std::move(fields)), reports_(reports) {}
+
+ByteProgress ByteProgressLine::callback() {
+  return [this](uint64_t done, uint64_t total) {
+    if (!reports_) return;
+    if (!meter_) meter_ = std::make_unique<ProgressMeter>(job_, static_cast<double>(total), "MB");
+    meter_->update(static_cast<double>(done), fields_);
+  };
+}
+
+void ByteProgressLine::finish() {
+  if (meter_) meter_->finish(fields_);
+}
+
 }  // namespace gt

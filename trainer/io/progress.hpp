@@ -11,7 +11,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,28 @@ class ProgressMeter {
   bool shown_ = false;
   bool live_open_ = false;  // a live line without its newline yet
   Clock::time_point start_, last_;
+};
+
+// Called with the bytes done of a total as a long read or write goes
+// (safetensors writes, checkpoint loads, exports); empty: not called.
+using ByteProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// A ProgressMeter in MB for a job whose total its ByteProgress first hears
+// (a checkpoint's or an export's bytes): the meter starts at the first call
+// and finish() ends it. A line that does not report (every rank but one)
+// hands out a callback that does nothing.
+class ByteProgressLine {
+ public:
+  ByteProgressLine(std::string job, std::vector<std::string> fields = {}, bool reports = true);
+  // Valid while this object lives.
+  ByteProgress callback();
+  void finish();
+
+ private:
+  std::string job_;
+  std::vector<std::string> fields_;
+  bool reports_;
+  std::unique_ptr<ProgressMeter> meter_;
 };
 
 }  // namespace gt

@@ -7,10 +7,11 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "trainer/io/progress.hpp"
 
 namespace gt {
 
@@ -64,10 +65,6 @@ struct WrittenFile {
   uint64_t bytes = 0;
   uint32_t crc32c = 0;
 };
-
-// Called with the bytes done of a total as a long read or write goes, for a
-// progress line (trainer/io/progress.hpp); empty: not called.
-using ByteProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 class SafetensorsWriter {
  public:

@@ -25,8 +25,8 @@
 #include <map>
 #include <string>
 
+#include "trainer/io/progress.hpp"
 #include "trainer/model/parameter_layout.hpp"
-#include "trainer/io/safetensors.hpp"
 
 namespace gt {
 

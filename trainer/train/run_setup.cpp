@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <exception>
-#include <memory>
 
 #include "kernels/core/error.hpp"
 #include "parallel/collective_error.hpp"
@@ -131,15 +130,10 @@ void build_run(Run& run, const Config& cfg, MpiCommunicator* world, CollectiveCo
     }
     // Rank 0's reads stand for the load's progress (every rank reads its own
     // boxes at once); a load of under 2 s prints none.
-    std::unique_ptr<ProgressMeter> progress;
-    const bool reports = me == MeshCoord{};
-    CheckpointMeta meta = load_checkpoint(
-        run.resume_dir, model_signature(cfg.model), wanted, [&](uint64_t done, uint64_t total) {
-          if (!reports) return;
-          if (!progress) progress = std::make_unique<ProgressMeter>("checkpoint load", total, "MB");
-          progress->update(static_cast<double>(done), {"rank 0's pieces"});
-        });
-    if (progress) progress->finish({"rank 0's pieces"});
+    ByteProgressLine progress("checkpoint load", {"rank 0's pieces"}, me == MeshCoord{});
+    CheckpointMeta meta =
+        load_checkpoint(run.resume_dir, model_signature(cfg.model), wanted, progress.callback());
+    progress.finish();
     run.params->finish_load();
     if (run.router_bias) run.router_bias->finish_load();
     run.start_step = meta.step;

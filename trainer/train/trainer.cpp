@@ -357,16 +357,11 @@ void Trainer::checkpoint(int64_t step) {
   }
   // Rank 0's shard stands for the save's progress (every rank writes its own
   // at once); a save of under 2 s prints none.
-  std::unique_ptr<ProgressMeter> progress;
-  const ByteProgress on_bytes = [&](uint64_t done, uint64_t total) {
-    if (!rank0_) return;
-    if (!progress) progress = std::make_unique<ProgressMeter>("checkpoint save", total, "MB");
-    progress->update(static_cast<double>(done), {"rank 0's shard"});
-  };
+  ByteProgressLine progress("checkpoint save", {"rank 0's shard"}, rank0_);
   last_dir_ = save_checkpoint(
       cfg_.checkpoint_dir(), meta, pieces, cfg_.checkpoint.keep, job_,
-      [&](const char* p) { run_.faults.in_save(job_.rank(), step, p); }, on_bytes);
-  if (progress) progress->finish({"rank 0's shard"});
+      [&](const char* p) { run_.faults.in_save(job_.rank(), step, p); }, progress.callback());
+  progress.finish();
   last_saved_ = step;
   context_->phase = phase;
   if (rank0_) spdlog::info("checkpoint step {} -> {}", step, last_dir_);
