@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -44,11 +43,7 @@ int run(const MpiCommunicator* world, const Config& cfg, const RunEnvironment& e
   if (comm->rank() == 0) {
     std::cout << format_bench(result) << std::flush;
     if (!out_path.empty()) {
-      const std::filesystem::path dir = std::filesystem::path(out_path).parent_path();
-      std::error_code ec;
-      if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-      if (ec) fail("bench: cannot create '", dir.string(), "': ", ec.message());
-      make_parent_dir(out_path, "--out");
+      make_parent_dir(out_path, "bench --out");
       write_file_atomic(out_path, result.dump(2) + "\n");
       spdlog::info("bench results written to {}", out_path);
     }
