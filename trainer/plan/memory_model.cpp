@@ -9,6 +9,7 @@
 #include "trainer/model/parameter_layout.hpp"
 #include "trainer/parallelize/context_parallel.hpp"
 #include "trainer/plan/dry_run_ops.hpp"
+#include "trainer/plan/step_model.hpp"
 #include "trainer/sharding/data_parallel_groups.hpp"
 
 namespace gt {
@@ -42,9 +43,7 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
                                      PlanBackend backend) {
   if (backend != PlanBackend::cpu) return 0;
   const int f = shard_degree(l.dims());
-  return predict_comm_workspace_bytes(
-      m, unit_sizes(ParameterLayout(padded_for_tp(m, l.tp), l.tp, 0, f), f), l, seq_len,
-                                      backend);
+  return predict_comm_workspace_bytes(m, unit_sizes(m, l.tp, f), l, seq_len, backend);
 }
 
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, const PlanLayout& l,
