@@ -107,22 +107,26 @@ inline uint8_t fp8_from_float(float x, Fp8Format f, Fp8Saturation sat) {
   return static_cast<uint8_t>(sign | ((e + s.bias) << M) | mantissa);
 }
 
-// The largest power of two <= s, for a positive finite s (else s): the
-// mantissa bits cleared, or a subnormal's highest set bit kept. Exact, with
-// no libm call (log2f differs by an ulp between host and device, which near
-// a power of two would move the floor), so the CPU twin and the CUDA
-// kernels round rowwise scales identically.
+// The largest power of two <= s, on the float's bits u, for a positive
+// finite s (else u unchanged: zero, negatives, inf and NaN): the mantissa
+// bits cleared, or a subnormal's highest set bit kept. Exact, with no libm
+// call (log2f differs by an ulp between host and device, which near a
+// power of two would move the floor); constexpr integer code, so the CUDA
+// kernels (kernels/cuda/fp8.cu) call this same function and round rowwise
+// scales exactly as the CPU twin does.
+constexpr uint32_t pow2_floor_bits(uint32_t u) {
+  const uint32_t exponent = u & 0x7F800000u;
+  if ((u & 0x80000000u) != 0 || u == 0 || exponent == 0x7F800000u) return u;
+  if (exponent != 0) return u & 0xFF800000u;
+  uint32_t top = 0x00400000u;
+  while ((u & top) == 0) top >>= 1;
+  return top;
+}
+
 inline float pow2_floor(float s) {
-  if (!(s > 0.f) || std::isinf(s)) return s;
   uint32_t u;
   std::memcpy(&u, &s, sizeof u);
-  if ((u & 0x7F800000u) != 0) {
-    u &= 0xFF800000u;
-  } else {
-    uint32_t top = 0x00400000u;
-    while ((u & top) == 0) top >>= 1;
-    u = top;
-  }
+  u = pow2_floor_bits(u);
   std::memcpy(&s, &u, sizeof s);
   return s;
 }

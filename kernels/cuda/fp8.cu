@@ -56,30 +56,15 @@ __global__ void amax_final_kernel(float* out, const unsigned* partial, int64_t n
   if (threadIdx.x == 0) out[0] = __uint_as_float(m);
 }
 
-__device__ __forceinline__ float format_max(Fp8Format f) {
-  return f == Fp8Format::e4m3 ? 448.f : 57344.f;
-}
-
-// The CPU twin's pow2_floor (kernels/core/fp8.hpp), on the bits.
-__device__ __forceinline__ float pow2_floor_dev(float s) {
-  if (!(s > 0.f) || isinf(s)) return s;
-  unsigned u = __float_as_uint(s);
-  if ((u & 0x7F800000u) != 0) {
-    u &= 0xFF800000u;
-  } else {
-    unsigned top = 0x00400000u;
-    while ((u & top) == 0) top >>= 1;
-    u = top;
-  }
-  return __uint_as_float(u);
-}
-
+// The format's largest value and the power-of-two floor come from
+// kernels/core/fp8.hpp's constexpr code (--expt-relaxed-constexpr), the
+// functions the CPU twin calls.
 __device__ __forceinline__ float scale_of(float amax, Fp8Format f, bool pow2) {
   // As the CPU twin's std::max(amax, 1e-12): a NaN amax stays NaN (a
   // non-finite step), where fmax would drop it.
   const double a = static_cast<double>(amax) < 1e-12 ? 1e-12 : static_cast<double>(amax);
-  float s = static_cast<float>(static_cast<double>(format_max(f)) / a);
-  return pow2 ? pow2_floor_dev(s) : s;
+  const float s = static_cast<float>(static_cast<double>(fp8_spec(f).max_finite) / a);
+  return pow2 ? __uint_as_float(pow2_floor_bits(__float_as_uint(s))) : s;
 }
 
 __global__ void scales_kernel(float* scale, float* inv, const float* amax, int64_t count,
