@@ -37,11 +37,28 @@
 
 #include "kernels/core/adamw_runs.hpp"
 #include "kernels/core/buffer.hpp"
+#include "kernels/core/fp8.hpp"
 #include "kernels/core/tensor.hpp"
 #include "kernels/op_observer.hpp"
 #include "kernels/op_timer.hpp"
 
 namespace gt {
+
+// What fp8_amax reduces over: the whole (R, C) tensor, each row or each
+// column.
+enum class Fp8Reduce { tensor, rows, cols };
+const char* fp8_reduce_name(Fp8Reduce r);
+
+// How fp8_matmul reads and combines its operands (see there).
+struct Fp8MatmulSpec {
+  Fp8Format a_format = Fp8Format::e4m3, b_format = Fp8Format::e4m3;
+  bool a_transposed = false, b_transposed = false;
+  bool accumulate = false;  // out += (the weight gradient); else out =
+  // cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM (Hopper's fp8 tensor cores
+  // then add partial sums in reduced precision). A speed hint: the CPU
+  // backend always accumulates in fp32.
+  bool fast_accum = false;
+};
 
 class Ops {
  public:
@@ -161,6 +178,34 @@ class Ops {
 
   // out (R,C) += bias (C) on every row.
   void add_bias(TensorView out, TensorView bias);
+  // dbias (OC) += the column sums of dout (R,OC) (fp32 or bf16), summed in
+  // fp32: matmul_backward's bias gradient alone (for the fp8 path, whose
+  // GEMMs do not compute it).
+  void bias_backward(TensorView dbias, TensorView dout);
+
+  // ---- fp8 GEMMs (runtime.fp8; formats and rounding: kernels/core/fp8.hpp) ----
+  // amax (fp32) ASSIGNED the largest |x| of x (R,C) (fp32 or bf16): over the
+  // whole tensor (amax (1)), each row (amax (R)) or each column (amax (C)).
+  // A NaN anywhere in its slice makes that amax NaN (a non-finite step,
+  // which the trainer skips).
+  void fp8_amax(TensorView amax, TensorView x, Fp8Reduce over);
+  // scale (n) fp32 ASSIGNED format max / max(amax, 1e-12) from amax (n) fp32,
+  // rounded down to a power of two when pow2 (torchao's amax_to_scale and
+  // round_scales_to_power_of_2; kernels/cpu/fp8_kernels.hpp). scale may be
+  // amax itself (in place).
+  void fp8_scale_from_amax(TensorView scale, TensorView amax, Fp8Format format, bool pow2);
+  // The scaled fp8 GEMM, quantising casts included:
+  //   out (M,N) = or += (Qa Qb^T) x (1/sa) x (1/sb) + bias (N)
+  // where op(a) is a (M,K), or a (K,M) read transposed when
+  // spec.a_transposed, op(b) is b (N,K), or (K,N) read transposed, and
+  // Qa = fp8(op(a) x sa) in spec.a_format, rounded to nearest even and
+  // saturated to the format's largest finite value (likewise Qb).
+  // a_scale (1): one scale for op(a); (M): one per row of op(a); b_scale (1)
+  // or (N). a, b fp32 or bf16; products accumulate in fp32; out fp32 or bf16
+  // (rounded once, after the bias, which is fp32 or bf16 and may be
+  // empty()). spec.accumulate: out fp32 and added to, bias empty.
+  void fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
+                  TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec);
 
   // Causal multi-head self-attention with 1/sqrt(head_dim) scaling.
   // qkv (B,T,3C) laid out [q | k | v] along the last dim, head h using columns
@@ -515,6 +560,14 @@ class Ops {
                                         TensorView dout, TensorView inp, TensorView weight,
                                         TensorView pre) = 0;
   virtual void do_add_bias(TensorView out, TensorView bias) = 0;
+  // bias_backward and the fp8 ops: a backend without them says so (these
+  // defaults throw naming the backend and the op).
+  virtual void do_bias_backward(TensorView dbias, TensorView dout);
+  virtual void do_fp8_amax(TensorView amax, TensorView x, Fp8Reduce over);
+  virtual void do_fp8_scale_from_amax(TensorView scale, TensorView amax, Fp8Format format,
+                                      bool pow2);
+  virtual void do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
+                             TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec);
   // n_kv_head is resolved (never 0) and divides n_head.
   virtual void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                                     int n_kv_head) = 0;

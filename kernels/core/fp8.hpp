@@ -49,6 +49,10 @@ struct Fp8Spec {
   float max_finite;
 };
 
+inline const char* fp8_format_name(Fp8Format f) {
+  return f == Fp8Format::e4m3 ? "e4m3" : "e5m2";
+}
+
 constexpr Fp8Spec fp8_spec(Fp8Format f) {
   return f == Fp8Format::e4m3 ? Fp8Spec{7, 3, 8, 448.f} : Fp8Spec{15, 2, 15, 57344.f};
 }

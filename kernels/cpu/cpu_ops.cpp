@@ -13,6 +13,7 @@
 
 #include "kernels/core/attention_kernels.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/fp8_kernels.hpp"
 #include "kernels/cpu/llama_kernels.hpp"
 #include "kernels/cpu/moe_kernels.hpp"
 
@@ -193,6 +194,20 @@ void CpuOps::do_matmul_backward_dgelu(TensorView dinp, TensorView dweight, Tenso
   cpu::matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, pre);
 }
 void CpuOps::do_add_bias(TensorView out, TensorView bias) { cpu::add_bias(out, bias); }
+void CpuOps::do_bias_backward(TensorView dbias, TensorView dout) {
+  cpu::bias_backward(dbias, dout);
+}
+void CpuOps::do_fp8_amax(TensorView amax, TensorView x, Fp8Reduce over) {
+  cpu::fp8_amax_op(amax, x, over);
+}
+void CpuOps::do_fp8_scale_from_amax(TensorView scale, TensorView amax, Fp8Format format,
+                                    bool pow2) {
+  cpu::fp8_scale_from_amax_op(scale, amax, format, pow2);
+}
+void CpuOps::do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
+                           TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec) {
+  cpu::fp8_matmul(out, a, a_scale, b, b_scale, bias, spec);
+}
 
 void CpuOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                                   int n_kv_head) {

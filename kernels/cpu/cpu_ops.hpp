@@ -65,6 +65,12 @@ class CpuOps : public Ops {
                                 TensorView dout, TensorView inp, TensorView weight,
                                 TensorView pre) final;
   void do_add_bias(TensorView out, TensorView bias) final;
+  void do_bias_backward(TensorView dbias, TensorView dout) final;
+  void do_fp8_amax(TensorView amax, TensorView x, Fp8Reduce over) final;
+  void do_fp8_scale_from_amax(TensorView scale, TensorView amax, Fp8Format format,
+                              bool pow2) final;
+  void do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
+                     TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec) final;
   void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                             int n_kv_head) final;
   void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/core/fp8.hpp"
+#include "kernels/ops.hpp"
 
 namespace gt::cpu {
 
@@ -46,5 +47,17 @@ void fp8_quantize_rows(const float* x, int64_t rows, int64_t cols, Fp8Format f, 
 void fp8_scaled_gemm(const uint8_t* a_q, Fp8Format fa, const float* a_scales, bool a_rowwise,
                      const uint8_t* b_q, Fp8Format fb, const float* b_scales, bool b_rowwise,
                      float* c, int64_t M, int64_t N, int64_t K);
+
+// ---- The CpuOps fp8 ops on tensors (kernels/ops.hpp states them) ----
+// fp32 or bf16 inputs are read as fp32 (fp32_access.hpp).
+void fp8_amax_op(TensorView amax, TensorView x, Fp8Reduce over);
+void fp8_scale_from_amax_op(TensorView scale, TensorView amax, Fp8Format format, bool pow2);
+// Each operand quantised with its scales and decoded back (exact: every fp8
+// value is a float), one sgemm over the decoded values, the inverse scales
+// and the bias applied to the fp32 sums: fp8_scaled_gemm's function with
+// BLAS's summation order.
+void fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
+                TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec);
+void bias_backward(TensorView dbias, TensorView dout);
 
 }  // namespace gt::cpu

@@ -273,6 +273,80 @@ TEST_P(TpLayersMpi, Bf16RowsAreGatheredAsBitsAndSummedInFp32) {
       << "within one bf16 rounding of the one-rank result";
 }
 
+// runtime.fp8: the column- and row-parallel layers with fp8 GEMMs at tp = p
+// against the same layers at tp = 1, for both recipes. Each operand's amax
+// is reduced over the tp ranks that hold the rest of its slice
+// (fp8_linear.hpp), so every rank quantises with one rank's scales and the
+// results differ only in fp32 summation order; a scale taken from one
+// rank's shard alone would move outputs by whole e4m3 steps (~6%).
+TEST_P(TpLayersMpi, Fp8LayersQuantiseWithOneRanksScales) {
+  const int64_t N = 12, Nl = N / p, K = 16, Kl = K / p, Rl = kR / p;
+  for (Fp8Recipe recipe : {Fp8Recipe::tensorwise, Fp8Recipe::rowwise}) {
+    SCOPED_TRACE(to_string(recipe));
+    Fp8Settings f8;
+    f8.recipe = recipe;
+    one->ctx.enable_fp8(f8, {});
+    tp->ctx.enable_fp8(f8, {});
+    constexpr float kFp8Tol = 1e-4f;
+    {  // column-parallel, with a bias
+      auto X = random_vector(kR * kC, 21), W = random_vector(N * kC, 22),
+           b = random_vector(N, 23), dOut = random_vector(kR * N, 24);
+      std::vector<float> out_ref(kR * N), dx_ref(kR * kC), dw_ref(N * kC, 0.f), db_ref(N, 0.f);
+      ColumnParallelLinear ref(one->ctx, "ref", ActDim::hidden);
+      Activation x_ref = rows_of_seq(v(X, {kR, kC}), "X");
+      ref.forward({v(out_ref, {kR, N}), "out"}, x_ref, v(W, {N, kC}), v(b, {N}));
+      ref.backward({v(dx_ref, {kR, kC}), "dx"}, v(dw_ref, {N, kC}), v(db_ref, {N}),
+                   features(v(dOut, {kR, N}), ActDim::hidden, "dOut"), x_ref, v(W, {N, kC}));
+      // fp8 is not the fp32 matmul: the reference must show the quantisation.
+      std::vector<float> exact(kR * N), none(0);
+      make_cpu_ops(1)->matmul_forward(v(exact, {kR, N}), v(X, {kR, kC}), v(W, {N, kC}),
+                                      v(b, {N}));
+      EXPECT_FALSE(all_close(out_ref, exact, 1e-4f, 1e-4f)) << "the reference is not in fp8";
+
+      std::vector<float> x(kR * kC, 0.f);
+      std::copy(X.begin() + rank * Rl * kC, X.begin() + (rank + 1) * Rl * kC,
+                x.begin() + rank * Rl * kC);
+      auto w = rows(W, kC, rank * Nl, Nl), bl = rows(b, 1, rank * Nl, Nl);
+      auto dout = cols(dOut, N, rank * Nl, Nl);
+      std::vector<float> out(kR * Nl), dx(Rl * kC), dw(Nl * kC, 0.f), db(Nl, 0.f);
+      ColumnParallelLinear layer(tp->ctx, "c_fc", ActDim::hidden);
+      Activation xa = rows_of_seq(v(x, {kR, kC}), "x");
+      layer.forward({v(out, {kR, Nl}), "y"}, xa, v(w, {Nl, kC}), v(bl, {Nl}));
+      EXPECT_TRUE(all_close(out, cols(out_ref, N, rank * Nl, Nl), kFp8Tol, kFp8Tol));
+      layer.backward({v(dx, {Rl, kC}), "dx"}, v(dw, {Nl, kC}), v(db, {Nl}),
+                     features(v(dout, {kR, Nl}), ActDim::hidden, "dout"), xa, v(w, {Nl, kC}));
+      EXPECT_TRUE(all_close(dx, rows(dx_ref, kC, rank * Rl, Rl), kFp8Tol, kFp8Tol));
+      EXPECT_TRUE(all_close(dw, rows(dw_ref, kC, rank * Nl, Nl), kFp8Tol, kFp8Tol));
+      EXPECT_TRUE(all_close(db, rows(db_ref, 1, rank * Nl, Nl), kFp8Tol, kFp8Tol));
+    }
+    {  // row-parallel, with a bias
+      auto X = random_vector(kR * K, 25), W = random_vector(kC * K, 26),
+           b = random_vector(kC, 27), dOut = random_vector(kR * kC, 28);
+      std::vector<float> out_ref(kR * kC), dx_ref(kR * K), dw_ref(kC * K, 0.f), db_ref(kC, 0.f);
+      RowParallelLinear ref(one->ctx, "ref", ActDim::hidden);
+      ref.forward({v(out_ref, {kR, kC}), "out"}, features(v(X, {kR, K}), ActDim::hidden, "X"),
+                  v(W, {kC, K}), v(b, {kC}));
+      ref.backward({v(dx_ref, {kR, K}), "dx"}, v(dw_ref, {kC, K}), v(db_ref, {kC}),
+                   rows_of_seq(v(dOut, {kR, kC}), "dOut"),
+                   features(v(X, {kR, K}), ActDim::hidden, "X"), v(W, {kC, K}));
+      auto x = cols(X, K, rank * Kl, Kl), w = cols(W, K, rank * Kl, Kl);
+      auto dout = rows(dOut, kC, rank * Rl, Rl);
+      std::vector<float> out(Rl * kC), dx(kR * Kl), dw(kC * Kl, 0.f), db(kC, 0.f);
+      RowParallelLinear layer(tp->ctx, "mlp.c_proj", ActDim::hidden);
+      const Activation xa = features(v(x, {kR, Kl}), ActDim::hidden, "x");
+      layer.forward({v(out, {Rl, kC}), "z"}, xa, v(w, {kC, Kl}), v(b, {kC}));
+      EXPECT_TRUE(all_close(out, rows(out_ref, kC, rank * Rl, Rl), kFp8Tol, kFp8Tol));
+      layer.backward({v(dx, {kR, Kl}), "dx"}, v(dw, {kC, Kl}), v(db, {kC}),
+                     rows_of_seq(v(dout, {Rl, kC}), "dout"), xa, v(w, {kC, Kl}));
+      EXPECT_TRUE(all_close(dx, cols(dx_ref, K, rank * Kl, Kl), kFp8Tol, kFp8Tol));
+      EXPECT_TRUE(all_close(dw, cols(dw_ref, K, rank * Kl, Kl), kFp8Tol, kFp8Tol));
+      EXPECT_TRUE(all_close(db, db_ref, kFp8Tol, kFp8Tol));
+    }
+  }
+  one->ctx.enable_fp8({}, {});
+  tp->ctx.enable_fp8({}, {});
+}
+
 INSTANTIATE_TEST_SUITE_P(Overlap, TpLayersMpi, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "ring" : "plain"; });
 

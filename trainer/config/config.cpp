@@ -285,6 +285,10 @@ void validate(const Config& c, const Locations& where) {
           detail::concat("auto or simt with a head size of ", hs, " (model.n_embd / model.n_head)"),
           "the tensor-core attention kernels take head sizes that are multiples of 16 up to 128");
   }
+  if (r.fp8 != Fp8Recipe::off && r.dtype != ComputeDType::bf16)
+    bad("runtime.fp8", to_string(r.fp8), "off with runtime.dtype=fp32",
+        "the fp8 GEMMs read bf16 activations and write bf16 outputs; set runtime.dtype=bf16");
+  at_least("runtime.fp8_min_dim", r.fp8_min_dim, 0);
   at_least("runtime.threads", r.threads, 0);
   if (!(r.collective_timeout_s >= 0))
     bad("runtime.collective_timeout_s", num(r.collective_timeout_s), "seconds >= 0",
@@ -451,6 +455,15 @@ const char* to_string(CpComm c) {
   switch (c) {
     case CpComm::allgather: return "allgather";
     case CpComm::ring: return "ring";
+  }
+  return "?";
+}
+
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::off: return "off";
+    case Fp8Recipe::tensorwise: return "tensorwise";
+    case Fp8Recipe::rowwise: return "rowwise";
   }
   return "?";
 }

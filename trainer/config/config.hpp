@@ -45,6 +45,12 @@ enum class PipeSchedule { gpipe, one_f_one_b, interleaved_1f1b };
 // overlapped with attention on the block at hand, and their gradients travel
 // back the same way. (Megatron's a2a and a2a+p2p modes are not supported.)
 enum class CpComm { allgather, ring };
+// runtime.fp8: the linear layers' GEMMs in fp8 (docs/TRAINING.md "fp8
+// GEMMs"; trainer/parallelize/fp8_linear.hpp). off; tensorwise: one scale
+// per tensor, e4m3 activations and weights, e5m2 gradients; rowwise: one
+// power-of-two scale per row of each GEMM operand, e4m3 throughout
+// (torchao's float8 recipes).
+enum class Fp8Recipe { off, tensorwise, rowwise };
 
 // parallel.fsdp_stage: what FSDP shards (ZeRO's stages; used at fsdp > 1).
 //   optimizer   (1) AdamW state: gradients reduce-scattered once per step
@@ -182,6 +188,13 @@ struct RuntimeConfig {
   int threads = 0;  // CPU threads for BLAS/OpenMP; 0 = this rank's share of the host's cores
   double collective_timeout_s = 300.0;  // a collective not done by then aborts the job; 0 = never
   AttentionKernel attention = AttentionKernel::auto_;
+  Fp8Recipe fp8 = Fp8Recipe::off;  // needs dtype bf16
+  // cuBLASLt's fast accumulation on the forward GEMM only (torchao's
+  // default); the backward GEMMs accumulate in fp32 throughout.
+  bool fp8_fast_accum = true;
+  // A linear layer whose weight has fewer than this many input or output
+  // features keeps bf16 GEMMs (0: every linear layer in fp8).
+  int fp8_min_dim = 0;
 };
 
 struct ParallelConfig {
@@ -289,6 +302,7 @@ const char* to_string(AttentionKernel a);
 const char* to_string(ParallelComm c);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved_1f1b"
 const char* to_string(CpComm c);        // "allgather", "ring"
+const char* to_string(Fp8Recipe r);     // "off", "tensorwise", "rowwise"
 
 // parallel.comm is resolved per run by choose_comm (trainer/runtime/comm_choice.hpp).
 

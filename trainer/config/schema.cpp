@@ -219,6 +219,7 @@ constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::mlp, Recompute:
 constexpr PipeSchedule kPipeSchedules[] = {PipeSchedule::gpipe, PipeSchedule::one_f_one_b,
                                            PipeSchedule::interleaved_1f1b};
 constexpr CpComm kCpComms[] = {CpComm::allgather, CpComm::ring};
+constexpr Fp8Recipe kFp8Recipes[] = {Fp8Recipe::off, Fp8Recipe::tensorwise, Fp8Recipe::rowwise};
 
 template <>
 struct Codec<ModelArch> {
@@ -329,6 +330,18 @@ struct Codec<CpComm> {
   }
   static std::string write(CpComm v) { return to_string(v); }
 };
+// runtime.fp8: torchao's other recipe names are met with ours.
+template <>
+struct Codec<Fp8Recipe> {
+  static Fp8Recipe read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    if (n.IsScalar() && (n.Scalar() == "delayed" || n.Scalar() == "rowwise_with_gw_hp"))
+      fail(k, " (", w, "): ", n.Scalar(),
+           " scaling is not supported; expected one of off|tensorwise|rowwise (scales from the "
+           "current amax)");
+    return EnumCodec<Fp8Recipe, 3>::read(n, w, k, kFp8Recipes);
+  }
+  static std::string write(Fp8Recipe v) { return to_string(v); }
+};
 template <>
 struct Codec<Recompute> {
   static Recompute read(const YAML::Node& n, const std::string& w, const std::string& k) {
@@ -432,6 +445,9 @@ std::vector<Field> make_fields() {
       bind<&C::runtime, &RuntimeConfig::threads>("runtime", "threads"),
       bind<&C::runtime, &RuntimeConfig::collective_timeout_s>("runtime", "collective_timeout_s"),
       bind<&C::runtime, &RuntimeConfig::attention>("runtime", "attention"),
+      bind<&C::runtime, &RuntimeConfig::fp8>("runtime", "fp8"),
+      bind<&C::runtime, &RuntimeConfig::fp8_fast_accum>("runtime", "fp8_fast_accum"),
+      bind<&C::runtime, &RuntimeConfig::fp8_min_dim>("runtime", "fp8_min_dim"),
 
       bind<&C::parallel, &ParallelConfig::dp>("parallel", "dp"),
       bind<&C::parallel, &ParallelConfig::fsdp>("parallel", "fsdp"),

@@ -115,6 +115,13 @@ void CausalLM::make_attention(int n_head, int n_kv_head) {
   attention_->set_placement_log(placement_log_);
 }
 
+void CausalLM::set_fp8(const Fp8Settings& settings) {
+  GT_CHECK(!settings.on() || dtype_ == ComputeDType::bf16,
+           "runtime.fp8 needs runtime.dtype=bf16 (the model stores its activations in ",
+           to_string(dtype_), ")");
+  parallel_->enable_fp8(settings, cp_);
+}
+
 void CausalLM::set_placement_log(PlacementLog* log) {
   placement_log_ = log;
   parallel_->set_placement_log(log);

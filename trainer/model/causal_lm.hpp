@@ -94,6 +94,10 @@ class CausalLM {
   // Records every placement the model's layers check or give from now on
   // (null: nothing; not owned): the placement table of docs/ARCHITECTURE.md.
   void set_placement_log(PlacementLog* log);
+  // runtime.fp8: the blocks' linear layers run fp8 GEMMs from now on
+  // (trainer/parallelize/fp8_linear.hpp), their amaxes reduced over this
+  // instance's tp and cp groups. Off: bf16 GEMMs (the default).
+  void set_fp8(const Fp8Settings& settings);
 
   // (B, T, vocab_size) logits of the last forward() without a backward
   // pending (tp = 1), copied to the host without the padding columns.

@@ -65,7 +65,11 @@ Activation TpLayerContext::stage_for_gather(const Activation& local) {
 int64_t TpLayerContext::bytes() const {
   return static_cast<int64_t>(sum_rows_.bytes() + gather_rows_.bytes() + ring_.bytes() +
                               stats_.bytes()) +
-         precision_.bytes();
+         precision_.bytes() + (fp8_ ? fp8_->bytes() : 0);
+}
+
+void TpLayerContext::enable_fp8(const Fp8Settings& settings, const ContextParallelGroup& cp) {
+  fp8_ = settings.on() ? std::make_unique<Fp8Linear>(ops_, maps_, settings, cp) : nullptr;
 }
 
 void TpLayerContext::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,
@@ -90,6 +94,11 @@ Activation ColumnParallelLinear::forward(const Target& target, Activation& x, Te
   // it, checks it again).
   const std::string layer = name_ + " forward";
   expect_tp(x, AxisPlacement::shard(ActDim::sequence), layer, "input", nullptr);
+  if (uses_fp8(w32)) {
+    forward_fp8(out, x, w32, b, gelu_pre, layer);
+    return given({out, {AxisPlacement::shard(out_dim_), x.placement.cp}, target.name}, layer,
+                 "output", ctx_.placement_log());
+  }
   const TensorView w = ctx_.precision().weight(w32);  // once, before the chunks
   const TensorView bias = ctx_.precision().bias(b);
   const TensorView xs = x.view;
@@ -112,8 +121,9 @@ Activation ColumnParallelLinear::backward(const Target& target, TensorView dw, T
   PlacementLog* log = ctx_.placement_log();
   expect_tp(dout, AxisPlacement::shard(out_dim_), layer, "output gradient", log);
   expect_tp(x, AxisPlacement::replicated(), layer, "input (gathered in forward)", log);
-  const TensorView w = ctx_.precision().weight(w32);
   const std::string& name = target.name;
+  if (uses_fp8(w32)) return backward_fp8(dx, dw, db, dout, x, w32, name, layer);
+  const TensorView w = ctx_.precision().weight(w32);
   if (ctx_.size() == 1) {
     ctx_.gemm_backward(dx, dw, db, dout.view, x.view, w);
     return given({dx, {AxisPlacement::shard(ActDim::sequence), dout.placement.cp}, name}, layer,
@@ -137,9 +147,13 @@ Activation RowParallelLinear::forward(const Target& target, const Activation& x,
   expect_tp(x, AxisPlacement::shard(in_dim_), layer, "input", log);
   const TensorView out = target.view;
   const std::string& name = target.name;
-  const TensorView w = ctx_.precision().weight(w32);
+  const bool fp8 = uses_fp8(w32);
   if (ctx_.size() == 1) {
-    ctx_.gemm_forward(out, x.view, w, ctx_.precision().bias(b));
+    if (fp8) {
+      forward_fp8(out, x, w32, b, name, layer);
+    } else {
+      ctx_.gemm_forward(out, x.view, ctx_.precision().weight(w32), ctx_.precision().bias(b));
+    }
     return given({out, {AxisPlacement::shard(ActDim::sequence), x.placement.cp}, name}, layer,
                  "output", log);
   }
@@ -147,12 +161,18 @@ Activation RowParallelLinear::forward(const Target& target, const Activation& x,
   // The partial sums are added in fp32; bf16 storage rounds the total once.
   const bool staged = out.dtype != DType::f32;
   const TensorView sum = staged ? ctx_.sum_rows(out.shape[0], out.shape[1]) : out;
-  Activation reduced = ctx_.maps().reduce_scatter_to_sequence(
-      sum,
-      [&](int64_t row0, int64_t rows, TensorView partial) {
-        ctx_.gemm_forward(partial, rows_of(x.view, row0, rows), w, none);
-      },
-      ctx_.ring_workspace(), x.placement.cp, name, layer);
+  Activation reduced;
+  if (fp8) {
+    reduced = forward_fp8(sum, x, w32, none, name, layer);
+  } else {
+    const TensorView w = ctx_.precision().weight(w32);
+    reduced = ctx_.maps().reduce_scatter_to_sequence(
+        sum,
+        [&](int64_t row0, int64_t rows, TensorView partial) {
+          ctx_.gemm_forward(partial, rows_of(x.view, row0, rows), w, none);
+        },
+        ctx_.ring_workspace(), x.placement.cp, name, layer);
+  }
   // The bias once, after the sum (it is replicated on every tp rank); Llama
   // has none.
   if (!b.empty()) ctx_.ops().add_bias(sum, ctx_.precision().bias_as_f32(b));
@@ -172,6 +192,10 @@ Activation RowParallelLinear::backward(const Target& target, TensorView dw, Tens
   if (!gelu_pre.view.empty())
     expect_tp(gelu_pre, AxisPlacement::shard(in_dim_), layer, "GELU input", log);
   const Activation out{dx, {AxisPlacement::shard(in_dim_), dout.placement.cp}, target.name};
+  if (uses_fp8(w32)) {
+    backward_fp8(dx, dw, db, dout, x, w32, gelu_pre.view, layer);
+    return given(out, layer, "input gradient", log);
+  }
   const TensorView w = ctx_.precision().weight(w32);
   if (ctx_.size() == 1) {
     ctx_.gemm_backward(dx, dw, db, dout.view, x.view, w, gelu_pre.view);

@@ -21,10 +21,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/parallelize/fp8_linear.hpp"
 #include "trainer/parallelize/linear_precision.hpp"
 #include "trainer/parallelize/tp_mappings.hpp"
 
@@ -64,6 +66,12 @@ class TpLayerContext {
   void set_placement_log(PlacementLog* log) { maps_.set_placement_log(log); }
   PlacementLog* placement_log() const { return maps_.placement_log(); }
   LinearPrecision& precision() { return precision_; }
+  // runtime.fp8: the blocks' linear layers run their GEMMs in fp8 from now
+  // on (fp8_linear.hpp); `cp` is the context-parallel group whose ranks hold
+  // the rest of each sequence (their amaxes are reduced over it).
+  void enable_fp8(const Fp8Settings& settings, const ContextParallelGroup& cp);
+  // The fp8 GEMMs, or null when runtime.fp8 is off.
+  Fp8Linear* fp8() { return fp8_.get(); }
   int size() const { return maps_.size(); }
   int rank() const { return maps_.rank(); }
   // (rows, cols) fp32 views of the scratch.
@@ -89,6 +97,7 @@ class TpLayerContext {
   Ops& ops_;
   TpMappings maps_;
   LinearPrecision precision_;
+  std::unique_ptr<Fp8Linear> fp8_;  // runtime.fp8 only
   Buffer sum_rows_;     // (R/p, C) fp32, bf16 storage only
   Buffer gather_rows_;  // (R, C) fp32, tp > 1
   Buffer ring_;         // the reduce-scatter ring's workspace, tp > 1
@@ -124,6 +133,16 @@ class ColumnParallelLinear {
                       const Activation& x, TensorView w);
 
  private:
+  // Whether this layer's GEMMs run in fp8 (runtime.fp8 on, not the LM head,
+  // the whole weight past runtime.fp8_min_dim); the _fp8 paths are
+  // forward's and backward's with fp8 GEMMs (tp_layers_fp8.cpp), entered
+  // after the placement checks.
+  bool uses_fp8(const TensorView& w) const;
+  void forward_fp8(TensorView out, Activation& x, TensorView w, TensorView b,
+                   TensorView gelu_pre, const std::string& layer);
+  Activation backward_fp8(TensorView dx, TensorView dw, TensorView db, const Activation& dout,
+                          const Activation& x, TensorView w, const std::string& name,
+                          const std::string& layer);
   TpLayerContext& ctx_;
   std::string name_;
   ActDim out_dim_;
@@ -151,6 +170,14 @@ class RowParallelLinear {
                       const Activation& x, TensorView w, const Activation& gelu_pre = {});
 
  private:
+  // As ColumnParallelLinear's (every row-parallel layer is a block's).
+  bool uses_fp8(const TensorView& w) const;
+  // The partial sums (or, at tp = 1, out with the bias) of the forward.
+  Activation forward_fp8(TensorView sum, const Activation& x, TensorView w, TensorView b,
+                         const std::string& name, const std::string& layer);
+  void backward_fp8(TensorView dx, TensorView dw, TensorView db, const Activation& dout,
+                    const Activation& x, TensorView w, TensorView gelu_pre,
+                    const std::string& layer);
   TpLayerContext& ctx_;
   std::string name_;
   ActDim in_dim_;

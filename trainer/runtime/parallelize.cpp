@@ -17,6 +17,7 @@ ParallelPlan parallel_plan(const Config& cfg) {
   p.reduce_dtype = cfg.parallel.reduce_dtype;
   p.tp_overlap = cfg.parallel.tp_overlap;
   p.dtype = cfg.runtime.dtype;
+  p.fp8 = fp8_settings(cfg.runtime);
   p.pp_schedule = cfg.parallel.pp_schedule;
   p.pp_virtual_stages = cfg.parallel.pp_virtual_stages;
   p.pp_layers = cfg.parallel.pp_layers;
@@ -77,6 +78,7 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
     auto m = make_model(model, ops, B, T, *out.layout, *out.params, tp_group, shape.recompute,
                         plan.dtype, chunk, cp_group, ep_group);
     if (out.router_bias) m->set_router_bias(out.router_bias->table());
+    m->set_fp8(plan.fp8);
     return m;
   };
   if (d.pp == 1) {

@@ -62,6 +62,8 @@ struct ParallelPlan {
   // A bf16 run: the model stores bf16 activations, and the parameters keep
   // their bf16 copy where they are whole.
   ComputeDType dtype = ComputeDType::fp32;
+  // runtime.fp8*: the blocks' linear layers in fp8 (off by default).
+  Fp8Settings fp8;
   // Pipeline stages (parallel.pp_*): the schedule, chunks per rank and the
   // blocks per chunk (empty: the balanced split).
   PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;

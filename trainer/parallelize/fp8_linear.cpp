@@ -1,0 +1,74 @@
+#include "trainer/parallelize/fp8_linear.hpp"
+
+#include <algorithm>
+
+#include "kernels/core/error.hpp"
+
+namespace gt {
+
+Fp8Settings fp8_settings(const RuntimeConfig& r) {
+  Fp8Settings s;
+  s.recipe = r.fp8;
+  s.fast_accum = r.fp8_fast_accum;
+  s.min_dim = r.fp8_min_dim;
+  return s;
+}
+
+Fp8Linear::Fp8Linear(Ops& ops, TpMappings& maps, const Fp8Settings& settings,
+                     const ContextParallelGroup& cp)
+    : ops_(ops), maps_(maps), settings_(settings), cp_(cp) {
+  GT_CHECK(settings.on(), "Fp8Linear built with runtime.fp8=off");
+}
+
+bool Fp8Linear::applies(int64_t out_features, int64_t in_features) const {
+  return std::min(out_features, in_features) >= settings_.min_dim;
+}
+
+std::vector<TensorView> Fp8Linear::prepare(const std::vector<Request>& requests, Slot slot) {
+  // Segments in the order [tp only | tp and cp | cp only | local], so that
+  // what tp reduces and what cp reduces are each one contiguous range.
+  static constexpr unsigned kOrder[] = {over_tp, over_tp_cp, over_cp, local};
+  std::vector<int64_t> offset(requests.size());
+  int64_t total = 0, tp_end = 0, cp_begin = 0, cp_end = 0;
+  for (unsigned span : kOrder) {
+    if (span == over_tp_cp) cp_begin = total;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Request& r = requests[i];
+      if (r.span != span) continue;
+      GT_CHECK(r.x.ndim == 2, "fp8 scales of a ", r.x.shape_str(), " tensor: expected (rows, cols)");
+      offset[i] = total;
+      total += r.over == Fp8Reduce::tensor ? 1 : r.over == Fp8Reduce::rows ? r.x.shape[0]
+                                                                          : r.x.shape[1];
+    }
+    if (span == over_tp_cp) tp_end = total;
+    if (span == over_cp) cp_end = total;
+  }
+  Buffer& buf = slots_[slot];
+  const size_t need = static_cast<size_t>(total) * sizeof(float);
+  if (buf.bytes() < need) buf = ops_.allocate(need);
+  float* base = static_cast<float*>(buf.data());
+  const Device dev = ops_.device();
+  std::vector<TensorView> amax(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& r = requests[i];
+    const int64_t n = r.over == Fp8Reduce::tensor ? 1 : r.over == Fp8Reduce::rows ? r.x.shape[0]
+                                                                                 : r.x.shape[1];
+    amax[i] = make_view(base + offset[i], DType::f32, dev, {n});
+    ops_.fp8_amax(amax[i], r.x, r.over);
+  }
+  if (tp_end > 0 && maps_.size() > 1)
+    maps_.all_reduce_max(make_view(base, DType::f32, dev, {tp_end}));
+  if (cp_end > cp_begin && cp_.size() > 1)
+    cp_.comm->all_reduce_max(base + cp_begin, cp_end - cp_begin).wait();
+  for (size_t i = 0; i < requests.size(); ++i)
+    ops_.fp8_scale_from_amax(amax[i], amax[i], requests[i].format, rowwise());
+  return amax;
+}
+
+void Fp8Linear::gemm(TensorView out, TensorView a, TensorView a_scale, TensorView b,
+                     TensorView b_scale, TensorView bias, Fp8MatmulSpec spec, bool forward) {
+  spec.fast_accum = forward && settings_.fast_accum;
+  ops_.fp8_matmul(out, a, a_scale, b, b_scale, bias, spec);
+}
+
+}  // namespace gt
