@@ -176,6 +176,56 @@ TEST(CostsCommand, ErrorsNameWhatIsMissingOrUnsupported) {
       << out;
 }
 
+// runtime.fp8: the blocks' linear GEMMs are fp8_matmul rows on the fp8
+// tensor cores (h200.yaml's fp8_tflops, scaled like its sustained bf16
+// rate), costed 2MNK each; the LM head stays a bf16 GEMM; the amaxes and
+// scales are memory rows; the model FLOPs do not change; hardware without
+// an fp8 peak is refused by name.
+TEST(CostsCommand, Fp8GemmsRunOnTheFp8TensorCoresAndTheirCastsAreCounted) {
+  const std::string small = std::string(kSmall) + " runtime.dtype=bf16";
+  const nlohmann::json bf16 = costs(small);
+  const nlohmann::json fp8 = costs(small + " runtime.fp8=tensorwise");
+  EXPECT_EQ(fp8["fp8"], "tensorwise");
+  const double tensor = fp8["peaks"]["tensor_bf16_flops"], f8 = fp8["peaks"]["tensor_fp8_flops"];
+  EXPECT_NEAR(f8, tensor * 1978.9 / 989.4, 1e-6 * f8);
+  double fp8_gemm_flops = 0, amax_rows = 0, other_gemm_flops = 0;
+  for (const auto& r : fp8["ops"]) {
+    if (r["subtotal"]) continue;
+    const std::string name = r["name"], unit = r["unit"];
+    if (name.rfind("fp8_matmul", 0) == 0) {
+      EXPECT_EQ(unit, "tensor fp8") << name;
+      EXPECT_EQ(r["class"], "gemm");
+      long long M = 0, N = 0, K = 0;
+      ASSERT_EQ(std::sscanf(name.c_str(), "fp8_matmul M=%lld N=%lld K=%lld", &M, &N, &K), 3)
+          << name;
+      EXPECT_EQ(r["flops"].get<double>(), 2.0 * M * N * K * r["calls"].get<double>()) << name;
+      fp8_gemm_flops += r["flops"].get<double>();
+    } else if (r["class"] == "gemm") {
+      EXPECT_EQ(unit, "tensor bf16") << name;  // the LM head
+      other_gemm_flops += r["flops"].get<double>();
+    }
+    if (name.rfind("fp8_amax", 0) == 0) amax_rows += r["calls"].get<double>();
+  }
+  // Tensorwise, per linear and micro-batch: x and W in forward; dy, W and x
+  // in backward (scales are not kept from forward to backward; dy's serves
+  // both backward GEMMs). 2 blocks x 4 linears x 2 micro-batches.
+  EXPECT_GT(fp8_gemm_flops, 0);
+  EXPECT_EQ(amax_rows, 5.0 * 2 * 4 * 2);
+  // Every GEMM FLOP is still there, on one unit or the other.
+  EXPECT_NEAR(fp8_gemm_flops + other_gemm_flops, bf16["gemm_flops"].get<double>(),
+              1e-9 * bf16["gemm_flops"].get<double>());
+  EXPECT_EQ(fp8["model_flops"], bf16["model_flops"]);
+
+  std::string out;
+  EXPECT_EQ(test::run_command(kBin + " costs --config " + kSrc +
+                                  "/configs/gpt2_124m.yaml --hardware " + kSrc +
+                                  "/configs/hardware/a100.yaml runtime.dtype=bf16 runtime.fp8=rowwise",
+                              &out),
+            1);
+  EXPECT_NE(out.find("runtime.fp8=rowwise but"), std::string::npos) << out;
+  EXPECT_NE(out.find("has no fp8 tensor cores"), std::string::npos) << out;
+}
+
 // parallel.cp: the table is one cp rank's step (the last rank's). Its GEMMs
 // run on its T / cp rows; its attention is over blocks, each call costed
 // by the (query, key) pairs its causal mask leaves; the bytes its

@@ -479,6 +479,57 @@ TEST(Planner, RecomputeTradesStepTimeForActivationMemory) {
   }
 }
 
+// runtime.fp8 on an H100: the blocks' linear GEMMs at twice the bf16 rate,
+// the casts' traffic added; fp8_min_dim above every width leaves the plan
+// bf16's except nothing; memory does not change (fp8 keeps no state).
+TEST(Planner, Fp8SpeedsUpTheLinearGemmsAndCountsItsCasts) {
+  Config cfg = gpt2_xl();
+  cfg.runtime.dtype = ComputeDType::bf16;
+  PlanLayout l;
+  l.dp = 8;
+  l.micro_batch = 4;
+  const HardwareSpec hw = hardware("h100");
+  const Prediction bf16 = predict(cfg, hw, PlanCluster{8, 8}, l);
+  cfg.runtime.fp8 = Fp8Recipe::tensorwise;
+  const Prediction fp8 = predict(cfg, hw, PlanCluster{8, 8}, l);
+  ASSERT_TRUE(fp8.invalid.empty()) << fp8.invalid;
+  EXPECT_LT(fp8.compute_ms, bf16.compute_ms);
+  EXPECT_GT(fp8.memory_ms, bf16.memory_ms);
+  EXPECT_LT(fp8.step_ms, bf16.step_ms);
+  EXPECT_EQ(fp8.total_bytes(), bf16.total_bytes());
+  // The compute saved is the linear layers' time less that time at the
+  // fp8/bf16 peak ratio (1978.9 / 989.4, about 2): all four block linears of
+  // GPT-2 are fp8 (min_dim 0), the LM head and attention are not.
+  const MicroBatchFlops f = micro_batch_flops(cfg.model, 4, cfg.train.seq_len, 1);
+  const double linear_ms = 3.0 * f.linear / hw.achieved_flops(8) * 1e3 * fp8.accum;
+  EXPECT_NEAR(bf16.compute_ms - fp8.compute_ms,
+              linear_ms * (1.0 - hw.bf16_tflops / hw.fp8_tflops), 1e-6 * linear_ms);
+  const Fp8Work w = fp8_work(cfg.model, 4, cfg.train.seq_len, 1, 0);
+  EXPECT_DOUBLE_EQ(w.linear_share, 1.0);
+  // By hand, one block linear c_fc (4C, C) at R = 4 x 1024 rows: x R·C, W
+  // 4C·C, dy R·4C elements, each twice (two GEMMs), 4 bytes each.
+  const double R = 4.0 * cfg.train.seq_len, C = cfg.model.n_embd;
+  const double c_fc = 4.0 * 2.0 * (R * C + 4 * C * C + R * 4 * C);
+  const double c_attn = 4.0 * 2.0 * (R * C + 3 * C * C + R * 3 * C);
+  const double attn_proj = 4.0 * 2.0 * (R * C + C * C + R * C);
+  const double mlp_proj = 4.0 * 2.0 * (R * 4 * C + 4 * C * C + R * C);
+  EXPECT_DOUBLE_EQ(w.cast_bytes, cfg.model.n_layer * (c_fc + c_attn + attn_proj + mlp_proj));
+  EXPECT_NEAR(fp8.memory_ms - bf16.memory_ms, fp8.accum * w.cast_bytes / hw.memory_bytes_per_s(8) * 1e3,
+              1e-9 * fp8.memory_ms);
+  // fp8_min_dim past C: no layer is fp8, the plan is bf16's.
+  cfg.runtime.fp8_min_dim = cfg.model.n_embd + 1;
+  const Prediction none = predict(cfg, hw, PlanCluster{8, 8}, l);
+  EXPECT_DOUBLE_EQ(none.step_ms, bf16.step_ms);
+  // A mixture's experts stay bf16: only attention's qkv and out are fp8.
+  Config mix = cfg;
+  mix.model.arch = ModelArch::mixtral;
+  mix.model.n_experts = 8;
+  mix.model.experts_per_token = 2;
+  mix.model.n_kv_head = mix.model.n_head;
+  const BlockMatmuls b = block_matmuls(mix.model);
+  EXPECT_DOUBLE_EQ(fp8_work(mix.model, 4, 1024, 1, 0).linear_share, (b.qkv + b.out) / b.total());
+}
+
 TEST(PlanHardware, FilesLoadAndTyposAreErrors) {
   for (const char* name : {"h100", "h200", "a100", "cpu_reference"}) {
     const HardwareSpec hw = hardware(name);

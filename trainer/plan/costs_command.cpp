@@ -25,6 +25,11 @@ namespace {
 // The peaks of the three units an op can be bound by, and where they came from.
 struct UnitPeaks {
   double tensor_flops = 0;  // bf16 tensor cores, FLOP/s
+  // fp8 tensor cores (runtime.fp8's GEMMs), FLOP/s: the datasheet's fp8 peak
+  // scaled like the bf16 one (a measured or sustained bf16 rate times the
+  // datasheet's fp8/bf16 ratio, an estimate until a GPU measures fp8); 0
+  // where the hardware file names none.
+  double fp8_flops = 0;
   double fma_flops = 0;     // fp32 FMA (SIMT), FLOP/s
   double hbm_bytes = 0;     // device memory, bytes/s
   std::string source;
@@ -48,6 +53,7 @@ UnitPeaks unit_peaks(const HardwareSpec& hw) {
     p.hbm_bytes = hw.hbm_gbps * 1e9;
     p.source = "datasheet (" + hw.source + ")";
   }
+  if (hw.fp8_tflops > 0) p.fp8_flops = p.tensor_flops * hw.fp8_tflops / hw.bf16_tflops;
   return p;
 }
 
@@ -62,6 +68,7 @@ struct CostRow {
 // products: the backward's row dot (context parallelism) is a SIMT kernel
 // in either case.
 const char* unit_of(const std::string& op, OpClass cls, ComputeDType dtype, bool tc_attention) {
+  if (op.rfind("fp8_matmul", 0) == 0) return "tensor fp8";
   if (cls == OpClass::gemm) return dtype == ComputeDType::bf16 ? "tensor bf16" : "fma fp32";
   if (cls == OpClass::attention)
     return tc_attention && op.rfind("attention_row_dot", 0) != 0 ? "tensor bf16" : "fma fp32";
@@ -69,6 +76,7 @@ const char* unit_of(const std::string& op, OpClass cls, ComputeDType dtype, bool
 }
 
 double unit_flops(const std::string& unit, const UnitPeaks& p) {
+  if (unit == "tensor fp8") return p.fp8_flops;
   return unit == "tensor bf16" ? p.tensor_flops : p.fma_flops;
 }
 
@@ -122,6 +130,10 @@ int run_costs_command(const CostsArgs& a) {
          pc.pp * pc.dp * pc.fsdp * pc.tp,
          "); the table of such a layout is not implemented yet (parallel.cp runs one cp rank)");
   const UnitPeaks peaks = unit_peaks(hw);
+  if (cfg.runtime.fp8 != Fp8Recipe::off && !(peaks.fp8_flops > 0))
+    fail("costs: runtime.fp8=", to_string(cfg.runtime.fp8), " but ", a.hardware,
+         " gives no fp8_tflops: ", hw.name,
+         " has no fp8 tensor cores (fp8 GEMMs need sm_89 or newer: Ada, Hopper)");
   const TrainConfig& tc = cfg.train;
   // The trainer's choice of attention kernels (runtime.attention).
   const bool tc_attention = uses_tensor_core_attention(cfg);
@@ -236,12 +248,18 @@ int run_costs_command(const CostsArgs& a) {
   }
   o
     << "# peaks, " << peaks.source << ": tensor bf16 " << fixed(peaks.tensor_flops / 1e12, 1)
-    << " TFLOP/s, fma fp32 " << fixed(peaks.fma_flops / 1e12, 1) << " TFLOP/s, HBM "
+    << " TFLOP/s, "
+    << (peaks.fp8_flops > 0 ? "tensor fp8 " + fixed(peaks.fp8_flops / 1e12, 1) + " TFLOP/s, " : "")
+    << "fma fp32 " << fixed(peaks.fma_flops / 1e12, 1) << " TFLOP/s, HBM "
     << fixed(peaks.hbm_bytes / 1e9, 0) << " GB/s\n"
     << "# bytes: trainer/profile/op_costs.hpp's formulas, held to the bytes the kernels move "
        "on the emulated device (CudaTraffic); GEMM bytes at each operand's element size "
        "(cuBLASLt is not counted; they never set a GEMM's floor)\n"
     << "# floor = max(FLOPs / unit peak, bytes / HBM); step floor = the sum (one stream)\n";
+  if (cfg.runtime.fp8 != Fp8Recipe::off)
+    o << "# fp8 (runtime.fp8=" << to_string(cfg.runtime.fp8)
+      << "): each fp8_matmul's bytes include its quantising casts as separate passes (operand "
+         "read, fp8 written and read back); its amaxes are the fp8_amax rows\n";
   o << (tc_attention ? "# attention: the tensor-core kernels (runtime.attention), with the "
                        "backward's S and dP products computed twice\n"
                      : "# attention: the SIMT kernels (fp32 math; runtime.attention=simt, or "
@@ -269,6 +287,7 @@ int run_costs_command(const CostsArgs& a) {
   j["hardware"] = hw.name;
   j["peaks"] = {{"source", peaks.source},
                 {"tensor_bf16_flops", peaks.tensor_flops},
+                {"tensor_fp8_flops", peaks.fp8_flops},
                 {"fma_fp32_flops", peaks.fma_flops},
                 {"hbm_bytes_per_s", peaks.hbm_bytes}};
   j["step_floor_ms"] = step_s * 1e3;
@@ -277,6 +296,7 @@ int run_costs_command(const CostsArgs& a) {
   j["non_gemm_bytes"] = non_gemm_bytes;
   j["non_gemm_floor_ms"] = non_gemm_s * 1e3;
   j["attention"] = tc_attention ? "tensor_cores" : "simt";
+  j["fp8"] = to_string(cfg.runtime.fp8);
   if (pc.cp > 1) {
     j["cp"] = {{"cp", pc.cp},
                {"rank", cp_rank},

@@ -88,6 +88,7 @@ HardwareSpec load_hardware(const std::string& path) {
       else fail(path, ": backend: expected cuda or cpu, got '", b, "'");
     } else if (key == "bf16_tflops") hw.bf16_tflops = number(v, key, path);
     else if (key == "fp32_tflops") hw.fp32_tflops = number(v, key, path);
+    else if (key == "fp8_tflops") hw.fp8_tflops = number(v, key, path);
     else if (key == "hbm_gbps") hw.hbm_gbps = number(v, key, path);
     else if (key == "bf16_tflops_sustained") hw.bf16_tflops_sustained = number(v, key, path);
     else if (key == "hbm_gbps_sustained") hw.hbm_gbps_sustained = number(v, key, path);
@@ -100,7 +101,7 @@ HardwareSpec load_hardware(const std::string& path) {
     else if (key == "baseline_mib") hw.baseline_mib = number(v, key, path);
     else if (key == "shared_compute") hw.shared_compute = v.as<bool>();
     else
-      fail(path, ": unknown key '", key, "' (known: name, backend, bf16_tflops, fp32_tflops, "
+      fail(path, ": unknown key '", key, "' (known: name, backend, bf16_tflops, fp32_tflops, fp8_tflops, "
            "hbm_gbps, bf16_tflops_sustained, hbm_gbps_sustained, memory_gib, intra_node_gbps, "
            "inter_node_gbps, gpus_per_node, "
            "compute_efficiency, comm_efficiency, baseline_mib, shared_compute)");
@@ -108,6 +109,7 @@ HardwareSpec load_hardware(const std::string& path) {
   for (const auto& k : required)
     if (!seen.count(k)) fail(path, ": missing key '", k, "'");
   if (hw.gpus_per_node < 1) fail(path, ": gpus_per_node must be >= 1");
+  if (hw.fp8_tflops < 0) fail(path, ": fp8_tflops must be >= 0 (0: no fp8 tensor cores)");
   if (hw.bf16_tflops_sustained < 0 || hw.hbm_gbps_sustained < 0)
     fail(path, ": bf16_tflops_sustained and hbm_gbps_sustained must be >= 0");
   if (!(hw.peak_flops() > 0)) fail(path, ": the ", hw.peak_dtype(), " peak must be > 0");

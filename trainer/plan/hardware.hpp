@@ -25,6 +25,7 @@ struct HardwareSpec {
   std::string source;        // the file it came from, for messages
   PlanBackend backend = PlanBackend::cuda;
   double bf16_tflops = 0;    // dense, without sparsity
+  double fp8_tflops = 0;     // dense e4m3/e5m2 tensor cores; 0 = none (before sm_89)
   double fp32_tflops = 0;
   double hbm_gbps = 0;       // device memory bandwidth, GB/s (1e9 bytes)
   // Optional: what such a device sustains as read on one (0 = not given):

@@ -39,6 +39,13 @@ int run_plan_command(const PlanArgs& a) {
   const Config cfg = load_config(a.config, a.overrides);
   HardwareSpec hw = load_hardware(a.hardware);
   if (!a.peaks.empty()) apply_bench_peaks(hw, a.peaks);
+  if (cfg.runtime.fp8 != Fp8Recipe::off &&
+      (hw.backend != PlanBackend::cuda || !(hw.fp8_tflops > 0)))
+    fail("plan: runtime.fp8=", to_string(cfg.runtime.fp8), " but ", a.hardware, " (", hw.name,
+         ") ", hw.backend != PlanBackend::cuda
+                   ? "is a CPU: its fp8 path is the reference, not a speed-up, and is not planned"
+                   : "gives no fp8_tflops: it has no fp8 tensor cores (fp8 GEMMs need sm_89 or "
+                     "newer: Ada, Hopper)");
   if (!a.baseline_mib.empty()) {
     // The per-process memory of the binary in use (the sweep measures it:
     // a build with CUDA maps its libraries even into a CPU run).
@@ -91,6 +98,12 @@ int run_plan_command(const PlanArgs& a) {
   text << ", vocab " << m.vocab_size << ", seq " << cfg.train.seq_len << ", global batch "
        << cfg.train.global_batch << ") on " << hw.name << " [" << hw.source << "], "
        << hw.efficiency_note() << "\n";
+  if (cfg.runtime.fp8 != Fp8Recipe::off)
+    text << "# fp8: runtime.fp8=" << to_string(cfg.runtime.fp8)
+         << ", the blocks' linear GEMMs (each dimension >= fp8_min_dim="
+         << cfg.runtime.fp8_min_dim << ") at " << hw.fp8_tflops / hw.bf16_tflops
+         << "x the bf16 rate (fp8_tflops " << hw.fp8_tflops
+         << "), their amax and cast passes as memory traffic; MFU stays against the bf16 peak\n";
   for (size_t i = 0; i < gpus.size(); ++i) {
     PlanCluster c;
     c.devices = gpus[i];

@@ -153,6 +153,19 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   const int per_node = std::min(cluster.devices, cluster.devices_per_node);
   const double flops_per_s = hw.achieved_flops(per_node);
   const double mem_bw = hw.memory_bytes_per_s(per_node);
+  // runtime.fp8: the fp8 share of the blocks' linear FLOPs runs at the fp8
+  // rate (the bf16 one times the datasheet's fp8/bf16 ratio) and the casts
+  // add their traffic (step_model.hpp's fp8_work); the plan command has
+  // checked that the hardware has an fp8 peak.
+  const bool fp8 = cfg.runtime.fp8 != Fp8Recipe::off && hw.fp8_tflops > 0;
+  const Fp8Work f8 = fp8 ? fp8_work(m, l.micro_batch, t.seq_len, l.tp, cfg.runtime.fp8_min_dim, cp)
+                         : Fp8Work{};
+  const double fp8_speedup = fp8 ? hw.fp8_tflops / hw.bf16_tflops : 1.0;
+  // The time of `x`'s FLOPs, its fp8 share at the fp8 rate.
+  auto flops_ms = [&](const MicroBatchFlops& x) {
+    const double lin8 = x.linear * f8.linear_share;
+    return (x.total() - lin8 + lin8 / fp8_speedup) / flops_per_s * 1e3;
+  };
   // Activation traffic is what the step writes and reads, whatever it keeps:
   // recomputation writes the dropped tensors again (into one block's slot).
   std::vector<double> traffic;
@@ -173,6 +186,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   struct Work {
     MicroBatchFlops f, rf;
     double fwd_ms = 0, bwd_ms = 0, slot_ms = 0;
+    double cast_bytes = 0;  // runtime.fp8's amax and cast passes, per micro-batch
   };
   std::vector<Work> work;
   for (int r = 0; r < P; ++r) {
@@ -181,9 +195,11 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
     w.f = micro_batch_flops(m, l.micro_batch, t.seq_len, l.tp, share, cp);
     // Recomputation's forward work runs inside backward: it lengthens backward.
     w.rf = recompute_flops(m, l.micro_batch, t.seq_len, l.tp, t.recompute, share, cp);
-    w.fwd_ms = w.f.total() / flops_per_s * 1e3;
-    w.bwd_ms = 2 * w.fwd_ms + w.rf.total() / flops_per_s * 1e3;
-    w.slot_ms = w.fwd_ms + w.bwd_ms + 3.0 * traffic[static_cast<size_t>(r)] / mem_bw * 1e3;
+    w.fwd_ms = flops_ms(w.f);
+    w.bwd_ms = 2 * w.fwd_ms + flops_ms(w.rf);
+    w.cast_bytes = f8.cast_bytes * share.blocks / m.n_layer;
+    w.slot_ms = w.fwd_ms + w.bwd_ms +
+                (3.0 * traffic[static_cast<size_t>(r)] + w.cast_bytes) / mem_bw * 1e3;
     work.push_back(w);
   }
   const size_t slow = argmax(work, [](const Work& w) { return w.slot_ms; });
@@ -192,7 +208,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   const Work& w = work[slow];
   p.compute_ms = A * (w.fwd_ms + w.bwd_ms);
   const double owned_params = static_cast<double>(states[big].optimizer) / 8.0;  // m + v, fp32
-  const double mem_bytes = owned_params * 28.0 + 3.0 * A * traffic[slow];
+  const double mem_bytes = owned_params * 28.0 + A * (3.0 * traffic[slow] + w.cast_bytes);
   p.memory_ms = mem_bytes / mem_bw * 1e3;
   p.adamw_ms = owned_params * 28.0 / mem_bw * 1e3;
   // The pipeline's fill and drain: (p - 1) / v slots of the slowest stage
@@ -233,7 +249,9 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
 
   // Overlap: each part hidden up to the compute it runs under.
   if (l.tp > 1) {
-    const double linear_ms = A * (3.0 * w.f.linear + w.rf.linear) / flops_per_s * 1e3;
+    const double linear_ms = A * (3.0 * w.f.linear + w.rf.linear) *
+                             (1.0 - f8.linear_share + f8.linear_share / fp8_speedup) /
+                             flops_per_s * 1e3;
     p.tp_exposed_ms = l.tp_overlap ? std::max(0.0, p.tp_ms - linear_ms) : p.tp_ms;
   }
   if (l.fsdp > 1) {

@@ -41,6 +41,40 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
   return f;
 }
 
+Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int64_t min_dim,
+                 const PlanCp& cp) {
+  const BlockMatmuls b = block_matmuls(m);
+  const double C = m.n_embd, R = static_cast<double>(micro_batch) * (seq_len / cp.cp);
+  const double t = tp, L = m.n_layer;
+  // (out, in) of each layer's whole weight: qkv (Q + 2K, C), out (C, Q), up
+  // (its width, C), down (C, F); the weights per block give the widths.
+  struct Layer {
+    double out, in;
+    bool column;  // column-parallel (out split by tp) or row-parallel (in split)
+    bool fp8;
+  };
+  const double Q = b.out / C, F = m.moe() ? 0 : b.down / C;
+  const Layer layers[] = {
+      {b.qkv / C, C, true, true},
+      {C, Q, false, true},
+      {m.moe() ? 0 : b.up / C, C, true, !m.moe()},
+      {C, F, false, !m.moe()},
+  };
+  Fp8Work w;
+  double fp8_flops = 0;
+  for (const Layer& l : layers) {
+    if (!l.fp8 || std::min(l.out, l.in) < static_cast<double>(min_dim)) continue;
+    fp8_flops += l.out * l.in;
+    // One rank's operands: x (R, in), W (out, in) / tp, dy (R, out); the
+    // split side of x or dy is 1/tp (sequence parallelism gathers R whole).
+    const double x = R * l.in / (l.column ? 1 : t), dy = R * l.out / (l.column ? t : 1);
+    const double W = l.out * l.in / t;
+    w.cast_bytes += L * 4.0 * 2.0 * (x + W + dy);
+  }
+  w.linear_share = b.total() > 0 ? fp8_flops / b.total() : 0;
+  return w;
+}
+
 ModelShare whole_model(const ModelConfig& m) {
   ModelShare s;
   s.blocks = m.n_layer;

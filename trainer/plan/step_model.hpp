@@ -101,6 +101,25 @@ MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_l
                                 Recompute recompute, const ModelShare& share,
                                 const PlanCp& cp = {});
 
+// runtime.fp8 in the step model: which of the blocks' linear FLOPs run on
+// fp8 tensor cores and what the quantisation adds in memory traffic, one
+// rank, one micro-batch. The fp8 layers are the blocks' qkv, out, up and
+// down (a mixture's experts and router stay bf16) whose whole weight has no
+// dimension under runtime.fp8_min_dim, as Fp8Linear::applies decides.
+// Each fp8 GEMM quantises its two operands: the forward x and W, the input
+// gradient dy and W, the weight gradient dy and x again (rowwise requantises
+// them along the other dimension; tensorwise is counted the same). Each
+// operand costs an amax pass (2 bytes read per bf16 element), a cast (2 read,
+// 1 written) and the GEMM's 1-byte read where bf16 read 2: 4 bytes per
+// element beyond the bf16 GEMM, until the amaxes and casts are fused into
+// their producers (trainer/parallelize/fp8_linear.hpp).
+struct Fp8Work {
+  double linear_share = 0;  // of MicroBatchFlops::linear (and recompute's) on fp8
+  double cast_bytes = 0;    // one micro-batch's extra traffic, forward and backward
+};
+Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int64_t min_dim,
+                 const PlanCp& cp = {});
+
 // Forward + backward model FLOPs of one optimizer step over the whole job
 // (global_batch rows): MFU's numerator, model_flops() x tokens, the same
 // count the trainer's "mfu" metric uses (attention over the full T x T; the

@@ -49,6 +49,26 @@ OpCost matmul_backward_dgelu(int64_t R, int64_t C, int64_t OC, bool dbias, int64
   return c;
 }
 
+OpCost fp8_matmul(int64_t M, int64_t N, int64_t K, int64_t a_bytes, int64_t b_bytes,
+                  int64_t out_bytes, bool accumulate, int64_t bias_bytes,
+                  int64_t scale_elems) {
+  // each operand: read at its size, written and read again as fp8 (1 byte).
+  const double operands = d(M) * d(K) * d(a_bytes + 2) + d(N) * d(K) * d(b_bytes + 2);
+  const double out = d(M) * d(N) * d(out_bytes) * (accumulate ? 2.0 : 1.0);
+  return {2.0 * d(M) * d(N) * d(K),
+          operands + out + d(N) * d(bias_bytes) + kF * d(scale_elems)};
+}
+
+OpCost fp8_amax(int64_t R, int64_t C, int64_t x_bytes, int64_t amax_elems) {
+  return {d(R) * d(C), d(R) * d(C) * d(x_bytes) + kF * d(amax_elems)};
+}
+
+OpCost fp8_scale_from_amax(int64_t n) { return cost(d(n), 2.0 * d(n)); }
+
+OpCost bias_backward(int64_t R, int64_t OC, int64_t dout_bytes) {
+  return {d(R) * d(OC), d(R) * d(OC) * d(dout_bytes) + 2.0 * kF * d(OC)};
+}
+
 OpCost grouped_matmul_forward(int64_t N, int64_t C, int64_t OC, int64_t G, int64_t elem_bytes) {
   // reads inp, every group's weight, offsets; writes out.
   return {2.0 * d(N) * d(C) * d(OC),

@@ -92,6 +92,27 @@ OpCost grouped_matmul_forward(int64_t N, int64_t C, int64_t OC, int64_t G, int64
 OpCost grouped_matmul_backward(int64_t N, int64_t C, int64_t OC, int64_t G, bool dinp,
                                int64_t elem_bytes = 4);
 
+// The fp8 GEMM (Ops::fp8_matmul, runtime.fp8): out (M,N) = or += op(a)
+// (M,K) op(b)^T (N,K), each operand quantised to fp8 with its scales
+// first. FLOPs 2·M·N·K (the casts' multiplies ride in their passes and are
+// not model FLOPs). Bytes as the GPU path moves them, the quantising casts
+// as separate passes (cuBLASLt takes fp8 operands in memory): each operand
+// read at its element size (a_bytes, b_bytes) and written as fp8 (1 byte),
+// then read as fp8 by the GEMM; its scales (scale_elems of a and b, fp32)
+// read; out written (accumulate: read and written) at out_bytes, the bias
+// (N, bias_bytes, 0 for none) read. What fusing a cast into its producer
+// saves is the operand's fp8 write and read.
+OpCost fp8_matmul(int64_t M, int64_t N, int64_t K, int64_t a_bytes, int64_t b_bytes,
+                  int64_t out_bytes, bool accumulate, int64_t bias_bytes,
+                  int64_t scale_elems);
+// amax of x (R,C) at x_bytes over the tensor, rows or columns: x read once,
+// `amax_elems` fp32 written; a compare per element.
+OpCost fp8_amax(int64_t R, int64_t C, int64_t x_bytes, int64_t amax_elems);
+// n scales from n amaxes: n fp32 read, n written, a division each.
+OpCost fp8_scale_from_amax(int64_t n);
+// dbias (OC) fp32 += the column sums of dout (R,OC) at dout_bytes.
+OpCost bias_backward(int64_t R, int64_t OC, int64_t dout_bytes);
+
 // qkv (B,T,(NH + 2·KV)·hs) -> out (B,T,NH·hs) and `saved_elems` floats for
 // backward; act_bytes: qkv, out (dout, dqkv) element size. kv_heads: KV, the
 // key/value heads grouped-query attention shares (0: NH, multi-head). The

@@ -26,6 +26,13 @@ std::string gemm_shape(int64_t R, int64_t C, int64_t OC) {
   return fmt("M=%lld N=%lld K=%lld", R, OC, C);
 }
 
+// Whether the call's tensor `name` is accumulated into (+=), not assigned.
+bool accumulates(const OpCall& c, const char* name) {
+  for (int i = 0; i < c.num_tensors(); ++i)
+    if (std::strcmp(c.tensor(i).name, name) == 0) return c.tensor(i).access == Access::accumulate;
+  return false;
+}
+
 int64_t scalar_i(const OpCall& c, const char* name) { return static_cast<int64_t>(c.scalar(name)); }
 
 using Describe = OpDescription (*)(const OpCall&);
@@ -122,6 +129,41 @@ const Formula kFormulas[] = {
            gemm_shape(R, C, OC) + (dinp.empty() ? " (dW only)" : ""),
            op_cost::matmul_backward(R, C, OC, !dinp.empty(), !c.view("dbias").empty(),
                                     bytes_of(inp), dinp.empty() ? 4 : bytes_of(dinp))};
+     }},
+    {"fp8_matmul",
+     [](const OpCall& c) {
+       const TensorView& a = c.view("a");
+       const TensorView& b = c.view("b");
+       const TensorView& out = c.view("out");
+       const TensorView& bias = c.view("bias");
+       const bool at = c.scalar("a_transposed") != 0, bt = c.scalar("b_transposed") != 0;
+       const int64_t M = out.shape[0], N = out.shape[1], K = a.shape[at ? 0 : 1];
+       const bool accumulate = accumulates(c, "out");
+       const int64_t scales = c.view("a_scale").numel() + c.view("b_scale").numel();
+       return OpDescription{
+           fmt("M=%lld N=%lld K=%lld", M, N, K) + (at ? " aT" : "") + (bt ? " bT" : "") +
+               (scales > 2 ? " rowwise" : ""),
+           op_cost::fp8_matmul(M, N, K, bytes_of(a), bytes_of(b), bytes_of(out), accumulate,
+                               bias.empty() ? 0 : bytes_of(bias), scales)};
+     }},
+    {"fp8_amax",
+     [](const OpCall& c) {
+       const TensorView& x = c.view("x");
+       const int64_t R = x.shape[0], C = x.shape[1];
+       return OpDescription{fmt("R=%lld C=%lld", R, C),
+                            op_cost::fp8_amax(R, C, bytes_of(x), c.view("amax").numel())};
+     }},
+    {"fp8_scale_from_amax",
+     [](const OpCall& c) {
+       const int64_t n = c.view("scale").numel();
+       return OpDescription{fmt("n=%lld", n), op_cost::fp8_scale_from_amax(n)};
+     }},
+    {"bias_backward",
+     [](const OpCall& c) {
+       const TensorView& dout = c.view("dout");
+       const int64_t R = dout.shape[0], OC = dout.shape[1];
+       return OpDescription{fmt("R=%lld OC=%lld", R, OC),
+                            op_cost::bias_backward(R, OC, bytes_of(dout))};
      }},
     {"grouped_matmul_forward",
      [](const OpCall& c) {
