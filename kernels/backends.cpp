@@ -44,7 +44,12 @@ CudaBackend make_cuda_backend(const CudaBackendOptions& options) {
   CudaBackend b;
   b.stream = ops->stream();
   cudaDeviceProp prop{};
-  b.device_name = cudaGetDeviceProperties(&prop, o.device) == cudaSuccess ? prop.name : "?";
+  if (cudaGetDeviceProperties(&prop, o.device) == cudaSuccess) {
+    b.device_name = prop.name;
+    b.compute_capability = prop.major * 10 + prop.minor;
+  } else {
+    b.device_name = "?";
+  }
   b.ops = std::move(ops);
   return b;
 #else

@@ -24,6 +24,7 @@ struct CudaBackend {
   std::unique_ptr<Ops> ops;
   void* stream = nullptr;   // the compute stream its ops run on (a cudaStream_t)
   std::string device_name;  // "NVIDIA H200", or "?" when the driver does not say
+  int compute_capability = 0;  // major x 10 + minor (90: sm_90), 0 when the driver does not say
 };
 // A CudaOps on `options.device`. Throws gt::Error in a build without CUDA.
 CudaBackend make_cuda_backend(const CudaBackendOptions& options);

@@ -48,6 +48,7 @@
 
 #include "kernels/cuda/cuda_resources.hpp"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_fp8.cuh"
 #include "kernels/cuda/upload_staging.hpp"
 #include "kernels/ops.hpp"
 
@@ -145,6 +146,15 @@ class CudaOps final : public Ops {
                                 TensorView dout, TensorView inp, TensorView weight,
                                 TensorView pre) override;
   void do_add_bias(TensorView out, TensorView bias) override;
+  // The fp8 path (cuda_ops_fp8.cpp): the quantising casts into scratch and
+  // cuBLASLt's fp8 matmul on its own context, created by the first
+  // fp8_matmul (its workspace counted in device_bytes_in_use from then on).
+  void do_bias_backward(TensorView dbias, TensorView dout) override;
+  void do_fp8_amax(TensorView amax, TensorView x, Fp8Reduce over) override;
+  void do_fp8_scale_from_amax(TensorView scale, TensorView amax, Fp8Format format,
+                              bool pow2) override;
+  void do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
+                     TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec) override;
 
   void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                             int n_kv_head) override;
@@ -246,6 +256,7 @@ class CudaOps final : public Ops {
   CudaContextOptions options_;
   cuda::CudaStream stream_;
   cuda::GemmContext gemm_;
+  std::unique_ptr<cuda::Fp8GemmContext> fp8_gemm_;  // the first fp8_matmul creates it
   cuda::DeviceBuffer scratch_;
   cuda::PinnedBuffer host_result_;  // one double for sum_squares
   cuda::UploadStaging uploads_;     // pinned staging: upload() never waits for the GPU

@@ -64,7 +64,8 @@ void CudaOps::download(void* host, TensorView src) {
 
 int64_t CudaOps::device_bytes_in_use() const {
   return buffer_bytes_ + static_cast<int64_t>(scratch_.bytes()) +
-         static_cast<int64_t>(options_.workspace_bytes);
+         static_cast<int64_t>(options_.workspace_bytes) *
+             (fp8_gemm_ ? 2 : 1);  // the fp8 context's workspace is the same size
 }
 
 void CudaOps::count_buffer_bytes(int64_t delta) {

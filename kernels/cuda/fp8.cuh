@@ -17,6 +17,24 @@
 //   * quantize_rows: x (rows, cols) row-major; each row's power-of-two scale
 //     from its own amax, written to scales[row] and inv_scales[row], and its
 //     codes to q (rows, cols). One block per row.
+//   * amax_rows / amax_cols: x (rows, cols) row-major; amax[r] (rows) or
+//     amax[c] (cols) ASSIGNED the largest |x| of that row or column (NaN
+//     if any is NaN); cols in two passes through scratch (row slices per
+//     block, then their max), no atomics.
+//   * scales may be written in place over amax (scale == amax); inv_scale
+//     may be null (not written).
+//   * inverse_scales: inv[i] = 1 / scale[n_scale == 1 ? 0 : i], count
+//     values: a single scale broadcast to a vector where the GEMM needs
+//     one per row.
+//   * quantize_scaled: q (rows, ldq) row-major, q[r][c] = fp8(op(x)[r][c] x
+//     scale[per_row ? r : 0]) for c < cols and 0 for cols <= c < ldq (zero
+//     codes pad a row to cuBLASLt's multiple of 16, adding nothing to a
+//     dot product); op(x) is x (rows, cols), or x (cols, rows) read
+//     transposed when `transposed` (through shared-memory tiles, so both
+//     reads and writes stay coalesced).
+//   * epilogue: out (rows, cols) = (accumulate ? out : 0) + tmp + bias[c],
+//     summed in fp32 and rounded once to out's type; tmp fp32 with row
+//     stride ldt, bias (cols) fp32 or bf16 or null.
 //   * x fp32 or bf16 (the activations of bf16 storage); q, scales and x must
 //     not overlap.
 //
@@ -39,8 +57,32 @@ void fp8_amax(float* amax, const float* x, int64_t n, float* scratch, cudaStream
 void fp8_amax(float* amax, const __nv_bfloat16* x, int64_t n, float* scratch,
               cudaStream_t stream);
 
+void fp8_amax_rows(float* amax, const float* x, int64_t rows, int64_t cols, cudaStream_t stream);
+void fp8_amax_rows(float* amax, const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                   cudaStream_t stream);
+// Floats of device scratch fp8_amax_cols needs for (rows, cols).
+int64_t fp8_amax_cols_scratch_floats(int64_t rows, int64_t cols);
+void fp8_amax_cols(float* amax, const float* x, int64_t rows, int64_t cols, float* scratch,
+                   cudaStream_t stream);
+void fp8_amax_cols(float* amax, const __nv_bfloat16* x, int64_t rows, int64_t cols,
+                   float* scratch, cudaStream_t stream);
+
 void fp8_scales(float* scale, float* inv_scale, const float* amax, int64_t count, Fp8Format f,
                 bool pow2, cudaStream_t stream);
+void fp8_inverse_scales(float* inv, const float* scale, int64_t n_scale, int64_t count,
+                        cudaStream_t stream);
+
+void fp8_quantize_scaled(uint8_t* q, int64_t ldq, const float* x, int64_t rows, int64_t cols,
+                         bool transposed, const float* scale, bool per_row, Fp8Format f,
+                         cudaStream_t stream);
+void fp8_quantize_scaled(uint8_t* q, int64_t ldq, const __nv_bfloat16* x, int64_t rows,
+                         int64_t cols, bool transposed, const float* scale, bool per_row,
+                         Fp8Format f, cudaStream_t stream);
+
+// out: fp32 or bf16 (out_bf16); bias: fp32, bf16 (bias_bf16) or null.
+void fp8_epilogue(void* out, bool out_bf16, const float* tmp, int64_t ldt, const void* bias,
+                  bool bias_bf16, int64_t rows, int64_t cols, bool accumulate,
+                  cudaStream_t stream);
 
 void fp8_quantize(uint8_t* q, const float* x, int64_t n, const float* scale, Fp8Format f,
                   cudaStream_t stream);

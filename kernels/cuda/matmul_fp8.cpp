@@ -71,6 +71,7 @@ std::string describe(const Fp8GemmArgs& g) {
                               " x ", name(g.b_format), "->", dtype_name(g.d_type),
                               g.rowwise ? " rowwise" : " tensorwise", " lda=", g.lda,
                               " ldb=", g.ldb, " ldd=", g.ldd,
+                              g.accumulate ? " accumulate" : "",
                               g.fast_accum ? " fast_accum" : "");
 }
 
@@ -159,7 +160,7 @@ void Fp8GemmContext::run(const Fp8GemmArgs& args, cudaStream_t stream) {
   if (g.M == 0 || g.N == 0) return;
   Plan& p = impl_->plan_for(g);
   Impl::set_scales(p.desc.get(), g);
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
   CUBLAS_CHECK(cublasLtMatmul(impl_->handle.get(), p.desc.get(), &alpha, g.B, p.a.get(), g.A,
                               p.b.get(), &beta, g.D, p.d.get(), g.D, p.d.get(), &p.algo,
                               impl_->workspace.data(), impl_->workspace.bytes(), stream));

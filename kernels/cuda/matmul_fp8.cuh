@@ -11,7 +11,8 @@
 //     the same mode. null: 1.
 //   * lda, ldb: row strides in elements (0: K), multiples of 16, and A and B
 //     16-byte aligned (the library's fp8 rule; refused here by name).
-//   * D ASSIGNED (beta 0); ldd its row stride (0: N).
+//   * D ASSIGNED (beta 0), or with `accumulate` added to (beta 1, C = D);
+//     ldd its row stride (0: N).
 //   * fast_accum: Hopper's faster, less precise accumulation (torchao turns
 //     it on for the forward GEMM only).
 //   * Plans are cached per shape and configuration, like GemmContext's.
@@ -44,6 +45,7 @@ struct Fp8GemmArgs {
   void* D = nullptr;
   DType d_type = DType::bf16;
   int64_t ldd = 0;
+  bool accumulate = false;
   bool fast_accum = false;
 };
 

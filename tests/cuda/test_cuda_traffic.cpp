@@ -25,6 +25,7 @@
 
 #include "cuda_test_util.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/layernorm.cuh"
 #include "test_util.hpp"
 #include "trainer/profile/op_costs.hpp"
@@ -159,6 +160,22 @@ TEST(CudaTraffic, EveryOpsByteFormulaMatchesTheBytesItsKernelsMove) {
                                 gt::test::dev_view(half, DType::bf16, {n}), TensorView{}, runs,
                                 {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 3});
         }));
+
+  // The fp8 path's amaxes (one read of x; the tensor's and the columns'
+  // partial maxima go through a page of scratch each) and the bias gradient.
+  DeviceArray<float> amax_r(R, s), amax_c(C, s), amax_t(1, s);
+  check("fp8_amax tensor", gt::op_cost::fp8_amax(R, C, 4, 1),
+        count(s, [&] { ops.fp8_amax(f32(amax_t, {1}), f32(x, {R, C}), gt::Fp8Reduce::tensor); }),
+        2.0 * 4096, "the blocks' maxima written and read back (scratch)");
+  check("fp8_amax rows", gt::op_cost::fp8_amax(R, C, 4, R),
+        count(s, [&] { ops.fp8_amax(f32(amax_r, {R}), f32(x, {R, C}), gt::Fp8Reduce::rows); }));
+  check("fp8_amax cols", gt::op_cost::fp8_amax(R, C, 4, C),
+        count(s, [&] { ops.fp8_amax(f32(amax_c, {C}), f32(x, {R, C}), gt::Fp8Reduce::cols); }),
+        2.0 * 4.0 * C, "each row slice's column maxima written and read back (scratch)");
+  check("bias_backward", gt::op_cost::bias_backward(R, C, 4),
+        count(s, [&] { ops.bias_backward(f32(db, {C}), f32(x, {R, C})); }),
+        2.0 * 4.0 * static_cast<double>(gt::cuda::column_sum_scratch_floats(R, C)),
+        "the row blocks' partial sums written and read back (scratch)");
 
   // The LM head's cross-entropy at a padded vocabulary, fp32 and bf16 logits.
   const int64_t Rl = 64, V = 4096, vocab = 4000;

@@ -62,22 +62,25 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
     b.describe = detail::concat("cpu (", threads, " thread", threads == 1 ? "" : "s", ")");
     return b;
   }
-  // The CUDA fp8 kernels and cuBLASLt fp8 matmuls exist and are checked on
-  // the emulated device (tests/cuda/test_cuda_fp8.cpp), but CudaOps does not
-  // run the fp8 linear layers' ops yet: refuse before any rank builds a model.
-  if (cfg.runtime.fp8 != Fp8Recipe::off)
-    fail("runtime.fp8=", to_string(cfg.runtime.fp8), " (", cfg.source,
-         "): fp8 training runs on the CPU backend only so far; the CUDA backend's fp8 linear "
-         "layers are not wired in yet (issue 31). Use runtime.device=cpu, or runtime.fp8=off");
   CudaBackendOptions o;
   o.device = cuda_device_for_rank(env.local_rank, gpus);
   o.attention_tensor_cores = uses_tensor_core_attention(cfg);
   CudaBackend cuda = make_cuda_backend(o);
+  // fp8 tensor cores (cuBLASLt's fp8 matmuls) start at sm_89: Ada, Hopper.
+  if (cfg.runtime.fp8 != Fp8Recipe::off && cuda.compute_capability > 0 &&
+      cuda.compute_capability < 89)
+    fail("runtime.fp8=", to_string(cfg.runtime.fp8), " (", cfg.source, "): cuda:", o.device,
+         " (", cuda.device_name, ") is sm_", cuda.compute_capability,
+         "; fp8 GEMMs need sm_89 or newer (Ada, Hopper). Use runtime.fp8=off on this GPU");
   b.cuda_device = o.device;
   b.cuda_stream = cuda.stream;
   b.describe =
       detail::concat("cuda:", o.device, " (", cuda.device_name, ", ", to_string(cfg.runtime.dtype),
-                     ", ", o.attention_tensor_cores ? "tensor-core" : "SIMT", " attention)");
+                     ", ", o.attention_tensor_cores ? "tensor-core" : "SIMT", " attention",
+                     cfg.runtime.fp8 != Fp8Recipe::off
+                         ? detail::concat(", fp8 ", to_string(cfg.runtime.fp8), " linears")
+                         : std::string(),
+                     ")");
   b.ops = std::move(cuda.ops);
   return b;
 }

@@ -1,0 +1,238 @@
+// The fp8 ops of CudaOps (kernels/cuda/cuda_ops_fp8.cpp: the runtime.fp8
+// linear layers' path) against CpuOps, the twin: fp8_amax over the tensor,
+// its rows and its columns (fp32 and bf16, a NaN propagated), the scales
+// bit for bit, bias_backward, and fp8_matmul in every form the layers call
+// it: each operand read as stored or transposed, e4m3 and e5m2, tensorwise,
+// rowwise and one of each, a K that is not a multiple of 16 (the codes'
+// zero padding), fp32 and bf16 inputs and outputs, with a bias of either
+// type, and accumulating into fp32. Both backends quantise the same values
+// with the same scales to the same codes; the GEMMs then differ only by
+// their fp32 summation order (and bf16's final rounding). Refusals by name:
+// two e5m2 operands.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cuda/cuda_ops.hpp"
+#include "test_util.hpp"
+
+namespace gt {
+namespace {
+
+using test::DeviceArray;
+using test::random_vector;
+
+// One tensor on both backends: host values (bf16-rounded when bf16) and a
+// device copy; cpu() / gpu() views of it.
+struct Both {
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<float> host;       // the fp32 backing (or the bf16 values as floats)
+  std::vector<uint16_t> host16;  // the bf16 backing
+  std::unique_ptr<DeviceArray<float>> dev;
+  std::unique_ptr<DeviceArray<uint16_t>> dev16;
+
+  Both(std::vector<float> values, DType t, std::vector<int64_t> s, cudaStream_t stream)
+      : dtype(t), shape(std::move(s)) {
+    if (t == DType::bf16) {
+      host16 = test::to_bf16(values);
+      dev16 = std::make_unique<DeviceArray<uint16_t>>(host16, stream);
+    } else {
+      host = std::move(values);
+      dev = std::make_unique<DeviceArray<float>>(host, stream);
+    }
+  }
+  TensorView view(void* p, Device d) const {
+    return shape.size() == 1 ? make_view(p, dtype, d, {shape[0]})
+                             : make_view(p, dtype, d, {shape[0], shape[1]});
+  }
+  TensorView cpu() {
+    return view(dtype == DType::bf16 ? static_cast<void*>(host16.data()) : host.data(),
+                Device::cpu);
+  }
+  TensorView gpu() {
+    return view(dtype == DType::bf16 ? static_cast<void*>(dev16->get()) : dev->get(),
+                Device::cuda);
+  }
+  // Both sides' current values as floats.
+  std::vector<float> cpu_values() const {
+    return dtype == DType::bf16 ? test::from_bf16(host16) : host;
+  }
+  std::vector<float> gpu_values() const {
+    return dtype == DType::bf16 ? test::from_bf16(dev16->download()) : dev->download();
+  }
+};
+
+class CudaFp8Ops : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    cuda_ = std::make_unique<CudaOps>();
+    cpu_ = make_cpu_ops(1);
+  }
+  Both make(std::vector<float> v, DType t, std::vector<int64_t> shape) {
+    return Both(std::move(v), t, std::move(shape), cuda_->stream());
+  }
+  std::unique_ptr<CudaOps> cuda_;
+  std::unique_ptr<Ops> cpu_;
+};
+
+TEST_F(CudaFp8Ops, AmaxesOverTheTensorRowsAndColumnsMatchTheCpu) {
+  const int64_t R = 37, C = 129;
+  for (DType t : {DType::f32, DType::bf16})
+    for (bool nan : {false, true}) {
+      std::vector<float> x = random_vector(R * C, 5, -3.f, 3.f);
+      if (nan) x[static_cast<size_t>(11 * C + 40)] = std::numeric_limits<float>::quiet_NaN();
+      Both xb = make(x, t, {R, C});
+      for (Fp8Reduce over : {Fp8Reduce::tensor, Fp8Reduce::rows, Fp8Reduce::cols}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " " + fp8_reduce_name(over) +
+                     (nan ? " with a NaN" : ""));
+        const int64_t n = over == Fp8Reduce::tensor ? 1 : over == Fp8Reduce::rows ? R : C;
+        Both amax = make(std::vector<float>(static_cast<size_t>(n), -1.f), DType::f32, {n});
+        cpu_->fp8_amax(amax.cpu(), xb.cpu(), over);
+        cuda_->fp8_amax(amax.gpu(), xb.gpu(), over);
+        const std::vector<float> want = amax.cpu_values(), got = amax.gpu_values();
+        for (int64_t i = 0; i < n; ++i) {
+          if (std::isnan(want[static_cast<size_t>(i)])) {
+            EXPECT_TRUE(std::isnan(got[static_cast<size_t>(i)])) << i;
+          } else {
+            EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
+          }
+        }
+        // The NaN reaches the slice holding it (the comparison above holds
+        // every other slice to the CPU's).
+        if (nan) {
+          const size_t at = over == Fp8Reduce::tensor ? 0 : over == Fp8Reduce::rows ? 11 : 40;
+          EXPECT_TRUE(std::isnan(got[at]));
+        }
+      }
+    }
+}
+
+TEST_F(CudaFp8Ops, ScalesMatchTheCpuBitForBitAndMayOverwriteTheAmaxes) {
+  const std::vector<float> amax = {0.f, 1e-20f, 0.37f, 1.f, 448.f, 3e4f, 1e9f};
+  const int64_t n = static_cast<int64_t>(amax.size());
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (bool pow2 : {false, true}) {
+      SCOPED_TRACE(std::string(fp8_format_name(f)) + (pow2 ? " pow2" : ""));
+      Both a = make(amax, DType::f32, {n});
+      cpu_->fp8_scale_from_amax(a.cpu(), a.cpu(), f, pow2);  // in place
+      cuda_->fp8_scale_from_amax(a.gpu(), a.gpu(), f, pow2);
+      EXPECT_TRUE(test::bitwise_equal(a.gpu_values(), a.cpu_values()));
+    }
+}
+
+TEST_F(CudaFp8Ops, BiasBackwardAccumulatesTheColumnSums) {
+  const int64_t R = 130, OC = 37;
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Both dout = make(random_vector(R * OC, 3), t, {R, OC});
+    Both dbias = make(random_vector(OC, 4), DType::f32, {OC});
+    cpu_->bias_backward(dbias.cpu(), dout.cpu());
+    cuda_->bias_backward(dbias.gpu(), dout.gpu());
+    EXPECT_TRUE(test::all_close(dbias.gpu_values(), dbias.cpu_values(), 1e-5f, 1e-5f));
+  }
+}
+
+struct GemmCase {
+  int64_t M, N, K;
+  bool a_t, b_t;
+  Fp8Format fa, fb;
+  int scales;  // 0 tensorwise, 1 rowwise, 2 a rowwise and b tensorwise
+  DType in, out;
+  int bias;  // 0 none, 1 fp32, 2 bf16
+  bool accumulate;
+};
+
+std::string describe(const GemmCase& c) {
+  return detail::concat("M=", c.M, " N=", c.N, " K=", c.K, c.a_t ? " aT" : "", c.b_t ? " bT" : "",
+                        " ", fp8_format_name(c.fa), "x", fp8_format_name(c.fb),
+                        c.scales == 0   ? " tensorwise"
+                        : c.scales == 1 ? " rowwise"
+                                        : " mixed",
+                        " in ", dtype_name(c.in), " out ", dtype_name(c.out),
+                        c.bias == 1   ? " bias f32"
+                        : c.bias == 2 ? " bias bf16"
+                                      : "",
+                        c.accumulate ? " accumulate" : "");
+}
+
+// The shapes and forms the fp8 linear layers call (tp_layers_fp8.cpp):
+// forward (x W^T, bias), input gradient (dy W, W read transposed), weight
+// gradient (dy^T x accumulated, both read transposed), plus odd sizes.
+const GemmCase kGemms[] = {
+    {7, 13, 5, false, false, Fp8Format::e4m3, Fp8Format::e4m3, 0, DType::f32, DType::f32, 0, false},
+    {33, 40, 64, false, false, Fp8Format::e4m3, Fp8Format::e4m3, 0, DType::bf16, DType::bf16, 2, false},
+    {33, 40, 64, false, false, Fp8Format::e4m3, Fp8Format::e4m3, 1, DType::bf16, DType::bf16, 1, false},
+    {33, 40, 100, false, true, Fp8Format::e5m2, Fp8Format::e4m3, 0, DType::bf16, DType::bf16, 0, false},
+    {33, 40, 100, false, true, Fp8Format::e4m3, Fp8Format::e4m3, 1, DType::bf16, DType::f32, 0, false},
+    {40, 24, 33, true, true, Fp8Format::e5m2, Fp8Format::e4m3, 0, DType::bf16, DType::f32, 0, true},
+    {40, 24, 33, true, true, Fp8Format::e4m3, Fp8Format::e4m3, 1, DType::f32, DType::f32, 0, true},
+    {17, 29, 48, true, false, Fp8Format::e4m3, Fp8Format::e5m2, 2, DType::f32, DType::bf16, 1, false},
+    {64, 96, 130, false, false, Fp8Format::e4m3, Fp8Format::e4m3, 2, DType::bf16, DType::f32, 2, false},
+};
+
+TEST_F(CudaFp8Ops, MatmulMatchesTheTwinInEveryFormTheLayersUse) {
+  for (const GemmCase& c : kGemms) {
+    SCOPED_TRACE(describe(c));
+    // Values spread over several binades, so the codes are not all alike.
+    std::vector<float> av = random_vector(c.M * c.K, 21, -2.f, 2.f);
+    std::vector<float> bv = random_vector(c.N * c.K, 22, -0.5f, 0.5f);
+    av[3] *= 40.f;
+    Both a = make(av, c.in, c.a_t ? std::vector<int64_t>{c.K, c.M} : std::vector<int64_t>{c.M, c.K});
+    Both b = make(bv, c.in, c.b_t ? std::vector<int64_t>{c.K, c.N} : std::vector<int64_t>{c.N, c.K});
+    // Scales as the layers make them: amax over the operand's rows (as read)
+    // or the whole tensor, then fp8_scale_from_amax, on the CPU; the same
+    // values go to the device.
+    auto scales = [&](Both& x, bool transposed, bool rowwise, Fp8Format f, int64_t rows) {
+      const Fp8Reduce over = !rowwise ? Fp8Reduce::tensor
+                                      : transposed ? Fp8Reduce::cols : Fp8Reduce::rows;
+      const int64_t n = rowwise ? rows : 1;
+      std::vector<float> s(static_cast<size_t>(n));
+      cpu_->fp8_amax(make_view(s.data(), DType::f32, Device::cpu, {n}), x.cpu(), over);
+      cpu_->fp8_scale_from_amax(make_view(s.data(), DType::f32, Device::cpu, {n}),
+                                make_view(s.data(), DType::f32, Device::cpu, {n}), f, rowwise);
+      return make(s, DType::f32, {n});
+    };
+    Both sa = scales(a, c.a_t, c.scales >= 1, c.fa, c.M);
+    Both sb = scales(b, c.b_t, c.scales == 1, c.fb, c.N);
+    Both out = make(random_vector(c.M * c.N, 23), c.out, {c.M, c.N});
+    Both bias = make(random_vector(c.N, 24), c.bias == 2 ? DType::bf16 : DType::f32, {c.N});
+    Fp8MatmulSpec spec;
+    spec.a_format = c.fa;
+    spec.b_format = c.fb;
+    spec.a_transposed = c.a_t;
+    spec.b_transposed = c.b_t;
+    spec.accumulate = c.accumulate;
+    spec.fast_accum = !c.accumulate;  // a hint: the emulator and the CPU sum in fp32 either way
+    cpu_->fp8_matmul(out.cpu(), a.cpu(), sa.cpu(), b.cpu(), sb.cpu(),
+                     c.bias ? bias.cpu() : TensorView{}, spec);
+    cuda_->fp8_matmul(out.gpu(), a.gpu(), sa.gpu(), b.gpu(), sb.gpu(),
+                      c.bias ? bias.gpu() : TensorView{}, spec);
+    const std::vector<float> want = out.cpu_values(), got = out.gpu_values();
+    // fp32 sums of K products of dequantised values up to ~80 in magnitude,
+    // in two orders; bf16 outputs one rounding step apart at most.
+    const float rtol = c.out == DType::bf16 ? 8e-3f : 1e-5f;
+    const float atol = c.out == DType::bf16 ? 1e-2f : 1e-5f * std::sqrt(static_cast<float>(c.K)) * 10;
+    EXPECT_TRUE(test::all_close(got, want, atol, rtol));
+  }
+}
+
+TEST_F(CudaFp8Ops, TwoE5m2OperandsAreRefusedByName) {
+  Both a = make(random_vector(16 * 16, 1), DType::f32, {16, 16});
+  Both s = make({1.f}, DType::f32, {1});
+  Both out = make(std::vector<float>(256), DType::f32, {16, 16});
+  Fp8MatmulSpec spec;
+  spec.a_format = spec.b_format = Fp8Format::e5m2;
+  const std::string msg = test::error_message(
+      [&] { cuda_->fp8_matmul(out.gpu(), a.gpu(), s.gpu(), a.gpu(), s.gpu(), TensorView{}, spec); });
+  EXPECT_NE(msg.find("CudaOps::fp8_matmul: a and b cannot both be e5m2"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace gt
