@@ -204,8 +204,16 @@ class Ops {
   // or (N). a, b fp32 or bf16; products accumulate in fp32; out fp32 or bf16
   // (rounded once, after the bias, which is fp32 or bf16 and may be
   // empty()). spec.accumulate: out fp32 and added to, bias empty.
+  // b may also be fp8 codes (u8) already quantised: b = fp8(op(b)' x sb) in
+  // spec.b_format (a weight quantised on its shard and all-gathered in fp8,
+  // parallel.fp8_allgather); then it is read as it is, never requantised,
+  // and b_scale is the scale it was quantised with.
   void fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
                   TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec);
+  // q (u8, any shape) ASSIGNED fp8(x x scale) in `format`, x (fp32 or bf16,
+  // the same number of elements) and scale (1) fp32: the quantising cast of
+  // fp8_matmul on its own, rounded to nearest even and saturated.
+  void fp8_quantize(TensorView q, TensorView x, TensorView scale, Fp8Format format);
 
   // Causal multi-head self-attention with 1/sqrt(head_dim) scaling.
   // qkv (B,T,3C) laid out [q | k | v] along the last dim, head h using columns
@@ -568,6 +576,7 @@ class Ops {
                                       bool pow2);
   virtual void do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
                              TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec);
+  virtual void do_fp8_quantize(TensorView q, TensorView x, TensorView scale, Fp8Format format);
   // n_kv_head is resolved (never 0) and divides n_head.
   virtual void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                                     int n_kv_head) = 0;

@@ -104,7 +104,7 @@ void Ops::fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorVie
   scale_shape(c, a_scale, "a_scale", M);
   scale_shape(c, b_scale, "b_scale", N);
   f32_or_bf16(c, a, "a");
-  f32_or_bf16(c, b, "b");
+  if (b.dtype != DType::u8) f32_or_bf16(c, b, "b");
   f32_or_bf16(c, out, "out");
   if (!bias.empty()) f32_or_bf16(c, bias, "bias");
   if (spec.accumulate) {
@@ -113,6 +113,22 @@ void Ops::fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorVie
   }
   Scope scope(*this, call);
   if (scope.run()) do_fp8_matmul(out, a, a_scale, b, b_scale, bias, spec);
+}
+
+void Ops::fp8_quantize(TensorView q, TensorView x, TensorView scale, Fp8Format format) {
+  OpCall call("fp8_quantize", OpClass::elementwise);
+  call.write("q", q).read("x", x).read("scale", scale);
+  call.scalar("format", static_cast<double>(format));
+  const Contract c{*this, call.name()};
+  if (q.dtype != DType::u8) c.fail("q must be fp8 codes (u8), got ", dtype_name(q.dtype));
+  f32_or_bf16(c, x, "x");
+  if (q.numel() != x.numel())
+    c.fail("q ", q.shape_str(), " and x ", x.shape_str(), " differ in size");
+  c.ndim(scale, "scale", 1, "(1)");
+  if (scale.shape[0] != 1) c.fail("scale must be (1), got ", scale.shape_str());
+  f32(c, scale, "scale");
+  Scope scope(*this, call);
+  if (scope.run()) do_fp8_quantize(q, x, scale, format);
 }
 
 // ---- defaults: a backend without these ops -------------------------------------
@@ -129,6 +145,9 @@ void Ops::do_fp8_scale_from_amax(TensorView, TensorView, Fp8Format, bool) {
 void Ops::do_fp8_matmul(TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
                         const Fp8MatmulSpec&) {
   fail(backend_name(), "::fp8_matmul is not implemented on this backend (runtime.fp8)");
+}
+void Ops::do_fp8_quantize(TensorView, TensorView, TensorView, Fp8Format) {
+  fail(backend_name(), "::fp8_quantize is not implemented on this backend (runtime.fp8)");
 }
 
 }  // namespace gt

@@ -11,6 +11,7 @@ const char* dtype_name(DType t) {
     case DType::f32: return "fp32";
     case DType::bf16: return "bf16";
     case DType::i32: return "int32";
+    case DType::u8: return "fp8 codes (u8)";
   }
   return "?";
 }

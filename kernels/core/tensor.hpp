@@ -15,10 +15,14 @@
 
 namespace gt {
 
-enum class DType { f32, bf16, i32 };
+// u8: fp8 codes (e4m3 or e5m2, the op says which; kernels/core/fp8.hpp), which
+// only the fp8 ops take.
+enum class DType { f32, bf16, i32, u8 };
 enum class Device { cpu, cuda };
 
-inline size_t dtype_size(DType t) { return t == DType::bf16 ? 2 : 4; }
+inline size_t dtype_size(DType t) {
+  return t == DType::bf16 ? 2 : t == DType::u8 ? 1 : 4;
+}
 const char* dtype_name(DType t);
 const char* device_name(Device d);
 

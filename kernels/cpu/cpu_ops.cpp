@@ -209,6 +209,10 @@ void CpuOps::do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, Ten
   cpu::fp8_matmul(out, a, a_scale, b, b_scale, bias, spec);
 }
 
+void CpuOps::do_fp8_quantize(TensorView q, TensorView x, TensorView scale, Fp8Format format) {
+  cpu::fp8_quantize_op(q, x, scale, format);
+}
+
 void CpuOps::do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                                   int n_kv_head) {
   cpu::attention_forward(out, probabilities_view(saved, qkv, n_head, "attention saved"), qkv,

@@ -71,6 +71,7 @@ class CpuOps : public Ops {
                               bool pow2) final;
   void do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
                      TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec) final;
+  void do_fp8_quantize(TensorView q, TensorView x, TensorView scale, Fp8Format format) final;
   void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                             int n_kv_head) final;
   void do_attention_backward(TensorView dqkv, TensorView scratch, TensorView dout, TensorView qkv,

@@ -56,8 +56,11 @@ void fp8_scale_from_amax_op(TensorView scale, TensorView amax, Fp8Format format,
 // value is a float), one sgemm over the decoded values, the inverse scales
 // and the bias applied to the fp32 sums: fp8_scaled_gemm's function with
 // BLAS's summation order.
+// b may be u8 codes (already quantised with b_scale): decoded as they are.
 void fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
                 TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec);
+// q (u8) = fp8(x x scale[0]), saturated (fp8_quantize with the tensor's scale).
+void fp8_quantize_op(TensorView q, TensorView x, TensorView scale, Fp8Format format);
 void bias_backward(TensorView dbias, TensorView dout);
 
 }  // namespace gt::cpu

@@ -41,7 +41,24 @@ void quantize_decoded(const float* x, bool transposed, int64_t rows, int64_t K,
   }
 }
 
+// Codes already quantised, decoded into q as (rows, K): `codes` is (rows,
+// K), or (K, rows) read transposed.
+void decode_codes(const uint8_t* codes, bool transposed, int64_t rows, int64_t K, Fp8Format f,
+                  std::vector<float>& q) {
+  float decode[256];
+  for (int c = 0; c < 256; ++c) decode[c] = fp8_to_float(static_cast<uint8_t>(c), f);
+  q.resize(static_cast<size_t>(rows * K));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k)
+      q[static_cast<size_t>(r * K + k)] = decode[transposed ? codes[k * rows + r] : codes[r * K + k]];
+}
+
 }  // namespace
+
+void fp8_quantize_op(TensorView q, TensorView x, TensorView scale, Fp8Format format) {
+  const Fp32In in(x);
+  fp8_quantize(in.get(), x.numel(), scale.f32()[0], format, static_cast<uint8_t*>(q.data));
+}
 
 void fp8_amax_op(TensorView amax, TensorView x, Fp8Reduce over) {
   const int64_t R = x.shape[0], C = x.shape[1];
@@ -85,9 +102,14 @@ void fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
            ", ", K, ") exceeds BLAS's int extents");
   std::vector<float> qa, qb;
   {
-    const Fp32In av(a), bv(b);
+    const Fp32In av(a);
     quantize_decoded(av.get(), spec.a_transposed, M, K, a_scale.f32(), a_scale.numel() > 1,
                      spec.a_format, qa);
+  }
+  if (b.dtype == DType::u8) {
+    decode_codes(static_cast<const uint8_t*>(b.data), spec.b_transposed, N, K, spec.b_format, qb);
+  } else {
+    const Fp32In bv(b);
     quantize_decoded(bv.get(), spec.b_transposed, N, K, b_scale.f32(), b_scale.numel() > 1,
                      spec.b_format, qb);
   }

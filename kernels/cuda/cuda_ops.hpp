@@ -155,6 +155,7 @@ class CudaOps final : public Ops {
                               bool pow2) override;
   void do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
                      TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec) override;
+  void do_fp8_quantize(TensorView q, TensorView x, TensorView scale, Fp8Format format) override;
 
   void do_attention_forward(TensorView out, TensorView saved, TensorView qkv, int n_head,
                             int n_kv_head) override;

@@ -107,12 +107,25 @@ void CudaOps::do_fp8_scale_from_amax(TensorView scale, TensorView amax, Fp8Forma
   cuda::fp8_scales(scale.f32(), nullptr, amax.f32(), amax.numel(), format, pow2, stream());
 }
 
+void CudaOps::do_fp8_quantize(TensorView q, TensorView x, TensorView scale, Fp8Format format) {
+  cuda::NvtxRange range("fp8_quantize");
+  const Check c{"fp8_quantize"};
+  c.tensor(q, "q", {DType::u8});
+  c.tensor(x, "x", kF32Bf16);
+  c.tensor(scale, "scale", kF32);
+  auto* out = static_cast<uint8_t*>(q.data);
+  if (x.dtype == DType::bf16)
+    cuda::fp8_quantize(out, ptr<bf16>(x), x.numel(), scale.f32(), format, stream());
+  else
+    cuda::fp8_quantize(out, x.f32(), x.numel(), scale.f32(), format, stream());
+}
+
 void CudaOps::do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, TensorView b,
                             TensorView b_scale, TensorView bias, const Fp8MatmulSpec& spec) {
   cuda::NvtxRange range("fp8_matmul");
   const Check c{"fp8_matmul"};
   c.tensor(a, "a", kF32Bf16);
-  c.tensor(b, "b", kF32Bf16);
+  c.tensor(b, "b", {DType::f32, DType::bf16, DType::u8});
   c.tensor(a_scale, "a_scale", kF32);
   c.tensor(b_scale, "b_scale", kF32);
   c.tensor(out, "out", spec.accumulate ? kF32 : kF32Bf16);
@@ -131,13 +144,19 @@ void CudaOps::do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, Te
   const bool rowwise = a_scale.numel() > 1 || b_scale.numel() > 1;
   const int64_t na = rowwise ? M : 1, nb = rowwise ? N : 1;
   const bool via_tmp = !bias.empty();
-  const size_t bytes = aligned(static_cast<size_t>(M * ld)) + aligned(static_cast<size_t>(N * ld)) +
+  // Codes already in cuBLASLt's layout (a weight's, (N, K) with K a multiple
+  // of 16, 16-byte aligned) are read in place.
+  const bool b_in_place = b.dtype == DType::u8 && !spec.b_transposed && K % 16 == 0 && K > 0 &&
+                          reinterpret_cast<uintptr_t>(b.data) % 16 == 0;
+  const size_t bytes = aligned(static_cast<size_t>(M * ld)) +
+                       (b_in_place ? 0 : aligned(static_cast<size_t>(N * ld))) +
                        aligned(sizeof(float) * static_cast<size_t>(na)) +
                        aligned(sizeof(float) * static_cast<size_t>(nb)) +
                        (via_tmp ? aligned(sizeof(float) * static_cast<size_t>(M * N)) : 0);
   Carve carve(scratch(bytes));
   auto* qa = carve.take<uint8_t>(static_cast<size_t>(M * ld));
-  auto* qb = carve.take<uint8_t>(static_cast<size_t>(N * ld));
+  auto* qb = b_in_place ? static_cast<uint8_t*>(b.data)
+                        : carve.take<uint8_t>(static_cast<size_t>(N * ld));
   auto* inv_a = carve.take<float>(sizeof(float) * static_cast<size_t>(na));
   auto* inv_b = carve.take<float>(sizeof(float) * static_cast<size_t>(nb));
   float* tmp = via_tmp ? carve.take<float>(sizeof(float) * static_cast<size_t>(M * N)) : nullptr;
@@ -153,7 +172,11 @@ void CudaOps::do_fp8_matmul(TensorView out, TensorView a, TensorView a_scale, Te
                                 stream());
   };
   quantize(qa, a, M, spec.a_transposed, a_scale, spec.a_format);
-  quantize(qb, b, N, spec.b_transposed, b_scale, spec.b_format);
+  if (b.dtype != DType::u8)
+    quantize(qb, b, N, spec.b_transposed, b_scale, spec.b_format);
+  else if (!b_in_place)
+    cuda::fp8_copy_codes(qb, ld, static_cast<const uint8_t*>(b.data), N, K, spec.b_transposed,
+                         stream());
   cuda::fp8_inverse_scales(inv_a, a_scale.f32(), a_scale.numel(), na, stream());
   cuda::fp8_inverse_scales(inv_b, b_scale.f32(), b_scale.numel(), nb, stream());
 

@@ -188,6 +188,29 @@ __global__ void quantize_scaled_kernel(uint8_t* q, int64_t ldq, const T* x, int6
   }
 }
 
+// quantize_scaled_kernel's tiling for codes already quantised: a copy,
+// transposed or not, zero-padded to ldq.
+template <bool Transposed>
+__global__ void copy_codes_kernel(uint8_t* q, int64_t ldq, const uint8_t* codes, int64_t rows,
+                                  int64_t cols) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  if (Transposed) {
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t xr = c0 + i, xc = r0 + threadIdx.x;
+      tile[i][threadIdx.x] = xr < cols && xc < rows ? codes[xr * rows + xc] : uint8_t{0};
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r >= rows || c >= ldq) continue;
+    q[r * ldq + c] = c >= cols ? uint8_t{0}
+                               : Transposed ? tile[threadIdx.x][i] : codes[r * cols + c];
+  }
+}
+
 template <typename O, typename B>
 __global__ void epilogue_kernel(O* out, const float* tmp, int64_t ldt, const B* bias, int64_t rows,
                                 int64_t cols, bool accumulate) {
@@ -337,6 +360,21 @@ void fp8_quantize_scaled(uint8_t* q, int64_t ldq, const __nv_bfloat16* x, int64_
                          int64_t cols, bool transposed, const float* scale, bool per_row,
                          Fp8Format f, cudaStream_t stream) {
   quantize_scaled_impl(q, ldq, x, rows, cols, transposed, scale, per_row, f, stream);
+}
+
+void fp8_copy_codes(uint8_t* q, int64_t ldq, const uint8_t* codes, int64_t rows, int64_t cols,
+                    bool transposed, cudaStream_t stream) {
+  GT_CHECK(rows >= 0 && cols >= 0 && ldq >= cols, "fp8_copy_codes: (", rows, ", ", cols,
+           ") with row stride ", ldq);
+  if (rows == 0 || ldq == 0) return;
+  const dim3 grid(static_cast<unsigned>((ldq + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  const dim3 block(kTile, kTileRows);
+  if (transposed)
+    dev::launch(copy_codes_kernel<true>, {grid, block, 0, stream}, q, ldq, codes, rows, cols);
+  else
+    dev::launch(copy_codes_kernel<false>, {grid, block, 0, stream}, q, ldq, codes, rows, cols);
+  CUDA_CHECK_LAUNCH();
 }
 
 void fp8_epilogue(void* out, bool out_bf16, const float* tmp, int64_t ldt, const void* bias,

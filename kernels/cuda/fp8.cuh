@@ -32,6 +32,8 @@
 //     dot product); op(x) is x (rows, cols), or x (cols, rows) read
 //     transposed when `transposed` (through shared-memory tiles, so both
 //     reads and writes stay coalesced).
+//   * copy_codes: q (rows, ldq) = op(codes) with the same padding, codes
+//     already quantised (u8), (rows, cols) or (cols, rows) read transposed.
 //   * epilogue: out (rows, cols) = (accumulate ? out : 0) + tmp + bias[c],
 //     summed in fp32 and rounded once to out's type; tmp fp32 with row
 //     stride ldt, bias (cols) fp32 or bf16 or null.
@@ -78,6 +80,9 @@ void fp8_quantize_scaled(uint8_t* q, int64_t ldq, const float* x, int64_t rows, 
 void fp8_quantize_scaled(uint8_t* q, int64_t ldq, const __nv_bfloat16* x, int64_t rows,
                          int64_t cols, bool transposed, const float* scale, bool per_row,
                          Fp8Format f, cudaStream_t stream);
+
+void fp8_copy_codes(uint8_t* q, int64_t ldq, const uint8_t* codes, int64_t rows, int64_t cols,
+                    bool transposed, cudaStream_t stream);
 
 // out: fp32 or bf16 (out_bf16); bias: fp32, bf16 (bias_bf16) or null.
 void fp8_epilogue(void* out, bool out_bf16, const float* tmp, int64_t ldt, const void* bias,

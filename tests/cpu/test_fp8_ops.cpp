@@ -166,6 +166,44 @@ TEST(Fp8OpsBias, BiasBackwardIsMatmulBackwardsDbias) {
   EXPECT_TRUE(all_close(db, want, 1e-5f, 1e-5f));
 }
 
+// A weight quantised once (fp8_quantize with its tensorwise scale, as the
+// ZeRO-3 fp8 all-gather does on each shard) and handed to fp8_matmul as
+// codes gives the product of handing it the floats, bit for bit, read as
+// stored and read transposed.
+TEST(Fp8OpsCodes, PreQuantisedCodesGiveTheSameProductBitForBit) {
+  auto ops = make_cpu_ops(1);
+  const int64_t M = 9, N = 7, K = 20;
+  auto a = random_vector(M * K, 31), b = random_vector(N * K, 32, -3.f, 3.f);
+  std::vector<float> sa(1), sb(1), am(1);
+  ops->fp8_amax(v(am, {1}), v(a, {M, K}), Fp8Reduce::tensor);
+  ops->fp8_scale_from_amax(v(sa, {1}), v(am, {1}), Fp8Format::e4m3, false);
+  ops->fp8_amax(v(am, {1}), v(b, {N, K}), Fp8Reduce::tensor);
+  ops->fp8_scale_from_amax(v(sb, {1}), v(am, {1}), Fp8Format::e4m3, false);
+  std::vector<uint8_t> codes(static_cast<size_t>(N * K));
+  const TensorView q = make_view(codes.data(), DType::u8, Device::cpu, {N, K});
+  ops->fp8_quantize(q, v(b, {N * K}), v(sb, {1}), Fp8Format::e4m3);
+  std::vector<uint8_t> want(codes.size());
+  cpu::fp8_quantize(b.data(), N * K, sb[0], Fp8Format::e4m3, want.data());
+  EXPECT_EQ(codes, want);
+  for (bool transposed : {false, true}) {
+    SCOPED_TRACE(transposed ? "b read transposed" : "b as stored");
+    // Read transposed: b (K, N) as stored, the same values.
+    std::vector<float> bt = transposed ? transpose(b, N, K) : b;
+    std::vector<uint8_t> ct(codes.size());
+    ops->fp8_quantize(make_view(ct.data(), DType::u8, Device::cpu, {static_cast<int64_t>(ct.size())}),
+                      v(bt, {N * K}), v(sb, {1}), Fp8Format::e4m3);
+    Fp8MatmulSpec spec;
+    spec.b_transposed = transposed;
+    const std::initializer_list<int64_t> b_shape = {transposed ? K : N, transposed ? N : K};
+    std::vector<float> from_floats(M * N), from_codes(M * N);
+    ops->fp8_matmul(v(from_floats, {M, N}), v(a, {M, K}), v(sa, {1}), v(bt, b_shape), v(sb, {1}),
+                    {}, spec);
+    ops->fp8_matmul(v(from_codes, {M, N}), v(a, {M, K}), v(sa, {1}),
+                    make_view(ct.data(), DType::u8, Device::cpu, b_shape), v(sb, {1}), {}, spec);
+    EXPECT_EQ(from_codes, from_floats);
+  }
+}
+
 TEST(Fp8OpsContract, NamesWhatIsWrong) {
   auto ops = make_cpu_ops(1);
   std::vector<float> a(6 * 4), b(5 * 3), c(6 * 5), s1(1), s5(5), s6(6), s2(2);
@@ -191,6 +229,13 @@ TEST(Fp8OpsContract, NamesWhatIsWrong) {
                "an accumulated out takes no bias");
   expect_error([&] { ops->fp8_amax(v(s2, {2}), v(a, {6, 4}), Fp8Reduce::rows); },
                "amax must be (6)");
+  expect_error([&] { ops->fp8_quantize(v(c, {30}), v(c, {30}), v(s1, {1}), Fp8Format::e4m3); },
+               "q must be fp8 codes (u8), got fp32");
+  std::vector<uint8_t> q(7);
+  expect_error([&] {
+    ops->fp8_quantize(make_view(q.data(), DType::u8, Device::cpu, {7}), v(c, {30}), v(s1, {1}),
+                      Fp8Format::e4m3);
+  }, "q (7) and x (30) differ in size");
 }
 
 }  // namespace

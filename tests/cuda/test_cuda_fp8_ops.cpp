@@ -223,6 +223,43 @@ TEST_F(CudaFp8Ops, MatmulMatchesTheTwinInEveryFormTheLayersUse) {
   }
 }
 
+// fp8_quantize's codes are the CPU's bit for bit; a weight handed to
+// fp8_matmul as those codes (read in place when K is a multiple of 16, or
+// copied, transposed or padded, when not) gives the product of handing it
+// the floats, bit for bit.
+TEST_F(CudaFp8Ops, PreQuantisedCodesAreTheCpusAndGiveTheSameProduct) {
+  for (int64_t K : {32, 20})
+    for (bool transposed : {false, true}) {
+      SCOPED_TRACE(detail::concat("K=", K, transposed ? " b read transposed" : " b as stored"));
+      const int64_t M = 24, N = 40;
+      Both a = make(random_vector(M * K, 41), DType::bf16, {M, K});
+      const std::vector<float> bv = random_vector(N * K, 42, -3.f, 3.f);
+      Both b = make(bv, DType::bf16, {N * K});
+      float amax = 0.f;
+      for (float x : b.cpu_values()) amax = std::max(amax, std::abs(x));
+      Both sa = make({2.f}, DType::f32, {1});
+      Both sb = make({448.f / amax}, DType::f32, {1});
+      std::vector<uint8_t> cpu_codes(static_cast<size_t>(N * K));
+      cpu_->fp8_quantize(make_view(cpu_codes.data(), DType::u8, Device::cpu, {N * K}), b.cpu(),
+                         sb.cpu(), Fp8Format::e4m3);
+      DeviceArray<uint8_t> codes(static_cast<size_t>(N * K), cuda_->stream());
+      cuda_->fp8_quantize(make_view(codes.get(), DType::u8, Device::cuda, {N * K}), b.gpu(),
+                          sb.gpu(), Fp8Format::e4m3);
+      EXPECT_EQ(codes.download(), cpu_codes);
+      const std::initializer_list<int64_t> b_shape = {transposed ? K : N, transposed ? N : K};
+      Fp8MatmulSpec spec;
+      spec.b_transposed = transposed;
+      Both from_floats = make(std::vector<float>(M * N), DType::f32, {M, N});
+      Both from_codes = make(std::vector<float>(M * N), DType::f32, {M, N});
+      cuda_->fp8_matmul(from_floats.gpu(), a.gpu(), sa.gpu(),
+                        make_view(b.dev16->get(), DType::bf16, Device::cuda, b_shape), sb.gpu(), {},
+                        spec);
+      cuda_->fp8_matmul(from_codes.gpu(), a.gpu(), sa.gpu(),
+                        make_view(codes.get(), DType::u8, Device::cuda, b_shape), sb.gpu(), {}, spec);
+      EXPECT_TRUE(test::bitwise_equal(from_codes.gpu_values(), from_floats.gpu_values()));
+    }
+}
+
 TEST_F(CudaFp8Ops, TwoE5m2OperandsAreRefusedByName) {
   Both a = make(random_vector(16 * 16, 1), DType::f32, {16, 16});
   Both s = make({1.f}, DType::f32, {1});

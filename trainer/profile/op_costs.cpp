@@ -53,10 +53,15 @@ OpCost fp8_matmul(int64_t M, int64_t N, int64_t K, int64_t a_bytes, int64_t b_by
                   int64_t out_bytes, bool accumulate, int64_t bias_bytes,
                   int64_t scale_elems) {
   // each operand: read at its size, written and read again as fp8 (1 byte).
-  const double operands = d(M) * d(K) * d(a_bytes + 2) + d(N) * d(K) * d(b_bytes + 2);
+  const double b_elem = b_bytes == 1 ? 1.0 : d(b_bytes + 2);  // codes: the GEMM's read only
+  const double operands = d(M) * d(K) * d(a_bytes + 2) + d(N) * d(K) * b_elem;
   const double out = d(M) * d(N) * d(out_bytes) * (accumulate ? 2.0 : 1.0);
   return {2.0 * d(M) * d(N) * d(K),
           operands + out + d(N) * d(bias_bytes) + kF * d(scale_elems)};
+}
+
+OpCost fp8_quantize(int64_t n, int64_t x_bytes) {
+  return {d(n), d(n) * d(x_bytes + 1) + kF};
 }
 
 OpCost fp8_amax(int64_t R, int64_t C, int64_t x_bytes, int64_t amax_elems) {

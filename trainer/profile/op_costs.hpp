@@ -101,10 +101,14 @@ OpCost grouped_matmul_backward(int64_t N, int64_t C, int64_t OC, int64_t G, bool
 // then read as fp8 by the GEMM; its scales (scale_elems of a and b, fp32)
 // read; out written (accumulate: read and written) at out_bytes, the bias
 // (N, bias_bytes, 0 for none) read. What fusing a cast into its producer
-// saves is the operand's fp8 write and read.
+// saves is the operand's fp8 write and read. A b given as fp8 codes (b_bytes
+// 1: a weight quantised on its shard and gathered in fp8) is read once.
 OpCost fp8_matmul(int64_t M, int64_t N, int64_t K, int64_t a_bytes, int64_t b_bytes,
                   int64_t out_bytes, bool accumulate, int64_t bias_bytes,
                   int64_t scale_elems);
+// q (n codes) = fp8(x x scale): x read at x_bytes, 1 byte written, the scale
+// read; a multiply per element.
+OpCost fp8_quantize(int64_t n, int64_t x_bytes);
 // amax of x (R,C) at x_bytes over the tensor, rows or columns: x read once,
 // `amax_elems` fp32 written; a compare per element.
 OpCost fp8_amax(int64_t R, int64_t C, int64_t x_bytes, int64_t amax_elems);

@@ -146,6 +146,11 @@ const Formula kFormulas[] = {
            op_cost::fp8_matmul(M, N, K, bytes_of(a), bytes_of(b), bytes_of(out), accumulate,
                                bias.empty() ? 0 : bytes_of(bias), scales)};
      }},
+    {"fp8_quantize",
+     [](const OpCall& c) {
+       const TensorView& x = c.view("x");
+       return OpDescription{fmt("n=%lld", x.numel()), op_cost::fp8_quantize(x.numel(), bytes_of(x))};
+     }},
     {"fp8_amax",
      [](const OpCall& c) {
        const TensorView& x = c.view("x");
