@@ -83,6 +83,9 @@ Config read_config() {
     c.cublaslt_refuse_epilogues = parse_bool("GT_EMU_CUBLASLT_REFUSE_EPILOGUES", v);
   if (const char* v = std::getenv("GT_EMU_WMMA_LAYOUT"))
     c.wmma_layout_seed = static_cast<uint64_t>(parse_long("GT_EMU_WMMA_LAYOUT", v, 0, 1L << 62));
+  if (const char* v = std::getenv("GT_EMU_COMPUTE_CAPABILITY"))
+    c.compute_capability =
+        static_cast<int>(parse_long("GT_EMU_COMPUTE_CAPABILITY", v, 10, 99));
   if (const char* v = std::getenv("GT_EMU_HANG_TIMEOUT_S"))
     c.hang_timeout_s = static_cast<double>(parse_long("GT_EMU_HANG_TIMEOUT_S", v, 1, 1L << 30));
   return c;

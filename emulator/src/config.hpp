@@ -37,6 +37,10 @@ struct Config {
   uint64_t wmma_layout_seed = 0x5eed;
   double hang_timeout_s = 300;
   size_t fiber_stack_bytes = 0;  // 0: the build's default
+  // What cudaGetDeviceProperties reports as major.minor (the limits stay
+  // the H200's): 90 by default; GT_EMU_COMPUTE_CAPABILITY=80 makes the
+  // device say sm_80, for the paths that refuse an older GPU (fp8).
+  int compute_capability = 90;
 };
 
 // The settings of this process (read at first use, then fixed, except through

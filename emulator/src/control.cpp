@@ -43,6 +43,11 @@ void set_visible_devices(int n) {
   config().devices = n < 0 ? 0 : n;
 }
 
+void set_compute_capability(int major_minor) {
+  Lock lock(Emulator::get().mu);
+  config().compute_capability = major_minor;
+}
+
 void set_cublaslt_refuse_epilogues(bool refuse) {
   Lock lock(Emulator::get().mu);
   config().cublaslt_refuse_epilogues = refuse;

@@ -172,8 +172,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxGridSize[0] = 0x7fffffff;
   prop->maxGridSize[1] = 65535;
   prop->maxGridSize[2] = 65535;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = gt::emu::config().compute_capability / 10;
+  prop->minor = gt::emu::config().compute_capability % 10;
   prop->multiProcessorCount = 132;
   prop->l2CacheSize = 50 << 20;
   prop->memoryBusWidth = 6144;

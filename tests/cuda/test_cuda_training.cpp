@@ -21,6 +21,9 @@
 #include "trainer/model/gpt.hpp"
 #include "trainer/plan/memory_model.hpp"
 #include "trainer/train/trainer.hpp"
+#if defined(TRAINER_CUDA_EMULATOR)
+#include "gt_emu/control.hpp"
+#endif
 
 namespace gt {
 namespace {
@@ -276,6 +279,34 @@ TEST(CudaTraining, Fp8RunsLogTheCpuFp8RunsLosses) {
     EXPECT_GT(amax_calls, 0);
     EXPECT_EQ(bf16_gemm_calls, 2 * 2);
   }
+}
+
+// runtime.fp8 on a GPU older than sm_89 (no fp8 tensor cores) is refused
+// by name before any model is built. The emulated device is told to report
+// sm_80 (an A100); a real GPU of sm_89 or newer has nothing to refuse.
+TEST(CudaTraining, Fp8OnAGpuOlderThanSm89IsRefusedByName) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+#if defined(TRAINER_CUDA_EMULATOR)
+  emu::set_compute_capability(80);
+  struct Restore {
+    ~Restore() { emu::set_compute_capability(90); }
+  } restore;
+#else
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major * 10 + prop.minor >= 89) GTEST_SKIP() << "this GPU has fp8 tensor cores";
+#endif
+  test::TempDir dir;
+  test::write_shard(dir.file("train.bin"), std::vector<uint16_t>(4096, 7));
+  const std::string y = "model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 32}\n"
+                        "data: {train: ['" + dir.file("train.bin") + "']}\n"
+                        "train: {seq_len: 32, micro_batch: 2, global_batch: 2, steps: 1}\n";
+  Config cfg = parse_config(y, "test.yaml",
+                            {"log.dir=" + dir.file("run"), "runtime.device=cuda",
+                             "runtime.dtype=bf16", "runtime.fp8=rowwise"});
+  const std::string msg = test::error_message([&] { run_training(cfg); });
+  EXPECT_NE(msg.find("runtime.fp8=rowwise (test.yaml): cuda:0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fp8 GEMMs need sm_89 or newer"), std::string::npos) << msg;
 }
 
 }  // namespace

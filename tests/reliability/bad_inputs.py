@@ -124,6 +124,19 @@ def bad_launch(runner):
            ["train.seq_len", "a multiple of 2 * parallel.cp = 4", "got 10"])
     b.case("cp_comm_unknown", ["--config", good, "parallel.cp_comm=a2a"],
            ["parallel.cp_comm", "a2a", "not supported", "allgather|ring"])
+    # fp8 (runtime.fp8): each refusal names its key on every rank.
+    b.case("fp8_with_fp32", ["--config", good, "runtime.fp8=tensorwise"],
+           ["runtime.fp8", "tensorwise", "runtime.dtype=bf16"])
+    b.case("fp8_unknown_scaling", ["--config", good, "runtime.dtype=bf16", "runtime.fp8=delayed"],
+           ["runtime.fp8", "delayed", "not supported", "off|tensorwise|rowwise"])
+    b.case("fp8_allgather_off_stage3",
+           ["--config", good, "parallel.dp=1", "parallel.fsdp=2", "parallel.fsdp_stage=2",
+            "runtime.dtype=bf16", "runtime.fp8=tensorwise", "parallel.fp8_allgather=true"],
+           ["parallel.fp8_allgather", "parallel.fsdp_stage=3", "it is 2"])
+    b.case("fp8_allgather_rowwise",
+           ["--config", good, "parallel.dp=1", "parallel.fsdp=2", "runtime.dtype=bf16",
+            "runtime.fp8=rowwise", "parallel.fp8_allgather=true"],
+           ["parallel.fp8_allgather", "runtime.fp8=tensorwise", "rowwise"])
     if runner.cuda_build:
         b.case("cuda_without_a_visible_gpu", ["--config", good, "runtime.device=cuda"],
                ["runtime.device=cuda", "expected a visible CUDA device, got none"],

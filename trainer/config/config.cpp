@@ -289,6 +289,24 @@ void validate(const Config& c, const Locations& where) {
     bad("runtime.fp8", to_string(r.fp8), "off with runtime.dtype=fp32",
         "the fp8 GEMMs read bf16 activations and write bf16 outputs; set runtime.dtype=bf16");
   at_least("runtime.fp8_min_dim", r.fp8_min_dim, 0);
+  // fp8 all-gather asked for where it cannot happen: say which part is missing.
+  if (c.parallel.fp8_allgather == Fp8AllGather::on && !fp8_allgather_applies(c)) {
+    const ParallelConfig& p = c.parallel;
+    const std::string why =
+        r.fp8 != Fp8Recipe::tensorwise
+            ? detail::concat("it needs runtime.fp8=tensorwise (it is ", to_string(r.fp8),
+                             r.fp8 == Fp8Recipe::rowwise
+                                 ? ": rowwise scales each GEMM's rows by their own amax, so a "
+                                   "weight has no one fp8 form to gather"
+                                 : "",
+                             ")")
+        : p.fsdp_stage != FsdpStage::parameters
+            ? detail::concat("it needs parallel.fsdp_stage=3 (it is ",
+                             static_cast<int>(p.fsdp_stage),
+                             ": only ZeRO-3 gathers the weights before each use)")
+            : "it needs parallel.fsdp > 1 (with fsdp=1 no weight is sharded or gathered)";
+    bad("parallel.fp8_allgather", "true", "auto or false here", why);
+  }
   at_least("runtime.threads", r.threads, 0);
   if (!(r.collective_timeout_s >= 0))
     bad("runtime.collective_timeout_s", num(r.collective_timeout_s), "seconds >= 0",
@@ -457,6 +475,21 @@ const char* to_string(CpComm c) {
     case CpComm::ring: return "ring";
   }
   return "?";
+}
+
+const char* to_string(Fp8AllGather g) {
+  switch (g) {
+    case Fp8AllGather::auto_: return "auto";
+    case Fp8AllGather::on: return "true";
+    case Fp8AllGather::off: return "false";
+  }
+  return "?";
+}
+
+bool fp8_allgather_applies(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  return p.fp8_allgather != Fp8AllGather::off && c.runtime.fp8 == Fp8Recipe::tensorwise &&
+         p.fsdp > 1 && p.fsdp_stage == FsdpStage::parameters;
 }
 
 const char* to_string(Fp8Recipe r) {

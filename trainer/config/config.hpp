@@ -51,6 +51,12 @@ enum class CpComm { allgather, ring };
 // power-of-two scale per row of each GEMM operand, e4m3 throughout
 // (torchao's float8 recipes).
 enum class Fp8Recipe { off, tensorwise, rowwise };
+// parallel.fp8_allgather: under runtime.fp8=tensorwise and ZeRO-3 (fsdp >
+// 1, fsdp_stage 3), the blocks' fp8 weights are quantised on their shards
+// and all-gathered as fp8 codes (trainer/sharding/fp8_gathered_weights.hpp).
+// auto: wherever that applies; true: required (an error where it cannot
+// apply); false: never (weights gathered in fp32 and quantised after).
+enum class Fp8AllGather { auto_, on, off };
 
 // parallel.fsdp_stage: what FSDP shards (ZeRO's stages; used at fsdp > 1).
 //   optimizer   (1) AdamW state: gradients reduce-scattered once per step
@@ -230,6 +236,7 @@ struct ParallelConfig {
   // over groups of ep consecutive data ranks (dp x fsdp x cp), folded out of
   // them rather than a factor of the world size.
   int ep = 1;
+  Fp8AllGather fp8_allgather = Fp8AllGather::auto_;
 };
 
 struct LogConfig {
@@ -303,6 +310,10 @@ const char* to_string(ParallelComm c);
 const char* to_string(PipeSchedule s);  // "gpipe", "1f1b", "interleaved_1f1b"
 const char* to_string(CpComm c);        // "allgather", "ring"
 const char* to_string(Fp8Recipe r);     // "off", "tensorwise", "rowwise"
+const char* to_string(Fp8AllGather g);  // "auto", "true", "false"
+// Whether this config gathers the blocks' fp8 weights in fp8 (see
+// Fp8AllGather).
+bool fp8_allgather_applies(const Config& c);
 
 // parallel.comm is resolved per run by choose_comm (trainer/runtime/comm_choice.hpp).
 

@@ -220,6 +220,8 @@ constexpr PipeSchedule kPipeSchedules[] = {PipeSchedule::gpipe, PipeSchedule::on
                                            PipeSchedule::interleaved_1f1b};
 constexpr CpComm kCpComms[] = {CpComm::allgather, CpComm::ring};
 constexpr Fp8Recipe kFp8Recipes[] = {Fp8Recipe::off, Fp8Recipe::tensorwise, Fp8Recipe::rowwise};
+constexpr Fp8AllGather kFp8AllGathers[] = {Fp8AllGather::auto_, Fp8AllGather::on,
+                                           Fp8AllGather::off};
 
 template <>
 struct Codec<ModelArch> {
@@ -303,6 +305,13 @@ struct Codec<ParallelComm> {
     return EnumCodec<ParallelComm, 3>::read(n, w, k, kComms);
   }
   static std::string write(ParallelComm v) { return to_string(v); }
+};
+template <>
+struct Codec<Fp8AllGather> {
+  static Fp8AllGather read(const YAML::Node& n, const std::string& w, const std::string& k) {
+    return EnumCodec<Fp8AllGather, 3>::read(n, w, k, kFp8AllGathers);
+  }
+  static std::string write(Fp8AllGather v) { return to_string(v); }
 };
 template <>
 struct Codec<PipeSchedule> {
@@ -465,6 +474,7 @@ std::vector<Field> make_fields() {
       bind<&C::parallel, &ParallelConfig::cp_comm>("parallel", "cp_comm"),
       bind<&C::parallel, &ParallelConfig::cp_load_balance>("parallel", "cp_load_balance"),
       bind<&C::parallel, &ParallelConfig::ep>("parallel", "ep"),
+      bind<&C::parallel, &ParallelConfig::fp8_allgather>("parallel", "fp8_allgather"),
 
       bind<&C::log, &LogConfig::dir>("log", "dir"),
       bind<&C::log, &LogConfig::every>("log", "every"),

@@ -22,6 +22,10 @@ bool set_stream_order(const std::string& order);
 // How many emulated devices are visible from now on (as CUDA_VISIBLE_DEVICES
 // decides at start-up); 0 hides them all, for the "no device" paths.
 void set_visible_devices(int n);
+// The compute capability the device reports from now on, major x 10 + minor
+// (90 at start-up unless GT_EMU_COMPUTE_CAPABILITY says otherwise); only
+// cudaGetDeviceProperties changes, not what the kernels may use.
+void set_compute_capability(int major_minor);
 // Makes the cuBLASLt heuristic refuse every fused epilogue (or stop refusing).
 void set_cublaslt_refuse_epilogues(bool refuse);
 
