@@ -20,6 +20,11 @@ the worst parameter and the worst tensor's RMS difference):
     python3 tests/layouts/fp8_layouts.py --build build --layout tp2 --fp8 tensorwise
     python3 tests/layouts/fp8_layouts.py --build build          # every layout, both recipes
 
+Besides: under ZeRO-3 with tensorwise fp8 the weights are gathered as fp8
+codes (parallel.fp8_allgather); that run's losses must equal the same
+layout gathering fp32 bit for bit, in under 0.8x its ZeRO-3 bytes, and
+ZeRO-3 over tp-split weights must match dp2 x tp2 to 1e-6.
+
 Standard library only. Exit status 1 on any mismatch.
 """
 
@@ -37,8 +42,14 @@ import layout_matrix as lm  # noqa: E402  (beside this file)
 # batch 8, the one-rank reference at the same micro_batch.
 FP8_LAYOUTS = {
     "dp2": (2, 4, {"parallel.dp": 2}),
+    # Tensorwise: the blocks' fp8 weights gathered as codes (fp8_allgather
+    # auto); fp32_gather: the same layout gathering fp32 (check_fp8_gather).
     "fsdp2_stage3": (2, 4, {"parallel.fsdp": 2, "parallel.fsdp_stage": 3}),
+    "fsdp2_stage3_fp32_gather": (2, 4, {"parallel.fsdp": 2, "parallel.fsdp_stage": 3,
+                                        "parallel.fp8_allgather": "false"}),
     "tp2": (2, 8, {"parallel.tp": 2}),
+    # ZeRO-3 over tp-split weights: each fp8 weight's amax over shards and tp.
+    "fsdp2_tp2_stage3": (4, 4, {"parallel.fsdp": 2, "parallel.tp": 2, "parallel.fsdp_stage": 3}),
     "pp2": (2, 2, {"parallel.pp": 2, "parallel.pp_schedule": "1f1b"}),
     "cp2": (2, 8, {"parallel.cp": 2}),
     "dp2_tp2": (4, 4, {"parallel.dp": 2, "parallel.tp": 2}),
@@ -89,6 +100,40 @@ def measure(ref_dir, got_dir):
     return out
 
 
+def check_same_losses(label, got_dir, want_dir, rtol=1e-6):
+    """Two runs that compute the same products (the sharded gradient norm
+    sums in its own order): their losses to fp32 rounding, rtol, far
+    inside the fp8 tolerances (a missing amax reduction moves them ~1e-3)."""
+    a = lm.read_metrics(os.path.join(got_dir, "metrics.jsonl"))
+    b = lm.read_metrics(os.path.join(want_dir, "metrics.jsonl"))
+    worst, fails = 0.0, []
+    for s, r in b.items():
+        g = a.get(s, {}).get("loss")
+        d = float("inf") if g is None else abs(g - r["loss"]) / abs(r["loss"])
+        worst = max(worst, d)
+        if d > rtol:
+            fails.append(f"{label}: step {s} loss {g} vs {r['loss']} (rel {d:.1e} > {rtol})")
+    print(f"{'FAIL' if fails else 'ok  '} {label}: losses within {worst:.1e} (tolerance {rtol})")
+    return fails
+
+
+def check_fp8_gather(gathered_dir, fp32_dir):
+    """parallel.fp8_allgather: the same losses as gathering fp32, bit for bit
+    (the same codes and scales reach every GEMM), in fewer ZeRO-3 bytes."""
+    a = lm.read_metrics(os.path.join(gathered_dir, "metrics.jsonl"))
+    b = lm.read_metrics(os.path.join(fp32_dir, "metrics.jsonl"))
+    fails = [f"fp8 all-gather: step {s} loss {a[s].get('loss')} vs {r.get('loss')} gathering fp32"
+             for s, r in b.items() if a.get(s, {}).get("loss") != r.get("loss")]
+    fsdp = [sum(m[s]["comm_bytes"]["fsdp"] for s in m) for m in (a, b)]
+    print(f"{'FAIL' if fails or not fsdp[0] < 0.8 * fsdp[1] else 'ok  '} fp8 all-gather: losses "
+          f"{'equal' if not fails else 'differ'} to gathering fp32; ZeRO-3 bytes "
+          f"{fsdp[0]:.0f} vs {fsdp[1]:.0f} ({fsdp[0] / fsdp[1]:.2f}x)")
+    if not fsdp[0] < 0.8 * fsdp[1]:
+        fails.append(f"fp8 all-gather moved {fsdp[0]:.0f} fsdp bytes, not under 0.8 x the fp32 "
+                     f"gather's {fsdp[1]:.0f}")
+    return fails
+
+
 def run_fp8_layout(runner, name, recipe, refs):
     world, micro, overrides = FP8_LAYOUTS[name]
     fp8 = {"runtime.fp8": recipe, "model.n_layer": 4}
@@ -98,6 +143,7 @@ def run_fp8_layout(runner, name, recipe, refs):
         refs[micro] = ref_dir
     run_dir, cfg = runner.config(f"{name}_{recipe}", micro=micro, extra=dict(fp8, **overrides))
     _, took = runner.run(world, cfg)
+    refs[name] = run_dir
     m = measure(refs[micro], run_dir)
     label = f"{name} fp8={recipe}"
     fails = []
@@ -130,6 +176,14 @@ def main():
             refs = {}
             for name in args.layout or sorted(FP8_LAYOUTS):
                 fails += run_fp8_layout(runner, name, recipe, refs)
+            if recipe == "tensorwise" and "fsdp2_stage3" in refs and \
+                    "fsdp2_stage3_fp32_gather" in refs:
+                fails += check_fp8_gather(refs["fsdp2_stage3"], refs["fsdp2_stage3_fp32_gather"])
+            # ZeRO-3 with fp8 all-gather over tp-split weights (each amax
+            # reduced over the shards and tp) multiplies what dp2 x tp2 does.
+            if "fsdp2_tp2_stage3" in refs and "dp2_tp2" in refs:
+                fails += check_same_losses(f"fsdp2_tp2_stage3 vs dp2_tp2 fp8={recipe}",
+                                           refs["fsdp2_tp2_stage3"], refs["dp2_tp2"])
     finally:
         if args.keep or fails:
             print(f"run directories kept in {work}")

@@ -4,7 +4,11 @@
 // parameters' values of that unit (gathered from the fsdp shards at stage 3,
 // read in place otherwise), a unit outside its hooks is refused with an error
 // naming it at stage 3, and the slots take the plan's bytes.
+#include <algorithm>
+#include <cmath>
+
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cpu/fp8_kernels.hpp"
 #include "mpi_test_util.hpp"
 #include "parallel/mesh.hpp"
 #include "trainer/sharding/unit_parameters.hpp"
@@ -42,7 +46,7 @@ TEST(UnitParametersMpi, EveryUnitReadsItsWholeValuesInTheModelsHookOrder) {
             p[geom.shard_storage(unit) + j] = value_at(geom.shard_begin(unit) + j);
         }
       }
-      auto units = make_unit_parameters(layout, geom, plan, params, *ops, mesh.fsdp());
+      auto units = make_unit_parameters(layout, geom, plan, params, *ops, mesh.fsdp(), mesh.tp());
       int64_t slots = 0;
       for (int i = 0; i < kUnitSlots; ++i)
         slots += plan.param_slots ? plan.slot_size[i] * static_cast<int64_t>(sizeof(float)) : 0;
@@ -86,6 +90,95 @@ TEST(UnitParametersMpi, EveryUnitReadsItsWholeValuesInTheModelsHookOrder) {
       EXPECT_EQ(checked, 2 * (m.n_layer + 2) + (m.n_layer + 2)) << at;
     }
   }
+}
+
+// parallel.fp8_allgather at stage 3: every parameter that is not an fp8
+// weight reads its exact fp32 value; every fp8 weight (found by the pointer
+// and size a layer passes) reads as the codes of its bf16 rounding under
+// the scale of the whole weight's amax (over every fsdp shard and tp piece),
+// computed here from the whole tensors by the CPU twin; a pointer inside a
+// weight, or a wrong size, is refused by name.
+TEST(UnitParametersMpi, Fp8GatheredWeightsAreTheWholeWeightsCodes) {
+  auto world = test_world();
+  auto ops = make_cpu_ops(1);
+  ModelConfig m;
+  m.arch = ModelArch::llama;  // q|k|v and gate|up fused: runs of column weights
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.n_embd = 32;
+  m.ffn_hidden = 48;
+  m.vocab_size = 64;
+  m.block_size = 8;
+  // Values over several binades, so that scales and codes differ per weight.
+  auto value = [](int64_t flat) { return 0.01f * static_cast<float>((flat * 37) % 201 - 100); };
+  int layouts = 0;
+  for (const ParallelDims& d : layouts_for(world->size())) {
+    if (d.fsdp < 2 || tp_split_problem(m, d.tp)) continue;
+    ++layouts;
+    const DeviceMesh mesh(d, *world);
+    // The whole model's values: every tp rank's layout, so that amaxes over
+    // tp pieces can be formed here.
+    std::vector<ParameterLayout> tp_layouts;
+    for (int t = 0; t < d.tp; ++t) tp_layouts.emplace_back(m, d.tp, t, 4 * d.fsdp);
+    const ParameterLayout& layout = tp_layouts[static_cast<size_t>(mesh.coord().tp)];
+    const ShardGeometry geom(layout, d.fsdp, mesh.coord().fsdp);
+    const ShardedStatePlan plan = plan_sharded_state(layout, d.fsdp, FsdpStage::parameters, false);
+    Buffer params = ops->allocate(static_cast<size_t>(plan.params) * sizeof(float));
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+      const int unit = static_cast<int>(u);
+      for (int64_t j = 0; j < geom.shard_size(unit); ++j)
+        params.f32()[geom.shard_storage(unit) + j] = value(geom.shard_begin(unit) + j);
+    }
+    auto units = make_unit_parameters(layout, geom, plan, params, *ops, mesh.fsdp(), mesh.tp(),
+                                      Fp8GatherOptions{true, 0});
+    const auto weights = fp8_gathered_weights(layout, 0);
+    units->begin_forward(false);
+    int fp8_checked = 0;
+    for (int l = 0; l < m.n_layer; ++l) {
+      const int unit = layout.block_unit(l);
+      const ParamUnit& pu = layout.units()[static_cast<size_t>(unit)];
+      units->before_forward(unit);
+      const float* slot = units->unit_params(unit);
+      const auto& ws = weights[static_cast<size_t>(unit)];
+      ASSERT_EQ(ws.size(), 4u) << "q|k|v, o, gate|up, down";
+      auto in_weight = [&](int64_t i) {
+        for (const auto& w : ws)
+          if (i >= w.begin && i < w.begin + w.size) return true;
+        return false;
+      };
+      for (int64_t i = 0; i < pu.size(); ++i)
+        if (!in_weight(i)) ASSERT_EQ(slot[i], value(pu.begin + i)) << d.str() << " element " << i;
+      for (const auto& w : ws) {
+        // The whole weight's amax: its bf16 values on every tp rank.
+        float amax = 0.f;
+        for (const ParameterLayout& tl : tp_layouts)
+          for (int64_t i = 0; i < w.size; ++i)
+            amax = std::max(amax, std::abs(round_to_bf16({value(tl.units()[static_cast<size_t>(unit)].begin + w.begin + i)})[0]));
+        const float scale = cpu::fp8_scale_from_amax(amax, Fp8Format::e4m3, false);
+        TensorView codes, s;
+        ASSERT_TRUE(units->fp8_weight(slot + w.begin, w.size, &codes, &s)) << d.str();
+        EXPECT_EQ(s.f32()[0], scale) << d.str() << " weight at " << w.begin;
+        std::vector<float> mine(static_cast<size_t>(w.size));
+        for (int64_t i = 0; i < w.size; ++i) mine[static_cast<size_t>(i)] = value(pu.begin + w.begin + i);
+        const std::vector<float> b = round_to_bf16(mine);
+        std::vector<uint8_t> want(static_cast<size_t>(w.size));
+        cpu::fp8_quantize(b.data(), w.size, scale, Fp8Format::e4m3, want.data());
+        const auto* got = static_cast<const uint8_t*>(codes.data);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << d.str() << " weight at " << w.begin;
+        ++fp8_checked;
+      }
+      // A pointer inside a weight, or its start with another size: refused.
+      TensorView codes, sc;
+      std::string msg = error_message([&] { units->fp8_weight(slot + ws[0].begin + 16, 16, &codes, &sc); });
+      EXPECT_NE(msg.find("is not the gathered fp8 weight"), std::string::npos) << msg;
+      msg = error_message([&] { units->fp8_weight(slot + ws[0].begin, ws[0].size - 1, &codes, &sc); });
+      EXPECT_NE(msg.find("is not the gathered fp8 weight"), std::string::npos) << msg;
+      units->after_forward(unit);
+    }
+    EXPECT_EQ(fp8_checked, 4 * m.n_layer) << d.str();
+  }
+  if (world->size() > 1) EXPECT_GT(layouts, 0) << "no layout with fsdp > 1 at this world size";
 }
 
 }  // namespace

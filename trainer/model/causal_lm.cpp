@@ -119,7 +119,8 @@ void CausalLM::set_fp8(const Fp8Settings& settings) {
   GT_CHECK(!settings.on() || dtype_ == ComputeDType::bf16,
            "runtime.fp8 needs runtime.dtype=bf16 (the model stores its activations in ",
            to_string(dtype_), ")");
-  parallel_->enable_fp8(settings, cp_);
+  // The store may hold weights gathered as fp8 codes (parallel.fp8_allgather).
+  parallel_->enable_fp8(settings, cp_, store_);
 }
 
 void CausalLM::set_placement_log(PlacementLog* log) {

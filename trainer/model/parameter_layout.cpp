@@ -104,6 +104,7 @@ void ParameterLayout::add(const PlacedParameter& p, bool mirror) {
   s.mirror = mirror;
   s.global_shape = p.shape;
   s.split = tp_ > 1 ? p.placement.split() : TpSplit::replicated;
+  s.role = p.placement.role;
   std::vector<int64_t> shape = p.shape;
   if (s.split == TpSplit::rows) shape[0] /= tp_;
   if (s.split == TpSplit::cols) shape[1] /= tp_;

@@ -70,6 +70,7 @@ struct ParamSpec {
   int layer = -1;                     // block index, -1 outside the blocks
   int unit = 0;                       // index into ParameterLayout::units()
   TpSplit split = TpSplit::replicated;        // as cut at this layout's tp (replicated at 1)
+  TpRole role = TpRole::sequence_replicated;  // the placement's role, whatever the tp
   int parts = 1;                      // rows split: independent equal groups (q|k|v = 3)
   bool tp_partial_grad = false;       // gradient must be summed over the tp ranks
   Init init = Init::zeros;            // initial values (for_each_initial_parameter)

@@ -48,6 +48,16 @@ class ParameterStore {
   virtual void after_forward(int /*unit*/) {}
   virtual void before_backward(int /*unit*/) {}
   virtual void after_backward(int /*unit*/) {}
+  // The fp8 form of the linear weight at `w` (`numel` elements of a unit in
+  // use, as unit_params gave it) when the store holds one
+  // (parallel.fp8_allgather: quantised on its shard and gathered as fp8
+  // codes): its codes (u8, numel, in w's layout) and scale (1), valid while
+  // the unit is in use, and true; false when it holds none (the layer
+  // quantises w itself).
+  virtual bool fp8_weight(const float* /*w*/, int64_t /*numel*/, TensorView* /*codes*/,
+                          TensorView* /*scale*/) {
+    return false;
+  }
 };
 
 // One rank holding everything: flat parameter and gradient buffers in layout

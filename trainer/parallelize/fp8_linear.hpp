@@ -39,6 +39,7 @@
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
+#include "trainer/model/parameter_store.hpp"
 #include "trainer/parallelize/context_parallel.hpp"
 #include "trainer/parallelize/tp_mappings.hpp"
 
@@ -65,9 +66,19 @@ class Fp8Linear {
     unsigned span;
   };
 
-  // `maps` (the tp group) and `cp` outlive this.
+  // `maps` (the tp group), `cp` and `store` outlive this. `store` (may be
+  // null) is asked for weights already in fp8 (gathered_weight).
   Fp8Linear(Ops& ops, TpMappings& maps, const Fp8Settings& settings,
-            const ContextParallelGroup& cp);
+            const ContextParallelGroup& cp, ParameterStore* store = nullptr);
+
+  // A weight the store holds as fp8 codes (ZeRO-3's fp8 all-gather,
+  // tensorwise): its codes in w32's shape and its scale (1), which the
+  // layer uses instead of quantising w32 (whose fp32 values the store then
+  // does not hold). Empty codes: quantise w32 as usual.
+  struct Weight {
+    TensorView codes, scale;
+  };
+  Weight gathered_weight(const TensorView& w32) const;
 
   const Fp8Settings& settings() const { return settings_; }
   bool rowwise() const { return settings_.recipe == Fp8Recipe::rowwise; }
@@ -105,6 +116,7 @@ class Fp8Linear {
   TpMappings& maps_;
   Fp8Settings settings_;
   ContextParallelGroup cp_;
+  ParameterStore* store_;
   Buffer slots_[2];  // fp32: the amaxes, then (in place) the scales, of one prepare()
 };
 

@@ -68,8 +68,9 @@ int64_t TpLayerContext::bytes() const {
          precision_.bytes() + (fp8_ ? fp8_->bytes() : 0);
 }
 
-void TpLayerContext::enable_fp8(const Fp8Settings& settings, const ContextParallelGroup& cp) {
-  fp8_ = settings.on() ? std::make_unique<Fp8Linear>(ops_, maps_, settings, cp) : nullptr;
+void TpLayerContext::enable_fp8(const Fp8Settings& settings, const ContextParallelGroup& cp,
+                                ParameterStore* store) {
+  fp8_ = settings.on() ? std::make_unique<Fp8Linear>(ops_, maps_, settings, cp, store) : nullptr;
 }
 
 void TpLayerContext::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,

@@ -28,9 +28,17 @@ TensorView scale_rows(const TensorView& s, int64_t first, int64_t n) {
 // The weight as fp8 quantises it: its bf16 rounding, whether the store keeps
 // a bf16 copy (whole parameters: dp, one rank) or the layer has the fp32
 // master (a gathered ZeRO-3 unit), so that every layout quantises the same
-// values (torchao under FSDP2's bf16 parameters does the same).
-TensorView weight_operand(TpLayerContext& ctx, const TensorView& w32) {
-  return ctx.precision().weight(w32);
+// values (torchao under FSDP2's bf16 parameters does the same). Or, under
+// ZeRO-3's fp8 all-gather, the codes the store gathered, quantised from the
+// same bf16 values with the same scale (`scale` set; no amax of it here).
+struct WeightOperand {
+  TensorView w, scale;
+  bool gathered() const { return !scale.empty(); }
+};
+WeightOperand weight_operand(TpLayerContext& ctx, const Fp8Linear& f8, const TensorView& w32) {
+  const Fp8Linear::Weight g = f8.gathered_weight(w32);
+  if (!g.codes.empty()) return {g.codes, g.scale};
+  return {ctx.precision().weight(w32), {}};
 }
 
 Fp8MatmulSpec spec(Fp8Format a, Fp8Format b, bool a_t, bool b_t, bool accumulate = false) {
@@ -77,17 +85,19 @@ void ColumnParallelLinear::forward_fp8(TensorView out, Activation& x, TensorView
   Fp8Linear& f8 = *ctx_.fp8();
   Ops& ops = ctx_.ops();
   const Fp8Format e4m3 = f8.forward_format();
-  const TensorView w = weight_operand(ctx_, w32);
+  const WeightOperand wo = weight_operand(ctx_, f8, w32);
+  const TensorView w = wo.w;
   const TensorView bias = ctx_.precision().bias(b);
   // Tensorwise: x's scale over every rank's rows (they arrive chunk by
-  // chunk), W's over the tp shards. Rowwise: W's per output feature here,
-  // x's per row with each chunk.
+  // chunk), W's over the tp shards (or the gathered codes'). Rowwise: W's
+  // per output feature here, x's per row with each chunk.
+  const Fp8Linear::Request x_all{ctx_.maps().own_rows(x.view), Fp8Reduce::tensor, e4m3,
+                                 Span::over_tp_cp};
   std::vector<TensorView> s =
-      f8.rowwise()
-          ? f8.prepare({{w, Fp8Reduce::rows, e4m3, Span::local}})
-          : f8.prepare({{ctx_.maps().own_rows(x.view), Fp8Reduce::tensor, e4m3, Span::over_tp_cp},
-                        {w, Fp8Reduce::tensor, e4m3, Span::over_tp}});
-  const TensorView w_scale = s.back();
+      f8.rowwise()     ? f8.prepare({{w, Fp8Reduce::rows, e4m3, Span::local}})
+      : wo.gathered() ? f8.prepare({x_all})
+                      : f8.prepare({x_all, {w, Fp8Reduce::tensor, e4m3, Span::over_tp}});
+  const TensorView w_scale = wo.gathered() ? wo.scale : s.back();
   const TensorView xs = x.view;
   ctx_.maps().gather_from_sequence(
       x,
@@ -110,7 +120,8 @@ Activation ColumnParallelLinear::backward_fp8(TensorView dx, TensorView dw, Tens
                                               TensorView w32, const std::string& name,
                                               const std::string& layer) {
   Fp8Linear& f8 = *ctx_.fp8();
-  const TensorView w = weight_operand(ctx_, w32);
+  const WeightOperand wo = weight_operand(ctx_, f8, w32);
+  const TensorView w = wo.w;
   const Fp8Format g = f8.grad_format(), a = f8.forward_format();
   const TensorView dy = dout.view, xv = x.view;  // (R, N/p), (R, K) whole
   BackwardScales s;
@@ -121,6 +132,10 @@ Activation ColumnParallelLinear::backward_fp8(TensorView dx, TensorView dw, Tens
                     {dy, Fp8Reduce::cols, g, Span::over_cp},
                     {xv, Fp8Reduce::cols, a, Span::over_cp}});
     s = {v[0], v[1], v[2], v[3]};
+  } else if (wo.gathered()) {
+    const std::vector<TensorView> v = f8.prepare({{dy, Fp8Reduce::tensor, g, Span::over_tp_cp},
+                                                  {xv, Fp8Reduce::tensor, a, Span::over_cp}});
+    s = {v[0], wo.scale, v[0], v[1]};
   } else {
     const std::vector<TensorView> v = f8.prepare({{dy, Fp8Reduce::tensor, g, Span::over_tp_cp},
                                                   {w, Fp8Reduce::tensor, a, Span::over_tp},
@@ -153,13 +168,15 @@ Activation RowParallelLinear::forward_fp8(TensorView sum, const Activation& x, T
                                           TensorView b, const std::string& name,
                                           const std::string& layer) {
   Fp8Linear& f8 = *ctx_.fp8();
-  const TensorView w = weight_operand(ctx_, w32);
+  const WeightOperand wo = weight_operand(ctx_, f8, w32);
+  const TensorView w = wo.w;
   const Fp8Format e4m3 = f8.forward_format();
   const TensorView xv = x.view;  // (R, K/p): each row's features split over tp
   const Fp8Reduce by = f8.reduce(Fp8Reduce::rows);
+  const Fp8Linear::Request x_req{xv, by, e4m3, f8.rowwise() ? Span::over_tp : Span::over_tp_cp};
   const std::vector<TensorView> s =
-      f8.prepare({{xv, by, e4m3, f8.rowwise() ? Span::over_tp : Span::over_tp_cp},
-                  {w, by, e4m3, Span::over_tp}});
+      wo.gathered() ? std::vector<TensorView>{f8.prepare({x_req})[0], wo.scale}
+                    : f8.prepare({x_req, {w, by, e4m3, Span::over_tp}});
   const Fp8MatmulSpec fwd = spec(e4m3, e4m3, false, false);
   if (ctx_.size() == 1) {
     f8.gemm(sum, xv, s[0], w, s[1], ctx_.precision().bias(b), fwd, true);
@@ -178,7 +195,8 @@ void RowParallelLinear::backward_fp8(TensorView dx, TensorView dw, TensorView db
                                      const Activation& dout, const Activation& x, TensorView w32,
                                      TensorView gelu_pre, const std::string& layer) {
   Fp8Linear& f8 = *ctx_.fp8();
-  const TensorView w = weight_operand(ctx_, w32);
+  const WeightOperand wo = weight_operand(ctx_, f8, w32);
+  const TensorView w = wo.w;
   const Fp8Format g = f8.grad_format(), a = f8.forward_format();
   const TensorView xv = x.view;  // (R, K/p)
   // dy's own rows (R/p, N): its column (or tensor) amax before the gather;
@@ -189,6 +207,11 @@ void RowParallelLinear::backward_fp8(TensorView dx, TensorView dw, TensorView db
                                                   {dout.view, Fp8Reduce::cols, g, Span::over_tp_cp},
                                                   {xv, Fp8Reduce::cols, a, Span::over_cp}});
     s = {TensorView{}, v[0], v[1], v[2]};
+  } else if (wo.gathered()) {
+    const std::vector<TensorView> v =
+        f8.prepare({{dout.view, Fp8Reduce::tensor, g, Span::over_tp_cp},
+                    {xv, Fp8Reduce::tensor, a, Span::over_tp_cp}});
+    s = {v[0], wo.scale, v[0], v[1]};
   } else {
     const std::vector<TensorView> v =
         f8.prepare({{dout.view, Fp8Reduce::tensor, g, Span::over_tp_cp},

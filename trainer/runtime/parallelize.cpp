@@ -18,6 +18,7 @@ ParallelPlan parallel_plan(const Config& cfg) {
   p.tp_overlap = cfg.parallel.tp_overlap;
   p.dtype = cfg.runtime.dtype;
   p.fp8 = fp8_settings(cfg.runtime);
+  p.fp8_allgather = fp8_allgather_applies(cfg);
   p.pp_schedule = cfg.parallel.pp_schedule;
   p.pp_virtual_stages = cfg.parallel.pp_virtual_stages;
   p.pp_layers = cfg.parallel.pp_layers;
@@ -60,13 +61,15 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
           ? rank_chunks(pipeline_layer_split(model, d.pp, v, plan.pp_layers), d.pp, mesh.coord().pp)
           : std::vector<StageSpan>{StageSpan{}};
   // 1. placement: this tp rank's shards of the stage's units (every chunk's
-  // of an interleaved rank), padded to fsdp.
-  out.layout =
-      std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp, shard_degree(d));
+  // of an interleaved rank), padded to fsdp (to 4 x fsdp with fp8
+  // all-gather, whose codes travel as floats).
+  const bool fp8_gather = plan.fp8_allgather && shard_degree(d) > 1;
+  out.layout = std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp,
+                                                 shard_degree(d) * (fp8_gather ? 4 : 1));
   // 2. data parallel: the state over dp x fsdp and its strategies.
-  out.params =
-      std::make_unique<ShardedParameters>(*out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops,
-                                          plan.dtype == ComputeDType::bf16, plan.reduce_dtype);
+  out.params = std::make_unique<ShardedParameters>(
+      *out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops, plan.dtype == ComputeDType::bf16,
+      plan.reduce_dtype, Fp8GatherOptions{fp8_gather, plan.fp8.min_dim});
   if (model.moe() && model.router_bias_update_rate > 0) {
     std::vector<int> layers;
     for (const StageSpan& c : chunks)

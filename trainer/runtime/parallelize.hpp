@@ -64,6 +64,9 @@ struct ParallelPlan {
   ComputeDType dtype = ComputeDType::fp32;
   // runtime.fp8*: the blocks' linear layers in fp8 (off by default).
   Fp8Settings fp8;
+  // parallel.fp8_allgather in effect (fp8_allgather_applies): ZeRO-3
+  // gathers the blocks' fp8 weights as codes (fp8_gathered_weights.hpp).
+  bool fp8_allgather = false;
   // Pipeline stages (parallel.pp_*): the schedule, chunks per rank and the
   // blocks per chunk (empty: the balanced split).
   PipeSchedule pp_schedule = PipeSchedule::one_f_one_b;

@@ -10,7 +10,8 @@ namespace gt {
 
 ShardedParameters::ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh,
                                      FsdpStage fsdp_stage, double bucket_mb, Ops& ops,
-                                     bool bf16_params, ComputeDType reduce_dtype)
+                                     bool bf16_params, ComputeDType reduce_dtype,
+                                     const Fp8GatherOptions& fp8)
     : layout_(layout),
       geom_(layout, mesh.axis(shard_axis(mesh.dims())).size(),
             mesh.axis(shard_axis(mesh.dims())).rank()),
@@ -33,7 +34,7 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
       {layout_, geom_, plan_, ops_, dp_, fsdp_, tp_, bucket_mb, reduce_dtype});
   optimizer_ = std::make_unique<ShardOptimizer>(ops, world_, geom_, full_params(), plan.moments,
                                                 dp_rank_, tp_rank_);
-  units_ = make_unit_parameters(layout_, geom_, plan_, params_, ops_, fsdp_);
+  units_ = make_unit_parameters(layout_, geom_, plan_, params_, ops_, fsdp_, tp_, fp8);
 }
 
 ShardedParameters::~ShardedParameters() = default;
@@ -142,8 +143,14 @@ void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip,
   after_update(!state.params_bf16.empty());
 }
 
+bool ShardedParameters::fp8_weight(const float* w, int64_t numel, TensorView* codes,
+                                   TensorView* scale) {
+  return units_->fp8_weight(w, numel, codes, scale);
+}
+
 void ShardedParameters::after_update(bool wrote_bf16_copy) {
   params_bf16_stale_ = !wrote_bf16_copy;
+  units_->parameters_changed();
   if (geom_.fsdp() > 1 && full_params()) {  // stage 1/2: everyone gets the updated shards
     std::vector<CommHandle> gathers;
     for (size_t u = 0; u < layout_.units().size(); ++u) {
@@ -182,6 +189,7 @@ void ShardedParameters::load_global(const std::string& name, const float* data) 
     }
   }
   params_bf16_stale_ = true;
+  units_->parameters_changed();
 }
 
 std::vector<TensorPiece> ShardedParameters::pieces(const std::vector<ParamSegment>& segs,
@@ -247,6 +255,7 @@ std::vector<TensorPiece> ShardedParameters::pieces_to_load() {
 
 void ShardedParameters::finish_load() {
   params_bf16_stale_ = true;  // the parameters were just read in
+  units_->parameters_changed();
   for (const auto& s : staged_) ops_.upload(view(s.device, {s.n}), s.host);
   staged_.clear();
   host_stage_ = {};

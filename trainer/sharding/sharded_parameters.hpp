@@ -87,9 +87,12 @@ class ShardedParameters final : public ParameterStore {
   // (fsdp = 1 or stages 1-2); stage 3 gathers units and the model casts.
   // reduce_dtype: parallel.reduce_dtype, the precision of the gradient
   // reductions over dp and fsdp (gradient_reducer.hpp).
+  // fp8: parallel.fp8_allgather (stage 3; the layout's units padded to 4 x
+  // the shard degree).
   ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh, FsdpStage fsdp_stage,
                     double bucket_mb, Ops& ops, bool bf16_params = false,
-                    ComputeDType reduce_dtype = ComputeDType::fp32);
+                    ComputeDType reduce_dtype = ComputeDType::fp32,
+                    const Fp8GatherOptions& fp8 = {});
   ~ShardedParameters() override;
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
@@ -104,6 +107,7 @@ class ShardedParameters final : public ParameterStore {
   void after_forward(int unit) override;
   void before_backward(int unit) override;
   void after_backward(int unit) override;
+  bool fp8_weight(const float* w, int64_t numel, TensorView* codes, TensorView* scale) override;
 
   // One optimizer step: begin_step(); for each micro-batch
   // begin_micro_batch(last) + model forward/backward; finish_gradients();

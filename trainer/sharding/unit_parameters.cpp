@@ -1,5 +1,6 @@
 #include "trainer/sharding/unit_parameters.hpp"
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -49,15 +50,32 @@ class GatheredParameters final : public UnitParameters {
  public:
   GatheredParameters(const ParameterLayout& layout, const ShardGeometry& geom,
                      const ShardedStatePlan& plan, const Buffer& shard, Ops& ops,
-                     Communicator& fsdp)
+                     Communicator& fsdp, Communicator& tp, const Fp8GatherOptions& fp8)
       : layout_(layout), geom_(geom), shard_(shard), fsdp_(fsdp) {
-    for (int i = 0; i < kUnitSlots; ++i)
-      slots_[static_cast<size_t>(i)].buf = allocate_floats(ops, plan.slot_size[i]);
+    if (fp8.on) fp8_ = std::make_unique<Fp8GatheredWeights>(layout, geom, ops, fsdp, tp, fp8.min_dim);
+    // With fp8 all-gather a slot also holds codes (a byte per element) and
+    // the fp32 side of the widest unit it takes.
+    std::array<int64_t, kUnitSlots> side{};
+    if (fp8_)
+      for (size_t u = 0; u < layout.units().size(); ++u) {
+        const int unit = static_cast<int>(u);
+        int64_t& m = side[static_cast<size_t>(unit_slot(layout, unit))];
+        m = std::max(m, fp8_->side_floats(unit));
+      }
+    for (int i = 0; i < kUnitSlots; ++i) {
+      Slot& s = slots_[static_cast<size_t>(i)];
+      s.buf = allocate_floats(ops, plan.slot_size[i]);
+      if (!fp8_) continue;
+      s.codes = ops.allocate(static_cast<size_t>(plan.slot_size[i]));
+      s.send = allocate_floats(ops, side[static_cast<size_t>(i)]);
+      s.side = allocate_floats(ops, side[static_cast<size_t>(i)] * geom.fsdp());
+    }
   }
 
   float* unit_params(int unit) override {
     Slot& s = slot(unit);
-    GT_CHECK(s.unit == unit && s.pending.done(), "unit ", name(unit), " used while not gathered");
+    GT_CHECK(s.unit == unit && s.pending.done() && s.unpacked, "unit ", name(unit),
+             " used while not gathered");
     return s.buf.f32();
   }
   void begin_forward(bool backward_follows) override {
@@ -66,9 +84,26 @@ class GatheredParameters final : public UnitParameters {
     // is open between passes, unless a pass threw on its way.
     for (auto& s : slots_) {
       s.pending.wait();
+      s.side_pending.wait();
       s.unit = -1;
       s.open = false;
     }
+    // The fp8 codes of the current parameters (collective; a no-op until
+    // they change again).
+    if (fp8_) fp8_->refresh(shard_);
+  }
+  void parameters_changed() override {
+    if (fp8_) fp8_->invalidate();
+  }
+  bool fp8_weight(const float* w, int64_t numel, TensorView* codes, TensorView* scale) override {
+    if (!fp8_) return false;
+    for (const Slot& s : slots_) {
+      if (s.unit < 0 || !s.open || !fp8_->gathers(s.unit)) continue;
+      const float* base = s.buf.f32();
+      if (w < base || w >= base + layout_.units()[static_cast<size_t>(s.unit)].size()) continue;
+      return fp8_->find(s.unit, base, s.codes, w, numel, codes, scale);
+    }
+    return false;
   }
   void before_forward(int unit) override {
     open(unit);
@@ -91,8 +126,9 @@ class GatheredParameters final : public UnitParameters {
     for (auto& s : slots_) s.pending.test();
   }
   int64_t slot_bytes() const override {
-    int64_t n = 0;
-    for (const auto& s : slots_) n += static_cast<int64_t>(s.buf.bytes());
+    int64_t n = fp8_ ? fp8_->bytes() : 0;
+    for (const auto& s : slots_)
+      n += static_cast<int64_t>(s.buf.bytes() + s.codes.bytes() + s.send.bytes() + s.side.bytes());
     return n;
   }
 
@@ -102,6 +138,11 @@ class GatheredParameters final : public UnitParameters {
     int unit = -1;
     bool open = false;   // `unit` is in use (between its before_* and after_*)
     CommHandle pending;  // the gather in flight
+    // fp8 all-gather: the codes, the fp32 side (sent, gathered) and its
+    // gather; `unpacked` once the side is in buf.
+    Buffer codes, send, side;
+    CommHandle side_pending;
+    bool unpacked = true;
   };
   Slot& slot(int unit) { return slots_[static_cast<size_t>(unit_slot(layout_, unit))]; }
   const std::string& name(int unit) const {
@@ -116,6 +157,11 @@ class GatheredParameters final : public UnitParameters {
     start_gather(unit);
     Slot& s = slot(unit);
     s.pending.wait();
+    s.side_pending.wait();
+    if (!s.unpacked) {
+      fp8_->unpack(unit, s.side, s.buf.f32());
+      s.unpacked = true;
+    }
     s.open = true;
   }
   // Starts gathering `unit` into its slot unless it is there or on its way
@@ -127,15 +173,25 @@ class GatheredParameters final : public UnitParameters {
     GT_CHECK(!s.open, "gathering unit ", name(unit), " into the slot of unit ", name(s.unit),
              ", which is in use");
     s.pending.wait();  // an earlier gather into this buffer (a prefetch no pass read)
+    s.side_pending.wait();
     s.unit = unit;
+    if (fp8_ && fp8_->gathers(unit)) {
+      auto h = fp8_->start(unit, shard_, s.send, s.codes, s.side);
+      s.pending = std::move(h.first);
+      s.side_pending = std::move(h.second);
+      s.unpacked = false;
+      return;
+    }
     s.pending = fsdp_.all_gather(shard_.f32() + geom_.shard_storage(unit), s.buf.f32(),
                                  geom_.shard_size(unit));
+    s.unpacked = true;
   }
 
   const ParameterLayout& layout_;
   const ShardGeometry& geom_;
   const Buffer& shard_;
   Communicator& fsdp_;
+  std::unique_ptr<Fp8GatheredWeights> fp8_;  // parallel.fp8_allgather, else null
   std::array<Slot, kUnitSlots> slots_;
   bool backward_follows_ = false;
 };
@@ -200,9 +256,10 @@ std::unique_ptr<UnitParameters> make_unit_parameters(const ParameterLayout& layo
                                                      const ShardGeometry& geom,
                                                      const ShardedStatePlan& plan,
                                                      const Buffer& params, Ops& ops,
-                                                     Communicator& fsdp) {
+                                                     Communicator& fsdp, Communicator& tp,
+                                                     const Fp8GatherOptions& fp8) {
   if (plan.full_params) return std::make_unique<WholeParameters>(layout, params);
-  return std::make_unique<GatheredParameters>(layout, geom, plan, params, ops, fsdp);
+  return std::make_unique<GatheredParameters>(layout, geom, plan, params, ops, fsdp, tp, fp8);
 }
 
 }  // namespace gt

@@ -12,7 +12,10 @@
 //                       backward re-gathers all but the last two; embed and
 //                       head stay gathered from their forward to their
 //                       backward. Each forward gathers afresh (the
-//                       parameters may have changed).
+//                       parameters may have changed). With fp8 all-gather
+//                       (Fp8GatherOptions, fp8_gathered_weights.hpp) a
+//                       block's fp8 weights travel as codes and the rest of
+//                       its parameters in fp32 beside them.
 //
 // Hooks, as ParameterStore calls them (trainer/model/parameter_store.hpp):
 // begin_forward, then before_forward/after_forward per unit in forward order
@@ -36,6 +39,7 @@
 #include "kernels/ops.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/sharding/fp8_gathered_weights.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
 #include "trainer/sharding/state_plan.hpp"
 
@@ -55,6 +59,13 @@ class UnitParameters {
   virtual void progress() = 0;
   // Bytes of the unit slots (0 when the parameters are whole).
   virtual int64_t slot_bytes() const = 0;
+  // The parameters changed (AdamW, loading): what is derived from them is stale.
+  virtual void parameters_changed() {}
+  // ParameterStore::fp8_weight.
+  virtual bool fp8_weight(const float* /*w*/, int64_t /*numel*/, TensorView* /*codes*/,
+                          TensorView* /*scale*/) {
+    return false;
+  }
 };
 
 // The unit stage 3 prefetches when `unit`'s forward (backward) begins on
@@ -74,10 +85,12 @@ int backward_prefetch(const ParameterLayout& layout, int unit);
 
 // `params` is the rank's parameter storage (the whole flat parameters, or
 // its shard at stage 3, as plan.full_params says); it outlives the strategy.
+// fp8: stage 3 only (whole parameters have nothing to gather).
 std::unique_ptr<UnitParameters> make_unit_parameters(const ParameterLayout& layout,
                                                      const ShardGeometry& geom,
                                                      const ShardedStatePlan& plan,
                                                      const Buffer& params, Ops& ops,
-                                                     Communicator& fsdp);
+                                                     Communicator& fsdp, Communicator& tp,
+                                                     const Fp8GatherOptions& fp8 = {});
 
 }  // namespace gt
