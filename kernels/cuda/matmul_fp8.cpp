@@ -22,14 +22,27 @@ cudaDataType_t fp8_cuda(Fp8Format f) {
   return f == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
 
+// Largest power of two <= 256 dividing the address and the row stride in
+// bytes: the alignment cuBLASLt may assume for this operand (as GemmContext:
+// an algorithm chosen for a 256-byte-aligned operand may rely on it, so a
+// less aligned one, such as a weight's codes inside a gathered unit, gets
+// its own plan).
+uint32_t alignment(const void* p, int64_t ld_bytes) {
+  uint32_t a = 256;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  while (a > 1 && (addr % a != 0 || ld_bytes % static_cast<int64_t>(a) != 0)) a /= 2;
+  return a;
+}
+
 struct Key {
   int64_t M, N, K, lda, ldb, ldd;
   Fp8Format fa, fb;
   DType d;
   bool rowwise, fast_accum, has_a_scale, has_b_scale;
+  uint32_t align_a, align_b, align_d;
   auto tie() const {
     return std::tie(M, N, K, lda, ldb, ldd, fa, fb, d, rowwise, fast_accum, has_a_scale,
-                    has_b_scale);
+                    has_b_scale, align_a, align_b, align_d);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -84,9 +97,11 @@ struct Fp8GemmContext::Impl {
   explicit Impl(size_t ws) : workspace(ws) {}
 
   Plan& plan_for(const Fp8GemmArgs& g) {
+    const int64_t d_bytes = static_cast<int64_t>(dtype_size(g.d_type));
     const Key key{g.M,        g.N,      g.K,        g.lda,          g.ldb,
                   g.ldd,      g.a_format, g.b_format, g.d_type,     g.rowwise,
-                  g.fast_accum, g.a_scale != nullptr, g.b_scale != nullptr};
+                  g.fast_accum, g.a_scale != nullptr, g.b_scale != nullptr,
+                  alignment(g.A, g.lda), alignment(g.B, g.ldb), alignment(g.D, g.ldd * d_bytes)};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
@@ -122,6 +137,16 @@ struct Fp8GemmContext::Impl {
     const uint64_t ws = workspace.bytes();
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    // Our A and B swap roles in cuBLASLt.
+    const uint32_t align_a = key.align_b, align_b = key.align_a, align_cd = key.align_d;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd, sizeof align_cd));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd, sizeof align_cd));
     constexpr int kRequested = 8;
     cublasLtMatmulHeuristicResult_t results[kRequested] = {};
     int returned = 0;

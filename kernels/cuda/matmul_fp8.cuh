@@ -15,7 +15,8 @@
 //     ldd its row stride (0: N).
 //   * fast_accum: Hopper's faster, less precise accumulation (torchao turns
 //     it on for the forward GEMM only).
-//   * Plans are cached per shape and configuration, like GemmContext's.
+//   * Plans are cached per shape, configuration and operand alignment (up to
+//     256 bytes), like GemmContext's.
 //
 // Host-only header.
 #pragma once

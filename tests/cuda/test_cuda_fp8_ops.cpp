@@ -257,6 +257,18 @@ TEST_F(CudaFp8Ops, PreQuantisedCodesAreTheCpusAndGiveTheSameProduct) {
       cuda_->fp8_matmul(from_codes.gpu(), a.gpu(), sa.gpu(),
                         make_view(codes.get(), DType::u8, Device::cuda, b_shape), sb.gpu(), {}, spec);
       EXPECT_TRUE(test::bitwise_equal(from_codes.gpu_values(), from_floats.gpu_values()));
+      // The same codes 64 bytes into a buffer (a weight inside a gathered
+      // unit): a pointer less aligned than the plan's first one gets a plan
+      // of its own (cuBLASLt may rely on the alignment it saw).
+      std::vector<uint8_t> shifted(64, 0);
+      const std::vector<uint8_t> c = codes.download();
+      shifted.insert(shifted.end(), c.begin(), c.end());
+      DeviceArray<uint8_t> at64(shifted, cuda_->stream());
+      Both from_at64 = make(std::vector<float>(M * N), DType::f32, {M, N});
+      cuda_->fp8_matmul(from_at64.gpu(), a.gpu(), sa.gpu(),
+                        make_view(at64.get() + 64, DType::u8, Device::cuda, b_shape), sb.gpu(), {},
+                        spec);
+      EXPECT_TRUE(test::bitwise_equal(from_at64.gpu_values(), from_floats.gpu_values()));
     }
 }
 

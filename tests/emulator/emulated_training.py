@@ -57,7 +57,13 @@ so the CUDA path moves K|V in the activations' dtype as the CPU's does.
 With --arch llama the model is
 the layout matrix's Llama at 4 query heads of 16 over 2 key/value heads (so
 tp2 splits both, and bf16 takes the tensor-core attention with grouped-query
-attention). --steps shortens every run. Exit status 1 on any mismatch.
+attention). --steps shortens every run. With --fp8 tensorwise|rowwise the
+runs are fp8 instead (runtime.fp8, every block linear: fp8_min_dim=0):
+the layout on the emulated device against the CPU backend's one-rank fp8
+run with the same micro-batches, at the fp8 layout tolerances
+(tests/layouts/fp8_layouts.py); fsdp2 tensorwise gathers its weights as
+fp8 codes (parallel.fp8_allgather), over the emulated NCCL or the staged
+MPI mesh. Exit status 1 on any mismatch.
 """
 
 import argparse
@@ -69,6 +75,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "layouts"))
 import layout_matrix as lm  # noqa: E402  (the layout matrix's runner and readers)
+import fp8_layouts  # noqa: E402  (the fp8 tolerances)
 
 STEPS = 6
 # name: (dp, fsdp, tp, pp, cp); a pipeline runs 4 micro-batches per step (1f1b).
@@ -91,6 +98,12 @@ BF16_VS_FP32_TOL = 5e-2
 # dp2_ep2 bf16 against the emulated one-rank bf16 run, 0). The fp32 runs,
 # which no flip reaches, are held to FP32_TOL.
 MOE_BF16_NORM_TOL = 1e-1
+# fp8 one rank, the emulated device against the CPU backend (fp8_runs):
+# measured over 6 steps, Llama tensorwise loss 1.2e-3 and grad norm 5.5e-2,
+# GPT-2 rowwise 2.0e-5 and 5.6e-3 (the layouts against the emulated one
+# rank: 3.4e-9 for fsdp2 with fp8 all-gather, 6.5e-5 for tp2).
+FP8_BACKEND_TOL = 2e-3
+FP8_BACKEND_NORM_TOL = 1e-1
 
 
 def worst_rel(ref_dir, got_dir, key):
@@ -131,6 +144,32 @@ def cp_bytes(label, run_dir, dims, dtype, cp_comm):
     return fails
 
 
+def fp8_runs(args, r, common, cuda_run):
+    """--fp8: the emulated one-rank fp8 run against the CPU's (the backends
+    quantise the same bf16 values wherever their bf16 activations agree,
+    and a summation order that moves one across a rounding boundary moves
+    its code a whole e4m3 step: FP8_BACKEND_*), and the layout against the
+    emulated one rank with the same micro-batches at the fp8 layout
+    tolerances."""
+    fp8 = {"runtime.dtype": "bf16", "runtime.fp8": args.fp8, "runtime.fp8_min_dim": 0}
+    dims = LAYOUTS.get(args.layout, (1, 1, 1, 1, 1))
+    micro = lm.TRAIN["global_batch"] // (dims[0] * dims[1] * (4 if dims[3] > 1 else 1))
+    ref_dir, ref_cfg = r.config("cpu_fp8", micro=micro, extra=dict(common, **fp8))
+    r.run(1, ref_cfg)
+    one = cuda_run("cuda_fp8_one_rank", 1, (1, 1, 1, 1, 1), "bf16", "auto", more=fp8,
+                   one_micro=micro)
+    fails = compare(f"one rank fp8={args.fp8} vs CPU fp8", ref_dir, one, FP8_BACKEND_TOL,
+                    norm_tol=FP8_BACKEND_NORM_TOL, param_tol=fp8_layouts.FP8_PARAM_TOL)
+    if args.layout == "one_rank":
+        return fails
+    tols = dict(norm_tol=fp8_layouts.FP8_NORM_TOL, param_tol=fp8_layouts.FP8_PARAM_TOL)
+    for comm in args.comm or COMMS:
+        d = cuda_run(f"{args.layout}_fp8_{comm}", math.prod(dims), dims, "bf16", comm, more=fp8)
+        fails += compare(f"{args.layout} fp8={args.fp8} comm={comm} vs emulated one rank fp8",
+                         one, d, fp8_layouts.FP8_LOSS_TOL, **tols)
+    return fails
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", required=True, help="an emulator build (TRAINER_CUDA_EMULATOR=ON)")
@@ -144,6 +183,8 @@ def main():
                     help="parallel.comm of the layout's runs (repeatable; default: both)")
     ap.add_argument("--cp-comm", action="append", choices=CP_COMMS,
                     help="parallel.cp_comm of a cp layout's runs (repeatable; default: both)")
+    ap.add_argument("--fp8", choices=("tensorwise", "rowwise"),
+                    help="fp8 runs (module docstring) instead of fp32 and bf16")
     args = ap.parse_args()
     cache = open(os.path.join(args.build, "CMakeCache.txt")).read()
     if "TRAINER_CUDA_EMULATOR:BOOL=ON" not in cache:
@@ -178,9 +219,11 @@ def main():
         cpu_dir, cpu_cfg = r.config("cpu_fp32", micro=ref_micro, extra=common)
         r.run(1, cpu_cfg)
 
-        def cuda_run(name, world, dims, dtype, comm, reduce_dtype="fp32", cp_comm="allgather"):
+        def cuda_run(name, world, dims, dtype, comm, reduce_dtype="fp32", cp_comm="allgather",
+                     more=None, one_micro=None):
             dp, fsdp, tp, pp, cp = dims
-            extra = dict(common, **{"runtime.device": "cuda", "runtime.dtype": dtype,
+            extra = dict(dict(common, **(more or {})), **{"runtime.device": "cuda",
+                                                         "runtime.dtype": dtype,
                                     "parallel.comm": comm,
                                     "parallel.reduce_dtype": reduce_dtype, "parallel.pp": pp})
             if cp > 1:
@@ -190,16 +233,18 @@ def main():
             micro_batches = 4 if pp > 1 else 1
             micro = lm.TRAIN["global_batch"] // (dp * fsdp * micro_batches)
             if world == 1:
-                micro = ref_micro
+                micro = ref_micro if one_micro is None else one_micro
             d, cfg = r.config(name, dp, fsdp, tp, 3, micro, True, extra)
             _, took = r.run(world, cfg, timeout=900)
             print(f"     {name}: {world} rank(s) on the emulated device, {took:.1f} s")
             return d
 
-        one_bf16 = cuda_run("cuda_bf16_one_rank", 1, (1, 1, 1, 1, 1), "bf16", "auto")
-        if args.layout == "one_rank":
+        if args.fp8:
+            fails += fp8_runs(args, r, common, cuda_run)
+        elif args.layout == "one_rank":
             one_fp32 = cuda_run("cuda_fp32_one_rank", 1, (1, 1, 1, 1, 1), "fp32", "auto")
             fails += compare("one rank fp32 vs CPU", cpu_dir, one_fp32, FP32_TOL)
+            one_bf16 = cuda_run("cuda_bf16_one_rank", 1, (1, 1, 1, 1, 1), "bf16", "auto")
             cpu16_dir, cpu16_cfg = r.config("cpu_bf16", micro=ref_micro,
                                             extra=dict(common, **{"runtime.dtype": "bf16"}))
             r.run(1, cpu16_cfg)
@@ -216,6 +261,7 @@ def main():
                              lm.BF16_TOL, skip_key_bias=True,
                              **dict(dict(param_tol=BF16_LAYOUT_TOL), **moe16))
         else:
+            one_bf16 = cuda_run("cuda_bf16_one_rank", 1, (1, 1, 1, 1, 1), "bf16", "auto")
             dims = LAYOUTS[args.layout]
             # The family's bound on the final parameters, the layout
             # matrix's (Llama's looser: module docstring).
