@@ -256,16 +256,26 @@ void amax_cols_impl(float* amax, const T* x, int64_t rows, int64_t cols, float* 
   CUDA_CHECK_LAUNCH();
 }
 
+// The 32 x 32 tiles covering q (rows, ldq): quantize_scaled_kernel's and
+// copy_codes_kernel's grid. Checks the shapes (`what` names the caller);
+// false when there is nothing to do.
+bool tile_launch(const char* what, int64_t rows, int64_t cols, int64_t ldq, dim3* grid,
+                 dim3* block) {
+  GT_CHECK(rows >= 0 && cols >= 0 && ldq >= cols, what, ": (", rows, ", ", cols,
+           ") with row stride ", ldq);
+  if (rows == 0 || ldq == 0) return false;
+  *grid = dim3(static_cast<unsigned>((ldq + kTile - 1) / kTile),
+               static_cast<unsigned>((rows + kTile - 1) / kTile));
+  *block = dim3(kTile, kTileRows);
+  return true;
+}
+
 template <typename T>
 void quantize_scaled_impl(uint8_t* q, int64_t ldq, const T* x, int64_t rows, int64_t cols,
                           bool transposed, const float* scale, bool per_row, Fp8Format f,
                           cudaStream_t stream) {
-  GT_CHECK(rows >= 0 && cols >= 0 && ldq >= cols, "fp8_quantize_scaled: (", rows, ", ", cols,
-           ") with row stride ", ldq);
-  if (rows == 0 || ldq == 0) return;
-  const dim3 grid(static_cast<unsigned>((ldq + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
-  const dim3 block(kTile, kTileRows);
+  dim3 grid, block;
+  if (!tile_launch("fp8_quantize_scaled", rows, cols, ldq, &grid, &block)) return;
   if (transposed)
     dev::launch(quantize_scaled_kernel<T, true>, {grid, block, 0, stream}, q, ldq, x, rows, cols,
                 scale, per_row, f);
@@ -364,12 +374,8 @@ void fp8_quantize_scaled(uint8_t* q, int64_t ldq, const __nv_bfloat16* x, int64_
 
 void fp8_copy_codes(uint8_t* q, int64_t ldq, const uint8_t* codes, int64_t rows, int64_t cols,
                     bool transposed, cudaStream_t stream) {
-  GT_CHECK(rows >= 0 && cols >= 0 && ldq >= cols, "fp8_copy_codes: (", rows, ", ", cols,
-           ") with row stride ", ldq);
-  if (rows == 0 || ldq == 0) return;
-  const dim3 grid(static_cast<unsigned>((ldq + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
-  const dim3 block(kTile, kTileRows);
+  dim3 grid, block;
+  if (!tile_launch("fp8_copy_codes", rows, cols, ldq, &grid, &block)) return;
   if (transposed)
     dev::launch(copy_codes_kernel<true>, {grid, block, 0, stream}, q, ldq, codes, rows, cols);
   else

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_test_util.hpp"
 #include "test_util.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/train/trainer.hpp"
@@ -17,12 +18,9 @@ namespace gt {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<uint16_t> corpus_tokens(int repeats) {
-  std::string text;
-  for (int i = 0; i < repeats; ++i) text += "the quick brown fox jumps over the lazy dog. ";
-  return std::vector<uint16_t>(text.begin(), text.end());
-}
+using test::corpus_tokens;
+using test::file_bytes;
+using test::read_metrics;
 
 // A small Llama whose block linears all run in fp8 (fp8_min_dim 0), 10
 // steps, a checkpoint every 5.
@@ -37,19 +35,6 @@ std::string fp8_config(const test::TempDir& dir) {
     << "checkpoint: {every: 5, keep: 5}\n"
     << "runtime: {threads: 1, dtype: bf16, fp8_min_dim: 0}\n";
   return y.str();
-}
-
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // Each tensor a checkpoint holds, with its shape.

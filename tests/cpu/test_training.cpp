@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_test_util.hpp"
 #include "test_util.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/train/trainer.hpp"
@@ -15,12 +16,9 @@ namespace gt {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<uint16_t> corpus_tokens(int repeats) {
-  std::string text;
-  for (int i = 0; i < repeats; ++i) text += "the quick brown fox jumps over the lazy dog. ";
-  return std::vector<uint16_t>(text.begin(), text.end());
-}
+using test::corpus_tokens;
+using test::file_bytes;
+using test::read_metrics;
 
 std::string tiny_config(const test::TempDir& dir, const std::string& extra_train) {
   std::ostringstream y;
@@ -31,19 +29,6 @@ std::string tiny_config(const test::TempDir& dir, const std::string& extra_train
     << "min_lr: 0.0003, eval_every: 0, seed: 3" << extra_train << "}\n"
     << "runtime: {threads: 1}\n";
   return y.str();
-}
-
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 class Training : public ::testing::Test {

@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "model_steps.hpp"
+#include "run_test_util.hpp"
 #include "test_util.hpp"
 #include "trainer/config/config.hpp"
 #include "trainer/model/gpt.hpp"
@@ -189,20 +190,10 @@ TEST(CudaTraining, ActivationBytesAreThePlannersCudaPrediction) {
     }
 }
 
-std::vector<double> losses_of(const std::string& metrics) {
-  std::vector<double> out;
-  std::ifstream f(metrics);
-  std::string line;
-  while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line).at("loss"));
-  return out;
-}
-
 TEST(CudaTraining, TrainerRunOnCudaLogsTheCpuRunsLosses) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   test::TempDir dir;
-  std::vector<uint16_t> tokens;
-  for (int i = 0; i < 20000; ++i) tokens.push_back(static_cast<uint16_t>((i * 31 + i / 7) % 256));
-  test::write_shard(dir.file("train.bin"), tokens);
+  test::write_shard(dir.file("train.bin"), test::pattern_tokens(20000));
   std::ostringstream y;
   y << "model: {n_layer: 2, n_head: 2, n_embd: 64, vocab_size: 256, block_size: 64}\n"
     << "data: {train: ['" << dir.file("train.bin") << "']}\n"
@@ -212,7 +203,7 @@ TEST(CudaTraining, TrainerRunOnCudaLogsTheCpuRunsLosses) {
     const std::string log = dir.file("run_" + device);
     Config cfg = parse_config(y.str(), "test", {"log.dir=" + log, "runtime.device=" + device});
     run_training(cfg);
-    return losses_of(log + "/metrics.jsonl");
+    return test::losses_of(log + "/metrics.jsonl");
   };
   const std::vector<double> cpu = run("cpu"), cuda = run("cuda");
   ASSERT_EQ(cuda.size(), cpu.size());
@@ -232,9 +223,7 @@ TEST(CudaTraining, TrainerRunOnCudaLogsTheCpuRunsLosses) {
 TEST(CudaTraining, Fp8RunsLogTheCpuFp8RunsLosses) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   test::TempDir dir;
-  std::vector<uint16_t> tokens;
-  for (int i = 0; i < 20000; ++i) tokens.push_back(static_cast<uint16_t>((i * 31 + i / 7) % 256));
-  test::write_shard(dir.file("train.bin"), tokens);
+  test::write_shard(dir.file("train.bin"), test::pattern_tokens(20000));
   std::ostringstream y;
   y << "model: {arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 64, ffn_hidden: 96, "
     << "vocab_size: 256, block_size: 32}\n"
@@ -249,7 +238,7 @@ TEST(CudaTraining, Fp8RunsLogTheCpuFp8RunsLosses) {
                               {"log.dir=" + log, "runtime.device=" + device, "runtime.fp8=" + fp8,
                                "profile.every=4", "profile.peaks=" + dir.file("peaks.json")});
     run_training(cfg);
-    return losses_of(log + "/metrics.jsonl");
+    return test::losses_of(log + "/metrics.jsonl");
   };
   for (const char* recipe : {"tensorwise", "rowwise"}) {
     SCOPED_TRACE(recipe);

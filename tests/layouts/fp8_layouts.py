@@ -30,7 +30,6 @@ Standard library only. Exit status 1 on any mismatch.
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -185,13 +184,8 @@ def main():
                 fails += check_same_losses(f"fsdp2_tp2_stage3 vs dp2_tp2 fp8={recipe}",
                                            refs["fsdp2_tp2_stage3"], refs["dp2_tp2"])
     finally:
-        if args.keep or fails:
-            print(f"run directories kept in {work}")
-        else:
-            subprocess.run(["rm", "-rf", work])
-    for f in fails:
-        print(f, file=sys.stderr)
-    return 1 if fails else 0
+        lm.keep_or_remove(work, args.keep or fails)
+    return lm.report(fails)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,21 @@ def read_safetensors(path):
     return out
 
 
+def keep_or_remove(work, keep):
+    """A script's run directories: kept (and said where) or removed."""
+    if keep:
+        print(f"run directories kept in {work}")
+    else:
+        subprocess.run(["rm", "-rf", work])
+
+
+def report(fails):
+    """Each failure on stderr; the exit status."""
+    for f in fails:
+        print(f, file=sys.stderr)
+    return 1 if fails else 0
+
+
 def read_metrics(path):
     with open(path) as f:
         return {r["step"]: r for r in (json.loads(line) for line in f if line.strip())}
@@ -622,13 +637,8 @@ def main():
         if "failure" in args.check:
             fails += check_rank_failure(runner)
     finally:
-        if args.keep or fails:
-            print(f"run directories kept in {work}")
-        else:
-            subprocess.run(["rm", "-rf", work])
-    for f in fails:
-        print(f, file=sys.stderr)
-    return 1 if fails else 0
+        keep_or_remove(work, args.keep or fails)
+    return report(fails)
 
 
 if __name__ == "__main__":
