@@ -31,6 +31,8 @@
 #         train-llama       Llama 3 8B's dimensions (GQA 32/8 heads, SwiGLU
 #                           14336, vocabulary 128256) cut to 4 layers, bf16,
 #                           T=2048, 10 steps, unprofiled
+#         train-fp8         train-tc with runtime.fp8=tensorwise (profiled)
+#         train-llama-fp8   train-llama with runtime.fp8=tensorwise
 #         pytorch-fp32/bf16 scripts/check_against_pytorch.py with
 #                           runtime.device=cuda (fp32 to 1e-4, bf16 to 2e-2)
 #         tests-production  the production-shape tests (attention 12 heads x
@@ -458,7 +460,8 @@ if [[ -n "$exe_dir" ]]; then
 else
   wanted costs && record costs FAILED "" "" "no usable binaries (see the binaries row)"
 fi
-ours_stages=(tests-core data train-tc train-simt train-llama pytorch-fp32 pytorch-bf16 tests-production
+ours_stages=(tests-core data train-tc train-simt train-llama train-fp8 train-llama-fp8 pytorch-fp32
+             pytorch-bf16 tests-production
              tests-suites memcheck racecheck gpu-bench peaks layout-ref layout-dp2 layout-fsdp2 layout-tp2
              layout-pp2 layout-cp2 layout-cp2_ring)
 # check_against_pytorch.py runs under python3, or re-runs itself under
@@ -542,6 +545,21 @@ PY
     train.warmup_steps=2 train.recompute=none train.eval_every=0 checkpoint.final=false \
     "profile.hardware=$root/configs/hardware/h200.yaml" profile.every=0 \
     "log.dir=$logs/train_llama" "${llama_size[@]}"
+  # fp8 (runtime.fp8=tensorwise, every block linear: fp8_min_dim=0) against
+  # the bf16 runs above, the same steps in the same call: 124M (profiled,
+  # so its fp8 GEMMs and casts get their own roofline rows) and the 8B
+  # layers (issue 31's goal: >= 1.3x there, no slowdown at 124M).
+  if gate_passed; then
+    run_stage train-fp8 150 "${train[@]}" "log.dir=$logs/train_fp8" runtime.attention=tensor_cores \
+      runtime.fp8=tensorwise runtime.fp8_min_dim=0 profile.every=12 profile.steps=2
+  else
+    record train-fp8 skipped "" "" "the tensor-core attention's gate test did not pass in tests-core"
+  fi
+  run_stage train-llama-fp8 150 "$trainer" train --config "$root/configs/llama3_8b.yaml" \
+    "data.train=$logs/data/llama_random/train_*.bin" data.val=[] train.steps=10 \
+    train.warmup_steps=2 train.recompute=none train.eval_every=0 checkpoint.final=false \
+    "profile.hardware=$root/configs/hardware/h200.yaml" profile.every=0 \
+    runtime.fp8=tensorwise runtime.fp8_min_dim=0 "log.dir=$logs/train_llama_fp8" "${llama_size[@]}"
 
   for dt in fp32 bf16; do
     if ! have_torch; then skip "pytorch-$dt" "no python3 with torch"; continue; fi

@@ -31,7 +31,12 @@ LOSS_TOL = 1e-4          # max |loss difference| of a layout against one rank
 LAYOUTS = ("dp2", "fsdp2", "tp2", "pp2", "cp2", "cp2_ring")
 TRAIN_RUNS = (("train-tc", "train_tc", "tensor-core attention"),
               ("train-simt", "train_simt", "SIMT attention"),
-              ("train-llama", "train_llama", "Llama 3 8B's layers, 4 of them, tensor-core attention"))
+              ("train-llama", "train_llama", "Llama 3 8B's layers, 4 of them, tensor-core attention"),
+              ("train-fp8", "train_fp8", "tensor-core attention, fp8 tensorwise linears"),
+              ("train-llama-fp8", "train_llama_fp8",
+               "Llama 3 8B's layers, 4 of them, fp8 tensorwise linears"))
+# fp8 against bf16 in the same call, and issue 31's goal for each.
+FP8_PAIRS = (("train-fp8", "train-tc", "124M", 1.0), ("train-llama-fp8", "train-llama", "8B layers", 1.3))
 
 
 # ---------------------------------------------------------------- rendering
@@ -251,6 +256,15 @@ def render_training(t, logs, stages, bench_rows, warmup):
     tc, simt = sums.get("train-tc"), sums.get("train-simt")
     if tc and simt and tc["tokens_per_s"] and simt["tokens_per_s"]:
         t(f"  tensor-core / SIMT tokens/s: {tc['tokens_per_s'] / simt['tokens_per_s']:.2f}x")
+    for fp8, bf16, what, goal in FP8_PAIRS:
+        a, b = sums.get(fp8), sums.get(bf16)
+        if a and b and a["tokens_per_s"] and b["tokens_per_s"]:
+            x = a["tokens_per_s"] / b["tokens_per_s"]
+            t(f"  fp8 / bf16 tokens/s, {what}: {x:.2f}x (goal >= {goal:.1f}x: "
+              f"{'met' if x >= goal else 'not met'})")
+        else:
+            t(f"  fp8 / bf16 tokens/s, {what}: not measured ({fp8}: "
+              f"{stage_note(stages.get(fp8))}; {bf16}: {stage_note(stages.get(bf16))})")
     for stage, run_name, what in TRAIN_RUNS:
         roof_path = os.path.join(logs, run_name, "roofline.json")
         if not os.path.exists(roof_path):
