@@ -33,10 +33,13 @@
 #include "kernels/core/tensor.hpp"
 #include "kernels/ops.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/parallelize/fp8_weight_source.hpp"
 
 namespace gt {
 
-class ParameterStore {
+// An Fp8WeightSource too: a store may hold weights in fp8 form
+// (parallel.fp8_allgather); by default it holds none.
+class ParameterStore : public Fp8WeightSource {
  public:
   virtual ~ParameterStore() = default;
   virtual float* unit_params(int unit) = 0;
@@ -48,16 +51,6 @@ class ParameterStore {
   virtual void after_forward(int /*unit*/) {}
   virtual void before_backward(int /*unit*/) {}
   virtual void after_backward(int /*unit*/) {}
-  // The fp8 form of the linear weight at `w` (`numel` elements of a unit in
-  // use, as unit_params gave it) when the store holds one
-  // (parallel.fp8_allgather: quantised on its shard and gathered as fp8
-  // codes): its codes (u8, numel, in w's layout) and scale (1), valid while
-  // the unit is in use, and true; false when it holds none (the layer
-  // quantises w itself).
-  virtual bool fp8_weight(const float* /*w*/, int64_t /*numel*/, TensorView* /*codes*/,
-                          TensorView* /*scale*/) {
-    return false;
-  }
 };
 
 // One rank holding everything: flat parameter and gradient buffers in layout

@@ -15,16 +15,16 @@ Fp8Settings fp8_settings(const RuntimeConfig& r) {
 }
 
 Fp8Linear::Fp8Linear(Ops& ops, TpMappings& maps, const Fp8Settings& settings,
-                     const ContextParallelGroup& cp, ParameterStore* store)
-    : ops_(ops), maps_(maps), settings_(settings), cp_(cp), store_(store) {
+                     const ContextParallelGroup& cp, Fp8WeightSource* weights)
+    : ops_(ops), maps_(maps), settings_(settings), cp_(cp), weights_(weights) {
   GT_CHECK(settings.on(), "Fp8Linear built with runtime.fp8=off");
 }
 
 Fp8Linear::Weight Fp8Linear::gathered_weight(const TensorView& w32) const {
   Weight out;
-  if (rowwise() || !store_ || w32.dtype != DType::f32) return out;
+  if (rowwise() || !weights_ || w32.dtype != DType::f32) return out;
   TensorView codes, scale;
-  if (!store_->fp8_weight(w32.f32(), w32.numel(), &codes, &scale)) return out;
+  if (!weights_->fp8_weight(w32.f32(), w32.numel(), &codes, &scale)) return out;
   GT_CHECK(w32.ndim == 2, "a linear weight is (out, in), got ", w32.shape_str());
   out.codes = make_view(codes.data, DType::u8, codes.device, {w32.shape[0], w32.shape[1]});
   out.scale = scale;

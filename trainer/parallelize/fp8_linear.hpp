@@ -39,8 +39,8 @@
 
 #include "kernels/ops.hpp"
 #include "trainer/config/config.hpp"
-#include "trainer/model/parameter_store.hpp"
 #include "trainer/parallelize/context_parallel.hpp"
+#include "trainer/parallelize/fp8_weight_source.hpp"
 #include "trainer/parallelize/tp_mappings.hpp"
 
 namespace gt {
@@ -66,10 +66,11 @@ class Fp8Linear {
     unsigned span;
   };
 
-  // `maps` (the tp group), `cp` and `store` outlive this. `store` (may be
-  // null) is asked for weights already in fp8 (gathered_weight).
+  // `maps` (the tp group), `cp` and `weights` outlive this. `weights` (may
+  // be null: the parameter store) is asked for weights already in fp8
+  // (gathered_weight).
   Fp8Linear(Ops& ops, TpMappings& maps, const Fp8Settings& settings,
-            const ContextParallelGroup& cp, ParameterStore* store = nullptr);
+            const ContextParallelGroup& cp, Fp8WeightSource* weights = nullptr);
 
   // A weight the store holds as fp8 codes (ZeRO-3's fp8 all-gather,
   // tensorwise): its codes in w32's shape and its scale (1), which the
@@ -116,7 +117,7 @@ class Fp8Linear {
   TpMappings& maps_;
   Fp8Settings settings_;
   ContextParallelGroup cp_;
-  ParameterStore* store_;
+  Fp8WeightSource* weights_;
   Buffer slots_[2];  // fp32: the amaxes, then (in place) the scales, of one prepare()
 };
 

@@ -69,8 +69,8 @@ int64_t TpLayerContext::bytes() const {
 }
 
 void TpLayerContext::enable_fp8(const Fp8Settings& settings, const ContextParallelGroup& cp,
-                                ParameterStore* store) {
-  fp8_ = settings.on() ? std::make_unique<Fp8Linear>(ops_, maps_, settings, cp, store) : nullptr;
+                                Fp8WeightSource* weights) {
+  fp8_ = settings.on() ? std::make_unique<Fp8Linear>(ops_, maps_, settings, cp, weights) : nullptr;
 }
 
 void TpLayerContext::gemm_forward(TensorView out, TensorView x, TensorView w, TensorView b,

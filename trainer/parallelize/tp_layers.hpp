@@ -68,10 +68,11 @@ class TpLayerContext {
   LinearPrecision& precision() { return precision_; }
   // runtime.fp8: the blocks' linear layers run their GEMMs in fp8 from now
   // on (fp8_linear.hpp); `cp` is the context-parallel group whose ranks hold
-  // the rest of each sequence (their amaxes are reduced over it); `store`,
-  // when given, may hold weights gathered as fp8 codes (Fp8Linear::weight).
+  // the rest of each sequence (their amaxes are reduced over it); `weights`
+  // (the parameter store), when given, may hold weights gathered as fp8
+  // codes (Fp8Linear::gathered_weight).
   void enable_fp8(const Fp8Settings& settings, const ContextParallelGroup& cp,
-                  ParameterStore* store = nullptr);
+                  Fp8WeightSource* weights = nullptr);
   // The fp8 GEMMs, or null when runtime.fp8 is off.
   Fp8Linear* fp8() { return fp8_.get(); }
   int size() const { return maps_.size(); }

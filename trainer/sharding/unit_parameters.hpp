@@ -61,7 +61,7 @@ class UnitParameters {
   virtual int64_t slot_bytes() const = 0;
   // The parameters changed (AdamW, loading): what is derived from them is stale.
   virtual void parameters_changed() {}
-  // ParameterStore::fp8_weight.
+  // Fp8WeightSource::fp8_weight (the store answers through its units).
   virtual bool fp8_weight(const float* /*w*/, int64_t /*numel*/, TensorView* /*codes*/,
                           TensorView* /*scale*/) {
     return false;
