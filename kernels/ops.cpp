@@ -182,9 +182,9 @@ void Ops::position_embedding_backward(TensorView dwpe, TensorView dout, int64_t 
 // ---- layernorm ------------------------------------------------------------------
 
 void Ops::layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                            TensorView weight, TensorView bias) {
+                            TensorView weight, TensorView bias, TensorView row_amax) {
   OpCall call("layernorm_forward", OpClass::layernorm);
-  call.write("out", out).write("mean", mean).write("rstd", rstd);
+  call.write("out", out).write("mean", mean).write("rstd", rstd).write("row_amax", row_amax);
   call.read("inp", inp).read("weight", weight).read("bias", bias);
   const Contract c{*this, call.name()};
   c.ndim(inp, "inp", 2, "(R, C)");
@@ -196,14 +196,17 @@ void Ops::layernorm_forward(TensorView out, TensorView mean, TensorView rstd, Te
   if (mean.empty() != rstd.empty()) c.fail("mean and rstd are saved together (both or neither)");
   c.shape_if_given(mean, "mean", {R});
   c.shape_if_given(rstd, "rstd", {R});
+  c.row_amax(row_amax, R);
   Scope scope(*this, call);
-  if (scope.run()) do_layernorm_forward(out, mean, rstd, inp, weight, bias);
+  if (scope.run()) do_layernorm_forward(out, mean, rstd, inp, weight, bias, row_amax);
 }
 
 void Ops::add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
-                                TensorView a, TensorView b, TensorView weight, TensorView bias) {
+                                TensorView a, TensorView b, TensorView weight, TensorView bias,
+                                TensorView row_amax) {
   OpCall call("add_layernorm_forward", OpClass::layernorm);
   call.write("res", res).write("out", out).write("mean", mean).write("rstd", rstd);
+  call.write("row_amax", row_amax);
   call.read("a", a).read("b", b).read("weight", weight).read("bias", bias);
   const Contract c{*this, call.name()};
   c.ndim(a, "a", 2, "(R, C)");
@@ -215,14 +218,16 @@ void Ops::add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
   c.shape(bias, "bias", {C});
   c.shape(mean, "mean", {R});
   c.shape(rstd, "rstd", {R});
+  c.row_amax(row_amax, R);
   Scope scope(*this, call);
-  if (scope.run()) do_add_layernorm_forward(res, out, mean, rstd, a, b, weight, bias);
+  if (scope.run()) do_add_layernorm_forward(res, out, mean, rstd, a, b, weight, bias, row_amax);
 }
 
 void Ops::layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                              TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
-                             TensorView dinp_bf16) {
+                             TensorView dinp_bf16, TensorView row_amax) {
   OpCall call("layernorm_backward", OpClass::layernorm);
+  call.write("row_amax", row_amax);
   call.accumulate("dinp", dinp).accumulate("dweight", dweight).accumulate("dbias", dbias);
   call.read("dout", dout).read("inp", inp).read("weight", weight);
   call.read("mean", mean).read("rstd", rstd).write("dinp_bf16", dinp_bf16);
@@ -237,9 +242,11 @@ void Ops::layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbi
   c.shape(mean, "mean", {R});
   c.shape(rstd, "rstd", {R});
   c.shape_if_given(dinp_bf16, "dinp_bf16", {R, C});
+  c.row_amax(row_amax, R);
   Scope scope(*this, call);
   if (scope.run())
-    do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dinp_bf16);
+    do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dinp_bf16,
+                          row_amax);
 }
 
 // ---- linear layers --------------------------------------------------------------

@@ -124,26 +124,41 @@ class Ops {
   // dwpe (maxT,C) += dout rows at their positions (first_row + i) % T.
   void position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row, int T);
 
+  // Row amaxes for an fp8 GEMM's input, taken by the op that writes it
+  // (runtime.fp8: the producer, not an extra pass over the tensor). An op
+  // given row_amax (R) fp32 (it may be empty: none taken) also ASSIGNS
+  // row_amax[r] = max |out[r, :]| over the values AS STORED (bf16-rounded
+  // for a bf16 out; rounding is monotone and odd, so that is the fp32
+  // maximum rounded the same way); a NaN in a row makes its amax NaN. The
+  // layernorm_forward, add_layernorm_forward, rmsnorm_forward,
+  // swiglu_forward and gelu_forward entries take one; gelu's out is then
+  // (R, C). So do the gradients' producers layernorm_backward and
+  // rmsnorm_backward (of dinp after it accumulates), swiglu_backward (of
+  // dgu) and gelu_backward (of dinp; (R, C) as gelu_forward's).
+  //
   // Row-wise LayerNorm, eps 1e-5 (PyTorch default), biased variance.
   // out (R,C), mean (R), rstd (R) saved for backward; inp (R,C); weight, bias (C).
   // bf16 storage: inp and out bf16 together (weight, bias, mean, rstd fp32).
   void layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                         TensorView weight, TensorView bias);
+                         TensorView weight, TensorView bias, TensorView row_amax = {});
   // The residual add fused in front: res (R,C) = a + b (rounded to the
   // storage dtype, as add), then out, mean, rstd = layernorm_forward of res.
   // The same function as add then layernorm_forward; a, b, res and out are
   // all fp32 or all bf16.
   void add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
-                             TensorView a, TensorView b, TensorView weight, TensorView bias);
+                             TensorView a, TensorView b, TensorView weight, TensorView bias,
+                             TensorView row_amax = {});
   // dinp (R,C) ACCUMULATES (it is the residual stream's gradient);
   // dweight, dbias (C) accumulate. bf16 storage: inp and dout may each be
   // bf16 (every output stays fp32: they are gradients the residual stream
   // and the optimizer sum). dinp_bf16, unless empty: (R,C) bf16, ASSIGNED
   // the accumulated dinp rounded to nearest even, in the same pass (the next
-  // GEMM's operand, so that nobody casts dinp again).
+  // GEMM's operand, so that nobody casts dinp again). row_amax: the row
+  // amaxes of dinp after the add, of dinp_bf16's values when given (what the
+  // next GEMM reads); see "Row amaxes for an fp8 GEMM's input".
   void layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                           TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
-                          TensorView dinp_bf16);
+                          TensorView dinp_bf16, TensorView row_amax = {});
 
   // Mixed precision: inp, weight (and dout in backward) may all be bf16
   // together; dweight, dbias stay fp32 and the products accumulate in fp32
@@ -292,9 +307,9 @@ class Ops {
 
   // tanh-approximate GELU (torch.nn.GELU(approximate="tanh")), elementwise on
   // any shape. bf16 storage: every tensor of a call bf16.
-  void gelu_forward(TensorView out, TensorView inp);
+  void gelu_forward(TensorView out, TensorView inp, TensorView row_amax = {});
   // dinp assigned = dout * gelu'(inp).
-  void gelu_backward(TensorView dinp, TensorView inp, TensorView dout);
+  void gelu_backward(TensorView dinp, TensorView inp, TensorView dout, TensorView row_amax = {});
 
   // out = a + b, elementwise, same shape; out may alias a or b. bf16
   // storage: all three bf16 (the residual adds).
@@ -367,11 +382,11 @@ class Ops {
   // = 1 / sqrt(mean(inp^2) + eps), saved for backward. bf16 storage: inp and
   // out bf16 together (weight and rstd fp32).
   void rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
-                       float eps);
+                       float eps, TensorView row_amax = {});
   // dinp (R,C) ACCUMULATES (the residual stream's gradient), dweight (C)
   // accumulates; dout and inp may each be bf16 (outputs fp32).
   void rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                        TensorView weight, TensorView rstd);
+                        TensorView weight, TensorView rstd, TensorView row_amax = {});
   // Rotary embedding, in place, HF's rotate_half convention: qk (N, H, D);
   // row n is at position (first_row + n) % T; heads [0, rot_heads) turn
   // (q and k of a packed q|k|v row), the others are left alone. cos_sin
@@ -384,8 +399,8 @@ class Ops {
   void rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64_t first_row, int T);
   // SwiGLU: out (R,F) = silu(gate) * up, gu (R,2F) = [gate | up] per row (one
   // GEMM's output). backward: dgu (R,2F) ASSIGNED. bf16 storage: all bf16.
-  void swiglu_forward(TensorView out, TensorView gu);
-  void swiglu_backward(TensorView dgu, TensorView dout, TensorView gu);
+  void swiglu_forward(TensorView out, TensorView gu, TensorView row_amax = {});
+  void swiglu_backward(TensorView dgu, TensorView dout, TensorView gu, TensorView row_amax = {});
 
   // ---- Mixture of experts (the Mixtral family) --------------------------------
   // One MoE layer routes R rows to E experts, k each (N = R k slots), as HF
@@ -551,13 +566,16 @@ class Ops {
   virtual void do_position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
                                               int T) = 0;
   virtual void do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd,
-                                    TensorView inp, TensorView weight, TensorView bias) = 0;
+                                    TensorView inp, TensorView weight, TensorView bias,
+                                    TensorView row_amax) = 0;
   virtual void do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
                                         TensorView rstd, TensorView a, TensorView b,
-                                        TensorView weight, TensorView bias) = 0;
+                                        TensorView weight, TensorView bias,
+                                        TensorView row_amax) = 0;
   virtual void do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                      TensorView dout, TensorView inp, TensorView weight,
-                                     TensorView mean, TensorView rstd, TensorView dinp_bf16) = 0;
+                                     TensorView mean, TensorView rstd, TensorView dinp_bf16,
+                                     TensorView row_amax) = 0;
   virtual void do_matmul_forward(TensorView out, TensorView inp, TensorView weight,
                                  TensorView bias) = 0;
   virtual void do_matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias,
@@ -594,8 +612,9 @@ class Ops {
                                            int n_head, int n_kv_head) = 0;
   virtual void do_attention_row_dot(TensorView delta, TensorView dout, TensorView out,
                                     int n_head) = 0;
-  virtual void do_gelu_forward(TensorView out, TensorView inp) = 0;
-  virtual void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) = 0;
+  virtual void do_gelu_forward(TensorView out, TensorView inp, TensorView row_amax) = 0;
+  virtual void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout,
+                                TensorView row_amax) = 0;
   virtual void do_add(TensorView out, TensorView a, TensorView b) = 0;
   virtual void do_accumulate(TensorView acc, TensorView x) = 0;
   virtual void do_zero(TensorView t) = 0;
@@ -617,15 +636,17 @@ class Ops {
                                              TensorView target_logit, int64_t vocab_start,
                                              int64_t vocab_size, float grad_scale) = 0;
   virtual void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp,
-                                  TensorView weight, float eps) = 0;
+                                  TensorView weight, float eps, TensorView row_amax) = 0;
   virtual void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
-                                   TensorView inp, TensorView weight, TensorView rstd) = 0;
+                                   TensorView inp, TensorView weight, TensorView rstd,
+                                   TensorView row_amax) = 0;
   virtual void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
                                int T) = 0;
   virtual void do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads,
                                 int64_t first_row, int T) = 0;
-  virtual void do_swiglu_forward(TensorView out, TensorView gu) = 0;
-  virtual void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) = 0;
+  virtual void do_swiglu_forward(TensorView out, TensorView gu, TensorView row_amax) = 0;
+  virtual void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu,
+                                  TensorView row_amax) = 0;
   virtual void do_moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
                                      TensorView topk_weight, TensorView logits,
                                      TensorView bias) = 0;

@@ -42,6 +42,13 @@ struct Contract {
                       std::initializer_list<int64_t> shape) const {
     if (!t.empty()) this->shape(t, what, shape);
   }
+  // An op's optional row amaxes (Ops: "Row amaxes for an fp8 GEMM's
+  // input"): (rows) fp32 unless empty().
+  void row_amax(const TensorView& t, int64_t rows) const {
+    if (t.empty()) return;
+    shape(t, "row_amax", {rows});
+    if (t.dtype != DType::f32) fail("row_amax must be fp32, got ", dtype_name(t.dtype));
+  }
   static bool same_shapes(const TensorView& a, const TensorView& b) {
     bool same = a.ndim == b.ndim;
     for (int i = 0; same && i < a.ndim; ++i)

@@ -7,9 +7,10 @@
 namespace gt {
 
 void Ops::rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
-                          float eps) {
+                          float eps, TensorView row_amax) {
   OpCall call("rmsnorm_forward", OpClass::layernorm);
-  call.write("out", out).write("rstd", rstd).read("inp", inp).read("weight", weight);
+  call.write("out", out).write("rstd", rstd).write("row_amax", row_amax);
+  call.read("inp", inp).read("weight", weight);
   call.scalar("eps", eps);
   const Contract c{*this, call.name()};
   c.ndim(inp, "inp", 2, "(R, C)");
@@ -18,14 +19,15 @@ void Ops::rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, Tenso
   c.shape(rstd, "rstd", {R});
   c.shape(weight, "weight", {C});
   if (!(eps > 0)) c.fail("eps must be > 0, got ", eps);
+  c.row_amax(row_amax, R);
   Scope scope(*this, call);
-  if (scope.run()) do_rmsnorm_forward(out, rstd, inp, weight, eps);
+  if (scope.run()) do_rmsnorm_forward(out, rstd, inp, weight, eps, row_amax);
 }
 
 void Ops::rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                           TensorView weight, TensorView rstd) {
+                           TensorView weight, TensorView rstd, TensorView row_amax) {
   OpCall call("rmsnorm_backward", OpClass::layernorm);
-  call.accumulate("dinp", dinp).accumulate("dweight", dweight);
+  call.accumulate("dinp", dinp).accumulate("dweight", dweight).write("row_amax", row_amax);
   call.read("dout", dout).read("inp", inp).read("weight", weight).read("rstd", rstd);
   const Contract c{*this, call.name()};
   c.ndim(inp, "inp", 2, "(R, C)");
@@ -35,8 +37,9 @@ void Ops::rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
   c.shape(dweight, "dweight", {C});
   c.shape(weight, "weight", {C});
   c.shape(rstd, "rstd", {R});
+  c.row_amax(row_amax, R);
   Scope scope(*this, call);
-  if (scope.run()) do_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+  if (scope.run()) do_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, row_amax);
 }
 
 namespace {
@@ -76,27 +79,29 @@ void Ops::rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64
   if (scope.run()) do_rope_backward(dqk, cos_sin, rot_heads, first_row, T);
 }
 
-void Ops::swiglu_forward(TensorView out, TensorView gu) {
+void Ops::swiglu_forward(TensorView out, TensorView gu, TensorView row_amax) {
   OpCall call("swiglu_forward", OpClass::elementwise);
-  call.write("out", out).read("gu", gu);
+  call.write("out", out).write("row_amax", row_amax).read("gu", gu);
   const Contract c{*this, call.name()};
   c.ndim(gu, "gu", 2, "(R, 2F)");
   if (gu.shape[1] % 2 != 0) c.fail("gu must be (R, 2F), got ", gu.shape_str());
   c.shape(out, "out", {gu.shape[0], gu.shape[1] / 2});
+  c.row_amax(row_amax, gu.shape[0]);
   Scope scope(*this, call);
-  if (scope.run()) do_swiglu_forward(out, gu);
+  if (scope.run()) do_swiglu_forward(out, gu, row_amax);
 }
 
-void Ops::swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) {
+void Ops::swiglu_backward(TensorView dgu, TensorView dout, TensorView gu, TensorView row_amax) {
   OpCall call("swiglu_backward", OpClass::elementwise);
-  call.write("dgu", dgu).read("dout", dout).read("gu", gu);
+  call.write("dgu", dgu).write("row_amax", row_amax).read("dout", dout).read("gu", gu);
   const Contract c{*this, call.name()};
   c.ndim(gu, "gu", 2, "(R, 2F)");
   if (gu.shape[1] % 2 != 0) c.fail("gu must be (R, 2F), got ", gu.shape_str());
   c.shape(dout, "dout", {gu.shape[0], gu.shape[1] / 2});
   c.same_shape(dgu, gu, "dgu", "gu");
+  c.row_amax(row_amax, gu.shape[0]);
   Scope scope(*this, call);
-  if (scope.run()) do_swiglu_backward(dgu, dout, gu);
+  if (scope.run()) do_swiglu_backward(dgu, dout, gu, row_amax);
 }
 
 }  // namespace gt

@@ -8,22 +8,31 @@ namespace gt {
 
 // ---- element-wise -------------------------------------------------------------------
 
-void Ops::gelu_forward(TensorView out, TensorView inp) {
+void Ops::gelu_forward(TensorView out, TensorView inp, TensorView row_amax) {
   OpCall call("gelu_forward", OpClass::gelu);
-  call.write("out", out).read("inp", inp);
-  Contract{*this, call.name()}.same_shape(out, inp, "out", "inp");
+  call.write("out", out).write("row_amax", row_amax).read("inp", inp);
+  const Contract c{*this, call.name()};
+  c.same_shape(out, inp, "out", "inp");
+  if (!row_amax.empty()) {
+    c.ndim(out, "out (with row_amax)", 2, "(R, C)");
+    c.row_amax(row_amax, out.shape[0]);
+  }
   Scope scope(*this, call);
-  if (scope.run()) do_gelu_forward(out, inp);
+  if (scope.run()) do_gelu_forward(out, inp, row_amax);
 }
 
-void Ops::gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
+void Ops::gelu_backward(TensorView dinp, TensorView inp, TensorView dout, TensorView row_amax) {
   OpCall call("gelu_backward", OpClass::gelu);
-  call.write("dinp", dinp).read("inp", inp).read("dout", dout);
+  call.write("dinp", dinp).write("row_amax", row_amax).read("inp", inp).read("dout", dout);
   const Contract c{*this, call.name()};
   c.same_shape(dinp, inp, "dinp", "inp");
   c.same_shape(dout, inp, "dout", "inp");
+  if (!row_amax.empty()) {
+    c.ndim(dinp, "dinp (with row_amax)", 2, "(R, C)");
+    c.row_amax(row_amax, dinp.shape[0]);
+  }
   Scope scope(*this, call);
-  if (scope.run()) do_gelu_backward(dinp, inp, dout);
+  if (scope.run()) do_gelu_backward(dinp, inp, dout, row_amax);
 }
 
 void Ops::add(TensorView out, TensorView a, TensorView b) {

@@ -162,19 +162,23 @@ void CpuOps::do_position_embedding_backward(TensorView dwpe, TensorView dout, in
 }
 
 void CpuOps::do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                                  TensorView weight, TensorView bias) {
+                                  TensorView weight, TensorView bias, TensorView row_amax) {
   cpu::layernorm_forward(out, mean, rstd, inp, weight, bias);
+  cpu::output_row_amax(row_amax, out);
 }
 void CpuOps::do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
                                       TensorView rstd, TensorView a, TensorView b,
-                                      TensorView weight, TensorView bias) {
+                                      TensorView weight, TensorView bias, TensorView row_amax) {
   cpu::add(res, a, b);
   cpu::layernorm_forward(out, mean, rstd, res, weight, bias);
+  cpu::output_row_amax(row_amax, out);
 }
 void CpuOps::do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                    TensorView dout, TensorView inp, TensorView weight,
-                                   TensorView mean, TensorView rstd, TensorView dinp_bf16) {
+                                   TensorView mean, TensorView rstd, TensorView dinp_bf16,
+                                   TensorView row_amax) {
   cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dinp_bf16);
+  cpu::output_row_amax(row_amax, dinp_bf16.empty() ? dinp : dinp_bf16);
 }
 
 void CpuOps::do_matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias) {
@@ -246,12 +250,15 @@ void CpuOps::do_attention_row_dot(TensorView delta, TensorView dout, TensorView 
 }
 
 void CpuOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
-                                float eps) {
+                                float eps, TensorView row_amax) {
   cpu::rmsnorm_forward(out, rstd, inp, weight, eps);
+  cpu::output_row_amax(row_amax, out);
 }
 void CpuOps::do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
-                                 TensorView inp, TensorView weight, TensorView rstd) {
+                                 TensorView inp, TensorView weight, TensorView rstd,
+                                 TensorView row_amax) {
   cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+  cpu::output_row_amax(row_amax, dinp);
 }
 void CpuOps::do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
                              int T) {
@@ -261,9 +268,14 @@ void CpuOps::do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads,
                               int T) {
   cpu::rope_backward(dqk, cos_sin, rot_heads, first_row, T);
 }
-void CpuOps::do_swiglu_forward(TensorView out, TensorView gu) { cpu::swiglu_forward(out, gu); }
-void CpuOps::do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) {
+void CpuOps::do_swiglu_forward(TensorView out, TensorView gu, TensorView row_amax) {
+  cpu::swiglu_forward(out, gu);
+  cpu::output_row_amax(row_amax, out);
+}
+void CpuOps::do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu,
+                                TensorView row_amax) {
   cpu::swiglu_backward(dgu, dout, gu);
+  cpu::output_row_amax(row_amax, dgu);
 }
 void CpuOps::do_moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
                                    TensorView topk_weight, TensorView logits, TensorView bias) {
@@ -313,9 +325,14 @@ void CpuOps::do_moe_load_balance(TensorView aux, TensorView dprob, TensorView co
   cpu::moe_load_balance(aux, dprob, counts, prob_sums, rows, grad_coef);
 }
 
-void CpuOps::do_gelu_forward(TensorView out, TensorView inp) { cpu::gelu_forward(out, inp); }
-void CpuOps::do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
+void CpuOps::do_gelu_forward(TensorView out, TensorView inp, TensorView row_amax) {
+  cpu::gelu_forward(out, inp);
+  cpu::output_row_amax(row_amax, out);
+}
+void CpuOps::do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout,
+                              TensorView row_amax) {
   cpu::gelu_backward(dinp, inp, dout);
+  cpu::output_row_amax(row_amax, dinp);
 }
 
 void CpuOps::do_add(TensorView out, TensorView a, TensorView b) { cpu::add(out, a, b); }

@@ -49,13 +49,13 @@ class CpuOps : public Ops {
   void do_position_embedding_backward(TensorView dwpe, TensorView dout, int64_t first_row,
                                       int T) final;
   void do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                            TensorView weight, TensorView bias) final;
+                            TensorView weight, TensorView bias, TensorView row_amax) final;
   void do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
-                                TensorView a, TensorView b, TensorView weight,
-                                TensorView bias) final;
+                                TensorView a, TensorView b, TensorView weight, TensorView bias,
+                                TensorView row_amax) final;
   void do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                              TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
-                             TensorView dinp_bf16) final;
+                             TensorView dinp_bf16, TensorView row_amax) final;
   void do_matmul_forward(TensorView out, TensorView inp, TensorView weight, TensorView bias) final;
   void do_matmul_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                           TensorView inp, TensorView weight) final;
@@ -84,8 +84,9 @@ class CpuOps : public Ops {
                                    TensorView lse, TensorView delta, int64_t q_pos, int64_t k_pos,
                                    int n_head, int n_kv_head) final;
   void do_attention_row_dot(TensorView delta, TensorView dout, TensorView out, int n_head) final;
-  void do_gelu_forward(TensorView out, TensorView inp) final;
-  void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) final;
+  void do_gelu_forward(TensorView out, TensorView inp, TensorView row_amax) final;
+  void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout,
+                        TensorView row_amax) final;
   void do_add(TensorView out, TensorView a, TensorView b) final;
   void do_accumulate(TensorView acc, TensorView x) final;
   void do_zero(TensorView t) final;
@@ -104,15 +105,17 @@ class CpuOps : public Ops {
                                      TensorView target_logit, int64_t vocab_start,
                                      int64_t vocab_size, float grad_scale) final;
   void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
-                          float eps) final;
+                          float eps, TensorView row_amax) final;
   void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                           TensorView weight, TensorView rstd) final;
+                           TensorView weight, TensorView rstd,
+                           TensorView row_amax) final;
   void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
                        int T) final;
   void do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64_t first_row,
                         int T) final;
-  void do_swiglu_forward(TensorView out, TensorView gu) final;
-  void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) final;
+  void do_swiglu_forward(TensorView out, TensorView gu, TensorView row_amax) final;
+  void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu,
+                          TensorView row_amax) final;
   void do_moe_router_forward(TensorView probs, TensorView lse, TensorView topk_expert,
                              TensorView topk_weight, TensorView logits, TensorView bias) final;
   void do_moe_router_backward(TensorView dlogits, TensorView dtopk_weight, TensorView probs,

@@ -51,6 +51,11 @@ void fp8_scaled_gemm(const uint8_t* a_q, Fp8Format fa, const float* a_scales, bo
 // ---- The CpuOps fp8 ops on tensors (kernels/ops.hpp states them) ----
 // fp32 or bf16 inputs are read as fp32 (fp32_access.hpp).
 void fp8_amax_op(TensorView amax, TensorView x, Fp8Reduce over);
+// A producer op's row amaxes (Ops: "Row amaxes for an fp8 GEMM's input"):
+// row_amax (R) = max |out[r, :]| of out (R, C) as stored; nothing when
+// row_amax is empty. The CPU twin reads the stored output back (a second
+// pass; the CUDA kernels fold it into the producer's own pass).
+void output_row_amax(TensorView row_amax, TensorView out);
 void fp8_scale_from_amax_op(TensorView scale, TensorView amax, Fp8Format format, bool pow2);
 // Each operand quantised with its scales and decoded back (exact: every fp8
 // value is a float), one sgemm over the decoded values, the inverse scales

@@ -88,6 +88,11 @@ void fp8_amax_op(TensorView amax, TensorView x, Fp8Reduce over) {
   }
 }
 
+void output_row_amax(TensorView row_amax, TensorView out) {
+  if (row_amax.empty()) return;
+  fp8_amax_op(row_amax, out, Fp8Reduce::rows);
+}
+
 void fp8_scale_from_amax_op(TensorView scale, TensorView amax, Fp8Format format, bool pow2) {
   const float* a = amax.f32();
   float* s = scale.f32();

@@ -164,7 +164,7 @@ void with_layernorm_types(DType act, DType param, F&& f) {
 }  // namespace
 
 void CudaOps::do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                                   TensorView weight, TensorView bias) {
+                                   TensorView weight, TensorView bias, TensorView row_amax) {
   cuda::NvtxRange range("layernorm_forward");
   const Check c{"layernorm_forward"};
   const int64_t R = inp.shape[0], C = inp.shape[1];
@@ -177,18 +177,19 @@ void CudaOps::do_layernorm_forward(TensorView out, TensorView mean, TensorView r
   }
   float* mu = mean.empty() ? nullptr : mean.f32();
   float* rs = rstd.empty() ? nullptr : rstd.f32();
+  float* amax = optional_row_amax(c, row_amax);
   const int Ci = c.to_int(C, "C");
   with_layernorm_types(inp.dtype, weight.dtype, [&](auto t, auto w) {
     using T = decltype(t);
     using W = decltype(w);
     cuda::layernorm_forward(ptr<T>(out), mu, rs, ptr<const T>(inp), ptr<const W>(weight),
-                            ptr<const W>(bias), R, Ci, stream());
+                            ptr<const W>(bias), R, Ci, stream(), amax);
   });
 }
 
 void CudaOps::do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean,
                                        TensorView rstd, TensorView a, TensorView b,
-                                       TensorView weight, TensorView bias) {
+                                       TensorView weight, TensorView bias, TensorView row_amax) {
   cuda::NvtxRange range("add_layernorm_forward");
   const Check c{"add_layernorm_forward"};
   const int64_t R = a.shape[0], C = a.shape[1];
@@ -199,19 +200,21 @@ void CudaOps::do_add_layernorm_forward(TensorView res, TensorView out, TensorVie
   check_layernorm_params(c, a.dtype, weight, bias);
   c.tensor(mean, "mean", kF32);
   c.tensor(rstd, "rstd", kF32);
+  float* amax = optional_row_amax(c, row_amax);
   const int Ci = c.to_int(C, "C");
   with_layernorm_types(a.dtype, weight.dtype, [&](auto t, auto w) {
     using T = decltype(t);
     using W = decltype(w);
     cuda::add_layernorm_forward(ptr<T>(res), ptr<T>(out), mean.f32(), rstd.f32(), ptr<const T>(a),
                                 ptr<const T>(b), ptr<const W>(weight), ptr<const W>(bias), R, Ci,
-                                stream());
+                                stream(), amax);
   });
 }
 
 void CudaOps::do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias,
                                     TensorView dout, TensorView inp, TensorView weight,
-                                    TensorView mean, TensorView rstd, TensorView dinp_bf16) {
+                                    TensorView mean, TensorView rstd, TensorView dinp_bf16,
+                                    TensorView row_amax) {
   cuda::NvtxRange range("layernorm_backward");
   const Check c{"layernorm_backward"};
   const int64_t R = inp.shape[0], C = inp.shape[1];
@@ -225,12 +228,13 @@ void CudaOps::do_layernorm_backward(TensorView dinp, TensorView dweight, TensorV
   c.tensor(rstd, "rstd", kF32);
   if (!dinp_bf16.empty()) c.tensor(dinp_bf16, "dinp_bf16", {DType::bf16});
   bf16* d16 = dinp_bf16.empty() ? nullptr : ptr<bf16>(dinp_bf16);
+  float* amax = optional_row_amax(c, row_amax);
   const int Ci = c.to_int(C, "C");
   float* tmp = static_cast<float*>(
       scratch(sizeof(float) * static_cast<size_t>(cuda::layernorm_backward_scratch_floats(R, Ci))));
   auto run = [&](const auto* g, const auto* x) {
     cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), g, x, weight.f32(), mean.f32(),
-                             rstd.f32(), R, Ci, tmp, d16, stream());
+                             rstd.f32(), R, Ci, tmp, d16, stream(), amax);
   };
   const bool g16 = dout.dtype == DType::bf16, x16 = inp.dtype == DType::bf16;
   if (g16 && x16)

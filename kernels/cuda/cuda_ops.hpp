@@ -125,13 +125,14 @@ class CudaOps final : public Ops {
                                       int T) override;
 
   void do_layernorm_forward(TensorView out, TensorView mean, TensorView rstd, TensorView inp,
-                            TensorView weight, TensorView bias) override;
+                            TensorView weight, TensorView bias, TensorView row_amax) override;
   void do_add_layernorm_forward(TensorView res, TensorView out, TensorView mean, TensorView rstd,
-                                TensorView a, TensorView b, TensorView weight,
-                                TensorView bias) override;
+                                TensorView a, TensorView b, TensorView weight, TensorView bias,
+                                TensorView row_amax) override;
   void do_layernorm_backward(TensorView dinp, TensorView dweight, TensorView dbias, TensorView dout,
                              TensorView inp, TensorView weight, TensorView mean, TensorView rstd,
-                             TensorView dinp_bf16) override;
+                             TensorView dinp_bf16,
+                             TensorView row_amax) override;
 
   void do_matmul_forward(TensorView out, TensorView inp, TensorView weight,
                          TensorView bias) override;
@@ -171,8 +172,9 @@ class CudaOps final : public Ops {
   void do_attention_row_dot(TensorView delta, TensorView dout, TensorView out,
                             int n_head) override;
 
-  void do_gelu_forward(TensorView out, TensorView inp) override;
-  void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) override;
+  void do_gelu_forward(TensorView out, TensorView inp, TensorView row_amax) override;
+  void do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout,
+                        TensorView row_amax) override;
 
   void do_add(TensorView out, TensorView a, TensorView b) override;
   void do_accumulate(TensorView acc, TensorView x) override;
@@ -195,15 +197,17 @@ class CudaOps final : public Ops {
                                      int64_t vocab_size, float grad_scale) override;
 
   void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
-                          float eps) override;
+                          float eps, TensorView row_amax) override;
   void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                           TensorView weight, TensorView rstd) override;
+                           TensorView weight, TensorView rstd,
+                           TensorView row_amax) override;
   void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
                        int T) override;
   void do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads, int64_t first_row,
                         int T) override;
-  void do_swiglu_forward(TensorView out, TensorView gu) override;
-  void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) override;
+  void do_swiglu_forward(TensorView out, TensorView gu, TensorView row_amax) override;
+  void do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu,
+                          TensorView row_amax) override;
   // Mixture of experts (cuda_ops_moe.cpp, kernels/cuda/moe.cu): no op reads
   // device memory back or waits for the stream. moe_router_stats and
   // moe_dispatch_plan take their scratch from the arena. The dispatch plan

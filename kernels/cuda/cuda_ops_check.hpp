@@ -67,4 +67,12 @@ constexpr std::initializer_list<DType> kF32 = {DType::f32};
 constexpr std::initializer_list<DType> kF32Bf16 = {DType::f32, DType::bf16};
 constexpr std::initializer_list<DType> kI32 = {DType::i32};
 
+// A producer op's optional row amaxes (Ops: "Row amaxes for an fp8 GEMM's
+// input"): the device pointer, or nullptr when none is asked for.
+inline float* optional_row_amax(const Check& c, const TensorView& row_amax) {
+  if (row_amax.empty()) return nullptr;
+  c.tensor(row_amax, "row_amax", kF32);
+  return row_amax.f32();
+}
+
 }  // namespace gt::cuda_ops_detail

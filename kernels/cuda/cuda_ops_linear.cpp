@@ -66,7 +66,7 @@ void CudaOps::linear_forward(const Check& c, TensorView out, TensorView pre, Ten
     // No fused kernel (or an aux stride cuBLASLt refuses): the product into
     // pre, then GELU of it (of the rounded pre, in bf16).
     linear_forward(c, pre, TensorView{}, inp, weight, bias);
-    do_gelu_forward(out, pre);
+    do_gelu_forward(out, pre, TensorView{});
     return;
   }
   if (!bias.empty()) {
@@ -144,7 +144,7 @@ void CudaOps::linear_backward(const Check& c, TensorView dinp, TensorView dweigh
       g.epilogue = cuda::GemmEpilogue::none;
       g.aux = nullptr;
       gemm_.run(g, stream());
-      do_gelu_backward(dinp, pre, dinp);
+      do_gelu_backward(dinp, pre, dinp, TensorView{});
     }
   }
 

@@ -14,7 +14,7 @@ namespace gt {
 using namespace cuda_ops_detail;
 
 void CudaOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
-                                 float eps) {
+                                 float eps, TensorView row_amax) {
   cuda::NvtxRange range("rmsnorm_forward");
   const Check c{"rmsnorm_forward"};
   c.tensor(inp, "inp", kF32Bf16);
@@ -23,15 +23,18 @@ void CudaOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp
   c.tensor(weight, "weight", kF32);
   const int64_t R = inp.shape[0];
   const int C = c.to_int(inp.shape[1], "C");
+  float* amax = optional_row_amax(c, row_amax);
   if (inp.dtype == DType::f32)
-    cuda::rmsnorm_forward(out.f32(), rstd.f32(), inp.f32(), weight.f32(), R, C, eps, stream());
+    cuda::rmsnorm_forward(out.f32(), rstd.f32(), inp.f32(), weight.f32(), R, C, eps, stream(),
+                          amax);
   else
     cuda::rmsnorm_forward(ptr<bf16>(out), rstd.f32(), ptr<const bf16>(inp), weight.f32(), R, C, eps,
-                          stream());
+                          stream(), amax);
 }
 
 void CudaOps::do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
-                                  TensorView inp, TensorView weight, TensorView rstd) {
+                                  TensorView inp, TensorView weight, TensorView rstd,
+                                  TensorView row_amax) {
   cuda::NvtxRange range("rmsnorm_backward");
   const Check c{"rmsnorm_backward"};
   c.tensor(inp, "inp", kF32Bf16);
@@ -42,11 +45,12 @@ void CudaOps::do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorVie
   c.tensor(rstd, "rstd", kF32);
   const int64_t R = inp.shape[0];
   const int C = c.to_int(inp.shape[1], "C");
+  float* amax = optional_row_amax(c, row_amax);
   float* tmp = static_cast<float*>(
       scratch(sizeof(float) * static_cast<size_t>(cuda::rmsnorm_backward_scratch_floats(R, C))));
   auto run = [&](const auto* g, const auto* x) {
     cuda::rmsnorm_backward(dinp.f32(), dweight.f32(), g, x, weight.f32(), rstd.f32(), R, C, tmp,
-                           stream());
+                           stream(), amax);
   };
   const bool g16 = dout.dtype == DType::bf16, x16 = inp.dtype == DType::bf16;
   if (g16 && x16)
@@ -86,30 +90,33 @@ void CudaOps::do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads
   rope_on(Check{"rope_backward"}, dqk, "dqk", cos_sin, rot_heads, first_row, T, -1.f, stream());
 }
 
-void CudaOps::do_swiglu_forward(TensorView out, TensorView gu) {
+void CudaOps::do_swiglu_forward(TensorView out, TensorView gu, TensorView row_amax) {
   cuda::NvtxRange range("swiglu_forward");
   const Check c{"swiglu_forward"};
   c.tensor(gu, "gu", kF32Bf16);
   c.tensor(out, "out", {gu.dtype});
   const int64_t R = gu.shape[0], F = gu.shape[1] / 2;
+  float* amax = optional_row_amax(c, row_amax);
   if (gu.dtype == DType::f32)
-    cuda::swiglu_forward(out.f32(), gu.f32(), R, F, stream());
+    cuda::swiglu_forward(out.f32(), gu.f32(), R, F, stream(), amax);
   else
-    cuda::swiglu_forward(ptr<bf16>(out), ptr<const bf16>(gu), R, F, stream());
+    cuda::swiglu_forward(ptr<bf16>(out), ptr<const bf16>(gu), R, F, stream(), amax);
 }
 
-void CudaOps::do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu) {
+void CudaOps::do_swiglu_backward(TensorView dgu, TensorView dout, TensorView gu,
+                                 TensorView row_amax) {
   cuda::NvtxRange range("swiglu_backward");
   const Check c{"swiglu_backward"};
   c.tensor(gu, "gu", kF32Bf16);
   c.tensor(dout, "dout", {gu.dtype});
   c.tensor(dgu, "dgu", {gu.dtype});
   const int64_t R = gu.shape[0], F = gu.shape[1] / 2;
+  float* amax = optional_row_amax(c, row_amax);
   if (gu.dtype == DType::f32)
-    cuda::swiglu_backward(dgu.f32(), dout.f32(), gu.f32(), R, F, stream());
+    cuda::swiglu_backward(dgu.f32(), dout.f32(), gu.f32(), R, F, stream(), amax);
   else
     cuda::swiglu_backward(ptr<bf16>(dgu), ptr<const bf16>(dout), ptr<const bf16>(gu), R, F,
-                          stream());
+                          stream(), amax);
 }
 
 }  // namespace gt

@@ -21,23 +21,41 @@ using namespace cuda_ops_detail;
 
 // ---- elementwise ----------------------------------------------------------------
 
-void CudaOps::do_gelu_forward(TensorView out, TensorView inp) {
+void CudaOps::do_gelu_forward(TensorView out, TensorView inp, TensorView row_amax) {
   cuda::NvtxRange range("gelu_forward");
   const Check c{"gelu_forward"};
   c.tensor(inp, "inp", kF32Bf16);
   c.tensor(out, "out", {inp.dtype});
+  if (float* amax = optional_row_amax(c, row_amax)) {  // out is (R, C): the entry checked
+    const int64_t R = out.shape[0], C = out.shape[1];
+    if (inp.dtype == DType::f32)
+      cuda::gelu_forward_rows(out.f32(), inp.f32(), R, C, amax, stream());
+    else
+      cuda::gelu_forward_rows(ptr<bf16>(out), ptr<const bf16>(inp), R, C, amax, stream());
+    return;
+  }
   if (inp.dtype == DType::f32)
     cuda::gelu_forward(out.f32(), inp.f32(), inp.numel(), stream());
   else
     cuda::gelu_forward(ptr<bf16>(out), ptr<bf16>(inp), inp.numel(), stream());
 }
 
-void CudaOps::do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout) {
+void CudaOps::do_gelu_backward(TensorView dinp, TensorView inp, TensorView dout,
+                               TensorView row_amax) {
   cuda::NvtxRange range("gelu_backward");
   const Check c{"gelu_backward"};
   c.tensor(inp, "inp", kF32Bf16);
   c.tensor(dinp, "dinp", {inp.dtype});
   c.tensor(dout, "dout", {inp.dtype});
+  if (float* amax = optional_row_amax(c, row_amax)) {  // dinp is (R, C): the entry checked
+    const int64_t R = dinp.shape[0], C = dinp.shape[1];
+    if (inp.dtype == DType::f32)
+      cuda::gelu_backward_rows(dinp.f32(), inp.f32(), dout.f32(), R, C, amax, stream());
+    else
+      cuda::gelu_backward_rows(ptr<bf16>(dinp), ptr<const bf16>(inp), ptr<const bf16>(dout), R,
+                               C, amax, stream());
+    return;
+  }
   if (inp.dtype == DType::f32)
     cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), inp.numel(), stream());
   else

@@ -156,6 +156,16 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// |x| as ordered bits, for amaxes (the fp8 path's scales): for
+// non-negative floats the unsigned order is the numeric one, and a NaN (sign
+// cleared) lies above +inf, so a max of bits propagates NaN, which fmaxf
+// would drop.
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(fabsf(v)); }
+__device__ __forceinline__ unsigned warp_max_bits(unsigned v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
 // Sum over the whole block, returned to every thread. Every thread of the
 // block must call it (it syncs); blockDim.x must be a multiple of 32. The
 // reduction tree is fixed by blockDim, so the result is deterministic.

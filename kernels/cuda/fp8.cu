@@ -15,15 +15,8 @@ int64_t amax_blocks(int64_t n) {
   return std::max<int64_t>(1, std::min(kMaxBlocks, (n + kThreads * 16 - 1) / (kThreads * 16)));
 }
 
-// |x| as ordered bits: for non-negative floats the unsigned order is the
-// numeric one, and a NaN (sign cleared) lies above +inf, so a max of bits
-// propagates NaN, which fmaxf would drop.
-__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(fabsf(v)); }
-
-__device__ __forceinline__ unsigned warp_max_bits(unsigned v) {
-  for (int o = dev::kWarpSize / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(dev::kFullMask, v, o));
-  return v;
-}
+using dev::abs_bits;       // |x| as ordered bits (device_common.cuh)
+using dev::warp_max_bits;
 
 // The max over the block, returned to every thread (every thread calls it).
 __device__ unsigned block_max_bits(unsigned v) {

@@ -21,10 +21,22 @@ namespace gt::cuda {
 
 void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream);
 void gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, int64_t n, cudaStream_t stream);
+// The same over out (R, C), also ASSIGNING row_amax (R) each row's max |out|
+// as stored, in the same pass (a warp per row).
+void gelu_forward_rows(float* out, const float* inp, int64_t R, int64_t C, float* row_amax,
+                       cudaStream_t stream);
+void gelu_forward_rows(__nv_bfloat16* out, const __nv_bfloat16* inp, int64_t R, int64_t C,
+                       float* row_amax, cudaStream_t stream);
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n,
                    cudaStream_t stream);
 void gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout,
                    int64_t n, cudaStream_t stream);
+// The same over dinp (R, C), also ASSIGNING row_amax (R) each row's max
+// |dinp| as stored, in the same pass (a warp per row; in place allowed).
+void gelu_backward_rows(float* dinp, const float* inp, const float* dout, int64_t R, int64_t C,
+                        float* row_amax, cudaStream_t stream);
+void gelu_backward_rows(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout,
+                        int64_t R, int64_t C, float* row_amax, cudaStream_t stream);
 
 }  // namespace gt::cuda

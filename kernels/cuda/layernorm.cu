@@ -51,7 +51,7 @@ __device__ __forceinline__ void for_lane(const T* row, int C, bool vec, int lane
 template <typename T, typename W>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const W* weight, const W* bias, int64_t R, int C, bool vec,
-                                         T* res, const T* add_a, const T* add_b) {
+                                         T* res, const T* add_a, const T* add_b, float* row_amax) {
   constexpr int N = dev::Pack<T>::N;
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
@@ -90,6 +90,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   const float var = dev::warp_sum(sq) / static_cast<float>(C);
   const float rs = 1.f / sqrtf(var + kEps);
 
+  unsigned amax = 0;  // max |out| as stored (row_amax: the fp8 input's scale)
   if (vec) {
     for (int i = lane * N; i < C; i += dev::kWarpSize * N) {
       const dev::Pack<T> xv = dev::load_pack(x + i);
@@ -119,18 +120,23 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
       for (int k = 0; k < N; ++k) {
         const float n = (dev::to_float(xv.v[k]) - m) * rs;
         o.v[k] = dev::from_float<T>(n * wf[k] + bf[k]);
+        amax = max(amax, dev::abs_bits(dev::to_float(o.v[k])));
       }
       dev::store_pack(y + i, o);
     }
   } else {
     for (int i = lane; i < C; i += dev::kWarpSize) {
       const float n = (dev::to_float(x[i]) - m) * rs;
-      y[i] = dev::from_float<T>(n * dev::to_float(weight[i]) + dev::to_float(bias[i]));
+      const T o = dev::from_float<T>(n * dev::to_float(weight[i]) + dev::to_float(bias[i]));
+      y[i] = o;
+      amax = max(amax, dev::abs_bits(dev::to_float(o)));
     }
   }
+  if (row_amax) amax = dev::warp_max_bits(amax);  // the whole warp takes this branch
   if (lane == 0) {
     if (mean) mean[row] = m;
     if (rstd) rstd[row] = rs;
+    if (row_amax) row_amax[row] = __uint_as_float(amax);
   }
 }
 
@@ -234,12 +240,15 @@ __device__ __forceinline__ void load4(float (&v)[4], const T* row, int i) {
 // every row, so no two lanes touch one accumulator. The second pass reads
 // g[i] before writing dx[i] in the same lane, so dx may alias g (fp32 g).
 // dx16, unless null, gets the updated dx rounded to bf16. vec: every row
-// access in fours (C % 4 == 0, rows aligned to 4 elements).
+// access in fours (C % 4 == 0, rows aligned to 4 elements). row_amax,
+// unless null, gets the row's max |dx| as the GEMMs read it (dx16's values
+// when there is one), from lane 0.
 template <typename X, typename G>
 __device__ __forceinline__ void add_row_input_grad(float* dx, __nv_bfloat16* dx16, const G* g,
                                                    const X* x, const float* weight, float m,
                                                    float rs, int C, bool vec, int lane,
-                                                   float* dw_acc, float* db_acc) {
+                                                   float* dw_acc, float* db_acc,
+                                                   float* row_amax) {
   float s1 = 0.f, s2 = 0.f;
   if (vec) {
     for (int i = lane * 4; i < C; i += dev::kWarpSize * 4) {
@@ -281,6 +290,7 @@ __device__ __forceinline__ void add_row_input_grad(float* dx, __nv_bfloat16* dx1
   }
   const float mean1 = dev::warp_sum(s1) / static_cast<float>(C);
   const float mean2 = dev::warp_sum(s2) / static_cast<float>(C);
+  unsigned amax = 0;
   if (vec) {
     for (int i = lane * 4; i < C; i += dev::kWarpSize * 4) {
       float gf[4], xf[4], wf[4];
@@ -297,16 +307,33 @@ __device__ __forceinline__ void add_row_input_grad(float* dx, __nv_bfloat16* dx1
       if (dx16) {
         dev::Quad<__nv_bfloat16> h;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) h.v[k] = __float2bfloat16_rn(d.v[k]);
+        for (int k = 0; k < 4; ++k) {
+          h.v[k] = __float2bfloat16_rn(d.v[k]);
+          amax = max(amax, dev::abs_bits(__bfloat162float(h.v[k])));
+        }
         dev::store_quad(dx16 + i, h);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) amax = max(amax, dev::abs_bits(d.v[k]));
       }
     }
   } else {
     for (int i = lane; i < C; i += dev::kWarpSize) {
       const float xhat = (dev::to_float(x[i]) - m) * rs;
-      dx[i] += (weight[i] * dev::to_float(g[i]) - mean1 - xhat * mean2) * rs;
-      if (dx16) dx16[i] = __float2bfloat16_rn(dx[i]);
+      const float v = dx[i] + (weight[i] * dev::to_float(g[i]) - mean1 - xhat * mean2) * rs;
+      dx[i] = v;
+      if (dx16) {
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        dx16[i] = h;
+        amax = max(amax, dev::abs_bits(__bfloat162float(h)));
+      } else {
+        amax = max(amax, dev::abs_bits(v));
+      }
     }
+  }
+  if (row_amax) {  // the whole warp takes this branch
+    amax = dev::warp_max_bits(amax);
+    if (lane == 0) *row_amax = __uint_as_float(amax);
   }
 }
 
@@ -325,7 +352,7 @@ __global__ void __launch_bounds__(kMaxBwdWarps* dev::kWarpSize)
     layernorm_backward_kernel(float* dinp, __nv_bfloat16* dinp_bf16, float* scratch, const G* dout,
                               const X* inp, const float* weight, const float* mean,
                               const float* rstd, int64_t R, int C, int64_t rows_per_chunk,
-                              int64_t n_chunks, bool vec) {
+                              int64_t n_chunks, bool vec, float* row_amax) {
   float* acc = dev::dynamic_shared_memory<float>();  // [warps][dweight C | dbias C]
   const int warps = static_cast<int>(blockDim.x) / dev::kWarpSize;
   const int warp = threadIdx.x / dev::kWarpSize, lane = threadIdx.x % dev::kWarpSize;
@@ -340,7 +367,8 @@ __global__ void __launch_bounds__(kMaxBwdWarps* dev::kWarpSize)
   const int64_t r1 = std::min<int64_t>(R, (chunk + 1) * rows_per_chunk);
   for (int64_t row = chunk * rows_per_chunk + warp; row < r1; row += warps)
     add_row_input_grad(dinp + row * C, dinp_bf16 ? dinp_bf16 + row * C : nullptr, dout + row * C,
-                       inp + row * C, weight, mean[row], rstd[row], C, vec, lane, dw_acc, db_acc);
+                       inp + row * C, weight, mean[row], rstd[row], C, vec, lane, dw_acc, db_acc,
+                       row_amax ? row_amax + row : nullptr);
   __syncthreads();
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float sw = 0.f, sb = 0.f;
@@ -357,20 +385,22 @@ __global__ void __launch_bounds__(kMaxBwdWarps* dev::kWarpSize)
 template <typename X, typename G>
 __global__ void layernorm_dinp_kernel(float* dinp, __nv_bfloat16* dinp_bf16, const G* dout,
                                       const X* inp, const float* weight, const float* mean,
-                                      const float* rstd, int64_t R, int C, bool vec) {
+                                      const float* rstd, int64_t R, int C, bool vec,
+                                      float* row_amax) {
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
                       threadIdx.x / dev::kWarpSize;
   if (row >= R) return;
   add_row_input_grad(dinp + row * C, dinp_bf16 ? dinp_bf16 + row * C : nullptr, dout + row * C,
-                     inp + row * C, weight, mean[row], rstd[row], C, vec, lane, nullptr, nullptr);
+                     inp + row * C, weight, mean[row], rstd[row], C, vec, lane, nullptr, nullptr,
+                     row_amax ? row_amax + row : nullptr);
 }
 
 // res == nullptr: out = LN(inp). Else the fused residual add: res = a + b,
 // out = LN(res) (inp unused).
 template <typename T, typename W>
 void launch_forward(T* out, float* mean, float* rstd, const T* inp, const W* weight, const W* bias,
-                    int64_t R, int C, cudaStream_t stream, T* res = nullptr,
+                    int64_t R, int C, cudaStream_t stream, float* row_amax, T* res = nullptr,
                     const T* add_a = nullptr, const T* add_b = nullptr) {
   GT_CHECK(R >= 0 && C > 0, "layernorm_forward: R = ", R, ", C = ", C);
   if (R == 0) return;
@@ -382,7 +412,7 @@ void launch_forward(T* out, float* mean, float* rstd, const T* inp, const W* wei
                         : dev::aligned16(inp));
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
   dev::launch(layernorm_forward_kernel<T, W>, {grid, kRowThreads, 0, stream}, out, mean, rstd, inp,
-              weight, bias, R, C, vec, res, add_a, add_b);
+              weight, bias, R, C, vec, res, add_a, add_b, row_amax);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -390,42 +420,43 @@ void launch_forward(T* out, float* mean, float* rstd, const T* inp, const W* wei
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t R, int C,
-                       cudaStream_t stream) {
-  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
+                       cudaStream_t stream, float* row_amax) {
+  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream, row_amax);
 }
 
 void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
                        const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
-                       cudaStream_t stream) {
-  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
+                       cudaStream_t stream, float* row_amax) {
+  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream, row_amax);
 }
 
 void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
                        const float* weight, const float* bias, int64_t R, int C,
-                       cudaStream_t stream) {
-  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream);
+                       cudaStream_t stream, float* row_amax) {
+  launch_forward(out, mean, rstd, inp, weight, bias, R, C, stream, row_amax);
 }
 
 void add_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
                            const float* b, const float* weight, const float* bias, int64_t R, int C,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, float* row_amax) {
   launch_forward(out, mean, rstd, static_cast<const float*>(nullptr), weight, bias, R, C, stream,
-                 res, a, b);
+                 row_amax, res, a, b);
 }
 
 void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
                            const __nv_bfloat16* a, const __nv_bfloat16* b,
                            const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, float* row_amax) {
   launch_forward(out, mean, rstd, static_cast<const __nv_bfloat16*>(nullptr), weight, bias, R, C,
-                 stream, res, a, b);
+                 stream, row_amax, res, a, b);
 }
 
 void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
                            const __nv_bfloat16* a, const __nv_bfloat16* b, const float* weight,
-                           const float* bias, int64_t R, int C, cudaStream_t stream) {
+                           const float* bias, int64_t R, int C, cudaStream_t stream,
+                           float* row_amax) {
   launch_forward(out, mean, rstd, static_cast<const __nv_bfloat16*>(nullptr), weight, bias, R, C,
-                 stream, res, a, b);
+                 stream, row_amax, res, a, b);
 }
 
 int64_t layernorm_backward_scratch_floats(int64_t R, int C) {
@@ -436,7 +467,8 @@ namespace {
 template <typename X, typename G>
 void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, const X* inp,
                      const float* weight, const float* mean, const float* rstd, int64_t R, int C,
-                     float* scratch, __nv_bfloat16* dinp_bf16, cudaStream_t stream) {
+                     float* scratch, __nv_bfloat16* dinp_bf16, cudaStream_t stream,
+                     float* row_amax) {
   GT_CHECK(R >= 0 && C > 0, "layernorm_backward: R = ", R, ", C = ", C);
   if (R == 0) return;
   dev::NvtxRange range("layernorm_backward");
@@ -463,7 +495,7 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
                 {static_cast<unsigned>(ch.n_chunks), static_cast<unsigned>(warps * dev::kWarpSize),
                  smem, stream},
                 dinp, dinp_bf16, scratch, dout, inp, weight, mean, rstd, R, C, ch.rows_per_chunk,
-                ch.n_chunks, vec);
+                ch.n_chunks, vec, row_amax);
     CUDA_CHECK_LAUNCH();
     dev::launch(layernorm_param_reduce_kernel,
                 {reduce_blocks, dim3(kColTile, kReduceLanes), 0, stream}, dweight, dbias, scratch,
@@ -485,7 +517,7 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
 
   const unsigned grid = static_cast<unsigned>((R + kRowsPerBlock - 1) / kRowsPerBlock);
   dev::launch(layernorm_dinp_kernel<X, G>, {grid, kRowThreads, 0, stream}, dinp, dinp_bf16, dout,
-              inp, weight, mean, rstd, R, C, vec);
+              inp, weight, mean, rstd, R, C, vec, row_amax);
   CUDA_CHECK_LAUNCH();
 }
 }  // namespace
@@ -493,33 +525,33 @@ void launch_backward(float* dinp, float* dweight, float* dbias, const G* dout, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, float* row_amax) {
   launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
-                  stream);
+                  stream, row_amax);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t R, int C, float* scratch,
-                        __nv_bfloat16* dinp_bf16, cudaStream_t stream) {
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream, float* row_amax) {
   launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
-                  stream);
+                  stream, row_amax);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, float* row_amax) {
   launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
-                  stream);
+                  stream, row_amax);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t R, int C, float* scratch,
-                        __nv_bfloat16* dinp_bf16, cudaStream_t stream) {
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream, float* row_amax) {
   launch_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, R, C, scratch, dinp_bf16,
-                  stream);
+                  stream, row_amax);
 }
 
 }  // namespace gt::cuda

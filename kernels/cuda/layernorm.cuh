@@ -28,30 +28,33 @@
 
 namespace gt::cuda {
 
-// out (R,C), mean (R), rstd (R) <- inp (R,C), weight (C), bias (C).
+// out (R,C), mean (R), rstd (R) <- inp (R,C), weight (C), bias (C); with
+// row_amax (R), also ASSIGNED each row's max |out| as stored (Ops: "Row
+// amaxes for an fp8 GEMM's input"), taken in the same pass.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t R, int C,
-                       cudaStream_t stream);
+                       cudaStream_t stream, float* row_amax = nullptr);
 void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
                        const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
-                       cudaStream_t stream);
+                       cudaStream_t stream, float* row_amax = nullptr);
 void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
                        const float* weight, const float* bias, int64_t R, int C,
-                       cudaStream_t stream);
+                       cudaStream_t stream, float* row_amax = nullptr);
 
 // The residual add fused in: res (R,C) = a + b (rounded to the storage type),
 // then out, mean, rstd <- LayerNorm(res) as above; one pass over a and b
 // instead of the add's write and the LayerNorm's read of res.
 void add_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
                            const float* b, const float* weight, const float* bias, int64_t R, int C,
-                           cudaStream_t stream);
+                           cudaStream_t stream, float* row_amax = nullptr);
 void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
                            const __nv_bfloat16* a, const __nv_bfloat16* b,
                            const __nv_bfloat16* weight, const __nv_bfloat16* bias, int64_t R, int C,
-                           cudaStream_t stream);
+                           cudaStream_t stream, float* row_amax = nullptr);
 void add_layernorm_forward(__nv_bfloat16* res, __nv_bfloat16* out, float* mean, float* rstd,
                            const __nv_bfloat16* a, const __nv_bfloat16* b, const float* weight,
-                           const float* bias, int64_t R, int C, cudaStream_t stream);
+                           const float* bias, int64_t R, int C, cudaStream_t stream,
+                           float* row_amax = nullptr);
 
 // Floats of device scratch layernorm_backward needs for this shape.
 int64_t layernorm_backward_scratch_floats(int64_t R, int C);
@@ -60,21 +63,23 @@ int64_t layernorm_backward_scratch_floats(int64_t R, int C);
 // from dout (R,C), inp (R,C), weight (C), mean (R), rstd (R) saved by forward.
 // scratch: at least layernorm_backward_scratch_floats(R, C) floats, clobbered.
 // dinp_bf16: null, or (R,C) ASSIGNED the accumulated dinp rounded to bf16.
+// row_amax: null, or (R) ASSIGNED each row's max |dinp| after the add, of
+// dinp_bf16's values when given (what the GEMMs then read), in the same pass.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
-                        cudaStream_t stream);
+                        cudaStream_t stream, float* row_amax = nullptr);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t R, int C, float* scratch,
-                        __nv_bfloat16* dinp_bf16, cudaStream_t stream);
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream, float* row_amax = nullptr);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t R, int C, float* scratch, __nv_bfloat16* dinp_bf16,
-                        cudaStream_t stream);
+                        cudaStream_t stream, float* row_amax = nullptr);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t R, int C, float* scratch,
-                        __nv_bfloat16* dinp_bf16, cudaStream_t stream);
+                        __nv_bfloat16* dinp_bf16, cudaStream_t stream, float* row_amax = nullptr);
 
 }  // namespace gt::cuda

@@ -24,7 +24,7 @@ int64_t chunks_for(int64_t R) {
 
 template <typename T>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const float* w, int64_t R,
-                                       int C, float eps) {
+                                       int C, float eps, float* row_amax) {
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t r =
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
@@ -38,15 +38,23 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
   ss = dev::warp_sum(ss);
   const float rs = 1.f / sqrtf(ss / static_cast<float>(C) + eps);
   T* o = out + r * C;
-  for (int c = lane; c < C; c += dev::kWarpSize)
-    o[c] = dev::from_float<T>(dev::to_float(x[c]) * rs * w[c]);
-  if (lane == 0) rstd[r] = rs;
+  unsigned amax = 0;  // max |out| as stored (row_amax: the fp8 input's scale)
+  for (int c = lane; c < C; c += dev::kWarpSize) {
+    const T v = dev::from_float<T>(dev::to_float(x[c]) * rs * w[c]);
+    o[c] = v;
+    amax = max(amax, dev::abs_bits(dev::to_float(v)));
+  }
+  if (row_amax) amax = dev::warp_max_bits(amax);  // the whole warp takes this branch
+  if (lane == 0) {
+    rstd[r] = rs;
+    if (row_amax) row_amax[r] = __uint_as_float(amax);
+  }
 }
 
 // dinp[r] += rstd * (g - n * mean(g * n)), g = dout * w, n = x * rstd.
 template <typename TG, typename TX>
 __global__ void rmsnorm_dinp_kernel(float* dinp, const TG* dout, const TX* inp, const float* w,
-                                    const float* rstd, int64_t R, int C) {
+                                    const float* rstd, int64_t R, int C, float* row_amax) {
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t r =
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
@@ -59,8 +67,16 @@ __global__ void rmsnorm_dinp_kernel(float* dinp, const TG* dout, const TX* inp, 
     sum_gn += dev::to_float(dy[c]) * w[c] * dev::to_float(x[c]) * rs;
   const float mean_gn = dev::warp_sum(sum_gn) / static_cast<float>(C);
   float* dx = dinp + r * C;
-  for (int c = lane; c < C; c += dev::kWarpSize)
-    dx[c] += rs * (dev::to_float(dy[c]) * w[c] - dev::to_float(x[c]) * rs * mean_gn);
+  unsigned amax = 0;  // max |dinp| after the add (row_amax: an fp8 output gradient's scale)
+  for (int c = lane; c < C; c += dev::kWarpSize) {
+    const float v = dx[c] + rs * (dev::to_float(dy[c]) * w[c] - dev::to_float(x[c]) * rs * mean_gn);
+    dx[c] = v;
+    amax = max(amax, dev::abs_bits(v));
+  }
+  if (row_amax) {  // the whole warp takes this branch
+    amax = dev::warp_max_bits(amax);
+    if (lane == 0) row_amax[r] = __uint_as_float(amax);
+  }
 }
 
 // partial[k, c] = sum over chunk k's rows of dout * x * rstd.
@@ -125,6 +141,50 @@ __global__ void swiglu_forward_kernel(T* out, const T* gu, int64_t R, int64_t F)
   }
 }
 
+// With row amaxes: a warp per row, each lane over the row's columns, then
+// the row's max |out| as stored.
+template <typename T>
+__global__ void swiglu_forward_rows_kernel(T* out, const T* gu, int64_t R, int64_t F,
+                                           float* row_amax) {
+  const int lane = threadIdx.x % dev::kWarpSize;
+  const int64_t r =
+      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
+  if (r >= R) return;  // the whole warp leaves together
+  const T* g = gu + r * 2 * F;
+  unsigned amax = 0;
+  for (int64_t f = lane; f < F; f += dev::kWarpSize) {
+    const float gv = dev::to_float(g[f]), uv = dev::to_float(g[F + f]);
+    const T v = dev::from_float<T>(gv * sigmoid(gv) * uv);
+    out[r * F + f] = v;
+    amax = max(amax, dev::abs_bits(dev::to_float(v)));
+  }
+  amax = dev::warp_max_bits(amax);
+  if (lane == 0) row_amax[r] = __uint_as_float(amax);
+}
+
+// With row amaxes (of dgu's 2F columns): a warp per row, then its max |dgu|
+// as stored.
+template <typename T>
+__global__ void swiglu_backward_rows_kernel(T* dgu, const T* dout, const T* gu, int64_t R,
+                                            int64_t F, float* row_amax) {
+  const int lane = threadIdx.x % dev::kWarpSize;
+  const int64_t r =
+      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
+  if (r >= R) return;  // the whole warp leaves together
+  unsigned amax = 0;
+  for (int64_t f = lane; f < F; f += dev::kWarpSize) {
+    const float g = dev::to_float(gu[r * 2 * F + f]), u = dev::to_float(gu[r * 2 * F + F + f]);
+    const float dy = dev::to_float(dout[r * F + f]), s = sigmoid(g);
+    const T dg = dev::from_float<T>(dy * u * s * (1.f + g * (1.f - s)));
+    const T du = dev::from_float<T>(dy * g * s);
+    dgu[r * 2 * F + f] = dg;
+    dgu[r * 2 * F + F + f] = du;
+    amax = max(amax, max(dev::abs_bits(dev::to_float(dg)), dev::abs_bits(dev::to_float(du))));
+  }
+  amax = dev::warp_max_bits(amax);
+  if (lane == 0) row_amax[r] = __uint_as_float(amax);
+}
+
 template <typename T>
 __global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int64_t R, int64_t F) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -146,11 +206,11 @@ unsigned row_blocks(int64_t R) {
 
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const float* weight, int64_t R, int C,
-                     float eps, cudaStream_t stream) {
+                     float eps, cudaStream_t stream, float* row_amax) {
   if (R == 0) return;
   dev::NvtxRange range("rmsnorm_forward");
   dev::launch(rmsnorm_forward_kernel<T>, {row_blocks(R), kThreads, 0, stream}, out, rstd, inp,
-              weight, R, C, eps);
+              weight, R, C, eps, row_amax);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -159,11 +219,11 @@ int64_t rmsnorm_backward_scratch_floats(int64_t R, int C) { return chunks_for(R)
 template <typename TG, typename TX>
 void rmsnorm_backward(float* dinp, float* dweight, const TG* dout, const TX* inp,
                       const float* weight, const float* rstd, int64_t R, int C, float* scratch,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, float* row_amax) {
   if (R == 0) return;
   dev::NvtxRange range("rmsnorm_backward");
   dev::launch(rmsnorm_dinp_kernel<TG, TX>, {row_blocks(R), kThreads, 0, stream}, dinp, dout, inp,
-              weight, rstd, R, C);
+              weight, rstd, R, C, row_amax);
   CUDA_CHECK_LAUNCH();
   const int64_t chunks = chunks_for(R);
   const int64_t rows_per_chunk = (R + chunks - 1) / chunks;
@@ -189,9 +249,16 @@ void rope(T* x, const float* cos_sin, int64_t N, int H, int D, int rot_heads, in
 }
 
 template <typename T>
-void swiglu_forward(T* out, const T* gu, int64_t R, int64_t F, cudaStream_t stream) {
-  if (R * F == 0) return;
+void swiglu_forward(T* out, const T* gu, int64_t R, int64_t F, cudaStream_t stream,
+                    float* row_amax) {
+  if (R == 0 || (F == 0 && !row_amax)) return;  // (R, 0) still writes R zero amaxes
   dev::NvtxRange range("swiglu_forward");
+  if (row_amax) {
+    dev::launch(swiglu_forward_rows_kernel<T>, {row_blocks(R), kThreads, 0, stream}, out, gu, R, F,
+                row_amax);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   dev::launch(swiglu_forward_kernel<T>, {dev::grid_for(R * F, kThreads), kThreads, 0, stream}, out,
               gu, R, F);
   CUDA_CHECK_LAUNCH();
@@ -199,9 +266,15 @@ void swiglu_forward(T* out, const T* gu, int64_t R, int64_t F, cudaStream_t stre
 
 template <typename T>
 void swiglu_backward(T* dgu, const T* dout, const T* gu, int64_t R, int64_t F,
-                     cudaStream_t stream) {
-  if (R * F == 0) return;
+                     cudaStream_t stream, float* row_amax) {
+  if (R == 0 || (F == 0 && !row_amax)) return;  // (R, 0) still writes R zero amaxes
   dev::NvtxRange range("swiglu_backward");
+  if (row_amax) {
+    dev::launch(swiglu_backward_rows_kernel<T>, {row_blocks(R), kThreads, 0, stream}, dgu, dout, gu,
+                R, F, row_amax);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   dev::launch(swiglu_backward_kernel<T>, {dev::grid_for(R * F, kThreads), kThreads, 0, stream}, dgu,
               dout, gu, R, F);
   CUDA_CHECK_LAUNCH();
@@ -209,18 +282,20 @@ void swiglu_backward(T* dgu, const T* dout, const T* gu, int64_t R, int64_t F,
 
 #define GT_LLAMA_STORAGE(T)                                                                 \
   template void rmsnorm_forward<T>(T*, float*, const T*, const float*, int64_t, int, float, \
-                                   cudaStream_t);                                           \
+                                   cudaStream_t, float*);                                   \
   template void rope<T>(T*, const float*, int64_t, int, int, int, int64_t, int, float,      \
                         cudaStream_t);                                                      \
-  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t, cudaStream_t);            \
-  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t, cudaStream_t);
+  template void swiglu_forward<T>(T*, const T*, int64_t, int64_t, cudaStream_t, float*);    \
+  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int64_t, cudaStream_t, \
+                                   float*);
 GT_LLAMA_STORAGE(float)
 GT_LLAMA_STORAGE(__nv_bfloat16)
 #undef GT_LLAMA_STORAGE
 
 #define GT_LLAMA_RMS_BWD(TG, TX)                                                             \
   template void rmsnorm_backward<TG, TX>(float*, float*, const TG*, const TX*, const float*, \
-                                         const float*, int64_t, int, float*, cudaStream_t);
+                                         const float*, int64_t, int, float*, cudaStream_t,  \
+                                         float*);
 GT_LLAMA_RMS_BWD(float, float)
 GT_LLAMA_RMS_BWD(float, __nv_bfloat16)
 GT_LLAMA_RMS_BWD(__nv_bfloat16, float)

@@ -8,7 +8,10 @@
 //     reduced in a fixed order (row chunks, then the chunks in order), so it
 //     is deterministic; it needs rmsnorm_backward_scratch_floats(R, C) floats;
 //   * rope is in place: each thread owns one (row, head, pair);
-//   * swiglu_backward ASSIGNS dgu.
+//   * swiglu_backward ASSIGNS dgu;
+//   * row_amax (R), where a launcher takes one and it is not null: ASSIGNED
+//     each row's max |output| as stored (rmsnorm_backward: of dinp after the
+//     add), in the same pass (Ops: "Row amaxes for an fp8 GEMM's input").
 //
 // Host-only header (launcher declarations); the kernels live in llama.cu.
 #pragma once
@@ -20,14 +23,17 @@
 
 namespace gt::cuda {
 
+// row_amax (R), if not null, is ASSIGNED each row's max |out| as stored, in
+// the same pass (Ops: "Row amaxes for an fp8 GEMM's input"); so is
+// swiglu_forward's.
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const float* weight, int64_t R, int C,
-                     float eps, cudaStream_t stream);
+                     float eps, cudaStream_t stream, float* row_amax = nullptr);
 int64_t rmsnorm_backward_scratch_floats(int64_t R, int C);
 template <typename TG, typename TX>
 void rmsnorm_backward(float* dinp, float* dweight, const TG* dout, const TX* inp,
                       const float* weight, const float* rstd, int64_t R, int C, float* scratch,
-                      cudaStream_t stream);
+                      cudaStream_t stream, float* row_amax = nullptr);
 
 // direction +1: forward, -1: backward (the transpose).
 template <typename T>
@@ -35,8 +41,10 @@ void rope(T* x, const float* cos_sin, int64_t N, int H, int D, int rot_heads, in
           int T_len, float direction, cudaStream_t stream);
 
 template <typename T>
-void swiglu_forward(T* out, const T* gu, int64_t R, int64_t F, cudaStream_t stream);
+void swiglu_forward(T* out, const T* gu, int64_t R, int64_t F, cudaStream_t stream,
+                    float* row_amax = nullptr);
 template <typename T>
-void swiglu_backward(T* dgu, const T* dout, const T* gu, int64_t R, int64_t F, cudaStream_t stream);
+void swiglu_backward(T* dgu, const T* dout, const T* gu, int64_t R, int64_t F, cudaStream_t stream,
+                     float* row_amax = nullptr);
 
 }  // namespace gt::cuda

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -202,6 +203,81 @@ TEST(Fp8OpsCodes, PreQuantisedCodesGiveTheSameProductBitForBit) {
                     make_view(ct.data(), DType::u8, Device::cpu, b_shape), v(sb, {1}), {}, spec);
     EXPECT_EQ(from_codes, from_floats);
   }
+}
+
+// The producers' row amaxes (Ops: "Row amaxes for an fp8 GEMM's input"):
+// max |out| per row as stored (bf16: of the rounded values), NaN sticking
+// to its row, the outputs unchanged by taking them. The forward producers
+// (norms, SwiGLU, GELU), then the gradients' (rmsnorm_backward's
+// accumulated dinp, swiglu_backward's dgu).
+TEST(Fp8ProducerAmax, EachProducerTakesItsOutputsRowAmaxesAsStored) {
+  auto ops = make_cpu_ops(1);
+  const int64_t R = 9, C = 24;
+  for (DType t : {DType::f32, DType::bf16})
+    for (int op = 0; op < 7; ++op) {
+      SCOPED_TRACE(detail::concat("op ", op, " ", dtype_name(t)));
+      // swiglu reads [gate | up]; its backward writes dgu (R, 2C).
+      const int64_t in_cols = op == 3 || op == 6 ? 2 * C : C, out_cols = op == 6 ? 2 * C : C;
+      // rmsnorm_backward's dinp is fp32 and accumulates.
+      const DType out_t = op == 5 ? DType::f32 : t;
+      std::vector<float> x = random_vector(R * in_cols, 30 + op, -3.f, 3.f);
+      x[static_cast<size_t>(4 * in_cols + 1)] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> x2 = random_vector(R * C, 40), w = random_vector(C, 41, 0.5f, 1.5f);
+      std::vector<float> bias = random_vector(C, 42), mean(R), rstd(R);
+      std::vector<uint16_t> x16 = test::to_bf16(x), x216 = test::to_bf16(x2);
+      auto as = [&](std::vector<float>& f, std::vector<uint16_t>& h, int64_t cols) {
+        return t == DType::f32 ? v(f, {R, cols})
+                               : make_view(h.data(), DType::bf16, Device::cpu, {R, cols});
+      };
+      std::vector<float> out(R * out_cols, 0.5f), plain(R * out_cols, 0.5f), res(R * C);
+      std::vector<float> amax(R, -1.f), own(R, -1.f), dw(C);
+      std::vector<uint16_t> out16(R * out_cols), plain16(R * out_cols), res16(R * C);
+      auto run = [&](TensorView o, TensorView a) {
+        const TensorView in = as(x, x16, in_cols), in2 = as(x2, x216, C), r = as(res, res16, C);
+        switch (op) {
+          case 0: return ops->rmsnorm_forward(o, v(rstd, {R}), in, v(w, {C}), 1e-5f, a);
+          case 1: return ops->layernorm_forward(o, v(mean, {R}), v(rstd, {R}), in, v(w, {C}),
+                                                v(bias, {C}), a);
+          case 2:
+            return ops->add_layernorm_forward(r, o, v(mean, {R}), v(rstd, {R}), in, in2,
+                                              v(w, {C}), v(bias, {C}), a);
+          case 3: return ops->swiglu_forward(o, in, a);
+          case 4: return ops->gelu_forward(o, in, a);
+          case 5:  // d(out) = in2, the norm's input x
+            return ops->rmsnorm_backward(o, v(dw, {C}), in2, in, v(w, {C}), v(rstd, {R}), a);
+          default:  // d(swiglu out) = in2
+            return ops->swiglu_backward(o, in2, in, a);
+        }
+      };
+      auto out_view = [&](std::vector<float>& f, std::vector<uint16_t>& h) {
+        return out_t == DType::f32 ? v(f, {R, out_cols})
+                                   : make_view(h.data(), DType::bf16, Device::cpu, {R, out_cols});
+      };
+      std::fill(rstd.begin(), rstd.end(), 0.7f);
+      run(out_view(out, out16), v(amax, {R}));
+      run(out_view(plain, plain16), {});
+      ops->fp8_amax(v(own, {R}), out_view(out, out16), Fp8Reduce::rows);
+      // Bit for bit (memcmp: a NaN is equal to itself here).
+      EXPECT_TRUE(out_t == DType::f32
+                      ? std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)) == 0
+                      : out16 == plain16);
+      for (int64_t r = 0; r < R; ++r) {
+        if (r == 4) {
+          EXPECT_TRUE(std::isnan(amax[static_cast<size_t>(r)]));
+        } else {
+          EXPECT_EQ(amax[static_cast<size_t>(r)], own[static_cast<size_t>(r)]) << r;
+          EXPECT_GT(amax[static_cast<size_t>(r)], 0.f) << r;
+        }
+      }
+    }
+  // A wrong shape or dtype is named; GELU needs rows to take them of.
+  std::vector<float> a(6 * 4), o(6 * 4), s5(5), s6(6);
+  EXPECT_NE(test::error_message([&] { ops->gelu_forward(v(o, {6, 4}), v(a, {6, 4}), v(s5, {5})); })
+                .find("row_amax must be (6), got (5)"),
+            std::string::npos);
+  EXPECT_NE(test::error_message([&] { ops->gelu_forward(v(o, {24}), v(a, {24}), v(s6, {6})); })
+                .find("out (with row_amax) must be (R, C), got (24)"),
+            std::string::npos);
 }
 
 TEST(Fp8OpsContract, NamesWhatIsWrong) {

@@ -7,8 +7,9 @@
 // zero padding), fp32 and bf16 inputs and outputs, with a bias of either
 // type, and accumulating into fp32. Both backends quantise the same values
 // with the same scales to the same codes; the GEMMs then differ only by
-// their fp32 summation order (and bf16's final rounding). Refusals by name:
-// two e5m2 operands.
+// their fp32 summation order (and bf16's final rounding). The producers'
+// row amaxes (norms, SwiGLU, GELU) against the device's own outputs.
+// Refusals by name: two e5m2 operands.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -270,6 +271,95 @@ TEST_F(CudaFp8Ops, PreQuantisedCodesAreTheCpusAndGiveTheSameProduct) {
                         spec);
       EXPECT_TRUE(test::bitwise_equal(from_at64.gpu_values(), from_floats.gpu_values()));
     }
+}
+
+// The producers' row amaxes (Ops: "Row amaxes for an fp8 GEMM's input"):
+// each kernel's own pass takes max |out| per row as stored, so the amaxes
+// equal fp8_amax over the device's own output bit for bit, a NaN reaching
+// its row; the outputs are those of the call without amaxes; and the CPU
+// twin's amaxes agree to its outputs' difference. The forward producers
+// (norms, SwiGLU, GELU) and the gradients' (the norms' accumulated dinp,
+// with and without LayerNorm's bf16 copy, SwiGLU's and GELU's backward).
+// Widths: odd (scalar loads) and a multiple of 8 (16-byte packs).
+TEST_F(CudaFp8Ops, ProducersTakeTheRowAmaxesOfTheirOutputsAsStored) {
+  const int64_t R = 37;
+  const char* names[] = {"rmsnorm_forward",  "layernorm_forward", "add_layernorm_forward",
+                         "swiglu_forward",   "gelu_forward",      "rmsnorm_backward",
+                         "swiglu_backward",  "layernorm_backward", "gelu_backward"};
+  for (int64_t C : {int64_t{129}, int64_t{256}})
+    for (DType t : {DType::f32, DType::bf16})
+      for (int op = 0; op < 9; ++op) {
+        SCOPED_TRACE(detail::concat(names[op], " ", dtype_name(t), " C=", C));
+        // swiglu reads [gate | up] and its backward writes d[gate | up]; the
+        // norms' backward accumulate an fp32 dinp (LayerNorm's with its bf16
+        // copy, whose values the amaxes are then of, under bf16).
+        const int64_t in_cols = op == 3 || op == 6 ? 2 * C : C, out_cols = op == 6 ? 2 * C : C;
+        const DType out_t = op == 5 || op == 7 ? DType::f32 : t;
+        std::vector<float> x = random_vector(R * in_cols, 7 + op, -3.f, 3.f);
+        x[static_cast<size_t>(5 * in_cols + 3)] = std::numeric_limits<float>::quiet_NaN();
+        Both in = make(x, t, {R, in_cols}), in2 = make(random_vector(R * C, 8), t, {R, C});
+        Both w = make(random_vector(C, 9, 0.5f, 1.5f), DType::f32, {C});
+        Both bias = make(random_vector(C, 10), DType::f32, {C});
+        Both rstd = make(std::vector<float>(R), DType::f32, {R});
+        Both mean = make(std::vector<float>(R), DType::f32, {R});
+        Both res = make(std::vector<float>(R * C), t, {R, C});
+        Both dw = make(std::vector<float>(C), DType::f32, {C});
+        Both db = make(std::vector<float>(C), DType::f32, {C});
+        for (Both* b : {&rstd, &mean})  // read by the backward ops
+          *b = make(random_vector(R, 11, 0.5f, 1.5f), DType::f32, {R});
+        Both copy16 = make(std::vector<float>(R * C), DType::bf16, {R, C});
+        auto run = [&](Ops& o, bool gpu, Both& out, Both* amax) {
+          auto V = [gpu](Both& b) { return gpu ? b.gpu() : b.cpu(); };
+          const TensorView a = amax ? V(*amax) : TensorView{};
+          switch (op) {
+            case 0: return o.rmsnorm_forward(V(out), V(rstd), V(in), V(w), 1e-5f, a);
+            case 1: return o.layernorm_forward(V(out), V(mean), V(rstd), V(in), V(w), V(bias), a);
+            case 2:
+              return o.add_layernorm_forward(V(res), V(out), V(mean), V(rstd), V(in), V(in2),
+                                             V(w), V(bias), a);
+            case 3: return o.swiglu_forward(V(out), V(in), a);
+            case 4: return o.gelu_forward(V(out), V(in), a);
+            case 5: return o.rmsnorm_backward(V(out), V(dw), V(in2), V(in), V(w), V(rstd), a);
+            case 6: return o.swiglu_backward(V(out), V(in2), V(in), a);
+            case 7:  // with the bf16 copy when bf16: the amaxes are of it
+              return o.layernorm_backward(V(out), V(dw), V(db), V(in2), V(in), V(w), V(mean),
+                                          V(rstd), t == DType::bf16 ? V(copy16) : TensorView{},
+                                          a);
+            default: return o.gelu_backward(V(out), V(in), V(in2), a);
+          }
+        };
+        // The accumulating outputs start equal (0.5) on both sides.
+        Both out = make(std::vector<float>(R * out_cols, 0.5f), out_t, {R, out_cols});
+        Both plain = make(std::vector<float>(R * out_cols, 0.5f), out_t, {R, out_cols});
+        Both amax = make(std::vector<float>(R, -1.f), DType::f32, {R});
+        Both own = make(std::vector<float>(R, -1.f), DType::f32, {R});
+        run(*cuda_, true, out, &amax);
+        const bool of_copy = op == 7 && t == DType::bf16;
+        cuda_->fp8_amax(own.gpu(), of_copy ? copy16.gpu() : out.gpu(), Fp8Reduce::rows);
+        run(*cuda_, true, plain, nullptr);
+        const std::vector<float> got = amax.gpu_values(), want = own.gpu_values();
+        EXPECT_TRUE(test::bitwise_equal(out.gpu_values(), plain.gpu_values()));
+        for (int64_t r = 0; r < R; ++r) {
+          const size_t i = static_cast<size_t>(r);
+          if (r == 5) {
+            EXPECT_TRUE(std::isnan(got[i]));
+          } else {
+            EXPECT_EQ(got[i], want[i]) << "row " << r;
+          }
+        }
+        run(*cpu_, false, out, &amax);
+        const std::vector<float> cpu = amax.cpu_values();
+        for (int64_t r = 0; r < R; ++r) {
+          const size_t i = static_cast<size_t>(r);
+          if (r == 5) {
+            EXPECT_TRUE(std::isnan(cpu[i]));
+          } else {
+            // bf16: one rounding step; fp32: the backends' summation orders.
+            EXPECT_NEAR(got[i], cpu[i], 1e-5f + (t == DType::bf16 ? 8e-3f : 1e-4f) * cpu[i])
+                << "row " << r;
+          }
+        }
+      }
 }
 
 TEST_F(CudaFp8Ops, TwoE5m2OperandsAreRefusedByName) {
