@@ -151,7 +151,9 @@ def fp8_runs(args, r, common, cuda_run):
     its code a whole e4m3 step: FP8_BACKEND_*), and the layout against the
     emulated one rank with the same micro-batches at the fp8 layout
     tolerances."""
-    fp8 = {"runtime.dtype": "bf16", "runtime.fp8": args.fp8, "runtime.fp8_min_dim": 0}
+    # fp8_check_amax: the device kernels' fused amaxes against their own pass.
+    fp8 = {"runtime.dtype": "bf16", "runtime.fp8": args.fp8, "runtime.fp8_min_dim": 0,
+           "runtime.fp8_check_amax": "true"}
     dims = LAYOUTS.get(args.layout, (1, 1, 1, 1, 1))
     micro = lm.TRAIN["global_batch"] // (dims[0] * dims[1] * (4 if dims[3] > 1 else 1))
     ref_dir, ref_cfg = r.config("cpu_fp8", micro=micro, extra=dict(common, **fp8))

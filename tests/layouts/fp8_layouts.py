@@ -135,7 +135,10 @@ def check_fp8_gather(gathered_dir, fp32_dir):
 
 def run_fp8_layout(runner, name, recipe, refs):
     world, micro, overrides = FP8_LAYOUTS[name]
-    fp8 = {"runtime.fp8": recipe, "model.n_layer": 4}
+    # fp8_check_amax: every amax a producer took in its own pass (norms,
+    # activations and their backward) is retaken and must be equal, on
+    # every layout: which producer feeds which layer is layout-dependent.
+    fp8 = {"runtime.fp8": recipe, "model.n_layer": 4, "runtime.fp8_check_amax": "true"}
     if micro not in refs:
         ref_dir, ref_cfg = runner.config(f"ref_{recipe}_m{micro}", micro=micro, extra=fp8)
         runner.run(1, ref_cfg)

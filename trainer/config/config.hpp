@@ -201,6 +201,10 @@ struct RuntimeConfig {
   // A linear layer whose weight has fewer than this many input or output
   // features keeps bf16 GEMMs (0: every linear layer in fp8).
   int fp8_min_dim = 0;
+  // A debugging check: every amax an fp8 operand's producer took in its own
+  // pass is taken again by a pass of its own and compared, bit for bit; a
+  // difference stops the run naming the layer. Slower; off by default.
+  bool fp8_check_amax = false;
 };
 
 struct ParallelConfig {

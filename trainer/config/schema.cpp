@@ -457,6 +457,7 @@ std::vector<Field> make_fields() {
       bind<&C::runtime, &RuntimeConfig::fp8>("runtime", "fp8"),
       bind<&C::runtime, &RuntimeConfig::fp8_fast_accum>("runtime", "fp8_fast_accum"),
       bind<&C::runtime, &RuntimeConfig::fp8_min_dim>("runtime", "fp8_min_dim"),
+      bind<&C::runtime, &RuntimeConfig::fp8_check_amax>("runtime", "fp8_check_amax"),
 
       bind<&C::parallel, &ParallelConfig::dp>("parallel", "dp"),
       bind<&C::parallel, &ParallelConfig::fsdp>("parallel", "fsdp"),

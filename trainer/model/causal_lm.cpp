@@ -195,6 +195,10 @@ TensorView CausalLM::p(const std::string& name) {
   return shaped(store_->unit_params(s.unit) + (s.offset - u.begin), ops_.device(), s);
 }
 
+TensorView CausalLM::param_shape(const std::string& name) const {
+  return shaped(nullptr, ops_.device(), layout_.at(name));
+}
+
 TensorView CausalLM::gemm_param(const std::string& name) {
   // bf16 runs read the store's bf16 copy when it keeps one (kept current by
   // the optimizer); otherwise LinearPrecision casts the fp32 weight or bias

@@ -241,6 +241,9 @@ class CausalLM {
   // LinearPrecision rounds per call).
   TensorView gemm_param(const std::string& name);
   TensorView g(const std::string& name);  // its gradient
+  // A view of `name`'s local shape with no data, for questions about its
+  // shape alone (does a layer run in fp8?) asked before its unit is gathered.
+  TensorView param_shape(const std::string& name) const;
   // Parameters [first .. last] (adjacent in the layout, same column count)
   // as one matrix: the fused GEMMs' weights (q|k|v, gate|up). Throws unless
   // they are adjacent in storage.

@@ -106,21 +106,23 @@ void GPT::block_attention_forward(int l, const Activation& x, bool with_ln2,
   auto att = layer_act(a.att, l, {attention_saved(B, NHl, T)});
   auto res2 = layer_act(a.res2, l, {Rl, C});
   auto proj = aview(a.proj_tmp, {Rl, C});
+  const TensorView w_attn = gemm_param(h + "attn.c_attn.weight");
+  // An fp8 c_attn takes its input's scales from ln_1's own pass.
+  const TensorView ln1_amax = layers_->c_attn.input_row_amax(w_attn, Rl);
   if (prev_res2.empty()) {
     ops_.layernorm_forward(own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
                            layer_act(a.ln1_rstd, l, {Rl}), x.view, p(h + "ln_1.weight"),
-                           p(h + "ln_1.bias"));
+                           p(h + "ln_1.bias"), ln1_amax);
   } else {
     // The block before's residual add and ln_1 in one pass: x = prev_res2 +
     // proj_tmp (its mlp.c_proj output, not yet overwritten), not read back.
     ops_.add_layernorm_forward(x.view, own_rows(ln1), layer_act(a.ln1_mean, l, {Rl}),
                                layer_act(a.ln1_rstd, l, {Rl}), prev_res2, proj,
-                               p(h + "ln_1.weight"), p(h + "ln_1.bias"));
+                               p(h + "ln_1.weight"), p(h + "ln_1.bias"), ln1_amax);
   }
   b.ln1 = rowwise(ln1, x, h + "ln_1");  // this rank's rows, gathered by c_attn
-  b.qkv = layers_->c_attn.forward({layer_act(a.qkv, l, {R, 3 * Cl}), h + "qkv"}, b.ln1,
-                                  gemm_param(h + "attn.c_attn.weight"),
-                                  gemm_param(h + "attn.c_attn.bias"));
+  b.qkv = layers_->c_attn.forward({layer_act(a.qkv, l, {R, 3 * Cl}), h + "qkv"}, b.ln1, w_attn,
+                                  gemm_param(h + "attn.c_attn.bias"), TensorView{}, ln1_amax);
   b.atty = attention()
                .forward({layer_act(a.atty, l, {B, T, Cl}), h + "attn"}, att,
                         b.qkv.as(layer_act(a.qkv, l, {B, T, 3 * Cl})), NHl, NHl)
@@ -132,9 +134,10 @@ void GPT::block_attention_forward(int l, const Activation& x, bool with_ln2,
   if (!with_ln2) return ops_.add(res2, x.view, proj);
   // The residual add and ln_2 in one pass (res2 is not read back from memory).
   const TensorView ln2 = layer_act(a.ln2, l, {R, C});
+  b.ln2_amax = layers_->c_fc.input_row_amax(gemm_param(h + "mlp.c_fc.weight"), Rl);
   ops_.add_layernorm_forward(res2, own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
                              layer_act(a.ln2_rstd, l, {Rl}), x.view, proj, p(h + "ln_2.weight"),
-                             p(h + "ln_2.bias"));
+                             p(h + "ln_2.bias"), b.ln2_amax);
   b.ln2 = rowwise(ln2, b.res2, h + "ln_2");
 }
 
@@ -145,17 +148,27 @@ void GPT::block_mlp_up_forward(int l, bool ln2_done) {
   BlockActivations& b = blocks_[static_cast<size_t>(l)];
   auto ln2 = layer_act(a.ln2, l, {R, C});
   auto fch = layer_act(a.fch, l, {R, 4 * Cl});
+  const TensorView w_fc = gemm_param(h + "mlp.c_fc.weight");
   if (!ln2_done) {
+    b.ln2_amax = layers_->c_fc.input_row_amax(w_fc, Rl);
     ops_.layernorm_forward(own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
                            layer_act(a.ln2_rstd, l, {Rl}), b.res2.view, p(h + "ln_2.weight"),
-                           p(h + "ln_2.bias"));
+                           p(h + "ln_2.bias"), b.ln2_amax);
     b.ln2 = rowwise(ln2, b.res2, h + "ln_2");
   }
-  // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward.
+  // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward;
+  // the GELU's pass takes an fp8 mlp.c_proj's input scales.
+  b.gelu_amax = layers_->mlp_proj.input_row_amax(gemm_param(h + "mlp.c_proj.weight"), R);
   b.fch_gelu = layers_->c_fc.forward({layer_act(a.fch_gelu, l, {R, 4 * Cl}), h + "mlp.gelu"},
-                                     b.ln2, gemm_param(h + "mlp.c_fc.weight"),
-                                     gemm_param(h + "mlp.c_fc.bias"), fch);
+                                     b.ln2, w_fc, gemm_param(h + "mlp.c_fc.bias"), fch,
+                                     b.ln2_amax, b.gelu_amax);
   b.fch = rowwise(fch, b.fch_gelu, h + "mlp.c_fc");
+}
+
+TensorView GPT::mlp_proj_grad_amax(int l) {
+  const int64_t Rl = int64_t(B_) * T_ / shards_;
+  return layers_->mlp_proj.output_grad_row_amax(
+      param_shape("h." + std::to_string(l) + ".mlp.c_proj.weight"), Rl);
 }
 
 void GPT::block_mlp_down_forward(int l) {
@@ -165,7 +178,7 @@ void GPT::block_mlp_down_forward(int l) {
   BlockActivations& b = blocks_[static_cast<size_t>(l)];
   const Activation out = layers_->mlp_proj.forward(
       {aview(a.proj_tmp, {Rl, C}), h + "mlp.c_proj"}, b.fch_gelu,
-      gemm_param(h + "mlp.c_proj.weight"), gemm_param(h + "mlp.c_proj.bias"));
+      gemm_param(h + "mlp.c_proj.weight"), gemm_param(h + "mlp.c_proj.bias"), b.gelu_amax);
   b.res3 = added(layer_act(a.res3, l, {Rl, C}), b.res2, out, h + "res3", "residual add",
                  placement_log_);
 }
@@ -281,9 +294,11 @@ void GPT::run_backward() {
     store_->before_backward(head);
     ops_.zero(dresidual);
     const TensorView x_last = layer_act(a.res3, last, {Rl, C});
+    // The last block's fp8 mlp.c_proj takes d(residual)'s scales from this
+    // pass (as each block's ln_1 backward does for the block before).
     ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
                             p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
-                            view(a.lnf_rstd.f32(), {Rl}), dresidual16);
+                            view(a.lnf_rstd.f32(), {Rl}), dresidual16, mlp_proj_grad_amax(last));
     dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds()) store_->after_backward(embed);  // this stage's share of wte's gradient
@@ -305,22 +320,28 @@ void GPT::run_backward() {
     if (recompute_ != Recompute::none) block_mlp_up_forward(l, /*ln2_done=*/false);
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
-    // c_proj's input gradient through GELU's derivative in one: d fch.
+    // c_proj's input gradient through GELU's derivative in one: d fch (and,
+    // for an fp8 c_fc, its row amaxes). A stage's first backward block finds
+    // d(residual) received: no producer took its amaxes.
+    const TensorView w_fc = gemm_param(h + "mlp.c_fc.weight");
+    const TensorView dfch_amax = layers_->c_fc.output_grad_row_amax(w_fc, R);
     const Activation dfch = layers_->mlp_proj.backward(
         {aview(d.dfch, {R, 4 * Cl}), "d(" + h + "mlp.c_fc)"}, g(h + "mlp.c_proj.weight"),
         g(h + "mlp.c_proj.bias"), dres_gemm, b.fch_gelu, gemm_param(h + "mlp.c_proj.weight"),
-        b.fch);
+        b.fch, l == last && !heads() ? TensorView{} : mlp_proj_grad_amax(l), dfch_amax);
     const Activation dln2 = layers_->c_fc.backward(
         {dln, "d(" + h + "ln_2)"}, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch, b.ln2,
-        gemm_param(h + "mlp.c_fc.weight"));
+        w_fc, dfch_amax);
     expect_placement(dln2, dres.placement, "ln_2 backward", "output gradient", placement_log_);
+    const TensorView w_proj = gemm_param(h + "attn.c_proj.weight");
+    const TensorView dres2_amax = layers_->attn_proj.output_grad_row_amax(w_proj, Rl);
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
                             b.res2.view, p(h + "ln_2.weight"), layer_act(a.ln2_mean, l, {Rl}),
-                            layer_act(a.ln2_rstd, l, {Rl}), dresidual16);
+                            layer_act(a.ln2_rstd, l, {Rl}), dresidual16, dres2_amax);
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     const Activation datty = layers_->attn_proj.backward(
         {aview(d.datty, {R, Cl}), "d(" + h + "attn)"}, g(h + "attn.c_proj.weight"),
-        g(h + "attn.c_proj.bias"), dres_gemm, b.atty, gemm_param(h + "attn.c_proj.weight"));
+        g(h + "attn.c_proj.bias"), dres_gemm, b.atty, w_proj, {}, dres2_amax);
     const Activation dqkv =
         attention()
             .backward({aview(d.dqkv, {B, T, 3 * Cl}), "d(" + h + "qkv)"},
@@ -336,7 +357,8 @@ void GPT::run_backward() {
     expect_placement(dln1, dres.placement, "ln_1 backward", "output gradient", placement_log_);
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln,
                             b.input.view, p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
-                            layer_act(a.ln1_rstd, l, {Rl}), l > first ? dresidual16 : none);
+                            layer_act(a.ln1_rstd, l, {Rl}), l > first ? dresidual16 : none,
+                            l > first ? mlp_proj_grad_amax(l - 1) : none);
     store_->after_backward(layout_.block_unit(l));
   }
 

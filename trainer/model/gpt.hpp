@@ -152,6 +152,10 @@ class GPT final : public CausalLM {
   // placement): what its backward reads. Recomputation refills them.
   struct BlockActivations {
     Activation input, ln1, qkv, atty, res2, ln2, fch, fch_gelu, res3;
+    // c_fc's and mlp.c_proj's fp8 input row amaxes, taken by ln_2's and the
+    // GELU's passes (empty: none asked). Views of Fp8Linear's buffers: read
+    // by the same forward only.
+    TensorView ln2_amax, gelu_amax;
   };
 
   // Block l's forward in three parts, run by forward() in turn and again by
@@ -171,6 +175,10 @@ class GPT final : public CausalLM {
   // left to the next block's ln_1 or to ln_f, which do it in their pass
   // (its placements are checked and res3's recorded here).
   void block_mlp_down_forward(int l);
+  // Where the LayerNorm backward that writes block l's d(res3) puts its row
+  // amaxes for block l's fp8 mlp.c_proj (empty when it runs in bf16:
+  // Fp8Linear::producer_row_amax).
+  TensorView mlp_proj_grad_amax(int l);
 
   Activations acts_;
   Gradients dacts_;

@@ -109,13 +109,16 @@ void Llama::block_attention_forward(int l, const Activation& x) {
   b.input = x;
   const TensorView ln1 = layer_act(a.ln1, l, {R, C});
   const TensorView proj = aview(a.proj_tmp, {Rl, C});
+  const TensorView wqkv = gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight");
+  // An fp8 q|k|v takes its input's scales from the norm's own pass.
+  const TensorView ln1_amax = layers_->qkv.input_row_amax(wqkv, Rl);
   ops_.rmsnorm_forward(own_rows(ln1), layer_act(a.ln1_rstd, l, {Rl}), x.view,
-                       p(h + "input_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
+                       p(h + "input_layernorm.weight"), static_cast<float>(cfg_.norm_eps),
+                       ln1_amax);
   b.ln1 = rowwise(ln1, x, h + "input_layernorm");  // this rank's rows, gathered by q|k|v
   const TensorView none;
-  b.qkv = layers_->qkv.forward(
-      {layer_act(a.qkv, l, {R, qkv_width_}), h + "qkv"}, b.ln1,
-      gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight"), none);
+  b.qkv = layers_->qkv.forward({layer_act(a.qkv, l, {R, qkv_width_}), h + "qkv"}, b.ln1, wqkv,
+                               none, none, ln1_amax);
   // q and k heads turn in place (per position: the placement stays); the
   // attention (and its backward) reads the rotated values, which are what
   // the layer keeps.
@@ -148,14 +151,19 @@ void Llama::block_mlp_up_forward(int l) {
     return;
   }
   const TensorView gu = layer_act(a.gu, l, {R, 2 * ffn_});
+  const TensorView wgu = gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight");
+  // fp8 gate|up and down_proj take their inputs' scales from the norm's and
+  // SwiGLU's own passes.
+  const TensorView ln2_amax = layers_->gate_up.input_row_amax(wgu, Rl);
   ops_.rmsnorm_forward(own_rows(ln2), layer_act(a.ln2_rstd, l, {Rl}), b.res2.view,
-                       p(h + "post_attention_layernorm.weight"), static_cast<float>(cfg_.norm_eps));
+                       p(h + "post_attention_layernorm.weight"), static_cast<float>(cfg_.norm_eps),
+                       ln2_amax);
   b.ln2 = rowwise(ln2, b.res2, h + "post_attention_layernorm");
-  b.gu = layers_->gate_up.forward({gu, h + "gate_up"}, b.ln2,
-                                  gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
-                                  TensorView{});
+  b.gu = layers_->gate_up.forward({gu, h + "gate_up"}, b.ln2, wgu, TensorView{}, TensorView{},
+                                  ln2_amax);
   const TensorView swiglu = layer_act(a.swiglu, l, {R, ffn_});
-  ops_.swiglu_forward(swiglu, gu);
+  b.swiglu_amax = layers_->down.input_row_amax(gemm_param(h + "mlp.down_proj.weight"), R);
+  ops_.swiglu_forward(swiglu, gu, b.swiglu_amax);
   b.swiglu = rowwise(swiglu, b.gu, h + "swiglu");  // per feature pair of this rank's columns
 }
 
@@ -236,7 +244,8 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
     const Activation out =
         moe_ ? moe_->forward(l - first_layer_, b.ln2, proj, moe_views(l, false))
              : layers_->down.forward({proj, block(l) + "down_proj"}, b.swiglu,
-                                     gemm_param(block(l) + "mlp.down_proj.weight"), none);
+                                     gemm_param(block(l) + "mlp.down_proj.weight"), none,
+                                     b.swiglu_amax);
     b.res3 = added(layer_act(a.res3, l, {Rl, C}), b.res2, out, block(l) + "res3", "residual add",
                    placement_log_);
     ops_.add(b.res3.view, b.res2.view, proj);
@@ -304,8 +313,11 @@ void Llama::run_backward() {
         {dln, "d(norm)"}, g(head_weight_), none, rowwise(logits_.view, logits_, "d(logits)"),
         lnf_, gemm_param(head_weight_));
     ops_.zero(dresidual);
+    // The last block's fp8 down_proj takes d(residual)'s scales from this
+    // pass (as each block's input_layernorm backward does for the block
+    // before).
     ops_.rmsnorm_backward(dresidual, g("norm.weight"), dln, layer_act(a.res3, last, {Rl, C}),
-                          p("norm.weight"), view(a.lnf_rstd.f32(), {Rl}));
+                          p("norm.weight"), view(a.lnf_rstd.f32(), {Rl}), down_grad_amax(last));
     dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds() && tied) store_->after_backward(embed);
@@ -319,15 +331,21 @@ void Llama::run_backward() {
     if (recompute_ == Recompute::block) block_attention_forward(l, Activation(b.input));
     if (recompute_ != Recompute::none) block_mlp_up_forward(l);
 
-    const Activation dln2 = block_mlp_backward(l, dres, dln);
+    // A stage's first backward block finds d(residual) received: no
+    // producer took its amaxes.
+    const TensorView dres_amax = l == last && !heads() ? TensorView{} : down_grad_amax(l);
+    const Activation dln2 = block_mlp_backward(l, dres, dln, dres_amax);
     expect_placement(dln2, dres.placement, "post_attention_layernorm backward", "output gradient",
                      placement_log_);
+    const TensorView wo = gemm_param(h + "self_attn.o_proj.weight");
+    const TensorView dres2_amax = layers_->o_proj.output_grad_row_amax(wo, Rl);
     ops_.rmsnorm_backward(dresidual, g(h + "post_attention_layernorm.weight"), dln, b.res2.view,
-                          p(h + "post_attention_layernorm.weight"), layer_act(a.ln2_rstd, l, {Rl}));
+                          p(h + "post_attention_layernorm.weight"), layer_act(a.ln2_rstd, l, {Rl}),
+                          dres2_amax);
     // Attention: res2 = x_in + o_proj(attn(rope(qkv(norm(x_in))))); dresidual = d res2.
     const Activation datty = layers_->o_proj.backward(
         {aview(d.datty, {R, Ql}), "d(" + h + "attn)"}, g(h + "self_attn.o_proj.weight"), none,
-        dres, b.atty, gemm_param(h + "self_attn.o_proj.weight"));
+        dres, b.atty, wo, {}, dres2_amax);
     const Activation dqkv =
         attention()
             .backward({aview(d.dqkv, {B, T, qkv_width_}), "d(" + h + "qkv)"},
@@ -347,7 +365,8 @@ void Llama::run_backward() {
     expect_placement(dln1, dres.placement, "input_layernorm backward", "output gradient",
                      placement_log_);
     ops_.rmsnorm_backward(dresidual, g(h + "input_layernorm.weight"), dln, b.input.view,
-                          p(h + "input_layernorm.weight"), layer_act(a.ln1_rstd, l, {Rl}));
+                          p(h + "input_layernorm.weight"), layer_act(a.ln1_rstd, l, {Rl}),
+                          l > first ? down_grad_amax(l - 1) : TensorView{});
     store_->after_backward(layout_.block_unit(l));
   }
 
@@ -359,7 +378,14 @@ void Llama::run_backward() {
   store_->after_backward(embed);
 }
 
-Activation Llama::block_mlp_backward(int l, const Activation& dres, TensorView dln) {
+TensorView Llama::down_grad_amax(int l) {
+  if (moe_) return {};  // the mixture's experts stay bf16
+  const int64_t Rl = int64_t(B_) * T_ / shards_;
+  return layers_->down.output_grad_row_amax(param_shape(block(l) + "mlp.down_proj.weight"), Rl);
+}
+
+Activation Llama::block_mlp_backward(int l, const Activation& dres, TensorView dln,
+                                     TensorView dres_amax) {
   const int64_t R = int64_t(B_) * T_;
   const std::string h = block(l);
   BlockActivations& b = blocks_[static_cast<size_t>(l)];
@@ -372,13 +398,16 @@ Activation Llama::block_mlp_backward(int l, const Activation& dres, TensorView d
   const TensorView none;
   const Activation dswiglu = layers_->down.backward(
       {aview(d.dswiglu, {R, ffn_}), "d(" + h + "swiglu)"}, g(h + "mlp.down_proj.weight"), none,
-      dres, b.swiglu, gemm_param(h + "mlp.down_proj.weight"));
+      dres, b.swiglu, gemm_param(h + "mlp.down_proj.weight"), {}, dres_amax);
   const TensorView dgu = aview(d.dgu, {R, 2 * ffn_});
-  ops_.swiglu_backward(dgu, dswiglu.view, b.gu.view);
+  const TensorView wgu = gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight");
+  // An fp8 gate|up takes its output gradient's scales from SwiGLU's backward.
+  const TensorView dgu_amax = layers_->gate_up.output_grad_row_amax(wgu, R);
+  ops_.swiglu_backward(dgu, dswiglu.view, b.gu.view, dgu_amax);
   return layers_->gate_up.backward({dln, "d(" + h + "post_attention_layernorm)"},
                                    g_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"),
-                                   none, rowwise(dgu, dswiglu, "d(" + h + "gate_up)"), b.ln2,
-                                   gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"));
+                                   none, rowwise(dgu, dswiglu, "d(" + h + "gate_up)"), b.ln2, wgu,
+                                   dgu_amax);
 }
 
 CausalLM::StageBoundary Llama::boundary_views(int B, int T) {

@@ -136,6 +136,9 @@ class Llama final : public CausalLM {
   // placement): what its backward reads. Recomputation refills them.
   struct BlockActivations {
     Activation input, ln1, qkv, atty, res2, ln2, gu, swiglu, res3;
+    // down_proj's fp8 input row amaxes, taken by SwiGLU's pass (empty: none
+    // asked). A view of Fp8Linear's buffer: read by this forward only.
+    TensorView swiglu_amax;
   };
 
   // Block l's forward in two parts, run by forward() and again by backward()
@@ -146,7 +149,14 @@ class Llama final : public CausalLM {
   void block_mlp_up_forward(int l);
   // Block l's MLP backward (dense or the mixture): dres = d(res3) (R/p, C),
   // dln (R/p, C) fp32 assigned d(post_attention_layernorm's output).
-  Activation block_mlp_backward(int l, const Activation& dres, TensorView dln);
+  // dres_amax: d(res3)'s row amaxes for an fp8 down_proj, taken by the
+  // norm backward that wrote dres (empty: none).
+  Activation block_mlp_backward(int l, const Activation& dres, TensorView dln,
+                                TensorView dres_amax);
+  // Where the norm backward that writes block l's d(res3) puts its row
+  // amaxes for block l's fp8 down_proj (empty when it runs in bf16 or
+  // takes none: Fp8Linear::producer_row_amax).
+  TensorView down_grad_amax(int l);
   // Mixtral: block l's router and experts, as the mixture reads them
   // (grads false) and accumulates into them (grads true).
   MixtureOfExperts::Weights moe_views(int l, bool grads);

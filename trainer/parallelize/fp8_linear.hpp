@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.hpp"
@@ -50,6 +51,7 @@ struct Fp8Settings {
   Fp8Recipe recipe = Fp8Recipe::off;
   bool fast_accum = true;
   int64_t min_dim = 0;
+  bool check_amax = false;  // runtime.fp8_check_amax
   bool on() const { return recipe != Fp8Recipe::off; }
 };
 Fp8Settings fp8_settings(const RuntimeConfig& r);
@@ -59,11 +61,15 @@ class Fp8Linear {
   // Which ranks hold the rest of the slice an amax scales.
   enum Span : unsigned { local = 0, over_tp = 1, over_cp = 2, over_tp_cp = 3 };
   // One operand's scales: amax of x over `over`, max-reduced over `span`.
+  // row_amax, if given, holds x's row amaxes as x's producer took them
+  // (Ops: "Row amaxes for an fp8 GEMM's input"): prepare() reads those R
+  // floats instead of x (`over` rows or tensor, never cols).
   struct Request {
     TensorView x;
     Fp8Reduce over;
     Fp8Format format;
     unsigned span;
+    TensorView row_amax = {};
   };
 
   // `maps` (the tp group), `cp` and `weights` outlive this. `weights` (may
@@ -98,10 +104,23 @@ class Fp8Linear {
   // Where prepare() keeps its scales: one slot for what a layer call
   // prepares before its chunks, one for what each chunk prepares.
   enum Slot { layer_slot = 0, chunk_slot = 1 };
+
+  // Where an operand's producer writes the row amaxes a layer then reads
+  // (Request::row_amax), one buffer per consuming layer kind and operand:
+  // the column-parallel layers' inputs come from the norms, the
+  // row-parallel layers' from the activation functions, their output
+  // gradients from the activations' and the norms' backward; one of each
+  // can be pending at once (GPT-2's c_fc writes mlp_proj's GELU amaxes
+  // while reading its own input's). A view of `rows` floats, valid until
+  // the next call for the same consumer.
+  enum Consumer { column_input = 0, row_input = 1, column_grad = 2, row_grad = 3 };
+  TensorView producer_row_amax(Consumer consumer, int64_t rows);
   // The scales of each request, in order: amaxes first, then the tp and the
   // cp max-reductions (one collective each for all requests that need it),
   // then the scales. Valid until the next prepare() of the same slot.
-  std::vector<TensorView> prepare(const std::vector<Request>& requests, Slot slot = layer_slot);
+  // `layer` names the caller in the runtime.fp8_check_amax error.
+  std::vector<TensorView> prepare(const std::vector<Request>& requests, Slot slot = layer_slot,
+                                  const std::string& layer = "");
 
   // out = / += the fp8 GEMM (Ops::fp8_matmul). A forward GEMM takes
   // runtime.fp8_fast_accum; the backward ones accumulate in fp32.
@@ -110,7 +129,11 @@ class Fp8Linear {
 
   // Bytes of the scale buffers (each grown to the widest prepare() of its
   // slot: a few floats per row and feature of the widest layer).
-  int64_t bytes() const { return static_cast<int64_t>(slots_[0].bytes() + slots_[1].bytes()); }
+  int64_t bytes() const {
+    size_t n = slots_[0].bytes() + slots_[1].bytes();
+    for (const Buffer& b : produced_) n += b.bytes();
+    return static_cast<int64_t>(n);
+  }
 
  private:
   Ops& ops_;
@@ -119,6 +142,8 @@ class Fp8Linear {
   ContextParallelGroup cp_;
   Fp8WeightSource* weights_;
   Buffer slots_[2];  // fp32: the amaxes, then (in place) the scales, of one prepare()
+  Buffer produced_[4];  // fp32: row amaxes from producers, per Consumer
+  Buffer check_;        // fp32: runtime.fp8_check_amax's own pass
 };
 
 }  // namespace gt

@@ -89,14 +89,15 @@ void TpLayerContext::gemm_backward(TensorView dx, TensorView dw, TensorView db, 
 // ---- ColumnParallelLinear ---------------------------------------------------
 
 Activation ColumnParallelLinear::forward(const Target& target, Activation& x, TensorView w32,
-                                         TensorView b, TensorView gelu_pre) {
+                                         TensorView b, TensorView gelu_pre, TensorView x_row_amax,
+                                         TensorView gelu_row_amax) {
   const TensorView out = target.view;
   // The placement before anything else (gather_from_sequence, which records
   // it, checks it again).
   const std::string layer = name_ + " forward";
   expect_tp(x, AxisPlacement::shard(ActDim::sequence), layer, "input", nullptr);
   if (uses_fp8(w32)) {
-    forward_fp8(out, x, w32, b, gelu_pre, layer);
+    forward_fp8(out, x, w32, b, gelu_pre, x_row_amax, gelu_row_amax, layer);
     return given({out, {AxisPlacement::shard(out_dim_), x.placement.cp}, target.name}, layer,
                  "output", ctx_.placement_log());
   }
@@ -110,20 +111,23 @@ Activation ColumnParallelLinear::forward(const Target& target, Activation& x, Te
                           rows_or_none(gelu_pre, row0, rows));
       },
       layer);
+  // The next layer asked for the GELU's row amaxes (it runs in fp8 where
+  // this one does not): a pass of their own.
+  if (!gelu_row_amax.empty()) ctx_.ops().fp8_amax(gelu_row_amax, out, Fp8Reduce::rows);
   return given({out, {AxisPlacement::shard(out_dim_), x.placement.cp}, target.name}, layer,
                "output", ctx_.placement_log());
 }
 
 Activation ColumnParallelLinear::backward(const Target& target, TensorView dw, TensorView db,
                                           const Activation& dout, const Activation& x,
-                                          TensorView w32) {
+                                          TensorView w32, TensorView dout_row_amax) {
   const TensorView dx = target.view;
   const std::string layer = name_ + " backward";
   PlacementLog* log = ctx_.placement_log();
   expect_tp(dout, AxisPlacement::shard(out_dim_), layer, "output gradient", log);
   expect_tp(x, AxisPlacement::replicated(), layer, "input (gathered in forward)", log);
   const std::string& name = target.name;
-  if (uses_fp8(w32)) return backward_fp8(dx, dw, db, dout, x, w32, name, layer);
+  if (uses_fp8(w32)) return backward_fp8(dx, dw, db, dout, x, w32, dout_row_amax, name, layer);
   const TensorView w = ctx_.precision().weight(w32);
   if (ctx_.size() == 1) {
     ctx_.gemm_backward(dx, dw, db, dout.view, x.view, w);
@@ -142,7 +146,7 @@ Activation ColumnParallelLinear::backward(const Target& target, TensorView dw, T
 // ---- RowParallelLinear ------------------------------------------------------
 
 Activation RowParallelLinear::forward(const Target& target, const Activation& x, TensorView w32,
-                                      TensorView b) {
+                                      TensorView b, TensorView x_row_amax) {
   const std::string layer = name_ + " forward";
   PlacementLog* log = ctx_.placement_log();
   expect_tp(x, AxisPlacement::shard(in_dim_), layer, "input", log);
@@ -151,7 +155,7 @@ Activation RowParallelLinear::forward(const Target& target, const Activation& x,
   const bool fp8 = uses_fp8(w32);
   if (ctx_.size() == 1) {
     if (fp8) {
-      forward_fp8(out, x, w32, b, name, layer);
+      forward_fp8(out, x, w32, b, x_row_amax, name, layer);
     } else {
       ctx_.gemm_forward(out, x.view, ctx_.precision().weight(w32), ctx_.precision().bias(b));
     }
@@ -164,7 +168,7 @@ Activation RowParallelLinear::forward(const Target& target, const Activation& x,
   const TensorView sum = staged ? ctx_.sum_rows(out.shape[0], out.shape[1]) : out;
   Activation reduced;
   if (fp8) {
-    reduced = forward_fp8(sum, x, w32, none, name, layer);
+    reduced = forward_fp8(sum, x, w32, none, x_row_amax, name, layer);
   } else {
     const TensorView w = ctx_.precision().weight(w32);
     reduced = ctx_.maps().reduce_scatter_to_sequence(
@@ -184,7 +188,8 @@ Activation RowParallelLinear::forward(const Target& target, const Activation& x,
 
 Activation RowParallelLinear::backward(const Target& target, TensorView dw, TensorView db,
                                        const Activation& dout, const Activation& x,
-                                       TensorView w32, const Activation& gelu_pre) {
+                                       TensorView w32, const Activation& gelu_pre,
+                                       TensorView dout_row_amax, TensorView dx_row_amax) {
   const TensorView dx = target.view;
   const std::string layer = name_ + " backward";
   PlacementLog* log = ctx_.placement_log();
@@ -194,12 +199,13 @@ Activation RowParallelLinear::backward(const Target& target, TensorView dw, Tens
     expect_tp(gelu_pre, AxisPlacement::shard(in_dim_), layer, "GELU input", log);
   const Activation out{dx, {AxisPlacement::shard(in_dim_), dout.placement.cp}, target.name};
   if (uses_fp8(w32)) {
-    backward_fp8(dx, dw, db, dout, x, w32, gelu_pre.view, layer);
+    backward_fp8(dx, dw, db, dout, x, w32, gelu_pre.view, dout_row_amax, dx_row_amax, layer);
     return given(out, layer, "input gradient", log);
   }
   const TensorView w = ctx_.precision().weight(w32);
   if (ctx_.size() == 1) {
     ctx_.gemm_backward(dx, dw, db, dout.view, x.view, w, gelu_pre.view);
+    if (!dx_row_amax.empty()) ctx_.ops().fp8_amax(dx_row_amax, dx, Fp8Reduce::rows);
     return given(out, layer, "input gradient", log);
   }
   Activation full = ctx_.stage_for_gather(dout);
@@ -213,6 +219,9 @@ Activation RowParallelLinear::backward(const Target& target, TensorView dw, Tens
                            rows_of(x.view, row0, rows), w, rows_or_none(gelu_pre.view, row0, rows));
       },
       layer);
+  // The layer before asked for dx's row amaxes (it runs in fp8 where this
+  // one does not): a pass of their own.
+  if (!dx_row_amax.empty()) ctx_.ops().fp8_amax(dx_row_amax, dx, Fp8Reduce::rows);
   return given(out, layer, "input gradient", log);
 }
 

@@ -126,14 +126,30 @@ class ColumnParallelLinear {
   // rank's R/p rows at its own chunk and is gathered in place (its
   // placement becomes tp replicated); returns out {tp: shard(out_dim)}.
   // gelu_pre (R, N/p) fuses a GELU (TpLayerContext::gemm_forward). b may be
-  // empty (the tied LM head).
+  // empty (the tied LM head). x_row_amax: what input_row_amax() returned,
+  // filled by x's producer. gelu_row_amax (R), with gelu_pre: ASSIGNED the
+  // GELU output's row amaxes for the next layer's fp8 input (its
+  // input_row_amax()), taken as the GELU writes them on the fp8 path.
   Activation forward(const Target& out, Activation& x, TensorView w, TensorView b,
-                     TensorView gelu_pre = {});
+                     TensorView gelu_pre = {}, TensorView x_row_amax = {},
+                     TensorView gelu_row_amax = {});
+  // The row amaxes of x (R/p, K), this rank's rows, that forward's fp8 GEMM
+  // reads if x's producer takes them (Ops: "Row amaxes for an fp8 GEMM's
+  // input"), for the producer to fill; empty when the layer takes none (no
+  // fp8, or rowwise scales of rows that arrive from other tp ranks).
+  TensorView input_row_amax(const TensorView& w, int64_t rows);
   // dx (R/p, K) = reduce-scatter of dout @ w; dw, db accumulate. dout
   // {tp: shard(out_dim)}, x the forward's gathered input {tp: replicated};
   // returns dx {tp: shard(sequence)}.
+  // dout_row_amax: what output_grad_row_amax() returned, filled by dout's
+  // producer.
   Activation backward(const Target& dx, TensorView dw, TensorView db, const Activation& dout,
-                      const Activation& x, TensorView w);
+                      const Activation& x, TensorView w, TensorView dout_row_amax = {});
+  // The row amaxes of dout (R, N/p) that backward's fp8 GEMMs read if its
+  // producer takes them, over this rank's features (reduced over tp with
+  // the rest); empty when the layer takes none. w: the weight, or any view
+  // of its shape (only its shape is read).
+  TensorView output_grad_row_amax(const TensorView& w, int64_t rows);
 
  private:
   // Whether this layer's GEMMs run in fp8 (runtime.fp8 on, not the LM head,
@@ -142,10 +158,11 @@ class ColumnParallelLinear {
   // after the placement checks.
   bool uses_fp8(const TensorView& w) const;
   void forward_fp8(TensorView out, Activation& x, TensorView w, TensorView b,
-                   TensorView gelu_pre, const std::string& layer);
+                   TensorView gelu_pre, TensorView x_row_amax, TensorView gelu_row_amax,
+                   const std::string& layer);
   Activation backward_fp8(TensorView dx, TensorView dw, TensorView db, const Activation& dout,
-                          const Activation& x, TensorView w, const std::string& name,
-                          const std::string& layer);
+                          const Activation& x, TensorView w, TensorView dout_row_amax,
+                          const std::string& name, const std::string& layer);
   TpLayerContext& ctx_;
   std::string name_;
   ActDim out_dim_;
@@ -164,23 +181,36 @@ class RowParallelLinear {
   // out (R/p, N) = RS(x (R, K/p) @ w^T) + b (b may be empty: no bias); the
   // partial sums add in fp32 and a bf16 out is rounded once. x {tp:
   // shard(in_dim)}; returns out {tp: shard(sequence)}.
-  Activation forward(const Target& out, const Activation& x, TensorView w, TensorView b);
+  // x_row_amax: what input_row_amax() returned, filled by x's producer.
+  Activation forward(const Target& out, const Activation& x, TensorView w, TensorView b,
+                     TensorView x_row_amax = {});
+  // As ColumnParallelLinear's: x (R, K/p), its rows' amaxes over this
+  // rank's features (reduced over tp with the rest of the scales).
+  TensorView input_row_amax(const TensorView& w, int64_t rows);
   // dout (R/p, N) {tp: shard(sequence)} is gathered; dx (R, K/p) assigned;
   // dw, db accumulate (db from all rows: complete on every rank); gelu_pre
   // (R, K/p) {tp: shard(in_dim)} multiplies dx by gelu'(gelu_pre) (the MLP's
   // c_proj, whose input was gelu of it); returns dx {tp: shard(in_dim)}.
+  // dx_row_amax (R), with gelu_pre: ASSIGNED dx's row amaxes for the layer
+  // before's fp8 backward (its output_grad_row_amax()), taken as the GELU
+  // backward writes dx on the fp8 path.
   Activation backward(const Target& dx, TensorView dw, TensorView db, const Activation& dout,
-                      const Activation& x, TensorView w, const Activation& gelu_pre = {});
+                      const Activation& x, TensorView w, const Activation& gelu_pre = {},
+                      TensorView dout_row_amax = {}, TensorView dx_row_amax = {});
+  // As ColumnParallelLinear's: dout (R/p, N), this rank's rows; empty also
+  // when rowwise scales rows gathered from other tp ranks.
+  TensorView output_grad_row_amax(const TensorView& w, int64_t rows);
 
  private:
   // As ColumnParallelLinear's (every row-parallel layer is a block's).
   bool uses_fp8(const TensorView& w) const;
   // The partial sums (or, at tp = 1, out with the bias) of the forward.
   Activation forward_fp8(TensorView sum, const Activation& x, TensorView w, TensorView b,
-                         const std::string& name, const std::string& layer);
+                         TensorView x_row_amax, const std::string& name,
+                         const std::string& layer);
   void backward_fp8(TensorView dx, TensorView dw, TensorView db, const Activation& dout,
                     const Activation& x, TensorView w, TensorView gelu_pre,
-                    const std::string& layer);
+                    TensorView dout_row_amax, TensorView dx_row_amax, const std::string& layer);
   TpLayerContext& ctx_;
   std::string name_;
   ActDim in_dim_;

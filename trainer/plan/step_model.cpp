@@ -48,17 +48,22 @@ Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int
   const double t = tp, L = m.n_layer;
   // (out, in) of each layer's whole weight: qkv (Q + 2K, C), out (C, Q), up
   // (its width, C), down (C, F); the weights per block give the widths.
+  // fused_x / fused_dy: the forward input's / the output gradient's amax is
+  // taken by its producer's own pass (a norm, the activation, their
+  // backward); attention's output and the rotary embedding's backward are
+  // not producers that take one.
   struct Layer {
     double out, in;
     bool column;  // column-parallel (out split by tp) or row-parallel (in split)
     bool fp8;
+    bool fused_x, fused_dy;
   };
   const double Q = b.out / C, F = m.moe() ? 0 : b.down / C;
   const Layer layers[] = {
-      {b.qkv / C, C, true, true},
-      {C, Q, false, true},
-      {m.moe() ? 0 : b.up / C, C, true, !m.moe()},
-      {C, F, false, !m.moe()},
+      {b.qkv / C, C, true, true, true, false},
+      {C, Q, false, true, false, true},
+      {m.moe() ? 0 : b.up / C, C, true, !m.moe(), true, true},
+      {C, F, false, !m.moe(), true, true},
   };
   Fp8Work w;
   double fp8_flops = 0;
@@ -69,7 +74,8 @@ Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int
     // split side of x or dy is 1/tp (sequence parallelism gathers R whole).
     const double x = R * l.in / (l.column ? 1 : t), dy = R * l.out / (l.column ? t : 1);
     const double W = l.out * l.in / t;
-    w.cast_bytes += L * 4.0 * 2.0 * (x + W + dy);
+    w.cast_bytes += L * (4.0 * 2.0 * (x + W + dy) - 2.0 * ((l.fused_x ? x : 0) +
+                                                          (l.fused_dy ? dy : 0)));
   }
   w.linear_share = b.total() > 0 ? fp8_flops / b.total() : 0;
   return w;

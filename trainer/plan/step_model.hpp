@@ -111,8 +111,12 @@ MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_l
 // them along the other dimension; tensorwise is counted the same). Each
 // operand costs an amax pass (2 bytes read per bf16 element), a cast (2 read,
 // 1 written) and the GEMM's 1-byte read where bf16 read 2: 4 bytes per
-// element beyond the bf16 GEMM, until the amaxes and casts are fused into
-// their producers (trainer/parallelize/fp8_linear.hpp).
+// element beyond the bf16 GEMM, less the 2 of the amax pass where the
+// operand's producer takes it in its own pass (the forward inputs of all
+// but the attention output projection, the output gradients of all but
+// q|k|v: Ops' "Row amaxes for an fp8 GEMM's input"; rowwise at tp > 1
+// still takes the rows that a gather brings in a pass each, which this
+// estimate does not count). The casts are not fused yet.
 struct Fp8Work {
   double linear_share = 0;  // of MicroBatchFlops::linear (and recompute's) on fp8
   double cast_bytes = 0;    // one micro-batch's extra traffic, forward and backward
