@@ -3,8 +3,10 @@
 three runs (bf16, fp8 tensorwise, fp8 rowwise) on one data order, the CSV of
 both splits with each fp8 run's relative gap computed from its losses, the
 summary's table, the PNG (or, without matplotlib, the message saying how to
-get it after the tables), the verdict against --max-gap both ways, and clear
-errors for bad arguments and a run that fails. Run directly or through ctest
+get it after the tables), the verdict against --max-gap both ways, --seeds
+(a set of runs per seed, the verdict on their mean gap) with --reuse
+(finished runs taken, not retrained), and clear errors for bad arguments
+and a run that fails. Run directly or through ctest
 (fp8_parity):
 
     python3 tests/scripts/test_fp8_parity.py --build build
@@ -96,6 +98,47 @@ class Fp8Parity(unittest.TestCase):
                             "--out", out, "--max-gap", "0", "--recipe", "rowwise")
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertIn("FAIL fp8_rowwise: final val-loss gap", p.stderr)
+
+    def test_seeds_average_the_gap_and_reuse_trains_only_what_is_missing(self):
+        out = os.path.join(self.dir, "seeds")
+        args = ("--config", self.config, "--steps", "5", "--eval-batches", "1", "--out", out,
+                "--recipe", "tensorwise", "--max-gap", "1.0", "--reuse")
+        p = self.run_script(*args, "--seeds", "3")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        p = self.run_script(*args, "--seeds", "3,4")  # seed 3's runs are taken as they are
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("bf16 seed 3: reused", p.stdout)
+        self.assertIn("fp8_tensorwise seed 3: reused", p.stdout)
+        self.assertNotIn("seed 4: reused", p.stdout)
+        for seed in (3, 4):
+            for run in ("bf16", "fp8_tensorwise"):
+                cfg = os.path.join(out, f"seed_{seed}", run, "config.yaml")
+                with open(cfg) as f:
+                    self.assertIn(f"seed: {seed}", f.read())
+        with open(os.path.join(out, "curves.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual({r["seed"] for r in rows}, {"3", "4"})
+        # Different seeds, different runs.
+        last = {r["seed"]: float(r["bf16"]) for r in rows if r["split"] == "val"
+                and r["step"] == "4"}
+        self.assertNotEqual(last["3"], last["4"])
+        with open(os.path.join(out, "summary.md")) as f:
+            summary = f.read()
+        gaps = {r["seed"]: float(r["gap_fp8_tensorwise"]) for r in rows
+                if r["split"] == "val" and r["step"] == "4"}
+        mean = 100 * (gaps["3"] + gaps["4"]) / 2
+        self.assertIn(f"| fp8_tensorwise | {mean:+.2f}% |", summary)
+        self.assertIn("mean gap over 2 seeds", summary)
+        # The verdict takes the mean: a bound under it fails, naming the mean.
+        p = self.run_script(*args, "--seeds", "3,4", "--max-gap", "0")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("(mean of 2 seeds) exceeds 0.00%", p.stderr)
+        p = self.run_script(*args, "--seeds", "3,3")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("a seed is listed twice", p.stderr)
+        p = self.run_script(*args, "--seeds", "3", "--set", "train.seed=5")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("both set the seed", p.stderr)
 
     def test_bad_arguments_and_a_failing_run(self):
         p = self.run_script("--config", self.config, "--steps", "0")
