@@ -56,8 +56,9 @@ struct OpScalar {
 
 class OpCall {
  public:
-  // The most tensors and scalars one op takes (layernorm_backward: 9 tensors).
-  static constexpr int kMaxTensors = 10;
+  // The most tensors and scalars one op takes (layernorm_backward: 10
+  // tensors, with its fp8 row amaxes; one spare).
+  static constexpr int kMaxTensors = 11;
   static constexpr int kMaxScalars = 6;
 
   // name: a string literal (the profiler keeps the pointer).

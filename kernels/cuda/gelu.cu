@@ -60,63 +60,61 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64
     dinp[i] = dev::from_float<T>(dev::to_float(dout[i]) * gelu_grad(dev::to_float(inp[i])));
 }
 
-// With row amaxes (out (R, C)): a warp per row, then the row's max |out| as
-// stored (Ops: "Row amaxes for an fp8 GEMM's input").
+// With row amaxes (out (R, C)): a warp per row, in 16-byte packs when every
+// row is aligned (vec), then the row's max |out| as stored (Ops: "Row
+// amaxes for an fp8 GEMM's input"). Forward: out = gelu(x); backward: out
+// (dinp) = g (dout) * gelu'(x). In place is allowed: each element is read,
+// then written, by one lane.
 constexpr int kWarpsPerBlock = kThreads / dev::kWarpSize;
-template <typename T>
-__global__ void gelu_forward_rows_kernel(T* out, const T* inp, int64_t R, int64_t C,
-                                         float* row_amax) {
+template <typename T, bool kBackward>
+__global__ void gelu_rows_kernel(T* out, const T* x, const T* g, int64_t R, int64_t C, bool vec,
+                                 float* row_amax) {
+  constexpr int N = dev::Pack<T>::N;
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t r =
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
   if (r >= R) return;  // the whole warp leaves together
+  auto f = [](float xv, float gv) { return kBackward ? gv * gelu_grad(xv) : gelu(xv); };
+  const int64_t row = r * C;
   unsigned amax = 0;
-  for (int64_t c = lane; c < C; c += dev::kWarpSize) {
-    const T v = dev::from_float<T>(gelu(dev::to_float(inp[r * C + c])));
-    out[r * C + c] = v;
-    amax = max(amax, dev::abs_bits(dev::to_float(v)));
+  if (vec) {
+    for (int64_t c = static_cast<int64_t>(lane) * N; c < C; c += dev::kWarpSize * N) {
+      const dev::Pack<T> xp = dev::load_pack(x + row + c);
+      dev::Pack<T> gp{};
+      if (kBackward) gp = dev::load_pack(g + row + c);
+      dev::Pack<T> y;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        y.v[k] = dev::from_float<T>(
+            f(dev::to_float(xp.v[k]), kBackward ? dev::to_float(gp.v[k]) : 0.f));
+        amax = max(amax, dev::abs_bits(dev::to_float(y.v[k])));
+      }
+      dev::store_pack(out + row + c, y);
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += dev::kWarpSize) {
+      const float gv = kBackward ? dev::to_float(g[row + c]) : 0.f;
+      const T v = dev::from_float<T>(f(dev::to_float(x[row + c]), gv));
+      out[row + c] = v;
+      amax = max(amax, dev::abs_bits(dev::to_float(v)));
+    }
   }
   amax = dev::warp_max_bits(amax);
   if (lane == 0) row_amax[r] = __uint_as_float(amax);
 }
 
-template <typename T>
-void launch_forward_rows(T* out, const T* inp, int64_t R, int64_t C, float* row_amax,
-                         cudaStream_t stream) {
-  GT_CHECK(R >= 0 && C >= 0, "gelu_forward: (", R, ", ", C, ")");
+template <typename T, bool kBackward>
+void launch_rows(T* out, const T* x, const T* g, int64_t R, int64_t C, float* row_amax,
+                 cudaStream_t stream) {
+  GT_CHECK(R >= 0 && C >= 0, kBackward ? "gelu_backward" : "gelu_forward", ": (", R, ", ", C,
+           ")");
   if (R == 0) return;
-  dev::NvtxRange range("gelu_forward");
+  dev::NvtxRange range(kBackward ? "gelu_backward" : "gelu_forward");
+  constexpr int N = dev::Pack<T>::N;
+  const bool vec =
+      C % N == 0 && dev::aligned16(out) && dev::aligned16(x) && (!kBackward || dev::aligned16(g));
   const unsigned grid = static_cast<unsigned>((R + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  dev::launch(gelu_forward_rows_kernel<T>, {grid, kThreads, 0, stream}, out, inp, R, C, row_amax);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-__global__ void gelu_backward_rows_kernel(T* dinp, const T* inp, const T* dout, int64_t R,
-                                          int64_t C, float* row_amax) {
-  const int lane = threadIdx.x % dev::kWarpSize;
-  const int64_t r =
-      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
-  if (r >= R) return;  // the whole warp leaves together
-  unsigned amax = 0;
-  for (int64_t c = lane; c < C; c += dev::kWarpSize) {
-    const int64_t i = r * C + c;  // read, then written, by this lane alone (in place)
-    const T v = dev::from_float<T>(dev::to_float(dout[i]) * gelu_grad(dev::to_float(inp[i])));
-    dinp[i] = v;
-    amax = max(amax, dev::abs_bits(dev::to_float(v)));
-  }
-  amax = dev::warp_max_bits(amax);
-  if (lane == 0) row_amax[r] = __uint_as_float(amax);
-}
-
-template <typename T>
-void launch_backward_rows(T* dinp, const T* inp, const T* dout, int64_t R, int64_t C,
-                          float* row_amax, cudaStream_t stream) {
-  GT_CHECK(R >= 0 && C >= 0, "gelu_backward: (", R, ", ", C, ")");
-  if (R == 0) return;
-  dev::NvtxRange range("gelu_backward");
-  const unsigned grid = static_cast<unsigned>((R + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  dev::launch(gelu_backward_rows_kernel<T>, {grid, kThreads, 0, stream}, dinp, inp, dout, R, C,
+  dev::launch(gelu_rows_kernel<T, kBackward>, {grid, kThreads, 0, stream}, out, x, g, R, C, vec,
               row_amax);
   CUDA_CHECK_LAUNCH();
 }
@@ -158,19 +156,19 @@ void gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, int64_t n, cudaS
 }
 void gelu_backward_rows(float* dinp, const float* inp, const float* dout, int64_t R, int64_t C,
                         float* row_amax, cudaStream_t stream) {
-  launch_backward_rows(dinp, inp, dout, R, C, row_amax, stream);
+  launch_rows<float, true>(dinp, inp, dout, R, C, row_amax, stream);
 }
 void gelu_backward_rows(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout,
                         int64_t R, int64_t C, float* row_amax, cudaStream_t stream) {
-  launch_backward_rows(dinp, inp, dout, R, C, row_amax, stream);
+  launch_rows<__nv_bfloat16, true>(dinp, inp, dout, R, C, row_amax, stream);
 }
 void gelu_forward_rows(float* out, const float* inp, int64_t R, int64_t C, float* row_amax,
                        cudaStream_t stream) {
-  launch_forward_rows(out, inp, R, C, row_amax, stream);
+  launch_rows<float, false>(out, inp, nullptr, R, C, row_amax, stream);
 }
 void gelu_forward_rows(__nv_bfloat16* out, const __nv_bfloat16* inp, int64_t R, int64_t C,
                        float* row_amax, cudaStream_t stream) {
-  launch_forward_rows(out, inp, R, C, row_amax, stream);
+  launch_rows<__nv_bfloat16, false>(out, inp, nullptr, R, C, row_amax, stream);
 }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n,
                    cudaStream_t stream) {

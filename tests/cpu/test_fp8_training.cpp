@@ -2,7 +2,8 @@
 // so an fp8 run keeps no state outside its bf16/fp32 master weights and
 // AdamW moments. Its checkpoints hold exactly the tensors a bf16 run's do, a
 // resumed fp8 run equals the uninterrupted one bit for bit, and a checkpoint
-// of either precision resumes in the other.
+// of either precision resumes in the other. The producers' amaxes pass
+// runtime.fp8_check_amax on every model and recomputation.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -124,6 +125,38 @@ TEST_F(Fp8Training, CheckpointsHoldOnlyTheMasterWeightsAndResumeAcrossPrecisions
     EXPECT_NEAR(r, w, 0.02 * w) << "the resumed run did not start from the checkpoint's weights";
     EXPECT_LT(resumed.back()["loss"].get<double>(), r);
   }
+}
+
+// runtime.fp8_check_amax on the paths the layout tests do not take: every
+// amax a producer took in its own pass (the norms, SwiGLU or GELU and their
+// backward; kernels/ops.hpp) equals a pass of its own over the operand the
+// fp8 GEMM reads, for GPT-2, Llama and Mixtral (whose experts stay bf16),
+// with and without recomputation, both recipes. A mismatch throws naming
+// the layer, which fails the run.
+TEST_F(Fp8Training, EveryProducerAmaxIsTheOperandsOwnOnEveryModelAndRecompute) {
+  const char* models[] = {
+      "model: {arch: gpt2, n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 256, block_size: 32}",
+      "model: {arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32, ffn_hidden: 64, "
+      "vocab_size: 256, block_size: 32}",
+      "model: {arch: mixtral, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32, ffn_hidden: 32, "
+      "n_experts: 4, experts_per_token: 2, vocab_size: 256, block_size: 32}"};
+  int run = 0;
+  for (const char* model : models)
+    for (const char* recompute : {"none", "block"})
+      for (const char* recipe : {"tensorwise", "rowwise"}) {
+        SCOPED_TRACE(std::string(model) + " recompute " + recompute + " " + recipe);
+        std::ostringstream y;
+        y << model << "\n"
+          << "data: {train: ['" << dir.file("train.bin") << "']}\n"
+          << "train: {seq_len: 32, micro_batch: 4, global_batch: 8, steps: 2, eval_every: 0, "
+          << "recompute: " << recompute << "}\n"
+          << "runtime: {threads: 1, dtype: bf16, fp8_min_dim: 0, fp8_check_amax: true}\n";
+        const std::string log = dir.file("check_" + std::to_string(run++));
+        TrainSummary s;
+        const std::vector<std::string> o = {"log.dir=" + log, "runtime.fp8=" + std::string(recipe)};
+        EXPECT_NO_THROW(s = run_training(parse_config(y.str(), "test", o)));
+        EXPECT_EQ(s.steps_run, 2);
+      }
 }
 
 }  // namespace

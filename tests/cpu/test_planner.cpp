@@ -516,6 +516,14 @@ TEST(Planner, Fp8SpeedsUpTheLinearGemmsAndCountsItsCasts) {
   const double attn_proj = 4.0 * 2.0 * (R * C + C * C + R * C) - 2.0 * R * C;
   const double mlp_proj = 4.0 * 2.0 * (R * 4 * C + 4 * C * C + R * C) - 2.0 * (R * 4 * C + R * C);
   EXPECT_DOUBLE_EQ(w.cast_bytes, cfg.model.n_layer * (c_fc + c_attn + attn_proj + mlp_proj));
+  // Rowwise takes the same passes at tp = 1; at tp = 2 the rows a gather
+  // brings (c_attn's and c_fc's inputs, the projections' output gradients,
+  // R·C each) are scaled in passes of their own.
+  EXPECT_DOUBLE_EQ(fp8_work(cfg.model, 4, cfg.train.seq_len, 1, 0, {}, true).cast_bytes,
+                   w.cast_bytes);
+  EXPECT_DOUBLE_EQ(fp8_work(cfg.model, 4, cfg.train.seq_len, 2, 0, {}, true).cast_bytes -
+                       fp8_work(cfg.model, 4, cfg.train.seq_len, 2, 0).cast_bytes,
+                   cfg.model.n_layer * 2.0 * 4 * R * C);
   EXPECT_NEAR(fp8.memory_ms - bf16.memory_ms, fp8.accum * w.cast_bytes / hw.memory_bytes_per_s(8) * 1e3,
               1e-9 * fp8.memory_ms);
   // fp8_min_dim past C: no layer is fp8, the plan is bf16's.

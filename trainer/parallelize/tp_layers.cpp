@@ -95,6 +95,8 @@ Activation ColumnParallelLinear::forward(const Target& target, Activation& x, Te
   // The placement before anything else (gather_from_sequence, which records
   // it, checks it again).
   const std::string layer = name_ + " forward";
+  GT_CHECK(gelu_row_amax.empty() || !gelu_pre.empty(), layer,
+           ": GELU output row amaxes asked for without a GELU");
   expect_tp(x, AxisPlacement::shard(ActDim::sequence), layer, "input", nullptr);
   if (uses_fp8(w32)) {
     forward_fp8(out, x, w32, b, gelu_pre, x_row_amax, gelu_row_amax, layer);
@@ -197,6 +199,8 @@ Activation RowParallelLinear::backward(const Target& target, TensorView dw, Tens
   expect_tp(x, AxisPlacement::shard(in_dim_), layer, "input", log);
   if (!gelu_pre.view.empty())
     expect_tp(gelu_pre, AxisPlacement::shard(in_dim_), layer, "GELU input", log);
+  GT_CHECK(dx_row_amax.empty() || !gelu_pre.view.empty(), layer,
+           ": input-gradient row amaxes asked for without a GELU (they are its backward's)");
   const Activation out{dx, {AxisPlacement::shard(in_dim_), dout.placement.cp}, target.name};
   if (uses_fp8(w32)) {
     backward_fp8(dx, dw, db, dout, x, w32, gelu_pre.view, dout_row_amax, dx_row_amax, layer);

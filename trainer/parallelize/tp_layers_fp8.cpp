@@ -100,6 +100,10 @@ void ColumnParallelLinear::forward_fp8(TensorView out, Activation& x, TensorView
                                        TensorView gelu_row_amax, const std::string& layer) {
   Fp8Linear& f8 = *ctx_.fp8();
   Ops& ops = ctx_.ops();
+  // Rowwise scales the rows each gather brings: a rank's own row amaxes
+  // cannot stand for another rank's (input_row_amax gives none there).
+  GT_CHECK(x_row_amax.empty() || !f8.rowwise() || ctx_.size() == 1, layer,
+           ": rowwise fp8 at tp > 1 takes no input row amaxes from a producer");
   const Fp8Format e4m3 = f8.forward_format();
   const WeightOperand wo = weight_operand(ctx_, f8, w32);
   const TensorView w = wo.w;
@@ -240,6 +244,9 @@ void RowParallelLinear::backward_fp8(TensorView dx, TensorView dw, TensorView db
                                      TensorView gelu_pre, TensorView dout_row_amax,
                                      TensorView dx_row_amax, const std::string& layer) {
   Fp8Linear& f8 = *ctx_.fp8();
+  // As the column-parallel forward's input: rowwise dy rows come by gather.
+  GT_CHECK(dout_row_amax.empty() || !f8.rowwise() || ctx_.size() == 1, layer,
+           ": rowwise fp8 at tp > 1 takes no output-gradient row amaxes from a producer");
   const WeightOperand wo = weight_operand(ctx_, f8, w32);
   const TensorView w = wo.w;
   const Fp8Format g = f8.grad_format(), a = f8.forward_format();

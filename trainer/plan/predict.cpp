@@ -158,7 +158,8 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // add their traffic (step_model.hpp's fp8_work); the plan command has
   // checked that the hardware has an fp8 peak.
   const bool fp8 = cfg.runtime.fp8 != Fp8Recipe::off && hw.fp8_tflops > 0;
-  const Fp8Work f8 = fp8 ? fp8_work(m, l.micro_batch, t.seq_len, l.tp, cfg.runtime.fp8_min_dim, cp)
+  const Fp8Work f8 = fp8 ? fp8_work(m, l.micro_batch, t.seq_len, l.tp, cfg.runtime.fp8_min_dim,
+                                    cp, cfg.runtime.fp8 == Fp8Recipe::rowwise)
                          : Fp8Work{};
   const double fp8_speedup = fp8 ? hw.fp8_tflops / hw.bf16_tflops : 1.0;
   // The time of `x`'s FLOPs, its fp8 share at the fp8 rate.

@@ -42,7 +42,7 @@ MicroBatchFlops micro_batch_flops(const ModelConfig& m, int micro_batch, int seq
 }
 
 Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int64_t min_dim,
-                 const PlanCp& cp) {
+                 const PlanCp& cp, bool rowwise) {
   const BlockMatmuls b = block_matmuls(m);
   const double C = m.n_embd, R = static_cast<double>(micro_batch) * (seq_len / cp.cp);
   const double t = tp, L = m.n_layer;
@@ -51,7 +51,10 @@ Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int
   // fused_x / fused_dy: the forward input's / the output gradient's amax is
   // taken by its producer's own pass (a norm, the activation, their
   // backward); attention's output and the rotary embedding's backward are
-  // not producers that take one.
+  // not producers that take one; nor, rowwise at tp > 1, are the gathers
+  // that bring a column-parallel layer's input rows or a row-parallel
+  // layer's output-gradient rows.
+  const bool gathered_rows_own_pass = rowwise && tp > 1;
   struct Layer {
     double out, in;
     bool column;  // column-parallel (out split by tp) or row-parallel (in split)
@@ -74,8 +77,10 @@ Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int
     // split side of x or dy is 1/tp (sequence parallelism gathers R whole).
     const double x = R * l.in / (l.column ? 1 : t), dy = R * l.out / (l.column ? t : 1);
     const double W = l.out * l.in / t;
-    w.cast_bytes += L * (4.0 * 2.0 * (x + W + dy) - 2.0 * ((l.fused_x ? x : 0) +
-                                                          (l.fused_dy ? dy : 0)));
+    const bool fused_x = l.fused_x && !(l.column && gathered_rows_own_pass);
+    const bool fused_dy = l.fused_dy && !(!l.column && gathered_rows_own_pass);
+    w.cast_bytes +=
+        L * (4.0 * 2.0 * (x + W + dy) - 2.0 * ((fused_x ? x : 0) + (fused_dy ? dy : 0)));
   }
   w.linear_share = b.total() > 0 ? fp8_flops / b.total() : 0;
   return w;

@@ -114,15 +114,18 @@ MicroBatchFlops recompute_flops(const ModelConfig& m, int micro_batch, int seq_l
 // element beyond the bf16 GEMM, less the 2 of the amax pass where the
 // operand's producer takes it in its own pass (the forward inputs of all
 // but the attention output projection, the output gradients of all but
-// q|k|v: Ops' "Row amaxes for an fp8 GEMM's input"; rowwise at tp > 1
-// still takes the rows that a gather brings in a pass each, which this
-// estimate does not count). The casts are not fused yet.
+// q|k|v: Ops' "Row amaxes for an fp8 GEMM's input"), except, rowwise at
+// tp > 1, the column-parallel inputs and the row-parallel output gradients,
+// whose rows arrive by gather and are scaled in a pass each. A pipeline
+// stage's first backward block, whose gradient arrives from the next
+// stage, is credited all the same (an estimate). The casts are not fused
+// yet.
 struct Fp8Work {
   double linear_share = 0;  // of MicroBatchFlops::linear (and recompute's) on fp8
   double cast_bytes = 0;    // one micro-batch's extra traffic, forward and backward
 };
 Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int64_t min_dim,
-                 const PlanCp& cp = {});
+                 const PlanCp& cp = {}, bool rowwise = false);
 
 // Forward + backward model FLOPs of one optimizer step over the whole job
 // (global_batch rows): MFU's numerator, model_flops() x tokens, the same
