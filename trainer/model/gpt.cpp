@@ -134,7 +134,7 @@ void GPT::block_attention_forward(int l, const Activation& x, bool with_ln2,
   if (!with_ln2) return ops_.add(res2, x.view, proj);
   // The residual add and ln_2 in one pass (res2 is not read back from memory).
   const TensorView ln2 = layer_act(a.ln2, l, {R, C});
-  b.ln2_amax = layers_->c_fc.input_row_amax(gemm_param(h + "mlp.c_fc.weight"), Rl);
+  b.ln2_amax = layers_->c_fc.input_row_amax(param_shape(h + "mlp.c_fc.weight"), Rl);
   ops_.add_layernorm_forward(res2, own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
                              layer_act(a.ln2_rstd, l, {Rl}), x.view, proj, p(h + "ln_2.weight"),
                              p(h + "ln_2.bias"), b.ln2_amax);
@@ -158,7 +158,7 @@ void GPT::block_mlp_up_forward(int l, bool ln2_done) {
   }
   // c_fc and its GELU in one: fch_gelu = gelu(fch), fch kept for backward;
   // the GELU's pass takes an fp8 mlp.c_proj's input scales.
-  b.gelu_amax = layers_->mlp_proj.input_row_amax(gemm_param(h + "mlp.c_proj.weight"), R);
+  b.gelu_amax = layers_->mlp_proj.input_row_amax(param_shape(h + "mlp.c_proj.weight"), R);
   b.fch_gelu = layers_->c_fc.forward({layer_act(a.fch_gelu, l, {R, 4 * Cl}), h + "mlp.gelu"},
                                      b.ln2, w_fc, gemm_param(h + "mlp.c_fc.bias"), fch,
                                      b.ln2_amax, b.gelu_amax);

@@ -162,7 +162,7 @@ void Llama::block_mlp_up_forward(int l) {
   b.gu = layers_->gate_up.forward({gu, h + "gate_up"}, b.ln2, wgu, TensorView{}, TensorView{},
                                   ln2_amax);
   const TensorView swiglu = layer_act(a.swiglu, l, {R, ffn_});
-  b.swiglu_amax = layers_->down.input_row_amax(gemm_param(h + "mlp.down_proj.weight"), R);
+  b.swiglu_amax = layers_->down.input_row_amax(param_shape(h + "mlp.down_proj.weight"), R);
   ops_.swiglu_forward(swiglu, gu, b.swiglu_amax);
   b.swiglu = rowwise(swiglu, b.gu, h + "swiglu");  // per feature pair of this rank's columns
 }

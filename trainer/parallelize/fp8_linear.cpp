@@ -50,8 +50,8 @@ void check_producer_amax(Ops& ops, const TensorView& got, const TensorView& want
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) continue;
     fail("runtime.fp8_check_amax: ", layer.empty() ? std::string("a linear layer") : layer,
-            ": the ", fp8_reduce_name(over), " amax [", i, "] of its ", x.shape_str(),
-            " operand taken by the operand's producer is ", a[i], ", its own pass gives ", b[i]);
+         ": the ", fp8_reduce_name(over), " amax [", i, "] of its ", x.shape_str(),
+         " operand taken by the operand's producer is ", a[i], ", its own pass gives ", b[i]);
   }
 }
 

@@ -136,7 +136,8 @@ class ColumnParallelLinear {
   // The row amaxes of x (R/p, K), this rank's rows, that forward's fp8 GEMM
   // reads if x's producer takes them (Ops: "Row amaxes for an fp8 GEMM's
   // input"), for the producer to fill; empty when the layer takes none (no
-  // fp8, or rowwise scales of rows that arrive from other tp ranks).
+  // fp8, or rowwise scales of rows that arrive from other tp ranks). w: the
+  // weight, or any view of its shape (only its shape is read).
   TensorView input_row_amax(const TensorView& w, int64_t rows);
   // dx (R/p, K) = reduce-scatter of dout @ w; dw, db accumulate. dout
   // {tp: shard(out_dim)}, x the forward's gathered input {tp: replicated};
