@@ -22,6 +22,8 @@ const char* mesh_axis_name(MeshAxis axis) {
       return "fsdp_cp";
     case MeshAxis::ep:
       return "ep";
+    case MeshAxis::edp:
+      return "edp";
   }
   return "?";
 }
@@ -35,7 +37,7 @@ MeshAxis mesh_axis_alias(const ParallelDims& d, MeshAxis axis) {
 std::vector<MeshAxis> mesh_split_axes(const ParallelDims& d) {
   std::vector<MeshAxis> out;
   for (MeshAxis a : kMeshAxes)
-    if (mesh_axis_alias(d, a) == a && (a != MeshAxis::ep || d.ep > 1)) out.push_back(a);
+    if (mesh_axis_alias(d, a) == a && ((a != MeshAxis::ep && a != MeshAxis::edp) || d.ep > 1)) out.push_back(a);
   return out;
 }
 
@@ -72,6 +74,8 @@ int mesh_axis_index(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
       return c.fsdp * d.cp + c.cp;
     case MeshAxis::ep:
       return (c.dp * d.fsdp + c.fsdp) % d.ep;
+    case MeshAxis::edp:
+      return (c.dp * d.fsdp + c.fsdp) / d.ep * d.cp + c.cp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -89,6 +93,8 @@ int mesh_axis_size(const ParallelDims& d, MeshAxis axis) {
       return d.fsdp * d.cp;
     case MeshAxis::ep:
       return d.ep;
+    case MeshAxis::edp:
+      return d.dp * d.fsdp / d.ep * d.cp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -114,6 +120,8 @@ int mesh_axis_color(const ParallelDims& d, const MeshCoord& c, MeshAxis axis) {
       return (c.pp * d.dp + c.dp) * d.tp + c.tp;
     case MeshAxis::ep:  // which group of ep data ranks, then pp, cp, tp
       return (((c.dp * d.fsdp + c.fsdp) / d.ep * d.pp + c.pp) * d.cp + c.cp) * d.tp + c.tp;
+    case MeshAxis::edp:  // which expert shard, then pp, tp
+      return ((c.dp * d.fsdp + c.fsdp) % d.ep * d.pp + c.pp) * d.tp + c.tp;
   }
   fail("mesh: unknown axis ", static_cast<int>(axis));
 }
@@ -190,8 +198,9 @@ void DeviceMesh::drain() const {
 
 Communicator& DeviceMesh::axis(MeshAxis a) const {
   const auto i = static_cast<size_t>(mesh_axis_alias(dims_, a));
-  if (a == MeshAxis::ep && dims_.ep == 1)
-    fail("mesh: no ep communicator at parallel.ep=1 (nothing is exchanged between experts)");
+  if ((a == MeshAxis::ep || a == MeshAxis::edp) && dims_.ep == 1)
+    fail("mesh: no ", mesh_axis_name(a),
+         " communicator at parallel.ep=1 (every rank holds every expert)");
   if (i >= axes_.size() || !axes_[i])
     fail("mesh: no communicator for axis ", i < axes_.size() ? mesh_axis_name(a) : "?");
   return *axes_[i];

@@ -41,18 +41,23 @@ class MpiCommunicator;
 
 // ep: expert parallelism's groups of ParallelDims::ep consecutive "data"
 // ranks (index data_i % ep), which split a mixture's experts between them and
-// exchange tokens all-to-all. Split only at ep > 1.
-enum class MeshAxis { dp, fsdp, tp, data, pp, cp, dp_cp, fsdp_cp, ep };
-// "dp", "fsdp", "tp", "data", "pp", "cp", "dp_cp", "fsdp_cp", "ep"
+// exchange tokens all-to-all. edp: the expert-data-parallel group, the ranks
+// holding the same experts (same ep index, pp and tp; every data group of ep
+// ranks and every cp rank, ordered by (data_i / ep) * cp + cp_i), over which
+// expert gradients are reduced and expert state sharded. Both split only at
+// ep > 1.
+enum class MeshAxis { dp, fsdp, tp, data, pp, cp, dp_cp, fsdp_cp, ep, edp };
+// "dp", "fsdp", "tp", "data", "pp", "cp", "dp_cp", "fsdp_cp", "ep", "edp"
 const char* mesh_axis_name(MeshAxis axis);
 // Every axis, in the order every rank splits them.
 inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::dp,    MeshAxis::fsdp,    MeshAxis::tp,
                                          MeshAxis::data,  MeshAxis::pp,      MeshAxis::cp,
-                                         MeshAxis::dp_cp, MeshAxis::fsdp_cp, MeshAxis::ep};
+                                         MeshAxis::dp_cp, MeshAxis::fsdp_cp, MeshAxis::ep,
+                                         MeshAxis::edp};
 // The axes that have a communicator of their own in a mesh of `dims`, in
 // kMeshAxes order: all but dp_cp and fsdp_cp at cp = 1, which are then the
-// same ranks as dp and fsdp (mesh_axis_alias), and ep at ep = 1 (nothing to
-// exchange: DeviceMesh::axis refuses it). Loops that split, observe or
+// same ranks as dp and fsdp (mesh_axis_alias), and ep and edp at ep = 1
+// (nothing to exchange: DeviceMesh::axis refuses them). Loops that split, observe or
 // count communicators go over these, so no communicator is seen twice.
 std::vector<MeshAxis> mesh_split_axes(const ParallelDims& dims);
 // The axis whose communicator `axis` uses in a mesh of `dims`: itself, or
@@ -127,6 +132,8 @@ class DeviceMesh {
   Communicator& pp() const { return axis(MeshAxis::pp); }
   // Expert parallelism's group; only at dims().ep > 1.
   Communicator& ep() const { return axis(MeshAxis::ep); }
+  // The expert-data-parallel group; only at dims().ep > 1.
+  Communicator& edp() const { return axis(MeshAxis::edp); }
   Communicator& world() const { return *world_; }
   // Communicator::drain on world and every axis: before the host reads what
   // device-waited collectives (NCCL) produced.

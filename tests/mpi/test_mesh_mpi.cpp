@@ -89,9 +89,9 @@ TEST(MeshLayout, RankFormulaCpNextToTp) {
   const ParallelDims one{2, 2, 1};
   EXPECT_EQ(mesh_axis_alias(one, MeshAxis::dp_cp), MeshAxis::dp);
   EXPECT_EQ(mesh_axis_alias(one, MeshAxis::fsdp_cp), MeshAxis::fsdp);
-  // ep has a communicator only at ep > 1.
-  EXPECT_EQ(mesh_split_axes(one).size(), std::size(kMeshAxes) - 3);
-  EXPECT_EQ(mesh_split_axes(d).size(), std::size(kMeshAxes) - 1);
+  // ep and edp have communicators only at ep > 1.
+  EXPECT_EQ(mesh_split_axes(one).size(), std::size(kMeshAxes) - 4);
+  EXPECT_EQ(mesh_split_axes(d).size(), std::size(kMeshAxes) - 2);
   EXPECT_EQ(mesh_split_axes(d.with_expert_parallel(2)).size(), std::size(kMeshAxes));
 }
 
@@ -111,6 +111,15 @@ TEST(MeshLayout, ExpertParallelGroupsAreConsecutiveDataRanks) {
   EXPECT_EQ(mesh_axis_ranks(all, 2, MeshAxis::ep), (std::vector<int>{0, 1, 2, 3}));
   const ParallelDims cp = ParallelDims{2, 1, 1, 1, 2}.with_expert_parallel(2);  // dp 2 x cp 2
   EXPECT_EQ(mesh_axis_ranks(cp, 1, MeshAxis::ep), (std::vector<int>{1, 3}));
+  // edp: the ranks holding the same experts (same ep index, pp, tp), ordered
+  // by (data_i / ep) * cp + cp_i. d: data 0 and 2 hold ep shard 0.
+  EXPECT_EQ(mesh_axis_ranks(d, 5, MeshAxis::edp), (std::vector<int>{1, 5}));
+  EXPECT_EQ(mesh_axis_ranks(d, 6, MeshAxis::edp), (std::vector<int>{2, 6}));
+  EXPECT_EQ(mesh_axis_index(d, mesh_coord_of(d, 6), MeshAxis::edp), 1);
+  EXPECT_EQ(mesh_axis_size(all, MeshAxis::edp), 1);
+  // dp 2 x cp 2 at ep 2: each expert shard on one data rank, both its cp ranks.
+  EXPECT_EQ(mesh_axis_ranks(cp, 1, MeshAxis::edp), (std::vector<int>{0, 1}));
+  EXPECT_EQ(mesh_axis_ranks(cp, 3, MeshAxis::edp), (std::vector<int>{2, 3}));
   const std::string e =
       error_message([] { ParallelDims{2, 3, 1}.with_expert_parallel(4); });
   EXPECT_NE(e.find("parallel.ep: expected a divisor of the data ranks parallel.dp x "
@@ -204,8 +213,9 @@ TEST(Mesh, CoordinatesAndAxisMembership) {
     // An axis without a communicator of its own (dp_cp, fsdp_cp at cp = 1)
     // is its alias's: the same ranks in the same order.
     for (MeshAxis a : kMeshAxes) {
-      if (a == MeshAxis::ep && d.ep == 1) {  // nothing to exchange: refused by name
-        EXPECT_NE(error_message([&] { m.axis(a); }).find("no ep communicator at parallel.ep=1"),
+      if ((a == MeshAxis::ep || a == MeshAxis::edp) && d.ep == 1) {  // refused by name
+        EXPECT_NE(error_message([&] { m.axis(a); })
+                      .find(std::string("no ") + mesh_axis_name(a) + " communicator at parallel.ep=1"),
                   std::string::npos);
         continue;
       }
