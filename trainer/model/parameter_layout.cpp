@@ -17,10 +17,19 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, StageSpan span, int tp, i
     : ParameterLayout(m, std::vector<StageSpan>{span}, tp, tp_rank, unit_multiple) {}
 
 ParameterLayout::ParameterLayout(const ModelConfig& m, const std::vector<StageSpan>& chunks, int tp,
-                                 int tp_rank, int unit_multiple)
-    : tp_(tp), tp_rank_(tp_rank) {
+                                 int tp_rank, int unit_multiple, ExpertShard experts,
+                                 LayoutPart part)
+    : tp_(tp), tp_rank_(tp_rank), n_experts_(m.moe() ? m.n_experts : 0), experts_(experts),
+      part_(part) {
   GT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " of ", tp);
   GT_CHECK(unit_multiple >= 1, "unit_multiple ", unit_multiple);
+  GT_CHECK(experts.ep >= 1 && experts.rank >= 0 && experts.rank < experts.ep, "ep rank ",
+           experts.rank, " of ", experts.ep);
+  if (experts.ep > 1 && (!m.moe() || m.n_experts % experts.ep != 0))
+    fail("parallel.ep=", experts.ep, " must divide model.n_experts=", m.n_experts,
+         m.moe() ? "" : " (a model without experts)");
+  GT_CHECK(experts.ep > 1 || part == LayoutPart::all,
+           "a layout part other than the whole at parallel.ep=1");
   for (const StageSpan& c : chunks)
     chunks_.push_back({c.first_layer, c.end_layer < 0 ? m.n_layer : c.end_layer});
   check_chunks(m);
@@ -46,17 +55,40 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, const std::vector<StageSp
   GT_CHECK(placed.size() == static_cast<size_t>(m.n_layer) + 2, "placement of ", placed.size(),
            " units for ", m.n_layer, " blocks");
   const PlacedUnit &embed = placed.front(), &head = placed.back();
-  if (first) embed_unit_ = add_unit(embed, unit_multiple, false);
-  first_block_unit_ = static_cast<int>(units_.size());
   block_units_.assign(static_cast<size_t>(m.n_layer), -1);
-  for (const StageSpan& c : chunks_)
-    for (int l = c.first_layer; l < c.end_layer; ++l)
-      block_units_[static_cast<size_t>(l)] =
-          add_unit(placed[static_cast<size_t>(1 + l)], unit_multiple, false);
-  // The mirror sits between the blocks and the head: the last stage's
-  // backward finishes the head, then the tied LM head's wte, then the blocks.
-  if (last && !first && m.tied_embeddings()) embed_unit_ = add_unit(embed, unit_multiple, true);
-  if (last) head_unit_ = add_unit(head, unit_multiple, false);
+  expert_units_.assign(static_cast<size_t>(m.n_layer), -1);
+  // Block l's local experts as a unit of their own (ep > 1).
+  auto add_expert_unit = [&](int l) {
+    PlacedUnit u{"layers." + std::to_string(l) + ".block_sparse_moe.experts", {}};
+    for (const PlacedParameter& p : placed[static_cast<size_t>(1 + l)].params)
+      if (stores(p, true)) u.params.push_back(p);
+    return add_unit(u, unit_multiple, false, true);
+  };
+  if (part == LayoutPart::experts) {
+    // The expert units alone, as this part's blocks.
+    first_block_unit_ = 0;
+    for (const StageSpan& c : chunks_)
+      for (int l = c.first_layer; l < c.end_layer; ++l)
+        block_units_[static_cast<size_t>(l)] = add_expert_unit(l);
+    embed_two_chunks_ = false;
+  } else {
+    if (first) embed_unit_ = add_unit(embed, unit_multiple, false);
+    first_block_unit_ = static_cast<int>(units_.size());
+    for (const StageSpan& c : chunks_)
+      for (int l = c.first_layer; l < c.end_layer; ++l)
+        block_units_[static_cast<size_t>(l)] =
+            add_unit(placed[static_cast<size_t>(1 + l)], unit_multiple, false);
+    // The mirror sits between the blocks and the head: the last stage's
+    // backward finishes the head, then the tied LM head's wte, then the blocks.
+    if (last && !first && m.tied_embeddings()) embed_unit_ = add_unit(embed, unit_multiple, true);
+    if (last) head_unit_ = add_unit(head, unit_multiple, false);
+    // The whole layout's expert units come after every other, so the dense
+    // part numbers its units as the whole does.
+    if (experts.ep > 1 && part == LayoutPart::all)
+      for (const StageSpan& c : chunks_)
+        for (int l = c.first_layer; l < c.end_layer; ++l)
+          expert_units_[static_cast<size_t>(l)] = add_expert_unit(l);
+  }
   for (const PlacedUnit& unit : placed)
     for (const PlacedParameter& p : unit.params)
       if (!find(p.name)) elsewhere_.insert(p.name);
@@ -90,11 +122,20 @@ const StageSpan& ParameterLayout::one_chunk() const {
   return chunks_.front();
 }
 
-int ParameterLayout::add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror) {
+bool ParameterLayout::stores(const PlacedParameter& p, bool expert_unit) const {
+  if (experts_.ep == 1) return !expert_unit;  // every expert in its block's unit
+  if (p.expert < 0) return !expert_unit;
+  // Rank r holds experts [r * E/ep, (r + 1) * E/ep).
+  return expert_unit && p.expert / (n_experts_ / experts_.ep) == experts_.rank;
+}
+
+int ParameterLayout::add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror,
+                              bool experts) {
   const int64_t begin = total_;
-  for (const PlacedParameter& p : unit.params) add(p, mirror);
+  for (const PlacedParameter& p : unit.params)
+    if (experts || stores(p, false)) add(p, mirror);
   total_ = (total_ + unit_multiple - 1) / unit_multiple * unit_multiple;
-  units_.push_back(ParamUnit{unit.name, begin, total_, mirror});
+  units_.push_back(ParamUnit{unit.name, begin, total_, mirror, experts});
   return static_cast<int>(units_.size()) - 1;
 }
 

@@ -45,6 +45,20 @@
 // tied LM head, then the embedding): embed_read_by_two_chunks().
 // first_layer()/end_layer() are the one chunk's span and refused on a
 // layout of several chunks: use chunks().
+//
+// Expert parallelism (parallel.ep > 1, ExpertShard): a rank stores only its
+// ep rank's E/ep experts of each block (experts [rank * E/ep, (rank + 1) *
+// E/ep)), the others are held elsewhere. They leave the block's unit for an
+// expert unit of their own per block ("layers.<l>.block_sparse_moe.experts":
+// every local w1|w3 pair, then every local w2), since they are reduced and
+// sharded over other ranks (the expert-data-parallel group) than the rest of
+// the model. The whole layout (LayoutPart::all, what the model reads) lists
+// the expert units after all others; the two parts the sharded state keeps
+// apart each hold one kind, with the same offsets within every unit:
+// LayoutPart::dense the units without the experts (numbered as in the whole
+// layout), LayoutPart::experts the expert units alone, as its "blocks"
+// (block_unit(l) is block l's expert unit there; no embed, no head). At ep =
+// 1 every block keeps its experts and there is one part, the whole.
 #pragma once
 
 #include <cstdint>
@@ -93,8 +107,18 @@ struct ParamUnit {
   int64_t begin = 0;  // flat range [begin, end), end padded to unit_multiple
   int64_t end = 0;
   bool mirror = false;  // the last pipeline stage's copy of "embed" (tied head)
+  bool experts = false;  // a block's local experts, at ep > 1
   int64_t size() const { return end - begin; }
 };
+
+// The experts a rank stores (parallel.ep; see the header): rank `rank` of
+// `ep`, ep dividing the model's n_experts. ep = 1: every expert.
+struct ExpertShard {
+  int ep = 1;
+  int rank = 0;
+};
+// Which units a layout holds at ep > 1 (see the header).
+enum class LayoutPart { all, dense, experts };
 
 // The blocks [first_layer, end_layer) of one pipeline stage; end_layer -1
 // means n_layer. The default is the whole model.
@@ -116,8 +140,11 @@ class ParameterLayout {
   // 1F1B: several, in increasing block order). Throws naming the numbers
   // unless each is a non-empty span of the model's blocks, after the one
   // before it; the one-chunk case is the constructor above.
+  // experts, part: expert parallelism's storage (see the header); at ep = 1
+  // the part must be `all`.
   ParameterLayout(const ModelConfig& m, const std::vector<StageSpan>& chunks, int tp = 1,
-                  int tp_rank = 0, int unit_multiple = 1);
+                  int tp_rank = 0, int unit_multiple = 1, ExpertShard experts = {},
+                  LayoutPart part = LayoutPart::all);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const std::vector<ParamUnit>& units() const { return units_; }
@@ -140,6 +167,15 @@ class ParameterLayout {
                : -1;
   }
   int head_unit() const { return head_unit_; }
+  // Block l's expert unit at ep > 1 on an `all` layout, -1 otherwise (no
+  // such unit, or the block is not held).
+  int expert_unit(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(expert_units_.size())
+               ? expert_units_[static_cast<size_t>(layer)]
+               : -1;
+  }
+  const ExpertShard& experts() const { return experts_; }
+  LayoutPart part() const { return part_; }
   // The unit of the lowest block held: the block units are consecutive
   // from it, in layer order (over every chunk).
   int first_block_unit() const { return first_block_unit_; }
@@ -175,15 +211,22 @@ class ParameterLayout {
   const StageSpan& one_chunk() const;
   void check_chunks(const ModelConfig& m) const;
   void add(const PlacedParameter& p, bool mirror);
-  int add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror);
+  int add_unit(const PlacedUnit& unit, int unit_multiple, bool mirror, bool experts = false);
+  // Whether a placed parameter is stored in this layout's units (experts of
+  // other ep ranks are not; each part holds its kind).
+  bool stores(const PlacedParameter& p, bool expert_unit) const;
   std::vector<ParamSpec> specs_;
   std::vector<ParamUnit> units_;
   std::unordered_map<std::string, size_t> index_;
   std::unordered_set<std::string> elsewhere_;  // the model's names other stages hold
   int64_t total_ = 0;
   int tp_ = 1, tp_rank_ = 0;
+  int n_experts_ = 0;
   std::vector<StageSpan> chunks_;  // end_layer resolved
   std::vector<int> block_units_;   // per layer of the model: its unit, or -1
+  std::vector<int> expert_units_;  // per layer: its expert unit (all, ep > 1), or -1
+  ExpertShard experts_;
+  LayoutPart part_ = LayoutPart::all;
   bool whole_ = true;
   bool embed_two_chunks_ = false;
   int embed_unit_ = -1, head_unit_ = -1, first_block_unit_ = 0;

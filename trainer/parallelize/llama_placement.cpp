@@ -57,11 +57,11 @@ std::vector<PlacedUnit> llama_placement(const ModelConfig& m) {
 std::vector<PlacedUnit> mixtral_placement(const ModelConfig& m) {
   std::vector<PlacedUnit> units = llama_placement(m);
   const int64_t C = m.n_embd, F = m.ffn_width(), E = m.n_experts;
-  auto whole = [](std::string name, std::vector<int64_t> shape, int layer) {
+  auto whole = [](std::string name, std::vector<int64_t> shape, int layer, int expert) {
     return PlacedParameter{
         std::move(name), std::move(shape), layer,
         Placement{TpRole::sequence_replicated, 1, Decay::yes, Init::normal, HfLayout::as_stored},
-        0};
+        0, expert};
   };
   for (int l = 0; l < m.n_layer; ++l) {
     std::vector<PlacedParameter>& params = units[static_cast<size_t>(1 + l)].params;
@@ -70,14 +70,14 @@ std::vector<PlacedUnit> mixtral_placement(const ModelConfig& m) {
              "llama_placement's block layout changed");
     params.resize(6);
     const std::string h = "layers." + std::to_string(l) + ".block_sparse_moe.";
-    params.push_back(whole(h + "gate.weight", {E, C}, l));
-    for (int64_t e = 0; e < E; ++e) {
+    params.push_back(whole(h + "gate.weight", {E, C}, l, -1));
+    for (int e = 0; e < E; ++e) {
       const std::string x = h + "experts." + std::to_string(e) + ".";
-      params.push_back(whole(x + "w1.weight", {F, C}, l));
-      params.push_back(whole(x + "w3.weight", {F, C}, l));
+      params.push_back(whole(x + "w1.weight", {F, C}, l, e));
+      params.push_back(whole(x + "w3.weight", {F, C}, l, e));
     }
-    for (int64_t e = 0; e < E; ++e)
-      params.push_back(whole(h + "experts." + std::to_string(e) + ".w2.weight", {C, F}, l));
+    for (int e = 0; e < E; ++e)
+      params.push_back(whole(h + "experts." + std::to_string(e) + ".w2.weight", {C, F}, l, e));
   }
   return units;
 }

@@ -64,6 +64,7 @@ struct PlacedParameter {
   int layer = -1;              // block index, -1 outside the blocks
   Placement placement;
   int64_t pad_rows = 0;  // trailing padding rows (the padded vocabulary)
+  int expert = -1;       // a mixture's expert it belongs to, -1 for none
 };
 
 // Consecutive parameters that FSDP shards and gathers as one piece.
