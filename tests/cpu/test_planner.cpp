@@ -728,7 +728,16 @@ TEST(Planner, MixtralEnumeratesExpertParallelLayouts) {
   EXPECT_EQ(one.bytes.ep, 0.0);
   EXPECT_DOUBLE_EQ(two.ep_exposed_ms, two.ep_ms);
   EXPECT_GT(two.activations, one.activations);  // the experts' buffers hold ep x the rows
-  EXPECT_EQ(two.state.total(), one.state.total());  // experts not stored sharded (yet)
+  // Each rank stores half the experts: its AdamW moments lose the other
+  // half (8 bytes a float), which its edp group of 2 all-reduces instead of dp.
+  const StateUnits su = state_units(m, l, whole_model(m));
+  ASSERT_GT(su.experts.total, 0);
+  EXPECT_EQ(one.state.optimizer - two.state.optimizer, 8 * su.experts.total);
+  EXPECT_EQ(su.expert_fsdp, 1);
+  EXPECT_EQ(su.expert_dp, 2);
+  EXPECT_DOUBLE_EQ(two.bytes.edp, 2.0 * (2 - 1) / 2 * 4.0 * double(su.experts.total));
+  EXPECT_DOUBLE_EQ(one.bytes.dp - two.bytes.dp, 2.0 * 3 / 4 * 4.0 * 2 * double(su.experts.total));
+  EXPECT_EQ(one.bytes.edp, 0.0);
   EXPECT_NE(two.layout.str().find(" ep=2"), std::string::npos) << two.layout.str();
   l.ep = 3;
   EXPECT_NE(predict(cfg, hw, plan.cluster, l).invalid.find("ep=3 must divide"), std::string::npos);

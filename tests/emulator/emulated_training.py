@@ -42,7 +42,10 @@ With --arch mixtral the model is that Llama with 4 experts of width 32, 2
 per token (the router, permutation, grouped GEMMs and combine kernels), and
 every one-rank run accumulates the layout's micro-batches (the aux loss pools
 a micro-batch); dp2_ep2 splits the experts over the two ranks, tokens moving
-all-to-all (grouped ncclSend/ncclRecv, or staged MPI_Alltoallv), and pp2
+all-to-all (grouped ncclSend/ncclRecv, or staged MPI_Alltoallv); fsdp4_ep2
+(4 ranks) also shards each rank's two experts over the two ranks holding
+them (ZeRO-3 over the expert-data-parallel group: their own gathers and
+reduce-scatters on the edp communicator); and pp2
 passes each micro-batch's router statistics between the stages with the
 residual stream. --capacity-factor puts a capacity on every run: on tp2 the
 drops are planned over the whole micro-batch, gathered from both ranks.
@@ -81,9 +84,9 @@ STEPS = 6
 # name: (dp, fsdp, tp, pp, cp); a pipeline runs 4 micro-batches per step (1f1b).
 LAYOUTS = {"dp2": (2, 1, 1, 1, 1), "fsdp2": (1, 2, 1, 1, 1), "tp2": (1, 1, 2, 1, 1),
            "pp2": (1, 1, 1, 2, 1), "cp2": (1, 1, 1, 1, 2), "cp2_tp2": (1, 1, 2, 1, 2),
-           "cp4": (1, 1, 1, 1, 4), "dp2_ep2": (2, 1, 1, 1, 1)}
+           "cp4": (1, 1, 1, 1, 4), "dp2_ep2": (2, 1, 1, 1, 1), "fsdp4_ep2": (1, 4, 1, 1, 1)}
 # Expert parallelism (--arch mixtral only): parallel.ep of a layout.
-EP = {"dp2_ep2": 2}
+EP = {"dp2_ep2": 2, "fsdp4_ep2": 2}
 CP_COMMS = ("allgather", "ring")
 COMMS = ("mpi", "nccl")
 FP32_TOL = 1e-4

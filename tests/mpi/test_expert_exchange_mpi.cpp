@@ -45,12 +45,15 @@ Result run_layer(const ModelConfig& m, int64_t R, const ExpertParallelGroup& ep,
   r.dgate.assign(gate.size(), 0.f);
   r.dw13.assign(w13.size(), 0.f);
   r.dw2.assign(w2.size(), 0.f);
+  // A rank holds only its El experts [rank El, (rank + 1) El): the views
+  // start there, and the gradients of the others stay zero.
+  const int64_t El = E / ep.size(), first = El * ep.rank();
   const MixtureOfExperts::Weights w{cpu_f32(gate.data(), {E, C}),
-                                    cpu_f32(w13.data(), {E, 2 * F, C}),
-                                    cpu_f32(w2.data(), {E, C, F})};
+                                    cpu_f32(w13.data() + first * 2 * F * C, {El, 2 * F, C}),
+                                    cpu_f32(w2.data() + first * C * F, {El, C, F})};
   const MixtureOfExperts::Weights dw{cpu_f32(r.dgate.data(), {E, C}),
-                                     cpu_f32(r.dw13.data(), {E, 2 * F, C}),
-                                     cpu_f32(r.dw2.data(), {E, C, F})};
+                                     cpu_f32(r.dw13.data() + first * 2 * F * C, {El, 2 * F, C}),
+                                     cpu_f32(r.dw2.data() + first * C * F, {El, C, F})};
   const Activation xa{cpu_f32(x.data(), {R, C}), sequence_shard(), "x"};
   moe.begin_micro_batch();
   moe.forward(0, xa, cpu_f32(r.out.data(), {R, C}), w);

@@ -9,6 +9,7 @@
 #include "parallel/mesh.hpp"
 #include "trainer/model/make_model.hpp"
 #include "trainer/plan/memory_model.hpp"
+#include "trainer/plan/step_model.hpp"
 #include "trainer/runtime/parallelize.hpp"
 #include "trainer/sharding/data_parallel_groups.hpp"
 #include "trainer/sharding/sharded_parameters.hpp"
@@ -189,6 +190,62 @@ TEST(PlanMemoryMpi, ExpertParallelLayoutsAllocateWhatThePlannerPredicts) {
                                          PlanCp{}, d.ep))
           << d.str() << " " << to_string(dtype);
     }
+  }
+}
+
+// Expert parallelism's storage: each rank holds its E / ep experts, their
+// state sharded (fsdp > 1) or replicated over the expert-data-parallel
+// group. ShardedParameters::memory() byte for byte what the planner's state
+// model (step_model.hpp: state_units) predicts, every stage, both dtypes and
+// reductions; and less than the same layout without ep holds.
+TEST(PlanMemoryMpi, ExpertParallelStateBytesEqualShardedParameters) {
+  auto world = test_world();
+  const int n = world->size();
+  std::vector<ParallelDims> layouts;
+  for (const ParallelDims& d : layouts_for(n))
+    for (int ep = 2; ep <= d.data_parallel(); ++ep)
+      if (d.data_parallel() % ep == 0 && matrix_mixtral().n_experts % ep == 0)
+        layouts.push_back(d.with_expert_parallel(ep));
+  if (layouts.empty()) GTEST_SKIP() << "no expert-parallel layout of " << n << " rank(s)";
+  auto ops = make_cpu_ops(1);
+  const ModelConfig m = matrix_mixtral();
+  for (const ParallelDims& d : layouts) {
+    const DeviceMesh mesh(d, *world);
+    for (int stage = 1; stage <= 3; ++stage)
+      for (ComputeDType dtype : {ComputeDType::fp32, ComputeDType::bf16})
+        for (ComputeDType reduce : {ComputeDType::fp32, ComputeDType::bf16}) {
+          ParallelPlan plan;
+          plan.dtype = dtype;
+          plan.fsdp_stage = fsdp_stage_of(stage);
+          plan.reduce_dtype = reduce;
+          const ParallelModel pm = parallelize(m, plan, mesh, *ops, {2, 8, Recompute::none});
+          PlanLayout l;
+          l.dp = d.dp;
+          l.fsdp = d.fsdp;
+          l.tp = d.tp;
+          l.ep = d.ep;
+          l.stage = stage;
+          l.reduce_dtype = reduce;
+          const bool bf16 = dtype == ComputeDType::bf16;
+          const StateBytes want = predict_state_bytes(state_units(m, l, whole_model(m)), l, bf16);
+          const MemoryFigures got = pm.params->memory();
+          const std::string at = d.str() + " stage " + std::to_string(stage) + " " +
+                                 to_string(dtype) + " reduce_dtype=" + to_string(reduce);
+          EXPECT_EQ(got.params, want.params) << at;
+          EXPECT_EQ(got.grads, want.grads) << at;
+          EXPECT_EQ(got.optimizer, want.optimizer) << at;
+          // Without ep every rank holds every expert: all of their state
+          // without sharding, a 1 / fsdp share of it with (as much as ep
+          // leaves when the ep group is the fsdp group).
+          PlanLayout all = l;
+          all.ep = 1;
+          const StateBytes without =
+              predict_state_bytes(state_units(m, all, whole_model(m)), all, bf16);
+          if (d.fsdp == 1)
+            EXPECT_LT(got.optimizer, without.optimizer) << at;
+          else
+            EXPECT_LE(got.optimizer, without.optimizer) << at;
+        }
   }
 }
 

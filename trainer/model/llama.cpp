@@ -169,23 +169,27 @@ void Llama::block_mlp_up_forward(int l) {
 
 MixtureOfExperts::Weights Llama::moe_views(int l, bool grads) {
   // Each block's experts are consecutive in the store, w1|w3 of every expert
-  // then every w2 (llama_placement.cpp): one (E, ...) view spans them.
+  // then every w2 (llama_placement.cpp): one (El, ...) view spans them. At
+  // parallel.ep > 1 the store holds only this ep rank's El = E / ep experts,
+  // [rank * El, (rank + 1) * El) (ParameterLayout's expert units).
   const std::string m = block(l) + "block_sparse_moe.";
-  const int64_t E = cfg_.n_experts, C = cfg_.n_embd, F = cfg_.ffn_width();
-  const std::string last = "experts." + std::to_string(E - 1) + ".";
-  auto rows = [&](const std::string& first, const std::string& end) {
-    return grads ? g_rows(first, end) : gemm_rows(first, end);
+  const ExpertShard& shard = layout().experts();
+  const int64_t E = cfg_.n_experts, El = E / shard.ep, C = cfg_.n_embd, F = cfg_.ffn_width();
+  const std::string first = "experts." + std::to_string(shard.rank * El) + ".";
+  const std::string last = "experts." + std::to_string((shard.rank + 1) * El - 1) + ".";
+  auto rows = [&](const std::string& from, const std::string& end) {
+    return grads ? g_rows(from, end) : gemm_rows(from, end);
   };
-  const TensorView w13 = rows(m + "experts.0.w1.weight", m + last + "w3.weight");
-  const TensorView w2 = rows(m + "experts.0.w2.weight", m + last + "w2.weight");
+  const TensorView w13 = rows(m + first + "w1.weight", m + last + "w3.weight");
+  const TensorView w2 = rows(m + first + "w2.weight", m + last + "w2.weight");
   // The selection bias (no gradient): block l's row of the table, if any.
   TensorView bias;
   if (!grads && router_bias_.data)
     bias = make_view(static_cast<float*>(router_bias_.data) + int64_t(l) * E, DType::f32,
                      ops_.device(), {E});
   return {grads ? g(m + "gate.weight") : p(m + "gate.weight"),
-          make_view(w13.data, w13.dtype, ops_.device(), {E, 2 * F, C}),
-          make_view(w2.data, w2.dtype, ops_.device(), {E, C, F}), bias};
+          make_view(w13.data, w13.dtype, ops_.device(), {El, 2 * F, C}),
+          make_view(w2.data, w2.dtype, ops_.device(), {El, C, F}), bias};
 }
 
 void Llama::set_router_bias(TensorView table) {

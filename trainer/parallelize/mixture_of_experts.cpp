@@ -60,9 +60,10 @@ MixtureOfExperts::MixtureOfExperts(Ops& ops, const ModelConfig& cfg, int64_t max
   dxs_ = alloc(N * C, act);
   dx_act_ = alloc(R * C, act);
   dx_router_ = alloc(R * C, DType::f32);
-  if (cast_weights && act != DType::f32) {
-    w13_cast_ = alloc(E * 2 * F * C, act);
-    w2_cast_ = alloc(E * C * F, act);
+  if (cast_weights && act != DType::f32) {  // this rank's experts only
+    const int64_t El = E / ep.size();
+    w13_cast_ = alloc(El * 2 * F * C, act);
+    w2_cast_ = alloc(El * C * F, act);
   }
   if (ep.size() > 1) {
     local_scratch_ = alloc(L * C, act);
@@ -97,7 +98,7 @@ int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows
        2 * b(2 * E, f);
   n += b(R * E, f) + b(R * k, f) + b(N * C, a) + b(L * F, a) + b(L * 2 * F, a) + b(N * C, a) +
        b(R * C, a) + b(R * C, f);
-  if (cast_weights && act != DType::f32) n += b(E * 2 * F * C, a) + b(E * C * F, a);
+  if (cast_weights && act != DType::f32) n += b(E / ep * 2 * F * C, a) + b(E / ep * C * F, a);
   if (ep > 1)
     n += b(L * C, a) + ExpertExchange::planned_bytes(ep, int(E), L, C, act, std::max(slots, 1));
   if (cfg.capacity_factor > 0 && split > 1) n += 2 * b(split * R * 2 * k, f);
@@ -105,12 +106,14 @@ int64_t MixtureOfExperts::planned_bytes(const ModelConfig& cfg, int64_t max_rows
 }
 
 MixtureOfExperts::Weights MixtureOfExperts::gemm_weights(const Weights& w) {
+  check_local_experts(w);
   if (w.w13.dtype == act_) return w;
   GT_CHECK(w13_cast_.bytes() > 0, "MoE expert weights in ", dtype_name(w.w13.dtype),
            " for ", dtype_name(act_), " activations without cast_weights");
   Weights c = w;
-  c.w13 = act(w13_cast_, {E_, 2 * int64_t(F_), C_});
-  c.w2 = act(w2_cast_, {E_, int64_t(C_), F_});
+  const int64_t El = w.w13.shape[0];
+  c.w13 = act(w13_cast_, {El, 2 * int64_t(F_), C_});
+  c.w2 = act(w2_cast_, {El, int64_t(C_), F_});
   ops_.cast(c.w13, w.w13);
   ops_.cast(c.w2, w.w2);
   return c;
@@ -298,6 +301,7 @@ Activation MixtureOfExperts::backward(int slot, const Activation& dout, TensorVi
   Block& b = blocks_[static_cast<size_t>(slot)];
   const int64_t R = b.rows, N = R * k_, C = C_, F = F_, E = E_, k = k_;
   const Weights gw = gemm_weights(w);
+  check_local_experts(dw);
   const TensorView pos = i32(b.positions, {R, k}), off = i32(b.offsets, {E + 1});
   const TensorView tw = f32(b.topk_weight, {R, k}), dtw = f32(dweight_, {R, k});
   const TensorView y = act(b.y, {N, C}), dy = act(dy_, {N, C});
@@ -423,12 +427,11 @@ int64_t MixtureOfExperts::split_capacity_plan(const TensorView& positions,
   return Rg * k - host_off_[static_cast<size_t>(E)];
 }
 
-TensorView MixtureOfExperts::local_experts(const TensorView& w) const {
-  const int first = exchange_->first_local_expert(), El = exchange_->local_experts();
-  const int64_t per_expert = w.numel() / E_;
-  auto* base = static_cast<char*>(w.data) +
-               static_cast<int64_t>(first) * per_expert * static_cast<int64_t>(dtype_size(w.dtype));
-  return make_view(base, w.dtype, w.device, {El, w.shape[1], w.shape[2]});
+void MixtureOfExperts::check_local_experts(const Weights& w) const {
+  const int64_t El = exchange_ ? exchange_->local_experts() : E_;
+  GT_CHECK(w.w13.ndim == 3 && w.w13.shape[0] == El && w.w2.ndim == 3 && w.w2.shape[0] == El,
+           "MixtureOfExperts: expert weights ", w.w13.shape_str(), " and ", w.w2.shape_str(),
+           " for this rank's ", El, " experts");
 }
 
 void MixtureOfExperts::experts_forward_ep(int slot, Block& b, const Weights& gw) {
@@ -443,9 +446,9 @@ void MixtureOfExperts::experts_forward_ep(int slot, Block& b, const Weights& gw)
   if (M > 0) {
     const TensorView lo = exchange_->local_offsets(slot);
     const TensorView xm = act(b.xl, {M, C}), gu = act(b.gu, {M, 2 * F}), h = act(b.h, {M, F});
-    ops_.grouped_matmul_forward(gu, xm, local_experts(gw.w13), lo);
+    ops_.grouped_matmul_forward(gu, xm, gw.w13, lo);
     ops_.swiglu_forward(h, gu);
-    ops_.grouped_matmul_forward(act(local_scratch_, {M, C}), h, local_experts(gw.w2), lo);
+    ops_.grouped_matmul_forward(act(local_scratch_, {M, C}), h, gw.w2, lo);
   }
   exchange_->combine(slot, yl, act(b.y, {N, C}));
 }
@@ -461,12 +464,12 @@ void MixtureOfExperts::experts_backward_ep(int slot, Block& b, const Weights& gw
     const TensorView lo = exchange_->local_offsets(slot);
     const TensorView dyl = act(local_scratch_, {M, C});
     const TensorView h = act(b.h, {M, F}), dh = act(dh_, {M, F});
-    ops_.grouped_matmul_backward(dh, local_experts(dw.w2), dyl, h, local_experts(gw.w2), lo);
+    ops_.grouped_matmul_backward(dh, dw.w2, dyl, h, gw.w2, lo);
     const TensorView gu = act(b.gu, {M, 2 * F}), dgu = act(dgu_, {M, 2 * F});
     ops_.swiglu_backward(dgu, dh, gu);
     // d(xl) overwrites d(yl), read for the last time above.
-    ops_.grouped_matmul_backward(dyl, local_experts(dw.w13), dgu, act(b.xl, {M, C}),
-                                 local_experts(gw.w13), lo);
+    ops_.grouped_matmul_backward(dyl, dw.w13, dgu, act(b.xl, {M, C}),
+                                 gw.w13, lo);
   }
   exchange_->combine(slot, scratch, dxs);
 }

@@ -81,8 +81,9 @@ namespace gt {
 class MixtureOfExperts {
  public:
   // The weights of one block as the GEMMs read them: gate (E, C) fp32 (the
-  // router runs in fp32), w13 (E, 2F, C) and w2 (E, C, F) in the GEMMs'
-  // dtype. Their gradients: fp32, same shapes, accumulated. selection_bias
+  // router runs in fp32), w13 (El, 2F, C) and w2 (El, C, F) in the GEMMs'
+  // dtype, El = E / ep: this ep rank's experts [rank * El, (rank + 1) * El),
+  // the only ones it stores (every expert at ep = 1). Their gradients: fp32, same shapes, accumulated. selection_bias
   // (E) fp32, may be empty: added to the probs for the top-k choice only
   // (aux-loss-free balancing, RouterBias); no gradient.
   struct Weights {
@@ -161,7 +162,8 @@ class MixtureOfExperts {
     int64_t local_rows = 0;  // ep only: the rows received (M <= L)
   };
   // The local experts' slice of an (E, ...) expert tensor.
-  TensorView local_experts(const TensorView& w) const;
+  // Throws unless `w` holds this rank's El experts (Weights' contract).
+  void check_local_experts(const Weights& w) const;
   // A capacity over a micro-batch split across tp x cp ranks (header): the
   // plan of this rank's R rows into positions (R, k) and offsets (E + 1),
   // from every rank's te, tw (R, k); returns the micro-batch's dropped slots.

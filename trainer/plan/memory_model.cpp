@@ -72,6 +72,19 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, c
   return bytes;
 }
 
+int64_t predict_expert_workspace_bytes(const UnitSizes& experts, int expert_fsdp, int expert_dp,
+                                       const PlanLayout& l, PlanBackend backend) {
+  if (backend != PlanBackend::cpu || experts.total == 0) return 0;
+  int64_t elems = 0;
+  if (expert_fsdp == 1) {
+    if (expert_dp > 1) elems += experts.total;
+  } else if (expert_fsdp > 2) {
+    const int blocks_in_flight = l.stage == 1 && l.cp == 1 ? 3 : 2;
+    elems += std::min(2 * experts.total, 2 * blocks_in_flight * experts.block);
+  }
+  return elems * (l.reduce_dtype == ComputeDType::bf16 ? 2 : 4);
+}
+
 namespace {
 
 struct PlanSums {

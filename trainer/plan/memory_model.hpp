@@ -156,5 +156,11 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
 // The same for the units one pipeline stage holds (unit_sizes of its share).
 int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& units,
                                      const PlanLayout& l, int seq_len, PlanBackend backend);
+// Expert parallelism (ep > 1): the experts' own gradient reductions over the
+// expert-data-parallel group, by the same rules (`experts`: the expert
+// units, sharded over expert_fsdp and replicated over expert_dp ranks).
+// Not measured apart from the dense part's: an estimate by those rules.
+int64_t predict_expert_workspace_bytes(const UnitSizes& experts, int expert_fsdp, int expert_dp,
+                                       const PlanLayout& l, PlanBackend backend);
 
 }  // namespace gt

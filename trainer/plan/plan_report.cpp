@@ -176,6 +176,8 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
     if (l.ep > 1) {  // a balanced router's estimate (step_model.hpp ep_bytes_per_step)
       bytes["ep"] = p.bytes.ep;
       ms["ep"] = p.ep_ms;
+      bytes["edp"] = p.bytes.edp;  // the experts' own gradient reductions and gathers
+      ms["edp"] = p.edp_ms;
     }
     bytes[replica_key(l)] = p.bytes.dp;
     bytes[shard_key(l)] = p.bytes.fsdp;

@@ -81,7 +81,8 @@ AxisCost worst_axis(const Prediction& p) {
       {"the tp activation collectives", p.tp_exposed_ms, p.tp_ms, p.bytes.tp, p.tp_inter},
       {"the pipeline's activation messages", p.pp_exposed_ms, p.pp_ms, p.bytes.pp, p.pp_inter},
       {"the cp keys and values", p.cp_exposed_ms, p.cp_ms, p.bytes.cp, p.cp_inter},
-      {"the ep token exchange", p.ep_exposed_ms, p.ep_ms, p.bytes.ep, p.ep_inter}};
+      {"the ep token exchange", p.ep_exposed_ms, p.ep_ms, p.bytes.ep, p.ep_inter},
+      {"the experts' edp reductions", p.edp_exposed_ms, p.edp_ms, p.bytes.edp, p.edp_inter}};
   return *std::max_element(std::begin(axes), std::end(axes),
                            [](const AxisCost& a, const AxisCost& b) { return a.exposed < b.exposed; });
 }
@@ -285,6 +286,8 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
     if (w.layout.cp > 1) links.push_back(gb(w.bytes.cp) + " of cp keys and values" + on(w.cp_inter));
     if (w.layout.ep > 1)
       links.push_back(gb(w.bytes.ep) + " of ep token exchange (a balanced router's)" + on(w.ep_inter));
+    if (w.bytes.edp > 0)
+      links.push_back(gb(w.bytes.edp) + " of the experts' edp reductions" + on(w.edp_inter));
     if (!links.empty()) {
       os << " (";
       for (size_t i = 0; i < links.size(); ++i) os << (i ? "; " : "") << links[i];

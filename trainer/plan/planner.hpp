@@ -77,13 +77,13 @@ struct Prediction {
   // Time per optimizer step, ms.
   double compute_ms = 0, memory_ms = 0;
   double adamw_ms = 0;       // AdamW's part of memory_ms (the rest: activation passes)
-  double dp_ms = 0, fsdp_ms = 0, tp_ms = 0, pp_ms = 0, cp_ms = 0,
-         ep_ms = 0;  // each axis' whole time
+  double dp_ms = 0, fsdp_ms = 0, tp_ms = 0, pp_ms = 0, cp_ms = 0, ep_ms = 0,
+         edp_ms = 0;  // each axis' whole time
   bool dp_inter = false, fsdp_inter = false, tp_inter = false, pp_inter = false,
-       cp_inter = false, ep_inter = false;  // crosses nodes
+       cp_inter = false, ep_inter = false, edp_inter = false;  // crosses nodes
   double exposed_ms = 0;     // communication not hidden under compute (the sum of:)
   double dp_exposed_ms = 0, fsdp_exposed_ms = 0, tp_exposed_ms = 0, pp_exposed_ms = 0,
-         cp_exposed_ms = 0, ep_exposed_ms = 0;
+         cp_exposed_ms = 0, ep_exposed_ms = 0, edp_exposed_ms = 0;
   // The step's attention (forward, backward, recomputed) on the slowest
   // rank, ms: what the cp ring hides under, and part of compute_ms.
   double attention_ms = 0;

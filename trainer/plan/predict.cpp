@@ -129,16 +129,18 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
         pipeline_activation_peaks(shape, l, p.accum, parts, static_cast<int64_t>(boundary.forward));
   }
   const UnitSizes whole = unit_sizes(m, l.tp, f);
-  std::vector<UnitSizes> units;
+  std::vector<UnitSizes> units;  // the dense part's (the whole model's at ep = 1)
   std::vector<StateBytes> states;
   std::vector<int64_t> workspaces, totals;
   p.baseline = static_cast<int64_t>(hw.baseline_bytes());
   for (int r = 0; r < P; ++r) {
-    units.push_back(P == 1 ? whole
-                           : share_unit_sizes(whole, f, shape.ranks[static_cast<size_t>(r)]));
-    states.push_back(
-        plan_sharded_state(units.back(), f, fsdp_stage_of(stage), bf16, d, l.reduce_dtype).bytes());
-    workspaces.push_back(predict_comm_workspace_bytes(m, units.back(), l, t.seq_len, hw.backend));
+    // At ep > 1 the experts are a part of their own (sharded_parameters.hpp).
+    const StateUnits su = state_units(m, l, shape.ranks[static_cast<size_t>(r)]);
+    units.push_back(su.dense);
+    states.push_back(predict_state_bytes(su, l, bf16));
+    workspaces.push_back(
+        predict_comm_workspace_bytes(m, su.dense, l, t.seq_len, hw.backend) +
+        predict_expert_workspace_bytes(su.experts, su.expert_fsdp, su.expert_dp, l, hw.backend));
     totals.push_back(states.back().total() + activations[static_cast<size_t>(r)] +
                      workspaces.back() + p.baseline);
   }
@@ -236,8 +238,10 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.fsdp_inter = l.tp * l.cp * l.fsdp > cluster.devices_per_node;
   p.dp_inter = l.tp * l.cp * l.fsdp * l.dp > cluster.devices_per_node;
   p.pp_inter = P > 1 && l.world() > cluster.devices_per_node;
-  // ep's group: ep consecutive data ranks, each tp x cp ranks apart.
+  // ep's group: ep consecutive data ranks, each tp x cp ranks apart; edp's
+  // the data ranks ep apart, spanning the data axes as dp's does.
   p.ep_inter = l.tp * l.cp * l.ep > cluster.devices_per_node;
+  p.edp_inter = expert_data_degree(l.dims()) > 1 && (p.dp_inter || p.fsdp_inter);
   auto bw = [&](bool inter, bool all_reduce) {
     return inter ? hw.inter_busbw() : hw.intra_busbw(all_reduce);
   };
@@ -247,6 +251,7 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   p.pp_ms = p.bytes.pp / bw(p.pp_inter, false) * 1e3;
   p.cp_ms = p.bytes.cp / bw(p.cp_inter, false) * 1e3;
   p.ep_ms = p.bytes.ep / bw(p.ep_inter, false) * 1e3;
+  p.edp_ms = p.bytes.edp / bw(p.edp_inter, f == 1) * 1e3;
 
   // Overlap: each part hidden up to the compute it runs under.
   if (l.tp > 1) {
@@ -288,8 +293,11 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // between the experts and the combine: nothing runs under it (Megatron
   // overlaps it with another micro-batch's compute; we do not yet).
   p.ep_exposed_ms = p.ep_ms;
+  // The experts' reductions run under backward like the dense part's: all
+  // but what backward no longer covers (the reductions start per block).
+  p.edp_exposed_ms = std::max(0.0, p.edp_ms - (f == 1 ? w.bwd_ms : A * w.bwd_ms));
   p.exposed_ms = p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms + p.pp_exposed_ms +
-                 p.cp_exposed_ms + p.ep_exposed_ms;
+                 p.cp_exposed_ms + p.ep_exposed_ms + p.edp_exposed_ms;
   p.step_ms = p.compute_ms + p.bubble_ms + p.memory_ms + p.exposed_ms;
   const double tokens = static_cast<double>(t.global_batch) * t.seq_len;
   p.tokens_per_s = tokens / (p.step_ms / 1e3);

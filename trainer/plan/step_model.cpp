@@ -155,6 +155,51 @@ UnitSizes share_unit_sizes(const UnitSizes& whole, int fsdp, const ModelShare& s
   return z;
 }
 
+StateUnits state_units(const ModelConfig& m, const PlanLayout& l, const ModelShare& share) {
+  const ParallelDims d = l.dims();
+  const int f = shard_degree(d);
+  StateUnits out;
+  const bool all = share.blocks == m.n_layer && share.embed && share.head && !share.tied_copy;
+  if (l.ep == 1 || !m.moe()) {
+    out.dense = unit_sizes(m, l.tp, f, share);
+    return out;
+  }
+  const ModelConfig padded = padded_for_tp(m, l.tp);
+  const ExpertShard experts{l.ep, 0};  // every ep rank holds as many
+  const UnitSizes dense = unit_sizes(
+      ParameterLayout(padded, {StageSpan{}}, l.tp, 0, f, experts, LayoutPart::dense), f);
+  out.dense = all ? dense : share_unit_sizes(dense, f, share);
+  out.expert_fsdp = expert_shard_degree(d);
+  out.expert_dp = expert_replica_degree(d);
+  const int fe = out.expert_fsdp;
+  const UnitSizes e = unit_sizes(
+      ParameterLayout(padded, {StageSpan{}}, l.tp, 0, fe, experts, LayoutPart::experts), fe);
+  // A share's expert units: one per block it holds, all alike.
+  out.experts.block = share.blocks > 0 ? e.block : 0;
+  out.experts.total = share.blocks * e.block;
+  out.experts.shard_total = out.experts.total / fe;
+  return out;
+}
+
+StateBytes predict_state_bytes(const StateUnits& units, const PlanLayout& l, bool bf16_params) {
+  const ParallelDims d = l.dims();
+  const FsdpStage stage = fsdp_stage_of(l.stage);
+  const int f = shard_degree(d);
+  StateBytes b =
+      plan_sharded_state(units.dense, f, stage, bf16_params, replica_degree(d), l.reduce_dtype)
+          .bytes();
+  if (units.experts.total > 0) {
+    const StateBytes e = plan_sharded_state(units.experts, units.expert_fsdp, stage,
+                                            keeps_bf16_params(f, stage, bf16_params),
+                                            units.expert_dp, l.reduce_dtype)
+                             .bytes();
+    b.params += e.params;
+    b.grads += e.grads;
+    b.optimizer += e.optimizer;
+  }
+  return b;
+}
+
 UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp, const ModelShare& share) {
   const UnitSizes whole = unit_sizes(m, tp, fsdp);
   const ModelShare all = whole_model(m);
@@ -223,10 +268,15 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   const int dp = replica_degree(dims), fsdp = shard_degree(dims), tp = l.tp, L = share.blocks;
   const double C = m.n_embd;
   const int A = t.global_batch / (l.micro_batch * l.dp * l.fsdp);
-  const ParameterLayout layout(padded_for_tp(m, tp), tp, 0, fsdp);
-  const UnitSizes whole = unit_sizes(layout, fsdp);
+  // At ep > 1 the layout of this rank's experts only (the tp-partial sums
+  // below), the dense part reduced over the data axes and the experts over
+  // edp (state_units).
+  const bool experts = l.ep > 1 && m.moe();
+  const ParameterLayout layout(padded_for_tp(m, tp), {StageSpan{}}, tp, 0, fsdp,
+                               ExpertShard{experts ? l.ep : 1, 0});
   const bool all = share.blocks == m.n_layer && share.embed && share.head && !share.tied_copy;
-  const UnitSizes u = all ? whole : share_unit_sizes(whole, fsdp, share);
+  const StateUnits su = state_units(m, l, share);
+  const UnitSizes& u = su.dense;
   const double total = static_cast<double>(u.total), block = static_cast<double>(u.block);
   // Per micro-batch: the embedding's reduce-scatter and the LM head's
   // all-gather, each with its dual (the "+4" of 8L + 4), where they are.
@@ -256,21 +306,26 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
     // The tp-partial gradients, all-reduced whole: GPT-2's LayerNorms, wpe
     // and ln_f (4CL + PC + 2C), Llama's RMSNorm weights (2CL + C); of the
     // share's units (every block's are alike: block 0's stand for them).
-    double partial = 0;
+    // At ep > 1 this rank's experts' (whole, summed over tp as each tp rank
+    // routes its own rows), reduced as often as their own part is.
+    double partial = 0, expert_partial = 0;
     for (const ParamSpec& s : layout.specs()) {
       if (!s.tp_partial_grad) continue;
       const double n = static_cast<double>(s.numel);
+      double& into = layout.units()[static_cast<size_t>(s.unit)].experts ? expert_partial : partial;
       if (s.unit == layout.embed_unit())
-        partial += share.embed ? n : 0;
+        into += share.embed ? n : 0;
       else if (s.unit == layout.head_unit())
-        partial += share.head ? n : 0;
+        into += share.head ? n : 0;
       else if (all)
-        partial += n;
+        into += n;
       else if (s.layer == 0)
-        partial += L * n;
+        into += L * n;
     }
     const int reductions = (fsdp > 1 && l.stage >= 2) ? A : 1;
-    out.tp = A * per_micro + reductions * 2.0 * (tp - 1) / tp * 4.0 * partial;
+    const int expert_reductions = (su.expert_fsdp > 1 && l.stage >= 2) ? A : 1;
+    out.tp = A * per_micro + (reductions * partial + expert_reductions * expert_partial) * 2.0 *
+                                 (tp - 1) / tp * 4.0;
   }
   // Gradients are summed at parallel.reduce_dtype's size; parameters are
   // gathered in fp32.
@@ -295,6 +350,25 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   if (dp > 1)
     out.dp = 2.0 * (dp - 1.0) / dp * grad_bytes *
              static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp);
+  // The experts over edp: all-reduced (fsdp = 1), or sharded like the dense
+  // part over fsdp (the same stage's gathers and reduce-scatters).
+  const double et = static_cast<double>(su.experts.total);
+  if (const int fe = su.expert_fsdp, de = su.expert_dp; et > 0) {
+    if (fe > 1) {
+      const double ring = (fe - 1.0) / fe * 4.0, rs = (fe - 1.0) / fe * grad_bytes;
+      const double eb = static_cast<double>(su.experts.block);
+      if (l.stage == 1) {
+        out.edp = rs * et + ring * et;
+      } else if (l.stage == 2) {
+        out.edp = A * rs * et + ring * et;
+      } else {
+        const int again = l.pp > 1 ? L : std::max(0, L - 2);
+        out.edp = A * rs * et + A * ring * (et + again * eb);
+      }
+    } else if (de > 1) {
+      out.edp = 2.0 * (de - 1.0) / de * grad_bytes * et;
+    }
+  }
   out.cp = cp_bytes_per_step(m, t, l, backend, L, A);
   out.ep = ep_bytes_per_step(m, t, l, backend, L, A);
   return out;

@@ -140,6 +140,9 @@ struct CommBytes {          // bytes one rank sends per optimizer step
   double dp = 0, fsdp = 0, tp = 0;
   double cp = 0;  // the attention's keys and values (cp_bytes_per_step)
   double ep = 0;  // the mixtures' tokens all-to-all (ep_bytes_per_step), an estimate
+  // edp: the experts' gradient reduction and (fsdp > 1) their shards'
+  // gathers over the expert-data-parallel group (ep > 1).
+  double edp = 0;
   double fsdp_overlapped = 0;  // the part that runs under backward/forward compute
   // pp: the busiest pipeline rank's point-to-point sends (pipeline_model.hpp:
   // activations forward, their gradients back, and the tied embedding's
@@ -204,5 +207,19 @@ UnitSizes unit_sizes(const ModelConfig& m, int tp, int fsdp, const ModelShare& s
 // The same from the whole model's (no ParameterLayout built: the planner
 // asks it for every pipeline rank of every layout).
 UnitSizes share_unit_sizes(const UnitSizes& whole, int fsdp, const ModelShare& share);
+
+// The units of the sharded state's parts, as ShardedParameters keeps them
+// (trainer/sharding/sharded_parameters.hpp): at ep > 1 the dense part (the
+// model without experts, cut over the data axes) and this rank's experts
+// (E / ep of every block, cut over the expert-data-parallel group:
+// data_parallel_groups.hpp); at ep = 1 the whole model and no experts.
+struct StateUnits {
+  UnitSizes dense, experts;
+  int expert_fsdp = 1, expert_dp = 1;  // the experts' shard and replica degrees
+};
+StateUnits state_units(const ModelConfig& m, const PlanLayout& l, const ModelShare& share);
+// The sharded state's bytes for those parts (bf16_params: a bf16 run, whose
+// copy both parts keep where the dense part's parameters are whole).
+StateBytes predict_state_bytes(const StateUnits& units, const PlanLayout& l, bool bf16_params);
 
 }  // namespace gt

@@ -63,13 +63,25 @@ ParallelModel parallelize(const ModelConfig& model, const ParallelPlan& plan,
   // 1. placement: this tp rank's shards of the stage's units (every chunk's
   // of an interleaved rank), padded to fsdp (to 4 x fsdp with fp8
   // all-gather, whose codes travel as floats).
+  // At ep > 1 only this ep rank's experts, in expert units of their own.
   const bool fp8_gather = plan.fp8_allgather && shard_degree(d) > 1;
+  const int unit_multiple = shard_degree(d) * (fp8_gather ? 4 : 1);
+  const ExpertShard experts{d.ep, d.ep > 1 ? mesh.ep().rank() : 0};
   out.layout = std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp,
-                                                 shard_degree(d) * (fp8_gather ? 4 : 1));
-  // 2. data parallel: the state over dp x fsdp and its strategies.
+                                                 unit_multiple, experts);
+  // 2. data parallel: the state over dp x fsdp and its strategies (the
+  // experts' over the expert-data-parallel group, a part of its own).
+  std::vector<std::unique_ptr<ParameterLayout>> parts;
+  if (d.ep > 1) {
+    parts.push_back(std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp,
+                                                      unit_multiple, experts, LayoutPart::dense));
+    parts.push_back(std::make_unique<ParameterLayout>(model, chunks, d.tp, mesh.coord().tp,
+                                                      expert_shard_degree(d), experts,
+                                                      LayoutPart::experts));
+  }
   out.params = std::make_unique<ShardedParameters>(
       *out.layout, mesh, plan.fsdp_stage, plan.bucket_mb, ops, plan.dtype == ComputeDType::bf16,
-      plan.reduce_dtype, Fp8GatherOptions{fp8_gather, plan.fp8.min_dim});
+      plan.reduce_dtype, Fp8GatherOptions{fp8_gather, plan.fp8.min_dim}, std::move(parts));
   if (model.moe() && model.router_bias_update_rate > 0) {
     std::vector<int> layers;
     for (const StageSpan& c : chunks)

@@ -47,6 +47,18 @@
 // Under tensor parallelism the gradients of parameters marked tp_partial_grad
 // (LayerNorms, wpe) are all-reduced over tp before the data-axis reduction.
 //
+// Expert parallelism (parallel.ep > 1): a rank stores only its experts
+// (ParameterLayout's expert units), and what holds above holds for them over
+// the expert-data-parallel group (the mesh's edp: the ranks holding the same
+// experts) instead of the data axes: at fsdp = 1 their gradients are
+// all-reduced over edp; at fsdp > 1 their state is sharded over the whole of
+// edp (no replicas). So the store keeps two parts, the dense one and the
+// experts', each its own layout, geometry, plan, storage, reducer and unit
+// strategy; one ShardOptimizer takes one norm over both. A block's hooks
+// start its expert unit's too (gathered with it, reduced after it), so the
+// model sees one store whose units are the whole layout's. At ep = 1 there
+// is one part, the whole layout.
+//
 // Invariants: collectives on each axis start in the same order on every rank
 // (a fixed schedule; completions never trigger launches); padding elements are
 // zero in every buffer; no rank's storage overlaps another's in the
@@ -88,11 +100,15 @@ class ShardedParameters final : public ParameterStore {
   // reduce_dtype: parallel.reduce_dtype, the precision of the gradient
   // reductions over dp and fsdp (gradient_reducer.hpp).
   // fp8: parallel.fp8_allgather (stage 3; the layout's units padded to 4 x
-  // the shard degree).
+  // the shard degree; the dense part's only: experts stay bf16).
+  // parts: at layout.experts().ep > 1 its LayoutPart::dense and ::experts
+  // layouts (the dense one padded as `layout`, the experts' to
+  // expert_shard_degree), kept by the store; none at ep = 1.
   ShardedParameters(const ParameterLayout& layout, const DeviceMesh& mesh, FsdpStage fsdp_stage,
                     double bucket_mb, Ops& ops, bool bf16_params = false,
                     ComputeDType reduce_dtype = ComputeDType::fp32,
-                    const Fp8GatherOptions& fp8 = {});
+                    const Fp8GatherOptions& fp8 = {},
+                    std::vector<std::unique_ptr<ParameterLayout>> parts = {});
   ~ShardedParameters() override;
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
@@ -100,7 +116,7 @@ class ShardedParameters final : public ParameterStore {
   // ParameterStore.
   float* unit_params(int unit) override;
   float* unit_grads(int unit) override;
-  bool keeps_bf16_params() const override { return params_bf16_.bytes() > 0; }
+  bool keeps_bf16_params() const override { return keeps_bf16_; }
   const uint16_t* unit_params_bf16(int unit) override;
   void begin_forward(bool backward_follows) override;
   void before_forward(int unit) override;
@@ -137,7 +153,8 @@ class ShardedParameters final : public ParameterStore {
   // Copies this rank's part of a global parameter (the whole tensor of
   // `global.global_shape`, as for_each_initial_parameter gives it). On a
   // pipeline stage's layout a parameter of another stage is skipped (every
-  // stage can be fed every tensor); one of no stage throws.
+  // stage can be fed every tensor), as is an expert another ep rank holds;
+  // one of no stage throws.
   void load_global(const std::string& name, const float* data);
   // Checkpoint pieces: what this rank writes (its own, deduplicated across
   // replicas; never a pipeline stage's mirror of wte) and what it reads
@@ -154,48 +171,69 @@ class ShardedParameters final : public ParameterStore {
   FsdpStage fsdp_stage() const { return stage_; }
 
  private:
-  bool full_params() const { return plan_.full_params; }
+  // One part of the state (see the header): a layout of one kind and
+  // everything stored and done for it.
+  struct Part {
+    const ParameterLayout* layout = nullptr;
+    std::unique_ptr<ParameterLayout> own_layout;  // the expert parts' (ep > 1)
+    int first_unit = 0;  // the whole layout's index of this part's unit 0
+    Communicator* dp = nullptr;    // replicas: the gradients' all-reduce
+    Communicator* fsdp = nullptr;  // the shard group
+    int dp_rank = 0;
+    std::unique_ptr<ShardGeometry> geom;
+    ShardedStatePlan plan;
+    Buffer params;  // full (T) or shard storage
+    // bf16 copy of params (full only). Fresh after AdamW wrote it (fsdp = 1)
+    // or the post-step gather's cast (stages 1-2); any other write to params
+    // (loading) marks it stale and begin_forward casts it again.
+    Buffer params_bf16;
+    bool params_bf16_stale = true;
+    // The gradients and their reduction, one strategy per layout.
+    std::unique_ptr<GradientReducer> reducer;
+    // Where the model reads each unit's parameters: params itself, or (stage
+    // 3) unit slots gathered from it.
+    std::unique_ptr<UnitParameters> units;
+    bool full_params() const { return plan.full_params; }
+  };
+  void add_part(const ParameterLayout& layout, std::unique_ptr<ParameterLayout> own,
+                Communicator& dp, Communicator& fsdp, int first_unit, double bucket_mb,
+                bool bf16_params, ComputeDType reduce_dtype, const Fp8GatherOptions& fp8);
+  // The part holding whole-layout unit `unit`, and its index there.
+  Part& part_of(int unit, int* local);
+  // The expert part's unit started with block unit `unit`'s hooks, -1 for none.
+  int experts_with(int unit) const;
   void progress();
-  float* owned_params(const ParamSegment& s);
-  std::vector<TensorPiece> pieces(const std::vector<ParamSegment>& segs, bool params,
+  std::vector<TensorPiece> pieces(size_t part, const std::vector<ParamSegment>& segs, bool params,
                                   bool moments, bool dedup);
   // Points `pieces` at host copies when the backend's memory is not the
   // host's (downloading them first when `download`); remembers where each
   // came from for finish_load().
   std::vector<TensorPiece> stage_on_host(std::vector<TensorPiece> pieces, bool download);
   TensorView view(float* p, std::initializer_list<int64_t> shape) const;
-
-  const ParameterLayout& layout_;
-  ShardGeometry geom_;
-  Ops& ops_;
-  Communicator& dp_;
-  Communicator& fsdp_;
-  Communicator& tp_;
-  Communicator& world_;
-  int dp_rank_, tp_rank_;
-  FsdpStage stage_;
-  ShardedStatePlan plan_;  // every buffer's size; the planner sums the same plan
-
-  Buffer params_;       // full (T) or shard storage
-  // bf16 copy of params_ (full only). Fresh after AdamW wrote it (fsdp = 1)
-  // or the post-step gather's cast (stages 1-2); any other write to params_
-  // (loading) marks it stale and begin_forward casts it again.
-  Buffer params_bf16_;
-  bool params_bf16_stale_ = true;
-  // The optimizer step over the owned state (the AdamW moments live there).
-  std::unique_ptr<ShardOptimizer> optimizer_;
   // The owned parameters, gradients and (fsdp = 1, bf16) the bf16 copy
-  // AdamW writes in the same pass, as the optimizer reads them.
-  ShardOptimizer::State optimizer_state();
+  // AdamW writes in the same pass, as the optimizer reads them, per part.
+  ShardOptimizer::States optimizer_states();
   // After AdamW: stages 1-2 all-gather the updated shards; the bf16 copy is
   // cast again unless AdamW wrote it.
-  void after_update(bool wrote_bf16_copy);
-  void refresh_bf16_params();
-  // The gradients and their data-axis reduction, one strategy per layout.
-  std::unique_ptr<GradientReducer> reducer_;
-  // Where the model reads each unit's parameters: params_ itself, or (stage
-  // 3) unit slots gathered from it.
-  std::unique_ptr<UnitParameters> units_;
+  void after_update(const ShardOptimizer::States& states);
+  void refresh_bf16_params(Part& p);
+  void parameters_loaded();
+
+  const ParameterLayout& layout_;
+  Ops& ops_;
+  Communicator& tp_;
+  Communicator& world_;
+  int tp_rank_;
+  FsdpStage stage_;
+  bool keeps_bf16_ = false;
+  // A one-rank group: the expert part's replicas at fsdp > 1 (sharded over
+  // all of edp) and its shard group at fsdp = 1.
+  std::unique_ptr<Communicator> self_;
+  std::vector<Part> parts_;     // the dense part (or the whole), then the experts'
+  std::vector<int> experts_with_;  // per whole-layout unit: experts_with()
+  // The optimizer step over the owned state of every part (the AdamW
+  // moments live there).
+  std::unique_ptr<ShardOptimizer> optimizer_;
   struct Staged {
     float* device;
     float* host;
