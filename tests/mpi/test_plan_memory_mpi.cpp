@@ -160,18 +160,24 @@ TEST(PlanMemoryMpi, ContextParallelLayoutsAllocateWhatThePlannerPredicts) {
   }
 }
 
-// Expert parallelism: every ep of the running world's data ranks (dp and
-// fsdp layouts), a Mixtral's activations with the mixture's ep-sized expert
-// buffers and the exchange's, in both dtypes, what the planner predicts.
-TEST(PlanMemoryMpi, ExpertParallelLayoutsAllocateWhatThePlannerPredicts) {
-  auto world = test_world();
-  const int n = world->size();
+// Every ep of the running world's data ranks that divides matrix_mixtral's
+// experts, over the dp and fsdp layouts of n ranks.
+std::vector<ParallelDims> expert_parallel_layouts(int n) {
   std::vector<ParallelDims> layouts;
   for (const ParallelDims& d : layouts_for(n))
     for (int ep = 2; ep <= d.data_parallel(); ++ep)
       if (d.data_parallel() % ep == 0 && matrix_mixtral().n_experts % ep == 0)
         layouts.push_back(d.with_expert_parallel(ep));
-  if (layouts.empty()) GTEST_SKIP() << "no expert-parallel layout of " << n << " rank(s)";
+  return layouts;
+}
+
+// Expert parallelism: every ep of the running world's data ranks (dp and
+// fsdp layouts), a Mixtral's activations with the mixture's ep-sized expert
+// buffers and the exchange's, in both dtypes, what the planner predicts.
+TEST(PlanMemoryMpi, ExpertParallelLayoutsAllocateWhatThePlannerPredicts) {
+  auto world = test_world();
+  const std::vector<ParallelDims> layouts = expert_parallel_layouts(world->size());
+  if (layouts.empty()) GTEST_SKIP() << "no expert-parallel layout of " << world->size() << " rank(s)";
   auto ops = make_cpu_ops(1);
   for (const ParallelDims& d : layouts) {
     const DeviceMesh mesh(d, *world);
@@ -200,13 +206,8 @@ TEST(PlanMemoryMpi, ExpertParallelLayoutsAllocateWhatThePlannerPredicts) {
 // reductions; and less than the same layout without ep holds.
 TEST(PlanMemoryMpi, ExpertParallelStateBytesEqualShardedParameters) {
   auto world = test_world();
-  const int n = world->size();
-  std::vector<ParallelDims> layouts;
-  for (const ParallelDims& d : layouts_for(n))
-    for (int ep = 2; ep <= d.data_parallel(); ++ep)
-      if (d.data_parallel() % ep == 0 && matrix_mixtral().n_experts % ep == 0)
-        layouts.push_back(d.with_expert_parallel(ep));
-  if (layouts.empty()) GTEST_SKIP() << "no expert-parallel layout of " << n << " rank(s)";
+  const std::vector<ParallelDims> layouts = expert_parallel_layouts(world->size());
+  if (layouts.empty()) GTEST_SKIP() << "no expert-parallel layout of " << world->size() << " rank(s)";
   auto ops = make_cpu_ops(1);
   const ModelConfig m = matrix_mixtral();
   for (const ParallelDims& d : layouts) {
