@@ -23,7 +23,9 @@ std::vector<PlacedUnit> llama_placement(const ModelConfig& m);
 // in the flat order [gate] [e0.w1 e0.w3 e1.w1 e1.w3 ...] [e0.w2 e1.w2 ...],
 // so that the grouped GEMMs read every expert's w1|w3 as one (E, 2F, C)
 // tensor (out = [gate | up], the SwiGLU op's layout) and the w2s as one
-// (E, C, F). Router and experts are whole on every tp rank: each tp rank
+// (E, C, F); at parallel.ep > 1 a rank's layout keeps its El = E/ep experts
+// in the same order in an expert unit (parameter_layout.hpp): (El, 2F, C)
+// and (El, C, F). Router and experts are whole on every tp rank: each tp rank
 // routes its own R/p rows (sequence parallelism) to whole experts, so their
 // gradients are tp-partial, as the norms' are.
 std::vector<PlacedUnit> mixtral_placement(const ModelConfig& m);

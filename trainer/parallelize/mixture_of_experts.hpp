@@ -49,19 +49,19 @@
 // runs only experts [q E/P, (q+1) E/P) of every block, q its ep rank. The
 // sorted rows go to the ranks holding their experts and the outputs come
 // back (ExpertExchange: all-to-all-v, counts first), so the combine, the
-// router and everything outside the experts are as without ep. The weights
-// of the other experts stay where the store put them, unread; their
-// gradients get nothing from this rank: summed over the data ranks (which
-// the ep group is part of), each expert's gradient is its tokens' on every
-// rank, computed once, on its owner.
+// router and everything outside the experts are as without ep. The store
+// holds only this rank's experts (ParameterLayout's expert units), so the
+// Weights are theirs alone; each expert's gradient is its tokens' from every
+// rank of the group, computed once, on its owner, then summed over the ranks
+// holding the same experts (the store's edp reduction).
 //
 // Buffers: each block's routing, dispatch plan and expert activations are
 // kept for its backward (the `slots` of the model's chunk); the gradients'
 // buffers are shared by the blocks. Under ep the experts' activations hold
 // P R k rows (a dropless layer's worst case: every row of the group routed
 // to this rank's experts), or P E/P capacity rows under a capacity factor:
-// ep costs activation memory (expert_rows), and saves none until the
-// experts' weights are stored sharded.
+// ep costs activation memory (expert_rows) and saves the other experts'
+// weights, gradients and optimizer state.
 #pragma once
 
 #include <cstdint>
@@ -161,7 +161,6 @@ class MixtureOfExperts {
     int64_t rows = 0;        // R of the forward that filled it
     int64_t local_rows = 0;  // ep only: the rows received (M <= L)
   };
-  // The local experts' slice of an (E, ...) expert tensor.
   // Throws unless `w` holds this rank's El experts (Weights' contract).
   void check_local_experts(const Weights& w) const;
   // A capacity over a micro-batch split across tp x cp ranks (header): the
@@ -203,7 +202,7 @@ class MixtureOfExperts {
   Buffer upstream_, totals_;
   // The gradients' buffers, shared by the blocks.
   Buffer dlogits_, dweight_, dy_, dh_, dgu_, dxs_, dx_act_, dx_router_;
-  Buffer w13_cast_, w2_cast_;  // cast_weights: (E, 2F, C), (E, C, F) in act
+  Buffer w13_cast_, w2_cast_;  // cast_weights: (El, 2F, C), (El, C, F) in act
   // A capacity over a split micro-batch: every rank's [te bits | tw], each
   // half (split R, k) at most, gathered over tp, then over cp; the host's
   // copies and plan.

@@ -206,7 +206,9 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
     work.push_back(w);
   }
   const size_t slow = argmax(work, [](const Work& w) { return w.slot_ms; });
-  const size_t big = argmax(units, [](const UnitSizes& z) { return z.total; });
+  // The rank holding the most state (at ep > 1 the experts weigh in: a
+  // stage with fewer dense units may hold more of them).
+  const size_t big = argmax(states, [](const StateBytes& b) { return b.total(); });
   p.slowest_rank = static_cast<int>(slow);
   const Work& w = work[slow];
   p.compute_ms = A * (w.fwd_ms + w.bwd_ms);
@@ -293,9 +295,16 @@ Prediction predict(const Config& cfg, const HardwareSpec& hw, const PlanCluster&
   // between the experts and the combine: nothing runs under it (Megatron
   // overlaps it with another micro-batch's compute; we do not yet).
   p.ep_exposed_ms = p.ep_ms;
-  // The experts' reductions run under backward like the dense part's: all
-  // but what backward no longer covers (the reductions start per block).
-  p.edp_exposed_ms = std::max(0.0, p.edp_ms - (f == 1 ? w.bwd_ms : A * w.bwd_ms));
+  // The experts' reductions (and at fsdp > 1 gathers) over edp: what runs
+  // under compute hides up to the window the dense part's have (the
+  // stage's), the rest (stages 1-2: the gather after AdamW) is exposed.
+  if (p.bytes.edp > 0) {
+    const double ov = p.edp_ms * p.bytes.edp_overlapped / p.bytes.edp, exposed = p.edp_ms - ov;
+    const double window = f == 1 || stage == 1 ? w.bwd_ms
+                          : stage == 2         ? A * w.bwd_ms
+                                               : p.compute_ms;
+    p.edp_exposed_ms = exposed + std::max(0.0, ov - window);
+  }
   p.exposed_ms = p.tp_exposed_ms + p.fsdp_exposed_ms + p.dp_exposed_ms + p.pp_exposed_ms +
                  p.cp_exposed_ms + p.ep_exposed_ms + p.edp_exposed_ms;
   p.step_ms = p.compute_ms + p.bubble_ms + p.memory_ms + p.exposed_ms;

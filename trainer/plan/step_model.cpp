@@ -359,14 +359,18 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
       const double eb = static_cast<double>(su.experts.block);
       if (l.stage == 1) {
         out.edp = rs * et + ring * et;
+        out.edp_overlapped = rs * et;  // the reduce-scatter; the gather follows AdamW
       } else if (l.stage == 2) {
         out.edp = A * rs * et + ring * et;
+        out.edp_overlapped = A * rs * et;
       } else {
         const int again = l.pp > 1 ? L : std::max(0, L - 2);
         out.edp = A * rs * et + A * ring * (et + again * eb);
+        out.edp_overlapped = out.edp;  // with the blocks' gathers and reductions
       }
     } else if (de > 1) {
       out.edp = 2.0 * (de - 1.0) / de * grad_bytes * et;
+      out.edp_overlapped = out.edp;  // each block's as its backward ends
     }
   }
   out.cp = cp_bytes_per_step(m, t, l, backend, L, A);

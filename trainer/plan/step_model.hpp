@@ -141,8 +141,9 @@ struct CommBytes {          // bytes one rank sends per optimizer step
   double cp = 0;  // the attention's keys and values (cp_bytes_per_step)
   double ep = 0;  // the mixtures' tokens all-to-all (ep_bytes_per_step), an estimate
   // edp: the experts' gradient reduction and (fsdp > 1) their shards'
-  // gathers over the expert-data-parallel group (ep > 1).
-  double edp = 0;
+  // gathers over the expert-data-parallel group (ep > 1), and the part of it
+  // that runs under backward/forward compute (as fsdp_overlapped).
+  double edp = 0, edp_overlapped = 0;
   double fsdp_overlapped = 0;  // the part that runs under backward/forward compute
   // pp: the busiest pipeline rank's point-to-point sends (pipeline_model.hpp:
   // activations forward, their gradients back, and the tied embedding's

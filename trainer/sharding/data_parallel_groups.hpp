@@ -15,7 +15,8 @@
 //   fsdp > 1   ZeRO shards over all of edp, no replicas.
 // The bytes of those reductions count under the communicator's name in
 // metrics.jsonl's comm_bytes: dp_cp or fsdp_cp at cp > 1, dp or fsdp at cp =
-// 1; the planner (trainer/plan) uses these degrees too.
+// 1, the experts' under edp; the planner (trainer/plan) uses these degrees
+// too.
 #pragma once
 
 #include "parallel/mesh.hpp"

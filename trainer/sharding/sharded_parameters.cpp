@@ -23,17 +23,18 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
   const ParallelDims& d = mesh.dims();
   Communicator& dp = mesh.axis(replica_axis(d));
   Communicator& fsdp = mesh.axis(shard_axis(d));
-  parts_.reserve(2);  // the reducers and unit strategies hold references into their part
+  // A layout of every expert on an ep mesh would store experts its ranks
+  // never run (and the mixture refuses their weights): the two must agree.
+  GT_CHECK(d.ep == layout.experts().ep, "a layout for parallel.ep=", layout.experts().ep,
+           " in a mesh of ", d.str());
   if (layout.experts().ep == 1) {
     GT_CHECK(parts.empty(), "ShardedParameters: layout parts at parallel.ep=1");
     add_part(layout, nullptr, dp, fsdp, 0, bucket_mb, bf16_params, reduce_dtype, fp8);
   } else {
-    GT_CHECK(parts.size() == 2 && parts[0]->part() == LayoutPart::dense &&
-                 parts[1]->part() == LayoutPart::experts,
+    GT_CHECK(parts.size() == 2 && parts[0] && parts[1] &&
+                 parts[0]->part() == LayoutPart::dense && parts[1]->part() == LayoutPart::experts,
              "ShardedParameters at parallel.ep=", layout.experts().ep,
              ": expected the dense and the expert layout parts");
-    GT_CHECK(d.ep == layout.experts().ep, "layout for parallel.ep=", layout.experts().ep,
-             " in a mesh of ", d.str());
     // Experts: sharded over all of edp (fsdp > 1) or replicated over it.
     self_ = std::make_unique<InProcessCommunicator>("self");
     Communicator& edp = mesh.edp();
@@ -45,24 +46,24 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
     // The experts keep a bf16 copy exactly when the dense part does: the
     // model reads one or casts itself, for every weight alike (stage 3 with
     // a one-rank edp group stores the experts whole, yet the model casts).
-    const bool dense_copy = parts_.front().params_bf16.bytes() > 0;
+    const bool dense_copy = parts_.front()->params_bf16.bytes() > 0;
     add_part(experts, std::move(parts[1]), edp_replicas, edp_shards, dense_units, bucket_mb,
              dense_copy, reduce_dtype, Fp8GatherOptions{});
-    GT_CHECK(dense_units + static_cast<int>(parts_[1].layout->units().size()) ==
+    GT_CHECK(dense_units + static_cast<int>(parts_[1]->layout->units().size()) ==
                  static_cast<int>(layout.units().size()),
              "the layout parts' units do not add up to the whole layout's");
   }
-  keeps_bf16_ = parts_.front().params_bf16.bytes() > 0;
+  keeps_bf16_ = parts_.front()->params_bf16.bytes() > 0;
   // Each block's expert unit goes with the block's hooks.
   experts_with_.assign(layout.units().size(), -1);
   if (parts_.size() == 2)
     for (const StageSpan& c : layout.chunks())
       for (int l = c.first_layer; l < c.end_layer; ++l)
         experts_with_[static_cast<size_t>(layout.block_unit(l))] =
-            parts_[1].layout->block_unit(l);
+            parts_[1]->layout->block_unit(l);
   std::vector<ShardOptimizer::Share> shares;
-  for (const Part& p : parts_)
-    shares.push_back({p.geom.get(), p.full_params(), p.plan.moments, p.dp_rank});
+  for (const auto& p : parts_)
+    shares.push_back({p->geom.get(), p->full_params(), p->plan.moments, p->dp_rank});
   optimizer_ = std::make_unique<ShardOptimizer>(ops, world_, shares, tp_rank_);
 }
 
@@ -71,25 +72,26 @@ void ShardedParameters::add_part(const ParameterLayout& layout,
                                  Communicator& fsdp, int first_unit, double bucket_mb,
                                  bool bf16_params, ComputeDType reduce_dtype,
                                  const Fp8GatherOptions& fp8) {
-  Part p;
-  p.layout = &layout;
-  p.own_layout = std::move(own);
-  p.first_unit = first_unit;
-  p.dp = &dp;
-  p.fsdp = &fsdp;
-  p.dp_rank = dp.rank();
-  p.geom = std::make_unique<ShardGeometry>(layout, fsdp.size(), fsdp.rank());
-  p.plan = plan_sharded_state(layout, p.geom->fsdp(), stage_, bf16_params, dp.size(), reduce_dtype);
+  // On the heap: the reducer and unit strategy hold references into it.
+  auto owned = std::make_unique<Part>();
+  Part& q = *owned;
+  q.layout = &layout;
+  q.own_layout = std::move(own);
+  q.first_unit = first_unit;
+  q.dp = &dp;
+  q.fsdp = &fsdp;
+  q.dp_rank = dp.rank();
+  q.geom = std::make_unique<ShardGeometry>(layout, fsdp.size(), fsdp.rank());
+  q.plan = plan_sharded_state(layout, q.geom->fsdp(), stage_, bf16_params, dp.size(), reduce_dtype);
   // Every buffer as the state plan sizes it (the planner sums the same plan).
-  p.params = allocate_floats(ops_, p.plan.params);
-  if (p.plan.params_bf16 > 0)
-    p.params_bf16 =
-        ops_.allocate(static_cast<size_t>(p.plan.params_bf16) * dtype_size(DType::bf16));
-  parts_.push_back(std::move(p));
-  Part& q = parts_.back();  // the references below live as long as the part
+  q.params = allocate_floats(ops_, q.plan.params);
+  if (q.plan.params_bf16 > 0)
+    q.params_bf16 =
+        ops_.allocate(static_cast<size_t>(q.plan.params_bf16) * dtype_size(DType::bf16));
   q.reducer = make_gradient_reducer(
       {*q.layout, *q.geom, q.plan, ops_, *q.dp, *q.fsdp, tp_, bucket_mb, reduce_dtype});
   q.units = make_unit_parameters(*q.layout, *q.geom, q.plan, q.params, ops_, *q.fsdp, tp_, fp8);
+  parts_.push_back(std::move(owned));
 }
 
 ShardedParameters::~ShardedParameters() = default;
@@ -99,7 +101,7 @@ ShardedParameters::~ShardedParameters() = default;
 ShardedParameters::Part& ShardedParameters::part_of(int unit, int* local) {
   GT_CHECK(unit >= 0 && unit < static_cast<int>(layout_.units().size()), "unit ", unit, " of ",
            layout_.units().size());
-  Part& p = parts_.size() == 2 && unit >= parts_[1].first_unit ? parts_[1] : parts_[0];
+  Part& p = parts_.size() == 2 && unit >= parts_[1]->first_unit ? *parts_[1] : *parts_[0];
   *local = unit - p.first_unit;
   return p;
 }
@@ -126,7 +128,8 @@ void ShardedParameters::progress() {
   // MPI moves non-blocking collectives only inside MPI calls: poll them here,
   // between ops, so they advance while compute goes on. Completion never
   // launches anything (that would break the common order across ranks).
-  for (Part& p : parts_) {
+  for (const auto& owned : parts_) {
+    Part& p = *owned;
     p.units->progress();
     p.reducer->progress();
   }
@@ -151,7 +154,8 @@ void ShardedParameters::refresh_bf16_params(Part& p) {
 }
 
 void ShardedParameters::begin_forward(bool backward_follows) {
-  for (Part& p : parts_) {
+  for (const auto& owned : parts_) {
+    Part& p = *owned;
     if (p.params_bf16.bytes() > 0 && p.params_bf16_stale) refresh_bf16_params(p);
     p.units->begin_forward(backward_follows);
   }
@@ -163,12 +167,12 @@ void ShardedParameters::begin_forward(bool backward_follows) {
 void ShardedParameters::before_forward(int unit) {
   int local = 0;
   part_of(unit, &local).units->before_forward(local);
-  if (const int e = experts_with(unit); e >= 0) parts_[1].units->before_forward(e);
+  if (const int e = experts_with(unit); e >= 0) parts_[1]->units->before_forward(e);
   progress();
 }
 
 void ShardedParameters::after_forward(int unit) {
-  if (const int e = experts_with(unit); e >= 0) parts_[1].units->after_forward(e);
+  if (const int e = experts_with(unit); e >= 0) parts_[1]->units->after_forward(e);
   int local = 0;
   part_of(unit, &local).units->after_forward(local);
 }
@@ -176,11 +180,11 @@ void ShardedParameters::after_forward(int unit) {
 // ---- Gradients (the GradientReducer) ------------------------------------------
 
 void ShardedParameters::begin_step() {
-  for (Part& p : parts_) p.reducer->begin_step();
+  for (const auto& p : parts_) p->reducer->begin_step();
 }
 
 void ShardedParameters::begin_micro_batch(bool last) {
-  for (Part& p : parts_) p.reducer->begin_micro_batch(last);
+  for (const auto& p : parts_) p->reducer->begin_micro_batch(last);
 }
 
 void ShardedParameters::before_backward(int unit) {
@@ -189,16 +193,16 @@ void ShardedParameters::before_backward(int unit) {
   p.units->before_backward(local);
   p.reducer->before_backward(local);
   if (const int e = experts_with(unit); e >= 0) {
-    parts_[1].units->before_backward(e);
-    parts_[1].reducer->before_backward(e);
+    parts_[1]->units->before_backward(e);
+    parts_[1]->reducer->before_backward(e);
   }
   progress();
 }
 
 void ShardedParameters::after_backward(int unit) {
   if (const int e = experts_with(unit); e >= 0) {
-    parts_[1].reducer->after_backward(e);
-    parts_[1].units->after_backward(e);
+    parts_[1]->reducer->after_backward(e);
+    parts_[1]->units->after_backward(e);
   }
   int local = 0;
   Part& p = part_of(unit, &local);
@@ -208,7 +212,7 @@ void ShardedParameters::after_backward(int unit) {
 }
 
 void ShardedParameters::finish_gradients() {
-  for (Part& p : parts_) p.reducer->finish();
+  for (const auto& p : parts_) p->reducer->finish();
 }
 
 TensorView ShardedParameters::owned_unit_grads(int unit) {
@@ -225,7 +229,8 @@ TensorView ShardedParameters::owned_unit_grads(int unit) {
 
 ShardOptimizer::States ShardedParameters::optimizer_states() {
   ShardOptimizer::States out;
-  for (Part& p : parts_) {
+  for (const auto& owned : parts_) {
+    Part& p = *owned;
     const Buffer& grads = p.reducer->owned();
     // fsdp = 1: the runs cover the whole parameters, so AdamW writes the bf16
     // copy too. Stages 1-2 update a shard and gather: the copy is cast after.
@@ -258,12 +263,12 @@ void ShardedParameters::adamw_step(const TrainConfig& tc, double lr, float clip,
 
 bool ShardedParameters::fp8_weight(const float* w, int64_t numel, TensorView* codes,
                                    TensorView* scale) {
-  return parts_.front().units->fp8_weight(w, numel, codes, scale);  // the experts stay bf16
+  return parts_.front()->units->fp8_weight(w, numel, codes, scale);  // the experts stay bf16
 }
 
 void ShardedParameters::after_update(const ShardOptimizer::States& states) {
   for (size_t i = 0; i < parts_.size(); ++i) {
-    Part& p = parts_[i];
+    Part& p = *parts_[i];
     p.params_bf16_stale = states[i].params_bf16.empty();
     p.units->parameters_changed();
     if (p.geom->fsdp() > 1 && p.full_params()) {  // stage 1/2: everyone gets the updated shards
@@ -287,7 +292,8 @@ TensorView ShardedParameters::view(float* p, std::initializer_list<int64_t> shap
 }
 
 void ShardedParameters::parameters_loaded() {
-  for (Part& p : parts_) {
+  for (const auto& owned : parts_) {
+    Part& p = *owned;
     p.params_bf16_stale = true;
     p.units->parameters_changed();
   }
@@ -299,8 +305,8 @@ void ShardedParameters::load_global(const std::string& name, const float* data) 
   if (!layout_.find(name) && layout_.in_model(name)) return;
   layout_.at(name);
   Part* part = nullptr;
-  for (Part& p : parts_)
-    if (p.layout->find(name)) part = &p;
+  for (const auto& p : parts_)
+    if (p->layout->find(name)) part = p.get();
   GT_CHECK(part, "parameter '", name, "' is in no part of the store");
   Part& p = *part;
   const ParamSpec& spec = p.layout->at(name);
@@ -323,7 +329,7 @@ void ShardedParameters::load_global(const std::string& name, const float* data) 
 std::vector<TensorPiece> ShardedParameters::pieces(size_t part,
                                                    const std::vector<ParamSegment>& segs,
                                                    bool params, bool moments, bool dedup) {
-  Part& p = parts_[part];
+  Part& p = *parts_[part];
   std::vector<TensorPiece> out;
   for (const auto& seg : segs) {
     // Deduplicated: each replica written by its owner only, a pipeline
@@ -376,7 +382,7 @@ std::vector<TensorPiece> ShardedParameters::stage_on_host(std::vector<TensorPiec
 std::vector<TensorPiece> ShardedParameters::pieces_to_save() {
   std::vector<TensorPiece> out;
   for (size_t i = 0; i < parts_.size(); ++i) {
-    std::vector<TensorPiece> mine = pieces(i, parts_[i].geom->owned(), true, true, true);
+    std::vector<TensorPiece> mine = pieces(i, parts_[i]->geom->owned(), true, true, true);
     out.insert(out.end(), mine.begin(), mine.end());
   }
   return stage_on_host(std::move(out), true);
@@ -385,7 +391,7 @@ std::vector<TensorPiece> ShardedParameters::pieces_to_save() {
 std::vector<TensorPiece> ShardedParameters::pieces_to_load() {
   std::vector<TensorPiece> out;
   for (size_t i = 0; i < parts_.size(); ++i) {
-    const Part& p = parts_[i];
+    const Part& p = *parts_[i];
     const bool gathered = p.full_params() && p.geom->fsdp() > 1;
     std::vector<TensorPiece> mine = pieces(i, p.geom->owned(), !gathered, true, false);
     out.insert(out.end(), mine.begin(), mine.end());
@@ -407,14 +413,15 @@ void ShardedParameters::finish_load() {
 MemoryFigures ShardedParameters::memory() const {
   auto bytes = [](const Buffer& b) { return static_cast<int64_t>(b.bytes()); };
   MemoryFigures f;
-  for (const Part& p : parts_) {
+  for (const auto& owned : parts_) {
+    const Part& p = *owned;
     f.params += bytes(p.params) + bytes(p.params_bf16) + p.units->slot_bytes();
     f.grads += p.reducer->bytes();
   }
   // Unsharded: this tp shard with every expert (each ep rank's expert part
   // is as large as this one's).
-  int64_t T = parts_.front().layout->total();
-  if (parts_.size() == 2) T += layout_.experts().ep * parts_[1].layout->total();
+  int64_t T = parts_.front()->layout->total();
+  if (parts_.size() == 2) T += layout_.experts().ep * parts_[1]->layout->total();
   T *= static_cast<int64_t>(sizeof(float));
   f.optimizer = optimizer_->moment_bytes();
   f.params_unsharded = T;

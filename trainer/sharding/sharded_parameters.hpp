@@ -100,7 +100,8 @@ class ShardedParameters final : public ParameterStore {
   // reduce_dtype: parallel.reduce_dtype, the precision of the gradient
   // reductions over dp and fsdp (gradient_reducer.hpp).
   // fp8: parallel.fp8_allgather (stage 3; the layout's units padded to 4 x
-  // the shard degree; the dense part's only: experts stay bf16).
+  // the shard degree; the dense part's only: the experts' GEMMs are not fp8,
+  // so their units are gathered in fp32).
   // parts: at layout.experts().ep > 1 its LayoutPart::dense and ::experts
   // layouts (the dense one padded as `layout`, the experts' to
   // expert_shard_degree), kept by the store; none at ep = 1.
@@ -175,7 +176,7 @@ class ShardedParameters final : public ParameterStore {
   // everything stored and done for it.
   struct Part {
     const ParameterLayout* layout = nullptr;
-    std::unique_ptr<ParameterLayout> own_layout;  // the expert parts' (ep > 1)
+    std::unique_ptr<ParameterLayout> own_layout;  // at ep > 1 (both parts' own)
     int first_unit = 0;  // the whole layout's index of this part's unit 0
     Communicator* dp = nullptr;    // replicas: the gradients' all-reduce
     Communicator* fsdp = nullptr;  // the shard group
@@ -229,7 +230,7 @@ class ShardedParameters final : public ParameterStore {
   // A one-rank group: the expert part's replicas at fsdp > 1 (sharded over
   // all of edp) and its shard group at fsdp = 1.
   std::unique_ptr<Communicator> self_;
-  std::vector<Part> parts_;     // the dense part (or the whole), then the experts'
+  std::vector<std::unique_ptr<Part>> parts_;  // the dense part (or the whole), then the experts'
   std::vector<int> experts_with_;  // per whole-layout unit: experts_with()
   // The optimizer step over the owned state of every part (the AdamW
   // moments live there).
