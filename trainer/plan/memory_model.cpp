@@ -46,15 +46,13 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const PlanLayout& l, 
   return predict_comm_workspace_bytes(m, unit_sizes(m, l.tp, f), l, seq_len, backend);
 }
 
-int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, const PlanLayout& l,
-                                     int seq_len, PlanBackend backend) {
-  if (backend != PlanBackend::cpu) return 0;
-  const int64_t T = z.total, S = z.shard_total, embed = z.embed, head = z.head, block = z.block;
-  // The gradient reductions' elements, at the wire's element size.
-  // Over the gradients' groups: cp folds into the replicas (fsdp = 1) or
-  // the shards (data_parallel_groups.hpp).
-  const ParallelDims dims = l.dims();
-  const int f = shard_degree(dims), d = replica_degree(dims);
+namespace {
+
+// Bytes of the temporaries the gradient reductions of units `z` leave in
+// flight, sharded over f ranks and replicated over d (the header's rules),
+// at the wire's element size.
+int64_t gradient_workspace_bytes(const UnitSizes& z, int f, int d, const PlanLayout& l) {
+  const int64_t T = z.total, S = z.shard_total;
   int64_t grad_elems = 0;
   if (f == 1) {
     if (d > 1) grad_elems += T;
@@ -62,11 +60,21 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, c
     // Stage 1 is not bound by the slots: a third block measured in flight,
     // but for the cp collectives' waits completing them sooner (header).
     const int blocks_in_flight = l.stage == 1 && l.cp == 1 ? 3 : 2;
-    if (f > 2) grad_elems += std::min(2 * T, 2 * (embed + head + blocks_in_flight * block));
+    if (f > 2) grad_elems += std::min(2 * T, 2 * (z.embed + z.head + blocks_in_flight * z.block));
     if (d > 1) grad_elems += S;
   }
-  const int64_t grad_elem_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2 : 4;
-  int64_t bytes = grad_elems * grad_elem_bytes;
+  return grad_elems * (l.reduce_dtype == ComputeDType::bf16 ? 2 : 4);
+}
+
+}  // namespace
+
+int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, const PlanLayout& l,
+                                     int seq_len, PlanBackend backend) {
+  if (backend != PlanBackend::cpu) return 0;
+  // Over the gradients' groups: cp folds into the replicas (fsdp = 1) or
+  // the shards (data_parallel_groups.hpp).
+  const ParallelDims dims = l.dims();
+  int64_t bytes = gradient_workspace_bytes(z, shard_degree(dims), replica_degree(dims), l);
   if (l.tp > 1 && !l.tp_overlap)  // of a cp rank's rows
     bytes += 2 * static_cast<int64_t>(l.micro_batch) * (seq_len / l.cp) * m.n_embd * 4;
   return bytes;
@@ -74,15 +82,8 @@ int64_t predict_comm_workspace_bytes(const ModelConfig& m, const UnitSizes& z, c
 
 int64_t predict_expert_workspace_bytes(const UnitSizes& experts, int expert_fsdp, int expert_dp,
                                        const PlanLayout& l, PlanBackend backend) {
-  if (backend != PlanBackend::cpu || experts.total == 0) return 0;
-  int64_t elems = 0;
-  if (expert_fsdp == 1) {
-    if (expert_dp > 1) elems += experts.total;
-  } else if (expert_fsdp > 2) {
-    const int blocks_in_flight = l.stage == 1 && l.cp == 1 ? 3 : 2;
-    elems += std::min(2 * experts.total, 2 * blocks_in_flight * experts.block);
-  }
-  return elems * (l.reduce_dtype == ComputeDType::bf16 ? 2 : 4);
+  if (backend != PlanBackend::cpu) return 0;
+  return gradient_workspace_bytes(experts, expert_fsdp, expert_dp, l);
 }
 
 namespace {

@@ -260,6 +260,44 @@ double cp_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanL
   return A * per_micro + 2.0 * (cp - 1) / cp * 8.0;
 }
 
+namespace {
+
+// Bytes one rank sends per step over a shard group of f > 1 ranks holding
+// `total` floats of units whose largest block is `block` (L blocks, A
+// micro-batches): the gradients' reduce-scatters at `grad_bytes` an element
+// and the fp32 parameter gathers, by ZeRO stage; and the part of them that
+// runs under compute.
+struct ShardGroupBytes {
+  double bytes = 0, overlapped = 0;
+};
+ShardGroupBytes shard_group_bytes(int f, double total, double block, const PlanLayout& l, int L,
+                                  int A, double grad_bytes) {
+  const double ring = (f - 1.0) / f * 4.0;
+  const double rs = (f - 1.0) / f * grad_bytes;  // the gradients' reduce-scatter
+  ShardGroupBytes out;
+  if (l.stage == 1) {
+    out.bytes = rs * total + ring * total;
+    out.overlapped = rs * total;  // the reduce-scatter; the gather follows AdamW
+  } else if (l.stage == 2) {
+    out.bytes = A * rs * total + ring * total;
+    out.overlapped = A * rs * total;  // the reduce-scatters
+  } else {
+    // Backward gathers the blocks again, but for the last two (whole
+    // model) or every one (a pipeline stage, see the header).
+    const int again = l.pp > 1 ? L : std::max(0, L - 2);
+    out.bytes = A * rs * total + A * ring * (total + again * block);
+    out.overlapped = out.bytes;  // prefetched / under backward
+  }
+  return out;
+}
+
+// Bytes one rank sends per step all-reducing n gradient elements over d ranks.
+double all_reduce_bytes(int d, double n, double grad_bytes) {
+  return 2.0 * (d - 1.0) / d * grad_bytes * n;
+}
+
+}  // namespace
+
 CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanLayout& l,
                               PlanBackend backend, const ModelShare& share) {
   // The gradients' groups (cp folded in): fsdp shards over fsdp x cp, the
@@ -331,46 +369,25 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
   // gathered in fp32.
   const double grad_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2.0 : 4.0;
   if (fsdp > 1) {
-    const double ring = (fsdp - 1.0) / fsdp * 4.0;
-    const double rs = (fsdp - 1.0) / fsdp * grad_bytes;  // the gradients' reduce-scatter
-    if (l.stage == 1) {
-      out.fsdp = rs * total + ring * total;
-      out.fsdp_overlapped = rs * total;  // the reduce-scatter
-    } else if (l.stage == 2) {
-      out.fsdp = A * rs * total + ring * total;
-      out.fsdp_overlapped = A * rs * total;  // the reduce-scatters
-    } else {
-      // Backward gathers the blocks again, but for the last two (whole
-      // model) or every one (a pipeline stage, see the header).
-      const int again = l.pp > 1 ? L : std::max(0, L - 2);
-      out.fsdp = A * rs * total + A * ring * (total + again * block);
-      out.fsdp_overlapped = out.fsdp;                      // prefetched / under backward
-    }
+    const ShardGroupBytes s = shard_group_bytes(fsdp, total, block, l, L, A, grad_bytes);
+    out.fsdp = s.bytes;
+    out.fsdp_overlapped = s.overlapped;
   }
   if (dp > 1)
-    out.dp = 2.0 * (dp - 1.0) / dp * grad_bytes *
-             static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp);
-  // The experts over edp: all-reduced (fsdp = 1), or sharded like the dense
-  // part over fsdp (the same stage's gathers and reduce-scatters).
+    out.dp = all_reduce_bytes(dp, static_cast<double>(fsdp == 1 ? u.total : u.total / fsdp),
+                              grad_bytes);
+  // The experts over edp: sharded like the dense part over fsdp (the same
+  // stage's gathers and reduce-scatters), or all-reduced (fsdp = 1), each
+  // block's as its backward ends.
   const double et = static_cast<double>(su.experts.total);
   if (const int fe = su.expert_fsdp, de = su.expert_dp; et > 0) {
     if (fe > 1) {
-      const double ring = (fe - 1.0) / fe * 4.0, rs = (fe - 1.0) / fe * grad_bytes;
-      const double eb = static_cast<double>(su.experts.block);
-      if (l.stage == 1) {
-        out.edp = rs * et + ring * et;
-        out.edp_overlapped = rs * et;  // the reduce-scatter; the gather follows AdamW
-      } else if (l.stage == 2) {
-        out.edp = A * rs * et + ring * et;
-        out.edp_overlapped = A * rs * et;
-      } else {
-        const int again = l.pp > 1 ? L : std::max(0, L - 2);
-        out.edp = A * rs * et + A * ring * (et + again * eb);
-        out.edp_overlapped = out.edp;  // with the blocks' gathers and reductions
-      }
+      const ShardGroupBytes s = shard_group_bytes(
+          fe, et, static_cast<double>(su.experts.block), l, L, A, grad_bytes);
+      out.edp = s.bytes;
+      out.edp_overlapped = s.overlapped;
     } else if (de > 1) {
-      out.edp = 2.0 * (de - 1.0) / de * grad_bytes * et;
-      out.edp_overlapped = out.edp;  // each block's as its backward ends
+      out.edp = out.edp_overlapped = all_reduce_bytes(de, et, grad_bytes);
     }
   }
   out.cp = cp_bytes_per_step(m, t, l, backend, L, A);

@@ -63,7 +63,7 @@ ShardedParameters::ShardedParameters(const ParameterLayout& layout, const Device
             parts_[1]->layout->block_unit(l);
   std::vector<ShardOptimizer::Share> shares;
   for (const auto& p : parts_)
-    shares.push_back({p->geom.get(), p->full_params(), p->plan.moments, p->dp_rank});
+    shares.push_back({p->geom.get(), p->full_params(), p->plan.moments, p->dp->rank()});
   optimizer_ = std::make_unique<ShardOptimizer>(ops, world_, shares, tp_rank_);
 }
 
@@ -80,7 +80,6 @@ void ShardedParameters::add_part(const ParameterLayout& layout,
   q.first_unit = first_unit;
   q.dp = &dp;
   q.fsdp = &fsdp;
-  q.dp_rank = dp.rank();
   q.geom = std::make_unique<ShardGeometry>(layout, fsdp.size(), fsdp.rank());
   q.plan = plan_sharded_state(layout, q.geom->fsdp(), stage_, bf16_params, dp.size(), reduce_dtype);
   // Every buffer as the state plan sizes it (the planner sums the same plan).
@@ -334,7 +333,7 @@ std::vector<TensorPiece> ShardedParameters::pieces(size_t part,
   for (const auto& seg : segs) {
     // Deduplicated: each replica written by its owner only, a pipeline
     // stage's mirror of wte by the first stage.
-    if (dedup && (!owns_replica(seg.spec->split, p.dp_rank, tp_rank_) || seg.spec->mirror))
+    if (dedup && (!owns_replica(seg.spec->split, p.dp->rank(), tp_rank_) || seg.spec->mirror))
       continue;
     const int64_t at = p.geom->fsdp() == 1 ? seg.flat : seg.storage;
     const ParamSpec& spec = *seg.spec;

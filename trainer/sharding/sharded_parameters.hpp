@@ -180,7 +180,6 @@ class ShardedParameters final : public ParameterStore {
     int first_unit = 0;  // the whole layout's index of this part's unit 0
     Communicator* dp = nullptr;    // replicas: the gradients' all-reduce
     Communicator* fsdp = nullptr;  // the shard group
-    int dp_rank = 0;
     std::unique_ptr<ShardGeometry> geom;
     ShardedStatePlan plan;
     Buffer params;  // full (T) or shard storage
