@@ -6,44 +6,6 @@
 
 namespace gt {
 
-std::vector<std::vector<Fp8GatheredWeight>> fp8_gathered_weights(const ParameterLayout& layout,
-                                                                 int64_t min_dim) {
-  std::vector<std::vector<Fp8GatheredWeight>> out(layout.units().size());
-  const std::vector<ParamSpec>& specs = layout.specs();
-  auto matrix = [](const ParamSpec& s, TpRole role) {
-    return s.layer >= 0 && !s.mirror && s.shape.size() == 2 && s.role == role;
-  };
-  int index = 0;
-  auto add = [&](const ParamSpec& first, int64_t end, int64_t out_rows, int64_t in_cols) {
-    if (std::min(out_rows, in_cols) < min_dim) return;  // Fp8Linear::applies
-    const int64_t unit_begin = layout.units()[static_cast<size_t>(first.unit)].begin;
-    out[static_cast<size_t>(first.unit)].push_back(
-        {first.offset - unit_begin, end - first.offset, index++});
-  };
-  for (size_t i = 0; i < specs.size();) {
-    const ParamSpec& s = specs[i];
-    if (matrix(s, TpRole::row)) {
-      add(s, s.offset + s.numel, s.global_shape[0], s.global_shape[1]);
-      ++i;
-    } else if (matrix(s, TpRole::column)) {
-      // A run of adjacent column-parallel weights of one block: one fused GEMM.
-      int64_t rows = s.global_shape[0], end = s.offset + s.numel;
-      size_t j = i + 1;
-      while (j < specs.size() && matrix(specs[j], TpRole::column) && specs[j].unit == s.unit &&
-             specs[j].offset == end && specs[j].shape[1] == s.shape[1]) {
-        rows += specs[j].global_shape[0];
-        end += specs[j].numel;
-        ++j;
-      }
-      add(s, end, rows, s.global_shape[1]);
-      i = j;
-    } else {
-      ++i;
-    }
-  }
-  return out;
-}
-
 Fp8GatheredWeights::Fp8GatheredWeights(const ParameterLayout& layout, const ShardGeometry& geom,
                                        Ops& ops, Communicator& fsdp, Communicator& tp,
                                        int64_t min_dim)
@@ -52,50 +14,11 @@ Fp8GatheredWeights::Fp8GatheredWeights(const ParameterLayout& layout, const Shar
       ops_(ops),
       fsdp_(fsdp),
       tp_(tp),
-      weights_(fp8_gathered_weights(layout, min_dim)) {
-  const size_t units = layout.units().size();
-  side_runs_.resize(units);
-  side_max_.assign(units, 0);
-  int64_t widest = 0;
-  for (size_t u = 0; u < units; ++u) {
-    const int unit = static_cast<int>(u);
-    const int64_t S = geom.shard_size(unit);
-    GT_CHECK(weights_[u].empty() || S % 4 == 0, "fp8 all-gather: unit ", layout.units()[u].name,
-             "'s shard of ", S, " elements is not a multiple of 4 (units must be padded to 4 x "
-             "the shard degree)");
-    int64_t at = 0;
-    for (const Fp8GatheredWeight& w : weights_[u]) {
-      if (w.begin > at) side_runs_[u].push_back({at, w.begin});
-      at = w.begin + w.size;
-      count_ = std::max(count_, w.index + 1);
-      // The widest part of one weight in one shard (its bf16 rounding's buffer).
-      for (int r = 0; r < geom.fsdp(); ++r) {
-        const auto [lo, hi] = in_shard(unit, r, w.begin, w.begin + w.size);
-        widest = std::max(widest, hi - lo);
-      }
-    }
-    if (weights_[u].empty()) continue;
-    const int64_t size = layout.units()[u].size();
-    if (at < size) side_runs_[u].push_back({at, size});
-    for (int r = 0; r < geom.fsdp(); ++r) {
-      int64_t n = 0;
-      for (const auto& [b, e] : side_runs_[u]) {
-        const auto [lo, hi] = in_shard(unit, r, b, e);
-        n += hi - lo;
-      }
-      side_max_[u] = std::max(side_max_[u], n);
-    }
-  }
+      plan_(plan_fp8_gather(layout, geom.fsdp(), min_dim)) {
   codes_ = ops.allocate(static_cast<size_t>(geom.storage_total()));
-  scales_ = allocate_floats(ops, std::max(count_, 1));
-  bf16_ = ops.allocate(static_cast<size_t>(std::max<int64_t>(widest, 1)) * dtype_size(DType::bf16));
-}
-
-std::pair<int64_t, int64_t> Fp8GatheredWeights::in_shard(int unit, int rank, int64_t begin,
-                                                         int64_t end) const {
-  const int64_t S = geom_.shard_size(unit);
-  const int64_t lo = std::max(begin, rank * S), hi = std::min(end, (rank + 1) * S);
-  return {lo, std::max(lo, hi)};
+  scales_ = allocate_floats(ops, std::max(plan_.weights, 1));
+  bf16_ = ops.allocate(static_cast<size_t>(std::max<int64_t>(plan_.widest, 1)) *
+                       dtype_size(DType::bf16));
 }
 
 void Fp8GatheredWeights::refresh(const Buffer& shard) {
@@ -114,20 +37,20 @@ void Fp8GatheredWeights::refresh(const Buffer& shard) {
               make_view(shard.f32() + *storage, DType::f32, dev, {hi - lo}));
     return b;
   };
-  for (size_t u = 0; u < weights_.size(); ++u)
-    for (const Fp8GatheredWeight& w : weights_[u]) {
+  for (size_t u = 0; u < plan_.units.size(); ++u)
+    for (const Fp8GatheredWeight& w : plan_.units[u].weights) {
       int64_t storage = 0;
       const TensorView b = rounded(static_cast<int>(u), w, &storage);
       if (b.empty()) ops_.zero(scale(w.index));  // no element here: |.| >= 0 elsewhere
       else ops_.fp8_amax(scale(w.index), b, Fp8Reduce::tensor);
     }
   // The whole weight's amax: over the shards, then over its tp pieces.
-  fsdp_.all_reduce_max(scales_.f32(), count_).wait();
-  if (tp_.size() > 1) tp_.all_reduce_max(scales_.f32(), count_).wait();
-  const TensorView all = make_view(scales_.f32(), DType::f32, dev, {count_});
+  fsdp_.all_reduce_max(scales_.f32(), plan_.weights).wait();
+  if (tp_.size() > 1) tp_.all_reduce_max(scales_.f32(), plan_.weights).wait();
+  const TensorView all = make_view(scales_.f32(), DType::f32, dev, {plan_.weights});
   ops_.fp8_scale_from_amax(all, all, Fp8Format::e4m3, false);
-  for (size_t u = 0; u < weights_.size(); ++u)
-    for (const Fp8GatheredWeight& w : weights_[u]) {
+  for (size_t u = 0; u < plan_.units.size(); ++u)
+    for (const Fp8GatheredWeight& w : plan_.units[u].weights) {
       int64_t storage = 0;
       const TensorView b = rounded(static_cast<int>(u), w, &storage);
       if (b.empty()) continue;
@@ -152,7 +75,7 @@ std::pair<CommHandle, CommHandle> Fp8GatheredWeights::start(int unit, const Buff
   h.first = fsdp_.all_gather(reinterpret_cast<const float*>(my_codes), codes.f32(), S / 4);
   if (M == 0) return h;
   int64_t pos = 0;
-  for (const auto& [b, e] : side_runs_[u]) {
+  for (const auto& [b, e] : plan_.units[u].side_runs) {
     const auto [lo, hi] = in_shard(unit, me, b, e);
     if (hi == lo) continue;
     ops_.copy(make_view(send.f32() + pos, DType::f32, dev, {hi - lo}),
@@ -169,7 +92,7 @@ void Fp8GatheredWeights::unpack(int unit, const Buffer& side, float* slot) {
   const int64_t M = side_floats(unit);
   for (int r = 0; r < geom_.fsdp(); ++r) {
     int64_t pos = 0;
-    for (const auto& [b, e] : side_runs_[static_cast<size_t>(unit)]) {
+    for (const auto& [b, e] : plan_.units[static_cast<size_t>(unit)].side_runs) {
       const auto [lo, hi] = in_shard(unit, r, b, e);
       if (hi == lo) continue;
       ops_.copy(make_view(slot + lo, DType::f32, dev, {hi - lo}),
@@ -182,7 +105,7 @@ void Fp8GatheredWeights::unpack(int unit, const Buffer& side, float* slot) {
 bool Fp8GatheredWeights::find(int unit, const float* slot, const Buffer& codes, const float* w,
                               int64_t numel, TensorView* w_codes, TensorView* scale) const {
   const int64_t off = w - slot;
-  for (const Fp8GatheredWeight& g : weights_[static_cast<size_t>(unit)]) {
+  for (const Fp8GatheredWeight& g : plan_.units[static_cast<size_t>(unit)].weights) {
     if (off < g.begin || off >= g.begin + g.size) continue;
     GT_CHECK(off == g.begin && numel == g.size, "fp8 all-gather: the linear layer's weight at ",
              off, " (", numel, " elements) of unit ",

@@ -22,16 +22,7 @@
 // and rounding (tests/layouts/fp8_layouts.py holds fsdp2 stage 3 with and
 // without it to one rank).
 //
-// Which weights: the ones the linear layers quantise as one tensor
-// (Fp8Linear): in a block, each run of consecutive column-parallel 2-D
-// weights (GPT-2's c_attn and c_fc; Llama's q|k|v and gate|up, which its
-// layers read as one fused weight) and each row-parallel 2-D weight
-// (attn.c_proj / o_proj, mlp.c_proj / down_proj), when no dimension of the
-// whole weight is under runtime.fp8_min_dim. A mixture's router and experts
-// are not column- or row-parallel and stay fp32 here, as they stay bf16 in
-// the layers. find() refuses a pointer into a weight that does not start
-// it, or a size that is not the weight's, so a layer whose fused weight
-// disagreed with this rule would fail loudly instead of reading garbage.
+// Which weights and how a unit is cut: trainer/sharding/fp8_gather_plan.hpp.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +32,7 @@
 #include "kernels/ops.hpp"
 #include "parallel/communicator.hpp"
 #include "trainer/model/parameter_layout.hpp"
+#include "trainer/sharding/fp8_gather_plan.hpp"
 #include "trainer/sharding/shard_geometry.hpp"
 
 namespace gt {
@@ -50,24 +42,16 @@ struct Fp8GatherOptions {
   int64_t min_dim = 0;  // runtime.fp8_min_dim
 };
 
-// One fp8 weight: unit-local flat elements [begin, begin + size).
-struct Fp8GatheredWeight {
-  int64_t begin = 0, size = 0;
-  int index = 0;  // into the amax / scale vector
-};
-// The fp8 weights of every unit of `layout`, in flat order (see above).
-std::vector<std::vector<Fp8GatheredWeight>> fp8_gathered_weights(const ParameterLayout& layout,
-                                                                 int64_t min_dim);
-
 class Fp8GatheredWeights {
  public:
   // `fsdp` is the shard group, `tp` the tensor-parallel one; all outlive this.
   Fp8GatheredWeights(const ParameterLayout& layout, const ShardGeometry& geom, Ops& ops,
                      Communicator& fsdp, Communicator& tp, int64_t min_dim);
 
-  bool gathers(int unit) const { return !weights_[static_cast<size_t>(unit)].empty(); }
+  const Fp8GatherPlan& plan() const { return plan_; }
+  bool gathers(int unit) const { return plan_.units[static_cast<size_t>(unit)].gathers(); }
   // Floats of the unit's fp32 side vector per shard.
-  int64_t side_floats(int unit) const { return side_max_[static_cast<size_t>(unit)]; }
+  int64_t side_floats(int unit) const { return plan_.units[static_cast<size_t>(unit)].side_floats; }
 
   // The parameters changed: the next refresh() recomputes.
   void invalidate() { stale_ = true; }
@@ -93,20 +77,18 @@ class Fp8GatheredWeights {
 
  private:
   // The unit-local [lo, hi) of [begin, end) within shard `rank` of `unit`.
-  std::pair<int64_t, int64_t> in_shard(int unit, int rank, int64_t begin, int64_t end) const;
+  std::pair<int64_t, int64_t> in_shard(int unit, int rank, int64_t begin, int64_t end) const {
+    return within_shard(geom_.shard_size(unit), rank, begin, end);
+  }
 
   const ParameterLayout& layout_;
   const ShardGeometry& geom_;
   Ops& ops_;
   Communicator& fsdp_;
   Communicator& tp_;
-  std::vector<std::vector<Fp8GatheredWeight>> weights_;  // per unit
-  // Per unit: the unit-local runs that are not fp8 weights (gathered in fp32).
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> side_runs_;
-  std::vector<int64_t> side_max_;
-  int count_ = 0;      // weights in all
+  Fp8GatherPlan plan_;
   Buffer codes_;       // u8, this rank's shard storage of codes (zero outside the weights)
-  Buffer scales_;      // fp32 (count_): the amaxes, then in place the scales
+  Buffer scales_;      // fp32 (plan_.weights): the amaxes, then in place the scales
   Buffer bf16_;        // the bf16 rounding of one weight's shard part
   bool stale_ = true;
 };

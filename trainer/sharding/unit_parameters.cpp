@@ -53,22 +53,17 @@ class GatheredParameters final : public UnitParameters {
                      Communicator& fsdp, Communicator& tp, const Fp8GatherOptions& fp8)
       : layout_(layout), geom_(geom), shard_(shard), fsdp_(fsdp) {
     if (fp8.on) fp8_ = std::make_unique<Fp8GatheredWeights>(layout, geom, ops, fsdp, tp, fp8.min_dim);
-    // With fp8 all-gather a slot also holds codes (a byte per element) and
-    // the fp32 side of the widest unit it takes.
-    std::array<int64_t, kUnitSlots> side{};
-    if (fp8_)
-      for (size_t u = 0; u < layout.units().size(); ++u) {
-        const int unit = static_cast<int>(u);
-        int64_t& m = side[static_cast<size_t>(unit_slot(layout, unit))];
-        m = std::max(m, fp8_->side_floats(unit));
-      }
     for (int i = 0; i < kUnitSlots; ++i) {
       Slot& s = slots_[static_cast<size_t>(i)];
       s.buf = allocate_floats(ops, plan.slot_size[i]);
-      if (!fp8_) continue;
+      // With fp8 all-gather a slot that takes fp8-gathered units (the
+      // blocks') also holds their codes (a byte per element) and the fp32
+      // side of the widest of them, sent and gathered.
+      if (!fp8_ || !fp8_->plan().slot_codes[static_cast<size_t>(i)]) continue;
+      const int64_t side = fp8_->plan().slot_side[static_cast<size_t>(i)];
       s.codes = ops.allocate(static_cast<size_t>(plan.slot_size[i]));
-      s.send = allocate_floats(ops, side[static_cast<size_t>(i)]);
-      s.side = allocate_floats(ops, side[static_cast<size_t>(i)] * geom.fsdp());
+      s.send = allocate_floats(ops, side);
+      s.side = allocate_floats(ops, side * geom.fsdp());
     }
   }
 
