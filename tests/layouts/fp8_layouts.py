@@ -23,13 +23,16 @@ the worst parameter and the worst tensor's RMS difference):
 Besides: under ZeRO-3 with tensorwise fp8 the weights are gathered as fp8
 codes (parallel.fp8_allgather); that run's losses must equal the same
 layout gathering fp32 bit for bit, in under 0.8x its ZeRO-3 bytes, and
-ZeRO-3 over tp-split weights must match dp2 x tp2 to 1e-6.
+ZeRO-3 over tp-split weights must match dp2 x tp2 to 1e-6. Every layout's
+logged bytes are `trainer plan`'s prediction for it, axis by axis.
 
 Standard library only. Exit status 1 on any mismatch.
 """
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -47,6 +50,9 @@ FP8_LAYOUTS = {
     "fsdp2_stage3_fp32_gather": (2, 4, {"parallel.fsdp": 2, "parallel.fsdp_stage": 3,
                                         "parallel.fp8_allgather": "false"}),
     "tp2": (2, 8, {"parallel.tp": 2}),
+    # Recomputation reruns q|k|v, the output projection and the up layer,
+    # whose amaxes are reduced over tp again (trainer plan counts them).
+    "tp2_recompute_block": (2, 8, {"parallel.tp": 2, "train.recompute": "block"}),
     # ZeRO-3 over tp-split weights: each fp8 weight's amax over shards and tp.
     "fsdp2_tp2_stage3": (4, 4, {"parallel.fsdp": 2, "parallel.tp": 2, "parallel.fsdp_stage": 3}),
     "pp2": (2, 2, {"parallel.pp": 2, "parallel.pp_schedule": "1f1b"}),
@@ -133,6 +139,45 @@ def check_fp8_gather(gathered_dir, fp32_dir):
     return fails
 
 
+def check_plan_bytes(runner, label, run_dir, cfg, world, micro, overrides):
+    """The bytes `trainer plan` predicts for this layout (an fp8 run plans
+    on a GPU's hardware file: h100) against what every step logged, axis by
+    axis within BYTES_RTOL: under fp8 all-gather the blocks' codes and fp32
+    sides and the amaxes' all-reduce (trainer/sharding/fp8_gather_plan.hpp).
+    The pipeline's bytes are the busiest rank's, not rank 0's: not compared."""
+    cmd = [runner.exe, "plan", "--config", cfg, "--gpus", str(world), "--json", "-",
+           "--hardware", os.path.join(lm.REPO, "configs", "hardware", "h100.yaml")]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return [f"{label}: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-500:]}"]
+    deg = {k: int(overrides.get(f"parallel.{k}", 1)) for k in ("dp", "fsdp", "tp", "pp", "cp")}
+    stage = int(overrides.get("parallel.fsdp_stage", 3))
+    want = None
+    for got in json.loads(p.stdout)[0]["layouts"]:
+        if "invalid" in got or got["micro_batch"] != micro:
+            continue
+        if all(got.get(k, 1) == v for k, v in deg.items()) and \
+                (deg["fsdp"] == 1 or got["stage"] == stage):
+            want = got["comm_bytes"]
+            break
+    if want is None:
+        return [f"{label}: trainer plan lists no layout {deg} stage {stage} mb={micro}"]
+    fails, worst = [], 0.0
+    for step, rec in sorted(lm.read_metrics(os.path.join(run_dir, "metrics.jsonl")).items()):
+        for axis, w in want.items():
+            if axis == "pp":
+                continue
+            g = rec["comm_bytes"].get(axis, 0.0)
+            d = abs(g - w) / w if w > 0 else (0.0 if g == 0 else float("inf"))
+            worst = max(worst, d)
+            if d > lm.BYTES_RTOL:
+                fails.append(f"{label}: step {step} {axis} sent {g:.0f} bytes, trainer plan "
+                             f"predicts {w:.0f}")
+    print(f"{'FAIL' if fails else 'ok  '} {label}: trainer plan's bytes within {worst:.1e} of "
+          f"the logged ones (tolerance {lm.BYTES_RTOL})")
+    return fails[:5]
+
+
 def run_fp8_layout(runner, name, recipe, refs):
     world, micro, overrides = FP8_LAYOUTS[name]
     # fp8_check_amax: every amax a producer took in its own pass (norms,
@@ -156,7 +201,7 @@ def run_fp8_layout(runner, name, recipe, refs):
     print(f"{'FAIL' if fails else 'ok  '} {label}: {world} ranks, {took:.1f} s; worst loss "
           f"{m['loss'][0]:.1e}, grad norm {m['grad_norm'][0]:.1e}, parameter "
           f"{m['param'][0]:.1e}, tensor RMS {m['rms'][0]:.1e}")
-    return fails
+    return fails + check_plan_bytes(runner, label, run_dir, cfg, world, micro, overrides)
 
 
 def main():

@@ -250,5 +250,67 @@ TEST(PlanMemoryMpi, ExpertParallelStateBytesEqualShardedParameters) {
   }
 }
 
+// parallel.fp8_allgather: the units padded to 4 x the shard degree, the
+// codes of the shard storage, the amaxes and the bf16 rounding's buffer,
+// and the block slots' codes and fp32 sides. ShardedParameters::memory()
+// byte for byte what state_units and fp8_gather_bytes predict, on every
+// ZeRO-3 layout of the running world (expert-parallel ones included), every
+// family, with every linear in fp8 and with runtime.fp8_min_dim leaving
+// some or all of them in bf16.
+TEST(PlanMemoryMpi, Fp8AllGatherStateBytesEqualShardedParameters) {
+  auto world = test_world();
+  auto ops = make_cpu_ops(1);
+  std::vector<ParallelDims> layouts;
+  for (const ParallelDims& d : layouts_for(world->size()))
+    if (d.fsdp > 1) layouts.push_back(d);
+  for (const ParallelDims& d : expert_parallel_layouts(world->size()))
+    if (d.fsdp > 1) layouts.push_back(d);
+  if (layouts.empty()) GTEST_SKIP() << "no ZeRO-3 layout of " << world->size() << " rank(s)";
+  int checked = 0;
+  for (const ParallelDims& d : layouts) {
+    const DeviceMesh mesh(d, *world);
+    ModelConfig narrow = matrix_llama();  // down_proj (C, F = 16) under fp8_min_dim 20
+    narrow.ffn_hidden = 16;
+    for (const ModelConfig& m0 : {matrix_model(), matrix_llama(), narrow, matrix_mixtral()}) {
+      if (d.ep > 1 && !m0.moe()) continue;
+      if (tp_split_problem(m0, d.tp)) continue;
+      const ModelConfig m = padded_for_tp(m0, d.tp);
+      // 0: every linear in fp8; 20: all but the narrow Llama's down_proj,
+      // which travels in the fp32 side; 1000: none (every dimension is 32
+      // or more, C = 32 among them).
+      for (int64_t min_dim : {0, 20, 1000}) {
+        ParallelPlan plan;
+        plan.dtype = ComputeDType::bf16;
+        plan.fsdp_stage = FsdpStage::parameters;
+        plan.fp8.recipe = Fp8Recipe::tensorwise;
+        plan.fp8.min_dim = min_dim;
+        plan.fp8_allgather = true;
+        const ParallelModel pm = parallelize(m, plan, mesh, *ops, {2, 8, Recompute::none});
+        PlanLayout l;
+        l.dp = d.dp;
+        l.fsdp = d.fsdp;
+        l.tp = d.tp;
+        l.ep = d.ep;
+        l.stage = 3;
+        l.fp8 = Fp8Recipe::tensorwise;
+        l.fp8_min_dim = min_dim;
+        const StateUnits su = state_units(m, l, whole_model(m));
+        const StateBytes want = predict_state_bytes(su, l, true);
+        const MemoryFigures got = pm.params->memory();
+        const std::string at = d.str() + " " + to_string(m.arch) + " fp8_min_dim=" +
+                               std::to_string(min_dim);
+        EXPECT_EQ(got.params, want.params) << at;
+        EXPECT_EQ(got.grads, want.grads) << at;
+        EXPECT_EQ(got.optimizer, want.optimizer) << at;
+        // What the fp8 gather adds is real, and counted where it is.
+        EXPECT_GT(fp8_gather_bytes(su, shard_degree(d)), su.dense.shard_total) << at;
+        EXPECT_EQ(su.fp8.weights > 0, min_dim < 1000) << at;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 }  // namespace
 }  // namespace gt::test

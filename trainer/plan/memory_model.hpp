@@ -69,6 +69,17 @@ struct PlanLayout {
   // parallel.reduce_dtype: the gradient reductions' wire copies (state) and
   // bytes (bf16 halves the data axes' gradient traffic).
   ComputeDType reduce_dtype = ComputeDType::fp32;
+  // runtime.fp8 and runtime.fp8_min_dim: the blocks' linear layers in fp8,
+  // whose amaxes are max-reduced over tp and cp (fp8_amax_floats); with
+  // parallel.fp8_allgather not off, their fp8 weights gathered as codes
+  // where a tensorwise layout runs ZeRO-3 (gathers_fp8, as config.hpp's
+  // fp8_allgather_applies decides for a config's own layout).
+  Fp8Recipe fp8 = Fp8Recipe::off;
+  int64_t fp8_min_dim = 0;
+  bool fp8_allgather = true;
+  bool gathers_fp8() const {
+    return fp8 == Fp8Recipe::tensorwise && fp8_allgather && fsdp > 1 && stage == 3;
+  }
   // The pipeline's schedule and chunks per rank; only meaningful when pp > 1.
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
   int virtual_stages = 1;

@@ -425,6 +425,9 @@ Plan make_plan(const Config& cfg, const HardwareSpec& hw, const PlanCluster& clu
                   l.micro_batch = mb;
                   l.tp_overlap = cfg.parallel.tp_overlap;
                   l.reduce_dtype = cfg.parallel.reduce_dtype;
+                  l.fp8 = cfg.runtime.fp8;
+                  l.fp8_min_dim = cfg.runtime.fp8_min_dim;
+                  l.fp8_allgather = cfg.parallel.fp8_allgather != Fp8AllGather::off;
                   Prediction p = predict(cfg, hw, cluster, l);
                   if (!p.invalid.empty())
                     plan.invalid.push_back(std::move(p));

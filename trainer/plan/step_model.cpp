@@ -8,6 +8,7 @@
 #include "trainer/profile/model_flops.hpp"
 #include "trainer/profile/op_costs.hpp"
 #include "trainer/sharding/data_parallel_groups.hpp"
+#include "trainer/sharding/fp8_gather_plan.hpp"
 
 namespace gt {
 
@@ -86,6 +87,47 @@ Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int
   return w;
 }
 
+Fp8AmaxFloats fp8_amax_floats(const ModelConfig& m, const PlanLayout& l, int seq_len,
+                              Recompute recompute) {
+  Fp8AmaxFloats f;
+  if (l.fp8 == Fp8Recipe::off) return f;
+  const BlockMatmuls b = block_matmuls(m);
+  const double C = m.n_embd, R = static_cast<double>(l.micro_batch) * (seq_len / l.cp);
+  const double p = l.tp;
+  const bool rowwise = l.fp8 == Fp8Recipe::rowwise;
+  const double w_tensor = l.gathers_fp8() ? 0.0 : 1.0;  // W's amax: none when gathered in fp8
+  struct Layer {
+    double out, in;
+    bool column, fp8;
+    double forwards;  // 1, or 2 where recomputation reruns it
+  };
+  const double Q = b.out / C, F = m.moe() ? 0 : b.down / C;
+  const double again = recompute == Recompute::none ? 1.0 : 2.0;
+  const Layer layers[] = {
+      {b.qkv / C, C, true, true, recompute == Recompute::block ? 2.0 : 1.0},
+      {C, Q, false, true, recompute == Recompute::block ? 2.0 : 1.0},
+      {m.moe() ? 0 : b.up / C, C, true, !m.moe(), again},
+      {C, F, false, !m.moe(), 1.0},
+  };
+  for (const Layer& y : layers) {
+    if (!y.fp8 || std::min(y.out, y.in) < static_cast<double>(l.fp8_min_dim)) continue;
+    if (rowwise && y.column) {  // forward: every scale local
+      f.tp += R + y.in;
+      f.cp += y.out / p + y.in;
+    } else if (rowwise) {
+      f.tp += y.forwards * (R + y.out) + y.out;
+      f.cp += y.out + y.in / p;
+    } else if (y.column) {
+      f.tp += y.forwards * (1 + w_tensor) + 1 + w_tensor;
+      f.cp += y.forwards + 2;
+    } else {
+      f.tp += y.forwards * (1 + w_tensor) + 2 + w_tensor;
+      f.cp += y.forwards + 2;
+    }
+  }
+  return f;
+}
+
 ModelShare whole_model(const ModelConfig& m) {
   ModelShare s;
   s.blocks = m.n_layer;
@@ -158,27 +200,49 @@ UnitSizes share_unit_sizes(const UnitSizes& whole, int fsdp, const ModelShare& s
 StateUnits state_units(const ModelConfig& m, const PlanLayout& l, const ModelShare& share) {
   const ParallelDims d = l.dims();
   const int f = shard_degree(d);
+  const bool fp8 = l.gathers_fp8();
   StateUnits out;
   const bool all = share.blocks == m.n_layer && share.embed && share.head && !share.tied_copy;
-  if (l.ep == 1 || !m.moe()) {
-    out.dense = unit_sizes(m, l.tp, f, share);
-    return out;
-  }
   const ModelConfig padded = padded_for_tp(m, l.tp);
-  const ExpertShard experts{l.ep, 0};  // every ep rank holds as many
-  const UnitSizes dense = unit_sizes(
-      ParameterLayout(padded, {StageSpan{}}, l.tp, 0, f, experts, LayoutPart::dense), f);
-  out.dense = all ? dense : share_unit_sizes(dense, f, share);
+  const bool experts = l.ep > 1 && m.moe();
+  const ExpertShard shard{experts ? l.ep : 1, 0};  // every ep rank holds as many experts
+  // The dense part (at ep = 1 the whole model), padded as parallelize.cpp
+  // pads it: to f, to 4 f with fp8 all-gather.
+  const ParameterLayout dense(padded, {StageSpan{}}, l.tp, 0, f * (fp8 ? 4 : 1), shard,
+                              experts ? LayoutPart::dense : LayoutPart::all);
+  const UnitSizes whole = unit_sizes(dense, f);
+  out.dense = all ? whole : share_unit_sizes(whole, f, share);
+  if (fp8 && share.blocks > 0) {
+    const Fp8GatherPlan g = plan_fp8_gather(dense, f, l.fp8_min_dim);
+    const Fp8UnitGather& b = g.units[static_cast<size_t>(dense.first_block_unit())];
+    out.fp8.on = true;
+    out.fp8.weights = share.blocks * static_cast<int64_t>(b.weights.size());
+    out.fp8.block_side = b.side_floats;
+    out.fp8.widest = b.widest;
+  } else if (fp8) {
+    out.fp8.on = true;  // nothing to gather in fp8, its buffers all the same
+  }
+  if (!experts) return out;
   out.expert_fsdp = expert_shard_degree(d);
   out.expert_dp = expert_replica_degree(d);
   const int fe = out.expert_fsdp;
   const UnitSizes e = unit_sizes(
-      ParameterLayout(padded, {StageSpan{}}, l.tp, 0, fe, experts, LayoutPart::experts), fe);
+      ParameterLayout(padded, {StageSpan{}}, l.tp, 0, fe, shard, LayoutPart::experts), fe);
   // A share's expert units: one per block it holds, all alike.
   out.experts.block = share.blocks > 0 ? e.block : 0;
   out.experts.total = share.blocks * e.block;
   out.experts.shard_total = out.experts.total / fe;
   return out;
+}
+
+int64_t fp8_gather_bytes(const StateUnits& units, int shard_degree) {
+  const Fp8GatherSizes& g = units.fp8;
+  if (!g.on) return 0;
+  int64_t n = units.dense.shard_total + 4 * std::max<int64_t>(g.weights, 1) +
+              2 * std::max<int64_t>(g.widest, 1);
+  if (g.weights > 0)
+    n += 2 * (units.dense.block + 4 * g.block_side + 4 * g.block_side * shard_degree);
+  return n;
 }
 
 StateBytes predict_state_bytes(const StateUnits& units, const PlanLayout& l, bool bf16_params) {
@@ -188,6 +252,7 @@ StateBytes predict_state_bytes(const StateUnits& units, const PlanLayout& l, boo
   StateBytes b =
       plan_sharded_state(units.dense, f, stage, bf16_params, replica_degree(d), l.reduce_dtype)
           .bytes();
+  b.params += fp8_gather_bytes(units, f);
   if (units.experts.total > 0) {
     const StateBytes e = plan_sharded_state(units.experts, units.expert_fsdp, stage,
                                             keeps_bf16_params(f, stage, bf16_params),
@@ -262,6 +327,11 @@ double cp_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const PlanL
 
 namespace {
 
+// Bytes one rank sends per step all-reducing n elements of `bytes` each over d ranks.
+double all_reduce_bytes(int d, double n, double bytes) {
+  return 2.0 * (d - 1.0) / d * bytes * n;
+}
+
 // Bytes one rank sends per step over a shard group of f > 1 ranks holding
 // `total` floats of units whose largest block is `block` (L blocks, A
 // micro-batches): the gradients' reduce-scatters at `grad_bytes` an element
@@ -270,8 +340,11 @@ namespace {
 struct ShardGroupBytes {
   double bytes = 0, overlapped = 0;
 };
+// With fp8 (stage 3 under fp8 all-gather) each block is gathered as its
+// codes and fp32 side ((f - 1) x (block / f + 4 side) bytes, not (f - 1) x 4
+// block / f), after one max all-reduce of the weights' amaxes a step.
 ShardGroupBytes shard_group_bytes(int f, double total, double block, const PlanLayout& l, int L,
-                                  int A, double grad_bytes) {
+                                  int A, double grad_bytes, const Fp8GatherSizes& fp8 = {}) {
   const double ring = (f - 1.0) / f * 4.0;
   const double rs = (f - 1.0) / f * grad_bytes;  // the gradients' reduce-scatter
   ShardGroupBytes out;
@@ -285,15 +358,16 @@ ShardGroupBytes shard_group_bytes(int f, double total, double block, const PlanL
     // Backward gathers the blocks again, but for the last two (whole
     // model) or every one (a pipeline stage, see the header).
     const int again = l.pp > 1 ? L : std::max(0, L - 2);
-    out.bytes = A * rs * total + A * ring * (total + again * block);
+    const bool codes = fp8.on && fp8.weights > 0;
+    const double block_gather =
+        codes ? (f - 1.0) * (block / f + 4.0 * static_cast<double>(fp8.block_side))
+              : ring * block;
+    out.bytes = A * rs * total + A * (ring * (total - L * block) + (L + again) * block_gather);
     out.overlapped = out.bytes;  // prefetched / under backward
+    // The amaxes' all-reduce, waited before the first gather: exposed.
+    if (codes) out.bytes += all_reduce_bytes(f, static_cast<double>(fp8.weights), 4.0);
   }
   return out;
-}
-
-// Bytes one rank sends per step all-reducing n gradient elements over d ranks.
-double all_reduce_bytes(int d, double n, double grad_bytes) {
-  return 2.0 * (d - 1.0) / d * grad_bytes * n;
 }
 
 }  // namespace
@@ -364,12 +438,14 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
     const int expert_reductions = (su.expert_fsdp > 1 && l.stage >= 2) ? A : 1;
     out.tp = A * per_micro + (reductions * partial + expert_reductions * expert_partial) * 2.0 *
                                  (tp - 1) / tp * 4.0;
+    // fp8 all-gather: the fp8 weights' amaxes over their tp pieces, once a step.
+    if (su.fp8.weights > 0) out.tp += all_reduce_bytes(tp, static_cast<double>(su.fp8.weights), 4.0);
   }
   // Gradients are summed at parallel.reduce_dtype's size; parameters are
   // gathered in fp32.
   const double grad_bytes = l.reduce_dtype == ComputeDType::bf16 ? 2.0 : 4.0;
   if (fsdp > 1) {
-    const ShardGroupBytes s = shard_group_bytes(fsdp, total, block, l, L, A, grad_bytes);
+    const ShardGroupBytes s = shard_group_bytes(fsdp, total, block, l, L, A, grad_bytes, su.fp8);
     out.fsdp = s.bytes;
     out.fsdp_overlapped = s.overlapped;
   }
@@ -391,6 +467,10 @@ CommBytes comm_bytes_per_step(const ModelConfig& m, const TrainConfig& t, const 
     }
   }
   out.cp = cp_bytes_per_step(m, t, l, backend, L, A);
+  // runtime.fp8: the layers' amaxes over tp and cp, each block each micro-batch.
+  const Fp8AmaxFloats amax = fp8_amax_floats(m, l, t.seq_len, t.recompute);
+  if (tp > 1) out.tp += A * L * all_reduce_bytes(tp, amax.tp, 4.0);
+  if (l.cp > 1) out.cp += A * L * all_reduce_bytes(l.cp, amax.cp, 4.0);
   out.ep = ep_bytes_per_step(m, t, l, backend, L, A);
   return out;
 }

@@ -40,9 +40,14 @@
 //   fsdp  stage 1: reduce-scatter + all-gather of the unit storage once;
 //         stage 2: reduce-scatter every micro-batch + one all-gather;
 //         stage 3: reduce-scatter every micro-batch, all-gather every block
-//         in forward and all but the last two again in backward;
+//         in forward and all but the last two again in backward; with fp8
+//         all-gather (PlanLayout::gathers_fp8) a block as its codes and
+//         fp32 side (fp8_gather_plan.hpp) after one all-reduce of the fp8
+//         weights' amaxes a step, which tp reduces too;
 //   dp    all-reduce of the gradients (of the fsdp shard under HSDP).
 //   cp    the attention's keys and values (below, cp_bytes_per_step).
+// With runtime.fp8, tp and cp also carry the layers' amax reductions
+// (fp8_amax_floats).
 // Under context parallelism the gradients' groups fold cp in
 // (trainer/sharding/data_parallel_groups.hpp): fsdp above is the shard
 // degree fsdp x cp (fsdp > 1; the units padded to it) and dp the replica
@@ -126,6 +131,24 @@ struct Fp8Work {
 };
 Fp8Work fp8_work(const ModelConfig& m, int micro_batch, int seq_len, int tp, int64_t min_dim,
                  const PlanCp& cp = {}, bool rowwise = false);
+
+// runtime.fp8's amax max-reductions (Fp8Linear::prepare; each layer's
+// requests in tp_layers_fp8.cpp), floats one rank all-reduces per block and
+// micro-batch over tp and over cp. R = micro_batch seq_len / cp rows, p =
+// tp; a column-parallel layer's x (R, in) and dy (R, out/p), a row-parallel
+// one's x (R, in/p) and dy (R/p, out). Tensorwise: one float per tensor
+// split over the group (over tp: x and dy, and W unless gathered in fp8;
+// over cp: x and dy, the row-parallel dy and x over both). Rowwise: the
+// column layer's backward over tp dy's R rows and W's `in` columns, over
+// cp dy's out/p and x's `in` columns; the row layer's forward over tp x's R
+// rows and W's `out` rows, its backward over tp dy's `out` columns, over cp
+// those and x's in/p columns. A recomputed forward (train.recompute: the up
+// layer, or qkv, out and up) reduces again.
+struct Fp8AmaxFloats {
+  double tp = 0, cp = 0;
+};
+Fp8AmaxFloats fp8_amax_floats(const ModelConfig& m, const PlanLayout& l, int seq_len,
+                              Recompute recompute);
 
 // Forward + backward model FLOPs of one optimizer step over the whole job
 // (global_batch rows): MFU's numerator, model_flops() x tokens, the same
@@ -214,13 +237,32 @@ UnitSizes share_unit_sizes(const UnitSizes& whole, int fsdp, const ModelShare& s
 // model without experts, cut over the data axes) and this rank's experts
 // (E / ep of every block, cut over the expert-data-parallel group:
 // data_parallel_groups.hpp); at ep = 1 the whole model and no experts.
+// With fp8 all-gather (PlanLayout::gathers_fp8) the dense part's units are
+// padded to 4 x its shard degree and `fp8` sums its plan
+// (trainer/sharding/fp8_gather_plan.hpp): every block unit is cut alike.
+struct Fp8GatherSizes {
+  bool on = false;
+  int64_t weights = 0;     // the share's fp8 weights (amaxes and scales)
+  int64_t block_side = 0;  // a block unit's fp32 side floats per shard
+  int64_t widest = 0;      // the widest part of one weight in one shard
+};
 struct StateUnits {
   UnitSizes dense, experts;
   int expert_fsdp = 1, expert_dp = 1;  // the experts' shard and replica degrees
+  Fp8GatherSizes fp8;
 };
 StateUnits state_units(const ModelConfig& m, const PlanLayout& l, const ModelShare& share);
 // The sharded state's bytes for those parts (bf16_params: a bf16 run, whose
-// copy both parts keep where the dense part's parameters are whole).
+// copy both parts keep where the dense part's parameters are whole), with
+// fp8 all-gather's buffers among the parameters' (fp8_gather_bytes).
 StateBytes predict_state_bytes(const StateUnits& units, const PlanLayout& l, bool bf16_params);
+// What fp8 all-gather adds to a rank's parameter bytes, as
+// Fp8GatheredWeights and the block slots allocate it: the codes of its shard
+// storage (a byte per float of the dense part's shards), a float per weight
+// (its amax, then its scale; at least one), the bf16 rounding of the widest
+// weight part (at least one element), and in each of the two block slots
+// the block's codes (a byte per float), the side floats it sends and the
+// shard degree's sides it gathers. 0 unless units.fp8.on.
+int64_t fp8_gather_bytes(const StateUnits& units, int shard_degree);
 
 }  // namespace gt
