@@ -103,7 +103,14 @@ int run_plan_command(const PlanArgs& a) {
          << ", the blocks' linear GEMMs (each dimension >= fp8_min_dim="
          << cfg.runtime.fp8_min_dim << ") at " << hw.fp8_tflops / hw.bf16_tflops
          << "x the bf16 rate (fp8_tflops " << hw.fp8_tflops
-         << "), their amax and cast passes as memory traffic; MFU stays against the bf16 peak\n";
+         << "), their amax and cast passes as memory traffic, their amaxes' tp and cp "
+            "reductions"
+         << (cfg.runtime.fp8 == Fp8Recipe::tensorwise &&
+                     cfg.parallel.fp8_allgather != Fp8AllGather::off
+                 ? "; ZeRO-3 layouts gather the blocks' fp8 weights as codes "
+                   "(parallel.fp8_allgather)"
+                 : "")
+         << "; MFU stays against the bf16 peak\n";
   for (size_t i = 0; i < gpus.size(); ++i) {
     PlanCluster c;
     c.devices = gpus[i];
