@@ -109,8 +109,12 @@
 //     OUTER_VEC_32F: m values for A (one per row of D) and n for B (one per
 //     column), both operands in that mode with non-null pointers. Scale
 //     pointers or modes on a GEMM without fp8 operands: INVALID_VALUE.
-// 18. Epilogues with fp8 operands: DEFAULT and BIAS only here (the bias in
-//     bf16 or D's type); others NOT_SUPPORTED as not emulated for fp8.
+// 18. Epilogues with fp8 operands: DEFAULT and BIAS only here; others
+//     NOT_SUPPORTED as not emulated for fp8. The bias is D's type
+//     (cublasLt.h on CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: the output's type,
+//     but for fp8 kernels with an fp32 or fp8 D), so a bf16 D takes a bf16
+//     bias only; an fp32 D takes fp32 or bf16 (the exception's details are
+//     in the online documentation, not the header: the wider reading).
 // 19. FAST_ACCUM is taken and does not change the arithmetic: the emulator
 //     accumulates in fp32 in k order, as for every type (Hopper's fast
 //     accumulation keeps fewer bits in its partial sums; how many is not

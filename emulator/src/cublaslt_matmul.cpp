@@ -102,6 +102,13 @@ cublasStatus_t validate_fp8(const std::string& api, const MatmulDesc& d, const L
     return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
                   "epilogue " + std::to_string(d.epilogue) +
                       " with fp8 operands (emulated: DEFAULT and BIAS)");
+  // The bias is D's type; cublasLt.h excepts fp8 kernels with an fp32 (or
+  // fp8) D, where a bf16 bias is taken here (assumption 18).
+  if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && d.bias_type != -1 && d.bias_type != dl.type &&
+      !(dl.type == CUDA_R_32F && d.bias_type == CUDA_R_16BF))
+    return refuse(api, CUBLAS_STATUS_NOT_SUPPORTED,
+                  "bias type " + type_name(d.bias_type) + " with D " + type_name(dl.type) +
+                      " and fp8 operands (the bias is D's type; an fp32 D also takes bf16)");
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -38,11 +38,11 @@ struct Key {
   int64_t M, N, K, lda, ldb, ldd;
   Fp8Format fa, fb;
   DType d;
-  bool rowwise, fast_accum, has_a_scale, has_b_scale;
-  uint32_t align_a, align_b, align_d;
+  bool rowwise, fast_accum, has_a_scale, has_b_scale, has_bias;
+  uint32_t align_a, align_b, align_d, align_bias;
   auto tie() const {
     return std::tie(M, N, K, lda, ldb, ldd, fa, fb, d, rowwise, fast_accum, has_a_scale,
-                    has_b_scale, align_a, align_b, align_d);
+                    has_b_scale, has_bias, align_a, align_b, align_d, align_bias);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -51,6 +51,7 @@ struct Plan {
   MatmulDescPtr desc;
   LayoutPtr a, b, d;
   cublasLtMatmulAlgo_t algo{};
+  bool supported = false;  // the heuristic offered an algorithm
 };
 
 Fp8GemmArgs validated(Fp8GemmArgs g) {
@@ -73,6 +74,9 @@ Fp8GemmArgs validated(Fp8GemmArgs g) {
     fail("fp8 gemm: A and B must be 16-byte aligned (cuBLASLt's fp8 rule): ", what);
   if (g.rowwise && (!g.a_scale || !g.b_scale))
     fail("fp8 gemm: rowwise scaling needs both scale vectors: ", what);
+  if (g.bias && (g.d_type != DType::bf16 || g.accumulate))
+    fail("fp8 gemm: a bias epilogue needs a bf16 D (the bias is D's type) that is assigned, "
+         "not accumulated: ", what);
   return g;
 }
 
@@ -85,7 +89,7 @@ std::string describe(const Fp8GemmArgs& g) {
                               g.rowwise ? " rowwise" : " tensorwise", " lda=", g.lda,
                               " ldb=", g.ldb, " ldd=", g.ldd,
                               g.accumulate ? " accumulate" : "",
-                              g.fast_accum ? " fast_accum" : "");
+                              g.fast_accum ? " fast_accum" : "", g.bias ? " +bias" : "");
 }
 
 struct Fp8GemmContext::Impl {
@@ -101,7 +105,8 @@ struct Fp8GemmContext::Impl {
     const Key key{g.M,        g.N,      g.K,        g.lda,          g.ldb,
                   g.ldd,      g.a_format, g.b_format, g.d_type,     g.rowwise,
                   g.fast_accum, g.a_scale != nullptr, g.b_scale != nullptr,
-                  alignment(g.A, g.lda), alignment(g.B, g.ldb), alignment(g.D, g.ldd * d_bytes)};
+                  g.bias != nullptr, alignment(g.A, g.lda), alignment(g.B, g.ldb),
+                  alignment(g.D, g.ldd * d_bytes), alignment(g.bias, 0)};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
@@ -119,7 +124,11 @@ struct Fp8GemmContext::Impl {
       set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
       set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
     }
-    set_scales(desc, g);
+    if (g.bias) {
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t{CUBLASLT_EPILOGUE_BIAS});
+      set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t{CUDA_R_16BF});
+    }
+    set_pointers(desc, g);
     auto layout = [](cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld) {
       cublasLtMatrixLayout_t l = nullptr;
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(rows),
@@ -153,26 +162,34 @@ struct Fp8GemmContext::Impl {
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, p.a.get(), p.b.get(), p.d.get(),
                                        p.d.get(), pref.get(), kRequested, results, &returned);
+    // A bias epilogue the library rejects, as NOT_SUPPORTED or otherwise
+    // (INVALID_VALUE on some versions, as GemmContext found), is remembered
+    // as unsupported: the caller adds the bias itself. A plain GEMM must run.
+    if (st != CUBLAS_STATUS_SUCCESS && g.bias) return plans.emplace(key, std::move(p)).first->second;
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) fail("cuBLASLt has no algorithm for ", describe(g));
     CUBLAS_CHECK(st);
-    bool found = false;
-    for (int i = 0; i < returned && !found; ++i)
+    for (int i = 0; i < returned && !p.supported; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= ws) {
         p.algo = results[i].algo;
-        found = true;
+        p.supported = true;
       }
-    if (!found) fail("cuBLASLt has no algorithm within the workspace for ", describe(g));
+    if (!p.supported && !g.bias)
+      fail("cuBLASLt has no algorithm within the workspace for ", describe(g));
     return plans.emplace(key, std::move(p)).first->second;
   }
 
   // cuBLASLt's A is our B: its A scale is ours of B, and the other way.
-  static void set_scales(cublasLtMatmulDesc_t desc, const Fp8GemmArgs& g) {
+  // The bias runs along cuBLASLt's D rows, our columns.
+  static void set_pointers(cublasLtMatmulDesc_t desc, const Fp8GemmArgs& g) {
     const void* a = g.b_scale;
     const void* b = g.a_scale;
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a, sizeof a));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b, sizeof b));
+    if (g.bias)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                                  sizeof g.bias));
   }
 };
 
@@ -180,11 +197,18 @@ Fp8GemmContext::Fp8GemmContext(size_t workspace_bytes)
     : impl_(std::make_unique<Impl>(workspace_bytes)) {}
 Fp8GemmContext::~Fp8GemmContext() = default;
 
+bool Fp8GemmContext::supported(const Fp8GemmArgs& args) {
+  const Fp8GemmArgs g = validated(args);
+  if (g.M == 0 || g.N == 0) return true;
+  return impl_->plan_for(g).supported;
+}
+
 void Fp8GemmContext::run(const Fp8GemmArgs& args, cudaStream_t stream) {
   const Fp8GemmArgs g = validated(args);
   if (g.M == 0 || g.N == 0) return;
   Plan& p = impl_->plan_for(g);
-  Impl::set_scales(p.desc.get(), g);
+  if (!p.supported) fail("cuBLASLt has no algorithm for ", describe(g));
+  Impl::set_pointers(p.desc.get(), g);
   const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
   CUBLAS_CHECK(cublasLtMatmul(impl_->handle.get(), p.desc.get(), &alpha, g.B, p.a.get(), g.A,
                               p.b.get(), &beta, g.D, p.d.get(), g.D, p.d.get(), &p.algo,

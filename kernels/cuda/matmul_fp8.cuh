@@ -15,6 +15,11 @@
 //     ldd its row stride (0: N).
 //   * fast_accum: Hopper's faster, less precise accumulation (torchao turns
 //     it on for the forward GEMM only).
+//   * bias: (N) bf16 added to every row of D before its one rounding, by
+//     cuBLASLt's BIAS epilogue; only with D bf16 (the bias is D's type) and
+//     not accumulating. The library may have no algorithm for it:
+//     supported() says so before run(), and the caller adds the bias
+//     itself (CudaOps::fp8_matmul's fp32 scratch and fp8_epilogue).
 //   * Plans are cached per shape, configuration and operand alignment (up to
 //     256 bytes), like GemmContext's.
 //
@@ -48,6 +53,7 @@ struct Fp8GemmArgs {
   int64_t ldd = 0;
   bool accumulate = false;
   bool fast_accum = false;
+  const void* bias = nullptr;  // bf16 (N), or null
 };
 
 std::string describe(const Fp8GemmArgs& g);
@@ -59,6 +65,9 @@ class Fp8GemmContext {
   Fp8GemmContext(const Fp8GemmContext&) = delete;
   Fp8GemmContext& operator=(const Fp8GemmContext&) = delete;
 
+  // Whether cuBLASLt has an algorithm for the GEMM (a plain one always
+  // does, or run() throws; one with a bias may not). Throws on a broken rule.
+  bool supported(const Fp8GemmArgs& g);
   // Throws gt::Error naming the GEMM when the arguments break a rule above
   // or cuBLASLt has no algorithm for it.
   void run(const Fp8GemmArgs& g, cudaStream_t stream);

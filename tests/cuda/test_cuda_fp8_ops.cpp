@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -21,6 +23,9 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "test_util.hpp"
+#if defined(TRAINER_CUDA_EMULATOR)
+#include "gt_emu/control.hpp"
+#endif
 
 namespace gt {
 namespace {
@@ -223,6 +228,67 @@ TEST_F(CudaFp8Ops, MatmulMatchesTheTwinInEveryFormTheLayersUse) {
     EXPECT_TRUE(test::all_close(got, want, atol, rtol));
   }
 }
+
+#if defined(TRAINER_CUDA_EMULATOR)
+// The kernels `op` launched on `stream` (the emulator's traffic records,
+// named by where they were launched).
+std::vector<std::string> kernels_launched(cudaStream_t stream, const std::function<void()>& op) {
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  (void)emu::take_traffic();
+  emu::set_traffic_counting(true);
+  op();
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  emu::set_traffic_counting(false);
+  CUDA_CHECK(e);
+  std::vector<std::string> names;
+  for (const auto& t : emu::take_traffic()) names.push_back(t.kernel);
+  return names;
+}
+
+// A bf16 bias on a bf16 output rides in cuBLASLt's BIAS epilogue (no fp32
+// product in scratch, no epilogue kernel); where the library has no
+// algorithm for it (the emulator told to refuse fused epilogues) the GEMM
+// writes fp32 scratch and fp8_epilogue adds the bias. Both round once,
+// after the bias: the same bits, and equal to the CPU twin's within the
+// summation order. An fp32 bias keeps the scratch path.
+TEST_F(CudaFp8Ops, ABf16BiasRidesInTheGemmsEpilogueAndEqualsTheFallback) {
+  if (const char* v = std::getenv("GT_EMU_CUBLASLT_REFUSE_EPILOGUES"); v && std::string(v) == "1")
+    GTEST_SKIP() << "GT_EMU_CUBLASLT_REFUSE_EPILOGUES=1: no fused epilogue to compare against";
+  const int64_t M = 33, N = 40, K = 64;
+  // Runs one biased GEMM on `ops`; the kernels it launched.
+  auto run = [&](CudaOps& ops, DType bias_type, std::vector<float>* got) {
+    const std::vector<float> av = random_vector(M * K, 31, -2.f, 2.f);
+    const std::vector<float> bv = random_vector(N * K, 32, -0.5f, 0.5f);
+    Both a(av, DType::bf16, {M, K}, ops.stream()), b(bv, DType::bf16, {N, K}, ops.stream());
+    Both sa({3.f}, DType::f32, {1}, ops.stream()), sb({200.f}, DType::f32, {1}, ops.stream());
+    Both bias(random_vector(N, 33), bias_type, {N}, ops.stream());
+    Both out(std::vector<float>(static_cast<size_t>(M * N)), DType::bf16, {M, N}, ops.stream());
+    Fp8MatmulSpec spec;
+    spec.fast_accum = true;
+    const std::vector<std::string> kernels = kernels_launched(ops.stream(), [&] {
+      ops.fp8_matmul(out.gpu(), a.gpu(), sa.gpu(), b.gpu(), sb.gpu(), bias.gpu(), spec);
+    });
+    *got = out.gpu_values();
+    cpu_->fp8_matmul(out.cpu(), a.cpu(), sa.cpu(), b.cpu(), sb.cpu(), bias.cpu(), spec);
+    EXPECT_TRUE(test::all_close(*got, out.cpu_values(), 1e-2f, 8e-3f));
+    return kernels.size();
+  };
+  // The emulated cuBLASLt's GEMM is no kernel launch: the quantising casts
+  // and the inverse scales are, and the scratch path's bias pass one more.
+  std::vector<float> fused, fallback, f32_bias;
+  const size_t in_epilogue = run(*cuda_, DType::bf16, &fused);
+  EXPECT_EQ(run(*cuda_, DType::f32, &f32_bias), in_epilogue + 1)
+      << "an fp32 bias takes the scratch path and its bias pass";
+  emu::set_cublaslt_refuse_epilogues(true);
+  {
+    CudaOps refused;  // a fresh plan cache, built while the library refuses
+    EXPECT_EQ(run(refused, DType::bf16, &fallback), in_epilogue + 1)
+        << "the library refused the BIAS epilogue: the bias pass must run instead";
+  }
+  emu::set_cublaslt_refuse_epilogues(false);
+  EXPECT_TRUE(test::bitwise_equal(fused, fallback));
+}
+#endif
 
 // fp8_quantize's codes are the CPU's bit for bit; a weight handed to
 // fp8_matmul as those codes (read in place when K is a multiple of 16, or

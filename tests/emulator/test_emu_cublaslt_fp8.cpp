@@ -2,16 +2,18 @@
 // 15-19) against the CPU twin of the fp8 path (kernels/cpu/fp8_kernels.hpp):
 // the same codes and scales give the same fp32 result bit for bit
 // (tensorwise and outer-vector scaling, e4m3 x e4m3 and the mixed pairs,
-// fp32 and bf16 outputs). Then every rule the emulator holds a caller to,
+// fp32 and bf16 outputs, with and without a bf16 bias through the BIAS
+// epilogue, added before D's one rounding). Then every rule the emulator holds a caller to,
 // each by a planted misuse it must refuse: the NN layout, e5m2 x e5m2, an
 // fp8 operand beside a bf16 one, FAST_TF32, a leading dimension not a
 // multiple of 16, a pointer off 16 bytes, a scale in host memory or too
 // short for its outer vector, scale pointers on a bf16 GEMM, an fp8 output's
-// amax, and an epilogue not emulated for fp8.
+// amax, an epilogue not emulated for fp8, and an fp32 bias beside a bf16 D.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +43,7 @@ struct Fp8Case {
   cudaDataType_t a_type = CUDA_R_8F_E4M3, b_type = CUDA_R_8F_E4M3;
   cudaDataType_t d_type = CUDA_R_32F;
   bool rowwise = false;
+  bool bias = false;  // the BIAS epilogue, a bf16 bias of N (our columns)
 };
 
 class EmuCublasLtFp8 : public EmuCublasLt {
@@ -50,6 +53,7 @@ class EmuCublasLtFp8 : public EmuCublasLt {
     std::vector<uint8_t> qa, qb;
     std::vector<float> sa, sb;          // quantisation scales (CPU twin's arguments)
     std::vector<float> inv_a, inv_b;    // 1 / scale: the GEMM's multipliers
+    std::vector<uint16_t> bias;         // bf16, N
   };
 
   Operands quantise(const Fp8Case& cs) {
@@ -75,6 +79,8 @@ class EmuCublasLtFp8 : public EmuCublasLt {
     }
     for (float s : o.sa) o.inv_a.push_back(1.f / s);
     for (float s : o.sb) o.inv_b.push_back(1.f / s);
+    if (cs.bias)
+      for (int64_t n = 0; n < cs.N; ++n) o.bias.push_back(gt::bf16_from_float(0.3f * nd(rng)));
     return o;
   }
 
@@ -107,6 +113,19 @@ class EmuCublasLtFp8 : public EmuCublasLt {
       EXPECT_EQ(desc.set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode), CUBLAS_STATUS_SUCCESS);
     }
     EXPECT_EQ(desc.set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{1}), CUBLAS_STATUS_SUCCESS);
+    // cuBLASLt's D has N rows (our columns): the bias runs along them.
+    DevMem dBias(std::max<size_t>(o.bias.size() * 2, 2));
+    if (cs.bias) {
+      std::vector<unsigned char> b(o.bias.size() * 2);
+      std::memcpy(b.data(), o.bias.data(), b.size());
+      dBias.upload(b);
+      EXPECT_EQ(desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t{CUBLASLT_EPILOGUE_BIAS}),
+                CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(dBias.get())),
+                CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t{CUDA_R_16BF}),
+                CUBLAS_STATUS_SUCCESS);
+    }
     Layout la(cs.b_type, K, N, K), lb(cs.a_type, K, M, K), ld(cs.d_type, N, M, N);
     cublasLtMatmulAlgo_t algo;
     EXPECT_EQ(heuristic(desc, la, lb, ld, ld, &algo), CUBLAS_STATUS_SUCCESS);
@@ -135,6 +154,9 @@ class EmuCublasLtFp8 : public EmuCublasLt {
     gt::cpu::fp8_scaled_gemm(o.qa.data(), format_of(cs.a_type), o.sa.data(), cs.rowwise,
                              o.qb.data(), format_of(cs.b_type), o.sb.data(), cs.rowwise,
                              c.data(), cs.M, cs.N, cs.K);
+    if (cs.bias)
+      for (int64_t m = 0; m < cs.M; ++m)
+        for (int64_t n = 0; n < cs.N; ++n) c[m * cs.N + n] += gt::bf16_to_float(o.bias[n]);
     if (cs.d_type == CUDA_R_16BF)
       for (float& v : c) v = gt::bf16_round(v);
     return c;
@@ -144,6 +166,7 @@ class EmuCublasLtFp8 : public EmuCublasLt {
 TEST_F(EmuCublasLtFp8, ScaledGemmsMatchTheCpuTwinBitForBit) {
   for (cudaDataType_t d : {CUDA_R_32F, CUDA_R_16BF})
     for (bool rowwise : {false, true})
+      for (bool bias : {false, true})
       for (auto [ta, tb] : {std::pair{CUDA_R_8F_E4M3, CUDA_R_8F_E4M3},
                             std::pair{CUDA_R_8F_E4M3, CUDA_R_8F_E5M2},
                             std::pair{CUDA_R_8F_E5M2, CUDA_R_8F_E4M3}}) {
@@ -152,13 +175,15 @@ TEST_F(EmuCublasLtFp8, ScaledGemmsMatchTheCpuTwinBitForBit) {
         cs.b_type = tb;
         cs.d_type = d;
         cs.rowwise = rowwise;
+        cs.bias = bias;
         const Operands o = quantise(cs);
         const std::vector<float> got = run(cs, o), want = twin(cs, o);
         ASSERT_EQ(got.size(), want.size());
         int wrong = 0;
         for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != want[i];
         EXPECT_EQ(wrong, 0) << (rowwise ? "rowwise " : "tensorwise ") << ta << " x " << tb
-                            << " -> " << d << ": first " << got[0] << " vs " << want[0];
+                            << " -> " << d << (bias ? " +bias" : "") << ": first " << got[0]
+                            << " vs " << want[0];
       }
 }
 
@@ -203,6 +228,19 @@ TEST_F(EmuCublasLtFp8, LayoutTypeAndEpilogueRulesAreEnforced) {
   ASSERT_LT_OK(gelu.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{N}));
   EXPECT_EQ(heuristic(gelu, e4, e4b, d32, d32, &algo), CUBLAS_STATUS_NOT_SUPPORTED)
       << "GELU_AUX with fp8";
+  // The bias is D's type: bf16 beside a bf16 D; an fp32 bias there is refused.
+  Layout dbf(CUDA_R_16BF, N, M, N);
+  DevMem bias(N * 4);
+  for (int32_t bias_type : {int32_t{CUDA_R_16BF}, int32_t{CUDA_R_32F}}) {
+    Desc biased;
+    tn(biased);
+    ASSERT_LT_OK(biased.set(CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t{CUBLASLT_EPILOGUE_BIAS}));
+    ASSERT_LT_OK(biased.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.get())));
+    ASSERT_LT_OK(biased.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
+    EXPECT_EQ(heuristic(biased, e4, e4b, dbf, dbf, &algo),
+              bias_type == CUDA_R_16BF ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED)
+        << "bias type " << bias_type << " with a bf16 D";
+  }
   Desc amax;
   tn(amax);
   DevMem amax_out(4);
