@@ -225,6 +225,11 @@ def render_peaks(t, logs, st):
     return b
 
 
+def llm_c(v):
+    """An llm.c-formula MFU was logged (GPT-2 runs only)."""
+    return isinstance(v, (int, float))
+
+
 def render_training(t, logs, stages, bench_rows, warmup):
     """Both 124M runs, side by side; the time split and roofline of the
     profiled one. Returns {stage: summary or None}."""
@@ -242,15 +247,26 @@ def render_training(t, logs, stages, bench_rows, warmup):
         steps = s["timed_steps"]
         t(f"    tokens/s            {s['tokens_per_s']:,.0f}  (median of steps {steps[0]}-{steps[-1]},"
           f" {len(steps)} unprofiled steps after {warmup} warm-up; step {fmt(s['step_ms'])} ms)")
+        # The headline: PaLM's formula over the datasheet's peak (what
+        # Megatron and torchtitan quote), llm.c's formula beside it for
+        # GPT-2; then the same FLOPs over the peaks this GPU measured.
+        f = s["mfu_formula"]
+        if s["mfu_datasheet"] is not None:
+            sheet = s["mfu_datasheet_peak_tflops"]
+            llmc = s["mfu_llmc_datasheet"]
+            t(f"    MFU                 {100 * s['mfu_datasheet']:.1f}% ({f} over the datasheet's "
+              f"{fmt(sheet, '.1f')} TFLOP/s bf16, profile.hardware)"
+              + (f"; llm.c 6P+6LCT {100 * llmc:.1f}%" if llm_c(llmc) else ""))
+        else:
+            t("    MFU                 - (no datasheet peak: the run had no profile.hardware)")
         if peak > 0 and s["flops_per_token"]:
             mfu = s["flops_per_token"] * s["tokens_per_s"] / (peak * 1e12)
-            t(f"    MFU                 {100 * mfu:.1f}% of the measured bf16 GEMM peak "
-              f"({peak:.1f} TFLOP/s, gpu_bench)")
+            t(f"    MFU (measured peak) {100 * mfu:.1f}% ({f} over the measured bf16 GEMM peak, "
+              f"{peak:.1f} TFLOP/s, gpu_bench)")
         else:
-            t("    MFU                 - (no bf16 GEMM peak: gpu_bench did not measure one)")
-        t(f"    MFU (trainer)       {fmt(None if s['mfu'] is None else 100 * s['mfu'])}% of its "
-          f"peaks, {fmt(None if s['mfu_datasheet'] is None else 100 * s['mfu_datasheet'])}%"
-          f" of the datasheet (profile.hardware)")
+            t("    MFU (measured peak) - (no bf16 GEMM peak: gpu_bench did not measure one)")
+        t(f"    MFU (trainer)       {fmt(None if s['mfu'] is None else 100 * s['mfu'])}% ({f} over "
+          f"the trainer's own measured peaks)")
         t(f"    peak memory         {fmt(gib(s['peak_mem_bytes']), '.2f')} GiB")
         t(f"    final loss          {fmt(s['final_loss'], '.4f')}")
     tc, simt = sums.get("train-tc"), sums.get("train-simt")

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Plot one run's metrics.jsonl: loss and val loss, tokens/s, and MFU over steps.
+"""Plot one run's metrics.jsonl: loss and val loss, tokens/s, and MFU over steps
+(over the datasheet peak where the run logged one, the panel naming the
+formula and the peak).
 
     scripts/plot_metrics.py runs/default                          # -> runs/default/metrics.png
     scripts/plot_metrics.py runs/default/metrics.jsonl            # the same
@@ -81,7 +83,11 @@ def main():
     from plotting import pyplot
     plt = pyplot(out)
 
-    has_mfu = any(isinstance(r.get("mfu"), (int, float)) for r in recs)
+    # The headline MFU (over the datasheet peak) where the run logged one,
+    # else the one over the measured peak; the panel names formula and peak.
+    mfu_key = "mfu_datasheet" if any(isinstance(r.get("mfu_datasheet"), (int, float))
+                                     for r in recs) else "mfu"
+    has_mfu = any(isinstance(r.get(mfu_key), (int, float)) for r in recs)
     panels = 3 if has_mfu else 2
     fig, axes = plt.subplots(panels, 1, figsize=(8, 2.8 * panels), sharex=True)
     ax = axes[0]
@@ -104,9 +110,16 @@ def main():
     ax.set_ylabel("tokens/s")
     if has_mfu:
         ax = axes[2]
-        s, v = series(recs, "mfu")
+        s, v = series(recs, mfu_key)
         ax.plot(s, [x * 100 for x in v], color="tab:purple")
         ax.set_ylabel("MFU (%)")
+        last = next((r for r in reversed(recs) if isinstance(r.get(mfu_key), (int, float))), {})
+        peak = last.get(mfu_key + "_peak_tflops" if mfu_key == "mfu_datasheet"
+                        else "mfu_peak_tflops")
+        ax.set_title(f"MFU: {last.get('mfu_formula', 'PaLM 6N+12LTC')} over the "
+                     f"{'datasheet' if mfu_key == 'mfu_datasheet' else 'measured'} peak"
+                     + (f", {peak:.4g} TFLOP/s per rank" if isinstance(peak, (int, float)) else ""),
+                     fontsize=9)
     axes[-1].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(out, dpi=100)

@@ -239,6 +239,11 @@ def run_summary(run_dir, warmup):
         step_ms=median_of(timed, "step_ms"),
         mfu=median_of(timed, "mfu"),
         mfu_datasheet=median_of(timed, "mfu_datasheet"),
+        # What they divide (metrics.jsonl names it; older runs do not).
+        mfu_formula=next((r["mfu_formula"] for r in recs if r.get("mfu_formula")),
+                         "PaLM 6N+12LTC"),
+        mfu_datasheet_peak_tflops=median_of(timed, "mfu_datasheet_peak_tflops"),
+        mfu_llmc_datasheet=median_of(timed, "mfu_llmc_datasheet"),
         peak_mem_bytes=peak_mem,
         flops_per_token=model_flops_per_token(cfg),
         config=cfg,

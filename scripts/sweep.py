@@ -43,9 +43,12 @@ Writes into --out (default runs/sweep-<timestamp>; sweep_report.py):
   runs/<layout>/  each run's log.dir (metrics.jsonl, output.txt)
 
 Measured: median tokens/s and step_ms over the steps after the first,
-max peak_mem_bytes (rank 0's peak resident set), mean comm_exposed_ms and
-median mfu when metrics.jsonl has them (otherwise MFU is derived from the
-planner's FLOP count: predicted MFU x predicted / measured step time); for
+max peak_mem_bytes (rank 0's peak resident set), mean comm_exposed_ms; MFU
+by one formula and one peak for every run: PaLM's 6N+12LTC model FLOPs over
+the --hardware file's peak, from the measured step time (the plan's MFU x
+predicted / measured step time: the same FLOPs and peak the prediction
+divides); the trainer's own mfu (over its measured peaks) when
+metrics.jsonl has one, in sweep.csv's mfu_measured_peak; for
 pipeline runs the mean bubble_fraction and pipeline_wait_ms, beside the
 plan's predicted bubble for the same pp, schedule and virtual stages (a run
 whose schedule and virtual stages the plan does not list, gpipe for one, has
@@ -518,8 +521,8 @@ def attach_prediction(run, preds, config_mb):
     if p and "invalid" not in p:
         run.predicted = p
     m, q = run.measured, run.predicted
-    if q and "mfu" not in m and m.get("step_ms"):
-        m["mfu_derived"] = q["mfu"] * q["step_ms"] / m["step_ms"]
+    if q and m.get("step_ms"):
+        m["mfu_palm_sheet"] = q["mfu"] * q["step_ms"] / m["step_ms"]
 
 
 def main():

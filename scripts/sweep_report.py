@@ -38,8 +38,10 @@ def row_of(run):
             r[k] = v
     r.update({
         "tokens_per_s": m.get("tokens_per_s"),
-        "mfu": m.get("mfu", m.get("mfu_derived")),
-        "mfu_source": "metrics" if "mfu" in m else ("derived" if "mfu_derived" in m else ""),
+        # PaLM 6N+12LTC over the --hardware file's peak (sweep.py); the
+        # trainer's own, over its measured peaks, where it logged one.
+        "mfu": m.get("mfu_palm_sheet"),
+        "mfu_measured_peak": m.get("mfu"),
         "step_ms": m.get("step_ms"),
         "peak_mem_bytes": m.get("peak_mem_bytes"),
         "comm_exposed_ms": m.get("comm_exposed_ms"),
@@ -130,17 +132,18 @@ def write_outputs(args, runs, skipped, hardware_note):
             str(r["tp"]), pp_cell(r), str(r["stage"] or "-"),
             str(r["micro_batch"])] + [str(r.get(k, "")) for k in extra] + [
             fmt(r["tokens_per_s"], "{:.0f}"),
-            fmt(r["mfu"] * 100 if r["mfu"] is not None else None, "{:.2f}%")
-            + ("*" if r["mfu_source"] == "derived" else ""),
+            fmt(r["mfu"] * 100 if r["mfu"] is not None else None, "{:.2f}%"),
             fmt(r["step_ms"]), fmt(r["peak_mem_bytes"] / MIB if r["peak_mem_bytes"] else None),
             fmt(r["comm_exposed_ms"]) or "n/a"] + bubble + [fmt(r["pred_step_ms"]),
             fmt(r["pred_tokens_per_s"], "{:.0f}"),
             fmt(r["pred_mem_bytes"] / MIB if r["pred_mem_bytes"] else None),
             fmt(r["mem_gap_pct"], "{:+.1f}%"), fmt(r["step_gap_pct"], "{:+.0f}%")]
         lines.append("| " + " | ".join(cells) + " |")
-    if any(r["mfu_source"] == "derived" for r in ok):
-        lines += ["", "\\* MFU derived from the planner's FLOP count and peak (metrics.jsonl has "
-                  "no `mfu`)."]
+    if ok:
+        lines += ["", "MFU: PaLM's 6N+12LTC model FLOPs per token (N the matmul weights) x "
+                  "tokens/s over the devices' peak in the hardware file (" + hardware_note +
+                  "), as `trainer plan` predicts it; sweep.csv's mfu_measured_peak has the "
+                  "trainer's own (over its measured peaks) where metrics.jsonl logged one."]
     if not any(r["comm_exposed_ms"] is not None for r in ok):
         lines += ["", "exposed comm: n/a (metrics.jsonl has no `comm_exposed_ms` in this build)."]
     if piped:

@@ -138,6 +138,25 @@ def check_metrics(run_dir, world, roofline):
             fail(f"metrics step {r['step']}: mfu {r['mfu']}, expected {want}")
         if r["mfu_datasheet"] is not None:
             fail("mfu_datasheet should be null without profile.hardware")
+        # What the MFUs divide is named beside them; GPT-2 adds llm.c's.
+        if r.get("mfu_formula") != "PaLM 6N+12LTC":
+            fail(f"metrics step {r['step']}: mfu_formula {r.get('mfu_formula')!r}")
+        if not abs(r.get("mfu_peak_tflops", 0) * 1e12 / peak - 1) < 1e-9:
+            fail(f"metrics step {r['step']}: mfu_peak_tflops {r.get('mfu_peak_tflops')}, "
+                 f"the peak is {peak / 1e12}")
+        for key in ("mfu_datasheet_peak_tflops", "mfu_llmc_datasheet"):
+            if key not in r or r[key] is not None:
+                fail(f"metrics step {r['step']}: {key} should be null without profile.hardware")
+        # llm.c's 6P + 6 L C T against PaLM's 6N + 12 L T C, from the model
+        # write_config gives (GPT-2, L 2, C 64, V 256, block 32, T 32):
+        # P every parameter, N the matmul weights.
+        L, C, V, B, T = 2, 64, 256, 32, 32
+        P = V * C + B * C + L * (12 * C * C + 13 * C) + 2 * C
+        palm = 6 * (L * 12 * C * C + V * C) + 12 * L * T * C
+        llmc = 6 * P + 6 * L * C * T
+        if not abs(r.get("mfu_llmc", 0) / r["mfu"] - llmc / palm) < 1e-9:
+            fail(f"metrics step {r['step']}: mfu_llmc {r.get('mfu_llmc')} is not mfu x "
+                 f"{llmc}/{palm}")
         if not r["peak_mem_bytes"] > 0:
             fail(f"metrics step {r['step']}: peak_mem_bytes {r['peak_mem_bytes']}")
         if world > 1 and not r["comm_exposed_ms"] >= 0:
@@ -160,6 +179,11 @@ def check_report(build, work):
     if abs(mf["recorded_all_ranks"] / mf["expected"] - 1) > 0.01:
         fail(f"roofline.json model FLOPs {mf}")
     check_metrics(run_dir, 1, j)
+    # The step lines print the MFU with its formula and peak (no datasheet
+    # here: the measured one).
+    if not re.search(r"\| MFU \d+\.\d% \(PaLM 6N\+12LTC, measured [\d.e+-]+ TFLOP/s; "
+                     r"llm\.c 6P\+6LCT \d+\.\d%\)", out):
+        fail(f"no step line names its MFU's formula and peak:\n{out[-3000:]}")
     print(out[out.index("roofline:"):])
 
 

@@ -70,7 +70,9 @@ def train_records(scale=1.0):
     for s in range(30):
         tps = scale * (1000.0 if s < 5 or s >= 28 else (19000.0, 20000.0, 21000.0)[s % 3])
         recs.append(dict(step=s, loss=10.8 - 0.01 * s, tokens_per_s=tps, step_ms=16384 / tps * 1e3,
-                         mfu=0.25, mfu_datasheet=0.2, peak_mem_bytes=(20 + s % 2) * 2**30,
+                         mfu=0.25, mfu_datasheet=0.2, mfu_formula="PaLM 6N+12LTC",
+                         mfu_datasheet_peak_tflops=989.4, mfu_llmc_datasheet=0.19,
+                         peak_mem_bytes=(20 + s % 2) * 2**30,
                          comm_exposed_ms=0.0, comm_bytes={"world": 0}))
     return recs
 
@@ -285,9 +287,13 @@ class Table(unittest.TestCase):
         self.assertIn("SIMT attention (train-simt)\n    tokens/s            10,000", out)
         self.assertIn("tensor-core / SIMT tokens/s: 2.00x", out)
         mfu = 100 * FLOPS_PER_TOKEN_124M * 20000 / (GEMM_PEAK * 1e12)
-        self.assertIn(f"MFU                 {mfu:.1f}% of the measured bf16 GEMM peak "
-                      f"({GEMM_PEAK:.1f} TFLOP/s, gpu_bench)", out)
-        self.assertIn("MFU (trainer)       25.0% of its peaks", out)
+        # Every MFU with its formula and its peak; the datasheet's first.
+        self.assertIn("MFU                 20.0% (PaLM 6N+12LTC over the datasheet's 989.4 TFLOP/s "
+                      "bf16, profile.hardware); llm.c 6P+6LCT 19.0%", out)
+        self.assertIn(f"MFU (measured peak) {mfu:.1f}% (PaLM 6N+12LTC over the measured bf16 GEMM "
+                      f"peak, {GEMM_PEAK:.1f} TFLOP/s, gpu_bench)", out)
+        self.assertIn("MFU (trainer)       25.0% (PaLM 6N+12LTC over the trainer's own measured "
+                      "peaks)", out)
         self.assertIn("peak memory         21.00 GiB", out)
         self.assertRegex(out, r"GEMM\s+50\.00 ms\s+50\.0%")
         self.assertRegex(out, r"idle \(no op, no wait\)\s+15\.00 ms\s+15\.0%")

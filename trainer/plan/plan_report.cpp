@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "trainer/plan/planner.hpp"
+#include "trainer/profile/model_flops.hpp"
 
 namespace gt {
 
@@ -90,7 +91,9 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
      << cell("%.1f", hw.memory_bytes() / u.div) << " " << u.name
      << "); step time per optimizer step; pp > 1: the heaviest pipeline rank's memory, "
         "the bubble's idle share of the pipelined work; cp: degree:cp_comm (ag = allgather)"
-     << (cfg.parallel.cp_load_balance ? "" : ", chunks not load-balanced") << "\n";
+     << (cfg.parallel.cp_load_balance ? "" : ", chunks not load-balanced") << "; MFU: "
+     << mfu_formula_name(MfuFormula::palm) << " FLOPs over the datasheet's "
+     << cell("%.1f", hw.peak_flops() / 1e12) << " TFLOP/s " << hw.peak_dtype() << " per device\n";
   const bool show_ep = cfg.model.moe();
   os << "rank  pp     sched   dp  fsdp      cp   tp stage";
   if (show_ep) os << "  ep";
@@ -198,7 +201,7 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
     }
     j["exposed_comm_ms"] = p.exposed_ms;
     j["tokens_per_s"] = p.tokens_per_s;
-    j["mfu"] = p.mfu;
+    j["mfu"] = p.mfu;  // by out["mfu"]'s formula and peak
     layouts.push_back(j);
   };
   int k = 0;
@@ -234,6 +237,9 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
                    {"cp_load_balance", cfg.parallel.cp_load_balance},
                    {"tp_overlap", cfg.parallel.tp_overlap},
                    {"reduce_dtype", to_string(cfg.parallel.reduce_dtype)}};
+  out["mfu"] = {{"formula", mfu_formula_name(MfuFormula::palm)},
+                {"peak_tflops", hw.peak_flops() / 1e12},
+                {"peak", std::string("datasheet ") + hw.peak_dtype()}};
   out["layouts"] = layouts;
   out["explanation"] = plan.explanation;
   return out;

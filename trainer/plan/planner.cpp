@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kernels/core/error.hpp"
+#include "trainer/profile/model_flops.hpp"
 
 namespace gt {
 
@@ -262,7 +263,9 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
   os << "the planner picks " << describe_layout(w.layout) << " at micro-batch "
      << w.layout.micro_batch << " (" << micro_batches(w.accum)
      << " per step): " << fmt("%.0f", w.step_ms) << " ms per step, " << human_rate(w.tokens_per_s)
-     << " tokens/s, MFU " << fmt("%.0f", w.mfu * 100) << "%, "
+     << " tokens/s, MFU " << fmt("%.0f", w.mfu * 100) << "% (" << mfu_formula_name(MfuFormula::palm)
+     << " over the datasheet's " << fmt("%.1f", hw.peak_flops() / 1e12) << " TFLOP/s "
+     << hw.peak_dtype() << "), "
      << gib(static_cast<double>(w.total_bytes())) << " of " << gib(hw.memory_bytes())
      << " GiB per device. ";
   const double busy = w.compute_ms + w.memory_ms + w.bubble_ms;

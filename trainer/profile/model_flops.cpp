@@ -1,5 +1,7 @@
 #include "trainer/profile/model_flops.hpp"
 
+#include "trainer/model/parameter_layout.hpp"
+
 namespace gt {
 
 BlockMatmuls block_matmuls(const ModelConfig& m) {
@@ -31,6 +33,21 @@ ModelFlops model_flops(const ModelConfig& m, int seq_len) {
   f.dense_per_token = 6.0 * f.matmul_params;
   f.attention_per_token = 12.0 * L * T * C;
   return f;
+}
+
+const char* mfu_formula_name(MfuFormula f) {
+  return f == MfuFormula::palm ? "PaLM 6N+12LTC" : "llm.c 6P+6LCT";
+}
+
+double mfu_flops_per_token(const ModelConfig& m, int seq_len, MfuFormula f) {
+  if (f == MfuFormula::palm) return model_flops(m, seq_len).per_token();
+  const double P = static_cast<double>(ParameterLayout(m).global_numel());
+  return 6.0 * P + 6.0 * m.n_layer * double(m.n_embd) * seq_len;
+}
+
+double mfu_of(double flops_per_token, double tokens_per_s, int devices, double peak_flops) {
+  if (!(peak_flops > 0) || devices < 1) return 0;
+  return flops_per_token * tokens_per_s / (devices * peak_flops);
 }
 
 }  // namespace gt

@@ -56,4 +56,21 @@ struct ModelFlops {
 
 ModelFlops model_flops(const ModelConfig& m, int seq_len);
 
+// How an MFU is quoted: its FLOPs per token and its peak, by name, so a
+// figure compares with Megatron's, torchtitan's and llm.c's.
+//   palm  6N + 12·L·T·C, N the matmul weights (model_flops above: PaLM's
+//         appendix B, Megatron's and torchtitan's count). The headline.
+//   llmc  llm.c's (train_gpt2.cu, gpt2_estimate_mfu): 6P + 6·L·C·T, P every
+//         parameter (embeddings, norms and biases included), attention
+//         halved for causality. Quoted beside it for GPT-2 only, the
+//         family llm.c trains.
+enum class MfuFormula { palm, llmc };
+const char* mfu_formula_name(MfuFormula f);  // "PaLM 6N+12LTC", "llm.c 6P+6LCT"
+// FLOPs per token by `f`; llmc's P counted by ParameterLayout, as the model
+// holds them.
+double mfu_flops_per_token(const ModelConfig& m, int seq_len, MfuFormula f);
+// The MFU of `tokens_per_s` (the whole job's) on `devices` devices of
+// `peak_flops` each; 0 without a peak.
+double mfu_of(double flops_per_token, double tokens_per_s, int devices, double peak_flops);
+
 }  // namespace gt

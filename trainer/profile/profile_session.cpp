@@ -36,7 +36,10 @@ ProfileSession::ProfileSession(const Config& cfg, int rank, std::unique_ptr<OpTi
       rank_(rank),
       profiler_(ProfileSchedule{cfg.profile.every, cfg.profile.steps},
                 cfg.profile.every > 0 && cfg.profile.trace, rank, std::move(timer)),
-      model_(model_flops(cfg.model, cfg.train.seq_len)) {
+      model_(model_flops(cfg.model, cfg.train.seq_len)),
+      llmc_per_token_(cfg.model.arch == ModelArch::gpt2
+                          ? mfu_flops_per_token(cfg.model, cfg.train.seq_len, MfuFormula::llmc)
+                          : 0.0) {
   if (!cfg.profile.hardware.empty()) hardware_ = load_hardware(cfg.profile.hardware);
   if (!cfg.profile.peaks.empty()) measured_ = load_peaks_file(cfg.profile.peaks);
 }
@@ -99,6 +102,21 @@ void ProfileSession::end_step(nlohmann::json& rec, double step_seconds, int64_t 
   };
   rec["mfu"] = mfu(measured_);
   rec["mfu_datasheet"] = hardware_ ? mfu(datasheet_) : nlohmann::json(nullptr);
+  // What the two MFUs divide: the formula and each peak (TFLOP/s per rank).
+  auto tflops = [](const Peaks& p) -> nlohmann::json {
+    return p.flops > 0 ? nlohmann::json(p.flops / 1e12) : nlohmann::json(nullptr);
+  };
+  rec["mfu_formula"] = mfu_formula_name(MfuFormula::palm);
+  rec["mfu_peak_tflops"] = tflops(measured_);
+  rec["mfu_datasheet_peak_tflops"] = hardware_ ? tflops(datasheet_) : nlohmann::json(nullptr);
+  if (llmc_per_token_ > 0) {  // GPT-2: llm.c's formula beside it, the same peaks
+    const double ratio = llmc_per_token_ / model_.per_token();
+    auto scaled = [&](const nlohmann::json& v) -> nlohmann::json {
+      return v.is_number() ? nlohmann::json(v.get<double>() * ratio) : nlohmann::json(nullptr);
+    };
+    rec["mfu_llmc"] = scaled(rec["mfu"]);
+    rec["mfu_llmc_datasheet"] = scaled(rec["mfu_datasheet"]);
+  }
   rec["peak_mem_bytes"] = device_peak_ ? device_peak_() : host_peak_rss_bytes();
   rec["comm_exposed_ms"] = r.comm_exposed_s * 1e3;
   if (rank_ == 0 && !warned_mfu_ && rec["mfu"].is_number() && rec["mfu"].get<double>() > 1.0) {

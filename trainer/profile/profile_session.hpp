@@ -17,6 +17,11 @@
 //   mfu              model FLOPs / (step time x ranks x measured peak); null
 //                    without a measured peak (profiling off and no profile.peaks)
 //   mfu_datasheet    the same against profile.hardware's peak; null without one
+//   mfu_formula      the FLOPs both count: "PaLM 6N+12LTC" (model_flops.hpp)
+//   mfu_peak_tflops, mfu_datasheet_peak_tflops
+//                    the per-rank peaks they divide by (null where absent)
+//   mfu_llmc, mfu_llmc_datasheet
+//                    GPT-2 only: the same two by llm.c's 6P+6LCT
 //   peak_mem_bytes   this rank's peak memory: the device's when a backend
 //                    installs a reader (set_device_peak_memory), else the
 //                    process's peak resident set (VmHWM)
@@ -76,6 +81,7 @@ class ProfileSession {
   int rank_;
   Profiler profiler_;
   ModelFlops model_;
+  double llmc_per_token_ = 0;  // llm.c's FLOPs per token (GPT-2), else 0
   Peaks measured_;
   std::optional<HardwareSpec> hardware_;
   Peaks datasheet_;

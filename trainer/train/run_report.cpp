@@ -7,6 +7,7 @@
 #include "trainer/io/human_bytes.hpp"
 #include "trainer/parallelize/pipeline_schedule.hpp"
 #include "trainer/parallelize/pipeline_stages.hpp"
+#include "trainer/profile/model_flops.hpp"
 
 namespace gt {
 
@@ -34,6 +35,28 @@ void log_memory(const MemoryFigures& m, const ParallelConfig& p) {
 }
 
 }  // namespace
+
+std::string mfu_text(const nlohmann::json& rec) {
+  auto number = [&](const char* key) {
+    const auto it = rec.find(key);
+    return it != rec.end() && it->is_number() ? it->get<double>() : -1.0;
+  };
+  const bool sheet = number("mfu_datasheet") >= 0;
+  const double mfu = sheet ? number("mfu_datasheet") : number("mfu");
+  const double peak = number(sheet ? "mfu_datasheet_peak_tflops" : "mfu_peak_tflops");
+  if (mfu < 0 || peak <= 0) return "";
+  const double llmc = number(sheet ? "mfu_llmc_datasheet" : "mfu_llmc");
+  char buf[160];
+  std::snprintf(buf, sizeof buf, " | MFU %.1f%% (%s, %s %.4g TFLOP/s", 100 * mfu,
+                rec.value("mfu_formula", std::string("?")).c_str(),
+                sheet ? "datasheet" : "measured", peak);
+  std::string out = buf;
+  if (llmc >= 0) {
+    std::snprintf(buf, sizeof buf, "; %s %.1f%%", mfu_formula_name(MfuFormula::llmc), 100 * llmc);
+    out += buf;
+  }
+  return out + ")";
+}
 
 std::string human_count(double x) {
   char buf[32];

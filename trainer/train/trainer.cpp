@@ -305,10 +305,10 @@ void Trainer::log_step(int64_t step, const StepResult& r, nlohmann::json& rec) {
     const int64_t left = tc_.steps - step - 1;
     const std::string eta = left == 0 ? clock_text(0) : clock_text(elapsed / done * left);
     spdlog::info(
-        "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s | "
+        "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.4f} | {:.1f} ms | {} tok/s{} | "
         "elapsed {} | ETA {}",
         step + 1, tc_.steps, r.loss, moe, r.lr, r.grad_norm, r.step_ms, human_count(tokens_per_s),
-        clock_text(elapsed), eta);
+        mfu_text(rec), clock_text(elapsed), eta);
   }
 }
 
