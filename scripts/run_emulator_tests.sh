@@ -8,6 +8,7 @@
 #      against the CPU backend;
 #   2. build-emu-asan/: the kernel and emulator tests under AddressSanitizer
 #      and UBSan's alignment check, with blocks and streams in reverse order
+#      and each block's threads in a seeded random order between barriers
 #      (small shapes, GT_TEST_SHAPES=small: phase 1 ran the full ones);
 #   3. build-emu-tsan/: the attention, LayerNorm, cross-entropy and embedding
 #      tests under ThreadSanitizer (small shapes: GT_TEST_SHAPES=small);
@@ -61,9 +62,9 @@ if wants 2 || wants 4; then
   cmake --build "$ASAN" -j "$JOBS" --target gt_emu_kernel_tests gt_emu_tests
 fi
 if wants 2; then
-  phase "2. kernel tests under ASan, blocks and streams in reverse order (small shapes)"
+  phase "2. kernel tests under ASan, blocks and streams in reverse order, threads random (small shapes)"
   GT_TEST_SHAPES=small GT_EMU_BLOCK_ORDER=reverse GT_EMU_STREAM_ORDER=reverse \
-    "$ASAN/tests/gt_emu_kernel_tests"
+    GT_EMU_THREAD_ORDER=random:2026 "$ASAN/tests/gt_emu_kernel_tests"
   phase "2. the emulator's own tests under ASan"
   "$ASAN/tests/emulator/gt_emu_tests"
 fi

@@ -43,6 +43,7 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   return block_runner().warp_collective(op, mask, value, arg, width, site);
 }
 unsigned char* dynamic_shared_base() { return block_runner().dynamic_shared(); }
+void shared_array(void* p, size_t bytes) { block_runner().shared_array(p, bytes); }
 void device_fault(const char* what, Site site) {
   block_runner().fault(cudaErrorLaunchFailure,
                        std::string(what) + " at " + site.file + ":" + std::to_string(site.line));
@@ -52,6 +53,14 @@ void device_fault(const char* what, Site site) {
 namespace {
 
 constexpr uint64_t kPoison = ~uint64_t{0};  // NaN in every float width, -1 as an integer
+
+// SplitMix64's step: the random thread order's generator.
+uint64_t splitmix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
 constexpr int kWarp = 32;
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -196,6 +205,18 @@ void BlockRunner::prepare_shared_memory() {
   if (launch_->dynamic_smem) std::memset(smem_, 0xFF, launch_->dynamic_smem);
 }
 
+void BlockRunner::shared_array(void* p, size_t bytes) {
+  // The first thread of this block to declare the array: no thread of the
+  // block can have written it yet (each writes only after its declaration).
+  SharedArray& a = shared_arrays_[p];  // nodes: the token's address is stable
+  if (a.poisoned_in != block_serial_) {
+    a.poisoned_in = block_serial_;
+    std::memset(p, 0xFF, bytes);
+    GT_EMU_RELEASE(&a.token);
+  }
+  GT_EMU_ACQUIRE(&a.token);
+}
+
 void BlockRunner::run_grid(const GridLaunch& launch) {
   launch_ = &launch;
   faulted_ = false;
@@ -297,6 +318,7 @@ void BlockRunner::check_exit(Thread& t) {
 void BlockRunner::run_block(unsigned linear_block) {
   const dim3 g = launch_->grid;
   detail::g_block_idx = uint3{linear_block % g.x, linear_block / g.x % g.y, linear_block / (g.x * g.y)};
+  ++block_serial_;
   prepare_shared_memory();
   const dim3 b = launch_->block;
   for (int i = 0; i < n_threads_; ++i) {
@@ -316,11 +338,29 @@ void BlockRunner::run_block(unsigned linear_block) {
   exited_ = 0;
   GT_EMU_RELEASE(&start_token_);
 
-  const bool reverse = config().block_order == BlockOrder::reverse;
+  // The order the runnable threads run in, round by round (a round runs
+  // each to its next synchronisation point): fixed, or a new seeded
+  // permutation every round, so that a thread reading what another has not
+  // yet written (a missing barrier) meets it in some round.
+  const Config& cfg = config();
+  const ThreadOrder order =
+      cfg.thread_order != ThreadOrder::block ? cfg.thread_order
+      : cfg.block_order == BlockOrder::reverse ? ThreadOrder::reverse
+                                               : ThreadOrder::forward;
+  uint64_t rng = splitmix(cfg.thread_seed ^ splitmix(block_serial_));
+  order_.resize(static_cast<size_t>(n_threads_));
+  for (int i = 0; i < n_threads_; ++i) order_[static_cast<size_t>(i)] = i;
   while (exited_ < n_threads_ && !faulted_) {
     bool ran = false;
+    if (order == ThreadOrder::random)
+      for (int k = n_threads_ - 1; k > 0; --k) {
+        rng = splitmix(rng);
+        std::swap(order_[static_cast<size_t>(k)], order_[rng % static_cast<uint64_t>(k + 1)]);
+      }
     for (int k = 0; k < n_threads_ && !faulted_; ++k) {
-      const int i = reverse ? n_threads_ - 1 - k : k;
+      const int i = order == ThreadOrder::reverse ? n_threads_ - 1 - k
+                    : order == ThreadOrder::random ? order_[static_cast<size_t>(k)]
+                                                   : k;
       Thread& t = threads_[static_cast<size_t>(i)];
       if (t.state != State::runnable) continue;
       current_ = i;

@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fiber.hpp"
@@ -59,6 +60,9 @@ class BlockRunner {
   // ldmatrix's rules on one lane's row address (ptx.cpp): faults when broken.
   void check_ldmatrix_row(const void* row, Site site);
   unsigned char* dynamic_shared();
+  // detail::shared_array: poisons [p, p + bytes) at its first declaration
+  // in the running block.
+  void shared_array(void* p, size_t bytes);
   // Records the fault and unwinds the running CUDA thread (an exception
   // caught in thread_main); only ever called from a fiber.
   [[noreturn]] void fault(cudaError_t code, const std::string& msg);
@@ -142,6 +146,15 @@ class BlockRunner {
   unsigned char* smem_mapping_ = nullptr;
   size_t smem_mapping_bytes_ = 0;
   unsigned char* smem_ = nullptr;
+  // Static shared arrays declared through GT_SHARED: the block (block_serial_)
+  // that last poisoned each. Every block run gets a new serial.
+  uint64_t block_serial_ = 0;
+  std::vector<int> order_;  // GT_EMU_THREAD_ORDER=random: this round's permutation
+  struct SharedArray {
+    uint64_t poisoned_in = 0;  // the block serial
+    char token = 0;            // TSan: the poisoner releases, every declarer acquires
+  };
+  std::unordered_map<const void*, SharedArray> shared_arrays_;
 };
 
 BlockRunner& block_runner();

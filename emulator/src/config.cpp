@@ -66,6 +66,18 @@ Config read_config() {
     else if (!std::strcmp(v, "reverse")) c.block_order = BlockOrder::reverse;
     else bad("GT_EMU_BLOCK_ORDER", v, "forward or reverse");
   }
+  if (const char* v = std::getenv("GT_EMU_THREAD_ORDER")) {
+    if (!std::strcmp(v, "block")) c.thread_order = ThreadOrder::block;
+    else if (!std::strcmp(v, "forward")) c.thread_order = ThreadOrder::forward;
+    else if (!std::strcmp(v, "reverse")) c.thread_order = ThreadOrder::reverse;
+    else if (!std::strncmp(v, "random", 6) && (v[6] == '\0' || v[6] == ':')) {
+      c.thread_order = ThreadOrder::random;
+      if (v[6] == ':')
+        c.thread_seed = static_cast<uint64_t>(parse_long("GT_EMU_THREAD_ORDER seed", v + 7, 0, 1L << 62));
+    } else {
+      bad("GT_EMU_THREAD_ORDER", v, "block, forward, reverse, random or random:<seed>");
+    }
+  }
   if (const char* v = std::getenv("GT_EMU_STREAM_ORDER")) {
     if (!std::strcmp(v, "issue")) c.stream_order = StreamOrder::issue;
     else if (!std::strcmp(v, "reverse")) c.stream_order = StreamOrder::reverse;
@@ -99,6 +111,15 @@ Config& config() {
 }
 
 const char* to_string(BlockOrder o) { return o == BlockOrder::forward ? "forward" : "reverse"; }
+const char* to_string(ThreadOrder o) {
+  switch (o) {
+    case ThreadOrder::block: return "block";
+    case ThreadOrder::forward: return "forward";
+    case ThreadOrder::reverse: return "reverse";
+    case ThreadOrder::random: return "random";
+  }
+  return "?";
+}
 
 const char* to_string(StreamOrder o) {
   switch (o) {

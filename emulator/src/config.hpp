@@ -5,6 +5,12 @@
 //   GT_EMU_BLOCK_ORDER=forward|reverse
 //                              the order blocks of a grid run in, and threads of
 //                              a block are scheduled in (default forward)
+//   GT_EMU_THREAD_ORDER=block|forward|reverse|random[:seed]
+//                              the order a block's runnable threads run in
+//                              between two synchronisation points: random
+//                              draws a new permutation for every such round
+//                              (seeded: reproducible); block (the default)
+//                              follows GT_EMU_BLOCK_ORDER
 //   GT_EMU_STREAM_ORDER=issue|reverse|random[:seed]
 //                              which runnable stream runs next at a
 //                              synchronisation point (default issue)
@@ -25,11 +31,14 @@
 namespace gt::emu {
 
 enum class BlockOrder { forward, reverse };
+enum class ThreadOrder { block, forward, reverse, random };
 enum class StreamOrder { issue, reverse, random };
 
 struct Config {
   int devices = 8;            // after CUDA_VISIBLE_DEVICES
   BlockOrder block_order = BlockOrder::forward;
+  ThreadOrder thread_order = ThreadOrder::block;
+  uint64_t thread_seed = 1;
   StreamOrder stream_order = StreamOrder::issue;
   uint64_t stream_seed = 1;
   bool protect_device_memory = true;
@@ -48,6 +57,7 @@ struct Config {
 Config& config();
 
 const char* to_string(BlockOrder o);
+const char* to_string(ThreadOrder o);
 const char* to_string(StreamOrder o);
 
 }  // namespace gt::emu

@@ -11,8 +11,12 @@ namespace gt::emu {
 
 std::string describe_device() {
   const Config& c = config();
+  const std::string threads =
+      c.thread_order == ThreadOrder::random
+          ? "threads random:" + std::to_string(c.thread_seed)
+          : std::string("threads ") + to_string(c.thread_order);
   return "gt-emu emulated CUDA device (" + std::to_string(c.devices) + " device(s); blocks " +
-         to_string(c.block_order) + ", streams in " + to_string(c.stream_order) +
+         to_string(c.block_order) + ", " + threads + ", streams in " + to_string(c.stream_order) +
          " order, wmma layout seed " + std::to_string(c.wmma_layout_seed) + ")";
 }
 

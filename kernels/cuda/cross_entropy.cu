@@ -97,8 +97,9 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 }
 
 __device__ MaxSum block_max_sum(MaxSum v) {
-  __shared__ float s_m[kWarps], s_s[kWarps];
-  __shared__ MaxSum s_total;
+  GT_SHARED(float, s_m, [kWarps]);
+  GT_SHARED(float, s_s, [kWarps]);
+  GT_SHARED(MaxSum, s_total, );
   const int lane = threadIdx.x % dev::kWarpSize, warp = threadIdx.x / dev::kWarpSize;
   for (int o = dev::kWarpSize / 2; o > 0; o >>= 1) {
     const MaxSum other{__shfl_xor_sync(dev::kFullMask, v.m, o),
@@ -185,8 +186,8 @@ void softmax_cross_entropy(float* losses, __nv_bfloat16* dlogits, const __nv_bfl
 namespace {
 
 __device__ float block_max(float v) {
-  __shared__ float s_m[kWarps];
-  __shared__ float s_total;
+  GT_SHARED(float, s_m, [kWarps]);
+  GT_SHARED(float, s_total, );
   const int lane = threadIdx.x % dev::kWarpSize, warp = threadIdx.x / dev::kWarpSize;
   v = dev::warp_max(v);
   if (lane == 0) s_m[warp] = v;

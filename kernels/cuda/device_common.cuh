@@ -56,6 +56,23 @@ void launch(void (*kernel)(Params...), const LaunchConfig& c, Args&&... args) {
 #endif
 }
 
+// A static shared array: GT_SHARED(float, s_dw, [kRows][kCols]); is
+// `__shared__ float s_dw[kRows][kCols];` (a scalar: GT_SHARED(float, s, );).
+// Every static shared declaration in kernels/cuda uses it
+// (tests/scripts/test_layering.py holds to that): on the emulated device it
+// also hands the array to the scheduler, which NaN-poisons it at its first
+// declaration in every block, so a read the block has not written first
+// (a missing barrier, a thread reading a slot nobody wrote) sees NaN even
+// in a template or inline function, where g++ ignores the section that
+// poisons the other statics.
+#if defined(__CUDACC__)
+#define GT_SHARED(T, name, dims) __shared__ T name dims
+#else
+#define GT_SHARED(T, name, dims) \
+  __shared__ T name dims;        \
+  ::gt::emu::detail::shared_array(static_cast<void*>(&name), sizeof(name))
+#endif
+
 // The block's dynamic shared memory (the launch's smem_bytes), 128-byte
 // aligned: what `extern __shared__ __align__(128) T name[]` gives.
 template <typename T>
@@ -171,7 +188,7 @@ __device__ __forceinline__ unsigned warp_max_bits(unsigned v) {
 // reduction tree is fixed by blockDim, so the result is deterministic.
 template <typename T>
 __device__ T block_sum(T v) {
-  __shared__ T partial[kWarpSize];
+  GT_SHARED(T, partial, [kWarpSize]);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int n_warps = blockDim.x / kWarpSize;
   v = warp_sum(v);

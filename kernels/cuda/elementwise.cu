@@ -111,7 +111,7 @@ Chunking chunking(int64_t R) {
 template <typename T>
 __global__ void column_partials_kernel(float* scratch, const T* src, int64_t R, int64_t C,
                                        int64_t rows_per_chunk) {
-  __shared__ float s[kRowLanes][kColTile];
+  GT_SHARED(float, s, [kRowLanes][kColTile]);
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   const int64_t chunk = blockIdx.y;
   const int64_t r0 = chunk * rows_per_chunk;

@@ -48,9 +48,9 @@ constexpr int kTargetBlocks = 1024;
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout,
                                               const int32_t* tokens, int64_t n_pos, int C,
                                               int V, int vocab_per_group, int64_t vocab_start) {
-  __shared__ int64_t s_pos[kBwdThreads];
-  __shared__ int32_t s_tok[kBwdThreads];
-  __shared__ int s_count[kBwdWarps];
+  GT_SHARED(int64_t, s_pos, [kBwdThreads]);
+  GT_SHARED(int32_t, s_tok, [kBwdThreads]);
+  GT_SHARED(int, s_count, [kBwdWarps]);
   const int c = blockIdx.x * kBwdThreads + threadIdx.x;
   const int v0 = blockIdx.y * vocab_per_group;
   const int v1 = min(V, v0 + vocab_per_group);

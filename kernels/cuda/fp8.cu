@@ -20,7 +20,7 @@ using dev::warp_max_bits;
 
 // The max over the block, returned to every thread (every thread calls it).
 __device__ unsigned block_max_bits(unsigned v) {
-  __shared__ unsigned partial[dev::kWarpSize];
+  GT_SHARED(unsigned, partial, [dev::kWarpSize]);
   const int lane = threadIdx.x % dev::kWarpSize, warp = threadIdx.x / dev::kWarpSize;
   v = warp_max_bits(v);
   __syncthreads();
@@ -158,7 +158,7 @@ template <typename T, bool Transposed>
 __global__ void quantize_scaled_kernel(uint8_t* q, int64_t ldq, const T* x, int64_t rows,
                                        int64_t cols, const float* scale, bool per_row,
                                        Fp8Format f) {
-  __shared__ float tile[kTile][kTile + 1];  // +1: no bank conflicts on the transposed read
+  GT_SHARED(float, tile, [kTile][kTile + 1]);  // +1: no bank conflicts on the transposed read
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   if (Transposed) {
@@ -186,7 +186,7 @@ __global__ void quantize_scaled_kernel(uint8_t* q, int64_t ldq, const T* x, int6
 template <bool Transposed>
 __global__ void copy_codes_kernel(uint8_t* q, int64_t ldq, const uint8_t* codes, int64_t rows,
                                   int64_t cols) {
-  __shared__ uint8_t tile[kTile][kTile + 1];
+  GT_SHARED(uint8_t, tile, [kTile][kTile + 1]);
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   if (Transposed) {

@@ -161,8 +161,8 @@ template <typename X, typename G>
 __global__ void layernorm_param_partials_kernel(float* scratch, const G* dout, const X* inp,
                                                 const float* mean, const float* rstd, int64_t R,
                                                 int C, int64_t rows_per_chunk, int64_t n_chunks) {
-  __shared__ float s_dw[kRowLanes][kColTile];
-  __shared__ float s_db[kRowLanes][kColTile];
+  GT_SHARED(float, s_dw, [kRowLanes][kColTile]);
+  GT_SHARED(float, s_db, [kRowLanes][kColTile]);
   const int c = blockIdx.x * kColTile + threadIdx.x;
   const int64_t chunk = blockIdx.y;
   const int64_t r0 = chunk * rows_per_chunk;
@@ -199,8 +199,8 @@ constexpr int kReduceLanes = 32;
 __global__ void __launch_bounds__(kColTile* kReduceLanes)
     layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* scratch, int C,
                                   int64_t n_chunks) {
-  __shared__ float s_w[kReduceLanes][kColTile + 1];
-  __shared__ float s_b[kReduceLanes][kColTile + 1];
+  GT_SHARED(float, s_w, [kReduceLanes][kColTile + 1]);
+  GT_SHARED(float, s_b, [kReduceLanes][kColTile + 1]);
   const int c = blockIdx.x * kColTile + threadIdx.x;
   float sw = 0.f, sb = 0.f;
   if (c < C) {

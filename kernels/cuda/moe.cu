@@ -224,7 +224,7 @@ __device__ __forceinline__ int valid_expert(int32_t e, int E) { return e >= 0 &&
 // Step 1. Dynamic shared memory: kPlanWarps x E ints.
 __global__ void plan_count_kernel(int32_t* rank_out, int32_t* chunk_counts,
                                   const int32_t* topk_expert, int64_t N, int E) {
-  __shared__ int ex[kPlanChunk];
+  GT_SHARED(int, ex, [kPlanChunk]);
   int* cnt = dev::dynamic_shared_memory<int>();  // (warps, E)
   const int t = threadIdx.x, lane = t % dev::kWarpSize, w = t / dev::kWarpSize;
   const int64_t s = static_cast<int64_t>(blockIdx.x) * kPlanChunk + t;
@@ -307,7 +307,7 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 // Exclusive prefix sum over the block (blockDim.x a multiple of 32, <= 1024),
 // `total` the block's sum; every thread must call it.
 __device__ int block_exclusive_scan(int v, int& total) {
-  __shared__ int warp_total[dev::kWarpSize];
+  GT_SHARED(int, warp_total, [dev::kWarpSize]);
   const int lane = threadIdx.x % dev::kWarpSize, warp = threadIdx.x / dev::kWarpSize;
   const int n_warps = blockDim.x / dev::kWarpSize;
   int inc = v;
@@ -552,8 +552,8 @@ __device__ bool find_row_tile(const int32_t* offsets, int G, int64_t tile, int& 
 template <bool BK, typename T>
 __global__ void grouped_rows_kernel(T* out, const T* a, const T* w, const int32_t* offsets, int G,
                                     int64_t K, int64_t n_out, int64_t ldb, int64_t w_stride) {
-  __shared__ float As[kBK * (kBM + 1)];
-  __shared__ float Bs[kBK * (kBN + 1)];
+  GT_SHARED(float, As, [kBK * (kBM + 1)]);
+  GT_SHARED(float, Bs, [kBK * (kBN + 1)]);
   int g = 0;
   int64_t row0 = 0, row_end = 0;
   if (!find_row_tile(offsets, G, blockIdx.x, g, row0, row_end)) return;  // uniform per CTA
@@ -579,8 +579,8 @@ __global__ void grouped_rows_kernel(T* out, const T* a, const T* w, const int32_
 template <typename T>
 __global__ void grouped_dweight_kernel(float* dweight, const T* dout, const T* inp,
                                        const int32_t* offsets, int64_t C, int64_t OC) {
-  __shared__ float As[kBK * (kBM + 1)];
-  __shared__ float Bs[kBK * (kBN + 1)];
+  GT_SHARED(float, As, [kBK * (kBM + 1)]);
+  GT_SHARED(float, Bs, [kBK * (kBN + 1)]);
   const int g = blockIdx.z;
   const int64_t b = offsets[g], n = offsets[g + 1] - b;
   if (n <= 0) return;  // an empty group adds nothing

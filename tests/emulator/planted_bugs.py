@@ -43,6 +43,15 @@ BUGS = [
          find="  __syncthreads();\n  for (int c = threadIdx.x; c < C; c += blockDim.x) {\n",
          repl="  for (int c = threadIdx.x; c < C; c += blockDim.x) {\n",
          build="tsan", tests="CudaLayerNorm.Backward*"),
+    # The plain emulated device (no sanitizer): a barrier removed in a
+    # template kernel, whose static shared arrays g++ keeps out of the
+    # poisoned section; GT_SHARED poisons them at each block's first
+    # declaration, so the readers see NaN (it passed before: issue 32).
+    dict(name="RAW: barrier removed in a template kernel (plain emulator)",
+         file="kernels/cuda/layernorm.cu",
+         find="  s_db[threadIdx.y][threadIdx.x] = db;\n  __syncthreads();\n",
+         repl="  s_db[threadIdx.y][threadIdx.x] = db;\n",
+         build="emu", tests="CudaLayerNorm.Backward*"),
     dict(name="WAR: barrier removed before a shared overwrite",
          file="kernels/cuda/attention.cu",
          find="    __syncthreads();  // the previous tile's readers of k_s, v_s, p_s are done\n",
@@ -201,7 +210,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--asan", required=True, help="kernels-only AddressSanitizer emulator build")
     ap.add_argument("--tsan", required=True, help="kernels-only ThreadSanitizer emulator build")
-    ap.add_argument("--emu", required=True, help="full emulator build (for the NCCL bug)")
+    ap.add_argument("--emu", required=True, help="full emulator build (the NCCL bugs, and "
+                    "kernel bugs the plain emulated device must catch)")
     ap.add_argument("--only", help="run the bugs whose name contains this")
     args = ap.parse_args()
     builds = {"asan": os.path.abspath(args.asan), "tsan": os.path.abspath(args.tsan),
@@ -234,16 +244,17 @@ def main():
                 f.write(text.replace(bug["find"], bug["repl"]))
             build = builds[bug["build"]]
             t0 = time.time()
-            if bug["build"] == "emu":
+            if bug["file"].startswith("parallel/"):
                 build_planted(build, "GT_EMU_PLANTED_PARALLEL", "gt_emu_planted_mpi_tests", patched)
+                used.add((bug["build"], "GT_EMU_PLANTED_PARALLEL"))
                 exe = os.path.join(build, "tests", "mpi", "gt_emu_planted_mpi_tests")
                 cmd = ["mpirun", "--oversubscribe", "-np", "2", exe,
                        f"--gtest_filter={bug['tests']}"]
             else:
                 build_planted(build, "GT_EMU_PLANTED_KERNEL", "gt_emu_planted_kernel_tests", patched)
+                used.add((bug["build"], "GT_EMU_PLANTED_KERNEL"))
                 exe = os.path.join(build, "tests", "gt_emu_planted_kernel_tests")
                 cmd = [exe, f"--gtest_filter={bug['tests']}"]
-            used.add(bug["build"])
             rc, out = run(cmd, env=env)
             found = detectors(out)
             caught = rc != 0 or bool(found)
@@ -259,8 +270,7 @@ def main():
                 failures.append(f"{bug['name']}: {verdict}\n{out[-4000:]}")
     finally:
         # Leave every build as it was: drop the planted variables.
-        for k in sorted(used):
-            var = "GT_EMU_PLANTED_PARALLEL" if k == "emu" else "GT_EMU_PLANTED_KERNEL"
+        for k, var in sorted(used):
             run(["cmake", "-S", REPO, "-B", builds[k], f"-D{var}="])
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -9,7 +9,11 @@
     build has is asked of kernels/backends.hpp and parallel/comm_backends.hpp);
   * the model holds no communicator: trainer/model/gpt.cpp, llama.cpp and
     causal_lm.cpp never name one
-    (tensor parallelism lives in trainer/parallelize/).
+    (tensor parallelism lives in trainer/parallelize/);
+  * every static shared array in kernels/cuda is declared through GT_SHARED
+    (kernels/cuda/device_common.cuh), which the emulated device poisons in
+    templates and inline functions too; a bare `__shared__` there would
+    escape that (only the macro itself and `extern __shared__` may name it).
 
 Standard library only. Exit status 1, with every violation listed, on failure.
 
@@ -29,6 +33,8 @@ CUDA_HEADER = re.compile(r'^(cuda|cublas|cudnn|nccl|nvtx|curand|cuda_runtime|dri
 MODEL_COMM = re.compile(r'comm|Communicator|tp_')
 # The model families and what they share (trainer/model/causal_lm.hpp).
 MODEL_FILES = ("gpt.cpp", "llama.cpp", "causal_lm.cpp", "make_model.cpp")
+# A static shared declaration not made through GT_SHARED (comments aside).
+BARE_SHARED = re.compile(r'^(?!\s*//)(?!.*\bextern\s+__shared__)(?!\s*#\s*define).*\b__shared__\b')
 
 
 def sources(root):
@@ -98,6 +104,16 @@ def check(root):
             if MODEL_COMM.search(line):
                 problems.append(f"trainer/model/{name}:{i}: names a communicator or tp group: "
                                 f"{line.strip()}")
+    kdir = os.path.join(root, "kernels", "cuda")
+    for name in sorted(os.listdir(kdir)) if os.path.isdir(kdir) else []:
+        if not name.endswith((".cu", ".cuh")):
+            continue
+        lines = open(os.path.join(kdir, name), encoding="utf-8").read().split("\n")
+        for i, line in enumerate(lines, 1):
+            # The macro's own expansion (a continued #define) names it too.
+            if BARE_SHARED.search(line) and not lines[i - 2].rstrip().endswith("\\"):
+                problems.append(f"kernels/cuda/{name}:{i}: a bare __shared__ (declare static "
+                                f"shared arrays with GT_SHARED): {line.strip()}")
     return problems, graph
 
 
@@ -110,6 +126,8 @@ def self_test():
             "trainer/b/y.hpp": '#include "trainer/a/z.hpp"\n#if TRAINER_HAVE_CUDA\n#endif\n',
             "trainer/a/z.hpp": "",
             "trainer/model/gpt.cpp": "void f() { tp_.comm->all_reduce_sum(x, n); }\n",
+            "kernels/cuda/k.cu": "template <int N> __global__ void k() {\n"
+                                 "  __shared__ float s[N];\n  extern __shared__ float d[];\n}\n",
         }
         for rel, text in files.items():
             os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
@@ -117,7 +135,10 @@ def self_test():
                 f.write(text)
         problems, _ = check(root)
     kinds = ["includes cuda_runtime_api.h", "#if on TRAINER_HAVE_CUDA", "include circle",
-             "names a communicator"]
+             "names a communicator", "k.cu:2: a bare __shared__"]
+    if any("k.cu:3" in p for p in problems):
+        print("FAIL: the checker flagged extern __shared__ (dynamic shared memory)")
+        return False
     missed = [k for k in kinds if not any(k in p for p in problems)]
     if missed:
         print("FAIL: the checker missed planted violations: " + ", ".join(missed))
@@ -141,7 +162,7 @@ def main():
             print("  " + p)
         return 1
     print(f"layering: OK ({len(graph)} folders, no circle, no CUDA under trainer/, "
-          "no communicator in the model)")
+          "no communicator in the model, every static shared array through GT_SHARED)")
     return 0
 
 

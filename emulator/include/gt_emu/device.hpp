@@ -14,7 +14,10 @@
 //     copy per kernel is one copy per block), placed in the section
 //     gt_emu_shared so that the scheduler can poison it with NaN bytes at every
 //     block start. GCC ignores the section for statics of templates and inline
-//     functions: those are shared but not poisoned (docs/EMULATOR.md).
+//     functions: the kernels declare their static shared arrays through
+//     GT_SHARED (kernels/cuda/device_common.cuh), which also hands each to
+//     detail::shared_array, poisoned by the first thread of every block that
+//     reaches it.
 //   * __syncthreads, __syncwarp and the warp collectives (__shfl*_sync,
 //     __ballot_sync, __any_sync, __all_sync) record their call site and block
 //     the fiber until every thread they wait for has arrived at the same site;
@@ -106,6 +109,13 @@ void sync_block(Site site);
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width, Site site);
 // The block's dynamic shared memory (poisoned, exactly the launch's bytes).
 unsigned char* dynamic_shared_base();
+// A static shared array of `bytes` at `p`, declared through GT_SHARED
+// (kernels/cuda/device_common.cuh) by the calling thread: the first thread
+// of a block to declare it NaN-poisons it, before any thread of the block
+// can have written it. What the gt_emu_shared section does for the statics
+// g++ places there, for those it does not (in templates and inline
+// functions).
+void shared_array(void* p, size_t bytes);
 // Reports a broken device-side rule and ends the kernel (sticky launch failure).
 [[noreturn]] void device_fault(const char* what, Site site);
 
