@@ -404,9 +404,10 @@ void BlockRunner::sync_block(Site site) {
     barrier_arrived_ = 0;
     ++barrier_generation_;
     for (int i = 0; i < n_threads_; ++i) threads_[static_cast<size_t>(i)].state = State::runnable;
-  } else {
-    t.fiber->yield(false);
   }
+  // The last to arrive yields too: the next round starts in the scheduler's
+  // order (forward, reverse, or a new random permutation), not with it.
+  t.fiber->yield(false);
   GT_EMU_ACQUIRE(token);
 }
 

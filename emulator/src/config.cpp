@@ -32,6 +32,16 @@ long parse_long(const char* var, const char* v, long lo, long hi) {
   return x;
 }
 
+// "random" or "random:<seed>" (the seed into *seed): true; anything else false.
+bool random_order(const char* var, const char* v, uint64_t* seed) {
+  if (std::strncmp(v, "random", 6) != 0 || (v[6] != '\0' && v[6] != ':')) return false;
+  if (v[6] == ':') {
+    const std::string what = std::string(var) + " seed";
+    *seed = static_cast<uint64_t>(parse_long(what.c_str(), v + 7, 0, 1L << 62));
+  }
+  return true;
+}
+
 // CUDA_VISIBLE_DEVICES: a comma list of device indices; the visible devices
 // are those listed that exist, up to the first that does not (the runtime's
 // rule). Set but empty hides every device.
@@ -70,24 +80,14 @@ Config read_config() {
     if (!std::strcmp(v, "block")) c.thread_order = ThreadOrder::block;
     else if (!std::strcmp(v, "forward")) c.thread_order = ThreadOrder::forward;
     else if (!std::strcmp(v, "reverse")) c.thread_order = ThreadOrder::reverse;
-    else if (!std::strncmp(v, "random", 6) && (v[6] == '\0' || v[6] == ':')) {
-      c.thread_order = ThreadOrder::random;
-      if (v[6] == ':')
-        c.thread_seed = static_cast<uint64_t>(parse_long("GT_EMU_THREAD_ORDER seed", v + 7, 0, 1L << 62));
-    } else {
-      bad("GT_EMU_THREAD_ORDER", v, "block, forward, reverse, random or random:<seed>");
-    }
+    else if (random_order("GT_EMU_THREAD_ORDER", v, &c.thread_seed)) c.thread_order = ThreadOrder::random;
+    else bad("GT_EMU_THREAD_ORDER", v, "block, forward, reverse, random or random:<seed>");
   }
   if (const char* v = std::getenv("GT_EMU_STREAM_ORDER")) {
     if (!std::strcmp(v, "issue")) c.stream_order = StreamOrder::issue;
     else if (!std::strcmp(v, "reverse")) c.stream_order = StreamOrder::reverse;
-    else if (!std::strncmp(v, "random", 6) && (v[6] == '\0' || v[6] == ':')) {
-      c.stream_order = StreamOrder::random;
-      if (v[6] == ':')
-        c.stream_seed = static_cast<uint64_t>(parse_long("GT_EMU_STREAM_ORDER seed", v + 7, 0, 1L << 62));
-    } else {
-      bad("GT_EMU_STREAM_ORDER", v, "issue, reverse, random or random:<seed>");
-    }
+    else if (random_order("GT_EMU_STREAM_ORDER", v, &c.stream_seed)) c.stream_order = StreamOrder::random;
+    else bad("GT_EMU_STREAM_ORDER", v, "issue, reverse, random or random:<seed>");
   }
   if (const char* v = std::getenv("GT_EMU_PROTECT"))
     c.protect_device_memory = parse_bool("GT_EMU_PROTECT", v);

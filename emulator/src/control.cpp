@@ -28,6 +28,22 @@ bool set_block_order(const std::string& order) {
   return true;
 }
 
+bool set_thread_order(const std::string& order) {
+  Lock lock(Emulator::get().mu);
+  Config& c = config();
+  if (order == "block") c.thread_order = ThreadOrder::block;
+  else if (order == "forward") c.thread_order = ThreadOrder::forward;
+  else if (order == "reverse") c.thread_order = ThreadOrder::reverse;
+  else if (order.rfind("random:", 0) == 0 && order.size() > 7 &&
+           order.find_first_not_of("0123456789", 7) == std::string::npos) {
+    c.thread_order = ThreadOrder::random;
+    c.thread_seed = std::stoull(order.substr(7));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::string block_order() {
   Lock lock(Emulator::get().mu);
   return to_string(config().block_order);

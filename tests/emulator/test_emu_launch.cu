@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <vector>
 
 #include "emu_test_util.hpp"
@@ -115,6 +116,46 @@ TEST(EmuLaunchOrder, BlocksAndThreadsRunForwardOrReverseAsConfigured) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(rev[i], 11 - i);
   for (int i = 0; i < 64; ++i) EXPECT_EQ(threads[i], 63 - i);
   EXPECT_FALSE(gt::emu::set_block_order("sideways"));
+}
+
+// Every thread appends its index before and after a barrier: the order of
+// each of the block's two rounds.
+__global__ void round_order_kernel(int* order, int* counters) {
+  order[counters[0]++] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  order[64 + counters[1]++] = static_cast<int>(threadIdx.x);
+}
+
+std::vector<int> run_rounds(const char* thread_order) {
+  EXPECT_TRUE(gt::emu::set_thread_order(thread_order));
+  cuda::CudaStream s;
+  test::DeviceArray<int> order(128, s.get()), counters(std::vector<int>{0, 0}, s.get());
+  dev::launch(round_order_kernel, {1, 64, 0, s.get()}, order.get(), counters.get());
+  CUDA_CHECK(cudaGetLastError());
+  const std::vector<int> got = order.download();
+  gt::emu::set_thread_order("block");
+  return got;
+}
+
+// GT_EMU_THREAD_ORDER=random: each round between synchronisation points
+// runs the block's threads in a new permutation; fixed orders stay fixed.
+TEST(EmuLaunchOrder, RandomThreadOrderDrawsANewPermutationEveryRound) {
+  const std::vector<int> fwd = run_rounds("forward");
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(fwd[i], i % 64);
+  const std::vector<int> rev = run_rounds("reverse");
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(rev[i], 63 - i % 64);
+  for (const char* seed : {"random:1", "random:2"}) {
+    const std::vector<int> got = run_rounds(seed);
+    std::vector<int> r1(got.begin(), got.begin() + 64), r2(got.begin() + 64, got.end());
+    EXPECT_NE(r1, r2) << seed << ": the two rounds ran in the same order";
+    EXPECT_NE(r1, std::vector<int>(fwd.begin(), fwd.begin() + 64)) << seed;
+    for (std::vector<int>* r : {&r1, &r2}) {
+      std::sort(r->begin(), r->end());
+      for (int i = 0; i < 64; ++i) EXPECT_EQ((*r)[i], i) << seed << ": not a permutation";
+    }
+  }
+  EXPECT_FALSE(gt::emu::set_thread_order("random"));  // the hook takes an explicit seed
+  EXPECT_FALSE(gt::emu::set_thread_order("sideways"));
 }
 
 // Reads shared memory before anything writes it: every block must see the

@@ -199,6 +199,17 @@ TEST(PlanMemoryMpi, ExpertParallelLayoutsAllocateWhatThePlannerPredicts) {
   }
 }
 
+// The planner's layout of mesh `d` at ZeRO stage `stage`.
+PlanLayout plan_layout(const ParallelDims& d, int stage) {
+  PlanLayout l;
+  l.dp = d.dp;
+  l.fsdp = d.fsdp;
+  l.tp = d.tp;
+  l.ep = d.ep;
+  l.stage = stage;
+  return l;
+}
+
 // Expert parallelism's storage: each rank holds its E / ep experts, their
 // state sharded (fsdp > 1) or replicated over the expert-data-parallel
 // group. ShardedParameters::memory() byte for byte what the planner's state
@@ -220,12 +231,7 @@ TEST(PlanMemoryMpi, ExpertParallelStateBytesEqualShardedParameters) {
           plan.fsdp_stage = fsdp_stage_of(stage);
           plan.reduce_dtype = reduce;
           const ParallelModel pm = parallelize(m, plan, mesh, *ops, {2, 8, Recompute::none});
-          PlanLayout l;
-          l.dp = d.dp;
-          l.fsdp = d.fsdp;
-          l.tp = d.tp;
-          l.ep = d.ep;
-          l.stage = stage;
+          PlanLayout l = plan_layout(d, stage);
           l.reduce_dtype = reduce;
           const bool bf16 = dtype == ComputeDType::bf16;
           const StateBytes want = predict_state_bytes(state_units(m, l, whole_model(m)), l, bf16);
@@ -286,12 +292,7 @@ TEST(PlanMemoryMpi, Fp8AllGatherStateBytesEqualShardedParameters) {
         plan.fp8.min_dim = min_dim;
         plan.fp8_allgather = true;
         const ParallelModel pm = parallelize(m, plan, mesh, *ops, {2, 8, Recompute::none});
-        PlanLayout l;
-        l.dp = d.dp;
-        l.fsdp = d.fsdp;
-        l.tp = d.tp;
-        l.ep = d.ep;
-        l.stage = 3;
+        PlanLayout l = plan_layout(d, 3);
         l.fp8 = Fp8Recipe::tensorwise;
         l.fp8_min_dim = min_dim;
         const StateUnits su = state_units(m, l, whole_model(m));
