@@ -520,7 +520,12 @@ def attach_prediction(run, preds, config_mb):
                            run.point.get("parallel.ep", 1)))
     if p and "invalid" not in p:
         run.predicted = p
-    m, q = run.measured, run.predicted
+    # MFU x step time is the model FLOPs over the devices' peak: the same for
+    # every layout of this point, so a run the plan does not list (gpipe)
+    # takes it from any layout the plan predicts.
+    m = run.measured
+    q = run.predicted or next((v for v in preds.values()
+                               if "invalid" not in v and v.get("mfu") and v.get("step_ms")), None)
     if q and m.get("step_ms"):
         m["mfu_palm_sheet"] = q["mfu"] * q["step_ms"] / m["step_ms"]
 

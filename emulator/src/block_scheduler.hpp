@@ -1,6 +1,8 @@
 // Runs the blocks of a kernel launch: every CUDA thread a fiber, every block
 // to completion before the next (GT_EMU_BLOCK_ORDER: forward or reverse over
-// the grid, and over the threads of a block when scheduling them).
+// the grid, and over the threads of a block when scheduling them unless
+// GT_EMU_THREAD_ORDER says otherwise: forward, reverse, or a seeded random
+// permutation for every round between synchronisation points).
 //
 // The rules it enforces, each a device fault (sticky cudaErrorLaunchFailure,
 // reported with the file:line of every party) when broken:
@@ -13,10 +15,13 @@
 //     not exist, or one that excludes the caller, is a fault; nobody runnable
 //     is a deadlock, reported as who waits where for whom.
 //   * shared memory (the gt_emu_shared section and the dynamic region) is
-//     NaN-poisoned at every block start; the dynamic region is exactly the
-//     launch's bytes, followed by a guard page.
-// Threads run until they block, in order; blocks never overlap, so a
-// kernel's __shared__ statics are one block's shared memory.
+//     NaN-poisoned at every block start, and each static array declared
+//     through GT_SHARED at its first declaration in the block (templates and
+//     inline functions included); the dynamic region is exactly the launch's
+//     bytes, followed by a guard page.
+// Threads run until they block, in the order above (a barrier's last
+// arrival yields too, so each round starts in it); blocks never overlap, so
+// a kernel's __shared__ statics are one block's shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -150,11 +155,7 @@ class BlockRunner {
   // that last poisoned each. Every block run gets a new serial.
   uint64_t block_serial_ = 0;
   std::vector<int> order_;  // GT_EMU_THREAD_ORDER=random: this round's permutation
-  struct SharedArray {
-    uint64_t poisoned_in = 0;  // the block serial
-    char token = 0;            // TSan: the poisoner releases, every declarer acquires
-  };
-  std::unordered_map<const void*, SharedArray> shared_arrays_;
+  std::unordered_map<const void*, uint64_t> shared_arrays_;  // the serial that poisoned each
 };
 
 BlockRunner& block_runner();

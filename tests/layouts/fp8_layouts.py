@@ -152,12 +152,17 @@ def check_plan_bytes(runner, label, run_dir, cfg, world, micro, overrides):
         return [f"{label}: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-500:]}"]
     deg = {k: int(overrides.get(f"parallel.{k}", 1)) for k in ("dp", "fsdp", "tp", "pp", "cp")}
     stage = int(overrides.get("parallel.fsdp_stage", 3))
+    # The plan lists both cp_comm modes and the pipeline's schedules: the run's.
+    cp_comm = overrides.get("parallel.cp_comm", "allgather")
+    schedule = overrides.get("parallel.pp_schedule", "1f1b")
     want = None
     for got in json.loads(p.stdout)[0]["layouts"]:
         if "invalid" in got or got["micro_batch"] != micro:
             continue
         if all(got.get(k, 1) == v for k, v in deg.items()) and \
-                (deg["fsdp"] == 1 or got["stage"] == stage):
+                (deg["fsdp"] == 1 or got["stage"] == stage) and \
+                (deg["cp"] == 1 or got.get("cp_comm") == cp_comm) and \
+                (deg["pp"] == 1 or got.get("pp_schedule", schedule) == schedule):
             want = got["comm_bytes"]
             break
     if want is None:

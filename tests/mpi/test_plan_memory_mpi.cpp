@@ -277,7 +277,10 @@ TEST(PlanMemoryMpi, Fp8AllGatherStateBytesEqualShardedParameters) {
     const DeviceMesh mesh(d, *world);
     ModelConfig narrow = matrix_llama();  // down_proj (C, F = 16) under fp8_min_dim 20
     narrow.ffn_hidden = 16;
-    for (const ModelConfig& m0 : {matrix_model(), matrix_llama(), narrow, matrix_mixtral()}) {
+    ModelConfig one_block = matrix_model();  // one block slot in use, not two
+    one_block.n_layer = 1;
+    for (const ModelConfig& m0 :
+         {matrix_model(), matrix_llama(), narrow, one_block, matrix_mixtral()}) {
       if (d.ep > 1 && !m0.moe()) continue;
       if (tp_split_problem(m0, d.tp)) continue;
       const ModelConfig m = padded_for_tp(m0, d.tp);

@@ -141,7 +141,7 @@ def check_metrics(run_dir, world, roofline):
         # What the MFUs divide is named beside them; GPT-2 adds llm.c's.
         if r.get("mfu_formula") != "PaLM 6N+12LTC":
             fail(f"metrics step {r['step']}: mfu_formula {r.get('mfu_formula')!r}")
-        if not abs(r.get("mfu_peak_tflops", 0) * 1e12 / peak - 1) < 1e-9:
+        if not abs((r.get("mfu_peak_tflops") or 0) * 1e12 / peak - 1) < 1e-9:
             fail(f"metrics step {r['step']}: mfu_peak_tflops {r.get('mfu_peak_tflops')}, "
                  f"the peak is {peak / 1e12}")
         for key in ("mfu_datasheet_peak_tflops", "mfu_llmc_datasheet"):
@@ -154,7 +154,7 @@ def check_metrics(run_dir, world, roofline):
         P = V * C + B * C + L * (12 * C * C + 13 * C) + 2 * C
         palm = 6 * (L * 12 * C * C + V * C) + 12 * L * T * C
         llmc = 6 * P + 6 * L * C * T
-        if not abs(r.get("mfu_llmc", 0) / r["mfu"] - llmc / palm) < 1e-9:
+        if not abs((r.get("mfu_llmc") or 0) / r["mfu"] - llmc / palm) < 1e-9:
             fail(f"metrics step {r['step']}: mfu_llmc {r.get('mfu_llmc')} is not mfu x "
                  f"{llmc}/{palm}")
         if not r["peak_mem_bytes"] > 0:

@@ -92,8 +92,8 @@ std::string format_plan(const Plan& plan, const Config& cfg, const HardwareSpec&
      << "); step time per optimizer step; pp > 1: the heaviest pipeline rank's memory, "
         "the bubble's idle share of the pipelined work; cp: degree:cp_comm (ag = allgather)"
      << (cfg.parallel.cp_load_balance ? "" : ", chunks not load-balanced") << "; MFU: "
-     << mfu_formula_name(MfuFormula::palm) << " FLOPs over the datasheet's "
-     << cell("%.1f", hw.peak_flops() / 1e12) << " TFLOP/s " << hw.peak_dtype() << " per device\n";
+     << mfu_formula_name(MfuFormula::palm) << " FLOPs over the hardware file's "
+     << cell("%.4g", hw.peak_flops() / 1e12) << " TFLOP/s " << hw.peak_dtype() << " per device\n";
   const bool show_ep = cfg.model.moe();
   os << "rank  pp     sched   dp  fsdp      cp   tp stage";
   if (show_ep) os << "  ep";
@@ -239,7 +239,7 @@ nlohmann::json plan_json(const Plan& plan, const Config& cfg, const HardwareSpec
                    {"reduce_dtype", to_string(cfg.parallel.reduce_dtype)}};
   out["mfu"] = {{"formula", mfu_formula_name(MfuFormula::palm)},
                 {"peak_tflops", hw.peak_flops() / 1e12},
-                {"peak", std::string("datasheet ") + hw.peak_dtype()}};
+                {"peak", std::string("the hardware file's ") + hw.peak_dtype()}};
   out["layouts"] = layouts;
   out["explanation"] = plan.explanation;
   return out;

@@ -264,7 +264,7 @@ std::string explain(const Plan& plan, const Config& cfg, const HardwareSpec& hw)
      << w.layout.micro_batch << " (" << micro_batches(w.accum)
      << " per step): " << fmt("%.0f", w.step_ms) << " ms per step, " << human_rate(w.tokens_per_s)
      << " tokens/s, MFU " << fmt("%.0f", w.mfu * 100) << "% (" << mfu_formula_name(MfuFormula::palm)
-     << " over the datasheet's " << fmt("%.1f", hw.peak_flops() / 1e12) << " TFLOP/s "
+     << " over the hardware file's " << fmt("%.4g", hw.peak_flops() / 1e12) << " TFLOP/s "
      << hw.peak_dtype() << "), "
      << gib(static_cast<double>(w.total_bytes())) << " of " << gib(hw.memory_bytes())
      << " GiB per device. ";

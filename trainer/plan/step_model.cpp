@@ -219,6 +219,7 @@ StateUnits state_units(const ModelConfig& m, const PlanLayout& l, const ModelSha
     out.fp8.weights = share.blocks * static_cast<int64_t>(b.weights.size());
     out.fp8.block_side = b.side_floats;
     out.fp8.widest = b.widest;
+    out.fp8.block_slots = std::min(share.blocks, 2);  // unit_slot alternates two
   } else if (fp8) {
     out.fp8.on = true;  // nothing to gather in fp8, its buffers all the same
   }
@@ -241,7 +242,7 @@ int64_t fp8_gather_bytes(const StateUnits& units, int shard_degree) {
   int64_t n = units.dense.shard_total + 4 * std::max<int64_t>(g.weights, 1) +
               2 * std::max<int64_t>(g.widest, 1);
   if (g.weights > 0)
-    n += 2 * (units.dense.block + 4 * g.block_side + 4 * g.block_side * shard_degree);
+    n += g.block_slots * (units.dense.block + 4 * g.block_side + 4 * g.block_side * shard_degree);
   return n;
 }
 

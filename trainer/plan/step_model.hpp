@@ -245,6 +245,7 @@ struct Fp8GatherSizes {
   int64_t weights = 0;     // the share's fp8 weights (amaxes and scales)
   int64_t block_side = 0;  // a block unit's fp32 side floats per shard
   int64_t widest = 0;      // the widest part of one weight in one shard
+  int block_slots = 0;     // block unit slots in use: min(the share's blocks, 2)
 };
 struct StateUnits {
   UnitSizes dense, experts;
@@ -260,9 +261,10 @@ StateBytes predict_state_bytes(const StateUnits& units, const PlanLayout& l, boo
 // Fp8GatheredWeights and the block slots allocate it: the codes of its shard
 // storage (a byte per float of the dense part's shards), a float per weight
 // (its amax, then its scale; at least one), the bf16 rounding of the widest
-// weight part (at least one element), and in each of the two block slots
-// the block's codes (a byte per float), the side floats it sends and the
-// shard degree's sides it gathers. 0 unless units.fp8.on.
+// weight part (at least one element), and in each block slot in use (two,
+// or one for a single block) the block's codes (a byte per float), the side
+// floats it sends and the shard degree's sides it gathers. 0 unless
+// units.fp8.on.
 int64_t fp8_gather_bytes(const StateUnits& units, int shard_degree);
 
 }  // namespace gt

@@ -45,9 +45,4 @@ double mfu_flops_per_token(const ModelConfig& m, int seq_len, MfuFormula f) {
   return 6.0 * P + 6.0 * m.n_layer * double(m.n_embd) * seq_len;
 }
 
-double mfu_of(double flops_per_token, double tokens_per_s, int devices, double peak_flops) {
-  if (!(peak_flops > 0) || devices < 1) return 0;
-  return flops_per_token * tokens_per_s / (devices * peak_flops);
-}
-
 }  // namespace gt

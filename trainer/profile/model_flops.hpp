@@ -69,8 +69,5 @@ const char* mfu_formula_name(MfuFormula f);  // "PaLM 6N+12LTC", "llm.c 6P+6LCT"
 // FLOPs per token by `f`; llmc's P counted by ParameterLayout, as the model
 // holds them.
 double mfu_flops_per_token(const ModelConfig& m, int seq_len, MfuFormula f);
-// The MFU of `tokens_per_s` (the whole job's) on `devices` devices of
-// `peak_flops` each; 0 without a peak.
-double mfu_of(double flops_per_token, double tokens_per_s, int devices, double peak_flops);
 
 }  // namespace gt
