@@ -46,7 +46,6 @@ std::vector<std::vector<Fp8GatheredWeight>> fp8_gathered_weights(const Parameter
 
 Fp8GatherPlan plan_fp8_gather(const ParameterLayout& layout, int shards, int64_t min_dim) {
   Fp8GatherPlan p;
-  p.shards = shards;
   std::vector<std::vector<Fp8GatheredWeight>> weights = fp8_gathered_weights(layout, min_dim);
   p.units.resize(weights.size());
   for (size_t u = 0; u < weights.size(); ++u) {

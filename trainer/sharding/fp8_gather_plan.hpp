@@ -52,7 +52,6 @@ struct Fp8UnitGather {
 };
 
 struct Fp8GatherPlan {
-  int shards = 1;
   std::vector<Fp8UnitGather> units;  // per unit of the layout
   int weights = 0;                   // amaxes and scales in all
   int64_t widest = 0;                // over every unit
