@@ -131,10 +131,11 @@ class Ops {
   // for a bf16 out; rounding is monotone and odd, so that is the fp32
   // maximum rounded the same way); a NaN in a row makes its amax NaN. The
   // layernorm_forward, add_layernorm_forward, rmsnorm_forward,
-  // swiglu_forward and gelu_forward entries take one; gelu's out is then
-  // (R, C). So do the gradients' producers layernorm_backward and
-  // rmsnorm_backward (of dinp after it accumulates), swiglu_backward (of
-  // dgu) and gelu_backward (of dinp; (R, C) as gelu_forward's).
+  // add_rmsnorm_forward, swiglu_forward and gelu_forward entries take one;
+  // gelu's out is then (R, C). So do the gradients' producers
+  // layernorm_backward and rmsnorm_backward (of dinp after it accumulates,
+  // of dinp_bf16's values when given), swiglu_backward (of dgu) and
+  // gelu_backward (of dinp; (R, C) as gelu_forward's).
   //
   // Row-wise LayerNorm, eps 1e-5 (PyTorch default), biased variance.
   // out (R,C), mean (R), rstd (R) saved for backward; inp (R,C); weight, bias (C).
@@ -383,10 +384,21 @@ class Ops {
   // out bf16 together (weight and rstd fp32).
   void rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
                        float eps, TensorView row_amax = {});
+  // The residual add fused in front: res (R,C) = a + b (rounded to the
+  // storage dtype, as add), then out, rstd = rmsnorm_forward of res. The
+  // same function as add then rmsnorm_forward (res is written, not read
+  // back); a, b, res and out are all fp32 or all bf16.
+  void add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd, TensorView a,
+                           TensorView b, TensorView weight, float eps, TensorView row_amax = {});
   // dinp (R,C) ACCUMULATES (the residual stream's gradient), dweight (C)
-  // accumulates; dout and inp may each be bf16 (outputs fp32).
+  // accumulates; dout and inp may each be bf16 (outputs fp32). dinp_bf16,
+  // unless empty: (R,C) bf16 ASSIGNED the accumulated dinp rounded to
+  // nearest even in the same pass (the row-parallel GEMM's operand, so that
+  // nobody casts dinp again); row_amax then holds its values' row amaxes, as
+  // layernorm_backward's.
   void rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                        TensorView weight, TensorView rstd, TensorView row_amax = {});
+                        TensorView weight, TensorView rstd, TensorView dinp_bf16 = {},
+                        TensorView row_amax = {});
   // Rotary embedding, in place, HF's rotate_half convention: qk (N, H, D);
   // row n is at position (first_row + n) % T; heads [0, rot_heads) turn
   // (q and k of a packed q|k|v row), the others are left alone. cos_sin
@@ -637,9 +649,12 @@ class Ops {
                                              int64_t vocab_size, float grad_scale) = 0;
   virtual void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp,
                                   TensorView weight, float eps, TensorView row_amax) = 0;
+  virtual void do_add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd,
+                                     TensorView a, TensorView b, TensorView weight, float eps,
+                                     TensorView row_amax) = 0;
   virtual void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
                                    TensorView inp, TensorView weight, TensorView rstd,
-                                   TensorView row_amax) = 0;
+                                   TensorView dinp_bf16, TensorView row_amax) = 0;
   virtual void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
                                int T) = 0;
   virtual void do_rope_backward(TensorView dqk, TensorView cos_sin, int rot_heads,

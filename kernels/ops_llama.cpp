@@ -24,11 +24,33 @@ void Ops::rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, Tenso
   if (scope.run()) do_rmsnorm_forward(out, rstd, inp, weight, eps, row_amax);
 }
 
+void Ops::add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd, TensorView a,
+                              TensorView b, TensorView weight, float eps, TensorView row_amax) {
+  OpCall call("add_rmsnorm_forward", OpClass::layernorm);
+  call.write("res", res).write("out", out).write("rstd", rstd).write("row_amax", row_amax);
+  call.read("a", a).read("b", b).read("weight", weight);
+  call.scalar("eps", eps);
+  const Contract c{*this, call.name()};
+  c.ndim(a, "a", 2, "(R, C)");
+  const int64_t R = a.shape[0], C = a.shape[1];
+  c.shape(b, "b", {R, C});
+  c.shape(res, "res", {R, C});
+  c.shape(out, "out", {R, C});
+  c.shape(rstd, "rstd", {R});
+  c.shape(weight, "weight", {C});
+  if (!(eps > 0)) c.fail("eps must be > 0, got ", eps);
+  c.row_amax(row_amax, R);
+  Scope scope(*this, call);
+  if (scope.run()) do_add_rmsnorm_forward(res, out, rstd, a, b, weight, eps, row_amax);
+}
+
 void Ops::rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                           TensorView weight, TensorView rstd, TensorView row_amax) {
+                           TensorView weight, TensorView rstd, TensorView dinp_bf16,
+                           TensorView row_amax) {
   OpCall call("rmsnorm_backward", OpClass::layernorm);
   call.accumulate("dinp", dinp).accumulate("dweight", dweight).write("row_amax", row_amax);
   call.read("dout", dout).read("inp", inp).read("weight", weight).read("rstd", rstd);
+  call.write("dinp_bf16", dinp_bf16);
   const Contract c{*this, call.name()};
   c.ndim(inp, "inp", 2, "(R, C)");
   const int64_t R = inp.shape[0], C = inp.shape[1];
@@ -37,9 +59,10 @@ void Ops::rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
   c.shape(dweight, "dweight", {C});
   c.shape(weight, "weight", {C});
   c.shape(rstd, "rstd", {R});
+  c.shape_if_given(dinp_bf16, "dinp_bf16", {R, C});
   c.row_amax(row_amax, R);
   Scope scope(*this, call);
-  if (scope.run()) do_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, row_amax);
+  if (scope.run()) do_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, dinp_bf16, row_amax);
 }
 
 namespace {

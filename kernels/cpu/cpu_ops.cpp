@@ -254,11 +254,18 @@ void CpuOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp,
   cpu::rmsnorm_forward(out, rstd, inp, weight, eps);
   cpu::output_row_amax(row_amax, out);
 }
+void CpuOps::do_add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd, TensorView a,
+                                    TensorView b, TensorView weight, float eps,
+                                    TensorView row_amax) {
+  cpu::add(res, a, b);
+  cpu::rmsnorm_forward(out, rstd, res, weight, eps);
+  cpu::output_row_amax(row_amax, out);
+}
 void CpuOps::do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
                                  TensorView inp, TensorView weight, TensorView rstd,
-                                 TensorView row_amax) {
-  cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
-  cpu::output_row_amax(row_amax, dinp);
+                                 TensorView dinp_bf16, TensorView row_amax) {
+  cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, dinp_bf16);
+  cpu::output_row_amax(row_amax, dinp_bf16.empty() ? dinp : dinp_bf16);
 }
 void CpuOps::do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
                              int T) {

@@ -106,8 +106,11 @@ class CpuOps : public Ops {
                                      int64_t vocab_size, float grad_scale) final;
   void do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
                           float eps, TensorView row_amax) final;
+  void do_add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd, TensorView a,
+                              TensorView b, TensorView weight, float eps,
+                              TensorView row_amax) final;
   void do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                           TensorView weight, TensorView rstd,
+                           TensorView weight, TensorView rstd, TensorView dinp_bf16,
                            TensorView row_amax) final;
   void do_rope_forward(TensorView qk, TensorView cos_sin, int rot_heads, int64_t first_row,
                        int T) final;

@@ -17,8 +17,10 @@ void rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView
 // dinp (R, C) fp32 ACCUMULATES (the residual stream); dweight (C)
 // ACCUMULATES; dout and inp fp32 or bf16. The dweight reduction runs per
 // channel block in row order: bitwise deterministic for any thread count.
+// dinp_bf16, unless empty: (R, C) bf16 assigned the accumulated dinp
+// rounded to nearest even.
 void rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                      TensorView weight, TensorView rstd);
+                      TensorView weight, TensorView rstd, TensorView dinp_bf16 = {});
 
 // Rotary embedding in place, HF's rotate_half convention: for each row n
 // (position (first_row + n) % T) and each of the first `rot_heads` heads of

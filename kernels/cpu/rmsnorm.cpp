@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cpu/fp32_access.hpp"
 #include "kernels/cpu/llama_kernels.hpp"
 
@@ -44,11 +45,15 @@ void rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView
 }
 
 void rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, TensorView inp,
-                      TensorView weight, TensorView rstd) {
+                      TensorView weight, TensorView rstd, TensorView dinp_bf16) {
   GT_CHECK(inp.ndim == 2, "rmsnorm inp must be (R, C), got ", inp.shape_str());
   const int64_t R = inp.shape[0], C = inp.shape[1];
   expect_f32_or_bf16(inp, {R, C}, "rmsnorm inp");
   expect_f32(dinp, {R, C}, "rmsnorm dinp");
+  if (!dinp_bf16.empty()) {
+    expect_f32_or_bf16(dinp_bf16, {R, C}, "rmsnorm dinp_bf16");
+    GT_CHECK(dinp_bf16.dtype == DType::bf16, "rmsnorm dinp_bf16: expected bf16, got fp32");
+  }
   expect_f32_or_bf16(dout, {R, C}, "rmsnorm dout");
   expect_f32(dweight, {C}, "rmsnorm dweight");
   expect_f32(weight, {C}, "rmsnorm weight");
@@ -89,6 +94,7 @@ void rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout, Tens
     }
     for (int64_t c = c0; c < c1; ++c) dw[c] += acc[c - c0];
   }
+  if (!dinp_bf16.empty()) cast(dinp_bf16, dinp);  // the accumulated rows, rounded
 }
 
 }  // namespace gt::cpu

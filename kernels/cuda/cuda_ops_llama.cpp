@@ -32,9 +32,32 @@ void CudaOps::do_rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp
                           stream(), amax);
 }
 
+void CudaOps::do_add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd,
+                                     TensorView a, TensorView b, TensorView weight, float eps,
+                                     TensorView row_amax) {
+  cuda::NvtxRange range("add_rmsnorm_forward");
+  const Check c{"add_rmsnorm_forward"};
+  c.tensor(a, "a", kF32Bf16);
+  c.tensor(b, "b", {a.dtype});
+  c.tensor(res, "res", {a.dtype});
+  c.tensor(out, "out", {a.dtype});
+  c.tensor(rstd, "rstd", kF32);
+  c.tensor(weight, "weight", kF32);
+  const int64_t R = a.shape[0];
+  const int C = c.to_int(a.shape[1], "C");
+  float* amax = optional_row_amax(c, row_amax);
+  if (a.dtype == DType::f32)
+    cuda::add_rmsnorm_forward(res.f32(), out.f32(), rstd.f32(), static_cast<const float*>(a.f32()),
+                              static_cast<const float*>(b.f32()), weight.f32(), R, C, eps,
+                              stream(), amax);
+  else
+    cuda::add_rmsnorm_forward(ptr<bf16>(res), ptr<bf16>(out), rstd.f32(), ptr<const bf16>(a),
+                              ptr<const bf16>(b), weight.f32(), R, C, eps, stream(), amax);
+}
+
 void CudaOps::do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorView dout,
                                   TensorView inp, TensorView weight, TensorView rstd,
-                                  TensorView row_amax) {
+                                  TensorView dinp_bf16, TensorView row_amax) {
   cuda::NvtxRange range("rmsnorm_backward");
   const Check c{"rmsnorm_backward"};
   c.tensor(inp, "inp", kF32Bf16);
@@ -45,12 +68,14 @@ void CudaOps::do_rmsnorm_backward(TensorView dinp, TensorView dweight, TensorVie
   c.tensor(rstd, "rstd", kF32);
   const int64_t R = inp.shape[0];
   const int C = c.to_int(inp.shape[1], "C");
+  if (!dinp_bf16.empty()) c.tensor(dinp_bf16, "dinp_bf16", {DType::bf16});
+  bf16* d16 = dinp_bf16.empty() ? nullptr : ptr<bf16>(dinp_bf16);
   float* amax = optional_row_amax(c, row_amax);
   float* tmp = static_cast<float*>(
       scratch(sizeof(float) * static_cast<size_t>(cuda::rmsnorm_backward_scratch_floats(R, C))));
   auto run = [&](const auto* g, const auto* x) {
     cuda::rmsnorm_backward(dinp.f32(), dweight.f32(), g, x, weight.f32(), rstd.f32(), R, C, tmp,
-                           stream(), amax);
+                           stream(), amax, d16);
   };
   const bool g16 = dout.dtype == DType::bf16, x16 = inp.dtype == DType::bf16;
   if (g16 && x16)

@@ -22,18 +22,34 @@ int64_t chunks_for(int64_t R) {
 
 // ---- RMSNorm ----------------------------------------------------------------
 
+// With `res` (the fused residual add): res = inp + add_b (rounded to T) is
+// written while its squares are summed, then normalised; each lane re-reads
+// only the columns it wrote itself (the same ones in both passes), so no
+// barrier is needed and the re-read comes from L1.
 template <typename T>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const float* w, int64_t R,
-                                       int C, float eps, float* row_amax) {
+                                       int C, float eps, float* row_amax, T* res, const T* add_b) {
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t r =
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
   if (r >= R) return;
-  const T* x = inp + r * C;
+  const T* x = res ? res + r * C : inp + r * C;
   float ss = 0.f;
-  for (int c = lane; c < C; c += dev::kWarpSize) {
-    const float v = dev::to_float(x[c]);
-    ss += v * v;
+  if (res) {
+    const T* a = inp + r * C;
+    const T* b = add_b + r * C;
+    T* sum = res + r * C;
+    for (int c = lane; c < C; c += dev::kWarpSize) {
+      const T v = dev::from_float<T>(dev::to_float(a[c]) + dev::to_float(b[c]));
+      sum[c] = v;
+      const float f = dev::to_float(v);
+      ss += f * f;
+    }
+  } else {
+    for (int c = lane; c < C; c += dev::kWarpSize) {
+      const float v = dev::to_float(x[c]);
+      ss += v * v;
+    }
   }
   ss = dev::warp_sum(ss);
   const float rs = 1.f / sqrtf(ss / static_cast<float>(C) + eps);
@@ -51,10 +67,12 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
   }
 }
 
-// dinp[r] += rstd * (g - n * mean(g * n)), g = dout * w, n = x * rstd.
+// dinp[r] += rstd * (g - n * mean(g * n)), g = dout * w, n = x * rstd;
+// dinp_bf16 (if given) = the sum rounded, and the amax is of those values.
 template <typename TG, typename TX>
-__global__ void rmsnorm_dinp_kernel(float* dinp, const TG* dout, const TX* inp, const float* w,
-                                    const float* rstd, int64_t R, int C, float* row_amax) {
+__global__ void rmsnorm_dinp_kernel(float* dinp, __nv_bfloat16* dinp_bf16, const TG* dout,
+                                    const TX* inp, const float* w, const float* rstd, int64_t R,
+                                    int C, float* row_amax) {
   const int lane = threadIdx.x % dev::kWarpSize;
   const int64_t r =
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / dev::kWarpSize;
@@ -67,11 +85,18 @@ __global__ void rmsnorm_dinp_kernel(float* dinp, const TG* dout, const TX* inp, 
     sum_gn += dev::to_float(dy[c]) * w[c] * dev::to_float(x[c]) * rs;
   const float mean_gn = dev::warp_sum(sum_gn) / static_cast<float>(C);
   float* dx = dinp + r * C;
+  __nv_bfloat16* dx16 = dinp_bf16 ? dinp_bf16 + r * C : nullptr;
   unsigned amax = 0;  // max |dinp| after the add (row_amax: an fp8 output gradient's scale)
   for (int c = lane; c < C; c += dev::kWarpSize) {
     const float v = dx[c] + rs * (dev::to_float(dy[c]) * w[c] - dev::to_float(x[c]) * rs * mean_gn);
     dx[c] = v;
-    amax = max(amax, dev::abs_bits(v));
+    if (dx16) {
+      const __nv_bfloat16 rounded = dev::from_float<__nv_bfloat16>(v);
+      dx16[c] = rounded;
+      amax = max(amax, dev::abs_bits(dev::to_float(rounded)));
+    } else {
+      amax = max(amax, dev::abs_bits(v));
+    }
   }
   if (row_amax) {  // the whole warp takes this branch
     amax = dev::warp_max_bits(amax);
@@ -210,7 +235,18 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const float* weight, int
   if (R == 0) return;
   dev::NvtxRange range("rmsnorm_forward");
   dev::launch(rmsnorm_forward_kernel<T>, {row_blocks(R), kThreads, 0, stream}, out, rstd, inp,
-              weight, R, C, eps, row_amax);
+              weight, R, C, eps, row_amax, static_cast<T*>(nullptr),
+              static_cast<const T*>(nullptr));
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void add_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* b, const float* weight,
+                         int64_t R, int C, float eps, cudaStream_t stream, float* row_amax) {
+  if (R == 0) return;
+  dev::NvtxRange range("add_rmsnorm_forward");
+  dev::launch(rmsnorm_forward_kernel<T>, {row_blocks(R), kThreads, 0, stream}, out, rstd, a,
+              weight, R, C, eps, row_amax, res, b);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -219,11 +255,11 @@ int64_t rmsnorm_backward_scratch_floats(int64_t R, int C) { return chunks_for(R)
 template <typename TG, typename TX>
 void rmsnorm_backward(float* dinp, float* dweight, const TG* dout, const TX* inp,
                       const float* weight, const float* rstd, int64_t R, int C, float* scratch,
-                      cudaStream_t stream, float* row_amax) {
+                      cudaStream_t stream, float* row_amax, __nv_bfloat16* dinp_bf16) {
   if (R == 0) return;
   dev::NvtxRange range("rmsnorm_backward");
-  dev::launch(rmsnorm_dinp_kernel<TG, TX>, {row_blocks(R), kThreads, 0, stream}, dinp, dout, inp,
-              weight, rstd, R, C, row_amax);
+  dev::launch(rmsnorm_dinp_kernel<TG, TX>, {row_blocks(R), kThreads, 0, stream}, dinp, dinp_bf16,
+              dout, inp, weight, rstd, R, C, row_amax);
   CUDA_CHECK_LAUNCH();
   const int64_t chunks = chunks_for(R);
   const int64_t rows_per_chunk = (R + chunks - 1) / chunks;
@@ -283,6 +319,8 @@ void swiglu_backward(T* dgu, const T* dout, const T* gu, int64_t R, int64_t F,
 #define GT_LLAMA_STORAGE(T)                                                                 \
   template void rmsnorm_forward<T>(T*, float*, const T*, const float*, int64_t, int, float, \
                                    cudaStream_t, float*);                                   \
+  template void add_rmsnorm_forward<T>(T*, T*, float*, const T*, const T*, const float*,    \
+                                       int64_t, int, float, cudaStream_t, float*);          \
   template void rope<T>(T*, const float*, int64_t, int, int, int, int64_t, int, float,      \
                         cudaStream_t);                                                      \
   template void swiglu_forward<T>(T*, const T*, int64_t, int64_t, cudaStream_t, float*);    \
@@ -295,7 +333,7 @@ GT_LLAMA_STORAGE(__nv_bfloat16)
 #define GT_LLAMA_RMS_BWD(TG, TX)                                                             \
   template void rmsnorm_backward<TG, TX>(float*, float*, const TG*, const TX*, const float*, \
                                          const float*, int64_t, int, float*, cudaStream_t,  \
-                                         float*);
+                                         float*, __nv_bfloat16*);
 GT_LLAMA_RMS_BWD(float, float)
 GT_LLAMA_RMS_BWD(float, __nv_bfloat16)
 GT_LLAMA_RMS_BWD(__nv_bfloat16, float)

@@ -29,11 +29,20 @@ namespace gt::cuda {
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const float* weight, int64_t R, int C,
                      float eps, cudaStream_t stream, float* row_amax = nullptr);
+// res = a + b (rounded to T, as add), then out, rstd = rmsnorm_forward(res)
+// in the same pass; res is written, never read back from memory.
+template <typename T>
+void add_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* b, const float* weight,
+                         int64_t R, int C, float eps, cudaStream_t stream,
+                         float* row_amax = nullptr);
 int64_t rmsnorm_backward_scratch_floats(int64_t R, int C);
+// dinp_bf16 (not null): ASSIGNED the accumulated dinp rounded to nearest
+// even, in the dinp pass; row_amax is then of those rounded values.
 template <typename TG, typename TX>
 void rmsnorm_backward(float* dinp, float* dweight, const TG* dout, const TX* inp,
                       const float* weight, const float* rstd, int64_t R, int C, float* scratch,
-                      cudaStream_t stream, float* row_amax = nullptr);
+                      cudaStream_t stream, float* row_amax = nullptr,
+                      __nv_bfloat16* dinp_bf16 = nullptr);
 
 // direction +1: forward, -1: backward (the transpose).
 template <typename T>

@@ -209,12 +209,12 @@ TEST(Fp8OpsCodes, PreQuantisedCodesGiveTheSameProductBitForBit) {
 // max |out| per row as stored (bf16: of the rounded values), NaN sticking
 // to its row, the outputs unchanged by taking them. The forward producers
 // (norms, SwiGLU, GELU), then the gradients' (rmsnorm_backward's
-// accumulated dinp, swiglu_backward's dgu).
+// accumulated dinp, swiglu_backward's dgu), then add_rmsnorm_forward.
 TEST(Fp8ProducerAmax, EachProducerTakesItsOutputsRowAmaxesAsStored) {
   auto ops = make_cpu_ops(1);
   const int64_t R = 9, C = 24;
   for (DType t : {DType::f32, DType::bf16})
-    for (int op = 0; op < 7; ++op) {
+    for (int op = 0; op < 8; ++op) {
       SCOPED_TRACE(detail::concat("op ", op, " ", dtype_name(t)));
       // swiglu reads [gate | up]; its backward writes dgu (R, 2C).
       const int64_t in_cols = op == 3 || op == 6 ? 2 * C : C, out_cols = op == 6 ? 2 * C : C;
@@ -244,9 +244,11 @@ TEST(Fp8ProducerAmax, EachProducerTakesItsOutputsRowAmaxesAsStored) {
           case 3: return ops->swiglu_forward(o, in, a);
           case 4: return ops->gelu_forward(o, in, a);
           case 5:  // d(out) = in2, the norm's input x
-            return ops->rmsnorm_backward(o, v(dw, {C}), in2, in, v(w, {C}), v(rstd, {R}), a);
-          default:  // d(swiglu out) = in2
+            return ops->rmsnorm_backward(o, v(dw, {C}), in2, in, v(w, {C}), v(rstd, {R}), {}, a);
+          case 6:  // d(swiglu out) = in2
             return ops->swiglu_backward(o, in2, in, a);
+          default:
+            return ops->add_rmsnorm_forward(r, o, v(rstd, {R}), in, in2, v(w, {C}), 1e-5f, a);
         }
       };
       auto out_view = [&](std::vector<float>& f, std::vector<uint16_t>& h) {

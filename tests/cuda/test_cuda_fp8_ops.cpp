@@ -344,17 +344,19 @@ TEST_F(CudaFp8Ops, PreQuantisedCodesAreTheCpusAndGiveTheSameProduct) {
 // equal fp8_amax over the device's own output bit for bit, a NaN reaching
 // its row; the outputs are those of the call without amaxes; and the CPU
 // twin's amaxes agree to its outputs' difference. The forward producers
-// (norms, SwiGLU, GELU) and the gradients' (the norms' accumulated dinp,
-// with and without LayerNorm's bf16 copy, SwiGLU's and GELU's backward).
+// (norms, SwiGLU, GELU, the norms with the residual add fused) and the
+// gradients' (the norms' accumulated dinp, with their bf16 copy under
+// bf16, SwiGLU's and GELU's backward).
 // Widths: odd (scalar loads) and a multiple of 8 (16-byte packs).
 TEST_F(CudaFp8Ops, ProducersTakeTheRowAmaxesOfTheirOutputsAsStored) {
   const int64_t R = 37;
   const char* names[] = {"rmsnorm_forward",  "layernorm_forward", "add_layernorm_forward",
                          "swiglu_forward",   "gelu_forward",      "rmsnorm_backward",
-                         "swiglu_backward",  "layernorm_backward", "gelu_backward"};
+                         "swiglu_backward",  "layernorm_backward", "gelu_backward",
+                         "add_rmsnorm_forward"};
   for (int64_t C : {int64_t{129}, int64_t{256}})
     for (DType t : {DType::f32, DType::bf16})
-      for (int op = 0; op < 9; ++op) {
+      for (int op = 0; op < 10; ++op) {
         SCOPED_TRACE(detail::concat(names[op], " ", dtype_name(t), " C=", C));
         // swiglu reads [gate | up] and its backward writes d[gate | up]; the
         // norms' backward accumulate an fp32 dinp (LayerNorm's with its bf16
@@ -385,13 +387,18 @@ TEST_F(CudaFp8Ops, ProducersTakeTheRowAmaxesOfTheirOutputsAsStored) {
                                              V(w), V(bias), a);
             case 3: return o.swiglu_forward(V(out), V(in), a);
             case 4: return o.gelu_forward(V(out), V(in), a);
-            case 5: return o.rmsnorm_backward(V(out), V(dw), V(in2), V(in), V(w), V(rstd), a);
+            case 5:  // with the bf16 copy when bf16, as LayerNorm's
+              return o.rmsnorm_backward(V(out), V(dw), V(in2), V(in), V(w), V(rstd),
+                                        t == DType::bf16 ? V(copy16) : TensorView{}, a);
             case 6: return o.swiglu_backward(V(out), V(in2), V(in), a);
             case 7:  // with the bf16 copy when bf16: the amaxes are of it
               return o.layernorm_backward(V(out), V(dw), V(db), V(in2), V(in), V(w), V(mean),
                                           V(rstd), t == DType::bf16 ? V(copy16) : TensorView{},
                                           a);
-            default: return o.gelu_backward(V(out), V(in), V(in2), a);
+            case 8: return o.gelu_backward(V(out), V(in), V(in2), a);
+            default:
+              return o.add_rmsnorm_forward(V(res), V(out), V(rstd), V(in), V(in2), V(w), 1e-5f,
+                                           a);
           }
         };
         // The accumulating outputs start equal (0.5) on both sides.
@@ -400,7 +407,7 @@ TEST_F(CudaFp8Ops, ProducersTakeTheRowAmaxesOfTheirOutputsAsStored) {
         Both amax = make(std::vector<float>(R, -1.f), DType::f32, {R});
         Both own = make(std::vector<float>(R, -1.f), DType::f32, {R});
         run(*cuda_, true, out, &amax);
-        const bool of_copy = op == 7 && t == DType::bf16;
+        const bool of_copy = (op == 5 || op == 7) && t == DType::bf16;
         cuda_->fp8_amax(own.gpu(), of_copy ? copy16.gpu() : out.gpu(), Fp8Reduce::rows);
         run(*cuda_, true, plain, nullptr);
         const std::vector<float> got = amax.gpu_values(), want = own.gpu_values();

@@ -2,7 +2,8 @@
 // against their CPU twins (kernels/cpu/llama_kernels.hpp through CpuOps):
 // RMSNorm forward and backward (accumulating dinp and dweight, the weight
 // gradient deterministic), the rotary embedding in place (rotated heads only,
-// positions from first_row), SwiGLU; fp32 and bf16 storage, odd sizes.
+// positions from first_row), SwiGLU, the residual add fused into RMSNorm
+// and the backward's bf16 copy of dinp; fp32 and bf16 storage, odd sizes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,6 +99,62 @@ TEST(CudaLlama, RmsNormMatchesCpu) {
       cuda.rmsnorm_backward(dx.dev(), z0.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
       cuda.rmsnorm_backward(dx.dev(), z1.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
       EXPECT_TRUE(gt::test::bitwise_equal(z0.dev_values(), z1.dev_values())) << "dweight bits";
+    }
+}
+
+// The residual add fused into RMSNorm's forward equals add then
+// rmsnorm_forward on the device bit for bit (the same rounding of the sum,
+// the same row reduction), and the CPU twin to summation order; the
+// backward's bf16 copy of dinp is dinp rounded, in the same call, leaving
+// dinp and dweight as they are without it.
+TEST(CudaLlama, FusedResidualAddAndBf16GradientCopyEqualTheSeparatePasses) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gt::CudaOps cuda;
+  auto cpu = gt::make_cpu_ops(1);
+  const cudaStream_t s = cuda.stream();
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [R, C] : {std::pair<int64_t, int64_t>{5, 37}, {300, 128}}) {
+      SCOPED_TRACE(std::string(gt::dtype_name(dt)) + " R=" + std::to_string(R) +
+                   " C=" + std::to_string(C));
+      auto zeros = [&](DType t, std::vector<int64_t> shape) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        return Twin(std::vector<float>(static_cast<size_t>(n), 0.f), t, shape, s);
+      };
+      Twin a(random_vector(R * C, 11, -2.f, 2.f), dt, {R, C}, s),
+          b(random_vector(R * C, 12, -2.f, 2.f), dt, {R, C}, s),
+          w(random_vector(C, 13, 0.5f, 1.5f), DType::f32, {C}, s);
+      Twin res = zeros(dt, {R, C}), out = zeros(dt, {R, C}), rs = zeros(DType::f32, {R});
+      Twin sum = zeros(dt, {R, C}), out2 = zeros(dt, {R, C}), rs2 = zeros(DType::f32, {R});
+      cuda.add_rmsnorm_forward(res.dev(), out.dev(), rs.dev(), a.dev(), b.dev(), w.dev(), 1e-5f);
+      cuda.add(sum.dev(), a.dev(), b.dev());
+      cuda.rmsnorm_forward(out2.dev(), rs2.dev(), sum.dev(), w.dev(), 1e-5f);
+      EXPECT_TRUE(gt::test::bitwise_equal(res.dev_values(), sum.dev_values())) << "res";
+      EXPECT_TRUE(gt::test::bitwise_equal(out.dev_values(), out2.dev_values())) << "out";
+      EXPECT_TRUE(gt::test::bitwise_equal(rs.dev_values(), rs2.dev_values())) << "rstd";
+      cpu->add_rmsnorm_forward(res.cpu(), out.cpu(), rs.cpu(), a.cpu(), b.cpu(), w.cpu(), 1e-5f);
+      EXPECT_TRUE(gt::test::bitwise_equal(res.dev_values(), res.cpu_values())) << "res (CPU)";
+      EXPECT_TRUE(all_close(out.dev_values(), out.cpu_values(), tol(dt), tol(dt))) << "out (CPU)";
+      EXPECT_TRUE(all_close(rs.dev_values(), rs.cpu_values(), 1e-6f, 1e-5f)) << "rstd (CPU)";
+
+      // Backward with and without the copy, onto equal starting values.
+      Twin dy(random_vector(R * C, 14), dt, {R, C}, s);
+      Twin dx(random_vector(R * C, 15), DType::f32, {R, C}, s),
+          dx2(random_vector(R * C, 15), DType::f32, {R, C}, s);
+      Twin dw = zeros(DType::f32, {C}), dw2 = zeros(DType::f32, {C});
+      Twin copy = zeros(DType::bf16, {R, C});
+      cuda.rmsnorm_backward(dx.dev(), dw.dev(), dy.dev(), res.dev(), w.dev(), rs.dev(), copy.dev());
+      cuda.rmsnorm_backward(dx2.dev(), dw2.dev(), dy.dev(), res.dev(), w.dev(), rs.dev());
+      EXPECT_TRUE(gt::test::bitwise_equal(dx.dev_values(), dx2.dev_values())) << "dinp";
+      EXPECT_TRUE(gt::test::bitwise_equal(dw.dev_values(), dw2.dev_values())) << "dweight";
+      EXPECT_TRUE(gt::test::bitwise_equal(copy.dev_values(),
+                                          gt::test::round_to_bf16(dx.dev_values())))
+          << "dinp_bf16 is dinp rounded";
+      cpu->rmsnorm_backward(dx.cpu(), dw.cpu(), dy.cpu(), res.cpu(), w.cpu(), rs.cpu(), copy.cpu());
+      EXPECT_TRUE(gt::test::bitwise_equal(copy.cpu_values(),
+                                          gt::test::round_to_bf16(dx.cpu_values())))
+          << "the CPU twin's copy";
+      EXPECT_TRUE(all_close(copy.dev_values(), copy.cpu_values(), 1e-2f, 1e-2f)) << "copy (CPU)";
     }
 }
 
