@@ -315,9 +315,11 @@ void GPT::run_backward() {
     BlockActivations& b = blocks_[static_cast<size_t>(l)];
     // What recomputation dropped, rerun into the shared slots (the block's
     // parameters are valid since before_backward), from the kept input.
+    // Block recomputation reruns res2's add fused with ln_2, as the forward.
     if (recompute_ == Recompute::block)
-      block_attention_forward(l, Activation(b.input), /*with_ln2=*/false);
-    if (recompute_ != Recompute::none) block_mlp_up_forward(l, /*ln2_done=*/false);
+      block_attention_forward(l, Activation(b.input), /*with_ln2=*/true);
+    if (recompute_ != Recompute::none)
+      block_mlp_up_forward(l, /*ln2_done=*/recompute_ == Recompute::block);
 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))); dresidual holds d res3.
     // c_proj's input gradient through GELU's derivative in one: d fch (and,

@@ -161,8 +161,9 @@ class GPT final : public CausalLM {
   // Block l's forward in three parts, run by forward() in turn and again by
   // backward() for what recomputation dropped. x: (R/p, C) the block's input.
   // ln_1, c_attn, attention, attn.c_proj and the residual add into res2;
-  // with_ln2: ln_2 too, fused with the add (forward() does; recomputation,
-  // which reruns the parts separately, does not). With `prev_res2` (forward()
+  // with_ln2: ln_2 too, fused with the add (forward() and block
+  // recomputation do; mlp recomputation reruns ln_2 from the kept res2 in
+  // block_mlp_up_forward). With `prev_res2` (forward()
   // for l > 0) the block before left its residual add pending: x is where
   // its sum goes (res3 of l-1), computed as prev_res2 + proj_tmp by ln_1's
   // pass, fused the same way; recomputation reads the kept res3 instead.

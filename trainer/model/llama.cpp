@@ -79,6 +79,7 @@ void Llama::allocate(const TensorParallelGroup& group) {
   auto& d = dacts_;
   d.dresidual = CausalLM::allocate(plan.dresidual);
   d.dln = CausalLM::allocate(plan.dln);
+  d.dresidual_bf16 = CausalLM::allocate(plan.dresidual_bf16);
   d.datty = CausalLM::allocate(plan.datty);
   d.dswiglu = CausalLM::allocate(plan.dswiglu);
   d.dgu = CausalLM::allocate(plan.dgu);
@@ -99,7 +100,8 @@ void Llama::allocate(const TensorParallelGroup& group) {
 
 // ---- One block's forward ----------------------------------------------------
 
-void Llama::block_attention_forward(int l, const Activation& x) {
+void Llama::block_attention_forward(int l, const Activation& x, bool with_ln2,
+                                    TensorView prev_res2) {
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / shards_, hs = cfg_.head_size();
   const int64_t Ql = int64_t(NHl_) * hs;
@@ -108,13 +110,22 @@ void Llama::block_attention_forward(int l, const Activation& x) {
   BlockActivations& b = blocks_[static_cast<size_t>(l)];
   b.input = x;
   const TensorView ln1 = layer_act(a.ln1, l, {R, C});
+  const TensorView ln1_rstd = layer_act(a.ln1_rstd, l, {Rl});
   const TensorView proj = aview(a.proj_tmp, {Rl, C});
   const TensorView wqkv = gemm_rows(h + "self_attn.q_proj.weight", h + "self_attn.v_proj.weight");
+  const TensorView w_ln1 = p(h + "input_layernorm.weight");
+  const float eps = static_cast<float>(cfg_.norm_eps);
   // An fp8 q|k|v takes its input's scales from the norm's own pass.
   const TensorView ln1_amax = layers_->qkv.input_row_amax(wqkv, Rl);
-  ops_.rmsnorm_forward(own_rows(ln1), layer_act(a.ln1_rstd, l, {Rl}), x.view,
-                       p(h + "input_layernorm.weight"), static_cast<float>(cfg_.norm_eps),
-                       ln1_amax);
+  if (prev_res2.empty()) {
+    ops_.rmsnorm_forward(own_rows(ln1), ln1_rstd, x.view, w_ln1, eps, ln1_amax);
+  } else {
+    // The block before's residual add and this norm in one pass: x =
+    // prev_res2 + proj_tmp (that block's down_proj or mixture output, not
+    // yet overwritten), written and not read back.
+    ops_.add_rmsnorm_forward(x.view, own_rows(ln1), ln1_rstd, prev_res2, proj, w_ln1, eps,
+                             ln1_amax);
+  }
   b.ln1 = rowwise(ln1, x, h + "input_layernorm");  // this rank's rows, gathered by q|k|v
   const TensorView none;
   b.qkv = layers_->qkv.forward({layer_act(a.qkv, l, {R, qkv_width_}), h + "qkv"}, b.ln1, wqkv,
@@ -133,34 +144,49 @@ void Llama::block_attention_forward(int l, const Activation& x) {
                                                  gemm_param(h + "self_attn.o_proj.weight"), none);
   b.res2 = added(layer_act(a.res2, l, {Rl, C}), x, out, h + "res2", "residual add",
                  placement_log_);
-  ops_.add(b.res2.view, x.view, proj);
+  if (!with_ln2) return ops_.add(b.res2.view, x.view, proj);
+  // The residual add and post_attention_layernorm in one pass (res2 is not
+  // read back from memory).
+  post_attention_norm(l, proj);
 }
 
-void Llama::block_mlp_up_forward(int l) {
+void Llama::post_attention_norm(int l, TensorView proj) {
   const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_, Rl = R / shards_;
   const std::string h = block(l);
   auto& a = acts_;
   BlockActivations& b = blocks_[static_cast<size_t>(l)];
+  const TensorView own = own_rows(layer_act(a.ln2, l, {R, C}));
+  const TensorView rstd = layer_act(a.ln2_rstd, l, {Rl});
+  const TensorView w = p(h + "post_attention_layernorm.weight");
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  // An fp8 gate|up takes its input's scales from this pass (a mixture's
+  // experts stay bf16: none).
+  b.ln2_amax = moe_ ? TensorView{}
+                    : layers_->gate_up.input_row_amax(
+                          gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), Rl);
+  if (proj.empty())
+    ops_.rmsnorm_forward(own, rstd, b.res2.view, w, eps, b.ln2_amax);
+  else
+    ops_.add_rmsnorm_forward(b.res2.view, own, rstd, b.input.view, proj, w, eps, b.ln2_amax);
+}
+
+void Llama::block_mlp_up_forward(int l, bool ln2_done) {
+  const int64_t C = cfg_.n_embd, R = int64_t(B_) * T_;
+  const std::string h = block(l);
+  auto& a = acts_;
+  BlockActivations& b = blocks_[static_cast<size_t>(l)];
+  if (!ln2_done) post_attention_norm(l, TensorView{});
   const TensorView ln2 = layer_act(a.ln2, l, {R, C});
   if (moe_) {  // the mixture routes this rank's rows: no gather
-    const TensorView own = own_rows(ln2);
-    ops_.rmsnorm_forward(own, layer_act(a.ln2_rstd, l, {Rl}), b.res2.view,
-                         p(h + "post_attention_layernorm.weight"),
-                         static_cast<float>(cfg_.norm_eps));
-    b.ln2 = rowwise(own, b.res2, h + "post_attention_layernorm");
+    b.ln2 = rowwise(own_rows(ln2), b.res2, h + "post_attention_layernorm");
     return;
   }
+  b.ln2 = rowwise(ln2, b.res2, h + "post_attention_layernorm");
   const TensorView gu = layer_act(a.gu, l, {R, 2 * ffn_});
   const TensorView wgu = gemm_rows(h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight");
-  // fp8 gate|up and down_proj take their inputs' scales from the norm's and
-  // SwiGLU's own passes.
-  const TensorView ln2_amax = layers_->gate_up.input_row_amax(wgu, Rl);
-  ops_.rmsnorm_forward(own_rows(ln2), layer_act(a.ln2_rstd, l, {Rl}), b.res2.view,
-                       p(h + "post_attention_layernorm.weight"), static_cast<float>(cfg_.norm_eps),
-                       ln2_amax);
-  b.ln2 = rowwise(ln2, b.res2, h + "post_attention_layernorm");
   b.gu = layers_->gate_up.forward({gu, h + "gate_up"}, b.ln2, wgu, TensorView{}, TensorView{},
-                                  ln2_amax);
+                                  b.ln2_amax);
+  // An fp8 down_proj takes its input's scales from SwiGLU's own pass.
   const TensorView swiglu = layer_act(a.swiglu, l, {R, ffn_});
   b.swiglu_amax = layers_->down.input_row_amax(param_shape(h + "mlp.down_proj.weight"), R);
   ops_.swiglu_forward(swiglu, gu, b.swiglu_amax);
@@ -239,12 +265,16 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   }
 
   if (moe_) moe_->begin_micro_batch(B, T);  // T: this cp rank's rows of each sequence
+  // The residual add that ends block l (res3 = res2 + proj_tmp) is done by
+  // the norm that reads res3 next, in its pass: block l + 1's
+  // input_layernorm or the final norm (prev_res2: block l's res2).
+  const TensorView proj = aview(a.proj_tmp, {Rl, C});
+  TensorView prev_res2;
   for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
-    block_attention_forward(l, x);
-    block_mlp_up_forward(l);
+    block_attention_forward(l, x, /*with_ln2=*/true, prev_res2);
+    block_mlp_up_forward(l, /*ln2_done=*/true);
     BlockActivations& b = blocks_[static_cast<size_t>(l)];
-    const TensorView proj = aview(a.proj_tmp, {Rl, C});
     const Activation out =
         moe_ ? moe_->forward(l - first_layer_, b.ln2, proj, moe_views(l, false))
              : layers_->down.forward({proj, block(l) + "down_proj"}, b.swiglu,
@@ -252,8 +282,8 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
                                      b.swiglu_amax);
     b.res3 = added(layer_act(a.res3, l, {Rl, C}), b.res2, out, block(l) + "res3", "residual add",
                    placement_log_);
-    ops_.add(b.res3.view, b.res2.view, proj);
     x = b.res3;
+    prev_res2 = b.res2.view;
     store_->after_forward(layout_.block_unit(l));
   }
   // The load-balancing loss pools every block's router statistics of the
@@ -262,7 +292,10 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   if (moe_)
     moe_->finish_micro_batch(want_grad ? grad_scale : 0.f, int64_t(B) * T * cp_.size(),
                              {!embeds(), !heads()});
-  if (!heads()) {  // x, res3 of the last block, is the stage's output
+  if (!heads()) {
+    // x, res3 of the last block, is the stage's output: the add the next
+    // stage's first norm would have fused is done here.
+    if (!prev_res2.empty()) ops_.add(x.view, prev_res2, proj);
     backward_ready_ = want_grad;
     return false;
   }
@@ -272,8 +305,13 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   if (!embeds() && tied) store_->before_forward(embed);
   store_->before_forward(head);
   const TensorView lnf = aview(a.lnf, {R, C});
-  ops_.rmsnorm_forward(own_rows(lnf), view(a.lnf_rstd.f32(), {Rl}), x.view, p("norm.weight"),
-                       static_cast<float>(cfg_.norm_eps));
+  const TensorView lnf_rstd = view(a.lnf_rstd.f32(), {Rl});
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  if (prev_res2.empty())
+    ops_.rmsnorm_forward(own_rows(lnf), lnf_rstd, x.view, p("norm.weight"), eps);
+  else  // the last block's residual add, fused
+    ops_.add_rmsnorm_forward(x.view, own_rows(lnf), lnf_rstd, prev_res2, proj, p("norm.weight"),
+                             eps);
   lnf_ = rowwise(lnf, x, "norm");
   logits_ =
       layers_->lm_head.forward({logits_view(R, Vl), "logits"}, lnf_, gemm_param(head_weight_), none);
@@ -306,6 +344,9 @@ void Llama::run_backward() {
   // gradient).
   const TensorView dresidual = view(d.dresidual.f32(), {Rl, C});
   const TensorView dln = view(d.dln.f32(), {Rl, C});  // fp32 at every tp (the plan's note)
+  // bf16 at tp = 1: the norms' backward also round dresidual into
+  // dresidual_bf16 in their pass where a bf16 row-parallel GEMM (o_proj,
+  // down_proj) reads it next; nobody casts dresidual (residual_grad_copy).
   const int first = first_layer_, last = end_layer_ - 1;
   const bool tied = cfg_.tied_embeddings();
   // A stage before the last finds d(output) in dresidual (stage_boundary().output_grad).
@@ -321,10 +362,15 @@ void Llama::run_backward() {
     // pass (as each block's input_layernorm backward does for the block
     // before).
     ops_.rmsnorm_backward(dresidual, g("norm.weight"), dln, layer_act(a.res3, last, {Rl, C}),
-                          p("norm.weight"), view(a.lnf_rstd.f32(), {Rl}), down_grad_amax(last));
+                          p("norm.weight"), view(a.lnf_rstd.f32(), {Rl}), down_grad_copy(last),
+                          down_grad_amax(last));
     dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds() && tied) store_->after_backward(embed);
+  } else if (!down_grad_copy(last).empty()) {
+    // dresidual holds d(output) from the next stage (stage_boundary().output_grad);
+    // the first down_proj backward reads its bf16 copy.
+    ops_.cast(down_grad_copy(last), dresidual);
   }
 
   for (int l = last; l >= first; --l) {
@@ -332,24 +378,32 @@ void Llama::run_backward() {
     const std::string h = block(l);
     BlockActivations& b = blocks_[static_cast<size_t>(l)];
     // What recomputation dropped, rerun into the shared slots.
-    if (recompute_ == Recompute::block) block_attention_forward(l, Activation(b.input));
-    if (recompute_ != Recompute::none) block_mlp_up_forward(l);
+    // b.input is whole by now (no add in front of input_layernorm); block
+    // recomputation reruns res2's add fused with post_attention_layernorm,
+    // as the forward.
+    if (recompute_ == Recompute::block)
+      block_attention_forward(l, Activation(b.input), /*with_ln2=*/true);
+    if (recompute_ != Recompute::none)
+      block_mlp_up_forward(l, /*ln2_done=*/recompute_ == Recompute::block);
 
     // A stage's first backward block finds d(residual) received: no
     // producer took its amaxes.
     const TensorView dres_amax = l == last && !heads() ? TensorView{} : down_grad_amax(l);
-    const Activation dln2 = block_mlp_backward(l, dres, dln, dres_amax);
+    const TensorView dres3_copy = down_grad_copy(l);
+    const Activation dln2 =
+        block_mlp_backward(l, dres3_copy.empty() ? dres : dres.as(dres3_copy), dln, dres_amax);
     expect_placement(dln2, dres.placement, "post_attention_layernorm backward", "output gradient",
                      placement_log_);
     const TensorView wo = gemm_param(h + "self_attn.o_proj.weight");
     const TensorView dres2_amax = layers_->o_proj.output_grad_row_amax(wo, Rl);
+    const TensorView dres2_copy = residual_grad_copy(layers_->o_proj, wo);
     ops_.rmsnorm_backward(dresidual, g(h + "post_attention_layernorm.weight"), dln, b.res2.view,
                           p(h + "post_attention_layernorm.weight"), layer_act(a.ln2_rstd, l, {Rl}),
-                          dres2_amax);
+                          dres2_copy, dres2_amax);
     // Attention: res2 = x_in + o_proj(attn(rope(qkv(norm(x_in))))); dresidual = d res2.
     const Activation datty = layers_->o_proj.backward(
         {aview(d.datty, {R, Ql}), "d(" + h + "attn)"}, g(h + "self_attn.o_proj.weight"), none,
-        dres, b.atty, wo, {}, dres2_amax);
+        dres2_copy.empty() ? dres : dres.as(dres2_copy), b.atty, wo, {}, dres2_amax);
     const Activation dqkv =
         attention()
             .backward({aview(d.dqkv, {B, T, qkv_width_}), "d(" + h + "qkv)"},
@@ -370,7 +424,8 @@ void Llama::run_backward() {
                      placement_log_);
     ops_.rmsnorm_backward(dresidual, g(h + "input_layernorm.weight"), dln, b.input.view,
                           p(h + "input_layernorm.weight"), layer_act(a.ln1_rstd, l, {Rl}),
-                          l > first ? down_grad_amax(l - 1) : TensorView{});
+                          l > first ? down_grad_copy(l - 1) : none,
+                          l > first ? down_grad_amax(l - 1) : none);
     store_->after_backward(layout_.block_unit(l));
   }
 
@@ -380,6 +435,17 @@ void Llama::run_backward() {
   layers_->embedding.backward(g("embed_tokens.weight"), none, dres,
                               token_rows(iview(ends_.tokens.i32(), {B, T}), "tokens"));
   store_->after_backward(embed);
+}
+
+TensorView Llama::residual_grad_copy(const RowParallelLinear& layer, const TensorView& w) const {
+  const Buffer& copy = dacts_.dresidual_bf16;  // allocated for bf16 runs at tp = 1
+  if (copy.bytes() == 0 || layer.uses_fp8(w)) return {};
+  return aview(copy, {int64_t(B_) * T_ / shards_, cfg_.n_embd});
+}
+
+TensorView Llama::down_grad_copy(int l) const {
+  if (moe_) return {};  // the mixture reads the fp32 gradient
+  return residual_grad_copy(layers_->down, param_shape(block(l) + "mlp.down_proj.weight"));
 }
 
 TensorView Llama::down_grad_amax(int l) {
@@ -432,7 +498,8 @@ int64_t Llama::activation_bytes() const {
                                &a.ln2_rstd, &a.gu, &a.swiglu, &a.res3})
     n += b->buf.bytes();
   for (const Buffer* b : {&a.rope, &a.encoded, &a.lnf, &a.lnf_rstd, &a.proj_tmp, &d.dresidual,
-                          &d.dln, &d.datty, &d.dswiglu, &d.dgu, &d.dqkv, &d.datt})
+                          &d.dln, &d.dresidual_bf16, &d.datty, &d.dswiglu, &d.dgu, &d.dqkv,
+                          &d.datt})
     n += b->bytes();
   return static_cast<int64_t>(n) + shared_bytes() + attention_bytes() +
          (moe_ ? moe_->bytes() : 0);

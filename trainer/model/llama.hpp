@@ -39,7 +39,9 @@
 // gradients a GEMM or attention reads are bf16; master weights, their
 // gradients, the norms' rstd, attention's statistics, the losses and the
 // residual stream's gradient dresidual (an accumulator) stay fp32, the
-// latter rounded to bf16 where a row-parallel layer's backward reads it. A
+// latter rounded to bf16 where a row-parallel layer's backward reads it (at
+// tp = 1 by the norms' backward in their pass, as GPT's). The residual adds
+// run inside the norm that reads their sum next (add_rmsnorm_forward). A
 // norm's output gradient dln is fp32 at every tp (GPT's is bf16 at tp = 1):
 // the layouts then differ only in summation order, not in a rounding.
 //
@@ -104,6 +106,7 @@ class Llama final : public CausalLM {
   };
   struct Gradients {                   // reused across blocks
     Buffer dresidual, dln;             // (R/p, C) fp32 x2
+    Buffer dresidual_bf16;             // (R/p, C) bf16 copy of dresidual (bf16, tp = 1)
     Buffer datty, dswiglu, dgu, dqkv;  // (R, NH hs/p), (R, F/p), (R, 2F/p), (R, (NH+2KV) hs/p)
     Buffer datt;                       // attention_scratch_elems
   };
@@ -136,17 +139,27 @@ class Llama final : public CausalLM {
   // placement): what its backward reads. Recomputation refills them.
   struct BlockActivations {
     Activation input, ln1, qkv, atty, res2, ln2, gu, swiglu, res3;
-    // down_proj's fp8 input row amaxes, taken by SwiGLU's pass (empty: none
-    // asked). A view of Fp8Linear's buffer: read by this forward only.
-    TensorView swiglu_amax;
+    // gate|up's and down_proj's fp8 input row amaxes, taken by
+    // post_attention_layernorm's and SwiGLU's passes (empty: none asked).
+    // Views of Fp8Linear's buffers: read by this forward only.
+    TensorView ln2_amax, swiglu_amax;
   };
 
   // Block l's forward in two parts, run by forward() and again by backward()
   // for what recomputation dropped. x (R/p, C): the block's input.
-  // input_layernorm, q|k|v, RoPE, attention, o_proj and the residual add into res2.
-  void block_attention_forward(int l, const Activation& x);
-  // post_attention_layernorm, gate|up and SwiGLU: down_proj's input.
-  void block_mlp_up_forward(int l);
+  // input_layernorm, q|k|v, RoPE, attention, o_proj and the residual add
+  // into res2. prev_res2 (R/p, C), unless empty: the block before's res2,
+  // whose residual add (x = prev_res2 + proj_tmp) input_layernorm does in
+  // its pass, writing x. with_ln2: post_attention_layernorm runs here,
+  // fused with res2's add (res2 written, not read back).
+  void block_attention_forward(int l, const Activation& x, bool with_ln2,
+                               TensorView prev_res2 = {});
+  // post_attention_layernorm into ln2 (this rank's rows) and its fp8 amaxes:
+  // of the kept res2, or, with proj (R/p, C), fused with res2 = input + proj.
+  void post_attention_norm(int l, TensorView proj);
+  // post_attention_layernorm (unless ln2_done), gate|up and SwiGLU:
+  // down_proj's input.
+  void block_mlp_up_forward(int l, bool ln2_done);
   // Block l's MLP backward (dense or the mixture): dres = d(res3) (R/p, C),
   // dln (R/p, C) fp32 assigned d(post_attention_layernorm's output).
   // dres_amax: d(res3)'s row amaxes for an fp8 down_proj, taken by the
@@ -157,6 +170,14 @@ class Llama final : public CausalLM {
   // amaxes for block l's fp8 down_proj (empty when it runs in bf16 or
   // takes none: Fp8Linear::producer_row_amax).
   TensorView down_grad_amax(int l);
+  // dresidual's bf16 copy (R/p, C) for a row-parallel layer's backward
+  // (weight w) to read, which the norm backward before it writes in its
+  // pass; empty when none is written: fp32 runs, tp > 1 (the layer casts
+  // the rows it gathers), or an fp8 layer, which quantizes the fp32
+  // gradient itself as under tp, so that the layouts' scales agree.
+  TensorView residual_grad_copy(const RowParallelLinear& layer, const TensorView& w) const;
+  // The copy of d(res3) for block l's down_proj (empty for a mixture).
+  TensorView down_grad_copy(int l) const;
   // Mixtral: block l's router and experts, as the mixture reads them
   // (grads false) and accumulates into them (grads true).
   MixtureOfExperts::Weights moe_views(int l, bool grads);

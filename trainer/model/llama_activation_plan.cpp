@@ -47,6 +47,9 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   p.losses = p.loss_sum = {R, 1, f32};
   p.proj_tmp = {Rl * C, 1, act};
   p.dresidual = {Rl * C, 1, f32};
+  // bf16 at tp = 1: the norms' backward round dresidual into this copy in
+  // their pass, for the row-parallel layers' backward (llama.cpp).
+  p.dresidual_bf16 = {bf16 && tp == 1 ? Rl * C : 0, 1, act};
   // dln, a norm's output gradient, is fp32 at every tp: under tp it is the
   // reduce-scatter's fp32 sum, and at tp = 1 the GEMM writes it in fp32 too,
   // so that the layouts differ only in summation order (a bf16 dln at tp = 1
@@ -59,11 +62,11 @@ LlamaActivationPlan plan_llama_activations(const ModelConfig& m, const Activatio
   p.datt = {s.attention_scratch, 1, f32};
   // bf16: the inputs and output gradients are bf16 already except the
   // residual stream's fp32 gradient, which the row-parallel layers' backward
-  // reads: (R/p, C) at tp = 1, its gathered (R, C) rows under tp. The
-  // weights are cast per call unless the store keeps their bf16 copy; Llama
-  // has no biases.
+  // reads: rounded by the norms' backward at tp = 1 (dresidual_bf16), its
+  // gathered (R, C) rows cast under tp. The weights are cast per call unless
+  // the store keeps their bf16 copy; Llama has no biases.
   if (bf16) {
-    p.precision.max_grad = tp > 1 ? R * C : Rl * C;
+    p.precision.max_grad = tp > 1 ? R * C : 0;
     p.precision.max_weight =
         s.store_keeps_bf16_params ? 0 : std::max({Vl * C, (Ql + 2 * Kl) * C, 2 * Fd * C, C * Fd});
   }
@@ -85,7 +88,8 @@ int64_t LlamaActivationPlan::bytes() const {
        {&tokens,    &targets, &rope,     &encoded, &ln1,      &ln1_rstd, &qkv,
         &atty,      &att,     &res2,     &ln2,     &ln2_rstd, &gu,       &swiglu,
         &res3,      &lnf,     &lnf_rstd, &logits,  &losses,   &loss_sum, &proj_tmp,
-        &dresidual, &dln,     &datty,    &dswiglu, &dgu,      &dqkv,     &datt})
+        &dresidual, &dln,     &dresidual_bf16, &datty,    &dswiglu, &dgu,      &dqkv,
+        &datt})
     n += b->bytes();
   n += precision.bf16_bytes();
   return n + parallel_scratch.bytes() + attention_cp.bytes() + moe_bytes;

@@ -35,6 +35,7 @@ struct LlamaActivationPlan {
   BufferSize proj_tmp;                       // (R/p, C) act
   BufferSize dresidual;                      // (R/p, C) fp32: an accumulator
   BufferSize dln;                            // (R/p, C) fp32 at every tp
+  BufferSize dresidual_bf16;                 // (R/p, C) bf16 copy (bf16, tp = 1)
   BufferSize datty, dswiglu, dgu, dqkv;      // (R, Q/p), (R, F/p), (R, 2F/p), (R, (Q+2K)/p) act
   BufferSize datt;                           // attention_scratch_elems fp32
   LinearPrecision::Sizes precision;          // the GEMMs' bf16 operand copies

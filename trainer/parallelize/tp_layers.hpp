@@ -201,10 +201,12 @@ class RowParallelLinear {
   // As ColumnParallelLinear's: dout (R/p, N), this rank's rows; empty also
   // when rowwise scales rows gathered from other tp ranks.
   TensorView output_grad_row_amax(const TensorView& w, int64_t rows);
+  // As ColumnParallelLinear's (every row-parallel layer is a block's).
+  // Public: dout's producer writes a bf16 copy of dout only for a bf16 GEMM
+  // (an fp8 one quantizes the fp32 gradient itself, as under tp).
+  bool uses_fp8(const TensorView& w) const;
 
  private:
-  // As ColumnParallelLinear's (every row-parallel layer is a block's).
-  bool uses_fp8(const TensorView& w) const;
   // The partial sums (or, at tp = 1, out with the bias) of the forward.
   Activation forward_fp8(TensorView sum, const Activation& x, TensorView w, TensorView b,
                          TensorView x_row_amax, const std::string& name,
