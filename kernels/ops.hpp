@@ -386,8 +386,8 @@ class Ops {
                        float eps, TensorView row_amax = {});
   // The residual add fused in front: res (R,C) = a + b (rounded to the
   // storage dtype, as add), then out, rstd = rmsnorm_forward of res. The
-  // same function as add then rmsnorm_forward (res is written, not read
-  // back); a, b, res and out are all fp32 or all bf16.
+  // same function as add then rmsnorm_forward; a, b, res and out are all
+  // fp32 or all bf16.
   void add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd, TensorView a,
                            TensorView b, TensorView weight, float eps, TensorView row_amax = {});
   // dinp (R,C) ACCUMULATES (the residual stream's gradient), dweight (C)

@@ -4,6 +4,8 @@
 #include "kernels/ops.hpp"
 #include "kernels/ops_entry.hpp"
 
+#include <utility>
+
 namespace gt {
 
 void Ops::rmsnorm_forward(TensorView out, TensorView rstd, TensorView inp, TensorView weight,
@@ -38,6 +40,9 @@ void Ops::add_rmsnorm_forward(TensorView res, TensorView out, TensorView rstd, T
   c.shape(out, "out", {R, C});
   c.shape(rstd, "rstd", {R});
   c.shape(weight, "weight", {C});
+  for (const auto& [t, what] : {std::pair{&b, "b"}, {&res, "res"}, {&out, "out"}})
+    if (t->dtype != a.dtype)
+      c.fail(what, " must be ", dtype_name(a.dtype), " (a's dtype), got ", dtype_name(t->dtype));
   if (!(eps > 0)) c.fail("eps must be > 0, got ", eps);
   c.row_amax(row_amax, R);
   Scope scope(*this, call);

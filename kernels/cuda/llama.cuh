@@ -30,7 +30,8 @@ template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const float* weight, int64_t R, int C,
                      float eps, cudaStream_t stream, float* row_amax = nullptr);
 // res = a + b (rounded to T, as add), then out, rstd = rmsnorm_forward(res)
-// in the same pass; res is written, never read back from memory.
+// in the same pass; each lane re-reads only the res elements it wrote (from
+// cache), so a and b are read once.
 template <typename T>
 void add_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* b, const float* weight,
                          int64_t R, int C, float eps, cudaStream_t stream,

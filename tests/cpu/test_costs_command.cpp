@@ -112,6 +112,43 @@ TEST(CostsCommand, OpCountsAreThoseOfOneGpt2Step) {
   EXPECT_EQ(calls("clip_scale"), 1);
 }
 
+// Llama in bf16 at tp = 1: every RMSNorm but block 0's input_layernorm
+// runs fused with the residual add in front of it (block recomputation
+// reruns post_attention_layernorm's fused too, input_layernorm alone), no
+// add op is left, and the only cast is the embedding's: the norms' backward
+// write the residual gradient's bf16 copy the row-parallel GEMMs read.
+TEST(CostsCommand, LlamaRunsItsResidualAddsInsideTheNormsAndCastsNoGradient) {
+  const int L = 2, micro = 2;
+  for (const char* recompute : {"none", "block"}) {
+    SCOPED_TRACE(recompute);
+    std::string out;
+    ASSERT_EQ(test::run_command(kBin + " costs --config " + kSrc + "/configs/llama_tiny.yaml" +
+                                    " --hardware " + kSrc + "/configs/hardware/h200.yaml" +
+                                    " --json - runtime.dtype=bf16 model.n_layer=2" +
+                                    " train.micro_batch=2 train.global_batch=4 train.recompute=" +
+                                    recompute,
+                                &out),
+              0)
+        << out;
+    const nlohmann::json j = nlohmann::json::parse(out.substr(out.find('{')));
+    auto calls = [&](const std::string& op) {  // rows are "op" or "op <shape>"
+      double n = 0;
+      for (const auto& r : j["ops"]) {
+        const std::string name = r["name"].get<std::string>();
+        if (!r["subtotal"] && (name == op || name.rfind(op + " ", 0) == 0))
+          n += r["calls"].get<double>();
+      }
+      return n;
+    };
+    const bool block = std::string(recompute) == "block";
+    EXPECT_EQ(calls("add_rmsnorm_forward"), micro * (2 * L + (block ? L : 0)));
+    EXPECT_EQ(calls("rmsnorm_forward"), micro * (1 + (block ? L : 0)));
+    EXPECT_EQ(calls("add"), 0);
+    EXPECT_EQ(calls("cast"), micro);  // the embedding's output
+    EXPECT_EQ(calls("rmsnorm_backward"), micro * (2 * L + 1));
+  }
+}
+
 TEST(CostsCommand, TheAttentionBackwardCarriesTheExtraItsKernelsMove) {
   const nlohmann::json j = costs(kSmall);
   for (const auto& r : j["ops"]) {

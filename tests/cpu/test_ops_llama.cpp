@@ -202,6 +202,13 @@ TEST(LlamaOps, EntriesCheckTheContractAndRunTheKernels) {
         ops->rmsnorm_forward(f32(y, {3, 4}), f32(rs, {3}), f32(x, {3, 4}), f32(w, {4}), 0.f);
       },
       "CpuOps::rmsnorm_forward: eps must be > 0");
+  std::vector<uint16_t> y16(3 * 4);
+  expect_error_containing(
+      [&] {
+        ops->add_rmsnorm_forward(f32(y, {3, 4}), bf16_view(y16, {3, 4}), f32(rs, {3}),
+                                 f32(x, {3, 4}), f32(x, {3, 4}), f32(w, {4}), 1e-5f);
+      },
+      "CpuOps::add_rmsnorm_forward: out must be fp32 (a's dtype), got bf16");
   expect_error_containing(
       [&] {
         ops->swiglu_forward(f32(out, {R, F}), f32(odd, {2, 15}));

@@ -93,8 +93,7 @@ TensorView GPT::own_positions(int B, int T) {
 // with the placement the layer that wrote it gave (blocks_[l]); per-position
 // ops (the LayerNorms, the residual adds) keep their input's.
 
-void GPT::block_attention_forward(int l, const Activation& x, bool with_ln2,
-                                  TensorView prev_res2) {
+void GPT::block_attention_forward(int l, const Activation& x, TensorView prev_res2) {
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / shards_, Cl = C / shards_;
   const int NHl = cfg_.n_head / shards_;
@@ -131,8 +130,8 @@ void GPT::block_attention_forward(int l, const Activation& x, bool with_ln2,
                                                     gemm_param(h + "attn.c_proj.weight"),
                                                     gemm_param(h + "attn.c_proj.bias"));
   b.res2 = added(res2, x, out, h + "res2", "residual add", placement_log_);
-  if (!with_ln2) return ops_.add(res2, x.view, proj);
-  // The residual add and ln_2 in one pass (res2 is not read back from memory).
+  // The residual add and ln_2 in one pass (res2 written, then re-read by
+  // each lane from cache, not from memory).
   const TensorView ln2 = layer_act(a.ln2, l, {R, C});
   b.ln2_amax = layers_->c_fc.input_row_amax(param_shape(h + "mlp.c_fc.weight"), Rl);
   ops_.add_layernorm_forward(res2, own_rows(ln2), layer_act(a.ln2_mean, l, {Rl}),
@@ -220,7 +219,7 @@ bool GPT::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   TensorView prev_res2;
   for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
-    block_attention_forward(l, x, /*with_ln2=*/true, prev_res2);
+    block_attention_forward(l, x, prev_res2);
     block_mlp_up_forward(l, /*ln2_done=*/true);
     block_mlp_down_forward(l);
     x = blocks_[static_cast<size_t>(l)].res3;
@@ -276,10 +275,21 @@ void GPT::run_backward() {
   auto dln = tp > 1 ? view(d.dln.f32(), {Rl, C}) : aview(d.dln, {Rl, C});
   // At tp = 1 in bf16 every LayerNorm backward also writes dresidual rounded
   // to bf16, the operand of the row-parallel backward that reads it next;
-  // the last one (block 0's ln_1) feeds the embedding, which reads fp32.
+  // the last one (block 0's ln_1) feeds the embedding, which reads fp32. An
+  // fp8 row-parallel layer gets no copy: it quantizes the fp32 gradient
+  // itself, as under tp, so that the layouts' scales agree.
   const bool residual_copy = d.dresidual_bf16.bytes() > 0;
-  const TensorView dresidual16 = residual_copy ? aview(d.dresidual_bf16, {Rl, C}) : none;
-  const TensorView dresidual_gemm = residual_copy ? dresidual16 : dresidual;
+  auto copy_for = [&](const RowParallelLinear& layer, const std::string& weight) {
+    return residual_copy && !layer.uses_fp8(param_shape(weight)) ? aview(d.dresidual_bf16, {Rl, C})
+                                                                  : none;
+  };
+  auto c_proj_copy = [&](int l) {
+    return copy_for(layers_->mlp_proj, "h." + std::to_string(l) + ".mlp.c_proj.weight");
+  };
+  // dres as the row-parallel backward reads it: the copy when one was written.
+  auto as_read = [](const Activation& a, const TensorView& copy) {
+    return copy.empty() ? a : a.as(copy);
+  };
 
   const int first = first_layer_, last = end_layer_ - 1;
   // The residual stream's gradient: d(loss) through the head on the last
@@ -298,16 +308,16 @@ void GPT::run_backward() {
     // pass (as each block's ln_1 backward does for the block before).
     ops_.layernorm_backward(dresidual, g("ln_f.weight"), g("ln_f.bias"), dln, x_last,
                             p("ln_f.weight"), view(a.lnf_mean.f32(), {Rl}),
-                            view(a.lnf_rstd.f32(), {Rl}), dresidual16, mlp_proj_grad_amax(last));
+                            view(a.lnf_rstd.f32(), {Rl}), c_proj_copy(last),
+                            mlp_proj_grad_amax(last));
     dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds()) store_->after_backward(embed);  // this stage's share of wte's gradient
-  } else if (residual_copy) {
+  } else if (!c_proj_copy(last).empty()) {
     // dresidual holds d(output) from the next stage (stage_boundary().output_grad);
     // the first row-parallel backward reads its bf16 copy.
-    ops_.cast(dresidual16, dresidual);
+    ops_.cast(c_proj_copy(last), dresidual);
   }
-  const Activation dres_gemm = dres.as(dresidual_gemm);
 
   for (int l = last; l >= first; --l) {
     store_->before_backward(layout_.block_unit(l));
@@ -317,7 +327,7 @@ void GPT::run_backward() {
     // parameters are valid since before_backward), from the kept input.
     // Block recomputation reruns res2's add fused with ln_2, as the forward.
     if (recompute_ == Recompute::block)
-      block_attention_forward(l, Activation(b.input), /*with_ln2=*/true);
+      block_attention_forward(l, Activation(b.input));
     if (recompute_ != Recompute::none)
       block_mlp_up_forward(l, /*ln2_done=*/recompute_ == Recompute::block);
 
@@ -329,7 +339,8 @@ void GPT::run_backward() {
     const TensorView dfch_amax = layers_->c_fc.output_grad_row_amax(w_fc, R);
     const Activation dfch = layers_->mlp_proj.backward(
         {aview(d.dfch, {R, 4 * Cl}), "d(" + h + "mlp.c_fc)"}, g(h + "mlp.c_proj.weight"),
-        g(h + "mlp.c_proj.bias"), dres_gemm, b.fch_gelu, gemm_param(h + "mlp.c_proj.weight"),
+        g(h + "mlp.c_proj.bias"), as_read(dres, c_proj_copy(l)), b.fch_gelu,
+        gemm_param(h + "mlp.c_proj.weight"),
         b.fch, l == last && !heads() ? TensorView{} : mlp_proj_grad_amax(l), dfch_amax);
     const Activation dln2 = layers_->c_fc.backward(
         {dln, "d(" + h + "ln_2)"}, g(h + "mlp.c_fc.weight"), g(h + "mlp.c_fc.bias"), dfch, b.ln2,
@@ -337,13 +348,14 @@ void GPT::run_backward() {
     expect_placement(dln2, dres.placement, "ln_2 backward", "output gradient", placement_log_);
     const TensorView w_proj = gemm_param(h + "attn.c_proj.weight");
     const TensorView dres2_amax = layers_->attn_proj.output_grad_row_amax(w_proj, Rl);
+    const TensorView dres2_copy = copy_for(layers_->attn_proj, h + "attn.c_proj.weight");
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
                             b.res2.view, p(h + "ln_2.weight"), layer_act(a.ln2_mean, l, {Rl}),
-                            layer_act(a.ln2_rstd, l, {Rl}), dresidual16, dres2_amax);
+                            layer_act(a.ln2_rstd, l, {Rl}), dres2_copy, dres2_amax);
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     const Activation datty = layers_->attn_proj.backward(
         {aview(d.datty, {R, Cl}), "d(" + h + "attn)"}, g(h + "attn.c_proj.weight"),
-        g(h + "attn.c_proj.bias"), dres_gemm, b.atty, w_proj, {}, dres2_amax);
+        g(h + "attn.c_proj.bias"), as_read(dres, dres2_copy), b.atty, w_proj, {}, dres2_amax);
     const Activation dqkv =
         attention()
             .backward({aview(d.dqkv, {B, T, 3 * Cl}), "d(" + h + "qkv)"},
@@ -359,7 +371,7 @@ void GPT::run_backward() {
     expect_placement(dln1, dres.placement, "ln_1 backward", "output gradient", placement_log_);
     ops_.layernorm_backward(dresidual, g(h + "ln_1.weight"), g(h + "ln_1.bias"), dln,
                             b.input.view, p(h + "ln_1.weight"), layer_act(a.ln1_mean, l, {Rl}),
-                            layer_act(a.ln1_rstd, l, {Rl}), l > first ? dresidual16 : none,
+                            layer_act(a.ln1_rstd, l, {Rl}), l > first ? c_proj_copy(l - 1) : none,
                             l > first ? mlp_proj_grad_amax(l - 1) : none);
     store_->after_backward(layout_.block_unit(l));
   }

@@ -53,7 +53,8 @@
 //     that read it (the row-parallel layers' backward) get a bf16 copy: at
 //     tp = 1 the LayerNorm backward that last updated it writes that copy in
 //     the same pass (dresidual_bf16); under tp, LinearPrecision rounds the
-//     gathered rows.
+//     gathered rows. An fp8 layer reads the fp32 gradient (it quantizes it
+//     itself, as under tp).
 //     dln, a LayerNorm's output gradient, is bf16 at tp = 1 (one GEMM writes
 //     it whole) and fp32 under tp (the reduce-scatter's fp32 sum);
 //   * fp32 staging rows for the sums across tp ranks (the vocab-parallel
@@ -160,15 +161,13 @@ class GPT final : public CausalLM {
 
   // Block l's forward in three parts, run by forward() in turn and again by
   // backward() for what recomputation dropped. x: (R/p, C) the block's input.
-  // ln_1, c_attn, attention, attn.c_proj and the residual add into res2;
-  // with_ln2: ln_2 too, fused with the add (forward() and block
-  // recomputation do; mlp recomputation reruns ln_2 from the kept res2 in
-  // block_mlp_up_forward). With `prev_res2` (forward()
-  // for l > 0) the block before left its residual add pending: x is where
-  // its sum goes (res3 of l-1), computed as prev_res2 + proj_tmp by ln_1's
-  // pass, fused the same way; recomputation reads the kept res3 instead.
-  void block_attention_forward(int l, const Activation& x, bool with_ln2,
-                               TensorView prev_res2 = {});
+  // ln_1, c_attn, attention, attn.c_proj, and the residual add into res2
+  // fused with ln_2 (mlp recomputation reruns ln_2 alone from the kept res2
+  // in block_mlp_up_forward). With `prev_res2` (forward() for l > 0) the
+  // block before left its residual add pending: x is where its sum goes
+  // (res3 of l-1), computed as prev_res2 + proj_tmp by ln_1's pass, fused
+  // the same way; recomputation reads the kept res3 instead.
+  void block_attention_forward(int l, const Activation& x, TensorView prev_res2 = {});
   // ln_2 (unless ln2_done), c_fc and GELU: the MLP's activations up to
   // mlp.c_proj's input.
   void block_mlp_up_forward(int l, bool ln2_done);

@@ -100,8 +100,7 @@ void Llama::allocate(const TensorParallelGroup& group) {
 
 // ---- One block's forward ----------------------------------------------------
 
-void Llama::block_attention_forward(int l, const Activation& x, bool with_ln2,
-                                    TensorView prev_res2) {
+void Llama::block_attention_forward(int l, const Activation& x, TensorView prev_res2) {
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, R = int64_t(B) * T, Rl = R / shards_, hs = cfg_.head_size();
   const int64_t Ql = int64_t(NHl_) * hs;
@@ -122,7 +121,7 @@ void Llama::block_attention_forward(int l, const Activation& x, bool with_ln2,
   } else {
     // The block before's residual add and this norm in one pass: x =
     // prev_res2 + proj_tmp (that block's down_proj or mixture output, not
-    // yet overwritten), written and not read back.
+    // yet overwritten), written, then re-read by each lane from cache.
     ops_.add_rmsnorm_forward(x.view, own_rows(ln1), ln1_rstd, prev_res2, proj, w_ln1, eps,
                              ln1_amax);
   }
@@ -144,9 +143,7 @@ void Llama::block_attention_forward(int l, const Activation& x, bool with_ln2,
                                                  gemm_param(h + "self_attn.o_proj.weight"), none);
   b.res2 = added(layer_act(a.res2, l, {Rl, C}), x, out, h + "res2", "residual add",
                  placement_log_);
-  if (!with_ln2) return ops_.add(b.res2.view, x.view, proj);
-  // The residual add and post_attention_layernorm in one pass (res2 is not
-  // read back from memory).
+  // The residual add and post_attention_layernorm in one pass.
   post_attention_norm(l, proj);
 }
 
@@ -272,7 +269,7 @@ bool Llama::run_forward(const int32_t* tokens, const int32_t* targets, int B, in
   TensorView prev_res2;
   for (int l = first_layer_; l < end_layer_; ++l) {
     store_->before_forward(layout_.block_unit(l));
-    block_attention_forward(l, x, /*with_ln2=*/true, prev_res2);
+    block_attention_forward(l, x, prev_res2);
     block_mlp_up_forward(l, /*ln2_done=*/true);
     BlockActivations& b = blocks_[static_cast<size_t>(l)];
     const Activation out =
@@ -382,7 +379,7 @@ void Llama::run_backward() {
     // recomputation reruns res2's add fused with post_attention_layernorm,
     // as the forward.
     if (recompute_ == Recompute::block)
-      block_attention_forward(l, Activation(b.input), /*with_ln2=*/true);
+      block_attention_forward(l, Activation(b.input));
     if (recompute_ != Recompute::none)
       block_mlp_up_forward(l, /*ln2_done=*/recompute_ == Recompute::block);
 

@@ -147,13 +147,13 @@ class Llama final : public CausalLM {
 
   // Block l's forward in two parts, run by forward() and again by backward()
   // for what recomputation dropped. x (R/p, C): the block's input.
-  // input_layernorm, q|k|v, RoPE, attention, o_proj and the residual add
-  // into res2. prev_res2 (R/p, C), unless empty: the block before's res2,
-  // whose residual add (x = prev_res2 + proj_tmp) input_layernorm does in
-  // its pass, writing x. with_ln2: post_attention_layernorm runs here,
-  // fused with res2's add (res2 written, not read back).
-  void block_attention_forward(int l, const Activation& x, bool with_ln2,
-                               TensorView prev_res2 = {});
+  // input_layernorm, q|k|v, RoPE, attention, o_proj, and the residual add
+  // into res2 fused with post_attention_layernorm. prev_res2 (R/p, C),
+  // unless empty: the block before's res2, whose residual add (x =
+  // prev_res2 + proj_tmp) input_layernorm does in its pass, writing x
+  // (forward() for a stage's blocks after its first; recomputation reads
+  // the kept x instead).
+  void block_attention_forward(int l, const Activation& x, TensorView prev_res2 = {});
   // post_attention_layernorm into ln2 (this rank's rows) and its fp8 amaxes:
   // of the kept res2, or, with proj (R/p, C), fused with res2 = input + proj.
   void post_attention_norm(int l, TensorView proj);
