@@ -13,10 +13,13 @@
 #   3. build-emu-tsan/: the attention, LayerNorm, cross-entropy and embedding
 #      tests under ThreadSanitizer (small shapes: GT_TEST_SHAPES=small);
 #   4. tests/emulator/planted_bugs.py: known GPU bugs planted in copies of the
-#      sources, each caught, with what caught it;
+#      sources, each caught, with what caught it; then a sample of
+#      tests/emulator/barrier_sweep.py: 2 of the kernels' barriers, drawn
+#      with the commit's seed, each removed in turn and caught (or known
+#      uncaught, with the reason);
 #   5. scripts/gpu_check.sh --rehearse: every stage of the GPU one-shot on the
 #      emulated device with 124M shrunk, so the command lines a lent GPU will
-#      run have all run here first (about 4.5 minutes on 2 cores).
+#      run have all run here first (about 6 minutes on 2 cores).
 # Needs NVIDIA's CUDA headers (not nvcc, not a GPU). Usage:
 #   scripts/run_emulator_tests.sh            all five
 #   scripts/run_emulator_tests.sh 1 3        only phases 1 and 3
@@ -83,6 +86,10 @@ fi
 if wants 4; then
   phase "4. planted bugs"
   python3 tests/emulator/planted_bugs.py --asan "$ASAN" --tsan "$TSAN" --emu "$EMU"
+  # Successive commits draw different barriers; the seed is printed, and
+  # `--only <site>` reruns one (the whole sweep: about 50 minutes).
+  seed=$((16#$(git rev-parse --verify -q --short=7 HEAD 2>/dev/null || echo 7e7)))
+  python3 tests/emulator/barrier_sweep.py --emu "$EMU" --tsan "$TSAN" --sample 2 --seed "$seed"
 fi
 if wants 5; then
   phase "5. the GPU one-shot rehearsed on the emulated device (scripts/gpu_check.sh --rehearse)"
