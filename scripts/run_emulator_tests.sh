@@ -5,7 +5,8 @@
 #   1. build-emu/: the whole project with -DTRAINER_CUDA_EMULATOR=ON, then
 #      `ctest -L emulator -LE on_demand`: every tests/cuda test, the emulator's own tests,
 #      the NCCL and staged-CUDA mesh tests under mpirun, training runs
-#      against the CPU backend;
+#      against the CPU backend; then the kernel tests once more with each
+#      warp run to its next barrier before the next (GT_EMU_THREAD_ORDER=warps);
 #   2. build-emu-asan/: the kernel and emulator tests under AddressSanitizer
 #      and UBSan's alignment check, with blocks and streams in reverse order
 #      and each block's threads in a seeded random order between barriers
@@ -57,6 +58,12 @@ if wants 1; then
   # on_demand: the context-parallel training runs beyond CI's subset
   # (tests/emulator/CMakeLists.txt).
   ctest --test-dir "$EMU" -L emulator -LE on_demand --output-on-failure -j "$JOBS"
+  # The order that shows a missing write-after-read barrier (a warp's
+  # writes after its collectives land before the other warps' reads):
+  # every kernel test once more, small shapes (about 45 s).
+  phase "1. kernel tests, a warp at a time to each barrier (GT_EMU_THREAD_ORDER=warps, small shapes)"
+  GT_TEST_SHAPES=small GT_EMU_THREAD_ORDER=warps "$EMU/tests/gt_cuda_tests" \
+    --gtest_filter='-CudaTraining.*:CudaTraffic.*'
 fi
 
 if wants 2 || wants 4; then

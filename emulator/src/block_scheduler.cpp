@@ -365,12 +365,36 @@ void BlockRunner::run_block(unsigned linear_block) {
   for (int i = 0; i < n_threads_; ++i) order_[static_cast<size_t>(i)] = i;
   while (exited_ < n_threads_ && !faulted_) {
     bool ran = false;
+    if (order == ThreadOrder::warps) {
+      // Each warp in turn, as long as any of its lanes can run: through
+      // its warp collectives, up to the next barrier (or its exit), before
+      // the next warp runs at all. A barrier completing ends the round, so
+      // that every round after one starts with warp 0 again.
+      const unsigned generation = barrier_generation_;
+      for (int w0 = 0; w0 < n_threads_ && !faulted_ && barrier_generation_ == generation;
+           w0 += kWarp) {
+        for (bool again = true; again && !faulted_ && barrier_generation_ == generation;) {
+          again = false;
+          for (int i = w0; i < std::min(n_threads_, w0 + kWarp) && !faulted_ &&
+                           barrier_generation_ == generation;
+               ++i) {
+            Thread& t = threads_[static_cast<size_t>(i)];
+            if (t.state != State::runnable) continue;
+            current_ = i;
+            detail::g_thread_idx = t.idx;
+            t.fiber->run();
+            current_ = -1;
+            ran = again = true;
+          }
+        }
+      }
+    }
     if (order == ThreadOrder::random)
       for (int k = n_threads_ - 1; k > 0; --k) {
         rng = splitmix(rng);
         std::swap(order_[static_cast<size_t>(k)], order_[rng % static_cast<uint64_t>(k + 1)]);
       }
-    for (int k = 0; k < n_threads_ && !faulted_; ++k) {
+    for (int k = 0; k < n_threads_ && !faulted_ && order != ThreadOrder::warps; ++k) {
       const int i = order == ThreadOrder::reverse ? n_threads_ - 1 - k
                     : order == ThreadOrder::random ? order_[static_cast<size_t>(k)]
                                                    : k;

@@ -1,8 +1,9 @@
 // Runs the blocks of a kernel launch: every CUDA thread a fiber, every block
 // to completion before the next (GT_EMU_BLOCK_ORDER: forward or reverse over
 // the grid, and over the threads of a block when scheduling them unless
-// GT_EMU_THREAD_ORDER says otherwise: forward, reverse, or a seeded random
-// permutation for every round between synchronisation points).
+// GT_EMU_THREAD_ORDER says otherwise: forward, reverse, a seeded random
+// permutation for every round between synchronisation points, or a warp at
+// a time through its collectives to its next barrier).
 //
 // The rules it enforces, each a device fault (sticky cudaErrorLaunchFailure,
 // reported with the file:line of every party) when broken:
@@ -20,7 +21,8 @@
 //     inline functions included); the dynamic region is exactly the launch's
 //     bytes, followed by a guard page.
 // Threads run until they block, in the order above (a barrier's last
-// arrival yields too, so each round starts in it); blocks never overlap, so
+// arrival yields too, so each round starts in it; in the warps order a
+// barrier completing ends the round); blocks never overlap, so
 // a kernel's __shared__ statics are one block's shared memory.
 #pragma once
 

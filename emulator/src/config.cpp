@@ -80,8 +80,9 @@ Config read_config() {
     if (!std::strcmp(v, "block")) c.thread_order = ThreadOrder::block;
     else if (!std::strcmp(v, "forward")) c.thread_order = ThreadOrder::forward;
     else if (!std::strcmp(v, "reverse")) c.thread_order = ThreadOrder::reverse;
+    else if (!std::strcmp(v, "warps")) c.thread_order = ThreadOrder::warps;
     else if (random_order("GT_EMU_THREAD_ORDER", v, &c.thread_seed)) c.thread_order = ThreadOrder::random;
-    else bad("GT_EMU_THREAD_ORDER", v, "block, forward, reverse, random or random:<seed>");
+    else bad("GT_EMU_THREAD_ORDER", v, "block, forward, reverse, random, random:<seed> or warps");
   }
   if (const char* v = std::getenv("GT_EMU_STREAM_ORDER")) {
     if (!std::strcmp(v, "issue")) c.stream_order = StreamOrder::issue;
@@ -117,6 +118,7 @@ const char* to_string(ThreadOrder o) {
     case ThreadOrder::forward: return "forward";
     case ThreadOrder::reverse: return "reverse";
     case ThreadOrder::random: return "random";
+    case ThreadOrder::warps: return "warps";
   }
   return "?";
 }

@@ -5,12 +5,16 @@
 //   GT_EMU_BLOCK_ORDER=forward|reverse
 //                              the order blocks of a grid run in, and threads of
 //                              a block are scheduled in (default forward)
-//   GT_EMU_THREAD_ORDER=block|forward|reverse|random[:seed]
+//   GT_EMU_THREAD_ORDER=block|forward|reverse|random[:seed]|warps
 //                              the order a block's runnable threads run in
 //                              between two synchronisation points: random
 //                              draws a new permutation for every such round
-//                              (seeded: reproducible); block (the default)
-//                              follows GT_EMU_BLOCK_ORDER
+//                              (seeded: reproducible); warps runs each warp,
+//                              in order, through its warp collectives to its
+//                              next barrier before the next warp starts (so a
+//                              warp's writes after a missing barrier land
+//                              before the later warps' reads); block (the
+//                              default) follows GT_EMU_BLOCK_ORDER
 //   GT_EMU_STREAM_ORDER=issue|reverse|random[:seed]
 //                              which runnable stream runs next at a
 //                              synchronisation point (default issue)
@@ -31,7 +35,7 @@
 namespace gt::emu {
 
 enum class BlockOrder { forward, reverse };
-enum class ThreadOrder { block, forward, reverse, random };
+enum class ThreadOrder { block, forward, reverse, random, warps };
 enum class StreamOrder { issue, reverse, random };
 
 struct Config {

@@ -34,6 +34,7 @@ bool set_thread_order(const std::string& order) {
   if (order == "block") c.thread_order = ThreadOrder::block;
   else if (order == "forward") c.thread_order = ThreadOrder::forward;
   else if (order == "reverse") c.thread_order = ThreadOrder::reverse;
+  else if (order == "warps") c.thread_order = ThreadOrder::warps;
   else if (order.rfind("random:", 0) == 0 && order.size() > 7 && order.size() <= 7 + 18 &&
            order.find_first_not_of("0123456789", 7) == std::string::npos) {
     c.thread_order = ThreadOrder::random;

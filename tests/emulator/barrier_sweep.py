@@ -13,9 +13,12 @@ file (FILE_TESTS) run:
 
   1. on the plain emulated device in its default thread order;
   2. if nothing failed, the same executable again under
-     GT_EMU_THREAD_ORDER=random:<seed> (a new permutation of each block's
-     threads between barriers);
-  3. if still nothing, and --tsan names the kernels-only ThreadSanitizer
+     GT_EMU_THREAD_ORDER=warps (each warp runs through its collectives to
+     its next barrier before the next warp starts: a WAR hazard's early
+     writer then lands before the later warps' reads);
+  3. then under GT_EMU_THREAD_ORDER=random:<seed> (a new permutation of
+     each block's threads between barriers);
+  4. if still nothing, and --tsan names the kernels-only ThreadSanitizer
      build, that build with the same copy (for the files whose tests it
      has: TSAN_FILES).
 
@@ -193,6 +196,7 @@ def sweep_site(site, builds, scratch, env, seed):
         f.write(patched_text)
     tests = FILE_TESTS[site.file]
     stages = [("plain", builds["emu"], {}),
+              ("warps order", builds["emu"], {"GT_EMU_THREAD_ORDER": "warps"}),
               (f"random order (seed {seed})", builds["emu"],
                {"GT_EMU_THREAD_ORDER": f"random:{seed}"})]
     if builds.get("tsan") and site.file in TSAN_FILES:

@@ -158,6 +158,41 @@ TEST(EmuLaunchOrder, RandomThreadOrderDrawsANewPermutationEveryRound) {
   EXPECT_FALSE(gt::emu::set_thread_order("sideways"));
 }
 
+// Each of two warps reads its neighbour's slot, shuffles, then writes its
+// own slot, with no barrier between the reads and the writes: the shape of
+// a WAR hazard a missing barrier leaves. Only an order that runs one warp
+// through its collectives before the other warp reads shows it.
+__global__ void warp_ahead_kernel(int* seen) {
+  GT_SHARED(int, slot, [2]);  // handed to the scheduler: no load moves across its calls
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (threadIdx.x < 2) slot[threadIdx.x] = 0;
+  __syncthreads();
+  const int before = slot[warp ^ 1];
+  const int v = __shfl_sync(0xffffffffu, before, 0);
+  if (lane == 0) slot[warp] = 1;
+  __syncthreads();
+  if (lane == 0) seen[warp] = v;
+}
+
+std::vector<int> run_warp_ahead(const char* thread_order) {
+  EXPECT_TRUE(gt::emu::set_thread_order(thread_order));
+  cuda::CudaStream s;
+  test::DeviceArray<int> seen(std::vector<int>{-1, -1}, s.get());
+  dev::launch(warp_ahead_kernel, {1, 64, 0, s.get()}, seen.get());
+  CUDA_CHECK(cudaGetLastError());
+  const std::vector<int> got = seen.download();  // the launch has run
+  gt::emu::set_thread_order("block");
+  return got;
+}
+
+// GT_EMU_THREAD_ORDER=warps: warp 0 runs through its shuffle to the next
+// barrier before warp 1 starts, so warp 1 reads warp 0's write. In the
+// forward order every thread reads before either shuffle completes.
+TEST(EmuLaunchOrder, WarpsOrderRunsAWarpThroughItsCollectivesBeforeTheNext) {
+  EXPECT_EQ(run_warp_ahead("warps"), (std::vector<int>{0, 1}));
+  EXPECT_EQ(run_warp_ahead("forward"), (std::vector<int>{0, 0}));
+}
+
 // Reads shared memory before anything writes it: every block must see the
 // poison (all bits set), not what the previous block left behind.
 __global__ void poison_kernel(unsigned* out) {

@@ -18,9 +18,9 @@ std::string describe_device();
 // "issue"/"reverse"/"random". Returns false for an unknown name.
 bool set_block_order(const std::string& order);
 std::string block_order();
-// A block's thread order from now on: "block", "forward", "reverse" or
-// "random:<seed>" (GT_EMU_THREAD_ORDER's values; a seed of at most 18
-// digits). false for an unknown one.
+// A block's thread order from now on: "block", "forward", "reverse",
+// "random:<seed>" or "warps" (GT_EMU_THREAD_ORDER's values; a seed of at
+// most 18 digits). false for an unknown one.
 bool set_thread_order(const std::string& order);
 bool set_stream_order(const std::string& order);
 // How many emulated devices are visible from now on (as CUDA_VISIBLE_DEVICES
