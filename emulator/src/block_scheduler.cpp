@@ -378,12 +378,8 @@ void BlockRunner::run_block(unsigned linear_block) {
           for (int i = w0; i < std::min(n_threads_, w0 + kWarp) && !faulted_ &&
                            barrier_generation_ == generation;
                ++i) {
-            Thread& t = threads_[static_cast<size_t>(i)];
-            if (t.state != State::runnable) continue;
-            current_ = i;
-            detail::g_thread_idx = t.idx;
-            t.fiber->run();
-            current_ = -1;
+            if (threads_[static_cast<size_t>(i)].state != State::runnable) continue;
+            run_thread(i);
             ran = again = true;
           }
         }
@@ -398,12 +394,8 @@ void BlockRunner::run_block(unsigned linear_block) {
       const int i = order == ThreadOrder::reverse ? n_threads_ - 1 - k
                     : order == ThreadOrder::random ? order_[static_cast<size_t>(k)]
                                                    : k;
-      Thread& t = threads_[static_cast<size_t>(i)];
-      if (t.state != State::runnable) continue;
-      current_ = i;
-      detail::g_thread_idx = t.idx;
-      t.fiber->run();
-      current_ = -1;
+      if (threads_[static_cast<size_t>(i)].state != State::runnable) continue;
+      run_thread(i);
       ran = true;
     }
     if (!ran && exited_ < n_threads_ && !faulted_) {
@@ -413,6 +405,14 @@ void BlockRunner::run_block(unsigned linear_block) {
     }
   }
   GT_EMU_ACQUIRE(&exit_token_);
+}
+
+void BlockRunner::run_thread(int i) {
+  Thread& t = threads_[static_cast<size_t>(i)];
+  current_ = i;
+  detail::g_thread_idx = t.idx;
+  t.fiber->run();
+  current_ = -1;
 }
 
 void BlockRunner::sync_block(Site site) {

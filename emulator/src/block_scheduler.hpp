@@ -114,6 +114,8 @@ class BlockRunner {
 
   static void thread_main(Fiber* f);
   void run_block(unsigned linear_block);
+  // Runs thread i (runnable) until it blocks, yields or returns.
+  void run_thread(int i);
   void prepare_shared_memory();
   // Joins the warp collective described by t's fields; returns once complete.
   void join_group(Thread& t, Site site);

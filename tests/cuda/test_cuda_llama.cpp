@@ -67,39 +67,48 @@ struct Twin {
 // another order); fp32 ones by summation order only.
 float tol(DType dt) { return dt == DType::bf16 ? 1e-2f : 2e-5f; }
 
-TEST(CudaLlama, RmsNormMatchesCpu) {
-  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+// The norms' cases: fp32 and bf16, an odd and a warp-multiple width.
+template <typename F>
+void for_each_norm_case(F&& f) {
   gt::CudaOps cuda;
   auto cpu = gt::make_cpu_ops(1);
-  const cudaStream_t s = cuda.stream();
   for (DType dt : {DType::f32, DType::bf16})
     for (auto [R, C] : {std::pair<int64_t, int64_t>{5, 37}, {300, 128}}) {
       SCOPED_TRACE(std::string(gt::dtype_name(dt)) + " R=" + std::to_string(R) +
                    " C=" + std::to_string(C));
-      Twin x(random_vector(R * C, 1, -2.f, 2.f), dt, {R, C}, s),
-          out(std::vector<float>(R * C, 0.f), dt, {R, C}, s),
-          w(random_vector(C, 2, 0.5f, 1.5f), DType::f32, {C}, s),
-          rs(std::vector<float>(R, 0.f), DType::f32, {R}, s);
-      cpu->rmsnorm_forward(out.cpu(), rs.cpu(), x.cpu(), w.cpu(), 1e-5f);
-      cuda.rmsnorm_forward(out.dev(), rs.dev(), x.dev(), w.dev(), 1e-5f);
-      EXPECT_TRUE(all_close(out.dev_values(), out.cpu_values(), tol(dt), tol(dt))) << "out";
-      EXPECT_TRUE(all_close(rs.dev_values(), rs.cpu_values(), 1e-6f, 1e-5f)) << "rstd";
-
-      // Backward: dinp and dweight accumulate onto what is there.
-      Twin dy(random_vector(R * C, 3), dt, {R, C}, s),
-          dx(random_vector(R * C, 4), DType::f32, {R, C}, s),
-          dw(random_vector(C, 5), DType::f32, {C}, s);
-      cpu->rmsnorm_backward(dx.cpu(), dw.cpu(), dy.cpu(), x.cpu(), w.cpu(), rs.cpu());
-      cuda.rmsnorm_backward(dx.dev(), dw.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
-      EXPECT_TRUE(all_close(dx.dev_values(), dx.cpu_values(), 1e-4f, 1e-4f)) << "dinp";
-      EXPECT_TRUE(all_close(dw.dev_values(), dw.cpu_values(), 1e-3f, 1e-4f)) << "dweight";
-      // Deterministic: the same call on the same zeros gives the same bits.
-      Twin z0(std::vector<float>(C, 0.f), DType::f32, {C}, s),
-          z1(std::vector<float>(C, 0.f), DType::f32, {C}, s);
-      cuda.rmsnorm_backward(dx.dev(), z0.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
-      cuda.rmsnorm_backward(dx.dev(), z1.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
-      EXPECT_TRUE(gt::test::bitwise_equal(z0.dev_values(), z1.dev_values())) << "dweight bits";
+      f(cuda, *cpu, cuda.stream(), dt, R, C);
     }
+}
+
+TEST(CudaLlama, RmsNormMatchesCpu) {
+  if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for_each_norm_case([](gt::CudaOps& cuda, gt::Ops& cpu_ops, cudaStream_t s, DType dt, int64_t R,
+                      int64_t C) {
+    gt::Ops* cpu = &cpu_ops;
+    Twin x(random_vector(R * C, 1, -2.f, 2.f), dt, {R, C}, s),
+        out(std::vector<float>(R * C, 0.f), dt, {R, C}, s),
+        w(random_vector(C, 2, 0.5f, 1.5f), DType::f32, {C}, s),
+        rs(std::vector<float>(R, 0.f), DType::f32, {R}, s);
+    cpu->rmsnorm_forward(out.cpu(), rs.cpu(), x.cpu(), w.cpu(), 1e-5f);
+    cuda.rmsnorm_forward(out.dev(), rs.dev(), x.dev(), w.dev(), 1e-5f);
+    EXPECT_TRUE(all_close(out.dev_values(), out.cpu_values(), tol(dt), tol(dt))) << "out";
+    EXPECT_TRUE(all_close(rs.dev_values(), rs.cpu_values(), 1e-6f, 1e-5f)) << "rstd";
+
+    // Backward: dinp and dweight accumulate onto what is there.
+    Twin dy(random_vector(R * C, 3), dt, {R, C}, s),
+        dx(random_vector(R * C, 4), DType::f32, {R, C}, s),
+        dw(random_vector(C, 5), DType::f32, {C}, s);
+    cpu->rmsnorm_backward(dx.cpu(), dw.cpu(), dy.cpu(), x.cpu(), w.cpu(), rs.cpu());
+    cuda.rmsnorm_backward(dx.dev(), dw.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
+    EXPECT_TRUE(all_close(dx.dev_values(), dx.cpu_values(), 1e-4f, 1e-4f)) << "dinp";
+    EXPECT_TRUE(all_close(dw.dev_values(), dw.cpu_values(), 1e-3f, 1e-4f)) << "dweight";
+    // Deterministic: the same call on the same zeros gives the same bits.
+    Twin z0(std::vector<float>(C, 0.f), DType::f32, {C}, s),
+        z1(std::vector<float>(C, 0.f), DType::f32, {C}, s);
+    cuda.rmsnorm_backward(dx.dev(), z0.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
+    cuda.rmsnorm_backward(dx.dev(), z1.dev(), dy.dev(), x.dev(), w.dev(), rs.dev());
+    EXPECT_TRUE(gt::test::bitwise_equal(z0.dev_values(), z1.dev_values())) << "dweight bits";
+  });
 }
 
 // The residual add fused into RMSNorm's forward equals add then
@@ -109,53 +118,49 @@ TEST(CudaLlama, RmsNormMatchesCpu) {
 // dinp and dweight as they are without it.
 TEST(CudaLlama, FusedResidualAddAndBf16GradientCopyEqualTheSeparatePasses) {
   if (!gt::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  gt::CudaOps cuda;
-  auto cpu = gt::make_cpu_ops(1);
-  const cudaStream_t s = cuda.stream();
-  for (DType dt : {DType::f32, DType::bf16})
-    for (auto [R, C] : {std::pair<int64_t, int64_t>{5, 37}, {300, 128}}) {
-      SCOPED_TRACE(std::string(gt::dtype_name(dt)) + " R=" + std::to_string(R) +
-                   " C=" + std::to_string(C));
-      auto zeros = [&](DType t, std::vector<int64_t> shape) {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        return Twin(std::vector<float>(static_cast<size_t>(n), 0.f), t, shape, s);
-      };
-      Twin a(random_vector(R * C, 11, -2.f, 2.f), dt, {R, C}, s),
-          b(random_vector(R * C, 12, -2.f, 2.f), dt, {R, C}, s),
-          w(random_vector(C, 13, 0.5f, 1.5f), DType::f32, {C}, s);
-      Twin res = zeros(dt, {R, C}), out = zeros(dt, {R, C}), rs = zeros(DType::f32, {R});
-      Twin sum = zeros(dt, {R, C}), out2 = zeros(dt, {R, C}), rs2 = zeros(DType::f32, {R});
-      cuda.add_rmsnorm_forward(res.dev(), out.dev(), rs.dev(), a.dev(), b.dev(), w.dev(), 1e-5f);
-      cuda.add(sum.dev(), a.dev(), b.dev());
-      cuda.rmsnorm_forward(out2.dev(), rs2.dev(), sum.dev(), w.dev(), 1e-5f);
-      EXPECT_TRUE(gt::test::bitwise_equal(res.dev_values(), sum.dev_values())) << "res";
-      EXPECT_TRUE(gt::test::bitwise_equal(out.dev_values(), out2.dev_values())) << "out";
-      EXPECT_TRUE(gt::test::bitwise_equal(rs.dev_values(), rs2.dev_values())) << "rstd";
-      cpu->add_rmsnorm_forward(res.cpu(), out.cpu(), rs.cpu(), a.cpu(), b.cpu(), w.cpu(), 1e-5f);
-      EXPECT_TRUE(gt::test::bitwise_equal(res.dev_values(), res.cpu_values())) << "res (CPU)";
-      EXPECT_TRUE(all_close(out.dev_values(), out.cpu_values(), tol(dt), tol(dt))) << "out (CPU)";
-      EXPECT_TRUE(all_close(rs.dev_values(), rs.cpu_values(), 1e-6f, 1e-5f)) << "rstd (CPU)";
+  for_each_norm_case([](gt::CudaOps& cuda, gt::Ops& cpu_ops, cudaStream_t s, DType dt, int64_t R,
+                      int64_t C) {
+    gt::Ops* cpu = &cpu_ops;
+    auto zeros = [&](DType t, std::vector<int64_t> shape) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      return Twin(std::vector<float>(static_cast<size_t>(n), 0.f), t, shape, s);
+    };
+    Twin a(random_vector(R * C, 11, -2.f, 2.f), dt, {R, C}, s),
+        b(random_vector(R * C, 12, -2.f, 2.f), dt, {R, C}, s),
+        w(random_vector(C, 13, 0.5f, 1.5f), DType::f32, {C}, s);
+    Twin res = zeros(dt, {R, C}), out = zeros(dt, {R, C}), rs = zeros(DType::f32, {R});
+    Twin sum = zeros(dt, {R, C}), out2 = zeros(dt, {R, C}), rs2 = zeros(DType::f32, {R});
+    cuda.add_rmsnorm_forward(res.dev(), out.dev(), rs.dev(), a.dev(), b.dev(), w.dev(), 1e-5f);
+    cuda.add(sum.dev(), a.dev(), b.dev());
+    cuda.rmsnorm_forward(out2.dev(), rs2.dev(), sum.dev(), w.dev(), 1e-5f);
+    EXPECT_TRUE(gt::test::bitwise_equal(res.dev_values(), sum.dev_values())) << "res";
+    EXPECT_TRUE(gt::test::bitwise_equal(out.dev_values(), out2.dev_values())) << "out";
+    EXPECT_TRUE(gt::test::bitwise_equal(rs.dev_values(), rs2.dev_values())) << "rstd";
+    cpu->add_rmsnorm_forward(res.cpu(), out.cpu(), rs.cpu(), a.cpu(), b.cpu(), w.cpu(), 1e-5f);
+    EXPECT_TRUE(gt::test::bitwise_equal(res.dev_values(), res.cpu_values())) << "res (CPU)";
+    EXPECT_TRUE(all_close(out.dev_values(), out.cpu_values(), tol(dt), tol(dt))) << "out (CPU)";
+    EXPECT_TRUE(all_close(rs.dev_values(), rs.cpu_values(), 1e-6f, 1e-5f)) << "rstd (CPU)";
 
-      // Backward with and without the copy, onto equal starting values.
-      Twin dy(random_vector(R * C, 14), dt, {R, C}, s);
-      Twin dx(random_vector(R * C, 15), DType::f32, {R, C}, s),
-          dx2(random_vector(R * C, 15), DType::f32, {R, C}, s);
-      Twin dw = zeros(DType::f32, {C}), dw2 = zeros(DType::f32, {C});
-      Twin copy = zeros(DType::bf16, {R, C});
-      cuda.rmsnorm_backward(dx.dev(), dw.dev(), dy.dev(), res.dev(), w.dev(), rs.dev(), copy.dev());
-      cuda.rmsnorm_backward(dx2.dev(), dw2.dev(), dy.dev(), res.dev(), w.dev(), rs.dev());
-      EXPECT_TRUE(gt::test::bitwise_equal(dx.dev_values(), dx2.dev_values())) << "dinp";
-      EXPECT_TRUE(gt::test::bitwise_equal(dw.dev_values(), dw2.dev_values())) << "dweight";
-      EXPECT_TRUE(gt::test::bitwise_equal(copy.dev_values(),
-                                          gt::test::round_to_bf16(dx.dev_values())))
-          << "dinp_bf16 is dinp rounded";
-      cpu->rmsnorm_backward(dx.cpu(), dw.cpu(), dy.cpu(), res.cpu(), w.cpu(), rs.cpu(), copy.cpu());
-      EXPECT_TRUE(gt::test::bitwise_equal(copy.cpu_values(),
-                                          gt::test::round_to_bf16(dx.cpu_values())))
-          << "the CPU twin's copy";
-      EXPECT_TRUE(all_close(copy.dev_values(), copy.cpu_values(), 1e-2f, 1e-2f)) << "copy (CPU)";
-    }
+    // Backward with and without the copy, onto equal starting values.
+    Twin dy(random_vector(R * C, 14), dt, {R, C}, s);
+    Twin dx(random_vector(R * C, 15), DType::f32, {R, C}, s),
+        dx2(random_vector(R * C, 15), DType::f32, {R, C}, s);
+    Twin dw = zeros(DType::f32, {C}), dw2 = zeros(DType::f32, {C});
+    Twin copy = zeros(DType::bf16, {R, C});
+    cuda.rmsnorm_backward(dx.dev(), dw.dev(), dy.dev(), res.dev(), w.dev(), rs.dev(), copy.dev());
+    cuda.rmsnorm_backward(dx2.dev(), dw2.dev(), dy.dev(), res.dev(), w.dev(), rs.dev());
+    EXPECT_TRUE(gt::test::bitwise_equal(dx.dev_values(), dx2.dev_values())) << "dinp";
+    EXPECT_TRUE(gt::test::bitwise_equal(dw.dev_values(), dw2.dev_values())) << "dweight";
+    EXPECT_TRUE(gt::test::bitwise_equal(copy.dev_values(),
+                                        gt::test::round_to_bf16(dx.dev_values())))
+        << "dinp_bf16 is dinp rounded";
+    cpu->rmsnorm_backward(dx.cpu(), dw.cpu(), dy.cpu(), res.cpu(), w.cpu(), rs.cpu(), copy.cpu());
+    EXPECT_TRUE(gt::test::bitwise_equal(copy.cpu_values(),
+                                        gt::test::round_to_bf16(dx.cpu_values())))
+        << "the CPU twin's copy";
+    EXPECT_TRUE(all_close(copy.dev_values(), copy.cpu_values(), 1e-2f, 1e-2f)) << "copy (CPU)";
+  });
 }
 
 TEST(CudaLlama, RopeAndSwiGluMatchCpu) {
