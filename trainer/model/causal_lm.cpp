@@ -195,6 +195,12 @@ TensorView CausalLM::p(const std::string& name) {
   return shaped(store_->unit_params(s.unit) + (s.offset - u.begin), ops_.device(), s);
 }
 
+TensorView CausalLM::residual_grad_copy(const Buffer& copy, const RowParallelLinear& layer,
+                                        const TensorView& w) const {
+  if (copy.bytes() == 0 || layer.uses_fp8(w)) return {};
+  return aview(copy, {int64_t(B_) * T_ / shards_, cfg_.n_embd});
+}
+
 TensorView CausalLM::param_shape(const std::string& name) const {
   return shaped(nullptr, ops_.device(), layout_.at(name));
 }

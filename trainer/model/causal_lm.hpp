@@ -288,6 +288,18 @@ class CausalLM {
   // The input of a pipeline stage after the first (the residual stream the
   // previous stage sent: its rows' placement).
   static Activation stage_input(const TensorView& v) { return {v, sequence_shard(), "stage input"}; }
+  // The residual gradient's bf16 copy (R/p, C) in `copy` for a row-parallel
+  // layer's backward (w: its weight, or any view of its shape), which the
+  // norm backward before it writes in its pass; empty when none is written:
+  // `copy` unallocated (fp32 runs; tp > 1, where the layer casts the rows it
+  // gathers) or an fp8 layer, which quantizes the fp32 gradient itself as
+  // under tp, so that the layouts' scales agree.
+  TensorView residual_grad_copy(const Buffer& copy, const RowParallelLinear& layer,
+                                const TensorView& w) const;
+  // dres as a row-parallel backward reads it: its copy when one was written.
+  static Activation read_as(const Activation& dres, const TensorView& copy) {
+    return copy.empty() ? dres : dres.as(copy);
+  }
 
   const char* family_;
   ModelConfig cfg_;

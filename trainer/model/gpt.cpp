@@ -278,17 +278,9 @@ void GPT::run_backward() {
   // the last one (block 0's ln_1) feeds the embedding, which reads fp32. An
   // fp8 row-parallel layer gets no copy: it quantizes the fp32 gradient
   // itself, as under tp, so that the layouts' scales agree.
-  const bool residual_copy = d.dresidual_bf16.bytes() > 0;
-  auto copy_for = [&](const RowParallelLinear& layer, const std::string& weight) {
-    return residual_copy && !layer.uses_fp8(param_shape(weight)) ? aview(d.dresidual_bf16, {Rl, C})
-                                                                  : none;
-  };
   auto c_proj_copy = [&](int l) {
-    return copy_for(layers_->mlp_proj, "h." + std::to_string(l) + ".mlp.c_proj.weight");
-  };
-  // dres as the row-parallel backward reads it: the copy when one was written.
-  auto as_read = [](const Activation& a, const TensorView& copy) {
-    return copy.empty() ? a : a.as(copy);
+    return residual_grad_copy(d.dresidual_bf16, layers_->mlp_proj,
+                              param_shape("h." + std::to_string(l) + ".mlp.c_proj.weight"));
   };
 
   const int first = first_layer_, last = end_layer_ - 1;
@@ -313,10 +305,10 @@ void GPT::run_backward() {
     dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds()) store_->after_backward(embed);  // this stage's share of wte's gradient
-  } else if (!c_proj_copy(last).empty()) {
+  } else if (const TensorView copy = c_proj_copy(last); !copy.empty()) {
     // dresidual holds d(output) from the next stage (stage_boundary().output_grad);
     // the first row-parallel backward reads its bf16 copy.
-    ops_.cast(c_proj_copy(last), dresidual);
+    ops_.cast(copy, dresidual);
   }
 
   for (int l = last; l >= first; --l) {
@@ -339,7 +331,7 @@ void GPT::run_backward() {
     const TensorView dfch_amax = layers_->c_fc.output_grad_row_amax(w_fc, R);
     const Activation dfch = layers_->mlp_proj.backward(
         {aview(d.dfch, {R, 4 * Cl}), "d(" + h + "mlp.c_fc)"}, g(h + "mlp.c_proj.weight"),
-        g(h + "mlp.c_proj.bias"), as_read(dres, c_proj_copy(l)), b.fch_gelu,
+        g(h + "mlp.c_proj.bias"), read_as(dres, c_proj_copy(l)), b.fch_gelu,
         gemm_param(h + "mlp.c_proj.weight"),
         b.fch, l == last && !heads() ? TensorView{} : mlp_proj_grad_amax(l), dfch_amax);
     const Activation dln2 = layers_->c_fc.backward(
@@ -348,14 +340,15 @@ void GPT::run_backward() {
     expect_placement(dln2, dres.placement, "ln_2 backward", "output gradient", placement_log_);
     const TensorView w_proj = gemm_param(h + "attn.c_proj.weight");
     const TensorView dres2_amax = layers_->attn_proj.output_grad_row_amax(w_proj, Rl);
-    const TensorView dres2_copy = copy_for(layers_->attn_proj, h + "attn.c_proj.weight");
+    const TensorView dres2_copy =
+        residual_grad_copy(d.dresidual_bf16, layers_->attn_proj, w_proj);
     ops_.layernorm_backward(dresidual, g(h + "ln_2.weight"), g(h + "ln_2.bias"), dln,
                             b.res2.view, p(h + "ln_2.weight"), layer_act(a.ln2_mean, l, {Rl}),
                             layer_act(a.ln2_rstd, l, {Rl}), dres2_copy, dres2_amax);
     // Attention: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))); dresidual holds d res2.
     const Activation datty = layers_->attn_proj.backward(
         {aview(d.datty, {R, Cl}), "d(" + h + "attn)"}, g(h + "attn.c_proj.weight"),
-        g(h + "attn.c_proj.bias"), as_read(dres, dres2_copy), b.atty, w_proj, {}, dres2_amax);
+        g(h + "attn.c_proj.bias"), read_as(dres, dres2_copy), b.atty, w_proj, {}, dres2_amax);
     const Activation dqkv =
         attention()
             .backward({aview(d.dqkv, {B, T, 3 * Cl}), "d(" + h + "qkv)"},

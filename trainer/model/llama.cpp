@@ -364,10 +364,10 @@ void Llama::run_backward() {
     dres = rowwise(dresidual, dlnf, "d(residual)");
     store_->after_backward(head);
     if (!embeds() && tied) store_->after_backward(embed);
-  } else if (!down_grad_copy(last).empty()) {
+  } else if (const TensorView copy = down_grad_copy(last); !copy.empty()) {
     // dresidual holds d(output) from the next stage (stage_boundary().output_grad);
     // the first down_proj backward reads its bf16 copy.
-    ops_.cast(down_grad_copy(last), dresidual);
+    ops_.cast(copy, dresidual);
   }
 
   for (int l = last; l >= first; --l) {
@@ -388,19 +388,19 @@ void Llama::run_backward() {
     const TensorView dres_amax = l == last && !heads() ? TensorView{} : down_grad_amax(l);
     const TensorView dres3_copy = down_grad_copy(l);
     const Activation dln2 =
-        block_mlp_backward(l, dres3_copy.empty() ? dres : dres.as(dres3_copy), dln, dres_amax);
+        block_mlp_backward(l, read_as(dres, dres3_copy), dln, dres_amax);
     expect_placement(dln2, dres.placement, "post_attention_layernorm backward", "output gradient",
                      placement_log_);
     const TensorView wo = gemm_param(h + "self_attn.o_proj.weight");
     const TensorView dres2_amax = layers_->o_proj.output_grad_row_amax(wo, Rl);
-    const TensorView dres2_copy = residual_grad_copy(layers_->o_proj, wo);
+    const TensorView dres2_copy = residual_grad_copy(dacts_.dresidual_bf16, layers_->o_proj, wo);
     ops_.rmsnorm_backward(dresidual, g(h + "post_attention_layernorm.weight"), dln, b.res2.view,
                           p(h + "post_attention_layernorm.weight"), layer_act(a.ln2_rstd, l, {Rl}),
                           dres2_copy, dres2_amax);
     // Attention: res2 = x_in + o_proj(attn(rope(qkv(norm(x_in))))); dresidual = d res2.
     const Activation datty = layers_->o_proj.backward(
         {aview(d.datty, {R, Ql}), "d(" + h + "attn)"}, g(h + "self_attn.o_proj.weight"), none,
-        dres2_copy.empty() ? dres : dres.as(dres2_copy), b.atty, wo, {}, dres2_amax);
+        read_as(dres, dres2_copy), b.atty, wo, {}, dres2_amax);
     const Activation dqkv =
         attention()
             .backward({aview(d.dqkv, {B, T, qkv_width_}), "d(" + h + "qkv)"},
@@ -434,15 +434,10 @@ void Llama::run_backward() {
   store_->after_backward(embed);
 }
 
-TensorView Llama::residual_grad_copy(const RowParallelLinear& layer, const TensorView& w) const {
-  const Buffer& copy = dacts_.dresidual_bf16;  // allocated for bf16 runs at tp = 1
-  if (copy.bytes() == 0 || layer.uses_fp8(w)) return {};
-  return aview(copy, {int64_t(B_) * T_ / shards_, cfg_.n_embd});
-}
-
 TensorView Llama::down_grad_copy(int l) const {
   if (moe_) return {};  // the mixture reads the fp32 gradient
-  return residual_grad_copy(layers_->down, param_shape(block(l) + "mlp.down_proj.weight"));
+  return residual_grad_copy(dacts_.dresidual_bf16, layers_->down,
+                            param_shape(block(l) + "mlp.down_proj.weight"));
 }
 
 TensorView Llama::down_grad_amax(int l) {

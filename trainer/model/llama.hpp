@@ -170,13 +170,8 @@ class Llama final : public CausalLM {
   // amaxes for block l's fp8 down_proj (empty when it runs in bf16 or
   // takes none: Fp8Linear::producer_row_amax).
   TensorView down_grad_amax(int l);
-  // dresidual's bf16 copy (R/p, C) for a row-parallel layer's backward
-  // (weight w) to read, which the norm backward before it writes in its
-  // pass; empty when none is written: fp32 runs, tp > 1 (the layer casts
-  // the rows it gathers), or an fp8 layer, which quantizes the fp32
-  // gradient itself as under tp, so that the layouts' scales agree.
-  TensorView residual_grad_copy(const RowParallelLinear& layer, const TensorView& w) const;
-  // The copy of d(res3) for block l's down_proj (empty for a mixture).
+  // The bf16 copy of d(res3) for block l's down_proj (residual_grad_copy;
+  // empty for a mixture, which reads the fp32 gradient).
   TensorView down_grad_copy(int l) const;
   // Mixtral: block l's router and experts, as the mixture reads them
   // (grads false) and accumulates into them (grads true).
