@@ -329,6 +329,7 @@ void BlockRunner::run_block(unsigned linear_block) {
   const dim3 g = launch_->grid;
   detail::g_block_idx = uint3{linear_block % g.x, linear_block / g.x % g.y, linear_block / (g.x * g.y)};
   ++block_serial_;
+  reset_async();  // before the poison: a faulted block may leave copies in flight
   prepare_shared_memory();
   const dim3 b = launch_->block;
   for (int i = 0; i < n_threads_; ++i) {
@@ -398,11 +399,19 @@ void BlockRunner::run_block(unsigned linear_block) {
       run_thread(i);
       ran = true;
     }
+    // Nobody can run: the copies in flight land now (on a GPU they would
+    // have by now), which may complete a phase someone waits for.
+    if (!ran && exited_ < n_threads_ && !faulted_ && land_copies(nullptr) > 0) continue;
     if (!ran && exited_ < n_threads_ && !faulted_) {
       faulted_ = true;
       fault_code_ = cudaErrorLaunchFailure;
       fault_text_ = deadlock_report();
     }
+  }
+  if (!faulted_ && !async_.copies.empty()) {
+    faulted_ = true;
+    fault_code_ = cudaErrorLaunchFailure;
+    fault_text_ = copies_in_flight_report();
   }
   GT_EMU_ACQUIRE(&exit_token_);
 }
@@ -577,10 +586,13 @@ std::string BlockRunner::deadlock_report() const {
         if (t.state == State::at_barrier) out << "waits at __syncthreads() " << where(t.site);
         else if (t.state == State::at_warp)
           out << "waits in " << op_name(t.op) << "(mask " << hex(t.mask) << ") at " << where(t.site);
+        else if (t.state == State::at_mbarrier)
+          out << "waits in mbarrier_wait at " << where(t.site);
         else out << (t.state == State::exited ? "exited" : "runnable");
       }
     }
   }
+  out << mbarrier_waits_report();
   if (exited_ > 0) out << "\n  " << exited_ << " thread(s) exited";
   return out.str();
 }

@@ -20,6 +20,10 @@
 //     through GT_SHARED at its first declaration in the block (templates and
 //     inline functions included); the dynamic region is exactly the launch's
 //     bytes, followed by a guard page.
+//   * mbarriers and bulk tensor copies (gt_emu/async.hpp): the rules in
+//     async_proxy.cpp; a thread in mbarrier_wait sleeps until its phase
+//     completes or a copy is issued on its barrier, and when no thread can
+//     run the copies in flight land before a deadlock is called.
 // Threads run until they block, in the order above (a barrier's last
 // arrival yields too, so each round starts in it; in the warps order a
 // barrier completing ends the round); blocks never overlap, so
@@ -33,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "async_proxy.hpp"
 #include "fiber.hpp"
 #include "gt_emu/device.hpp"
 #include "gt_emu/ptx.hpp"
@@ -67,6 +72,16 @@ class BlockRunner {
   // ldmatrix's rules on one lane's row address (ptx.cpp): faults when broken.
   void check_ldmatrix_row(const void* row, Site site);
   unsigned char* dynamic_shared();
+  // Hopper's mbarriers, bulk tensor copies and proxy fences
+  // (gt_emu/async.hpp; the rules are in async_proxy.cpp).
+  void mbarrier_init(uint64_t* bar, unsigned count, Site site);
+  void mbarrier_arrive(uint64_t* bar, unsigned count, Site site);
+  void mbarrier_expect_tx(uint64_t* bar, unsigned bytes, Site site);
+  void mbarrier_wait(uint64_t* bar, unsigned parity, Site site);
+  void mbarrier_inval(uint64_t* bar, Site site);
+  void fence_proxy_async(Site site);
+  void tma_load(void* dst, const CUtensorMap* map, const int* coords, int rank, uint64_t* bar,
+                Site site);
   // detail::shared_array: poisons [p, p + bytes) at its first declaration
   // in the running block.
   void shared_array(void* p, size_t bytes);
@@ -80,7 +95,7 @@ class BlockRunner {
   std::string describe_address(const void* p) const;
 
  private:
-  enum class State { runnable, at_barrier, at_warp, exited };
+  enum class State { runnable, at_barrier, at_warp, at_mbarrier, exited };
   struct Thread {
     std::unique_ptr<Fiber> fiber;
     uint3 idx{};
@@ -92,6 +107,8 @@ class BlockRunner {
     uint64_t value = 0, result = 0;
     int arg = 0, width = 32;
     const void* payload = nullptr;  // wmma / PTX warp instructions: the lane's operands
+    const void* wait_bar = nullptr;  // at_mbarrier: the mbarrier and the parity it waits for
+    unsigned wait_parity = 0;
   };
   struct WarpGroup {
     detail::WarpOp op;
@@ -131,6 +148,22 @@ class BlockRunner {
   std::string block_name() const;
   std::string deadlock_report() const;
   void check_exit(Thread& t);
+  // async_proxy.cpp: the live mbarrier at `bar` (faults when there is none,
+  // or its bytes were overwritten, or this thread cannot see its init yet).
+  MBarrier& live_mbarrier(const void* bar, const char* op, Site site);
+  // Completes the current phase if it can, waking its waiters.
+  void try_complete_phase(MBarrier& b, const void* bar);
+  // Lands the copies in flight that complete on `bar` (all, for nullptr),
+  // in issue order; returns how many landed. Never faults: each copy's
+  // rules were checked when it was issued.
+  size_t land_copies(const void* bar);
+  // At a block start: forgets the last block's barriers and copies.
+  void reset_async();
+  void land(const BulkCopy& c);
+  // Deadlock and block-exit reports on the async state.
+  std::string mbarrier_waits_report() const;
+  std::string copies_in_flight_report() const;
+  std::string shared_name(const void* p) const;
 
   const GridLaunch* launch_ = nullptr;
   std::vector<Thread> threads_;  // the block's threads; fibers are kept across blocks
@@ -160,6 +193,7 @@ class BlockRunner {
   uint64_t block_serial_ = 0;
   std::vector<int> order_;  // GT_EMU_THREAD_ORDER=random: this round's permutation
   std::unordered_map<const void*, uint64_t> shared_arrays_;  // the serial that poisoned each
+  AsyncState async_;  // the running block's mbarriers and copies in flight
 };
 
 BlockRunner& block_runner();

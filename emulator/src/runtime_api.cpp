@@ -14,6 +14,7 @@
 #include "config.hpp"
 #include "diagnostics.hpp"
 #include "emulator.hpp"
+#include "tensor_map.hpp"
 
 using gt::emu::Emulator;
 using gt::emu::fail;
@@ -212,6 +213,21 @@ cudaError_t cudaDriverGetVersion(int* v) {
 cudaError_t cudaRuntimeGetVersion(int* v) {
   if (!v) return fail(cudaErrorInvalidValue);
   *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+// The driver entry points the project asks for by name (the runtime hands
+// out libcuda's; here the emulator's): cuTensorMapEncodeTiled only.
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
+                                             unsigned int cudaVersion, unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult* driverStatus) {
+  (void)cudaVersion;
+  (void)flags;
+  if (!symbol || !funcPtr) return fail(cudaErrorInvalidValue, "cudaGetDriverEntryPoint: null argument");
+  const bool found = std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0;
+  *funcPtr = found ? reinterpret_cast<void*>(&gt::emu::encode_tensor_map_tiled) : nullptr;
+  if (driverStatus)
+    *driverStatus = found ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }
 

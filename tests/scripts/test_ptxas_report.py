@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """scripts/ptxas_report.py: its reading of ptxas -v output (canned text, no
 nvcc needed) and, where nvcc exists, one real compile of the tensor-core
-attention kernels: every instantiation reported with a register count.
+attention kernels (every instantiation reported with a register count) and
+of the mbarrier/TMA wrappers' inline PTX for sm_90 and sm_90a.
 
     python3 tests/scripts/test_ptxas_report.py
 """
 import os
+import subprocess
+import tempfile
 import sys
 import unittest
 
@@ -63,6 +66,17 @@ class RealCompile(unittest.TestCase):
         for r in rows:
             self.assertGreater(r["registers"], 0, r)
             self.assertLessEqual(r["registers"], 255, r)
+
+    def test_the_async_copy_wrappers_assemble_for_sm90_and_sm90a(self):
+        # The inline PTX of kernels/cuda/async_sm90.cuh (mbarrier, TMA,
+        # proxy fences), which only the emulator runs here.
+        probe = os.path.join(REPO, "tests", "cuda", "nvcc", "async_sm90_probe.cu")
+        for arch in (["-arch=sm_90"], ["-gencode=arch=compute_90a,code=sm_90a"]):
+            with tempfile.TemporaryDirectory() as tmp:
+                r = subprocess.run([NVCC, "-std=c++17", "-I", REPO, *arch, "-c", probe,
+                                    "-o", os.path.join(tmp, "probe.o")],
+                                   capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, f"{arch}: {r.stderr}")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@
 #ifndef __host__
 #define __host__
 #endif
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif
 
 namespace gt::emu {
 
@@ -292,7 +295,7 @@ cudaError_t submit_launch(const void* kernel, const LaunchConfig& config,
 template <typename Tuple, size_t... I>
 int collect_pointers(const Tuple& t, PointerArg* out, std::index_sequence<I...>) {
   int n = 0;
-  auto one = [&](int index, const auto& v) {
+  [[maybe_unused]] auto one = [&](int index, const auto& v) {
     if constexpr (std::is_pointer_v<std::decay_t<decltype(v)>>)
       out[n++] = PointerArg{index, static_cast<const void*>(v)};
   };
