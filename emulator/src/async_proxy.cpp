@@ -240,6 +240,10 @@ void BlockRunner::mbarrier_inval(uint64_t* bar, Site site) {
 void BlockRunner::fence_proxy_async(Site) {
   for (auto& [addr, b] : async_.barriers)
     if (b.init_thread == current_) b.async_visible = true;
+  // Ordinary stores so far become what the async proxy sees (all of them:
+  // the emulator does not know which thread wrote what).
+  if (!async_.async_view.empty())
+    std::memcpy(async_.async_view.data(), smem_, async_.async_view.size());
 }
 
 void BlockRunner::tma_load(void* dst, const CUtensorMap* map, const int* coords, int rank,
@@ -329,6 +333,11 @@ void BlockRunner::land(const BulkCopy& c) {
       else idx[d] = 0;
     }
   }
+  // The copy engine writes through the async proxy: both views hold it.
+  // (The swizzle keeps every byte inside [dst, dst + box bytes): it permutes
+  // 16-byte chunks within a 128-byte aligned row.)
+  if (dynamic)
+    std::memcpy(async_.async_view.data() + (c.dst - smem_), c.dst, m.box_bytes());
   auto it = async_.barriers.find(c.bar);
   if (it == async_.barriers.end()) return;  // inval refuses while copies are in flight
   MBarrier& b = it->second;
@@ -341,6 +350,7 @@ void BlockRunner::reset_async() {
   for (const BulkCopy& c : async_.copies) GT_EMU_LANDED(c.dst, c.map.box_bytes());
   async_.barriers.clear();
   async_.copies.clear();
+  async_.warpgroups.clear();
 }
 
 size_t BlockRunner::land_copies(const void* bar) {

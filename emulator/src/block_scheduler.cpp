@@ -216,9 +216,10 @@ void BlockRunner::prepare_shared_memory() {
 void BlockRunner::shared_array(void* p, size_t bytes) {
   // The first thread of this block to declare the array: no thread of the
   // block can have written it yet (each writes only after its declaration).
-  uint64_t& poisoned_in = shared_arrays_[p];  // the block serial
-  if (poisoned_in == block_serial_) return;
-  poisoned_in = block_serial_;
+  SharedArray& a = shared_arrays_[p];
+  if (a.serial == block_serial_) return;
+  a.serial = block_serial_;
+  a.bytes = bytes;
   // The poison is the emulator's write, not the program's: hidden from TSan
   // (a release/acquire pair here would order every later declarer after
   // everything this thread did before, hiding the races TSan is there for).
@@ -316,6 +317,7 @@ void BlockRunner::check_exit(Thread& t) {
           "divergent __syncthreads: " + thread_name(t) + " exited while " +
               std::to_string(barrier_arrived_) + " thread(s) of its block wait at __syncthreads() " +
               where(barrier_site_));
+  check_exit_warpgroup(t);
   const int lane = t.linear % kWarp;
   warps_[static_cast<size_t>(t.linear / kWarp)].exited |= 1u << lane;
   for (const WarpGroup& g : warps_[static_cast<size_t>(t.linear / kWarp)].groups)
@@ -331,6 +333,8 @@ void BlockRunner::run_block(unsigned linear_block) {
   ++block_serial_;
   reset_async();  // before the poison: a faulted block may leave copies in flight
   prepare_shared_memory();
+  async_.warpgroups.assign(static_cast<size_t>((n_threads_ + 127) / 128), Warpgroup{});
+  async_.async_view.assign(smem_, smem_ + launch_->dynamic_smem);
   const dim3 b = launch_->block;
   for (int i = 0; i < n_threads_; ++i) {
     Thread& t = threads_[static_cast<size_t>(i)];
@@ -588,11 +592,13 @@ std::string BlockRunner::deadlock_report() const {
           out << "waits in " << op_name(t.op) << "(mask " << hex(t.mask) << ") at " << where(t.site);
         else if (t.state == State::at_mbarrier)
           out << "waits in mbarrier_wait at " << where(t.site);
+        else if (t.state == State::at_warpgroup)
+          out << "waits in a warpgroup collective at " << where(t.site);
         else out << (t.state == State::exited ? "exited" : "runnable");
       }
     }
   }
-  out << mbarrier_waits_report();
+  out << mbarrier_waits_report() << warpgroup_waits_report();
   if (exited_ > 0) out << "\n  " << exited_ << " thread(s) exited";
   return out.str();
 }
@@ -603,7 +609,14 @@ bool BlockRunner::in_shared_memory(const void* p, size_t bytes) const {
   const auto* b = static_cast<const unsigned char*>(p);
   const size_t dyn = launch_ ? launch_->dynamic_smem : 0;
   if (smem_ && b >= smem_ && b + bytes <= smem_ + dyn) return true;
-  return __start_gt_emu_shared && b >= __start_gt_emu_shared && b + bytes <= __stop_gt_emu_shared;
+  if (__start_gt_emu_shared && b >= __start_gt_emu_shared && b + bytes <= __stop_gt_emu_shared)
+    return true;
+  // A GT_SHARED array of a template or inline function, declared in this block.
+  for (const auto& [base, a] : shared_arrays_) {
+    const auto* lo = static_cast<const unsigned char*>(base);
+    if (a.serial == block_serial_ && b >= lo && b + bytes <= lo + a.bytes) return true;
+  }
+  return false;
 }
 
 }  // namespace gt::emu

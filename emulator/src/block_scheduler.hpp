@@ -82,6 +82,9 @@ class BlockRunner {
   void fence_proxy_async(Site site);
   void tma_load(void* dst, const CUtensorMap* map, const int* coords, int rank, uint64_t* bar,
                 Site site);
+  // wgmma (wgmma.cpp): a collective of the caller's warpgroup.
+  void warpgroup_collective(WarpgroupOp op, const void* payload, int arg, Site site);
+  uint32_t shared_window_address(const void* p, Site site);
   // detail::shared_array: poisons [p, p + bytes) at its first declaration
   // in the running block.
   void shared_array(void* p, size_t bytes);
@@ -95,7 +98,7 @@ class BlockRunner {
   std::string describe_address(const void* p) const;
 
  private:
-  enum class State { runnable, at_barrier, at_warp, at_mbarrier, exited };
+  enum class State { runnable, at_barrier, at_warp, at_mbarrier, at_warpgroup, exited };
   struct Thread {
     std::unique_ptr<Fiber> fiber;
     uint3 idx{};
@@ -164,6 +167,15 @@ class BlockRunner {
   std::string mbarrier_waits_report() const;
   std::string copies_in_flight_report() const;
   std::string shared_name(const void* p) const;
+  // wgmma.cpp: the collective's effect once all 128 threads arrived; the
+  // retirement of a warpgroup's oldest group (the products computed);
+  // what a deadlock report and a thread's exit say about warpgroups.
+  void complete_warpgroup(int g);
+  void issue_mma(Warpgroup& wg);
+  void retire_oldest_group(Warpgroup& wg);
+  const unsigned char* wgmma_operand_byte(uint32_t window_address, size_t bytes, Site site);
+  std::string warpgroup_waits_report() const;
+  void check_exit_warpgroup(const Thread& t);
 
   const GridLaunch* launch_ = nullptr;
   std::vector<Thread> threads_;  // the block's threads; fibers are kept across blocks
@@ -192,7 +204,11 @@ class BlockRunner {
   // that last poisoned each. Every block run gets a new serial.
   uint64_t block_serial_ = 0;
   std::vector<int> order_;  // GT_EMU_THREAD_ORDER=random: this round's permutation
-  std::unordered_map<const void*, uint64_t> shared_arrays_;  // the serial that poisoned each
+  struct SharedArray {
+    uint64_t serial = 0;  // the block that last poisoned it
+    size_t bytes = 0;
+  };
+  std::unordered_map<const void*, SharedArray> shared_arrays_;
   AsyncState async_;  // the running block's mbarriers and copies in flight
 };
 

@@ -2,7 +2,7 @@
 """scripts/ptxas_report.py: its reading of ptxas -v output (canned text, no
 nvcc needed) and, where nvcc exists, one real compile of the tensor-core
 attention kernels (every instantiation reported with a register count) and
-of the mbarrier/TMA wrappers' inline PTX for sm_90 and sm_90a.
+of the mbarrier/TMA (sm_90, sm_90a) and wgmma (sm_90a) wrappers' inline PTX.
 
     python3 tests/scripts/test_ptxas_report.py
 """
@@ -77,6 +77,16 @@ class RealCompile(unittest.TestCase):
                                     "-o", os.path.join(tmp, "probe.o")],
                                    capture_output=True, text=True)
                 self.assertEqual(r.returncode, 0, f"{arch}: {r.stderr}")
+
+    def test_the_wgmma_wrappers_assemble_for_sm90a(self):
+        # wgmma needs the sm_90a target (kernels/cuda/wgmma_sm90.cuh).
+        probe = os.path.join(REPO, "tests", "cuda", "nvcc", "wgmma_sm90_probe.cu")
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run([NVCC, "-std=c++17", "-I", REPO,
+                                "-gencode=arch=compute_90a,code=sm_90a", "-c", probe,
+                                "-o", os.path.join(tmp, "probe.o")],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
 
 
 if __name__ == "__main__":
