@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "gt_emu/device.hpp"
+#include <cuda_runtime.h>  // the shadow header: NVIDIA's, then gt_emu/device.hpp
 
 namespace gt::emu::detail {
 
