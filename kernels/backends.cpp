@@ -40,6 +40,7 @@ CudaBackend make_cuda_backend(const CudaBackendOptions& options) {
   CudaContextOptions o;
   o.device = options.device;
   o.attention_tensor_cores = options.attention_tensor_cores;
+  o.attention_wgmma = options.attention_wgmma;
   auto ops = std::make_unique<CudaOps>(o);
   CudaBackend b;
   b.stream = ops->stream();

@@ -19,6 +19,7 @@ int visible_cuda_devices();   // 0 without a CUDA backend, a driver or a GPU
 struct CudaBackendOptions {
   int device = 0;                       // CUDA device index
   bool attention_tensor_cores = false;  // runtime.attention: tensor-core flash attention in bf16
+  bool attention_wgmma = false;         // runtime.attention: wgmma: the sm_90 forward
 };
 struct CudaBackend {
   std::unique_ptr<Ops> ops;

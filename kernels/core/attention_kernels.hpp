@@ -17,6 +17,10 @@ namespace gt {
 constexpr bool tensor_core_attention_supported(int head_size) {
   return head_size >= 16 && head_size <= 128 && head_size % 16 == 0;
 }
+// The sm_90 (wgmma) forward, kernels/cuda/attention_sm90.cu.
+constexpr bool wgmma_attention_supported(int head_size) {
+  return head_size == 64 || head_size == 128;
+}
 
 // Floats attention keeps from forward for backward, for B sequences of T
 // rows and n_head heads: the CPU backend keeps the (B, NH, T, T)

@@ -94,4 +94,13 @@ void attention_backward_tc(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloa
                            const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                            int B, int T, int NH, int KV, int hs, cudaStream_t stream);
 
+// ---- Hopper variant (attention_sm90.cu): bf16, hs 64 or 128, sm_90a only ----
+// The forward of the same contract on TMA copies and warpgroup MMAs
+// (FlashAttention-3's structure; the file's header says what it does and does
+// not do yet). The caller checks the device is sm_90 (CudaOps, through
+// runtime.attention: wgmma); the emulated device runs it against the CPU twin.
+bool attention_sm90_supported(int hs);
+void attention_forward_sm90(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
+                            int T, int NH, int KV, int hs, cudaStream_t stream);
+
 }  // namespace gt::cuda

@@ -34,6 +34,15 @@ CudaContextOptions select_device(const CudaContextOptions& o) {
   if (o.device < 0 || o.device >= n)
     fail("CUDA backend: device ", o.device, " was asked for but ", n, " device(s) are visible");
   CUDA_CHECK(cudaSetDevice(o.device));
+  if (o.attention_wgmma) {
+    // The sm_90 attention is built for sm_90a alone: no other GPU can run it.
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
+    if (prop.major != 9 || prop.minor != 0)
+      fail("CUDA backend: runtime.attention=wgmma needs an sm_90 GPU (H100, H200); device ",
+           o.device, " (", prop.name, ") is sm_", prop.major, prop.minor,
+           ". Use runtime.attention=auto");
+  }
   return o;
 }
 
@@ -288,6 +297,9 @@ void CudaOps::do_attention_forward(TensorView out, TensorView saved, TensorView 
   if (qkv.dtype == DType::f32)
     cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), d.B, d.T, d.NH, d.KV, d.hs,
                             stream());
+  else if (options_.attention_wgmma && cuda::attention_sm90_supported(d.hs))
+    cuda::attention_forward_sm90(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.KV,
+                                 d.hs, stream());
   else if (options_.attention_tensor_cores && cuda::attention_tc_supported(d.hs))
     cuda::attention_forward_tc(ptr<bf16>(out), saved.f32(), ptr<bf16>(qkv), d.B, d.T, d.NH, d.KV,
                                d.hs, stream());

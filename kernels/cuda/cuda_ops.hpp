@@ -68,6 +68,11 @@ struct CudaContextOptions {
   // style) kernels (attention_tc.cu) instead of the fp32-math SIMT ones. The
   // trainer sets it from runtime.attention (on by default in bf16).
   bool attention_tensor_cores = false;
+  // bf16 attention forward with hs 64 or 128 on the sm_90 kernels
+  // (attention_sm90.cu: TMA and wgmma), the backward on the tensor-core
+  // ones; runtime.attention: wgmma. CudaOps refuses it on a device that is
+  // not sm_90.
+  bool attention_wgmma = false;
 };
 
 class CudaOps final : public Ops {

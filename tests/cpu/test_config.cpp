@@ -396,7 +396,7 @@ TEST(Config, RenamedKeyNamesItsReplacement) {
   EXPECT_TRUE(has(error_of(kMinimal, {"runtime.attention_tensor_cores=true"}),
                   "unknown key 'runtime.attention_tensor_cores' (override "
                   "'runtime.attention_tensor_cores=true'); it is now runtime.attention "
-                  "(auto|tensor_cores|simt; true was tensor_cores, false simt)"));
+                  "(auto|tensor_cores|simt|wgmma; true was tensor_cores, false simt)"));
   const std::string msg =
       error_of(std::string(kMinimal) + "runtime:\n  attention_tensor_cores: false\n", {});
   EXPECT_TRUE(has(msg, "unknown key 'runtime.attention_tensor_cores'")) << msg;
@@ -542,7 +542,7 @@ INSTANTIATE_TEST_SUITE_P(
         TypeCase{"DTypeEnum", "runtime:\n  dtype: fp16\n",
                  "runtime.dtype: expected one of fp32|bf16, got 'fp16'"},
         TypeCase{"AttentionEnum", "runtime:\n  attention: wmma\n",
-                 "runtime.attention: expected one of auto|tensor_cores|simt, got 'wmma'"},
+                 "runtime.attention: expected one of auto|tensor_cores|simt|wgmma, got 'wmma'"},
         TypeCase{"ScheduleEnum", "train:\n  lr_schedule: linear\n",
                  "train.lr_schedule: expected one of constant|cosine, got 'linear'"},
         TypeCase{"RecomputeEnum", "train:\n  recompute: attention\n",
@@ -704,6 +704,16 @@ INSTANTIATE_TEST_SUITE_P(
                   "runtime.attention",
                   "expected auto or simt with a head size of 33 (model.n_embd / model.n_head), "
                   "got tensor_cores"},
+        ValueCase{"WgmmaAttentionInFp32",
+                  {"runtime.attention=wgmma"},
+                  "runtime.attention",
+                  "expected auto or simt with runtime.dtype=fp32, got wgmma"},
+        ValueCase{"WgmmaAttentionHeadSize",
+                  {"runtime.attention=wgmma", "runtime.dtype=bf16", "model.n_embd=96",
+                   "model.n_head=3"},
+                  "runtime.attention",
+                  "expected auto or simt with a head size of 32 (model.n_embd / model.n_head), "
+                  "got wgmma; the sm_90 attention kernels take head sizes 64 and 128"},
         ValueCase{"Threads",
                   {"runtime.threads=-1"},
                   "runtime.threads",

@@ -166,6 +166,22 @@ TEST(CostsCommand, TheAttentionBackwardCarriesTheExtraItsKernelsMove) {
   ADD_FAILURE() << "no attention_backward row";
 }
 
+// runtime.attention=wgmma (head size 64 here) is named in the JSON and the
+// header; its ops are costed as the tensor-core kernels' (the same products:
+// one-pass forward, the tensor-core backward).
+TEST(CostsCommand, WgmmaAttentionIsNamedAndCostedAsTheTensorCoreKernels) {
+  const std::string shape =
+      "model.n_layer=2 model.n_head=2 model.n_embd=128 model.vocab_size=1000 "
+      "model.block_size=256 train.seq_len=256 train.micro_batch=4 train.global_batch=8";
+  nlohmann::json wgmma = costs(shape + " runtime.attention=wgmma");
+  nlohmann::json tc = costs(shape + " runtime.attention=tensor_cores");
+  EXPECT_EQ(wgmma["attention"], "wgmma");
+  EXPECT_EQ(tc["attention"], "tensor_cores");
+  wgmma.erase("attention");
+  tc.erase("attention");
+  EXPECT_EQ(wgmma, tc);
+}
+
 // bf16 with a head size of 32 runs the tensor-core attention kernels by
 // default (runtime.attention=auto), costed on the tensor cores with the
 // products they repeat (none in the one-pass forward: 4 B NH T^2 hs FLOPs;

@@ -2,9 +2,9 @@
 """Removes each block barrier of the CUDA kernels in turn and reports which
 test on the emulated device caught it.
 
-A site is one `__syncthreads()` in kernels/cuda/*.cu (and, once the sm_90
-kernels exist, one `dev::mbarrier_wait(` call: their waits must go through
-that helper so that this sweep finds them). For each site the file is copied
+A site is one `__syncthreads()` in kernels/cuda/*.cu, or one
+`dev::mbarrier_wait(` call of the sm_90 kernels (their waits go through that
+helper so that this sweep finds them). For each site the file is copied
 with that one call replaced by `((void)0)`, the copy is built into the full
 emulator build's planted-kernel executable (the CMake cache variable
 GT_EMU_PLANTED_KERNEL, as planted_bugs.py does: the copy's objects take the
@@ -60,7 +60,7 @@ REPO = pb.REPO
 KERNELS = os.path.join(REPO, "kernels", "cuda")
 
 # What a site is: the block barrier, and the mbarrier wait helper the sm_90
-# kernels will use (none yet).
+# kernels use (attention_sm90.cu).
 SITE = re.compile(r"__syncthreads\(\)|\bdev::mbarrier_wait\(")
 REMOVED = "((void)0)"
 
@@ -69,6 +69,7 @@ FILE_TESTS = {
     "adamw.cu": "CudaAdamW.*",
     "attention.cu": "CudaAttention.*:CudaAttentionGqa.*:CudaAttentionBlocks.*",
     "attention_tc.cu": "CudaAttention.*:CudaAttentionGqa.*:CudaAttentionBlocks.*",
+    "attention_sm90.cu": "CudaAttentionSm90.*",
     "cross_entropy.cu": "CudaCrossEntropy.*:CudaCrossEntropyShard.*",
     "elementwise.cu": "CudaElementwise.*:CudaCast.*",
     "embedding.cu": "CudaEmbedding.*:CudaEmbeddingTp.*",

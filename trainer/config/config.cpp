@@ -275,15 +275,19 @@ void validate(const Config& c, const Locations& where) {
   if (p.comm == ParallelComm::nccl && r.device == DeviceKind::cpu)
     bad("parallel.comm", "nccl", "auto or mpi with runtime.device=cpu",
         "NCCL moves device buffers; it needs runtime.device=cuda");
-  if (r.attention == AttentionKernel::tensor_cores) {
+  if (r.attention == AttentionKernel::tensor_cores || r.attention == AttentionKernel::wgmma) {
+    const char* name = to_string(r.attention);
     if (r.dtype != ComputeDType::bf16)
-      bad("runtime.attention", "tensor_cores", "auto or simt with runtime.dtype=fp32",
+      bad("runtime.attention", name, "auto or simt with runtime.dtype=fp32",
           "the tensor-core attention kernels take bf16 activations (runtime.dtype=bf16)");
     const int hs = c.model.n_head > 0 ? c.model.n_embd / c.model.n_head : 0;
-    if (!tensor_core_attention_supported(hs))
-      bad("runtime.attention", "tensor_cores",
+    const bool wgmma = r.attention == AttentionKernel::wgmma;
+    if (wgmma ? !wgmma_attention_supported(hs) : !tensor_core_attention_supported(hs))
+      bad("runtime.attention", name,
           detail::concat("auto or simt with a head size of ", hs, " (model.n_embd / model.n_head)"),
-          "the tensor-core attention kernels take head sizes that are multiples of 16 up to 128");
+          wgmma ? "the sm_90 attention kernels take head sizes 64 and 128"
+                : "the tensor-core attention kernels take head sizes that are multiples of 16 "
+                  "up to 128");
   }
   if (r.fp8 != Fp8Recipe::off && r.dtype != ComputeDType::bf16)
     bad("runtime.fp8", to_string(r.fp8), "off with runtime.dtype=fp32",
@@ -526,6 +530,8 @@ const char* to_string(AttentionKernel a) {
       return "tensor_cores";
     case AttentionKernel::simt:
       return "simt";
+    case AttentionKernel::wgmma:
+      return "wgmma";
   }
   return "?";
 }
@@ -534,6 +540,11 @@ bool uses_tensor_core_attention(const Config& c) {
   if (c.runtime.attention == AttentionKernel::simt || c.runtime.dtype != ComputeDType::bf16)
     return false;
   return tensor_core_attention_supported(c.model.n_embd / c.model.n_head);
+}
+
+bool uses_wgmma_attention(const Config& c) {
+  return c.runtime.attention == AttentionKernel::wgmma && c.runtime.dtype == ComputeDType::bf16 &&
+         wgmma_attention_supported(c.model.n_embd / c.model.n_head);
 }
 
 std::optional<FsdpStage> fsdp_stage_numbered(int n) {

@@ -25,8 +25,11 @@ enum class ComputeDType { fp32, bf16 };
 // runtime.attention: which CUDA attention kernels. auto = the tensor-core
 // (FlashAttention-2 style) ones in bf16 when the head size fits, the SIMT
 // (fp32 math) ones otherwise; tensor_cores insists (an error where they do
-// not apply); simt always takes the SIMT ones. No effect on the CPU backend.
-enum class AttentionKernel { auto_, tensor_cores, simt };
+// not apply); simt always takes the SIMT ones; wgmma runs the forward on the
+// sm_90 kernels (TMA + warpgroup MMA, head sizes 64 and 128, an H100/H200
+// only) and the backward on the tensor-core ones. auto does not pick wgmma
+// until its tests have passed on a GPU. No effect on the CPU backend.
+enum class AttentionKernel { auto_, tensor_cores, simt, wgmma };
 // parallel.comm: how collectives move data. auto = nccl on CUDA, mpi otherwise.
 enum class ParallelComm { auto_, nccl, mpi };
 // Activation recomputation (docs/TRAINING.md "Activation recomputation"): which forward
@@ -325,6 +328,10 @@ bool fp8_allgather_applies(const Config& c);
 // tensor-core kernels (bf16, a head size they take; see AttentionKernel).
 // validate() has already rejected tensor_cores where they cannot run.
 bool uses_tensor_core_attention(const Config& c);
+// Whether the forward runs on the sm_90 (wgmma) kernels: runtime.attention
+// wgmma, which validate() has checked for bf16 and the head size (the
+// device's compute capability is checked when the backend is built).
+bool uses_wgmma_attention(const Config& c);
 const char* to_string(Recompute r);
 
 }  // namespace gt

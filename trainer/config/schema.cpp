@@ -212,8 +212,9 @@ constexpr LrSchedule kLrSchedules[] = {LrSchedule::constant, LrSchedule::cosine}
 constexpr ModelArch kArchs[] = {ModelArch::gpt2, ModelArch::llama, ModelArch::mixtral};
 constexpr DeviceKind kDevices[] = {DeviceKind::cpu, DeviceKind::cuda, DeviceKind::auto_};
 constexpr ComputeDType kDTypes[] = {ComputeDType::fp32, ComputeDType::bf16};
-constexpr AttentionKernel kAttentionKernels[] = {
-    AttentionKernel::auto_, AttentionKernel::tensor_cores, AttentionKernel::simt};
+constexpr AttentionKernel kAttentionKernels[] = {AttentionKernel::auto_,
+                                                 AttentionKernel::tensor_cores,
+                                                 AttentionKernel::simt, AttentionKernel::wgmma};
 constexpr ParallelComm kComms[] = {ParallelComm::auto_, ParallelComm::nccl, ParallelComm::mpi};
 constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::mlp, Recompute::block};
 constexpr PipeSchedule kPipeSchedules[] = {PipeSchedule::gpipe, PipeSchedule::one_f_one_b,
@@ -295,7 +296,7 @@ struct Codec<ComputeDType> {
 template <>
 struct Codec<AttentionKernel> {
   static AttentionKernel read(const YAML::Node& n, const std::string& w, const std::string& k) {
-    return EnumCodec<AttentionKernel, 3>::read(n, w, k, kAttentionKernels);
+    return EnumCodec<AttentionKernel, 4>::read(n, w, k, kAttentionKernels);
   }
   static std::string write(AttentionKernel v) { return to_string(v); }
 };

@@ -105,7 +105,7 @@ void check_map(const YAML::Node& map, const std::string& section, const std::str
 // Keys that existed once, and what replaced them.
 const char* replacement_of(const std::string& dotted) {
   if (dotted == "runtime.attention_tensor_cores")
-    return "runtime.attention (auto|tensor_cores|simt; true was tensor_cores, false simt)";
+    return "runtime.attention (auto|tensor_cores|simt|wgmma; true was tensor_cores, false simt)";
   return nullptr;
 }
 

@@ -260,8 +260,11 @@ int run_costs_command(const CostsArgs& a) {
     o << "# fp8 (runtime.fp8=" << to_string(cfg.runtime.fp8)
       << "): each fp8_matmul's bytes include its quantising casts as separate passes (operand "
          "read, fp8 written and read back); its amaxes are the fp8_amax rows\n";
-  o << (tc_attention ? "# attention: the tensor-core kernels (runtime.attention), with the "
-                       "backward's S and dP products computed twice\n"
+  const bool wgmma_attention = uses_wgmma_attention(cfg);
+  o << (wgmma_attention ? "# attention: the sm_90 (wgmma) forward and the tensor-core backward "
+                          "(runtime.attention=wgmma), the backward's S and dP computed twice\n"
+        : tc_attention  ? "# attention: the tensor-core kernels (runtime.attention), with the "
+                          "backward's S and dP products computed twice\n"
                      : "# attention: the SIMT kernels (fp32 math; runtime.attention=simt, or "
                        "fp32, or a head size the tensor-core ones do not take)\n");
   char line[512];
@@ -295,7 +298,7 @@ int run_costs_command(const CostsArgs& a) {
   j["model_flops"] = model_flops_step;
   j["non_gemm_bytes"] = non_gemm_bytes;
   j["non_gemm_floor_ms"] = non_gemm_s * 1e3;
-  j["attention"] = tc_attention ? "tensor_cores" : "simt";
+  j["attention"] = wgmma_attention ? "wgmma" : tc_attention ? "tensor_cores" : "simt";
   j["fp8"] = to_string(cfg.runtime.fp8);
   if (pc.cp > 1) {
     j["cp"] = {{"cp", pc.cp},

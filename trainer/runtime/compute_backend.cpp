@@ -65,6 +65,7 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
   CudaBackendOptions o;
   o.device = cuda_device_for_rank(env.local_rank, gpus);
   o.attention_tensor_cores = uses_tensor_core_attention(cfg);
+  o.attention_wgmma = uses_wgmma_attention(cfg);
   CudaBackend cuda = make_cuda_backend(o);
   // fp8 tensor cores (cuBLASLt's fp8 matmuls) start at sm_89: Ada, Hopper.
   if (cfg.runtime.fp8 != Fp8Recipe::off && cuda.compute_capability > 0 &&
@@ -76,7 +77,11 @@ ComputeBackend make_compute_backend(const Config& cfg, const RunEnvironment& env
   b.cuda_stream = cuda.stream;
   b.describe =
       detail::concat("cuda:", o.device, " (", cuda.device_name, ", ", to_string(cfg.runtime.dtype),
-                     ", ", o.attention_tensor_cores ? "tensor-core" : "SIMT", " attention",
+                     ", ",
+                     o.attention_wgmma            ? "wgmma-forward, tensor-core-backward"
+                     : o.attention_tensor_cores ? "tensor-core"
+                                                : "SIMT",
+                     " attention",
                      cfg.runtime.fp8 != Fp8Recipe::off
                          ? detail::concat(", fp8 ", to_string(cfg.runtime.fp8), " linears")
                          : std::string(),

@@ -350,6 +350,18 @@ int run(int argc, char** argv) {
       });
       row("attention", "attn_bwd_tc", dt, B * NH, T, hs, 2.5 * flop_fwd, tbwd);
       tc.synchronize();
+      // The sm_90 forward (attention_sm90.cu: TMA, wgmma), on an sm_90 GPU only.
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0) {
+        o.attention_wgmma = true;
+        gt::CudaOps wg(o);
+        wg.synchronize();
+        const Timer wg_timer{wg.stream(), timer.warmup, timer.iters};
+        const double wfwd = wg_timer.time(
+            [&] { wg.attention_forward(out.view, saved.view, qkv.view, static_cast<int>(NH)); });
+        row("attention", "attn_fwd_wgmma", dt, B * NH, T, hs, flop_fwd, wfwd);
+        wg.synchronize();
+      }
     }
   }
   // ---- the bandwidth-bound kernels ----
