@@ -97,6 +97,18 @@ __global__ void pipeline_kernel(const __grid_constant__ CUtensorMap map, float* 
   }
 }
 
+// A row-major fp32 tensor of `rows` x `cols`, in boxes of `box_rows`
+// x `box_cols`.
+TileMapShape fp32_rows(int rows, int cols, int box_rows, int box_cols) {
+  TileMapShape shape;
+  shape.dims[0] = static_cast<uint64_t>(cols);
+  shape.dims[1] = static_cast<uint64_t>(rows);
+  shape.strides[0] = static_cast<uint64_t>(cols) * 4;
+  shape.box[0] = static_cast<uint32_t>(box_cols);
+  shape.box[1] = static_cast<uint32_t>(box_rows);
+  return shape;
+}
+
 struct Pipeline {
   int rows, cols, box_rows, box_cols;
   TileSwizzle swizzle;
@@ -120,14 +132,9 @@ class EmuAsync : public ::testing::Test {
     return y;
   }
   void launch(const Pipeline& p, const float* in, float* out, Misuse misuse) {
-    TileMapShape shape;
-    shape.dims[0] = static_cast<uint64_t>(p.cols);
-    shape.dims[1] = static_cast<uint64_t>(p.rows);
-    shape.strides[0] = static_cast<uint64_t>(p.cols) * 4;
-    shape.box[0] = static_cast<uint32_t>(p.box_cols);
-    shape.box[1] = static_cast<uint32_t>(p.box_rows);
-    const CUtensorMap map =
-        gt::cuda::encode_tile_map(in, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, shape, p.swizzle);
+    const CUtensorMap map = gt::cuda::encode_tile_map(
+        in, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, fp32_rows(p.rows, p.cols, p.box_rows, p.box_cols),
+        p.swizzle);
     const size_t stage = (static_cast<size_t>(p.box_rows) * p.box_cols * 4 + 1023) / 1024 * 1024;
     dev::launch(pipeline_kernel,
                 {static_cast<unsigned>(p.cols / p.box_cols), 32 + kConsumers, kStages * stage,
@@ -256,14 +263,8 @@ TEST_F(EmuAsync, ATileReadBeforeItsWaitIsPoisonOrReportedAndAfterItTheData) {
   std::vector<float> x(16 * 4);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
   test::DeviceArray<float> in(x, s.get()), out(2, s.get());
-  TileMapShape shape;
-  shape.dims[0] = 16;
-  shape.dims[1] = 4;
-  shape.strides[0] = 64;
-  shape.box[0] = 16;
-  shape.box[1] = 1;
-  const CUtensorMap map =
-      gt::cuda::encode_tile_map(in.get(), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, shape, TileSwizzle::none);
+  const CUtensorMap map = gt::cuda::encode_tile_map(in.get(), CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                                    fp32_rows(4, 16, 1, 16), TileSwizzle::none);
   if (kAsan) {
     EXPECT_DEATH(
         {
@@ -332,12 +333,7 @@ __global__ void copy_rules_kernel(const __grid_constant__ CUtensorMap map, int o
 
 TEST_F(EmuAsync, CopyRulesAreCheckedAndNamed) {
   test::DeviceArray<float> buf(64, s.get());
-  TileMapShape shape;
-  shape.dims[0] = 16;
-  shape.dims[1] = 4;
-  shape.strides[0] = 64;
-  shape.box[0] = 16;
-  shape.box[1] = 1;
+  TileMapShape shape = fp32_rows(4, 16, 1, 16);
   const CUtensorMap ok =
       gt::cuda::encode_tile_map(buf.get(), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, shape, TileSwizzle::none);
   EXPECT_TRUE(faults_with(s.get(), [&] { dev::launch(copy_rules_kernel, {1, 32, 1024, s.get()}, ok, 64); },
@@ -392,12 +388,8 @@ TEST(EmuTensorMap, TheEncodeRefusesWhatTheDriverDocumentsAsInvalid) {
               c.want);
   }
   // The project's wrapper says which rule, in words, before the driver is asked.
-  TileMapShape shape;
-  shape.dims[0] = 64;
-  shape.dims[1] = 16;
+  TileMapShape shape = fp32_rows(16, 64, 8, 32);
   shape.strides[0] = 200;
-  shape.box[0] = 32;
-  shape.box[1] = 8;
   try {
     gt::cuda::encode_tile_map(buf.get(), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, shape, TileSwizzle::b128);
     ADD_FAILURE() << "a 200-byte stride was accepted";
