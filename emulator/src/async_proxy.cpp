@@ -36,24 +36,7 @@
 #include "diagnostics.hpp"
 #include "emulator.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-// A copy's destination is poisoned for AddressSanitizer from issue to
-// landing: a read of it before the wait is reported where it happens.
-#define GT_EMU_IN_FLIGHT(p, n) ASAN_POISON_MEMORY_REGION(p, n)
-#define GT_EMU_LANDED(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
-#else
-#define GT_EMU_IN_FLIGHT(p, n) ((void)(p), (void)(n))
-#define GT_EMU_LANDED(p, n) ((void)(p), (void)(n))
-#endif
-#if defined(GT_EMU_TSAN) && GT_EMU_TSAN
-#include <sanitizer/tsan_interface.h>
-#define GT_EMU_ACQUIRE(p) __tsan_acquire(p)
-#define GT_EMU_RELEASE(p) __tsan_release(p)
-#else
-#define GT_EMU_ACQUIRE(p) ((void)(p))
-#define GT_EMU_RELEASE(p) ((void)(p))
-#endif
+#include "sanitizer_hooks.hpp"
 
 namespace gt::emu {
 
@@ -61,8 +44,8 @@ namespace detail {
 void mbarrier_init(uint64_t* bar, unsigned count, Site site) {
   block_runner().mbarrier_init(bar, count, site);
 }
-void mbarrier_arrive(uint64_t* bar, unsigned count, Site site) {
-  block_runner().mbarrier_arrive(bar, count, site);
+void mbarrier_arrive(uint64_t* bar, unsigned count, unsigned tx_bytes, Site site) {
+  block_runner().mbarrier_arrive(bar, count, tx_bytes, site);
 }
 void mbarrier_expect_tx(uint64_t* bar, unsigned bytes, Site site) {
   block_runner().mbarrier_expect_tx(bar, bytes, site);
@@ -110,7 +93,12 @@ MBarrier& BlockRunner::live_mbarrier(const void* bar, const char* op, Site site)
               (in_shared_memory(bar, 8) ? shared_name(bar) : "address " + address(bar) + ", not shared memory,") +
               " is not an initialized mbarrier of this block (mbarrier.init it first)");
   MBarrier& b = it->second;
-  if (std::memcmp(bar, &b.token, sizeof b.token) != 0)
+  bool intact;
+  {
+    GtEmuHidden hidden;
+    intact = std::memcmp(bar, &b.token, sizeof b.token) == 0;
+  }
+  if (!intact)
     fault(cudaErrorLaunchFailure,
           std::string(op) + " at " + at(site) + ": the 8 bytes of the mbarrier at " +
               shared_name(bar) + " (initialized at " + at(b.init_site) +
@@ -126,6 +114,7 @@ MBarrier& BlockRunner::live_mbarrier(const void* bar, const char* op, Site site)
 }
 
 void BlockRunner::mbarrier_init(uint64_t* bar, unsigned count, Site site) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   char buf[160];
   if (reinterpret_cast<uintptr_t>(bar) % 8 != 0 || !in_shared_memory(bar, 8)) {
     std::snprintf(buf, sizeof buf, "%p is not an 8-byte aligned shared-memory address", static_cast<void*>(bar));
@@ -150,7 +139,10 @@ void BlockRunner::mbarrier_init(uint64_t* bar, unsigned count, Site site) {
   b.init_site = site;
   b.init_thread = current_;
   b.init_generation = barrier_generation_;
-  std::memcpy(bar, &b.token, sizeof b.token);
+  {
+    GtEmuHidden hidden;
+    std::memcpy(bar, &b.token, sizeof b.token);
+  }
   async_.barriers.emplace(bar, b);
 }
 
@@ -165,38 +157,42 @@ void BlockRunner::try_complete_phase(MBarrier& b, const void* bar) {
   }
 }
 
-void BlockRunner::mbarrier_arrive(uint64_t* bar, unsigned count, Site site) {
+void BlockRunner::mbarrier_arrive(uint64_t* bar, unsigned count, unsigned tx_bytes, Site site) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   MBarrier& b = live_mbarrier(bar, "mbarrier.arrive", site);
-  // Copies still in flight on a phase whose arrivals are all in would have
-  // completed it on a GPU by now, as far as this thread can tell: land them
-  // before calling the arrival one too many.
-  if (count > b.pending) land_copies(bar);
+  // A correct pipeline re-arms a stage only after the stage's consumers have
+  // waited on it, which lands its copies and completes the phase: an arrival
+  // beyond the count means nobody waited (on a GPU, a race on whether the
+  // copies had landed; here always reported).
   if (count > b.pending)
     fault(cudaErrorLaunchFailure,
           "mbarrier.arrive at " + at(site) + " by " + thread_name(current()) + ": phase " +
               std::to_string(b.phase) + " of the mbarrier at " + shared_name(bar) +
               " has had all " + std::to_string(b.count) + " arrivals its init (" +
               at(b.init_site) + ") asked for, with " + std::to_string(b.tx) +
-              " tx bytes outstanding: more arrivals in one phase than its count");
+              " tx bytes outstanding: more arrivals in one phase than its count" +
+              (b.tx != 0 ? " (its copies have not landed: nobody waited on this phase before "
+                           "the barrier was re-armed)"
+                         : ""));
+  if (tx_bytes) mbarrier_expect_tx(bar, tx_bytes, site);  // completes nothing: count > 0 pending
   GT_EMU_RELEASE(&b.tsan_token);
   b.pending -= count;
   try_complete_phase(b, bar);
 }
 
 void BlockRunner::mbarrier_expect_tx(uint64_t* bar, unsigned bytes, Site site) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   if (config().compute_capability < 90)
     fault(cudaErrorLaunchFailure, "mbarrier.expect_tx at " + at(site) + " needs sm_90");
   MBarrier& b = live_mbarrier(bar, "mbarrier.expect_tx", site);
-  // A phase with all its arrivals in completes once its copies land; on a
-  // GPU they would have by now, as far as this thread can tell (the next
-  // phase's expect_tx must not be added to this one's bytes).
-  if (b.pending == 0) land_copies(bar);
   b.tx += bytes;
   b.expected_tx += bytes;
   if (b.tx > kMaxTx || b.tx < -kMaxTx)
     fault(cudaErrorLaunchFailure, "mbarrier.expect_tx at " + at(site) + ": the tx-count of the "
                                   "mbarrier at " + shared_name(bar) + " reaches " +
                                       std::to_string(b.tx) + " bytes, outside +-(2^20-1)");
+  // Copies that landed first left the count negative: this may zero it.
+  try_complete_phase(b, bar);
 }
 
 void BlockRunner::mbarrier_wait(uint64_t* bar, unsigned parity, Site site) {
@@ -222,6 +218,7 @@ void BlockRunner::mbarrier_wait(uint64_t* bar, unsigned parity, Site site) {
 }
 
 void BlockRunner::mbarrier_inval(uint64_t* bar, Site site) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   live_mbarrier(bar, "mbarrier.inval", site);
   for (const BulkCopy& c : async_.copies)
     if (c.bar == bar)
@@ -238,16 +235,22 @@ void BlockRunner::mbarrier_inval(uint64_t* bar, Site site) {
 }
 
 void BlockRunner::fence_proxy_async(Site) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   for (auto& [addr, b] : async_.barriers)
     if (b.init_thread == current_) b.async_visible = true;
   // Ordinary stores so far become what the async proxy sees (all of them:
   // the emulator does not know which thread wrote what).
-  if (!async_.async_view.empty())
-    std::memcpy(async_.async_view.data(), smem_, async_.async_view.size());
+  if (async_.async_view.empty()) return;
+  // Copies in flight are poisoned for ASan: their bytes are read too (what
+  // the async proxy sees of them is replaced when they land).
+  for (const BulkCopy& c : async_.copies) GT_EMU_LANDED(c.dst, c.map.box_bytes());
+  std::memcpy(async_.async_view.data(), smem_, async_.async_view.size());
+  for (const BulkCopy& c : async_.copies) GT_EMU_IN_FLIGHT(c.dst, c.map.box_bytes());
 }
 
 void BlockRunner::tma_load(void* dst, const CUtensorMap* map, const int* coords, int rank,
                            uint64_t* bar, Site site) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   const std::string op = "cp.async.bulk.tensor." + std::to_string(rank) + "d at " + at(site);
   if (config().compute_capability < 90) fault(cudaErrorLaunchFailure, op + " needs sm_90");
   std::string why;
@@ -285,7 +288,10 @@ void BlockRunner::tma_load(void* dst, const CUtensorMap* map, const int* coords,
   BulkCopy c{static_cast<unsigned char*>(dst), *m, {}, bar, site, current_};
   for (int i = 0; i < rank; ++i) c.coords[i] = coords[i];
   // Until it lands, the destination holds nothing a reader may use.
-  std::memset(dst, 0xFF, bytes);
+  {
+    GtEmuHidden hidden;
+    std::memset(dst, 0xFF, bytes);
+  }
   GT_EMU_IN_FLIGHT(dst, bytes);
   async_.copies.push_back(c);
   // Threads asleep on the barrier retry their wait, which lands the copy.
@@ -297,14 +303,16 @@ void BlockRunner::tma_load(void* dst, const CUtensorMap* map, const int* coords,
 
 void BlockRunner::land(const BulkCopy& c) {
   const EmuTensorMap& m = c.map;
+  GtEmuHidden hidden;  // the copy engine's writes, not a CUDA thread's
   GT_EMU_LANDED(c.dst, m.box_bytes());
   const int rank = m.rank, eb = m.elem_bytes;
   const auto* base = reinterpret_cast<const unsigned char*>(m.base);
-  // The swizzle XORs bits of the shared-window address. Dynamic shared
-  // memory starts the window here (offset 0, as 1024-byte aligned as a
-  // GPU's); a static array's host address keeps its declared alignment.
+  // The swizzle XORs bits of the shared-window address: dynamic shared
+  // memory starts at kDynamicWindow in the window (block_scheduler.hpp); a
+  // static array's host address keeps its declared alignment.
   const bool dynamic = smem_ && c.dst >= smem_ && c.dst < smem_ + launch_->dynamic_smem;
-  const uintptr_t window = dynamic ? reinterpret_cast<uintptr_t>(smem_) : 0;
+  const uintptr_t window =
+      dynamic ? reinterpret_cast<uintptr_t>(smem_) - kDynamicWindow : 0;
   // Row by row (every index but the innermost), in the box's packed order.
   int idx[5] = {0, 0, 0, 0, 0};
   size_t off = 0;
@@ -354,6 +362,7 @@ void BlockRunner::reset_async() {
 }
 
 size_t BlockRunner::land_copies(const void* bar) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   size_t n = 0;
   for (size_t i = 0; i < async_.copies.size();) {
     if (bar && async_.copies[i].bar != bar) {

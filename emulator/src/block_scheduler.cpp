@@ -14,25 +14,7 @@
 #include "config.hpp"
 #include "device_memory.hpp"
 #include "diagnostics.hpp"
-
-#if defined(GT_EMU_TSAN) && GT_EMU_TSAN
-#include <sanitizer/tsan_interface.h>
-#define GT_EMU_ACQUIRE(p) __tsan_acquire(p)
-#define GT_EMU_RELEASE(p) __tsan_release(p)
-// TSan's dynamic annotations (its runtime exports them; no header declares them).
-extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
-extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
-#define GT_EMU_IGNORE_WRITES_BEGIN() AnnotateIgnoreWritesBegin(__FILE__, __LINE__)
-#define GT_EMU_IGNORE_WRITES_END() AnnotateIgnoreWritesEnd(__FILE__, __LINE__)
-#else
-#define GT_EMU_ACQUIRE(p) ((void)(p))
-#define GT_EMU_RELEASE(p) ((void)(p))
-#define GT_EMU_IGNORE_WRITES_BEGIN() ((void)0)
-#define GT_EMU_IGNORE_WRITES_END() ((void)0)
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#endif
+#include "sanitizer_hooks.hpp"
 
 // Bounds of the section holding every (non-template) __shared__ static.
 extern "C" unsigned char __start_gt_emu_shared[] __attribute__((weak));

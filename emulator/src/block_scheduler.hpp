@@ -75,13 +75,20 @@ class BlockRunner {
   // Hopper's mbarriers, bulk tensor copies and proxy fences
   // (gt_emu/async.hpp; the rules are in async_proxy.cpp).
   void mbarrier_init(uint64_t* bar, unsigned count, Site site);
-  void mbarrier_arrive(uint64_t* bar, unsigned count, Site site);
+  void mbarrier_arrive(uint64_t* bar, unsigned count, unsigned tx_bytes, Site site);
   void mbarrier_expect_tx(uint64_t* bar, unsigned bytes, Site site);
   void mbarrier_wait(uint64_t* bar, unsigned parity, Site site);
   void mbarrier_inval(uint64_t* bar, Site site);
   void fence_proxy_async(Site site);
   void tma_load(void* dst, const CUtensorMap* map, const int* coords, int rank, uint64_t* bar,
                 Site site);
+  // Where dynamic shared memory starts in the emulated shared window (what
+  // __cvta_generic_to_shared, descriptors and the swizzles see): 128, as
+  // `extern __shared__ __align__(128)` promises and no more, so that a
+  // kernel assuming a 1024-byte aligned window (what the 128-byte swizzle
+  // repeats over) must align its tiles itself, as on a GPU where static
+  // shared memory comes first.
+  static constexpr uint32_t kDynamicWindow = 128;
   // wgmma (wgmma.cpp): a collective of the caller's warpgroup.
   void warpgroup_collective(WarpgroupOp op, const void* payload, int arg, Site site);
   uint32_t shared_window_address(const void* p, Site site);

@@ -26,6 +26,7 @@
 #include "block_scheduler.hpp"
 #include "config.hpp"
 #include "diagnostics.hpp"
+#include "sanitizer_hooks.hpp"
 
 namespace gt::emu {
 
@@ -117,25 +118,31 @@ uint32_t BlockRunner::shared_window_address(const void* p, Site site) {
           "a wgmma descriptor at " + at(site) + " for " + address(p) +
               ", which is not in the block's dynamic shared memory: on the emulated device the "
               "shared window (what descriptors address) is the dynamic region");
-  return static_cast<uint32_t>(b - smem_);
+  return static_cast<uint32_t>(b - smem_) + kDynamicWindow;
 }
 
 const unsigned char* BlockRunner::wgmma_operand_byte(uint32_t window_address, size_t bytes,
                                                      Site site) {
   const size_t dyn = launch_->dynamic_smem;
-  if (window_address + bytes > dyn)
+  if (window_address < kDynamicWindow || window_address - kDynamicWindow + bytes > dyn)
     fault(cudaErrorIllegalAddress,
           "wgmma.mma_async issued at " + at(site) + " reads shared window bytes " +
               std::to_string(window_address) + ".." + std::to_string(window_address + bytes) +
-              ", past the " + std::to_string(dyn) + " bytes of dynamic shared memory");
-  const unsigned char* p = smem_ + window_address;
+              ", outside the " + std::to_string(dyn) +
+              " bytes of dynamic shared memory (window " + std::to_string(kDynamicWindow) + "..)");
+  const unsigned char* p = smem_ + (window_address - kDynamicWindow);
   for (const BulkCopy& c : async_.copies)
     if (p < c.dst + c.map.box_bytes() && c.dst < p + bytes)
       fault(cudaErrorLaunchFailure,
             "wgmma.mma_async issued at " + at(site) + " reads " + shared_name(p) +
                 ", the destination of the bulk tensor copy issued at " + at(c.site) +
                 ", still in flight: wait on its mbarrier first");
-  if (std::memcmp(p, async_.async_view.data() + window_address, bytes) != 0)
+  bool seen;
+  {
+    GtEmuHidden hidden;
+    seen = std::memcmp(p, async_.async_view.data() + (p - smem_), bytes) == 0;
+  }
+  if (!seen)
     fault(cudaErrorLaunchFailure,
           "wgmma.mma_async issued at " + at(site) + " reads " + shared_name(p) +
               ", which ordinary stores changed since the last fence.proxy.async: the tensor "
@@ -180,6 +187,7 @@ void BlockRunner::warpgroup_collective(WarpgroupOp op, const void* payload, int 
 }
 
 void BlockRunner::complete_warpgroup(int g) {
+  GtEmuHidden hidden;  // the emulator's bookkeeping, not the program's accesses
   Warpgroup& wg = async_.warpgroups[static_cast<size_t>(g)];
   switch (wg.op) {
     case WarpgroupOp::fence: wg.fenced = true; break;
@@ -199,6 +207,7 @@ void BlockRunner::complete_warpgroup(int g) {
 }
 
 void BlockRunner::issue_mma(Warpgroup& wg) {
+  GtEmuHidden hidden;  // the tensor cores' bookkeeping and register accesses
   const int g = static_cast<int>(&wg - async_.warpgroups.data());
   PendingMma m;
   m.site = wg.site;
@@ -229,6 +238,18 @@ void BlockRunner::issue_mma(Warpgroup& wg) {
       fault(cudaErrorLaunchFailure, where + ": a descriptor with base offset " +
                                         std::to_string(x.base_offset) +
                                         " (the emulator models 0: patterns aligned to their repeat)");
+    // Base offset 0 says the swizzle pattern starts at a multiple of its
+    // repeat (8 rows of 16 W bytes): the start must lie in such a repeat's
+    // first row (a k16 step into it is fine).
+    const uint32_t row = 16u * static_cast<uint32_t>(x.units), repeat = 8 * row;
+    if (x.units != 0 && x.start % repeat >= row)
+      fault(cudaErrorLaunchFailure,
+            where + ": a " + std::to_string(row) + "-byte swizzled operand starting at window " +
+                "address " + std::to_string(x.start) + ", which is row " +
+                std::to_string(x.start % repeat / row) + " of a " + std::to_string(repeat) +
+                "-byte swizzle repeat, with base offset 0 (which says the pattern starts at a "
+                "multiple of " + std::to_string(repeat) + " bytes): align the tile to " +
+                std::to_string(repeat) + " bytes");
   }
   // Capture what the accumulators add to, then poison them until retired.
   const size_t per = static_cast<size_t>(first.n / 2);
@@ -254,6 +275,7 @@ void BlockRunner::issue_mma(Warpgroup& wg) {
 void BlockRunner::retire_oldest_group(Warpgroup& wg) {
   std::vector<PendingMma> group = std::move(wg.groups.front());
   wg.groups.pop_front();
+  GtEmuHidden hidden;
   for (const PendingMma& m : group) {
     const detail::WgmmaLane& first = m.lanes.front();
     const int n = first.n;
@@ -311,11 +333,15 @@ void BlockRunner::check_exit_warpgroup(const Thread& t) {
     fault(cudaErrorLaunchFailure, thread_name(t) + " exited while " + std::to_string(wg.arrived) +
                                       " thread(s) of its warpgroup wait in " + op_name(wg.op) +
                                       " at " + at(wg.site));
-  if (!wg.uncommitted.empty() || !wg.groups.empty())
+  // The first mma_async not retired (committed groups may be empty).
+  const PendingMma* first = nullptr;
+  for (const std::vector<PendingMma>& grp : wg.groups)
+    if (!first && !grp.empty()) first = &grp.front();
+  if (!first && !wg.uncommitted.empty()) first = &wg.uncommitted.front();
+  if (first)
     fault(cudaErrorLaunchFailure,
           thread_name(t) + " exited with wgmma.mma_async in flight (the first issued at " +
-              at(wg.uncommitted.empty() ? wg.groups.front().front().site
-                                        : wg.uncommitted.front().site) +
+              at(first->site) +
               "): commit and wait_group<0> before the accumulators go out of scope");
 }
 

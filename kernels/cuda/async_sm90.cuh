@@ -47,6 +47,32 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 }
 #endif
 
+// The shared-window address of p (in dynamic shared memory on the emulated
+// device): what descriptors hold and the swizzles are computed from.
+__device__ __forceinline__ uint32_t shared_window(const void* p GT_ASYNC_SITE) {
+#if defined(__CUDACC__)
+  return shared_address(p);
+#else
+  return ::gt::emu::detail::shared_window_address(p, {file, line});
+#endif
+}
+
+// p advanced to the next multiple of Align bytes of the shared window.
+// Dynamic shared memory is only 128-byte aligned (static shared memory
+// comes first), and the 128-byte swizzle repeats over 1024 bytes: a kernel
+// with swizzled tiles aligns its base with this and reserves Align - 128
+// bytes more.
+template <uint32_t Align>
+__device__ __forceinline__ unsigned char* align_shared(unsigned char* p GT_ASYNC_SITE) {
+  static_assert((Align & (Align - 1)) == 0 && Align >= 128, "a power of two from 128");
+#if defined(__CUDACC__)
+  const uint32_t a = shared_window(p);
+#else
+  const uint32_t a = shared_window(p, file, line);
+#endif
+  return p + ((Align - (a & (Align - 1))) & (Align - 1));
+}
+
 // An mbarrier expecting `count` arrivals per phase (one thread initializes).
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count GT_ASYNC_SITE) {
 #if defined(__CUDACC__)

@@ -22,9 +22,11 @@
 // 16 w + l / 4 and + 8, columns 8 j + 2 (l % 4) + {0, 1} of every 8-column
 // tile j; a row's reductions are two shuffles across the lanes of a quad.
 //
-// Shared memory (1024-byte aligned tiles, each 64 rows of hs bf16 stored as
-// hs / 64 column halves of 64 rows x 128 bytes, 128-byte swizzled by the
-// copy): Q, then K[stage], then V[stage]: 40 KiB at hs 64, 80 KiB at hs 128.
+// Shared memory (tiles at multiples of 1024 bytes of the shared window, the
+// swizzle's repeat: the base is aligned in the kernel; each tile 64 rows of
+// hs bf16 stored as hs / 64 column halves of 64 rows x 128 bytes, 128-byte
+// swizzled by the copy): Q, then K[stage], then V[stage]: 40 KiB at hs 64,
+// 80 KiB at hs 128, plus the alignment's slack.
 // The tensor map views qkv as (B T) rows of (NH + 2 KV) hs columns: a tile
 // that runs past its sequence reads the next sequence's rows (or the copy
 // engine's zeros past the last), which the causal mask removes from every
@@ -65,7 +67,9 @@ struct Layout {
   static constexpr int kQ = 0;
   static constexpr int kK = kTileBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
-  static constexpr int kBytes = kV + kStages * kTileBytes;
+  // The tiles, and the slack that aligns them to the 1024-byte repeat of
+  // the swizzle (dynamic shared memory starts only 128-byte aligned).
+  static constexpr int kBytes = kV + kStages * kTileBytes + 1024 - 128;
 };
 
 struct Params {
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   GT_SHARED(uint64_t, k_full, [kStages]);
   GT_SHARED(uint64_t, v_full, [kStages]);
   GT_SHARED(uint64_t, kv_empty, [kStages]);
-  unsigned char* smem = dev::dynamic_shared_memory<unsigned char>();
+  unsigned char* smem = dev::align_shared<1024>(dev::dynamic_shared_memory<unsigned char>());
   // The longest causal rows first: the last query tiles have the most keys.
   const int qt = p.n_qtiles - 1 - static_cast<int>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
@@ -138,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The consumer warpgroup: 64 query rows, warp w rows 16 w .. 16 w + 15.
   const int ct = t - kGroup, w = ct / 32, lane = ct % 32;
   float o[HS / 2];
-  #pragma unroll
+#pragma unroll
   for (float& x : o) x = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
   const int q_row[2] = {qt * kBlockM + 16 * w + lane / 4, qt * kBlockM + 16 * w + lane / 4 + 8};
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sc[kBlockN / 2];
     dev::mbarrier_wait(&k_full[s], phase);
     dev::wgmma_fence();
-    #pragma unroll
+#pragma unroll
     for (int ks = 0; ks < HS / 16; ++ks) {
       const int off = (ks / 4) * kHalfBytes + (ks % 4) * 32;
       const uint64_t da = dev::wgmma_descriptor(smem + L::kQ + off, dev::WgmmaSwizzle::b128, 16, 1024);
@@ -168,11 +172,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (i / 2) % 2 == r); the causal mask on the diagonal tile.
     const bool diagonal = i == qt;
     float corr[2];
-    #pragma unroll
-    #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
-      #pragma unroll
+#pragma unroll
       for (int e = 0; e < kBlockN / 2; ++e) {
         if ((e / 2) % 2 != r) continue;
         const int key = i * kBlockN + 8 * (e / 4) + 2 * (lane % 4) + e % 2;
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       corr[r] = exp2f(m[r] - m_new);
       m[r] = m_new;
       float sum = 0.f;
-      #pragma unroll
+#pragma unroll
       for (int e = 0; e < kBlockN / 2; ++e) {
         if ((e / 2) % 2 != r) continue;
         sc[e] = exp2f(sc[e] - m_new);
@@ -191,13 +194,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       l[r] = l[r] * corr[r] + sum;
     }
-    #pragma unroll
+#pragma unroll
     for (int e = 0; e < HS / 2; ++e) o[e] *= corr[(e / 2) % 2];
     // P as the A operand of four k16 steps: step kk covers keys 16 kk ..
     // 16 kk + 15, i.e. accumulator elements 8 kk .. 8 kk + 7 (mma.sync's A
     // layout: rows g, g + 8 by columns 2t, 2t + 8).
     uint32_t pa[kBlockN / 16][4];
-    #pragma unroll
+#pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
@@ -208,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     dev::mbarrier_wait(&v_full[s], phase);
     dev::wgmma_fence_operands(o);
     dev::wgmma_fence();
-    #pragma unroll
+#pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       const uint64_t db = dev::wgmma_descriptor(v_tile + kk * 2048, dev::WgmmaSwizzle::b128,
                                                 kHalfBytes, 1024);
@@ -221,14 +224,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const int C = p.NH * HS;
-  #pragma unroll
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float total = quad_sum(l[r]);
     if (q_row[r] >= p.T) continue;
     const int64_t row = int64_t{b} * p.T + q_row[r];
     if (lane % 4 == 0) lse[(int64_t{b} * p.NH + h) * p.T + q_row[r]] = (m[r] + log2f(total)) * kLn2;
     const float inv = 1.f / total;
-    #pragma unroll
+#pragma unroll
     for (int e = 0; e < HS / 2; e += 2) {
       if ((e / 2) % 2 != r) continue;
       const int col = 8 * (e / 4) + 2 * (lane % 4);

@@ -72,9 +72,9 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem, WgmmaSwiz
                                                      uint32_t lbo_bytes,
                                                      uint32_t sbo_bytes GT_ASYNC_SITE) {
 #if defined(__CUDACC__)
-  const uint32_t addr = shared_address(smem);
+  const uint32_t addr = shared_window(smem);
 #else
-  const uint32_t addr = ::gt::emu::detail::shared_window_address(smem, {file, line});
+  const uint32_t addr = shared_window(smem, file, line);
 #endif
   return uint64_t{(addr & 0x3FFFFu) >> 4} | uint64_t{(lbo_bytes & 0x3FFFFu) >> 4} << 16 |
          uint64_t{(sbo_bytes & 0x3FFFFu) >> 4} << 32 | static_cast<uint64_t>(swizzle) << 62;

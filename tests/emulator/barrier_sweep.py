@@ -83,8 +83,8 @@ FILE_TESTS = {
 
 # The files whose tests the kernels-only ThreadSanitizer build has
 # (tests/CMakeLists.txt): only these get the TSan stage.
-TSAN_FILES = {"attention.cu", "attention_tc.cu", "cross_entropy.cu", "embedding.cu", "fp8.cu",
-              "layernorm.cu", "moe.cu"}
+TSAN_FILES = {"attention.cu", "attention_tc.cu", "attention_sm90.cu", "cross_entropy.cu",
+              "embedding.cu", "fp8.cu", "layernorm.cu", "moe.cu"}
 
 # Sites nothing catches, by "file:function#k" (k: the site's index within
 # its function, from 0), with why. From the full sweep of 2026-12-07; see

@@ -37,7 +37,15 @@ enum class Operands {
   registers,  // A from registers (read from global), B as in qk
   stores,     // A and B K-major without swizzle, written by ordinary stores
 };
-enum class Misuse { none, no_wgmma_fence, no_proxy_fence, read_before_wait, no_wait, no_tma_wait };
+enum class Misuse {
+  none,
+  no_wgmma_fence,
+  no_proxy_fence,
+  read_before_wait,
+  no_wait,
+  no_tma_wait,
+  unaligned,  // tiles where dynamic shared memory starts, off the 1024-byte repeat
+};
 
 // out (64 x N, row-major) = A (64 x K, row-major) . B, where B is (N x K)
 // row-major for every case but pv, where it is (K x N) row-major.
@@ -46,8 +54,11 @@ __global__ void wgmma_tile_kernel(const __grid_constant__ CUtensorMap map_a,
                                   const __grid_constant__ CUtensorMap map_b, const uint16_t* a,
                                   const uint16_t* b, float* out, Operands ops, Misuse misuse) {
   GT_SHARED(uint64_t, bar, );  // a template's static: declared through GT_SHARED
-  unsigned char* smem = dev::dynamic_shared_memory<unsigned char>();
-  unsigned char* sa = smem;                // 64 x K bf16: 8 KiB, 1024-aligned
+  // Tiles at multiples of 1024 bytes of the shared window (the launch
+  // reserves the slack): the swizzle's repeat, what base offset 0 says.
+  unsigned char* base = dev::dynamic_shared_memory<unsigned char>();
+  unsigned char* smem = misuse == Misuse::unaligned ? base : dev::align_shared<1024>(base);
+  unsigned char* sa = smem;                // 64 x K bf16: 8 KiB
   unsigned char* sb = smem + 64 * kK * 2;  // N x K (or K x N) bf16
   const int t = static_cast<int>(threadIdx.x);
   const bool tma = ops != Operands::stores;
@@ -168,7 +179,8 @@ class EmuWgmma : public ::testing::Test {
                                                      sa, TileSwizzle::b128);
     const CUtensorMap mb = gt::cuda::encode_tile_map(db.get(), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                                                      sb, TileSwizzle::b128);
-    dev::launch(wgmma_tile_kernel<N>, {1, 128, static_cast<size_t>(64 + N) * kK * 2, s.get()},
+    dev::launch(wgmma_tile_kernel<N>,
+                {1, 128, static_cast<size_t>(64 + N) * kK * 2 + 1024, s.get()},
                 ma, mb, da.get(), db.get(), out.get(), ops, misuse);
     *got = out.download();
     want->assign(64 * static_cast<size_t>(N), 0.f);
@@ -231,6 +243,11 @@ TEST_F(EmuWgmma, OperandsOfACopyNotWaitedForAreRefused) {
 
 TEST_F(EmuWgmma, ExitingWithAnMmaInFlightIsRefused) {
   EXPECT_TRUE(faults<64>(Operands::qk, Misuse::no_wait, {"exited with wgmma.mma_async in flight"}));
+}
+
+TEST_F(EmuWgmma, ATileOffTheSwizzleRepeatIsRefused) {
+  EXPECT_TRUE(faults<64>(Operands::qk, Misuse::unaligned,
+                         {"row 1 of a 1024-byte swizzle repeat", "align the tile to 1024 bytes"}));
 }
 
 TEST_F(EmuWgmma, AccumulatorsReadBeforeTheWaitAreNaN) {

@@ -31,8 +31,10 @@
 namespace gt::emu::detail {
 
 void mbarrier_init(uint64_t* bar, unsigned count, Site site);
-// Returns nothing: the kernels wait by parity, not by the arrival token.
-void mbarrier_arrive(uint64_t* bar, unsigned count, Site site);
+// Raises the phase's tx-count by tx_bytes (arrive.expect_tx; 0 for a
+// plain arrive), then arrives `count` times. Returns nothing: the kernels
+// wait by parity, not by the arrival token.
+void mbarrier_arrive(uint64_t* bar, unsigned count, unsigned tx_bytes, Site site);
 void mbarrier_expect_tx(uint64_t* bar, unsigned bytes, Site site);
 void mbarrier_wait(uint64_t* bar, unsigned parity, Site site);
 void mbarrier_inval(uint64_t* bar, Site site);
@@ -43,6 +45,10 @@ void fence_proxy_async(Site site);
 //   .mbarrier::complete_tx::bytes [dst], [map, {coords}], [bar]
 void tma_load(void* dst, const CUtensorMap* map, const int* coords, int rank, uint64_t* bar,
               Site site);
+// The shared-window address of p, in dynamic shared memory (what
+// __cvta_generic_to_shared gives; descriptors and swizzles use it). The
+// dynamic region starts at window address 128 on the emulated device.
+uint32_t shared_window_address(const void* p, Site site);
 
 }  // namespace gt::emu::detail
 
@@ -53,14 +59,13 @@ inline void mbarrier_init(uint64_t* bar, unsigned count, GT_EMU_SITE) {
   detail::mbarrier_init(bar, count, {file, line});
 }
 inline void mbarrier_arrive(uint64_t* bar, GT_EMU_SITE) {
-  detail::mbarrier_arrive(bar, 1, {file, line});
+  detail::mbarrier_arrive(bar, 1, 0, {file, line});
 }
 inline void mbarrier_expect_tx(uint64_t* bar, unsigned bytes, GT_EMU_SITE) {
   detail::mbarrier_expect_tx(bar, bytes, {file, line});
 }
 inline void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes, GT_EMU_SITE) {
-  detail::mbarrier_expect_tx(bar, bytes, {file, line});
-  detail::mbarrier_arrive(bar, 1, {file, line});
+  detail::mbarrier_arrive(bar, 1, bytes, {file, line});
 }
 inline void mbarrier_wait(uint64_t* bar, unsigned parity, GT_EMU_SITE) {
   detail::mbarrier_wait(bar, parity, {file, line});

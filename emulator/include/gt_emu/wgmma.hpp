@@ -43,8 +43,5 @@ void wgmma_fence(Site site);
 void wgmma_mma(const WgmmaLane& lane, Site site);
 void wgmma_commit(Site site);
 void wgmma_wait(int pending, Site site);
-// The shared-window address of p (what __cvta_generic_to_shared gives):
-// dynamic shared memory starts the window at 0 on the emulated device.
-uint32_t shared_window_address(const void* p, Site site);
 
 }  // namespace gt::emu::detail
