@@ -16,7 +16,8 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-EncodeTiled encode_entry_point() {
+// Looked up once per process (every attention call encodes its maps).
+EncodeTiled lookup_encode() {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found{};
   const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
@@ -25,6 +26,11 @@ EncodeTiled encode_entry_point() {
     throw std::runtime_error(std::string("tensor maps: the driver has no cuTensorMapEncodeTiled (") +
                              cudaGetErrorString(e) + "); they need CUDA 12 and an sm_90 GPU");
   return reinterpret_cast<EncodeTiled>(fn);
+}
+
+EncodeTiled encode_entry_point() {
+  static const EncodeTiled fn = lookup_encode();
+  return fn;
 }
 
 int element_bytes(CUtensorMapDataType type) {

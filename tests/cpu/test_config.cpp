@@ -714,6 +714,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "runtime.attention",
                   "expected auto or simt with a head size of 32 (model.n_embd / model.n_head), "
                   "got wgmma; the sm_90 attention kernels take head sizes 64 and 128"},
+        ValueCase{"WgmmaAttentionWithContextParallelism",
+                  {"runtime.attention=wgmma", "runtime.dtype=bf16", "model.n_embd=128",
+                   "model.n_head=2", "parallel.cp=2", "train.seq_len=8"},
+                  "runtime.attention",
+                  "expected auto or tensor_cores with parallel.cp > 1, got wgmma; the sm_90 "
+                  "kernels have no attention over key/value blocks (context parallelism) yet"},
         ValueCase{"Threads",
                   {"runtime.threads=-1"},
                   "runtime.threads",

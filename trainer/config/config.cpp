@@ -288,6 +288,10 @@ void validate(const Config& c, const Locations& where) {
           wgmma ? "the sm_90 attention kernels take head sizes 64 and 128"
                 : "the tensor-core attention kernels take head sizes that are multiples of 16 "
                   "up to 128");
+    if (wgmma && c.parallel.cp > 1)
+      bad("runtime.attention", name, "auto or tensor_cores with parallel.cp > 1",
+          "the sm_90 kernels have no attention over key/value blocks (context parallelism) "
+          "yet");
   }
   if (r.fp8 != Fp8Recipe::off && r.dtype != ComputeDType::bf16)
     bad("runtime.fp8", to_string(r.fp8), "off with runtime.dtype=fp32",

@@ -33,8 +33,8 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       max_rows_(max_rows),
       max_seq_(max_seq),
       dtype_(dtype),
-      end_layer_(cfg.n_layer),
-      seq_(max_seq, 1, false) {
+      seq_(max_seq, 1, false),
+      end_layer_(cfg.n_layer) {
   owned_ = std::make_unique<LocalParameters>(layout_, ops_);
   store_ = owned_.get();
 }
@@ -52,10 +52,10 @@ CausalLM::CausalLM(const char* family, const ModelConfig& cfg, Ops& ops, int max
       max_rows_(max_rows),
       max_seq_(max_seq),
       dtype_(dtype),
-      first_layer_(-1),
-      end_layer_(-1),
       cp_(cp),
-      seq_(max_seq * cp.size(), cp.size(), cp.load_balance) {
+      seq_(max_seq * cp.size(), cp.size(), cp.load_balance),
+      first_layer_(-1),
+      end_layer_(-1) {
   layout.check_built_for(group.size(), group.rank());
   // A layout of one chunk (the whole model or one stage) is the model's
   // stage until told otherwise; one of several chunks waits for
